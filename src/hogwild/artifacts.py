@@ -1,0 +1,126 @@
+"""Run outputs written atomically: model (.npz + JSON metadata), metrics JSON/JSONL, loss plot."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MODEL_FILE = "model.npz"
+MODEL_META_FILE = "model.json"
+METRICS_FILE = "metrics.json"
+HISTORY_FILE = "metrics.jsonl"
+PLOT_FILE = "loss.png"
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temp file + rename: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Text version of :func:`atomic_write_bytes` (UTF-8)."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot serialise {type(value).__name__} to JSON")
+
+
+def dumps(value: Any) -> str:
+    """JSON text that also accepts numpy scalars/arrays and paths."""
+    return json.dumps(value, default=_json_default, sort_keys=True)
+
+
+def save_model(out_dir: str | Path, w: np.ndarray, meta: Mapping[str, Any]) -> Path:
+    """Write ``model.npz`` (weights; ``w[-1]`` is the bias) and ``model.json`` (metadata)."""
+    out = Path(out_dir)
+    buffer = io.BytesIO()
+    np.savez(buffer, w=np.asarray(w, dtype=np.float64))
+    path = atomic_write_bytes(out / MODEL_FILE, buffer.getvalue())
+    atomic_write_text(out / MODEL_META_FILE,
+                      json.dumps(dict(meta), default=_json_default, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def load_model(out_dir: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
+    """The weights and metadata written by :func:`save_model`."""
+    out = Path(out_dir)
+    with np.load(out / MODEL_FILE) as archive:
+        w = np.array(archive["w"])
+    meta = json.loads((out / MODEL_META_FILE).read_text(encoding="utf-8"))
+    return w, meta
+
+
+def write_metrics(out_dir: str | Path, metrics: Mapping[str, Any]) -> Path:
+    """``metrics.json``: the final summary of a run (test_accuracy, test_loss, epochs, seconds, ...)."""
+    text = json.dumps(dict(metrics), default=_json_default, indent=2, sort_keys=True) + "\n"
+    return atomic_write_text(Path(out_dir) / METRICS_FILE, text)
+
+
+def write_history(out_dir: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
+    """``metrics.jsonl``: one JSON object per evaluation, rewritten whole (atomically)."""
+    text = "".join(dumps(dict(row)) + "\n" for row in rows)
+    return atomic_write_text(Path(out_dir) / HISTORY_FILE, text)
+
+
+def plot_loss(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str = "") -> Path:
+    """``loss.png``: validation (and training, when present) loss against elapsed seconds."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display anywhere we run
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    try:
+        for key, label in (("val_loss", "validation loss"), ("train_loss", "training loss")):
+            points = [(r["elapsed"], r[key]) for r in rows
+                      if r.get(key) is not None and r.get("elapsed") is not None]
+            if points:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, marker="o", markersize=3, label=label)
+        acc = [(r["elapsed"], r["val_accuracy"]) for r in rows
+               if r.get("val_accuracy") is not None and r.get("elapsed") is not None]
+        if acc:
+            ax2 = ax.twinx()
+            xs, ys = zip(*acc)
+            ax2.plot(xs, ys, color="tab:green", linestyle="--", label="validation accuracy")
+            ax2.set_ylabel("accuracy")
+            ax2.legend(loc="center right")
+        ax.set_xlabel("elapsed seconds")
+        ax.set_ylabel("loss")
+        ax.set_title(title or "loss vs time")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper right")
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return atomic_write_bytes(Path(out_dir) / PLOT_FILE, buffer.getvalue())

@@ -1,0 +1,207 @@
+"""The `hogwild` command: parse arguments, load the settings, build the role, run it."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from hogwild import __version__, config
+from hogwild.config import Settings
+from hogwild.errors import ConfigError, HogwildError
+
+log = logging.getLogger("hogwild")
+
+# Short spellings of the most used settings, per command (flag -> setting key).
+_ALIASES: dict[str, dict[str, str]] = {
+    "train": {"--test": "test_data", "--out": "out_dir"},
+    "run": {"--test": "test_data", "--out": "out_dir"},
+    "coordinator": {"--port": "coordinator_port", "--test": "test_data", "--out": "out_dir"},
+    "worker": {"--port": "worker_port", "--advertise": "advertise_address",
+               "--coordinator": "coordinator_address"},
+}
+
+_DESCRIPTIONS = {
+    "train": "train on this machine: T lock-free Hogwild threads in one process",
+    "run": "start a coordinator and N workers as local processes on loopback and train",
+    "coordinator": "serve the coordinator: load and split data, ship shards, evaluate, stop",
+    "worker": "serve a worker: register, receive a shard, train, exchange deltas with peers",
+}
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """One --flag per setting (help from the settings schema), plus the command's aliases."""
+    parser.add_argument("--config", metavar="PATH",
+                        help="settings file (default: $HOGWILD_CONFIG, else ./settings.yaml "
+                             "if present, else built-in defaults)")
+    aliases = {key: flag for flag, key in _ALIASES.get(command, {}).items()}
+    group = parser.add_argument_group("settings (override settings.yaml and HOGWILD_* variables)")
+    for key in config.KEYS:
+        flags = [f"--{key.replace('_', '-')}"]
+        if key in aliases:
+            flags.insert(0, aliases[key])
+        allowed = config.choices(key)
+        group.add_argument(*flags, dest=f"setting_{key}", metavar=key.upper() if not allowed
+                           else "{" + ",".join(allowed) + "}", help=config.help_text(key))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (also used by tests to check deployment command lines)."""
+    parser = argparse.ArgumentParser(
+        prog="hogwild",
+        description="Sparse linear models trained with HOGWILD! lock-free SGD, "
+                    "on one machine or across many over gRPC.")
+    parser.add_argument("--version", action="version", version=f"hogwild {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in ("train", "run", "coordinator", "worker"):
+        cmd = sub.add_parser(command, help=_DESCRIPTIONS[command],
+                             description=_DESCRIPTIONS[command])
+        _add_setting_flags(cmd, command)
+        if command == "run":
+            cmd.add_argument("--keep-going", action="store_true",
+                             help="do not stop the other processes when a worker fails")
+
+    gen = sub.add_parser("gen-data", help="write a synthetic data set as svmlight text",
+                         description="write a synthetic data set as svmlight text (.gz by suffix)")
+    gen.add_argument("kind", choices=("rcv1", "seed000"),
+                     help="rcv1: RCV1-shaped tf-idf rows; seed000: uniform sparse rows")
+    gen.add_argument("--rows", type=int, default=100_000, help="number of rows (default 100000)")
+    gen.add_argument("--features", type=int, default=None,
+                     help="feature count (default 47236 for rcv1, 1000000 for seed000)")
+    gen.add_argument("--noise", type=float, default=None, help="share of flipped labels")
+    gen.add_argument("--min-nnz", type=int, default=None, help="seed000: fewest non-zeros per row")
+    gen.add_argument("--max-nnz", type=int, default=None, help="seed000: most non-zeros per row")
+    gen.add_argument("--binary", action="store_true", help="seed000: all values 1.0")
+    gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gen.add_argument("--test-rows", type=int, default=0,
+                     help="also write this many test rows (same separator) to OUT's .test twin")
+    gen.add_argument("--out", required=True, metavar="FILE", help="output file (.gz to compress)")
+
+    health = sub.add_parser("health", help="ask a server's grpc.health.v1 service if it is serving",
+                            description="exit 0 if the server at ADDRESS reports SERVING, else 1")
+    health.add_argument("address", metavar="ADDRESS", help="host:port of a coordinator or worker")
+    health.add_argument("--timeout", type=float, default=3.0, help="deadline in seconds")
+    health.add_argument("--service", default="",
+                        help="service name to ask about (default: the whole server)")
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
+    """Defaults < settings file < HOGWILD_* < flags, validated into one Settings."""
+    flags = {key: getattr(args, f"setting_{key}") for key in config.KEYS
+             if getattr(args, f"setting_{key}", None) is not None}
+    path = args.config or config.default_config_path(environ)
+    return config.load(path, environ, flags)
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper()), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _cmd_train(settings: Settings, args: argparse.Namespace) -> int:
+    from hogwild.local import train_job
+
+    train_job(settings)
+    return 0
+
+
+def _cmd_run(settings: Settings, args: argparse.Namespace) -> int:
+    from hogwild.launcher import run_local
+
+    return run_local(settings, config_path=args.config, keep_going=args.keep_going)
+
+
+def _cmd_coordinator(settings: Settings, args: argparse.Namespace) -> int:
+    from hogwild.coordinator import serve
+
+    return serve(settings)
+
+
+def _cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    from hogwild.worker import serve
+
+    return serve(settings)
+
+
+_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
+    "train": _cmd_train, "run": _cmd_run, "coordinator": _cmd_coordinator, "worker": _cmd_worker,
+}
+
+
+def _cmd_gen_data(args: argparse.Namespace) -> int:
+    from hogwild.data import make_rcv1_like, make_seed000, write_svmlight
+    from hogwild.data.sources import describe
+
+    if args.rows < 1 or args.test_rows < 0:
+        raise ConfigError("rows", "must be at least 1 (and --test-rows non-negative)")
+    total = args.rows + args.test_rows
+    options: dict[str, Any] = {"seed": args.seed}
+    if args.features is not None:
+        options["n_features"] = args.features
+    if args.noise is not None:
+        options["noise"] = args.noise
+    if args.kind == "rcv1":
+        data = make_rcv1_like(total, **options)
+    else:
+        if args.min_nnz is not None:
+            options["min_nnz"] = args.min_nnz
+        if args.max_nnz is not None:
+            options["max_nnz"] = args.max_nnz
+        data = make_seed000(total, binary=args.binary, **options)
+    train = data.slice(0, args.rows)
+    write_svmlight(train, args.out)
+    print(f"wrote {args.out}: {describe(train)}")
+    if args.test_rows:
+        test_path = _test_twin(args.out)
+        test = data.slice(args.rows, total)
+        write_svmlight(test, test_path)
+        print(f"wrote {test_path}: {describe(test)}")
+    return 0
+
+
+def _test_twin(path: str) -> str:
+    """data.svm -> data.test.svm; data.svm.gz -> data.test.svm.gz."""
+    head, gz = (path[:-3], ".gz") if path.endswith(".gz") else (path, "")
+    stem, dot, ext = head.rpartition(".")
+    return f"{stem}.test.{ext}{gz}" if dot and "/" not in ext else f"{head}.test{gz}"
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    from hogwild.protocol.health import check
+
+    status = check(args.address, timeout=args.timeout, service=args.service)
+    print(status)
+    return 0 if status == "SERVING" else 1
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Entry point of the `hogwild` console script; returns the process exit code."""
+    env = os.environ if environ is None else environ
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "gen-data":
+            _setup_logging("info")
+            return _cmd_gen_data(args)
+        if args.command == "health":
+            return _cmd_health(args)
+        settings = settings_from_args(args, env)
+        _setup_logging(settings.log_level)
+        return _COMMANDS[args.command](settings, args)
+    except ConfigError as exc:
+        print(f"hogwild {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except HogwildError as exc:
+        print(f"hogwild {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"hogwild {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""Typed, frozen settings: defaults < settings.yaml < HOGWILD_* environment < command-line flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from hogwild.errors import ConfigError
+
+ENV_PREFIX = "HOGWILD_"
+
+MODES = ("sync", "async")
+LOSSES = ("hinge", "logistic", "squared")
+SCHEDULES = ("constant", "invscaling")
+SHIPPING = ("partition", "replicate")
+TRAINER_MODES = ("hogwild", "locked", "serial")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _doc(text: str, **extra: Any) -> Any:
+    """A dataclass field's metadata: the help text shown by the CLI and in settings.yaml."""
+    return {"help": text, **extra}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting of a hogwild run. Build with :func:`load`; never mutate (use ``replace``)."""
+
+    # --- cluster -----------------------------------------------------------------------
+    coordinator_address: str = field(
+        default="127.0.0.1:50051",
+        metadata=_doc("host:port where workers reach the coordinator"))
+    coordinator_port: int = field(
+        default=50051, metadata=_doc("port the coordinator listens on (0 = any free port)"))
+    worker_port: int = field(
+        default=50061, metadata=_doc("port a worker listens on (0 = any free port)"))
+    bind_host: str = field(
+        default="0.0.0.0", metadata=_doc("interface the servers listen on"))
+    advertise_address: str = field(
+        default="",
+        metadata=_doc("host:port a worker announces to its peers; empty = the local IP "
+                      "that routes to the coordinator, with the bound port"))
+    workers: int = field(default=2, metadata=_doc("number of workers the coordinator waits for"))
+    threads: int = field(default=2, metadata=_doc("lock-free Hogwild threads per worker"))
+    mode: str = field(
+        default="sync",
+        metadata=_doc("sync = barrier per round; async = never wait for peers", choices=MODES))
+    staleness: Optional[int] = field(
+        default=None,
+        metadata=_doc("async only: wait when a peer is more than this many rounds behind "
+                      "(null = unbounded)"))
+    round_size: int = field(
+        default=1000, metadata=_doc("examples each thread processes per round"))
+    # --- deadlines (seconds) --------------------------------------------------------------
+    register_timeout: float = field(
+        default=120.0, metadata=_doc("how long the coordinator waits for all workers to register"))
+    barrier_timeout: float = field(
+        default=10.0,
+        metadata=_doc("sync mode: how long a worker waits for a peer's round before dropping it"))
+    rpc_timeout: float = field(default=10.0, metadata=_doc("deadline of every RPC"))
+    connect_timeout: float = field(
+        default=120.0,
+        metadata=_doc("how long a worker retries registering before it gives up"))
+    # --- model -------------------------------------------------------------------------
+    loss: str = field(
+        default="hinge",
+        metadata=_doc("hinge (SVM), logistic or squared (linear regression)", choices=LOSSES))
+    learning_rate: float = field(default=0.5, metadata=_doc("initial step size gamma"))
+    lr_schedule: str = field(
+        default="constant",
+        metadata=_doc("constant (decayed by lr_decay after each epoch) or invscaling "
+                      "(gamma / t^power_t)", choices=SCHEDULES))
+    lr_decay: float = field(default=0.9, metadata=_doc("beta: step size multiplier per epoch"))
+    power_t: float = field(default=0.5, metadata=_doc("exponent of the invscaling schedule"))
+    l2: float = field(
+        default=1e-5, metadata=_doc("L2 regularisation, applied to the touched weights only"))
+    fit_bias: bool = field(default=True, metadata=_doc("learn an intercept"))
+    trainer: str = field(
+        default="hogwild",
+        metadata=_doc("in-node threading: hogwild (lock-free), locked (one lock) or serial",
+                      choices=TRAINER_MODES))
+    # --- stopping ------------------------------------------------------------------------
+    epochs: int = field(default=10, metadata=_doc("maximum passes over the training data"))
+    time_budget: float = field(
+        default=0.0, metadata=_doc("stop after this many seconds of training (0 = no limit)"))
+    target_loss: Optional[float] = field(
+        default=None, metadata=_doc("stop once validation loss is at or below this (null = off)"))
+    patience: int = field(
+        default=3,
+        metadata=_doc("early stopping: evaluations without validation-loss improvement "
+                      "(0 = off)"))
+    min_delta: float = field(
+        default=1e-4, metadata=_doc("smallest validation-loss decrease that counts as progress"))
+    eval_interval: float = field(
+        default=0.5, metadata=_doc("seconds between the coordinator's validation evaluations"))
+    # --- data ----------------------------------------------------------------------------
+    data: str = field(
+        default="bundled:spamassassin",
+        metadata=_doc("training data: a svmlight/LIBSVM file (.gz ok), bundled:NAME, "
+                      "synthetic:rcv1[?rows=N&...], synthetic:seed000[?...] or "
+                      "lyrl2004:VECTORS[,VECTORS...]@QRELS[#TOPIC]"))
+    test_data: str = field(
+        default="",
+        metadata=_doc("test data in the same forms; empty = the bundled set's own test file, "
+                      "or a test_fraction split of data"))
+    n_features: Optional[int] = field(
+        default=None, metadata=_doc("feature count (null = largest index seen)"))
+    zero_based: bool = field(default=False, metadata=_doc("feature ids in files start at 0"))
+    val_fraction: float = field(
+        default=0.1, metadata=_doc("share of the training data held out for validation"))
+    test_fraction: float = field(
+        default=0.2, metadata=_doc("share held out for test when test_data is empty"))
+    seed: int = field(default=0, metadata=_doc("seed of splits, shards and sampling"))
+    shipping: str = field(
+        default="partition",
+        metadata=_doc("partition = disjoint shard per worker; replicate = whole train set "
+                      "to every worker", choices=SHIPPING))
+    chunk_bytes: int = field(
+        default=1 << 20, metadata=_doc("largest shard chunk on the wire (at most 1 MiB)"))
+    data_cache: bool = field(
+        default=True,
+        metadata=_doc("keep parsed arrays in a .npz beside a text data file, keyed by its "
+                      "size and mtime"))
+    # --- output --------------------------------------------------------------------------
+    out_dir: str = field(
+        default="runs/latest", metadata=_doc("directory for the model, metrics and plot"))
+    log_level: str = field(
+        default="info", metadata=_doc("debug, info, warning or error", choices=LOG_LEVELS))
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with ``changes`` applied and validated."""
+        return _build({**dataclasses.asdict(self), **changes}, source="override")
+
+
+_FIELDS = {f.name: f for f in fields(Settings)}
+KEYS: tuple[str, ...] = tuple(_FIELDS)
+
+
+def help_text(key: str) -> str:
+    """The documentation of one setting."""
+    return str(_FIELDS[key].metadata["help"])
+
+
+def choices(key: str) -> tuple[str, ...] | None:
+    """The allowed values of a setting with a closed set of values, else None."""
+    value = _FIELDS[key].metadata.get("choices")
+    return tuple(value) if value is not None else None
+
+
+def _base_type(key: str) -> tuple[type, bool]:
+    """(python type, optional?) of a setting, from its annotation string."""
+    annotation = str(_FIELDS[key].type)
+    optional = annotation.startswith("Optional[")
+    name = annotation[len("Optional["):-1] if optional else annotation
+    return {"str": str, "int": int, "float": float, "bool": bool}[name], optional
+
+
+def _coerce(key: str, value: Any, source: str) -> Any:
+    """Check one value against its field type; text (env, flags) is read as YAML first."""
+    if key not in _FIELDS:
+        raise ConfigError(key, f"unknown setting (from {source}); known: {', '.join(KEYS)}")
+    kind, optional = _base_type(key)
+    if isinstance(value, str) and kind is not str:
+        text = value.strip()
+        try:
+            value = yaml.safe_load(text) if text else None
+        except yaml.YAMLError:
+            raise ConfigError(key, f"cannot read {text!r} (from {source})") from None
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(key, f"must be set, got null (from {source})")
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"expected true or false, got {value!r} (from {source})")
+        return value
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"expected an integer, got {value!r} (from {source})")
+        return value
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(key, f"expected a number, got {value!r} (from {source})")
+        return float(value)
+    if not isinstance(value, str):
+        raise ConfigError(key, f"expected text, got {value!r} (from {source})")
+    return value
+
+
+def _check_address(key: str, value: str) -> None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(key, f"expected host:port, got {value!r}")
+
+
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "coordinator_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535"),
+    "worker_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535"),
+    "workers": (lambda v: 1 <= v <= 1024, "must be between 1 and 1024"),
+    "threads": (lambda v: 1 <= v <= 256, "must be between 1 and 256"),
+    "staleness": (lambda v: v >= 1, "must be at least 1 (or null for unbounded)"),
+    "round_size": (lambda v: v >= 1, "must be at least 1"),
+    "register_timeout": (lambda v: v > 0, "must be positive"),
+    "barrier_timeout": (lambda v: v > 0, "must be positive"),
+    "rpc_timeout": (lambda v: v > 0, "must be positive"),
+    "connect_timeout": (lambda v: v > 0, "must be positive"),
+    "learning_rate": (lambda v: 0 < v < float("inf"), "must be positive and finite"),
+    "lr_decay": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
+    "power_t": (lambda v: 0 <= v <= 2, "must be in [0, 2]"),
+    "l2": (lambda v: 0 <= v < float("inf"), "must be non-negative and finite"),
+    "epochs": (lambda v: v >= 1, "must be at least 1"),
+    "time_budget": (lambda v: v >= 0, "must be non-negative (0 = no limit)"),
+    "patience": (lambda v: v >= 0, "must be non-negative (0 = off)"),
+    "min_delta": (lambda v: v >= 0, "must be non-negative"),
+    "eval_interval": (lambda v: v > 0, "must be positive"),
+    "n_features": (lambda v: v >= 1, "must be at least 1 (or null to infer)"),
+    "val_fraction": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
+    "test_fraction": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
+    "chunk_bytes": (lambda v: 4096 <= v <= (1 << 20), "must be between 4096 and 1048576"),
+    "data": (lambda v: bool(v.strip()), "must not be empty"),
+    "out_dir": (lambda v: bool(v.strip()), "must not be empty"),
+}
+
+
+def _build(values: Mapping[str, Any], source: str) -> Settings:
+    clean = {key: _coerce(key, value, source) for key, value in values.items()}
+    for key, value in clean.items():
+        allowed = choices(key)
+        if allowed is not None and value not in allowed:
+            raise ConfigError(key, f"must be one of {', '.join(allowed)}, got {value!r}")
+        rule = _RULES.get(key)
+        if rule is not None and value is not None and not rule[0](value):
+            raise ConfigError(key, f"{rule[1]}, got {value!r}")
+    _check_address("coordinator_address", clean.get("coordinator_address",
+                                                    Settings.coordinator_address))
+    if clean.get("advertise_address"):
+        _check_address("advertise_address", clean["advertise_address"])
+    if clean.get("val_fraction", 0.0) + clean.get("test_fraction", 0.0) >= 1.0:
+        raise ConfigError("test_fraction", "val_fraction + test_fraction must be below 1")
+    return Settings(**clean)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping in a settings file; a missing file or a non-mapping is a ConfigError."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError("config", f"cannot read {path}: {exc.strerror}") from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("config", f"{path} is not valid YAML: {exc}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError("config", f"{path} must hold a mapping of settings")
+    for key in loaded:
+        if not isinstance(key, str) or key not in _FIELDS:
+            raise ConfigError(str(key), f"unknown setting in {path}; known: {', '.join(KEYS)}")
+    return loaded
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
+    """Settings named by HOGWILD_<KEY> variables; an unknown HOGWILD_ variable is an error."""
+    found: dict[str, str] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == "HOGWILD_CONFIG":
+            continue
+        key = name[len(ENV_PREFIX):].lower()
+        if key not in _FIELDS:
+            raise ConfigError(key, f"unknown setting from environment variable {name}")
+        found[key] = value
+    return found
+
+
+def load(path: str | Path | None = None,
+         environ: Mapping[str, str] | None = None,
+         flags: Mapping[str, Any] | None = None) -> Settings:
+    """Defaults, then the YAML file, then ``environ`` (HOGWILD_*), then ``flags``; validated.
+
+    ``environ`` is passed explicitly (the CLI passes ``os.environ``) so nothing reads the
+    environment behind the caller's back.
+    """
+    values: dict[str, Any] = {f.name: f.default for f in fields(Settings)}
+    if path is not None:
+        values.update(read_yaml(path))
+        _build(values, source=str(path))
+    if environ:
+        env = env_overrides(environ)
+        for key, text in env.items():
+            values[key] = _coerce(key, text, f"{ENV_PREFIX}{key.upper()}")
+    if flags:
+        for key, value in flags.items():
+            if value is not None:
+                values[key] = _coerce(key, value, f"--{key.replace('_', '-')}")
+    return _build(values, source="settings")
+
+
+def default_config_path(environ: Mapping[str, str]) -> str | None:
+    """HOGWILD_CONFIG if set, else ./settings.yaml if present, else None (defaults only)."""
+    explicit = environ.get("HOGWILD_CONFIG")
+    if explicit:
+        return explicit
+    return "settings.yaml" if os.path.exists("settings.yaml") else None

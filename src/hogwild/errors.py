@@ -1,0 +1,57 @@
+"""The error hierarchy of hogwild: expected failures, each naming what went wrong.
+
+    HogwildError                  anything the user can fix; the CLI prints one line, exits non-zero
+    ├── ConfigError               a bad setting (names the key)
+    ├── DataError                 a data set that cannot be used
+    │   └── DataFormatError       malformed input (names file and line)
+    ├── ProtocolError             a message that breaks the wire contract
+    │   ├── InvalidMessage        bad content (index out of range, NaN, length mismatch) -> INVALID_ARGUMENT
+    │   └── StaleOrUnknown        unknown run / worker / version mismatch -> FAILED_PRECONDITION
+    └── ClusterError              the cluster cannot go on (workers missing, coordinator unreachable)
+
+Anything else that escapes is a bug and is reported with its traceback.
+"""
+
+from __future__ import annotations
+
+
+class HogwildError(Exception):
+    """Base class of every expected hogwild failure."""
+
+
+class ConfigError(HogwildError):
+    """A setting is unknown or has a bad value; ``key`` names it."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"setting {key!r}: {message}")
+        self.key = key
+
+
+class DataError(HogwildError):
+    """A data set cannot be loaded or used."""
+
+
+class DataFormatError(DataError):
+    """Malformed input; the message names the file and the 1-based line number."""
+
+    def __init__(self, path: str, line: int, message: str) -> None:
+        super().__init__(f"{path}:{line}: {message}")
+        self.path = path
+        self.line = line
+
+
+class ProtocolError(HogwildError):
+    """A message breaks the wire contract."""
+
+
+class InvalidMessage(ProtocolError):
+    """The content of a message is invalid (maps to INVALID_ARGUMENT)."""
+
+
+class StaleOrUnknown(ProtocolError):
+    """A message refers to an unknown run or worker or speaks another protocol version
+    (maps to FAILED_PRECONDITION)."""
+
+
+class ClusterError(HogwildError):
+    """The cluster cannot continue: peers missing, coordinator unreachable, run aborted."""

@@ -1,0 +1,154 @@
+"""Single-node training job (`hogwild train`): load, split, train T Hogwild threads, evaluate, write."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from hogwild import __version__, artifacts
+from hogwild.config import Settings
+from hogwild.data import CSRData, load_source, train_val_test_split
+from hogwild.data.sources import default_test_source, describe
+from hogwild.errors import DataError
+from hogwild.model.evaluation import evaluate
+from hogwild.model.losses import get_loss
+from hogwild.model.trainer import EpochStats, Trainer, TrainParams
+from hogwild.stopping import EarlyStopping
+
+log = logging.getLogger("hogwild.train")
+
+
+@dataclass(frozen=True)
+class Splits:
+    """The three parts of a run's data, all with the same feature count."""
+
+    train: CSRData
+    val: CSRData
+    test: CSRData
+
+
+def load_splits(settings: Settings) -> Splits:
+    """Load data (and test data, or split it off), widen to one feature count, split validation."""
+    data = load_source(settings.data, n_features=settings.n_features,
+                       zero_based=settings.zero_based, cache=settings.data_cache)
+    test_spec = settings.test_data or default_test_source(settings.data)
+    if test_spec:
+        test = load_source(test_spec, n_features=settings.n_features,
+                           zero_based=settings.zero_based, cache=settings.data_cache)
+        test_fraction = 0.0
+    else:
+        test = None
+        test_fraction = settings.test_fraction
+    if test is not None and test.n_features != data.n_features:
+        if settings.n_features is not None:
+            raise DataError(f"test data has {test.n_features} features, training data "
+                            f"{data.n_features}")
+        width = max(test.n_features, data.n_features)
+        data, test = data.with_n_features(width), test.with_n_features(width)
+    train, val, split_test = train_val_test_split(
+        data, val_fraction=settings.val_fraction, test_fraction=test_fraction, seed=settings.seed)
+    if test is None:
+        test = split_test
+    if train.n_rows == 0:
+        raise DataError(f"no training rows left in {settings.data!r} after the split")
+    if test.n_rows == 0:
+        raise DataError("the test set is empty: give test_data or a positive test_fraction")
+    return Splits(train=train, val=val, test=test)
+
+
+def train_params(settings: Settings) -> TrainParams:
+    """The trainer's parameters taken from the settings."""
+    return TrainParams(loss=settings.loss, learning_rate=settings.learning_rate,
+                       lr_schedule=settings.lr_schedule, lr_decay=settings.lr_decay,
+                       power_t=settings.power_t, l2=settings.l2, fit_bias=settings.fit_bias,
+                       threads=settings.threads, mode=settings.trainer)
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def train_job(settings: Settings, out: TextIO = sys.stdout) -> dict[str, Any]:
+    """Run `hogwild train`: print a progress row per epoch, write outputs, return metrics."""
+    started = time.perf_counter()
+    splits = load_splits(settings)
+    loaded = time.perf_counter()
+    print(f"data: train {describe(splits.train)}", file=out)
+    print(f"      validation {describe(splits.val)}", file=out)
+    print(f"      test {describe(splits.test)}", file=out)
+    print(f"loaded in {loaded - started:.2f}s; training {settings.loss} with {settings.threads} "
+          f"{settings.trainer} thread(s) for up to {settings.epochs} epochs", file=out)
+
+    loss = get_loss(settings.loss)
+    trainer = Trainer(splits.train.n_features, train_params(settings))
+    stopper = EarlyStopping(patience=settings.patience, min_delta=settings.min_delta,
+                            target_loss=settings.target_loss)
+    history: list[dict[str, Any]] = []
+    stop_reason = "max epochs"
+    train_started = time.perf_counter()
+    print(f"{'epoch':>5} {'elapsed':>8} {'train_loss':>10} {'val_loss':>9} {'val_acc':>8}",
+          file=out)
+
+    def after_epoch(stats: EpochStats) -> bool:
+        nonlocal stop_reason
+        elapsed = time.perf_counter() - train_started
+        val = evaluate(splits.val, trainer.w, loss) if splits.val.n_rows else None
+        row = {"epoch": stats.epoch + 1, "elapsed": elapsed, "epoch_seconds": stats.seconds,
+               "train_loss": stats.train_loss, "examples": stats.examples,
+               "val_loss": val.loss if val else None,
+               "val_accuracy": val.accuracy if val else None}
+        history.append(row)
+        print(f"{row['epoch']:>5} {elapsed:>7.2f}s {stats.train_loss:>10.4f} "
+              f"{_fmt(row['val_loss']):>9} {_fmt(row['val_accuracy']):>8}", file=out, flush=True)
+        # Without a validation set the training loss stands in for early stopping.
+        decision = stopper.update(val.loss if val else stats.train_loss, trainer.w)
+        if decision:
+            stop_reason = decision
+            return True
+        if settings.time_budget and elapsed >= settings.time_budget:
+            stop_reason = "time budget"
+            return True
+        return False
+
+    trainer.fit(splits.train, settings.epochs, callback=after_epoch)
+    train_seconds = time.perf_counter() - train_started
+    w = stopper.best_weights if stopper.best_weights is not None else trainer.w
+    test = evaluate(splits.test, w, loss)
+    val = evaluate(splits.val, w, loss) if splits.val.n_rows else None
+    metrics: dict[str, Any] = {
+        "command": "train", "test_loss": test.loss, "test_accuracy": test.accuracy,
+        "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
+        "epochs": len(history), "best_epoch": (stopper.best_index + 1) if stopper.best_index
+        is not None else len(history), "seconds": train_seconds,
+        "load_seconds": loaded - started, "total_seconds": time.perf_counter() - started,
+        "stop_reason": stop_reason, "threads": settings.threads, "trainer": settings.trainer,
+        "loss": settings.loss, "train_rows": splits.train.n_rows, "test_rows": splits.test.n_rows,
+        "n_features": splits.train.n_features,
+    }
+    write_outputs(settings, w, metrics, history)
+    acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
+    print(f"done ({stop_reason}): {len(history)} epochs in {train_seconds:.2f}s, "
+          f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {settings.out_dir}",
+          file=out)
+    return metrics
+
+
+def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
+                  history: list[dict[str, Any]]) -> Path:
+    """Model + metadata, metrics.json, metrics.jsonl and the loss plot, all atomically."""
+    out_dir = Path(settings.out_dir)
+    meta = {"hogwild_version": __version__, "n_features": int(w.shape[0] - 1),
+            "loss": settings.loss, "fit_bias": settings.fit_bias,
+            "bias_index": int(w.shape[0] - 1), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "metrics": metrics, "settings": asdict(settings)}
+    artifacts.save_model(out_dir, w, meta)
+    artifacts.write_history(out_dir, history)
+    artifacts.plot_loss(out_dir, history, title=f"hogwild {metrics['command']}: {settings.data}")
+    artifacts.write_metrics(out_dir, metrics)
+    return out_dir

@@ -1,0 +1,48 @@
+"""Stop criteria on a stream of validation losses: target loss and patience, keeping the best model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class EarlyStopping:
+    """Feed it one validation loss per evaluation; it says when to stop and keeps the best weights.
+
+    ``patience`` evaluations in a row without a decrease of at least ``min_delta`` stop the run
+    (0 disables it); reaching ``target_loss`` stops it too. A non-finite loss stops at once: the
+    model has diverged and more steps cannot help.
+    """
+
+    def __init__(self, patience: int = 0, min_delta: float = 0.0,
+                 target_loss: float | None = None) -> None:
+        self.patience = patience
+        self.min_delta = min_delta
+        self.target_loss = target_loss
+        self.best_loss = math.inf
+        self.best_index: int | None = None
+        self.best_weights: np.ndarray | None = None
+        self.evaluations = 0
+        self._since_best = 0
+
+    def update(self, loss: float, w: np.ndarray | None = None) -> str | None:
+        """Record one evaluation; return why to stop ("target loss", "early stopping",
+        "diverged") or None to go on."""
+        index = self.evaluations
+        self.evaluations += 1
+        if not math.isfinite(loss):
+            return "diverged"
+        if loss < self.best_loss - self.min_delta or self.best_index is None:
+            self.best_loss = loss
+            self.best_index = index
+            self._since_best = 0
+            if w is not None:
+                self.best_weights = np.array(w, copy=True)
+        else:
+            self._since_best += 1
+        if self.target_loss is not None and loss <= self.target_loss:
+            return "target loss"
+        if self.patience and self._since_best >= self.patience:
+            return "early stopping"
+        return None
