@@ -40,8 +40,9 @@ class CSRArrays(NamedTuple):
         return int(self.indptr.shape[0] - 1)
 
 
-# Largest feature index seen in an index array (by identity), so that an O(nnz) range scan
-# runs once per data set rather than once per epoch. Entries die with their array.
+# Largest feature index of an index array (by identity) whose smallest is >= 0, so that the
+# O(nnz) range scan runs once per data set rather than once per epoch. Entries die with their
+# array. Index arrays are treated as immutable once handed to the model (as CSRData's are).
 _max_index_cache: dict[int, tuple[weakref.ref[np.ndarray], int]] = {}
 _cache_lock = threading.Lock()
 
@@ -56,8 +57,11 @@ def _index_range(indices: npt.NDArray[np.int32]) -> tuple[int, int]:
         return 0, hit[1]
     lo, hi = int(indices.min()), int(indices.max())
     if lo >= 0:
+        def forget(_ref: weakref.ref[np.ndarray], k: int = key) -> None:
+            _max_index_cache.pop(k, None)
+
         try:
-            ref = weakref.ref(indices, lambda _r, k=key: _max_index_cache.pop(k, None))
+            ref = weakref.ref(indices, forget)
         except TypeError:  # not weak-referenceable: just do not cache
             return lo, hi
         with _cache_lock:
@@ -85,9 +89,10 @@ def csr_arrays(data: CSRLike, n_features: int) -> CSRArrays:
         raise DataError(f"{indices.shape[0]} indices but {values.shape[0]} values")
     if int(data.n_features) > n_features:
         raise DataError(f"data has {data.n_features} features, the model only {n_features}")
-    if n_rows > 0:
-        if indptr[0] < 0 or indptr[-1] > indices.shape[0] or np.any(np.diff(indptr) < 0):
-            raise DataError("row pointers are not non-decreasing within [0, nnz]")
+    if n_rows > 0 and (
+        indptr[0] < 0 or indptr[-1] > indices.shape[0] or np.any(np.diff(indptr) < 0)
+    ):
+        raise DataError("row pointers are not non-decreasing within [0, nnz]")
     lo, hi = _index_range(indices)
     if lo < 0 or hi >= n_features:
         raise DataError(f"feature index out of range [0, {n_features}): min {lo}, max {hi}")

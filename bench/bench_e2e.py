@@ -1,0 +1,207 @@
+"""End to end as a user feels it: from a svmlight text file to test accuracy, 5 epochs.
+
+`hogwild train` (the installed command, a fresh process) against Vowpal Wabbit on the same
+rows in its own text format (parsing once into a fresh cache, 5 passes) and against
+scikit-learn's load_svmlight_file + SGDClassifier; each tool runs as its own process and is
+timed by the wall clock, start-up included. Usage: see bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common
+
+EPOCHS = 5
+
+VW_SCRIPT = """
+import sys
+from vowpalwabbit import pyvw
+train, test, cache, model, preds, passes = sys.argv[1:]
+ws = pyvw.Workspace(f"-d {train} -c --cache_file {cache} --passes {passes} "
+                    f"--loss_function hinge --holdout_off -b 18 --quiet -f {model}")
+ws.run_parser()
+seen = ws.get_weighted_examples()
+ws.finish()
+ws = pyvw.Workspace(f"-i {model} -t -d {test} -p {preds} --quiet")
+ws.run_parser()
+ws.finish()
+print(int(seen))
+"""
+
+SKLEARN_SCRIPT = """
+import sys
+import numpy as np
+from sklearn.datasets import load_svmlight_file
+from sklearn.linear_model import SGDClassifier
+train, test, n_features, epochs = sys.argv[1:]
+X, y = load_svmlight_file(train, n_features=int(n_features), dtype=np.float32)
+clf = SGDClassifier(loss="hinge", max_iter=int(epochs), tol=None, random_state=0).fit(X, y)
+Xt, yt = load_svmlight_file(test, n_features=int(n_features), dtype=np.float32)
+print(clf.score(Xt, yt))
+"""
+
+
+@dataclass
+class Run:
+    """One tool's end-to-end run."""
+
+    name: str
+    seconds: float
+    accuracy: float
+    note: str = ""
+
+
+def _run(cmd: list[str], log: Path) -> tuple[float, str]:
+    """Run a command to completion; (wall seconds, stdout). Raises with its log on failure."""
+    env = dict(os.environ)
+    src = str(common.REPO / "src")
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    seconds = time.perf_counter() - t0
+    log.write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}; see {log}:\n"
+                           f"{proc.stderr[-2000:]}")
+    return seconds, proc.stdout
+
+
+def hogwild_cmd() -> list[str]:
+    """The installed `hogwild` script next to this Python, else the same entry point via -c."""
+    script = Path(sys.executable).parent / "hogwild"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from hogwild.cli import main; sys.exit(main())"]
+
+
+def run_hogwild(train: Path, test: Path, out: Path, *, data_cache: bool, threads: int,
+                name: str, note: str) -> Run:
+    cmd = hogwild_cmd() + [
+        "train", "--data", str(train), "--test", str(test), "--threads", str(threads),
+        "--epochs", str(EPOCHS), "--out", str(out),
+        "--data-cache", "true" if data_cache else "false",
+        # Train on every row for exactly EPOCHS passes, as the peers do.
+        "--val-fraction", "0", "--patience", "0", "--n-features", str(common.RCV1_FEATURES),
+    ]
+    seconds, _ = _run(cmd, out.with_suffix(".log"))
+    metrics = json.loads((out / "metrics.json").read_text())
+    if int(metrics["epochs"]) != EPOCHS:
+        raise RuntimeError(f"hogwild ran {metrics['epochs']} epochs, expected {EPOCHS}")
+    return Run(name, seconds, float(metrics["test_accuracy"]),
+               f"{note}; load {metrics['load_seconds']:.2f}s, train "
+               f"{metrics['seconds']:.2f}s (its own clocks)")
+
+
+def run_vw(train_vw: Path, test_vw: Path, tmp: Path, n_train: int, labels: np.ndarray) -> Run:
+    cache, model, preds = tmp / "e2e.vwcache", tmp / "e2e.vwmodel", tmp / "e2e.pred"
+    cache.unlink(missing_ok=True)  # a fresh cache: VW parses its text exactly once
+    seconds, out = _run([sys.executable, "-c", VW_SCRIPT, str(train_vw), str(test_vw),
+                         str(cache), str(model), str(preds), str(EPOCHS)], tmp / "vw.log")
+    seen = int(out.strip().splitlines()[-1])
+    if seen != EPOCHS * n_train:
+        raise RuntimeError(f"VW saw {seen} examples, expected {EPOCHS * n_train}")
+    margin = np.loadtxt(preds, usecols=0, ndmin=1)
+    acc = float(np.mean(np.where(margin >= 0.0, 1.0, -1.0) == labels))
+    return Run("Vowpal Wabbit", seconds, acc,
+               f"-c --passes {EPOCHS} --loss_function hinge --holdout_off, fresh cache; "
+               f"+ test predictions")
+
+
+def run_sklearn(train: Path, test: Path, tmp: Path) -> Run:
+    seconds, out = _run([sys.executable, "-c", SKLEARN_SCRIPT, str(train), str(test),
+                         str(common.RCV1_FEATURES), str(EPOCHS)], tmp / "sklearn.log")
+    return Run("scikit-learn", seconds, float(out.strip().splitlines()[-1]),
+               f"load_svmlight_file + SGDClassifier(hinge, max_iter={EPOCHS}, tol=None)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=180_000, help="training rows (default 180000)")
+    ap.add_argument("--test-rows", type=int, default=20_000, help="test rows (default 20000)")
+    ap.add_argument("--threads", type=int, default=2, help="hogwild threads (default 2)")
+    ap.add_argument("--no-sklearn", action="store_true", help="skip scikit-learn (the slowest)")
+    args = ap.parse_args(argv)
+
+    started = time.perf_counter()
+    print(common.machine_line())
+    print(common.load_line())
+    with common.workdir("hogwild-e2e-") as tmpname:
+        tmp = Path(tmpname)
+        with common.stopwatch() as prep:
+            data = common.rcv1_like(args.rows + args.test_rows, seed=0)
+            train = data.slice(0, args.rows)
+            test = data.slice(args.rows, args.rows + args.test_rows)
+            train_svm, test_svm = tmp / "train.svm", tmp / "test.svm"
+            train_vw, test_vw = tmp / "train.vw", tmp / "test.vw"
+            size_svm = common.write_text(train, train_svm, digits=6)
+            common.write_text(test, test_svm, digits=6)
+            size_vw = common.write_text(train, train_vw, vw=True, digits=6)
+            common.write_text(test, test_vw, vw=True, digits=6)
+        print(f"data: {train.n_rows:,} train rows ({train.nnz:,} non-zeros, svmlight "
+              f"{size_svm / 1e6:.0f} MB, VW text {size_vw / 1e6:.0f} MB), {test.n_rows:,} "
+              f"test rows, values with 6 decimals; written in {prep[0]:.1f}s (not timed)")
+
+        # Throwaway run: fills numba's on-disk compile cache so that no timed run compiles.
+        small, small_test = tmp / "small.svm", tmp / "small_test.svm"
+        common.write_text(data.slice(0, 2000), small, digits=6)
+        common.write_text(data.slice(2000, 2500), small_test, digits=6)
+        run_hogwild(small, small_test, tmp / "warm", data_cache=False, threads=args.threads,
+                    name="warm-up", note="")
+
+        runs: list[Run] = []
+        cold = run_hogwild(train_svm, test_svm, tmp / "cold", data_cache=False,
+                           threads=args.threads, name=f"hogwild train, {args.threads} threads",
+                           note="first run: parses the text, no data cache")
+        runs.append(cold)
+        vw = run_vw(train_vw, test_vw, tmp, train.n_rows, test.labels)
+        runs.append(vw)
+        skl = None
+        if not args.no_sklearn:
+            skl = run_sklearn(train_svm, test_svm, tmp)
+            runs.append(skl)
+        writer = run_hogwild(train_svm, test_svm, tmp / "writes", data_cache=True,
+                             threads=args.threads, name="hogwild train, writing the data cache",
+                             note="parses the text, saves the .npz cache")
+        warm = run_hogwild(train_svm, test_svm, tmp / "warmcache", data_cache=True,
+                           threads=args.threads, name="hogwild train, data cache warm",
+                           note="second run: arrays from the cache")
+        runs += [writer, warm]
+
+        common.print_table(["run", "wall s", "test acc", "note"],
+                           [(r.name, r.seconds, f"{100 * r.accuracy:.2f}%", r.note)
+                            for r in runs],
+                           f"end to end, {EPOCHS} epochs, each tool a fresh process (numba "
+                           f"compile cache warm from a throwaway run)")
+        print("\n== ratios (time of the other / time of hogwild's first run) ==")
+        print(common.ratio_line("hogwild vs Vowpal Wabbit", vw.seconds / cold.seconds,
+                                ">= 1x", vw.seconds / cold.seconds >= 1.0))
+        if skl is not None:
+            print(common.ratio_line("hogwild vs scikit-learn", skl.seconds / cold.seconds,
+                                    ">= 5x", skl.seconds / cold.seconds >= 5.0))
+        print(common.ratio_line("hogwild, data cache warm vs first run",
+                                cold.seconds / warm.seconds))
+        print(common.ratio_line("hogwild, data cache warm vs Vowpal Wabbit",
+                                vw.seconds / warm.seconds))
+        gap = 100 * (cold.accuracy - vw.accuracy)
+        print(f"  {'accuracy, hogwild - Vowpal Wabbit':<44} {gap:+8.2f} pt")
+        if skl is not None:
+            gap = 100 * (cold.accuracy - skl.accuracy)
+            print(f"  {'accuracy, hogwild - scikit-learn':<44} {gap:+8.2f} pt")
+    print(common.load_line())
+    print(f"\nbench_e2e finished in {time.perf_counter() - started:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

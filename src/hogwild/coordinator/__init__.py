@@ -1,0 +1,86 @@
+"""The coordinator process: serve the Coordinator service and drive one distributed run."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from concurrent import futures
+from types import FrameType
+from typing import Any, TextIO
+
+import grpc
+
+from hogwild.config import Settings
+from hogwild.coordinator.driver import RunDriver
+from hogwild.coordinator.servicer import CoordinatorServicer
+from hogwild.coordinator.state import RunState
+from hogwild.errors import ClusterError
+from hogwild.model.trainer import warmup
+from hogwild.protocol import pb_grpc
+from hogwild.protocol.codec import warmup as codec_warmup
+from hogwild.protocol.health import (
+    COORDINATOR_SERVICE,
+    HealthReporter,
+    add_health_and_reflection,
+)
+
+log = logging.getLogger("hogwild.coordinator")
+
+# The line the launcher waits for (and parses) to learn the bound port.
+READY_PREFIX = "coordinator listening on port "
+
+__all__ = ["READY_PREFIX", "RunState", "create_server", "serve"]
+
+
+def create_server(settings: Settings, state: RunState | None = None
+                  ) -> tuple[grpc.Server, int, RunState, HealthReporter]:
+    """A (not yet started) server bound to bind_host:coordinator_port (0 = any free port):
+    (server, bound port, run state, health)."""
+    state = state if state is not None else RunState(settings.workers)
+    # Every worker pushes deltas and progress concurrently; keep a thread per sender + spare.
+    server = grpc.server(futures.ThreadPoolExecutor(
+        max_workers=max(8, 2 * settings.workers + 4), thread_name_prefix="coord-rpc"))
+    pb_grpc.add_CoordinatorServicer_to_server(  # type: ignore[no-untyped-call]
+        CoordinatorServicer(state), server)
+    health = add_health_and_reflection(server, [COORDINATOR_SERVICE])
+    port = server.add_insecure_port(f"{settings.bind_host}:{settings.coordinator_port}")
+    if port == 0:
+        raise ClusterError(f"cannot listen on {settings.bind_host}:{settings.coordinator_port}")
+    return server, port, state, health
+
+
+def serve(settings: Settings, out: TextIO = sys.stdout) -> int:
+    """Run the coordinator to the end of the run; 0 once outputs are written."""
+    server, port, state, health = create_server(settings)
+    server.start()
+    print(f"{READY_PREFIX}{port}", file=out, flush=True)
+    stop_event = threading.Event()
+    previous = _install_sigterm(stop_event, health)
+    driver = RunDriver(settings, state, health, stop_event, out)
+    try:
+        warmup()  # compiled kernels loaded before the clock of the run starts
+        codec_warmup()
+        driver.run()
+        return 0
+    finally:
+        health.set(False)
+        health.shutdown()
+        driver.close()
+        # Give in-flight deltas and final-state streams a moment; never wait forever.
+        server.stop(grace=2.0).wait(5.0)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _install_sigterm(stop_event: threading.Event, health: HealthReporter) -> Any:
+    """SIGTERM: NOT_SERVING, stop the workers, collect, write outputs, exit 0."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        health.set(False)
+        stop_event.set()
+
+    return signal.signal(signal.SIGTERM, on_sigterm)

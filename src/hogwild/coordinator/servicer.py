@@ -1,0 +1,59 @@
+"""gRPC Coordinator service: decode, call the RunState, encode. No logic of its own."""
+
+from __future__ import annotations
+
+import grpc
+
+from hogwild.coordinator.state import RunState
+from hogwild.errors import StaleOrUnknown
+from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
+from hogwild.protocol.codec import check_version, decode_delta
+from hogwild.protocol.status import translate
+
+
+class CoordinatorServicer(pb_grpc.CoordinatorServicer):
+    """The Coordinator service over one :class:`RunState`."""
+
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+
+    def _ack(self, duplicate: bool = False) -> pb.Ack:
+        return pb.Ack(protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
+                      duplicate=duplicate)
+
+    @translate
+    def Register(self, request: pb.RegisterRequest,
+                 context: grpc.ServicerContext) -> pb.RegisterReply:
+        check_version(request.protocol_version, "registration")
+        if request.run_id and request.run_id != self.state.run_id:
+            raise StaleOrUnknown(f"registration for run {request.run_id!r}, this is run "
+                                 f"{self.state.run_id!r}")
+        worker_id = self.state.register(request.address, request.threads, request.hostname,
+                                        request.pid)
+        return pb.RegisterReply(protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
+                                worker_id=worker_id, n_workers=self.state.n_workers)
+
+    @translate
+    def PushDelta(self, request: pb.Delta, context: grpc.ServicerContext) -> pb.Ack:
+        check_version(request.protocol_version, "delta")
+        # Who before what: an unknown run or sender fails before the payload is even read.
+        self.state.check_sender(request.run_id, request.worker_id)
+        dim = self.state.dim
+        if dim is None:
+            raise StaleOrUnknown("delta received before the run started")
+        applied = self.state.apply_delta(decode_delta(request, dim))
+        return self._ack(duplicate=not applied)
+
+    @translate
+    def ReportProgress(self, request: pb.Progress, context: grpc.ServicerContext) -> pb.Ack:
+        check_version(request.protocol_version, "progress")
+        self.state.progress(request.run_id, request.worker_id, request.round, request.examples,
+                            request.train_loss, request.done, request.max_staleness)
+        return self._ack()
+
+    @translate
+    def ReportPeerDown(self, request: pb.PeerDown, context: grpc.ServicerContext) -> pb.Ack:
+        check_version(request.protocol_version, "peer report")
+        self.state.peer_down(request.run_id, request.worker_id, request.peer_id, request.round,
+                             request.reason)
+        return self._ack()

@@ -1,0 +1,214 @@
+"""The coordinator's run state in plain Python: registrations, the global model, progress.
+
+No gRPC here. The servicer decodes messages into calls on :class:`RunState`; the run driver
+reads snapshots of it. The global model is the sum of every delta received (each
+(worker, seq, part) applied once), starting from zeros like every worker's model.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from hogwild.errors import ClusterError, StaleOrUnknown
+from hogwild.model import kernels
+from hogwild.protocol.codec import DecodedDelta
+
+
+@dataclass
+class WorkerRecord:
+    """One registered worker and what the coordinator has heard from it."""
+
+    worker_id: int
+    address: str
+    threads: int
+    hostname: str = ""
+    pid: int = 0
+    round: int = 0
+    examples: int = 0
+    train_loss: float | None = None
+    done: bool = False           # reported done or sent its final delta
+    final_delta: bool = False
+    dead: bool = False
+    dead_reason: str = ""
+    deltas_applied: int = 0      # delta messages (parts) from this worker applied here
+    bytes_received: int = 0
+    max_staleness: int = 0
+    last_seen: float = field(default_factory=time.monotonic)
+
+
+class RunState:
+    """Everything the coordinator knows about the run; every method is thread-safe."""
+
+    def __init__(self, n_workers: int, run_id: str | None = None) -> None:
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.n_workers = n_workers
+        self._lock = threading.Condition()
+        self.workers: dict[int, WorkerRecord] = {}
+        self._by_address: dict[str, int] = {}
+        self.closed = False               # no more registrations
+        self.w: npt.NDArray[np.float64] | None = None
+        self._empty = np.zeros(0, dtype=np.float64)
+        self._seen: set[tuple[int, int, int]] = set()
+        self.deltas_received = 0
+        self.duplicates = 0
+        self.bytes_received = 0
+        self.peer_reports: list[tuple[int, int, int, str]] = []  # (reporter, peer, round, why)
+
+    # ---------------------------------------------------------------- registration
+
+    def register(self, address: str, threads: int, hostname: str = "", pid: int = 0) -> int:
+        """The worker id for ``address`` (the same id again if it registers twice)."""
+        if not address:
+            raise StaleOrUnknown("registration without an address")
+        with self._lock:
+            known = self._by_address.get(address)
+            if known is not None:
+                return known
+            if self.closed or len(self.workers) >= self.n_workers:
+                raise StaleOrUnknown(f"run {self.run_id} already has its {self.n_workers} "
+                                     "workers")
+            worker_id = len(self.workers)
+            self.workers[worker_id] = WorkerRecord(worker_id, address, max(1, threads),
+                                                   hostname, pid)
+            self._by_address[address] = worker_id
+            self._lock.notify_all()
+            return worker_id
+
+    def wait_for_workers(self, timeout: float) -> list[WorkerRecord]:
+        """Block until every expected worker registered; ClusterError naming who is missing."""
+        with self._lock:
+            self._lock.wait_for(lambda: len(self.workers) >= self.n_workers, timeout)
+            self.closed = True
+            if len(self.workers) < self.n_workers:
+                have = ", ".join(f"{r.worker_id}@{r.address}" for r in self.workers.values())
+                raise ClusterError(
+                    f"only {len(self.workers)} of {self.n_workers} workers registered within "
+                    f"register_timeout={timeout:g}s ({self.n_workers - len(self.workers)} "
+                    f"missing; registered: {have or 'none'})")
+            return list(self.workers.values())
+
+    def start_model(self, dim: int) -> None:
+        """Allocate the global model (zeros, like every worker's) once the size is known."""
+        with self._lock:
+            self.w = np.zeros(dim, dtype=np.float64)
+
+    # ------------------------------------------------------------------- messages
+
+    def check_sender(self, run_id: str, worker_id: int) -> WorkerRecord:
+        """The record of a known worker of this run; StaleOrUnknown otherwise."""
+        if run_id != self.run_id:
+            raise StaleOrUnknown(f"message for run {run_id!r}, this is run {self.run_id!r}")
+        record = self.workers.get(worker_id)
+        if record is None:
+            raise StaleOrUnknown(f"unknown worker {worker_id}")
+        return record
+
+    @property
+    def dim(self) -> int | None:
+        return None if self.w is None else int(self.w.shape[0])
+
+    def apply_delta(self, delta: DecodedDelta) -> bool:
+        """Add a validated delta to the global model; False if it was a duplicate."""
+        h = delta.header
+        with self._lock:
+            record = self.check_sender(h.run_id, h.worker_id)
+            if self.w is None:
+                raise StaleOrUnknown("delta received before the run started")
+            if delta.key in self._seen:
+                self.duplicates += 1
+                return False
+            result = kernels.apply_delta(self.w, self._empty, delta.indices, delta.values)
+            if result != 0:  # decode_delta checked this; a non-zero result is a bug
+                raise StaleOrUnknown(f"apply_delta refused delta {delta.key} ({result})")
+            self._seen.add(delta.key)
+            self.deltas_received += 1
+            self.bytes_received += delta.nbytes
+            record.deltas_applied += 1
+            record.bytes_received += delta.nbytes
+            record.round = max(record.round, h.round)
+            record.examples = max(record.examples, h.examples)
+            record.last_seen = time.monotonic()
+            if h.final and h.part == h.parts - 1:
+                record.final_delta = True
+            self._lock.notify_all()
+            return True
+
+    def progress(self, run_id: str, worker_id: int, round_: int, examples: int,
+                 train_loss: float, done: bool, max_staleness: int) -> None:
+        with self._lock:
+            record = self.check_sender(run_id, worker_id)
+            record.round = max(record.round, round_)
+            record.examples = max(record.examples, examples)
+            if not math.isnan(train_loss):
+                record.train_loss = train_loss
+            record.done = record.done or done
+            record.max_staleness = max(record.max_staleness, max_staleness)
+            record.last_seen = time.monotonic()
+            self._lock.notify_all()
+
+    def peer_down(self, run_id: str, reporter: int, peer: int, round_: int, reason: str) -> None:
+        """A worker dropped ``peer``; the coordinator stops counting on it."""
+        with self._lock:
+            self.check_sender(run_id, reporter)
+            record = self.check_sender(run_id, peer)
+            self.peer_reports.append((reporter, peer, round_, reason))
+            if not record.dead and not record.done:
+                record.dead = True
+                record.dead_reason = f"reported by worker {reporter} at round {round_}: {reason}"
+            self._lock.notify_all()
+
+    def mark_dead(self, worker_id: int, reason: str) -> None:
+        with self._lock:
+            record = self.workers[worker_id]
+            if not record.dead:
+                record.dead, record.dead_reason = True, reason
+            self._lock.notify_all()
+
+    # ------------------------------------------------------------------- queries
+
+    def model_copy(self) -> npt.NDArray[np.float64]:
+        with self._lock:
+            assert self.w is not None
+            return self.w.copy()
+
+    def examples(self) -> int:
+        with self._lock:
+            return sum(r.examples for r in self.workers.values())
+
+    def all_finished(self) -> bool:
+        """Every worker is done, sent its final delta, or is dead."""
+        with self._lock:
+            return bool(self.workers) and all(
+                r.dead or r.done or r.final_delta for r in self.workers.values())
+
+    def live_workers(self) -> list[WorkerRecord]:
+        with self._lock:
+            return [r for r in self.workers.values() if not r.dead]
+
+    def max_staleness(self) -> int:
+        """Largest round gap between live workers (as seen here) or reported by a worker."""
+        with self._lock:
+            live = [r.round for r in self.workers.values() if not r.dead and not r.done]
+            gap = (max(live) - min(live)) if live else 0
+            reported = max((r.max_staleness for r in self.workers.values()), default=0)
+            return max(gap, reported)
+
+    def max_round(self) -> int:
+        with self._lock:
+            return max((r.round for r in self.workers.values()), default=0)
+
+    def wait_change(self, timeout: float) -> None:
+        """Sleep until something changes or ``timeout`` passes."""
+        with self._lock:
+            self._lock.wait(timeout)
+
+    def applied_from(self) -> dict[int, int]:
+        with self._lock:
+            return {r.worker_id: r.deltas_applied for r in self.workers.values()}

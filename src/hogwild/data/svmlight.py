@@ -1,0 +1,304 @@
+"""svmlight/LIBSVM text files (plain or .gz): a multi-threaded compiled reader and a writer."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+import numpy as np
+
+from hogwild.data import _textformat as fmt
+from hogwild.data import _textparse as kp
+from hogwild.data.cache import cache_path, load_cached, save_cached
+from hogwild.data.csr import CSRData
+from hogwild.errors import DataError, DataFormatError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+# Below this many bytes one thread parses the whole buffer (thread start-up costs more).
+_MIN_BYTES_PER_THREAD = 1 << 20
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def default_threads() -> int:
+    """Parser threads: one per core, at most 8."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class ParsedText:
+    """Raw parser output: CSR arrays, labels as float64 (the label slot may hold doc ids)."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
+    labels: np.ndarray
+    max_index: int
+
+
+def _run_parallel(fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Run ``fn(*job)`` for every job, one thread each (the kernels release the GIL)."""
+    if len(jobs) == 1:
+        return [fn(*jobs[0])]
+    results: list[Any] = [None] * len(jobs)
+    errors: list[Exception] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = fn(*jobs[i])
+        except Exception as exc:  # noqa: BLE001 - re-raised in the calling thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _split_points(buf: np.ndarray, n_pieces: int) -> list[int]:
+    """Piece boundaries at line starts, near equal byte counts."""
+    n = buf.shape[0]
+    points = [0]
+    for i in range(1, n_pieces):
+        p = int(kp.next_line_start(buf, max(points[-1], (n * i) // n_pieces)))
+        points.append(p)
+    points.append(n)
+    return points
+
+
+def parse_text(buf: np.ndarray, *, zero_based: bool = False, n_features: int | None = None,
+               threads: int | None = None, source: str = "<buffer>") -> ParsedText:
+    """Parse svmlight text held in a uint8 array; DataFormatError names ``source`` and line."""
+    buf = np.ascontiguousarray(buf, dtype=np.uint8).reshape(-1)
+    n = buf.shape[0]
+    # The kernel relies on a newline ending every piece. If the text lacks a final newline,
+    # its last line is parsed from a small copy that has one.
+    body_end = n
+    tail: np.ndarray | None = None
+    if n and buf[n - 1] != 10:
+        body_end = n - 1
+        while body_end > 0 and buf[body_end - 1] != 10:
+            body_end -= 1
+        tail = np.empty(n - body_end + 1, dtype=np.uint8)
+        tail[:-1] = buf[body_end:]
+        tail[-1] = 10
+    n_threads = threads if threads is not None else default_threads()
+    n_threads = max(1, min(n_threads, body_end // _MIN_BYTES_PER_THREAD))
+    points = _split_points(buf[:body_end], n_threads)
+    # (buffer, start, end, offset of buffer[0] in the text) per piece
+    pieces = [(buf, points[i], points[i + 1], 0) for i in range(n_threads)]
+    if tail is not None:
+        pieces.append((tail, 0, tail.shape[0], body_end))
+
+    # Pass 1: upper bounds of rows and non-zeros per piece, so every piece writes its slice of
+    # one set of output arrays and no concatenation copy is needed (bounds are exact unless
+    # comments or qid tokens hold colons).
+    counts = _run_parallel(kp.count_marks, [(b, s, e) for b, s, e, _ in pieces])
+    row_caps = [int(nl) + 1 for nl, _ in counts]
+    nnz_caps = [int(nc) for _, nc in counts]
+    row_offs = np.concatenate([[0], np.cumsum(row_caps)]).astype(np.int64)
+    nnz_offs = np.concatenate([[0], np.cumsum(nnz_caps)]).astype(np.int64)
+    total_rows = int(row_offs[-1])
+    total_nnz = int(nnz_offs[-1])
+    indptr = np.empty(total_rows + 1, dtype=np.int64)
+    indices = np.empty(total_nnz, dtype=np.int32)
+    values = np.empty(total_nnz, dtype=np.float32)
+    labels = np.empty(total_rows, dtype=np.float64)
+    limit = -1 if n_features is None else int(n_features)
+
+    # Pass 2: parse. Each piece's indptr entries are global offsets into its own nnz slice.
+    jobs = [(b, s, e, zero_based, limit, indptr, indices, values, labels,
+             int(row_offs[i]), int(nnz_offs[i]), nnz_caps[i])
+            for i, (b, s, e, _) in enumerate(pieces)]
+    results = _run_parallel(kp.parse_piece, jobs)
+    for (b, _, _, base), (_, _, _, code, offset) in zip(pieces, results):
+        if int(code) != kp.OK:
+            line = int(kp.count_newlines(buf, base)) + int(kp.count_newlines(b, int(offset))) + 1
+            raise DataFormatError(source, line, _describe(b, int(offset), int(code)))
+
+    # Compact the pieces when a bound was loose (a no-op in the usual case).
+    indptr[0] = 0
+    row_at = 0
+    nnz_at = 0
+    max_index = -1
+    for i, (rows_i, nnz_i, max_i, _, _) in enumerate(results):
+        rows_i = int(rows_i)
+        nnz_i = int(nnz_i)
+        max_index = max(max_index, int(max_i))
+        r0 = int(row_offs[i])
+        z0 = int(nnz_offs[i])
+        if r0 != row_at or z0 != nnz_at:
+            indptr[row_at + 1:row_at + rows_i + 1] = indptr[r0 + 1:r0 + rows_i + 1] - (z0 - nnz_at)
+            labels[row_at:row_at + rows_i] = labels[r0:r0 + rows_i]
+            indices[nnz_at:nnz_at + nnz_i] = indices[z0:z0 + nnz_i]
+            values[nnz_at:nnz_at + nnz_i] = values[z0:z0 + nnz_i]
+        row_at += rows_i
+        nnz_at += nnz_i
+    indptr = _trim(indptr, row_at + 1)
+    labels = _trim(labels, row_at)
+    indices = _trim(indices, nnz_at)
+    values = _trim(values, nnz_at)
+    return ParsedText(indptr, indices, values, labels, max_index)
+
+
+def _describe(b: np.ndarray, offset: int, code: int) -> str:
+    """The error message of ``code`` with the offending token quoted."""
+    end = offset
+    while end < b.shape[0] and end - offset < 40 and b[end] not in (9, 10, 13, 32):
+        end += 1
+    token = bytes(b[offset:end]).decode("utf-8", "replace")
+    return f"{kp.MESSAGES.get(code, f'error {code}')}: {token!r}"
+
+
+def _trim(a: np.ndarray, n: int) -> np.ndarray:
+    """``a[:n]``, copied when that frees a noticeable share of memory."""
+    if n == a.shape[0]:
+        return a
+    if n < 0.9 * a.shape[0]:
+        return a[:n].copy()
+    return a[:n]
+
+
+def parse_svmlight_buffer(buf: np.ndarray, *, zero_based: bool = False,
+                          n_features: int | None = None, threads: int | None = None,
+                          source: str = "<buffer>") -> CSRData:
+    """Parse svmlight text (uint8 array) into CSRData; n_features defaults to max index + 1."""
+    p = parse_text(buf, zero_based=zero_based, n_features=n_features, threads=threads,
+                   source=source)
+    labels = p.labels.astype(np.float32)
+    if labels.shape[0] and not np.isfinite(labels).all():  # pragma: no cover - kernel checks
+        raise DataError(f"{source}: a label does not fit float32")
+    nf = int(n_features) if n_features is not None else p.max_index + 1
+    return CSRData(p.indptr, p.indices, p.values, labels, nf)
+
+
+def read_bytes(path: PathLike) -> np.ndarray:
+    """The text contents of ``path`` as a uint8 array, gunzipped if it is gzip data."""
+    path = Path(path)
+    try:
+        with open(path, "rb", buffering=0) as f:
+            head = f.read(2)
+            if head == _GZIP_MAGIC:
+                f.seek(0)
+                raw = f.read()
+                try:
+                    return np.frombuffer(gzip.decompress(raw), dtype=np.uint8)
+                except (OSError, EOFError, ValueError) as exc:
+                    raise DataError(f"{path}: cannot decompress: {exc}") from exc
+            size = os.fstat(f.fileno()).st_size
+            buf = np.empty(size, dtype=np.uint8)
+            buf[:len(head)] = np.frombuffer(head, dtype=np.uint8)
+            view = buf.data
+            got = len(head)
+            while got < size:
+                k = f.readinto(view[got:])
+                if not k:
+                    break
+                got += k
+            return buf[:got]
+    except FileNotFoundError as exc:
+        raise DataError(f"data file not found: {path}") from exc
+    except IsADirectoryError as exc:
+        raise DataError(f"data path is a directory, not a file: {path}") from exc
+    except PermissionError as exc:
+        raise DataError(f"cannot read data file {path}: permission denied") from exc
+
+
+def read_svmlight(path: PathLike, *, n_features: int | None = None, zero_based: bool = False,
+                  cache: bool = True, cache_dir: PathLike | None = None,
+                  threads: int | None = None) -> CSRData:
+    """Read a svmlight/LIBSVM file (plain or gzip) into CSRData.
+
+    Labels may be +-1, 0/1 or real numbers; ``#`` comments, ``qid:`` tokens and blank lines
+    are skipped; feature ids are 1-based unless ``zero_based``. ``n_features`` (default:
+    largest id seen) must exceed every id, else DataFormatError names the line. An empty
+    file gives 0 rows. With ``cache`` the parsed arrays are kept in ``<name>.hwcache.npz``
+    beside the file (or under ``cache_dir`` / the user cache dir) and reused while the
+    file's size and mtime are unchanged.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"data file not found: {path}")
+    if not path.is_file():
+        raise DataError(f"data path is not a file: {path}")
+    where = cache_path(path, Path(cache_dir) if cache_dir is not None else None) if cache \
+        else None
+    if where is not None:
+        cached = load_cached(path, where, zero_based=zero_based)
+        if cached is not None:
+            if n_features is None:
+                return cached
+            if cached.max_index() < int(n_features):
+                return cached.with_n_features(int(n_features))
+            # Too small an n_features: parse again so that the error names the line.
+    data = parse_svmlight_buffer(read_bytes(path), zero_based=zero_based, threads=threads,
+                                 source=str(path))
+    if where is not None:
+        save_cached(path, where, data, zero_based=zero_based)
+    if n_features is not None and n_features != data.n_features:
+        if data.max_index() >= int(n_features):
+            return parse_svmlight_buffer(read_bytes(path), zero_based=zero_based,
+                                         n_features=n_features, threads=threads,
+                                         source=str(path))
+        data = data.with_n_features(int(n_features))
+    return data
+
+
+def write_svmlight(data: CSRData, path: PathLike, *, zero_based: bool = False,
+                   digits: int = 9) -> None:
+    """Write ``data`` as svmlight text (gzip if the name ends in .gz), atomically.
+
+    Feature ids are written 1-based unless ``zero_based``. With the default 9 significant
+    digits every float32 value reads back exactly; fewer digits give smaller, lossy files.
+    """
+    if not 1 <= digits <= 17:
+        raise ValueError(f"digits must be in 1..17, got {digits}")
+    path = Path(path)
+    base = 0 if zero_based else 1
+    # Format in row blocks of bounded size so memory stays ~64 MB whatever the data size.
+    per_row = fmt.MAX_VALUE_BYTES + 1
+    per_nnz = fmt.MAX_INDEX_BYTES + fmt.MAX_VALUE_BYTES
+    budget = 64 << 20
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            out: Any = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) \
+                if path.name.endswith(".gz") else raw
+            r = 0
+            while r < data.n_rows:
+                r1 = r + 1
+                size = per_row + per_nnz * int(data.indptr[r1] - data.indptr[r])
+                # grow the block geometrically while it fits the budget
+                step = 1
+                while r1 < data.n_rows:
+                    r2 = min(data.n_rows, r1 + step)
+                    extra = per_row * (r2 - r1) + per_nnz * int(data.indptr[r2] - data.indptr[r1])
+                    if size + extra > budget:
+                        break
+                    size += extra
+                    r1 = r2
+                    step *= 2
+                buf = np.empty(size, dtype=np.uint8)
+                n = fmt.format_rows(data.indptr, data.indices, data.values, data.labels, r, r1,
+                                    base, digits, buf)
+                out.write(buf[:n].data)
+                r = r1
+            if out is not raw:
+                out.close()
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -1,0 +1,259 @@
+"""Synthetic sparse classification sets: RCV1-shaped tf-idf rows and the uniform "seed000" set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros
+
+from hogwild.data.csr import CSRData
+from hogwild.data.svmlight import _run_parallel, default_threads
+
+_GUIDE_SIZE = 1 << 16
+_MASK64 = (1 << 64) - 1
+
+
+# --- a small counter-based generator: every row draws from its own stream -----------------
+# Seeding each row from (seed, row) makes the output independent of how rows are split
+# across threads, so results are reproducible for a seed whatever the core count.
+
+@njit(nogil=True, cache=True, inline="always")
+def _mix(z: Any) -> Any:  # pragma: no cover - compiled
+    """SplitMix64 finaliser."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _next(state: Any) -> Any:  # pragma: no cover - compiled
+    """Advance a SplitMix64 state; return (new_state, 64 random bits)."""
+    state = state + np.uint64(0x9E3779B97F4A7C15)
+    return state, _mix(state)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _uniform(bits: Any) -> float:  # pragma: no cover - compiled
+    """A float64 in [0, 1) from 53 of the bits."""
+    return np.float64(bits >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _row_state(seed: Any, row: int) -> Any:  # pragma: no cover - compiled
+    return _mix(seed ^ (np.uint64(row) * np.uint64(0xD1B54A32D192ED03)))
+
+
+@njit(nogil=True, cache=True)
+def _fill_rcv1(r0: int, r1: int, seed: Any, indptr: Any, cdf: Any, guide: Any, rank_to_id: Any,
+               id_to_rank: Any, log_tf: Any, idf_by_rank: Any, w_star: Any, indices: Any,
+               values: Any, margins: Any) -> None:  # pragma: no cover - compiled
+    """Draw rows r0:r1: Zipf-popular distinct features, tf-idf values with unit L2 norm, and
+    each row's margin against the planted separator.
+
+    Features are drawn as popularity ranks (popular ranks stay in cache) and mapped to ids;
+    values are computed after the ids are sorted, so only the ids need sorting.
+    """
+    n_features = cdf.shape[0]
+    g = guide.shape[0]
+    max_tf = log_tf.shape[0] - 1
+    seen = np.zeros(n_features, dtype=np.int32)  # row + 1 of the last row that used a rank
+    ranks = np.empty(n_features, dtype=np.int32)
+    for r in range(r0, r1):
+        state = _row_state(seed, r)
+        a = indptr[r]
+        k = indptr[r + 1] - a
+        mark = np.int32(r - r0 + 1)
+        got = 0
+        tries = 0
+        while got < k and tries < 64 * k + 64:
+            tries += 1
+            state, bits = _next(state)
+            u = _uniform(bits)
+            i = guide[int(u * g)]
+            while cdf[i] < u:
+                i += 1
+            if seen[i] != mark:
+                seen[i] = mark
+                ranks[got] = i
+                got += 1
+        if got < k:
+            # The popular ranks are used up: take the rest uniformly among the unused ones.
+            state, bits = _next(state)
+            i = int(_uniform(bits) * n_features)
+            while got < k:
+                if seen[i] != mark:
+                    seen[i] = mark
+                    ranks[got] = i
+                    got += 1
+                i += 1
+                if i == n_features:
+                    i = 0
+        row = indices[a:a + k]
+        for j in range(k):
+            row[j] = rank_to_id[ranks[j]]
+        row.sort()
+        norm = 0.0
+        for j in range(k):
+            state, bits = _next(state)
+            # term frequency 1 + geometric(1/2) from the trailing zero bits, sublinear tf-idf
+            top_bit = np.uint64(1) << np.uint64(63)
+            zero_bits: Any = trailing_zeros(bits | top_bit)  # type: ignore[call-arg]
+            tf = min(max_tf, int(zero_bits) + 1)
+            v = log_tf[tf] * idf_by_rank[id_to_rank[row[j]]]
+            values[a + j] = v
+            norm += v * v
+        scale = 1.0 / np.sqrt(norm)
+        m = 0.0
+        for j in range(k):
+            v = np.float32(values[a + j] * scale)
+            values[a + j] = v
+            m += np.float64(v) * w_star[row[j]]
+        margins[r] = m
+
+
+@njit(nogil=True, cache=True)
+def _fill_uniform(r0: int, r1: int, seed: Any, indptr: Any, n_features: int, binary: bool,
+                  w_star: Any, indices: Any, values: Any,
+                  margins: Any) -> None:  # pragma: no cover - compiled
+    """Draw rows r0:r1 with distinct uniform feature ids and uniform (0, 1] (or unit) values.
+
+    Distinctness by sorting the row and redrawing a repeated id (rare for wide feature
+    spaces), which avoids a feature-sized lookup table and its cache misses.
+    """
+    for r in range(r0, r1):
+        state = _row_state(seed, r)
+        a = indptr[r]
+        k = indptr[r + 1] - a
+        row = indices[a:a + k]
+        for j in range(k):
+            state, bits = _next(state)
+            row[j] = int(_uniform(bits) * n_features)
+        row.sort()
+        dup = True
+        while dup:
+            dup = False
+            for j in range(1, k):
+                if row[j] == row[j - 1]:
+                    dup = True
+                    state, bits = _next(state)
+                    row[j] = int(_uniform(bits) * n_features)
+            if dup:
+                row.sort()
+        m = 0.0
+        for j in range(k):
+            if binary:
+                v = np.float32(1.0)
+            else:
+                state, bits = _next(state)
+                v = np.float32(1.0 - _uniform(bits))  # (0, 1]
+            values[a + j] = v
+            m += np.float64(v) * w_star[row[j]]
+        margins[r] = m
+
+
+def _ranges(n_rows: int, threads: int) -> list[tuple[int, int]]:
+    t = max(1, min(threads, n_rows // 10_000 + 1))
+    bounds = [n_rows * i // t for i in range(t + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(t)]
+
+
+def _kernel_seed(rng: np.random.Generator) -> np.uint64:
+    return np.uint64(int(rng.integers(0, 1 << 63)) * 2 + 1)
+
+
+def _labels(margins: np.ndarray, bias: float, noise: float,
+            rng: np.random.Generator) -> np.ndarray:
+    labels = np.where(margins + bias >= 0.0, 1.0, -1.0).astype(np.float32)
+    if noise > 0.0:
+        flip = rng.random(margins.shape[0]) < noise
+        labels[flip] = -labels[flip]
+    return labels
+
+
+def _check(n_rows: int, n_features: int, noise: float) -> None:
+    if n_rows < 0:
+        raise ValueError(f"n_rows must be >= 0, got {n_rows}")
+    if n_features < 1:
+        raise ValueError(f"n_features must be >= 1, got {n_features}")
+    if not 0.0 <= noise <= 0.5:
+        raise ValueError(f"noise must be in [0, 0.5], got {noise}")
+
+
+def make_rcv1_like(n_rows: int, *, n_features: int = 47236, avg_nnz: float = 75,
+                   noise: float = 0.05, seed: int = 0,
+                   threads: int | None = None) -> CSRData:
+    """RCV1-shaped rows: lognormal row lengths (mean ~avg_nnz, at least 1), Zipf-like feature
+    popularity, positive tf-idf values with unit L2 norm per row, balanced labels +-1 from a
+    planted sparse separator with a ``noise`` share flipped. Same seed, same arrays."""
+    _check(n_rows, n_features, noise)
+    if avg_nnz < 1:
+        raise ValueError(f"avg_nnz must be >= 1, got {avg_nnz}")
+    rng = np.random.default_rng(seed)
+    sigma = 0.8
+    mu = np.log(avg_nnz) - sigma * sigma / 2.0
+    lengths = np.rint(rng.lognormal(mu, sigma, size=n_rows))
+    lengths = np.clip(lengths, 1, n_features).astype(np.int64)
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+
+    # Popularity by rank ~ 1 / (rank + 10); ranks are scattered over ids by a permutation.
+    ranks = np.arange(n_features, dtype=np.float64)
+    p = 1.0 / (ranks + 10.0)
+    p /= p.sum()
+    cdf = np.cumsum(p)
+    cdf[-1] = 1.0
+    guide = np.searchsorted(cdf, np.arange(_GUIDE_SIZE) / _GUIDE_SIZE, side="left")
+    guide = np.minimum(guide, n_features - 1).astype(np.int64)
+    rank_to_id = rng.permutation(n_features).astype(np.int32)
+    id_to_rank = np.empty(n_features, dtype=np.int32)
+    id_to_rank[rank_to_id] = np.arange(n_features, dtype=np.int32)
+    doc_share = np.minimum(1.0, p * avg_nnz)  # chance that a row holds the feature
+    idf_by_rank = 1.0 + np.log(1.0 / doc_share)
+    log_tf = 1.0 + np.log(np.maximum(1.0, np.arange(33, dtype=np.float64)))
+    # Sparse planted separator: a fifth of the 1,000 most popular features carry weight, so
+    # that the label depends on features seen often enough to be learnt.
+    top = min(n_features, 1000)
+    w_by_rank = np.zeros(n_features, dtype=np.float64)
+    w_by_rank[:top] = np.where(rng.random(top) < 0.2, rng.standard_normal(top), 0.0)
+    w_star = np.empty(n_features, dtype=np.float32)
+    w_star[rank_to_id] = w_by_rank
+    kseed = _kernel_seed(rng)
+
+    indices = np.empty(int(indptr[-1]), dtype=np.int32)
+    values = np.empty(int(indptr[-1]), dtype=np.float32)
+    margins = np.zeros(n_rows, dtype=np.float64)
+    jobs = [(r0, r1, kseed, indptr, cdf, guide, rank_to_id, id_to_rank, log_tf, idf_by_rank,
+             w_star, indices, values, margins)
+            for r0, r1 in _ranges(n_rows, threads or default_threads())]
+    _run_parallel(_fill_rcv1, jobs)
+    bias = -float(np.median(margins)) if n_rows else 0.0
+    labels = _labels(margins, bias, noise, rng)
+    return CSRData(indptr, indices, values, labels, n_features)
+
+
+def make_seed000(n_rows: int, *, n_features: int = 1_000_000, min_nnz: int = 10,
+                 max_nnz: int = 60, binary: bool = False, noise: float = 0.0, seed: int = 0,
+                 threads: int | None = None) -> CSRData:
+    """Uniform rows: non-zeros per row uniform in [min_nnz, max_nnz], distinct uniform feature
+    ids, values uniform in (0, 1] (1.0 if ``binary``), labels +-1 = sign of a planted dense
+    Gaussian separator, ``noise`` share flipped. Same seed, same arrays."""
+    _check(n_rows, n_features, noise)
+    if not 1 <= min_nnz <= max_nnz <= n_features:
+        raise ValueError(f"need 1 <= min_nnz <= max_nnz <= n_features, got "
+                         f"{min_nnz}, {max_nnz}, {n_features}")
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(min_nnz, max_nnz + 1, size=n_rows, dtype=np.int64)
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    w_star = rng.standard_normal(n_features).astype(np.float32)
+    kseed = _kernel_seed(rng)
+    indices = np.empty(int(indptr[-1]), dtype=np.int32)
+    values = np.empty(int(indptr[-1]), dtype=np.float32)
+    margins = np.zeros(n_rows, dtype=np.float64)
+    jobs = [(r0, r1, kseed, indptr, n_features, bool(binary), w_star, indices, values, margins)
+            for r0, r1 in _ranges(n_rows, threads or default_threads())]
+    _run_parallel(_fill_uniform, jobs)
+    labels = _labels(margins, 0.0, noise, rng)
+    return CSRData(indptr, indices, values, labels, n_features)

@@ -1,0 +1,219 @@
+"""`hogwild run`: a coordinator and N workers as separate local processes on loopback.
+
+The children are the same programs a cluster runs (``python -m hogwild.cli coordinator`` /
+``worker``), started with subprocess (never fork: grpcio does not survive it). The
+coordinator binds port 0 and prints the port on its first line; the launcher reads it and only
+then starts the workers. Every child's output is streamed with its role as prefix. On exit,
+a failed child (unless keep_going), Ctrl-C or SIGTERM, every child still running gets SIGTERM
+(graceful stop) and, after a grace period, SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any, TextIO
+
+from hogwild import config
+from hogwild.config import Settings
+from hogwild.coordinator import READY_PREFIX
+from hogwild.errors import ClusterError
+
+GRACE_SECONDS = 10.0
+STARTUP_SECONDS = 60.0
+
+
+def setting_flags(settings: Settings) -> list[str]:
+    """Every setting as a command-line flag, so a child sees exactly these settings."""
+    flags = []
+    for key in config.KEYS:
+        value = getattr(settings, key)
+        if value is None:
+            text = "null"
+        elif isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, float):
+            text = yaml_float(value)
+        else:
+            text = str(value)
+        flags.append(f"--{key.replace('_', '-')}={text}")
+    return flags
+
+
+def yaml_float(value: float) -> str:
+    """A float as text YAML reads back as that float (PyYAML wants 1.0e-05, not 1e-05)."""
+    text = repr(value)
+    mantissa, e, exponent = text.partition("e")
+    if e and "." not in mantissa:
+        mantissa += ".0"
+    if e and exponent[:1] not in "+-":
+        exponent = "+" + exponent
+    return f"{mantissa}{e}{exponent}"
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child: ours, unbuffered, able to import this very hogwild."""
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    src = str(Path(__file__).resolve().parent.parent)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if src not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([src, *paths])
+    return env
+
+
+class Child:
+    """One child process whose merged output is copied, prefixed, to ``out``."""
+
+    def __init__(self, name: str, argv: Sequence[str], out: TextIO,
+                 watch_prefix: str | None = None) -> None:
+        self.name = name
+        self.out = out
+        self.watch_prefix = watch_prefix
+        self.announced = threading.Event()
+        self.announcement = ""
+        self.proc = subprocess.Popen(
+            list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=child_env(), text=True, bufsize=1, start_new_session=True)
+        self._reader = threading.Thread(target=self._pump, name=f"out-{name}", daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        stream: IO[str] | None = self.proc.stdout
+        assert stream is not None
+        for line in stream:
+            text = line.rstrip("\n")
+            if (self.watch_prefix and not self.announced.is_set()
+                    and text.startswith(self.watch_prefix)):
+                self.announcement = text[len(self.watch_prefix):].strip()
+                self.announced.set()
+            print(f"[{self.name}] {text}", file=self.out, flush=True)
+        self.announced.set()  # the process is gone: stop waiting for its announcement
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def terminate(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def finish_output(self) -> None:
+        self._reader.join(timeout=2.0)
+
+
+def teardown(children: Sequence[Child], grace: float = GRACE_SECONDS) -> None:
+    """SIGTERM every running child, then SIGKILL what is still there after ``grace``."""
+    for child in children:
+        child.terminate()
+    deadline = time.monotonic() + grace
+    for child in children:
+        child.wait(max(0.0, deadline - time.monotonic()))
+    for child in children:
+        child.kill()
+        child.wait(5.0)
+        child.finish_output()
+
+
+def _role_argv(role: str, settings: Settings, config_path: str | None) -> list[str]:
+    argv = [sys.executable, "-m", "hogwild.cli", role]
+    if config_path:
+        argv.append(f"--config={config_path}")
+    return argv + setting_flags(settings)
+
+
+def run_local(settings: Settings, config_path: str | None = None, keep_going: bool = False,
+              out: TextIO = sys.stdout) -> int:
+    """Run a whole training job as local processes; returns the coordinator's exit code
+    (1 if a worker failed and ``keep_going`` is off, 130 on Ctrl-C)."""
+    base = settings.replace(bind_host="127.0.0.1", coordinator_port=0, worker_port=0,
+                            advertise_address="")
+    children: list[Child] = []
+    previous = _install_sigterm()
+    try:
+        coordinator = Child("coordinator", _role_argv("coordinator", base, config_path), out,
+                            watch_prefix=READY_PREFIX)
+        children.append(coordinator)
+        if not coordinator.announced.wait(STARTUP_SECONDS) or not coordinator.announcement:
+            code = coordinator.wait(5.0)
+            if code is not None:
+                raise ClusterError(f"the coordinator exited with code {code} before it "
+                                   "announced its port")
+            raise ClusterError(f"the coordinator did not announce its port within "
+                               f"{STARTUP_SECONDS:g}s")
+        port = int(coordinator.announcement)
+        worker_settings = base.replace(coordinator_address=f"127.0.0.1:{port}")
+        for i in range(settings.workers):
+            children.append(Child(f"worker-{i}", _role_argv("worker", worker_settings,
+                                                            config_path), out))
+        return _supervise(coordinator, children[1:], keep_going, out)
+    except KeyboardInterrupt:
+        print("[run] interrupted: stopping every process", file=out, flush=True)
+        teardown(children)
+        return 130
+    finally:
+        teardown(children)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _supervise(coordinator: Child, workers: list[Child], keep_going: bool, out: TextIO) -> int:
+    """Wait for the coordinator; stop everything early if a worker fails (unless keep_going)."""
+    failed: str | None = None
+    reported: set[str] = set()
+    while True:
+        code = coordinator.poll()
+        if code is not None:
+            break
+        for worker in workers:
+            wcode = worker.poll()
+            if wcode not in (None, 0) and worker.name not in reported:
+                reported.add(worker.name)
+                print(f"[run] {worker.name} exited with code {wcode}", file=out, flush=True)
+                if not keep_going:
+                    failed = worker.name
+        if failed is not None:
+            print(f"[run] stopping the run because {failed} failed (use --keep-going to "
+                  "continue without it)", file=out, flush=True)
+            teardown([coordinator, *workers])
+            return 1
+        time.sleep(0.1)
+    # The coordinator is done; workers exit once their final state was collected.
+    deadline = time.monotonic() + GRACE_SECONDS
+    for worker in workers:
+        worker.wait(max(0.0, deadline - time.monotonic()))
+    coordinator.finish_output()
+    return code
+
+
+def _install_sigterm() -> Any:
+    """SIGTERM to the launcher behaves like Ctrl-C: tear the children down."""
+    if threading.current_thread() is not threading.main_thread():
+        return signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, on_sigterm)
+

@@ -1,0 +1,243 @@
+"""In-process trainer: T threads run the SGD kernel on one shared weight vector (HOGWILD!)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from hogwild.model import kernels
+from hogwild.model.arrays import CSRArrays, CSRLike, check_weights, csr_arrays, new_weights
+from hogwild.model.losses import LOSS_NAMES, get_loss
+
+MODES: tuple[str, ...] = ("hogwild", "locked", "serial")
+SCHEDULES: dict[str, int] = {"constant": kernels.CONSTANT, "invscaling": kernels.INVSCALING}
+
+# Locked mode hands the lock over every few rows so that it is the round-robin baseline of the
+# HOGWILD! paper (updates serialised in turn), not one thread running its block alone.
+LOCKED_BATCH_ROWS = 64
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    """How to train; validated on construction (ValueError names the parameter).
+
+    mode: ``hogwild`` (T threads, no lock), ``locked`` (T threads taking turns under one lock,
+    LOCKED_BATCH_ROWS rows per turn) or ``serial`` (one thread). batch_rows is the number of
+    rows per kernel call in hogwild and serial mode (>= 1,000 keeps call overhead negligible).
+    """
+
+    loss: str = "hinge"
+    learning_rate: float = 0.5
+    lr_schedule: str = "constant"
+    lr_decay: float = 0.9
+    power_t: float = 0.5
+    l2: float = 1e-5
+    fit_bias: bool = True
+    threads: int = 2
+    mode: str = "hogwild"
+    batch_rows: int = 4096
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"{name}: {why} (got {getattr(self, name)!r})")
+
+        if self.loss not in LOSS_NAMES:
+            raise bad("loss", f"must be one of {', '.join(LOSS_NAMES)}")
+        if not (0.0 < self.learning_rate < float("inf")):
+            raise bad("learning_rate", "must be positive and finite")
+        if self.lr_schedule not in SCHEDULES:
+            raise bad("lr_schedule", f"must be one of {', '.join(SCHEDULES)}")
+        if not (0.0 < self.lr_decay <= 1.0):
+            raise bad("lr_decay", "must be in (0, 1]")
+        if not (0.0 <= self.power_t < float("inf")):
+            raise bad("power_t", "must be non-negative and finite")
+        if not (0.0 <= self.l2 < float("inf")):
+            raise bad("l2", "must be non-negative and finite")
+        if not isinstance(self.threads, int) or self.threads < 1:
+            raise bad("threads", "must be an integer >= 1")
+        if self.mode not in MODES:
+            raise bad("mode", f"must be one of {', '.join(MODES)}")
+        if not isinstance(self.batch_rows, int) or self.batch_rows < 1:
+            raise bad("batch_rows", "must be an integer >= 1")
+
+
+@dataclass(frozen=True)
+class EpochStats:
+    """One pass: its index, wall time, mean pre-update training loss and rows seen."""
+
+    epoch: int
+    seconds: float
+    train_loss: float
+    examples: int
+
+
+class _TurnTaking:
+    """Strict round-robin among the threads still working (locked mode)."""
+
+    def __init__(self, n: int) -> None:
+        self._cond = threading.Condition()
+        self._active = list(range(n))
+        self._pos = 0
+
+    def acquire(self, k: int) -> None:
+        with self._cond:
+            while self._active[self._pos] != k:
+                self._cond.wait()
+
+    def release(self) -> None:
+        with self._cond:
+            self._pos = (self._pos + 1) % len(self._active)
+            self._cond.notify_all()
+
+    def leave(self, k: int) -> None:
+        with self._cond:
+            current = self._active[self._pos]
+            i = self._active.index(k)
+            self._active.remove(k)
+            if self._active:
+                self._pos = i % len(self._active) if current == k else self._active.index(current)
+            self._cond.notify_all()
+
+
+class Trainer:
+    """Trains the linear model ``w`` (float64, n_features + 1, bias last) in this process.
+
+    ``w`` may be passed in; it is then used in place, never copied, so another thread (e.g. a
+    delta exchange) can read and update the same array while training runs.
+    """
+
+    def __init__(
+        self, n_features: int, params: TrainParams, w: npt.NDArray[np.float64] | None = None
+    ) -> None:
+        if n_features < 1:
+            raise ValueError(f"n_features: must be >= 1 (got {n_features})")
+        self.n_features = n_features
+        self.params = params
+        self.loss = get_loss(params.loss)
+        self.w: npt.NDArray[np.float64] = (
+            new_weights(n_features) if w is None else check_weights(w, n_features)
+        )
+        # Examples seen so far (+1): the invscaling step counter, carried across epochs.
+        self.t = 1.0
+        self._next_epoch = 0
+
+    def fit_epoch(self, data: CSRLike, epoch: int) -> EpochStats:
+        """One pass over ``data`` in row order (rows should already be permuted)."""
+        return self._epoch(csr_arrays(data, self.n_features), epoch)
+
+    def fit(
+        self,
+        data: CSRLike,
+        epochs: int,
+        callback: Callable[[EpochStats], bool | None] | None = None,
+    ) -> list[EpochStats]:
+        """``epochs`` passes, continuing the epoch count of earlier calls; a callback returning
+        True stops after that epoch."""
+        if epochs < 0:
+            raise ValueError(f"epochs: must be >= 0 (got {epochs})")
+        arrays = csr_arrays(data, self.n_features)
+        history: list[EpochStats] = []
+        for _ in range(epochs):
+            stats = self._epoch(arrays, self._next_epoch)
+            history.append(stats)
+            if callback is not None and callback(stats) is True:
+                break
+        return history
+
+    def _epoch(self, a: CSRArrays, epoch: int) -> EpochStats:
+        p = self.params
+        schedule = SCHEDULES[p.lr_schedule]
+        lr0 = float(p.learning_rate)
+        if schedule == kernels.CONSTANT:
+            lr0 *= float(p.lr_decay) ** epoch
+        power_t, l2, fit_bias = float(p.power_t), float(p.l2), bool(p.fit_bias)
+        n = a.n_rows
+        n_threads = 1 if p.mode == "serial" else max(1, min(p.threads, n))
+        batch = min(p.batch_rows, LOCKED_BATCH_ROWS) if p.mode == "locked" else p.batch_rows
+        turns = _TurnTaking(n_threads) if p.mode == "locked" and n_threads > 1 else None
+        # Contiguous blocks, one per thread; step counters interleave (thread k sees
+        # t, t + T, t + 2T, ... from t0 + k), approximating the global example count.
+        bounds = [n * k // n_threads for k in range(n_threads + 1)]
+        t_base = self.t
+        loss_sums = [0.0] * n_threads
+        failures: list[Exception] = []
+
+        def work(k: int) -> None:
+            try:
+                t = t_base + k
+                total = 0.0
+                for start in range(bounds[k], bounds[k + 1], batch):
+                    stop = min(start + batch, bounds[k + 1])
+                    if turns is not None:
+                        turns.acquire(k)
+                    try:
+                        t, loss_sum = kernels.sgd_range(
+                            a.indptr, a.indices, a.values, a.labels, start, stop, self.w,
+                            self.n_features, self.loss.code, lr0, schedule, power_t,
+                            float(t), l2, fit_bias, float(n_threads),
+                        )
+                    finally:
+                        if turns is not None:
+                            turns.release()
+                    total += loss_sum
+                loss_sums[k] = total
+            except Exception as exc:  # noqa: BLE001 - re-raised in the calling thread below
+                failures.append(exc)
+            finally:
+                if turns is not None:
+                    turns.leave(k)
+
+        began = time.perf_counter()
+        if n_threads == 1:
+            work(0)
+        else:
+            threads = [
+                threading.Thread(target=work, args=(k,), name=f"sgd-{k}", daemon=True)
+                for k in range(n_threads)
+            ]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+        seconds = time.perf_counter() - began
+        if failures:
+            raise failures[0]
+        self.t = t_base + n
+        self._next_epoch = epoch + 1
+        return EpochStats(
+            epoch=epoch,
+            seconds=seconds,
+            train_loss=sum(loss_sums) / n if n else 0.0,
+            examples=n,
+        )
+
+
+def warmup() -> None:
+    """Compile (or load from the on-disk cache) every kernel with the dtypes used in
+    production, so that timings exclude JIT compilation."""
+    indptr = np.array([0, 2, 3], dtype=np.int64)
+    indices = np.array([0, 1, 1], dtype=np.int32)
+    values = np.array([0.5, 0.5, 1.0], dtype=np.float32)
+    labels = np.array([1.0, -1.0], dtype=np.float32)
+    n_features = 2
+    w = np.zeros(n_features + 1, dtype=np.float64)
+    for fit_bias in (True, False):
+        kernels.sgd_range(indptr, indices, values, labels, 0, 2, w, n_features, 0, 0.1, 0, 0.5,
+                          1.0, 0.0, fit_bias, 1.0)
+        kernels.sgd_range(indptr, indices, values, labels, 0, 2, w, n_features, 0, 0.1, 0, 0.5,
+                          1.0, 0.0, fit_bias)
+    out = np.empty(2, dtype=np.float64)
+    kernels.decision(indptr, indices, values, w, n_features, out)
+    kernels.evaluate(indptr, indices, values, labels, w, n_features, 0)
+    snap = np.zeros_like(w)
+    idx = np.empty(w.shape[0], dtype=np.int32)
+    val = np.empty(w.shape[0], dtype=np.float32)
+    n = kernels.build_delta(w, snap, idx, val)
+    kernels.apply_delta(w, snap, idx[:n], val[:n])
+    kernels.apply_delta(w, np.empty(0, dtype=np.float64), idx[:n], val[:n])
+    kernels.add_scaled(w, snap, 1.0)

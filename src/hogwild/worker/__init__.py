@@ -1,0 +1,86 @@
+"""The worker process: serve the Worker service, register, train a shard, exchange deltas."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from concurrent import futures
+from types import FrameType
+from typing import Any
+
+import grpc
+
+from hogwild.config import Settings
+from hogwild.errors import ClusterError
+from hogwild.model.trainer import warmup
+from hogwild.protocol import pb_grpc
+from hogwild.protocol.codec import warmup as codec_warmup
+from hogwild.protocol.health import WORKER_SERVICE, HealthReporter, add_health_and_reflection
+from hogwild.worker.node import WorkerNode
+from hogwild.worker.servicer import WorkerServicer
+
+log = logging.getLogger("hogwild.worker")
+
+__all__ = ["WorkerNode", "create_server", "serve"]
+
+
+def create_server(settings: Settings, node: WorkerNode | None = None
+                  ) -> tuple[grpc.Server, int, WorkerNode, HealthReporter]:
+    """A started-ready (not yet started) server bound to bind_host:worker_port (0 = any free
+    port): (server, bound port, node, health)."""
+    node = node if node is not None else WorkerNode(settings)
+    # Threads: one per peer pushing deltas, the coordinator's calls, health checks.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max(8, 2 * settings.workers + 4),
+                                                    thread_name_prefix="worker-rpc"))
+    pb_grpc.add_WorkerServicer_to_server(  # type: ignore[no-untyped-call]
+        WorkerServicer(node), server)
+    health = add_health_and_reflection(server, [WORKER_SERVICE])
+    port = server.add_insecure_port(f"{settings.bind_host}:{settings.worker_port}")
+    if port == 0:
+        raise ClusterError(f"cannot listen on {settings.bind_host}:{settings.worker_port}")
+    return server, port, node, health
+
+
+def serve(settings: Settings) -> int:
+    """Run one worker to completion; 0 after a clean finish or SIGTERM."""
+    server, port, node, health = create_server(settings)
+    server.start()
+    log.info("worker listening on %s:%d", settings.bind_host, port)
+    print(f"worker listening on port {port}", flush=True)
+    previous = _install_sigterm(node, health)
+    try:
+        # Load the compiled kernels before the run starts, so round 1 is not slower than the rest.
+        warmup()
+        codec_warmup()
+        node.register(port)
+        health.set(True)
+        node.wait_for_start(settings.register_timeout + settings.connect_timeout)
+        node.run()
+        if node.fatal is not None:
+            raise ClusterError(node.fatal)
+        # The coordinator collects the final state after Stop; do not wait forever.
+        if (node.done.is_set() and not node.leaving
+                and not node.state_served.wait(settings.connect_timeout)):
+            log.warning("nobody collected the final state within %.0fs",
+                        settings.connect_timeout)
+        return 0
+    finally:
+        health.set(False)
+        health.shutdown()
+        node.close()
+        server.stop(grace=1.0).wait(2.0)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _install_sigterm(node: WorkerNode, health: HealthReporter) -> Any:
+    """SIGTERM: NOT_SERVING, stop training, send the final delta, exit 0."""
+    if threading.current_thread() is not threading.main_thread():
+        return signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        health.set(False)
+        node.request_stop("SIGTERM", leave=True)
+        node.started.set()  # wake a worker still waiting for the run to start
+
+    return signal.signal(signal.SIGTERM, on_sigterm)

@@ -1,0 +1,157 @@
+"""Incoming deltas of one worker: dedup by (sender, seq, part), queue, and per-peer round tracking.
+
+Receiving (RPC threads) and applying (the one exchange thread) are decoupled: a validated
+delta is queued here and acknowledged; the exchange thread drains the queue with apply_delta,
+serialised with build_delta. The tracker also answers the questions the barrier asks: which
+round has each peer completed, which peers sent their final delta, which were dropped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hogwild.errors import StaleOrUnknown
+from hogwild.protocol.codec import DecodedDelta
+
+
+@dataclass
+class PeerStatus:
+    """What this worker knows of one peer."""
+
+    worker_id: int
+    address: str
+    round: int = 0              # highest round whose delta arrived complete
+    final: bool = False         # sent its last delta
+    dropped: bool = False       # missed a deadline; no longer waited for or accepted
+    last_seen: float = field(default_factory=time.monotonic)
+    parts_seen: dict[int, int] = field(default_factory=dict)  # seq -> parts arrived so far
+    applied: int = 0            # delta messages (parts) applied
+
+    @property
+    def settled(self) -> bool:
+        """Never to be waited for again."""
+        return self.final or self.dropped
+
+
+Predicate = Callable[[dict[int, PeerStatus]], bool]
+
+
+class Inbox:
+    """Thread-safe queue of validated deltas plus the peer table the barriers wait on."""
+
+    def __init__(self, peers: dict[int, str]) -> None:
+        self._cond = threading.Condition()
+        self._queue: deque[DecodedDelta] = deque()
+        self._seen: set[tuple[int, int, int]] = set()
+        self.peers: dict[int, PeerStatus] = {
+            pid: PeerStatus(pid, address) for pid, address in peers.items()}
+        self.duplicates = 0
+        self.bytes_received = 0
+
+    # -------------------------------------------------------------- receiving side
+
+    def offer(self, delta: DecodedDelta) -> bool:
+        """Queue ``delta``; False (and nothing queued) if this (sender, seq, part) was seen.
+
+        StaleOrUnknown if the sender is not a peer of this run or was dropped.
+        """
+        h = delta.header
+        with self._cond:
+            peer = self.peers.get(h.worker_id)
+            if peer is None:
+                raise StaleOrUnknown(f"delta from worker {h.worker_id}, not a peer of this run")
+            if peer.dropped:
+                raise StaleOrUnknown(f"delta from worker {h.worker_id}, which was dropped")
+            if delta.key in self._seen:
+                self.duplicates += 1
+                return False
+            self._seen.add(delta.key)
+            self._queue.append(delta)
+            self.bytes_received += delta.nbytes
+            peer.last_seen = time.monotonic()
+            got = peer.parts_seen.get(h.seq, 0) + 1
+            if got >= h.parts:
+                peer.parts_seen.pop(h.seq, None)
+                peer.round = max(peer.round, h.round)
+                if h.final:
+                    peer.final = True
+            else:
+                peer.parts_seen[h.seq] = got
+            self._cond.notify_all()
+            return True
+
+    # ---------------------------------------------------------------- applying side
+
+    def drain(self) -> list[DecodedDelta]:
+        """Everything queued so far, oldest first (the caller applies them in that order)."""
+        with self._cond:
+            items = list(self._queue)
+            self._queue.clear()
+        return items
+
+    def count_applied(self, deltas: list[DecodedDelta]) -> None:
+        with self._cond:
+            for d in deltas:
+                self.peers[d.header.worker_id].applied += 1
+
+    def wait(self, ready: Predicate, timeout: float) -> bool:
+        """Block until ``ready(peers)`` holds or ``timeout`` seconds pass; returns ready()."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not ready(self.peers):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.5))
+            return True
+
+    def wake(self) -> None:
+        """Wake every waiter so that it re-checks (e.g. after a stop request)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def touch(self, worker_id: int) -> None:
+        """A sign of life from a peer (heartbeat); StaleOrUnknown if it is not a live peer."""
+        with self._cond:
+            peer = self.peers.get(worker_id)
+            if peer is None:
+                raise StaleOrUnknown(f"heartbeat from worker {worker_id}, not a peer of this run")
+            if peer.dropped:
+                raise StaleOrUnknown(f"heartbeat from worker {worker_id}, which was dropped")
+            peer.last_seen = time.monotonic()
+
+    def touch_all(self) -> None:
+        """Start every peer's silence clock now (the run starts)."""
+        now = time.monotonic()
+        with self._cond:
+            for peer in self.peers.values():
+                peer.last_seen = now
+
+    def silent(self, seconds: float) -> list[int]:
+        """Live peers not heard from (delta or heartbeat) for more than ``seconds``."""
+        now = time.monotonic()
+        with self._cond:
+            return [p.worker_id for p in self.peers.values()
+                    if not p.settled and now - p.last_seen > seconds]
+
+    def drop(self, worker_id: int) -> bool:
+        """Stop waiting for and accepting deltas from a peer; True if it was live."""
+        with self._cond:
+            peer = self.peers.get(worker_id)
+            if peer is None or peer.dropped:
+                return False
+            peer.dropped = True
+            self._cond.notify_all()
+            return True
+
+    def snapshot(self) -> dict[int, PeerStatus]:
+        """A copy of the peer table (for reports)."""
+        with self._cond:
+            return {pid: PeerStatus(p.worker_id, p.address, p.round, p.final, p.dropped,
+                                    p.last_seen, dict(p.parts_seen), p.applied)
+                    for pid, p in self.peers.items()}
+

@@ -1,0 +1,552 @@
+"""WorkerNode: one worker's lifecycle (register, shard, config, train, finish) and its exchange.
+
+Threads of a running worker:
+
+* T training threads run :func:`train_round` on the shared ``w`` without any lock.
+* ONE exchange thread (the caller of :meth:`WorkerNode.run`) does, at every round boundary:
+  apply the queued peer deltas, build the delta of own updates (build_delta and apply_delta
+  are never concurrent: only this thread calls them), and queue it for every peer and the
+  coordinator. In sync mode it then waits until every live peer's delta of that round has
+  arrived (deadline: barrier_timeout; a peer that misses it is dropped and reported), applies
+  them, and only then lets the training threads start the next round, so every worker has
+  applied exactly the same deltas before round r+1. In async mode the training threads never
+  wait for it (with bounded staleness s they wait only for a peer more than s rounds behind).
+* One sender thread per destination (sender.py); gRPC threads only validate and queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from enum import Enum
+from typing import Any
+
+import grpc
+import numpy as np
+
+from hogwild.config import Settings
+from hogwild.errors import ClusterError, DataError, InvalidMessage, StaleOrUnknown
+from hogwild.model import kernels
+from hogwild.model.arrays import CSRArrays, csr_arrays
+from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
+from hogwild.protocol.codec import (
+    DeltaHeader,
+    check_version,
+    decode_delta,
+    encode_delta_parts,
+)
+from hogwild.protocol.streams import FinalState, ReceivedShard, receive_shard, state_chunks
+from hogwild.worker.inbox import Inbox, PeerStatus
+from hogwild.worker.plan import RunPlan
+from hogwild.worker.sender import Destination
+from hogwild.worker.training import ThreadCursor, make_cursors, train_round
+
+log = logging.getLogger("hogwild.worker")
+
+COORDINATOR_ID = -1
+PROGRESS_EVERY = 0.5  # seconds between progress reports to the coordinator
+
+
+class Phase(Enum):
+    STARTING = "starting"
+    REGISTERED = "registered"
+    SHARD = "shard received"
+    CONFIGURED = "configured"
+    RUNNING = "running"
+    FINISHING = "finishing"
+    DONE = "done"
+
+
+def routable_host(coordinator: str) -> str:
+    """The local IP address that routes to ``coordinator`` (host:port): what peers can reach."""
+    host, _, port = coordinator.rpartition(":")
+    host = host.strip("[]")
+    if host in ("localhost", "127.0.0.1", "::1"):
+        return "127.0.0.1"
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, int(port)))  # UDP connect: picks a route, sends nothing
+            return str(probe.getsockname()[0])
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+
+
+class WorkerNode:
+    """The state of one worker and the logic behind its RPCs (no gRPC server code here)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.phase = Phase.STARTING
+        self._cond = threading.Condition()
+        self.run_id = ""
+        self.worker_id = -1
+        self.address = ""
+        self.shard: ReceivedShard | None = None
+        self.plan: RunPlan | None = None
+        self.arrays: CSRArrays | None = None
+        self.w = np.zeros(0, dtype=np.float64)
+        self.snap = np.zeros(0, dtype=np.float64)
+        self.inbox = Inbox({})
+        self.destinations: dict[int, Destination] = {}
+        self.stop_requested = threading.Event()
+        self.stop_reason = ""
+        self.leaving = False              # SIGTERM: finish without waiting for peers
+        self.started = threading.Event()
+        self.done = threading.Event()
+        self.state_served = threading.Event()
+        self.fatal: str | None = None
+        self.seq = 0
+        self.deltas_sent = 0
+        self.rounds = 0
+        self.examples = 0
+        self.max_staleness = 0
+        self._thread_round: list[int] = []
+        self._thread_alive: list[bool] = []
+        self._round_loss = 0.0
+        self._round_rows = 0
+        self._last_train_loss = float("nan")
+        self._gate = 0                    # sync: highest round the threads may start
+        self._reported_down: set[int] = set()
+        self._last_progress = 0.0
+
+    # ------------------------------------------------------------------ registration
+
+    def register(self, bound_port: int) -> None:
+        """Register with the coordinator, retrying with backoff until connect_timeout."""
+        s = self.settings
+        self.address = s.advertise_address or f"{routable_host(s.coordinator_address)}:{bound_port}"
+        request = pb.RegisterRequest(protocol_version=PROTOCOL_VERSION, address=self.address,
+                                     threads=s.threads, hostname=socket.gethostname(),
+                                     pid=_pid())
+        deadline = time.monotonic() + s.connect_timeout
+        backoff = 0.1
+        with grpc.insecure_channel(s.coordinator_address) as channel:
+            stub = pb_grpc.CoordinatorStub(channel)  # type: ignore[no-untyped-call]
+            while True:
+                try:
+                    reply = stub.Register(request, timeout=s.rpc_timeout)
+                    break
+                except grpc.RpcError as exc:
+                    code = exc.code()
+                    if code in (grpc.StatusCode.FAILED_PRECONDITION,
+                                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                grpc.StatusCode.INVALID_ARGUMENT):
+                        raise ClusterError(f"the coordinator at {s.coordinator_address} refused "
+                                           f"the registration: {exc.details()}") from None
+                    if time.monotonic() + backoff > deadline or self.stop_requested.is_set():
+                        raise ClusterError(
+                            f"cannot reach the coordinator at {s.coordinator_address} within "
+                            f"connect_timeout={s.connect_timeout:g}s ({code.name})") from None
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
+        check_version(reply.protocol_version, "register reply")
+        with self._cond:
+            self.run_id = reply.run_id
+            self.worker_id = int(reply.worker_id)
+            self.phase = Phase.REGISTERED
+            self._cond.notify_all()
+        log.info("registered as worker %d of %d in run %s (advertising %s)",
+                 self.worker_id, reply.n_workers, self.run_id, self.address)
+
+    def _wait_registered(self, timeout: float) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: bool(self.run_id), timeout):
+                raise StaleOrUnknown("this worker is not registered in any run yet")
+
+    def _check_run(self, version: int, run_id: str, what: str) -> None:
+        check_version(version, what)
+        if not self.run_id or run_id != self.run_id:
+            raise StaleOrUnknown(f"{what} for run {run_id!r}, this worker is in run "
+                                 f"{self.run_id or '(none)'!r}")
+
+    # --------------------------------------------------------------- RPC handlers
+
+    def receive_shard(self, chunks: Iterable[pb.ShardChunk]) -> pb.ShardAck:
+        self._wait_registered(self.settings.rpc_timeout)
+        with self._cond:
+            if self.phase not in (Phase.REGISTERED, Phase.SHARD):
+                raise StaleOrUnknown(f"shard offered while {self.phase.value}")
+        iterator = iter(chunks)
+        first = next(iterator, None)
+        if first is None:
+            raise InvalidMessage("empty shard stream")
+        self._check_run(first.protocol_version, first.run_id, "shard")
+
+        def replay() -> Iterator[pb.ShardChunk]:
+            yield first
+            yield from iterator
+
+        shard = receive_shard(replay(), run_id=self.run_id, worker_id=self.worker_id)
+        with self._cond:
+            self.shard = shard
+            self.phase = Phase.SHARD
+        log.info("received shard %d/%d: %d rows, %d non-zeros, %.1f MB",
+                 shard.shard_index + 1, shard.shard_count, shard.data.n_rows, shard.data.nnz,
+                 shard.bytes_received / 1e6)
+        return pb.ShardAck(protocol_version=PROTOCOL_VERSION, run_id=self.run_id,
+                           worker_id=self.worker_id, n_rows=shard.data.n_rows,
+                           nnz=shard.data.nnz, bytes_received=shard.bytes_received,
+                           shard_digest=shard.digest)
+
+    def configure(self, message: pb.RunConfig) -> None:
+        self._wait_registered(self.settings.rpc_timeout)
+        self._check_run(message.protocol_version, message.run_id, "run config")
+        plan = RunPlan.from_message(message)
+        if plan.worker_id != self.worker_id:
+            raise InvalidMessage(f"run config for worker {plan.worker_id}, this is "
+                                 f"{self.worker_id}")
+        with self._cond:
+            if self.shard is None or self.phase != Phase.SHARD:
+                raise StaleOrUnknown(f"run config received while {self.phase.value}")
+            if self.shard.data.n_features > plan.n_features:
+                raise InvalidMessage(f"shard has {self.shard.data.n_features} features, the "
+                                     f"model {plan.n_features}")
+            try:
+                self.arrays = csr_arrays(self.shard.data, plan.n_features)
+            except DataError as exc:
+                raise InvalidMessage(f"shard unusable with this config: {exc}") from None
+            self.plan = plan
+            self.w = np.zeros(plan.dim, dtype=np.float64)
+            self.snap = np.zeros(plan.dim, dtype=np.float64)
+            self.inbox = Inbox(dict(plan.peers))
+            self.phase = Phase.CONFIGURED
+        log.info("configured: %s mode, %d threads, %d rows/thread/round, %d rounds, peers %s",
+                 plan.mode, plan.threads, plan.round_size, plan.max_rounds,
+                 ", ".join(f"{k}@{a}" for k, a in sorted(plan.peers.items())) or "none")
+
+    def start(self, message: pb.StartRequest) -> None:
+        self._check_run(message.protocol_version, message.run_id, "start")
+        with self._cond:
+            if self.phase != Phase.CONFIGURED:
+                if self.phase in (Phase.RUNNING, Phase.FINISHING, Phase.DONE):
+                    return  # a retried Start
+                raise StaleOrUnknown(f"start received while {self.phase.value}")
+            self.phase = Phase.RUNNING
+        self.started.set()
+
+    def push_delta(self, message: pb.Delta) -> bool:
+        """Validate and queue a peer's delta; returns True if it was a duplicate."""
+        self._check_run(message.protocol_version, message.run_id, "delta")
+        plan = self.plan
+        if plan is None:
+            raise StaleOrUnknown("delta received before the run config")
+        if message.worker_id not in plan.peers:
+            raise StaleOrUnknown(f"delta from worker {message.worker_id}, not a peer of "
+                                 f"worker {self.worker_id}")
+        delta = decode_delta(message, plan.dim)
+        return not self.inbox.offer(delta)
+
+    def heartbeat(self, message: pb.HeartbeatRequest) -> None:
+        """A peer says it is alive (it may be waiting on someone else)."""
+        self._check_run(message.protocol_version, message.run_id, "heartbeat")
+        if self.plan is None:
+            raise StaleOrUnknown("heartbeat received before the run config")
+        self.inbox.touch(int(message.worker_id))
+
+    def request_stop(self, reason: str, leave: bool = False) -> None:
+        """Finish at the next round boundary (Stop RPC, max rounds, SIGTERM with leave=True)."""
+        if leave:
+            self.leaving = True
+        if not self.stop_requested.is_set():
+            self.stop_reason = reason
+            log.info("stop requested: %s", reason)
+        self.stop_requested.set()
+        with self._cond:
+            self._cond.notify_all()
+        self.inbox.wake()
+
+    def stop(self, message: pb.StopRequest) -> None:
+        self._check_run(message.protocol_version, message.run_id, "stop")
+        self.request_stop(message.reason or "coordinator asked to stop")
+
+    def final_state(self, message: pb.FinalStateRequest, timeout: float) -> Iterator[pb.StateChunk]:
+        """The final weights, once this worker is done (waits up to ``timeout``)."""
+        self._check_run(message.protocol_version, message.run_id, "final state request")
+        if not self.done.wait(timeout):
+            raise ClusterError("this worker has not finished yet")
+        state = self.snapshot_state()
+        assert self.plan is not None
+        yield from state_chunks(state, self.run_id, self.settings.chunk_bytes)
+        self.state_served.set()
+
+    def snapshot_state(self) -> FinalState:
+        peers = self.inbox.snapshot()
+        coordinator = self.destinations.get(COORDINATOR_ID)
+        return FinalState(
+            worker_id=self.worker_id, weights=self.w.copy(), rounds=self.rounds,
+            examples=self.examples, deltas_sent=self.deltas_sent,
+            applied_from={pid: p.applied for pid, p in peers.items()},
+            acked_by={dest_id: d.acked.get("PushDelta", 0)
+                      for dest_id, d in self.destinations.items() if dest_id != COORDINATOR_ID},
+            dropped_peers=[pid for pid, p in peers.items() if p.dropped],
+            acked_by_coordinator=coordinator.acked.get("PushDelta", 0) if coordinator else 0)
+
+    # ------------------------------------------------------------------- running
+
+    def wait_for_start(self, timeout: float) -> None:
+        if not self.started.wait(timeout):
+            if self.stop_requested.is_set():
+                return
+            raise ClusterError(f"the coordinator did not start the run within {timeout:g}s")
+
+    def run(self) -> None:
+        """Train until max_rounds or a stop request, then finish (final delta, peers' finals).
+
+        Called from the thread that owns the exchange; returns once the final state is ready.
+        """
+        plan, arrays = self.plan, self.arrays
+        if plan is None or arrays is None or not self.started.is_set():
+            return
+        self._open_destinations(plan)
+        self.inbox.touch_all()
+        beating = threading.Thread(target=self._heartbeat_loop, args=(plan,), name="heartbeat",
+                                   daemon=True)
+        beating.start()
+        fraction = (plan.start_offset / arrays.n_rows) if arrays.n_rows else 0.0
+        cursors = make_cursors(arrays.n_rows, plan.threads, fraction)
+        self._thread_round = [0] * plan.threads
+        self._thread_alive = [True] * plan.threads
+        self._gate = 1
+        threads = [threading.Thread(target=self._train_thread, args=(k, cursors[k]),
+                                    name=f"sgd-{k}", daemon=True) for k in range(plan.threads)]
+        began = time.monotonic()
+        for th in threads:
+            th.start()
+        try:
+            self._exchange_loop(plan)
+        finally:
+            self.request_stop(self.stop_reason or "training ended")
+            for th in threads:
+                th.join()
+        log.info("trained %d rounds, %d examples in %.2fs", self.rounds, self.examples,
+                 time.monotonic() - began)
+        self._finish(plan)
+
+    def _heartbeat_loop(self, plan: RunPlan) -> None:
+        """Tell every peer we are alive a few times per barrier_timeout, until done."""
+        interval = max(0.05, plan.barrier_timeout / 4)
+        while not self.done.wait(interval):
+            message = pb.HeartbeatRequest(protocol_version=PROTOCOL_VERSION, run_id=self.run_id,
+                                   worker_id=self.worker_id, round=self.rounds)
+            for dest_id, dest in list(self.destinations.items()):
+                # A destination with traffic queued gets deltas (signs of life) anyway.
+                if dest_id != COORDINATOR_ID and dest.pending() == 0:
+                    dest.put("Heartbeat", message)
+
+    def _drop_silent(self, plan: RunPlan, round_: int, waiting_for: str) -> None:
+        """Drop every live peer not heard from for barrier_timeout (dead, not just slow)."""
+        for pid in self.inbox.silent(plan.barrier_timeout):
+            self._drop_peer(pid, round_, f"silent for more than barrier_timeout="
+                                         f"{plan.barrier_timeout:g}s while {waiting_for}")
+
+    def _train_thread(self, k: int, cursor: ThreadCursor) -> None:
+        plan, arrays = self.plan, self.arrays
+        assert plan is not None and arrays is not None
+        try:
+            for r in range(1, plan.max_rounds + 1):
+                if not self._may_start(r):
+                    break
+                loss_sum, rows = train_round(arrays, self.w, plan, cursor)
+                with self._cond:
+                    self._thread_round[k] = r
+                    self._round_loss += loss_sum
+                    self._round_rows += rows
+                    self.examples += rows
+                    self._cond.notify_all()
+        except Exception as exc:  # a bug: stop the node rather than hang the barrier
+            log.exception("training thread %d failed", k)
+            self.fatal = f"training thread failed: {exc}"
+        finally:
+            with self._cond:
+                self._thread_alive[k] = False
+                self._cond.notify_all()
+
+    def _may_start(self, r: int) -> bool:
+        """Block until round ``r`` may start; False if the node is stopping."""
+        plan = self.plan
+        assert plan is not None
+        if plan.mode == "sync":
+            with self._cond:
+                self._cond.wait_for(lambda: self._gate >= r or self.stop_requested.is_set())
+                return not self.stop_requested.is_set()
+        if self.stop_requested.is_set():
+            return False
+        if plan.staleness is not None:
+            slack = plan.staleness
+            # Round r starts after r - 1 completed rounds; a peer more than `slack` behind that
+            # holds us back until it catches up or falls silent for barrier_timeout.
+            while not self.inbox.wait(
+                    lambda peers: self.stop_requested.is_set() or all(
+                        p.settled or p.round >= r - 1 - slack for p in peers.values()),
+                    min(0.25, plan.barrier_timeout)):
+                self._drop_silent(plan, r - 1, f"more than {slack} rounds behind")
+        return not self.stop_requested.is_set()
+
+    def _exchange_loop(self, plan: RunPlan) -> None:
+        last = 0
+        while True:
+            with self._cond:
+                self._cond.wait_for(
+                    lambda done=last: min(self._thread_round) > done  # type: ignore[misc]
+                    or not any(self._thread_alive) or self.fatal is not None, timeout=1.0)
+                ready = min(self._thread_round)
+                alive = any(self._thread_alive)
+            if self.fatal is not None:
+                raise ClusterError(self.fatal)
+            if ready > last:
+                self._exchange(plan, ready, final=False)
+                last = ready
+                if plan.mode == "sync":
+                    self._barrier(plan, ready)
+                    with self._cond:
+                        self._gate = ready + 1
+                        self._cond.notify_all()
+            elif not alive:
+                return
+            self._maybe_report_progress(plan, done=False)
+
+    def _apply_inbox(self) -> int:
+        items = self.inbox.drain()
+        if not items:
+            return 0
+        empty = np.zeros(0, dtype=np.float64)
+        for d in items:
+            # The kernel re-checks lengths and bounds; decode_delta already did, so a non-zero
+            # result would be a bug, never silently ignored.
+            result = kernels.apply_delta(self.w, self.snap if self.snap.size else empty,
+                                         d.indices, d.values)
+            if result != 0:
+                raise InvalidMessage(f"delta {d.key} rejected by apply_delta ({result})")
+        self.inbox.count_applied(items)
+        return len(items)
+
+    def _exchange(self, plan: RunPlan, round_: int, final: bool) -> None:
+        """Apply what arrived, build the delta of own updates, queue it for everyone."""
+        self._apply_inbox()
+        idx = np.empty(plan.dim, dtype=np.int32)
+        val = np.empty(plan.dim, dtype=np.float32)
+        n = int(kernels.build_delta(self.w, self.snap, idx, val))
+        if n < 0:
+            raise InvalidMessage("build_delta: buffers shorter than the model")
+        self.seq += 1
+        header = DeltaHeader(run_id=self.run_id, worker_id=self.worker_id, round=round_,
+                             seq=self.seq, dim=plan.dim, final=final, examples=self.examples)
+        messages = encode_delta_parts(header, idx[:n], val[:n], self.settings.chunk_bytes)
+        for dest in self.destinations.values():
+            for m in messages:
+                dest.put("PushDelta", m)
+        self.deltas_sent += len(messages)
+        self.rounds = max(self.rounds, round_)
+        peers = self.inbox.snapshot()
+        live = [p.round for p in peers.values() if not p.settled]
+        if live:
+            self.max_staleness = max(self.max_staleness, round_ - min(live))
+
+    def _barrier(self, plan: RunPlan, round_: int) -> None:
+        """Sync mode: wait for every live peer's round-``round_`` delta, then apply them."""
+
+        def ready(peers: dict[int, PeerStatus]) -> bool:
+            return self.stop_requested.is_set() or all(
+                p.settled or p.round >= round_ for p in peers.values())
+
+        # A peer that is alive but itself waiting (heartbeats) is waited for; one silent for
+        # barrier_timeout is dropped, so the barrier never hangs on a dead peer.
+        while not self.inbox.wait(ready, min(0.25, plan.barrier_timeout)):
+            self._drop_silent(plan, round_, f"waiting for round {round_}")
+        self._apply_inbox()
+
+    def _finish(self, plan: RunPlan) -> None:
+        """Send the final delta; wait (bounded) for every live peer's final; mark done."""
+        with self._cond:
+            self.phase = Phase.FINISHING
+        self._exchange(plan, self.rounds, final=True)
+        self._maybe_report_progress(plan, done=True)
+        if not self.leaving:
+            self._await_peer_finals(plan)
+        self._apply_inbox()
+        flush_for = plan.barrier_timeout + plan.rpc_timeout
+        for dest in self.destinations.values():
+            dest.flush(flush_for)
+        with self._cond:
+            self.phase = Phase.DONE
+        self.done.set()
+        log.info("done: %d rounds, %d examples, %d delta messages sent", self.rounds,
+                 self.examples, self.deltas_sent)
+
+    def _await_peer_finals(self, plan: RunPlan) -> None:
+        # A peer still training keeps sending deltas; one silent for barrier_timeout is gone.
+        while True:
+            settled = self.inbox.wait(
+                lambda peers: all(p.settled for p in peers.values()) or self.fatal is not None,
+                0.25)
+            self._apply_inbox()
+            if settled or self.fatal is not None:
+                return
+            self._drop_silent(plan, self.rounds, "waiting for its final delta")
+
+    def _drop_peer(self, pid: int, round_: int, reason: str) -> None:
+        if not self.inbox.drop(pid) or pid in self._reported_down:
+            return
+        self._reported_down.add(pid)
+        log.warning("dropping peer %d at round %d: %s", pid, round_, reason)
+        coordinator = self.destinations.get(COORDINATOR_ID)
+        if coordinator is not None:
+            coordinator.put("ReportPeerDown", pb.PeerDown(
+                protocol_version=PROTOCOL_VERSION, run_id=self.run_id,
+                worker_id=self.worker_id, peer_id=pid, round=round_, reason=reason))
+
+    def _on_destination_down(self, dest_id: int, why: str) -> None:
+        if dest_id == COORDINATOR_ID:
+            self.fatal = f"the coordinator is unreachable ({why})"
+            self.request_stop(self.fatal, leave=True)
+            return
+        self._drop_peer(dest_id, self.rounds, f"unreachable: {why}")
+
+    def _open_destinations(self, plan: RunPlan) -> None:
+        give_up = max(plan.barrier_timeout, plan.rpc_timeout)
+        for pid, address in sorted(plan.peers.items()):
+            self.destinations[pid] = Destination(
+                f"peer {pid}", pid, address, pb_grpc.WorkerStub, plan.rpc_timeout, give_up,
+                self._on_destination_down)
+        self.destinations[COORDINATOR_ID] = Destination(
+            "coordinator", COORDINATOR_ID, self.settings.coordinator_address,
+            pb_grpc.CoordinatorStub, plan.rpc_timeout, give_up, self._on_destination_down)
+
+    def _maybe_report_progress(self, plan: RunPlan, done: bool) -> None:
+        now = time.monotonic()
+        if not done and now - self._last_progress < PROGRESS_EVERY:
+            return
+        self._last_progress = now
+        with self._cond:
+            if self._round_rows:
+                self._last_train_loss = self._round_loss / self._round_rows
+            self._round_loss, self._round_rows = 0.0, 0
+        coordinator = self.destinations.get(COORDINATOR_ID)
+        if coordinator is None:
+            return
+        applied = sum(p.applied for p in self.inbox.snapshot().values())
+        coordinator.put("ReportProgress", pb.Progress(
+            protocol_version=PROTOCOL_VERSION, run_id=self.run_id, worker_id=self.worker_id,
+            round=self.rounds, examples=self.examples, train_loss=self._last_train_loss,
+            done=done, deltas_sent=self.deltas_sent, deltas_applied=applied,
+            max_staleness=self.max_staleness))
+
+    def close(self) -> None:
+        """Flush (bounded) and close every outgoing channel."""
+        for dest in self.destinations.values():
+            dest.close(timeout=1.0)
+
+    def status(self) -> dict[str, Any]:
+        """A summary for logs."""
+        return {"phase": self.phase.value, "worker_id": self.worker_id, "rounds": self.rounds,
+                "examples": self.examples, "deltas_sent": self.deltas_sent}
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()

@@ -1,0 +1,95 @@
+"""RunPlan: the run configuration a worker receives (a validated copy of the RunConfig message)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hogwild.errors import InvalidMessage
+from hogwild.model import kernels
+from hogwild.model.losses import LOSS_NAMES, get_loss
+from hogwild.protocol import pb
+from hogwild.protocol.codec import check_version
+
+_SCHEDULES = {"constant": kernels.CONSTANT, "invscaling": kernels.INVSCALING}
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything a worker needs to train its shard and talk to its peers."""
+
+    run_id: str
+    worker_id: int
+    peers: dict[int, str]
+    dim: int
+    n_features: int
+    mode: str
+    staleness: int | None
+    threads: int
+    round_size: int
+    max_rounds: int
+    train_rows: int
+    start_offset: int
+    loss: str
+    learning_rate: float
+    lr_schedule: str
+    lr_decay: float
+    power_t: float
+    l2: float
+    fit_bias: bool
+    barrier_timeout: float
+    rpc_timeout: float
+    seed: int
+
+    @property
+    def loss_code(self) -> int:
+        return get_loss(self.loss).code
+
+    @property
+    def schedule_code(self) -> int:
+        return _SCHEDULES[self.lr_schedule]
+
+    @classmethod
+    def from_message(cls, m: pb.RunConfig) -> RunPlan:
+        """Validate a RunConfig; InvalidMessage names the first bad field."""
+        check_version(m.protocol_version, "run config")
+
+        def bad(name: str, why: str) -> InvalidMessage:
+            return InvalidMessage(f"run config {name}: {why} (got {getattr(m, name)!r})")
+
+        if not m.run_id:
+            raise bad("run_id", "must be set")
+        if m.n_features < 1 or m.dim != m.n_features + 1 or m.dim > 2**31 - 1:
+            raise bad("dim", "must be n_features + 1 and fit int32")
+        if m.mode not in ("sync", "async"):
+            raise bad("mode", "must be sync or async")
+        if m.staleness < -1 or m.staleness == 0:
+            raise bad("staleness", "must be -1 (unbounded) or >= 1")
+        if not 1 <= m.threads <= 256:
+            raise bad("threads", "must be in 1..256")
+        if m.round_size < 1 or m.max_rounds < 1:
+            raise bad("round_size", "round_size and max_rounds must be >= 1")
+        if m.loss not in LOSS_NAMES:
+            raise bad("loss", f"must be one of {', '.join(LOSS_NAMES)}")
+        if m.lr_schedule not in _SCHEDULES:
+            raise bad("lr_schedule", "must be constant or invscaling")
+        for name in ("learning_rate", "lr_decay", "power_t", "l2", "barrier_timeout",
+                     "rpc_timeout"):
+            value = getattr(m, name)
+            if not math.isfinite(value) or value < 0:
+                raise bad(name, "must be finite and non-negative")
+        if m.learning_rate <= 0 or m.barrier_timeout <= 0 or m.rpc_timeout <= 0:
+            raise bad("learning_rate", "learning_rate and timeouts must be positive")
+        peers = {int(p.worker_id): p.address for p in m.peers}
+        if len(peers) != len(m.peers) or m.worker_id in peers:
+            raise bad("peers", "peer ids must be unique and differ from this worker's")
+        return cls(
+            run_id=m.run_id, worker_id=int(m.worker_id), peers=peers, dim=int(m.dim),
+            n_features=int(m.n_features), mode=m.mode,
+            staleness=None if m.staleness < 0 else int(m.staleness), threads=int(m.threads),
+            round_size=int(m.round_size), max_rounds=int(m.max_rounds),
+            train_rows=int(m.train_rows), start_offset=int(m.start_offset), loss=m.loss,
+            learning_rate=float(m.learning_rate), lr_schedule=m.lr_schedule,
+            lr_decay=float(m.lr_decay), power_t=float(m.power_t), l2=float(m.l2),
+            fit_bias=bool(m.fit_bias), barrier_timeout=float(m.barrier_timeout),
+            rpc_timeout=float(m.rpc_timeout), seed=int(m.seed))

@@ -1,0 +1,75 @@
+"""The in-node part of a worker's round: T threads run the SGD kernel on one shared w, no lock.
+
+Each thread owns a contiguous block of the shard's rows and streams through it in order
+(rows were permuted once when the shard was built), ``round_size`` rows per round, wrapping
+around at the end of its block (one wrap = one pass; the constant schedule decays the step
+size by ``lr_decay`` per pass). The kernel releases the GIL, so the threads run in parallel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from hogwild.model import kernels
+from hogwild.model.arrays import CSRArrays
+from hogwild.worker.plan import RunPlan
+
+
+@dataclass
+class ThreadCursor:
+    """Where one thread is in its block of rows [lo, hi)."""
+
+    lo: int
+    hi: int
+    pos: int
+    passes: int = 0
+    t: float = 1.0          # step counter of the invscaling schedule
+    examples: int = 0
+
+
+def make_cursors(n_rows: int, threads: int, start_fraction: float = 0.0) -> list[ThreadCursor]:
+    """One cursor per thread over contiguous blocks; each starts ``start_fraction`` of the way
+    into its block (replicated shards: workers begin at different rows of the same data)."""
+    cursors = []
+    for k in range(threads):
+        lo, hi = n_rows * k // threads, n_rows * (k + 1) // threads
+        offset = int((hi - lo) * start_fraction) if hi > lo else 0
+        cursors.append(ThreadCursor(lo, hi, lo + offset, t=1.0 + k))
+    return cursors
+
+
+def train_round(arrays: CSRArrays, w: npt.NDArray[np.float64], plan: RunPlan,
+                cursor: ThreadCursor) -> tuple[float, int]:
+    """``round_size`` SGD steps for one thread (fewer only if its block is empty);
+    returns (sum of pre-update losses, rows processed). Safe to run from T threads at once."""
+    if cursor.hi <= cursor.lo:
+        return 0.0, 0
+    remaining = plan.round_size
+    loss_sum = 0.0
+    done = 0
+    schedule = plan.schedule_code
+    t_step = float(plan.threads)
+    while remaining > 0:
+        start = cursor.pos
+        stop = min(cursor.hi, start + remaining)
+        lr0 = plan.learning_rate
+        if schedule == kernels.CONSTANT:
+            lr0 *= plan.lr_decay ** cursor.passes
+        t_end, part = kernels.sgd_range(
+            arrays.indptr, arrays.indices, arrays.values, arrays.labels, start, stop, w,
+            plan.n_features, plan.loss_code, lr0, schedule, plan.power_t, cursor.t, plan.l2,
+            plan.fit_bias, t_step)
+        cursor.t = float(t_end)
+        loss_sum += float(part)
+        rows = stop - start
+        done += rows
+        remaining -= rows
+        cursor.pos = stop
+        if stop >= cursor.hi:
+            cursor.pos = cursor.lo
+            cursor.passes += 1
+    cursor.examples += done
+    return loss_sum, done

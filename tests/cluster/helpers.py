@@ -1,0 +1,149 @@
+"""Start real coordinator and worker processes on loopback (port 0) and always reap them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO.parent / "shared" / "data"
+REUTERS_TRAIN = DATA / "reuters21578_modapte_earn.train.libsvm.gz"
+REUTERS_TEST = DATA / "reuters21578_modapte_earn.test.libsvm.gz"
+READY = re.compile(r"coordinator listening on port (\d+)")
+REGISTERED = re.compile(r"registered as worker (\d+) of")
+
+
+def require_reuters() -> tuple[Path, Path]:
+    if not (REUTERS_TRAIN.exists() and REUTERS_TEST.exists()):
+        pytest.skip(f"Reuters earn data set not found in {DATA}")
+    return REUTERS_TRAIN, REUTERS_TEST
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    src = str(REPO / "src")
+    env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
+    for name in [k for k in env if k.startswith("HOGWILD_")]:
+        del env[name]  # the tests say everything with flags
+    return env
+
+
+def flags(**settings: Any) -> list[str]:
+    out = []
+    for key, value in settings.items():
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        out.append(f"--{key.replace('_', '-')}={text}")
+    return out
+
+
+class Proc:
+    """A child process whose output lines are collected (and echoed for failed tests)."""
+
+    def __init__(self, name: str, argv: Sequence[str], cwd: Path) -> None:
+        self.name = name
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self.proc = subprocess.Popen(
+            list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            text=True, bufsize=1, env=_env(), cwd=cwd, start_new_session=True)
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cond:
+                self.lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_for(self, pattern: re.Pattern[str], timeout: float) -> re.Match[str]:
+        """The first output line matching ``pattern``; fails the test after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for line in self.lines[seen:]:
+                    match = pattern.search(line)
+                    if match:
+                        return match
+                seen = len(self.lines)
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not self._reader.is_alive()):
+                    pytest.fail(f"{self.name}: no line matching {pattern.pattern!r} within "
+                                f"{timeout:g}s (exit {self.proc.poll()})\n" + self.output())
+                self._cond.wait(min(left, 0.2))
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{self.name} still running after {timeout:g}s\n" + self.output())
+
+    def output(self) -> str:
+        with self._cond:
+            return "\n".join(f"[{self.name}] {line}" for line in self.lines)
+
+    def reap(self) -> None:
+        """SIGTERM, then SIGKILL after a short grace: nothing outlives its test."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._reader.join(2)
+
+
+class Cluster:
+    """A coordinator plus workers started as ``python -m hogwild.cli`` processes."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.procs: list[Proc] = []
+        self.coordinator: Proc | None = None
+        self.workers: list[Proc] = []
+
+    def start(self, n_workers: int, **settings: Any) -> None:
+        common = {"bind_host": "127.0.0.1", "workers": n_workers, **settings}
+        self.coordinator = self._spawn("coordinator", "coordinator",
+                                       {**common, "coordinator_port": 0})
+        port = int(self.coordinator.wait_for(READY, 60).group(1))
+        for i in range(n_workers):
+            self.workers.append(self._spawn(f"worker-{i}", "worker", {
+                **common, "worker_port": 0, "coordinator_address": f"127.0.0.1:{port}"}))
+
+    def _spawn(self, name: str, role: str, settings: dict[str, Any]) -> Proc:
+        argv = [sys.executable, "-m", "hogwild.cli", role, *flags(**settings)]
+        proc = Proc(name, argv, self.workdir)
+        self.procs.append(proc)
+        return proc
+
+    def worker_ids(self, timeout: float = 60) -> dict[int, Proc]:
+        """Worker id (as assigned by the coordinator) -> process."""
+        return {int(p.wait_for(REGISTERED, timeout).group(1)): p for p in self.workers}
+
+    def output(self) -> str:
+        return "\n".join(p.output() for p in self.procs)
+
+    def reap(self) -> None:
+        for proc in self.procs:
+            proc.reap()
+
+
+def read_metrics(out_dir: Path) -> dict[str, Any]:
+    return dict(json.loads((out_dir / "metrics.json").read_text()))

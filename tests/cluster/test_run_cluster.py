@@ -1,0 +1,135 @@
+"""Real coordinator + worker processes on loopback: sync/async accuracy, exactly-once deltas,
+a worker killed mid-run, and `hogwild run` end to end."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from .helpers import REPO, Cluster, read_metrics, require_reuters
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
+
+PROGRESS_ROW = re.compile(r"^\s*\d+\.\d+s\s+(\d+)\s+\d+")
+
+
+def _reuters_settings(out: Path, **extra: Any) -> dict[str, Any]:
+    train, test = require_reuters()
+    base = {"data": str(train), "test_data": str(test), "threads": 2, "epochs": 10,
+            "patience": 0, "eval_interval": 0.5, "out_dir": str(out), "rpc_timeout": 5,
+            "barrier_timeout": 5, "connect_timeout": 60, "register_timeout": 60,
+            "data_cache": False}
+    base.update(extra)
+    return base
+
+
+def _check_exactly_once(metrics: dict[str, Any], n_workers: int) -> None:
+    """Every delta message a worker sent was applied once by the coordinator and each peer."""
+    states = {s["worker_id"]: s for s in metrics["worker_states"]}
+    assert sorted(states) == list(range(n_workers))
+    coordinator = metrics["coordinator_applied_from"]
+    for wid, st in states.items():
+        sent = st["deltas_sent"]
+        assert sent > 1
+        assert coordinator[str(wid)] == sent, f"coordinator applied {coordinator[str(wid)]} of " \
+                                              f"worker {wid}'s {sent} deltas"
+        assert st["acked_by_coordinator"] == sent
+        for peer, pst in states.items():
+            if peer != wid:
+                assert pst["applied_from"][str(wid)] == sent, (
+                    f"worker {peer} applied {pst['applied_from'][str(wid)]} of worker {wid}'s "
+                    f"{sent} deltas")
+    assert metrics["deltas_received"] == sum(s["deltas_sent"] for s in states.values())
+
+
+def test_sync_run_reaches_accuracy_and_workers_equal_the_global_model(
+        cluster: Cluster, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cluster.start(2, mode="sync", **_reuters_settings(out))
+    assert cluster.coordinator is not None
+    assert cluster.coordinator.wait(90) == 0
+    for worker in cluster.workers:
+        assert worker.wait(30) == 0
+    metrics = read_metrics(out)
+    assert metrics["test_accuracy"] >= 0.97
+    assert metrics["mode"] == "sync" and metrics["workers"] == 2
+    assert metrics["dropped_workers"] == []
+    _check_exactly_once(metrics, 2)
+    with np.load(out / "final_states" / "global.npz") as g:
+        global_w = g["w"]
+    for wid in range(2):
+        with np.load(out / "final_states" / f"worker-{wid}.npz") as f:
+            # Same deltas, added in another order (and a float32 rounding residual).
+            np.testing.assert_allclose(f["w"], global_w, rtol=1e-6, atol=1e-6)
+    assert np.any(global_w != 0)
+
+
+def test_async_run_with_three_workers_finishes_accurately(cluster: Cluster,
+                                                          tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cluster.start(3, mode="async", **_reuters_settings(out))
+    assert cluster.coordinator is not None
+    assert cluster.coordinator.wait(90) == 0
+    for worker in cluster.workers:
+        assert worker.wait(30) == 0
+    metrics = read_metrics(out)
+    assert metrics["test_accuracy"] >= 0.97
+    assert metrics["mode"] == "async" and metrics["workers"] == 3
+    _check_exactly_once(metrics, 3)
+
+
+def test_sync_run_survives_a_killed_worker(cluster: Cluster, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    # Enough epochs that the kill lands mid-run; a short barrier deadline to notice it.
+    cluster.start(3, mode="sync", **_reuters_settings(
+        out, epochs=60, barrier_timeout=2, rpc_timeout=2, eval_interval=0.3))
+    assert cluster.coordinator is not None
+    ids = cluster.worker_ids()
+    cluster.coordinator.wait_for(PROGRESS_ROW, 60)  # training is under way
+    victim = 2
+    ids[victim].proc.send_signal(signal.SIGKILL)
+    assert cluster.coordinator.wait(90) == 0
+    for wid, proc in ids.items():
+        if wid != victim:
+            assert proc.wait(30) == 0
+    metrics = read_metrics(out)
+    assert victim in metrics["dropped_workers"]
+    assert any(r["peer"] == victim for r in metrics["peer_reports"])
+    survivors = [s for s in metrics["worker_states"] if s["worker_id"] != victim]
+    assert len(survivors) == 2
+    for st in survivors:
+        assert victim in st["dropped_peers"]
+    assert metrics["test_accuracy"] is not None and metrics["test_accuracy"] > 0.9
+
+
+def test_hogwild_run_end_to_end_on_the_bundled_data(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "hogwild.cli", "run", "--workers=2", "--threads=1",
+            f"--out={out}", "--epochs=10", "--eval-interval=0.5"]
+    env_path = str(REPO / "src")
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOGWILD_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env_path, env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=tmp_path, env=env, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=100)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, output
+    assert "[coordinator]" in output and "[worker-1]" in output
+    metrics = read_metrics(out)
+    assert metrics["test_accuracy"] >= 0.97, output
+    for name in ("model.npz", "model.json", "metrics.jsonl", "loss.png"):
+        assert (out / name).is_file(), name
+    assert (out / "metrics.jsonl").read_text().count("\n") >= 1

@@ -1,0 +1,350 @@
+"""k8s/: render the kustomization offline, validate every object, check it against the CLI."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+try:  # imported as a package module or as a rootdir-relative script
+    from . import deploycheck, kustomize_lite
+except ImportError:
+    import deploycheck  # type: ignore[no-redef]
+    import kustomize_lite  # type: ignore[no-redef]
+
+REPO = deploycheck.REPO
+K8S = REPO / "k8s"
+EXTRAS = sorted((K8S / "extras").glob("*.yaml"))
+# Validated against the oldest release with native gRPC probes on by default that is still
+# commonly run, and the newest schema kubernetes-validate ships.
+K8S_VERSIONS = ["1.27.0", "latest"]
+# Sample downward-API values for expanding $(POD_NAME)-style references.
+DOWNWARD = {"metadata.name": "hogwild-worker-0", "metadata.namespace": "hogwild"}
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def rendered() -> list[Obj]:
+    return kustomize_lite.build(K8S)
+
+
+def _by_kind(objects: list[Obj], kind: str) -> list[Obj]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def _one(objects: list[Obj], kind: str, name: str) -> Obj:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
+    return found[0]
+
+
+def _settings_configmap(objects: list[Obj]) -> Obj:
+    maps = [o for o in _by_kind(objects, "ConfigMap")
+            if o["metadata"]["name"].startswith("hogwild-settings-")]
+    assert len(maps) == 1
+    return maps[0]
+
+
+def _pods(objects: list[Obj]) -> Iterator[tuple[Obj, Obj]]:
+    """(object, pod spec) for every pod template in the rendered output and the extras."""
+    for obj in objects:
+        for spec in kustomize_lite.pod_specs(obj):
+            yield obj, spec
+
+
+def _extras() -> list[Obj]:
+    docs: list[Obj] = []
+    for path in EXTRAS:
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return docs
+
+
+def test_k8s_settings_is_a_copy_of_the_top_level_settings() -> None:
+    # kustomize only reads files in or below k8s/ (a symlink pointing out is refused too),
+    # so the ConfigMap is generated from a copy that must never drift.
+    copy, top = K8S / "settings.yaml", deploycheck.SETTINGS_FILE
+    assert not copy.is_symlink()
+    assert copy.read_bytes() == top.read_bytes(), (
+        "k8s/settings.yaml differs from settings.yaml: run `cp settings.yaml k8s/settings.yaml`")
+
+
+def test_renders_the_expected_objects(rendered: list[Obj]) -> None:
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in rendered)
+    cm = _settings_configmap(rendered)["metadata"]["name"]
+    assert kinds == sorted([
+        ("Namespace", "hogwild"), ("ConfigMap", cm), ("PersistentVolumeClaim", "hogwild-runs"),
+        ("Service", "hogwild-workers"), ("StatefulSet", "hogwild-worker"),
+        ("Service", "hogwild-coordinator"), ("Job", "hogwild-coordinator")])
+    for obj in rendered:
+        assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "hogwild"
+        if obj["kind"] != "Namespace":
+            assert obj["metadata"]["namespace"] == "hogwild"
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_every_object_passes_strict_schema_validation(rendered: list[Obj], version: str) -> None:
+    import kubernetes_validate
+
+    if version == "latest":
+        version = kubernetes_validate.utils.latest_version()
+    for obj in [*rendered, *_extras()]:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("readinesProbe", {}), ("env", [{"name": "HOGWILD_WORKERS", "value": 2}])])
+def test_strict_validation_rejects_typos_and_numbers_in_env(rendered: list[Obj], field: str,
+                                                            value: Any) -> None:
+    import kubernetes_validate
+
+    job = _one(rendered, "Job", "hogwild-coordinator")
+    broken = yaml.safe_load(yaml.safe_dump(job))
+    broken["spec"]["template"]["spec"]["containers"][0][field] = value
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, "1.27.0", strict=True)
+
+
+def test_generated_configmap_holds_settings_and_is_referenced(rendered: list[Obj]) -> None:
+    cm = _settings_configmap(rendered)
+    assert cm["data"] == {"settings.yaml": deploycheck.SETTINGS_FILE.read_text()}
+    names = {o["metadata"]["name"] for o in _by_kind(rendered, "ConfigMap")}
+    claims = {o["metadata"]["name"] for o in _by_kind(rendered, "PersistentVolumeClaim")}
+    for obj, spec in _pods([*rendered, *_extras()]):
+        declared = {v["name"] for v in spec.get("volumes", [])}
+        for volume in spec.get("volumes", []):
+            if "configMap" in volume:
+                assert volume["configMap"]["name"] in names, f"{obj['kind']}: unknown ConfigMap"
+            if "persistentVolumeClaim" in volume:
+                assert volume["persistentVolumeClaim"]["claimName"] in claims
+        for container in spec["containers"]:
+            for mount in container.get("volumeMounts", []):
+                assert mount["name"] in declared, f"{container['name']}: {mount['name']}?"
+
+
+def _with_count(count: int, tmp_path: Path) -> list[Obj]:
+    root = tmp_path / "k8s"
+    shutil.copytree(K8S, root)
+    kust = yaml.safe_load((root / "kustomization.yaml").read_text())
+    (entry,) = [r for r in kust["replicas"] if r["name"] == "hogwild-worker"]
+    entry["count"] = count
+    (root / "kustomization.yaml").write_text(yaml.safe_dump(kust))
+    return kustomize_lite.build(root)
+
+
+def _coordinator_env(objects: list[Obj]) -> dict[str, Any]:
+    job = _one(objects, "Job", "hogwild-coordinator")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_one_replicas_entry_sets_workers_and_what_the_coordinator_waits_for(
+        rendered: list[Obj], tmp_path: Path) -> None:
+    kust = kustomize_lite.load_kustomization(K8S)
+    (entry,) = kust["replicas"]
+    assert _one(rendered, "StatefulSet", "hogwild-worker")["spec"]["replicas"] == entry["count"]
+    assert _coordinator_env(rendered)["HOGWILD_WORKERS"] == str(entry["count"])
+    for count in (1, 5):
+        objects = _with_count(count, tmp_path / str(count))
+        assert _one(objects, "StatefulSet", "hogwild-worker")["spec"]["replicas"] == count
+        value = _coordinator_env(objects)["HOGWILD_WORKERS"]
+        assert value == str(count), "env values must stay strings"
+
+
+def _container_env(container: Obj) -> dict[str, str]:
+    """Env as the kubelet builds it: fieldRefs filled in, $(VAR) expanded in order."""
+    env: dict[str, str] = {}
+    for item in container.get("env", []):
+        if "valueFrom" in item:
+            env[item["name"]] = DOWNWARD[item["valueFrom"]["fieldRef"]["fieldPath"]]
+        else:
+            env[item["name"]] = deploycheck.expand_k8s(item["value"], env)
+    return env
+
+
+def _hogwild_containers(objects: list[Obj]) -> Iterator[tuple[Obj, Obj, Obj]]:
+    for obj, spec in _pods(objects):
+        for container in spec["containers"]:
+            if container.get("image", "").split(":")[0].endswith("hogwild") and \
+                    "command" not in container:
+                yield obj, spec, container
+
+
+def test_commands_and_settings_are_valid_for_each_role(rendered: list[Obj],
+                                                       tmp_path: Path) -> None:
+    settings_file = tmp_path / "settings.yaml"
+    settings_file.write_text(_settings_configmap(rendered)["data"]["settings.yaml"])
+    roles = set()
+    for obj, spec, container in _hogwild_containers(rendered):
+        args = deploycheck.parse_command(container["args"])
+        roles.add(args.command)
+        assert args.command == container["name"]
+        env = _container_env(container)
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        assert str(Path(env["HOGWILD_CONFIG"]).parent) in mounts
+        loaded = deploycheck.load_with(env, settings_file, container["args"])
+        if args.command == "coordinator":
+            assert any(loaded.out_dir.startswith(p + "/") for p in mounts), "out_dir not mounted"
+            assert loaded.workers == _one(rendered, "StatefulSet",
+                                          "hogwild-worker")["spec"]["replicas"]
+    assert roles == set(deploycheck.ROLES)
+
+
+def test_ports_probes_and_addresses_agree_with_settings(rendered: list[Obj]) -> None:
+    settings = deploycheck.settings()
+    port = {"coordinator": settings.coordinator_port, "worker": settings.worker_port}
+    for obj, spec, container in _hogwild_containers(rendered):
+        role = container["name"]
+        assert [p["containerPort"] for p in container["ports"]] == [port[role]]
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert container[probe]["grpc"]["port"] == port[role], f"{role} {probe}"
+        env = _container_env(container)
+        if role == "worker":
+            coordinator = env["HOGWILD_COORDINATOR_ADDRESS"]
+            host, _, _ = coordinator.rpartition(":")
+            assert deploycheck.port_of(coordinator) == settings.coordinator_port
+            svc = _one(rendered, "Service", host)
+            assert svc["spec"]["ports"][0]["port"] == settings.coordinator_port
+            assert deploycheck.port_of(env["HOGWILD_ADVERTISE_ADDRESS"]) == settings.worker_port
+    workers_svc = _one(rendered, "Service", "hogwild-workers")
+    assert workers_svc["spec"]["ports"][0]["port"] == settings.worker_port
+
+
+def test_workers_advertise_stable_names_from_the_headless_service(rendered: list[Obj]) -> None:
+    sts = _one(rendered, "StatefulSet", "hogwild-worker")
+    svc = _one(rendered, "Service", sts["spec"]["serviceName"])
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    env = _container_env(container)
+    namespace = DOWNWARD["metadata.namespace"]
+    assert env["HOGWILD_ADVERTISE_ADDRESS"] == (
+        f"hogwild-worker-0.{svc['metadata']['name']}.{namespace}.svc.cluster.local:"
+        f"{deploycheck.settings().worker_port}")
+
+
+def test_service_selectors_match_their_pods(rendered: list[Obj]) -> None:
+    templates = {("StatefulSet", "hogwild-workers"), ("Job", "hogwild-coordinator")}
+    for kind, service in templates:
+        svc = _one(rendered, "Service", service)
+        selector = svc["spec"]["selector"]
+        pods = [o for o in _by_kind(rendered, kind)]
+        labels = pods[0]["spec"]["template"]["metadata"]["labels"]
+        assert selector.items() <= labels.items(), f"{service} selects no pod"
+        assert svc["spec"]["ports"][0]["targetPort"] in {
+            p["name"] for c in pods[0]["spec"]["template"]["spec"]["containers"]
+            for p in c["ports"]}
+    sts = _one(rendered, "StatefulSet", "hogwild-worker")
+    assert sts["spec"]["selector"]["matchLabels"].items() <= \
+        sts["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_pods_are_hardened_bounded_and_drain_on_sigterm(rendered: list[Obj]) -> None:
+    for obj, spec in _pods([*rendered, *_extras()]):
+        # Service links would inject HOGWILD_<SERVICE>_PORT=tcp://... variables, which
+        # hogwild reads as settings (and rejects).
+        assert spec["enableServiceLinks"] is False, obj["metadata"]["name"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["terminationGracePeriodSeconds"] >= 1
+        for container in spec["containers"]:
+            resources = container["resources"]
+            assert {"cpu", "memory"} <= set(resources["requests"])
+            assert "memory" in resources["limits"]
+            assert container["securityContext"]["allowPrivilegeEscalation"] is False
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True
+            if container["securityContext"]["readOnlyRootFilesystem"] and "command" not in \
+                    container:
+                assert "/tmp" in {m["mountPath"] for m in container["volumeMounts"]}
+    for obj, spec, _ in _hogwild_containers(rendered):
+        assert spec["terminationGracePeriodSeconds"] >= 30
+    job = _one(rendered, "Job", "hogwild-coordinator")
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_extras_target_the_rendered_namespace_and_volume(rendered: list[Obj]) -> None:
+    assert EXTRAS, "k8s/extras/results-reader.yaml is missing"
+    namespace = kustomize_lite.load_kustomization(K8S)["namespace"]
+    claims = {o["metadata"]["name"] for o in _by_kind(rendered, "PersistentVolumeClaim")}
+    for doc in _extras():
+        assert doc["metadata"]["namespace"] == namespace
+        for _, spec in _pods([doc]):
+            used = {v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"]
+                    if "persistentVolumeClaim" in v}
+            assert used and used <= claims
+
+
+def test_renderer_refuses_files_outside_the_kustomization(tmp_path: Path) -> None:
+    root = tmp_path / "k8s"
+    shutil.copytree(K8S, root)
+    (root / "settings.yaml").unlink()
+    (root / "settings.yaml").symlink_to(deploycheck.SETTINGS_FILE)
+    with pytest.raises(kustomize_lite.KustomizeError, match="not in or below"):
+        kustomize_lite.build(root)
+
+
+def test_renderer_refuses_unknown_kustomization_fields(tmp_path: Path) -> None:
+    root = tmp_path / "k8s"
+    shutil.copytree(K8S, root)
+    with (root / "kustomization.yaml").open("a") as handle:
+        handle.write("\nnamePrefix: x-\n")
+    with pytest.raises(kustomize_lite.KustomizeError, match="unsupported"):
+        kustomize_lite.build(root)
+
+
+def test_configmap_hash_matches_kustomize() -> None:
+    # Value printed by `kubectl kustomize` (kustomize v5.5.0) for this exact data.
+    assert kustomize_lite.configmap_hash({"settings.yaml": "workers: 2\n"}) == "khf8ghgm2c"
+
+
+def _real_kustomize() -> list[str] | None:
+    """A real kustomize: $KUSTOMIZE (a binary), `kustomize`, or kubectl's built-in one (v4+)."""
+    explicit = os.environ.get("KUSTOMIZE")
+    if explicit:
+        return [explicit, "build"]
+    if shutil.which("kustomize"):
+        return ["kustomize", "build"]
+    kubectl = os.environ.get("KUBECTL") or shutil.which("kubectl")
+    if kubectl:
+        try:
+            out = subprocess.run([kubectl, "version", "--client"], capture_output=True,
+                                 text=True, timeout=60, check=False).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        match = re.search(r"Kustomize Version: v(\d+)", out)
+        if match and int(match.group(1)) >= 4:  # replacements need kustomize >= 4.1
+            return [kubectl, "kustomize"]
+    return None
+
+
+def test_same_output_as_real_kustomize(rendered: list[Obj]) -> None:
+    command = _real_kustomize()
+    if command is None:
+        pytest.skip("no kustomize binary or kubectl with kustomize >= v4 on PATH "
+                    "(set KUSTOMIZE or KUBECTL to one)")
+    done = subprocess.run([*command, str(K8S)], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    real = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert real == rendered
+
+
+def test_probes_outlast_the_not_serving_phases(rendered: list[Obj]) -> None:
+    # A worker turns SERVING only once registered, and is NOT_SERVING after Stop while it
+    # waits for its final state to be collected; both waits are bounded by connect_timeout,
+    # which must end them with hogwild's own message before the kubelet kills the pod.
+    connect_timeout = deploycheck.settings().connect_timeout
+    sts = _one(rendered, "StatefulSet", "hogwild-worker")
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    for name in ("startupProbe", "livenessProbe"):
+        probe = container[name]
+        assert probe["periodSeconds"] * probe["failureThreshold"] > connect_timeout, name
+    # Workers must reach the coordinator while it is NOT_SERVING (loading, draining).
+    for service in ("hogwild-coordinator", "hogwild-workers"):
+        assert _one(rendered, "Service", service)["spec"]["publishNotReadyAddresses"] is True

@@ -1,0 +1,148 @@
+"""A real Worker server: shard shipping over 4 MiB, configuration, delta validation, health."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+
+from hogwild.data.csr import CSRData
+from hogwild.protocol import PROTOCOL_VERSION, pb
+from hogwild.protocol.codec import DeltaHeader, encode_delta
+from hogwild.protocol.health import check
+from hogwild.protocol.streams import shard_chunks
+
+from .conftest import WorkerServer
+
+N_FEATURES = 12_000
+DIM = N_FEATURES + 1
+PEER = 7
+
+
+def _big_shard(n_rows: int = 60_000, per_row: int = 12) -> CSRData:
+    """~5.8 MB of non-zeros: more than gRPC's 4 MiB message limit."""
+    rows = np.arange(n_rows)
+    cols = (np.arange(per_row) * 1000)[None, :] + (rows % 1000)[:, None]  # ascending per row
+    rng = np.random.default_rng(0)
+    return CSRData(np.arange(0, n_rows * per_row + 1, per_row, dtype=np.int64),
+                   cols.ravel().astype(np.int32),
+                   rng.random(n_rows * per_row).astype(np.float32),
+                   np.where(rows % 3 == 0, 1.0, -1.0).astype(np.float32), N_FEATURES)
+
+
+def _ship(worker: WorkerServer, data: CSRData) -> pb.ShardAck:
+    node = worker.node
+    return worker.stub.ReceiveShard(
+        shard_chunks(data, node.run_id, node.worker_id, chunk_bytes=1 << 20), timeout=30)
+
+
+def _configure(worker: WorkerServer) -> None:
+    node = worker.node
+    worker.stub.Configure(pb.RunConfig(
+        protocol_version=PROTOCOL_VERSION, run_id=node.run_id, worker_id=node.worker_id,
+        peers=[pb.Peer(worker_id=PEER, address="127.0.0.1:1")], dim=DIM, n_features=N_FEATURES,
+        mode="sync", staleness=-1, threads=2, round_size=100, max_rounds=3,
+        train_rows=60_000, loss="hinge", learning_rate=0.1, lr_schedule="constant",
+        lr_decay=0.9, power_t=0.5, l2=0.0, fit_bias=True, barrier_timeout=2.0,
+        rpc_timeout=2.0), timeout=5)
+
+
+@pytest.fixture
+def configured(worker_server: WorkerServer) -> WorkerServer:
+    _ship(worker_server, _big_shard(2000, 4))
+    _configure(worker_server)
+    return worker_server
+
+
+def _delta(run_id: str, worker_id: int = PEER, seq: int = 1) -> pb.Delta:
+    idx = np.array([1, 50, N_FEATURES], dtype=np.int32)
+    val = np.array([0.25, -0.5, 1.5], dtype=np.float32)
+    return encode_delta(DeltaHeader(run_id, worker_id, round=1, seq=seq, dim=DIM), idx, val)
+
+
+def test_shard_larger_than_4mib_ships_intact(worker_server: WorkerServer) -> None:
+    data = _big_shard()
+    assert data.indices.nbytes + data.values.nbytes > 4 * 1024 * 1024
+    chunks = list(shard_chunks(data, worker_server.node.run_id, worker_server.node.worker_id,
+                               chunk_bytes=1 << 20))
+    assert all(c.ByteSize() < (1 << 20) + 1024 for c in chunks)
+    ack = _ship(worker_server, data)
+    assert ack.shard_digest == chunks[-1].shard_digest
+    assert (ack.n_rows, ack.nnz) == (data.n_rows, data.nnz)
+    got = worker_server.node.shard
+    assert got is not None
+    for name in ("indptr", "indices", "values", "labels"):
+        np.testing.assert_array_equal(getattr(got.data, name), getattr(data, name))
+    assert got.data.n_features == N_FEATURES
+
+
+def test_corrupt_shard_is_invalid_argument(worker_server: WorkerServer) -> None:
+    chunks = list(shard_chunks(_big_shard(500, 4), worker_server.node.run_id,
+                               worker_server.node.worker_id, chunk_bytes=4096))
+    chunks[2].crc32 ^= 0xFF
+    with pytest.raises(grpc.RpcError) as info:
+        worker_server.stub.ReceiveShard(iter(chunks), timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert worker_server.node.shard is None
+
+
+def test_config_before_shard_is_failed_precondition(worker_server: WorkerServer) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        _configure(worker_server)
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def _expect(worker: WorkerServer, message: pb.Delta, code: grpc.StatusCode) -> None:
+    before = worker.node.w.tobytes()
+    with pytest.raises(grpc.RpcError) as info:
+        worker.stub.PushDelta(message, timeout=5)
+    assert info.value.code() == code, info.value.details()
+    assert worker.node._apply_inbox() == 0, "a rejected delta was queued"
+    assert worker.node.w.tobytes() == before
+
+
+def test_bad_deltas_get_status_codes_and_leave_w_untouched(configured: WorkerServer) -> None:
+    run_id = configured.node.run_id
+    at_dim = _delta(run_id)
+    idx = np.frombuffer(at_dim.indices.data, np.int32).copy()
+    idx[-1] = DIM
+    at_dim.indices.data = idx.tobytes()
+    _expect(configured, at_dim, grpc.StatusCode.INVALID_ARGUMENT)
+
+    mismatch = _delta(run_id)
+    mismatch.indices.length += 1
+    _expect(configured, mismatch, grpc.StatusCode.INVALID_ARGUMENT)
+
+    nan = _delta(run_id)
+    val = np.frombuffer(nan.values.data, np.float32).copy()
+    val[0] = np.nan
+    nan.values.data = val.tobytes()
+    _expect(configured, nan, grpc.StatusCode.INVALID_ARGUMENT)
+
+    _expect(configured, _delta("other-run"), grpc.StatusCode.FAILED_PRECONDITION)
+    _expect(configured, _delta(run_id, worker_id=PEER + 1), grpc.StatusCode.FAILED_PRECONDITION)
+    old = _delta(run_id)
+    old.protocol_version = PROTOCOL_VERSION + 1
+    _expect(configured, old, grpc.StatusCode.FAILED_PRECONDITION)
+
+
+def test_duplicate_delta_is_acknowledged_and_applied_once(configured: WorkerServer) -> None:
+    node = configured.node
+    m = _delta(node.run_id, seq=4)
+    assert not configured.stub.PushDelta(m, timeout=5).duplicate
+    assert configured.stub.PushDelta(m, timeout=5).duplicate
+    assert node._apply_inbox() == 1
+    expected = np.zeros(DIM)
+    expected[[1, 50, N_FEATURES]] = [0.25, -0.5, 1.5]
+    assert node.w.tobytes() == expected.tobytes()
+    # Applied deltas are peers' updates, not own ones: the next own delta is empty.
+    assert node.snap.tobytes() == expected.tobytes()
+    assert node.inbox.peers[PEER].applied == 1 and node.inbox.peers[PEER].round == 1
+
+
+def test_health_serving_then_not_serving(worker_server: WorkerServer) -> None:
+    assert check(worker_server.address, timeout=3) == "NOT_SERVING"
+    worker_server.health.set(True)
+    assert check(worker_server.address, timeout=3, service="hogwild.v1.Worker") == "SERVING"
+    worker_server.health.set(False)
+    assert check(worker_server.address, timeout=3) == "NOT_SERVING"

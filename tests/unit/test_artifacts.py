@@ -1,0 +1,47 @@
+"""Outputs: atomic writes, model round trip, metrics files, the plot."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hogwild import artifacts
+
+
+def test_model_round_trip(tmp_path: Path) -> None:
+    w = np.array([0.5, -1.25, 3.0])
+    artifacts.save_model(tmp_path, w, {"loss": "hinge", "n_features": 2, "x": np.float32(1.5)})
+    loaded, meta = artifacts.load_model(tmp_path)
+    assert np.array_equal(loaded, w)
+    assert meta == {"loss": "hinge", "n_features": 2, "x": 1.5}
+
+
+def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path: Path) -> None:
+    target = tmp_path / "model.json"
+    artifacts.atomic_write_text(target, "old")
+
+    class Boom:
+        def __len__(self) -> int:
+            raise RuntimeError("disk on fire")
+
+    with pytest.raises(TypeError):
+        artifacts.atomic_write_bytes(target, Boom())  # type: ignore[arg-type]
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.json"]  # no temp file left behind
+
+
+def test_metrics_history_and_plot(tmp_path: Path) -> None:
+    rows = [{"elapsed": 0.1 * i, "val_loss": 1.0 / (i + 1), "train_loss": 1.1 / (i + 1),
+             "val_accuracy": 0.5 + 0.04 * i} for i in range(6)]
+    artifacts.write_history(tmp_path, rows)
+    artifacts.write_metrics(tmp_path, {"test_accuracy": np.float64(0.9), "epochs": 6})
+    png = artifacts.plot_loss(tmp_path, rows, title="t")
+    lines = (tmp_path / artifacts.HISTORY_FILE).read_text().splitlines()
+    assert [json.loads(line)["val_loss"] for line in lines] == [r["val_loss"] for r in rows]
+    assert json.loads((tmp_path / artifacts.METRICS_FILE).read_text())["test_accuracy"] == 0.9
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert os.path.getsize(png) > 5000

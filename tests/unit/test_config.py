@@ -1,0 +1,120 @@
+"""Settings: defaults, the YAML file, HOGWILD_* overrides, flags, and errors that name the key."""
+
+from __future__ import annotations
+
+from dataclasses import FrozenInstanceError, fields
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hogwild import config
+from hogwild.config import Settings
+from hogwild.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "settings.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_top_level_settings_file_documents_every_key_with_the_defaults() -> None:
+    text = (ROOT / "settings.yaml").read_text()
+    loaded = yaml.safe_load(text)
+    assert list(loaded) == list(config.KEYS)
+    assert config.load(ROOT / "settings.yaml") == Settings()
+    lines = text.splitlines()
+    for key in config.KEYS:
+        index = next(i for i, line in enumerate(lines) if line.startswith(f"{key}:"))
+        assert lines[index - 1].startswith("# "), f"{key} has no comment above it"
+
+
+def test_defaults_are_valid_and_frozen() -> None:
+    settings = config.load()
+    assert settings == Settings()
+    with pytest.raises(FrozenInstanceError):
+        settings.workers = 3  # type: ignore[misc]
+
+
+def test_file_then_env_then_flags(tmp_path: Path) -> None:
+    path = write(tmp_path, "workers: 3\nmode: async\nthreads: 1\n")
+    settings = config.load(path, {"HOGWILD_WORKERS": "4", "HOGWILD_THREADS": "2"},
+                           {"workers": "5"})
+    assert (settings.workers, settings.threads, settings.mode) == (5, 2, "async")
+
+
+def test_env_override_reads_types() -> None:
+    settings = config.load(None, {"HOGWILD_FIT_BIAS": "false", "HOGWILD_STALENESS": "null",
+                                  "HOGWILD_LEARNING_RATE": "0.25", "HOGWILD_DATA": "x.svm",
+                                  "PATH": "/bin"})
+    assert settings.fit_bias is False
+    assert settings.staleness is None
+    assert settings.learning_rate == 0.25
+    assert settings.data == "x.svm"
+
+
+def test_unknown_key_in_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        config.load(write(tmp_path, "workers: 2\nwokers: 3\n"))
+    assert err.value.key == "wokers"
+    assert "unknown setting" in str(err.value)
+
+
+def test_unknown_env_variable_is_named() -> None:
+    with pytest.raises(ConfigError) as err:
+        config.load(None, {"HOGWILD_THRAEDS": "2"})
+    assert "HOGWILD_THRAEDS" in str(err.value)
+
+
+@pytest.mark.parametrize(("key", "value", "fragment"), [
+    ("workers", "three", "expected an integer"),
+    ("workers", 0, "between 1 and 1024"),
+    ("threads", 2.5, "expected an integer"),
+    ("learning_rate", "fast", "expected a number"),
+    ("learning_rate", -1, "positive"),
+    ("mode", "semi", "must be one of sync, async"),
+    ("fit_bias", "yes please", "true or false"),
+    ("coordinator_address", "nohost", "host:port"),
+    ("chunk_bytes", 8 << 20, "1048576"),
+    ("staleness", 0, "at least 1"),
+    ("epochs", None, "must be set"),
+])
+def test_bad_values_name_the_key(tmp_path: Path, key: str, value: object, fragment: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config.load(write(tmp_path, yaml.safe_dump({key: value})))
+    assert err.value.key == key
+    assert fragment in str(err.value)
+
+
+def test_bad_flag_names_flag_source() -> None:
+    with pytest.raises(ConfigError) as err:
+        config.load(None, {}, {"round_size": "-3"})
+    assert err.value.key == "round_size"
+
+
+def test_fractions_must_leave_training_data() -> None:
+    with pytest.raises(ConfigError) as err:
+        config.load(None, {}, {"val_fraction": "0.5", "test_fraction": "0.5"})
+    assert err.value.key == "test_fraction"
+
+
+def test_not_a_mapping_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="mapping"):
+        config.load(write(tmp_path, "- a\n- b\n"))
+    with pytest.raises(ConfigError, match="cannot read"):
+        config.load(tmp_path / "absent.yaml")
+
+
+def test_replace_validates() -> None:
+    settings = Settings()
+    assert settings.replace(workers=7).workers == 7
+    with pytest.raises(ConfigError):
+        settings.replace(mode="bogus")
+
+
+def test_every_field_has_help() -> None:
+    for field in fields(Settings):
+        assert config.help_text(field.name).strip()

@@ -1,0 +1,105 @@
+"""CSRData: construction checks, take/slice/with_n_features, validate, scipy round trip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hogwild.data.csr import CSRData
+from hogwild.errors import DataError
+
+
+def small() -> CSRData:
+    # rows: [0:1, 3:2], [], [1:3], [0:4, 1:5, 2:6]
+    return CSRData(np.array([0, 2, 2, 3, 6]), np.array([0, 3, 1, 0, 1, 2]),
+                   np.array([1, 2, 3, 4, 5, 6], dtype=np.float64),
+                   np.array([1, -1, 1, -1]), 4)
+
+
+def dense(d: CSRData) -> np.ndarray:
+    return np.asarray(d.to_scipy().toarray())
+
+
+def test_sizes_and_dtypes() -> None:
+    d = small()
+    assert (d.n_rows, d.nnz, d.n_features) == (4, 6, 4)
+    assert d.indptr.dtype == np.int64 and d.indices.dtype == np.int32
+    assert d.values.dtype == np.float32 and d.labels.dtype == np.float32
+    assert d.nbytes == 5 * 8 + 6 * 4 + 6 * 4 + 4 * 4
+
+
+def test_construction_rejects_inconsistent_lengths() -> None:
+    with pytest.raises(DataError):
+        CSRData(np.array([0, 1]), np.array([0, 1]), np.array([1.0]), np.array([1.0]), 2)
+    with pytest.raises(DataError):
+        CSRData(np.array([0, 1]), np.array([0]), np.array([1.0]), np.array([1.0, 2.0]), 2)
+    with pytest.raises(DataError):
+        CSRData(np.array([1, 1]), np.array([0]), np.array([1.0]), np.array([1.0]), 2)
+
+
+def test_take_gathers_rows_in_order_and_copies() -> None:
+    d = small()
+    t = d.take(np.array([3, 0, 3, 1]))
+    full = dense(d)
+    assert np.array_equal(dense(t), full[[3, 0, 3, 1]])
+    assert t.labels.tolist() == [-1, 1, -1, -1]
+    t.values[0] = 99.0
+    assert d.values[3] == 4.0  # physically copied
+    t.validate()
+    assert d.take(np.array([], dtype=np.int64)).n_rows == 0
+    with pytest.raises(IndexError):
+        d.take(np.array([4]))
+
+
+def test_slice_is_rebased_view() -> None:
+    d = small()
+    s = d.slice(1, 4)
+    assert s.indptr.tolist() == [0, 0, 1, 4]
+    assert np.array_equal(dense(s), dense(d)[1:4])
+    assert np.shares_memory(s.values, d.values)
+    assert d.slice(3, 1).n_rows == 0
+    assert d.slice(2, 100).n_rows == 2
+    s.validate()
+
+
+def test_with_n_features() -> None:
+    d = small()
+    assert d.with_n_features(10).n_features == 10
+    with pytest.raises(DataError):
+        d.with_n_features(3)
+
+
+@pytest.mark.parametrize("fault", ["range", "order", "dup", "nan", "label", "indptr"])
+def test_validate_finds_faults(fault: str) -> None:
+    d = small()
+    indptr, indices, values, labels = (d.indptr.copy(), d.indices.copy(), d.values.copy(),
+                                       d.labels.copy())
+    if fault == "range":
+        indices[1] = 4
+    elif fault == "order":
+        indices[3:6] = [1, 0, 2]
+    elif fault == "dup":
+        indices[3:6] = [0, 0, 2]
+    elif fault == "nan":
+        values[2] = np.nan
+    elif fault == "label":
+        labels[1] = np.inf
+    else:
+        indptr[1:4] = [3, 2, 3]
+    bad = CSRData(indptr, indices, values, labels, 4)
+    with pytest.raises(DataError):
+        bad.validate()
+    small().validate()
+
+
+def test_scipy_round_trip_sorts_and_sums_duplicates() -> None:
+    sp = pytest.importorskip("scipy.sparse")
+    d = small()
+    back = CSRData.from_scipy(d.to_scipy(), d.labels)
+    for name in ("indptr", "indices", "values", "labels"):
+        assert np.array_equal(getattr(back, name), getattr(d, name))
+    m = sp.csr_matrix((np.array([1.0, 2.0, 3.0]), np.array([2, 0, 2]), np.array([0, 3])),
+                      shape=(1, 3))
+    c = CSRData.from_scipy(m, [1])
+    assert c.indices.tolist() == [0, 2] and c.values.tolist() == [2.0, 4.0]
+    c.validate()

@@ -1,0 +1,297 @@
+"""svmlight/LIBSVM reader and writer: valid input, malformed input, round trip, cache."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hogwild.data import svmlight
+from hogwild.data.cache import cache_path
+from hogwild.data.csr import CSRData
+from hogwild.data.svmlight import parse_svmlight_buffer, read_svmlight, write_svmlight
+from hogwild.errors import DataError, DataFormatError
+
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def parse(text: str | bytes, **kwargs: object) -> CSRData:
+    raw = text.encode() if isinstance(text, str) else text
+    return parse_svmlight_buffer(np.frombuffer(raw, dtype=np.uint8), **kwargs)  # type: ignore
+
+
+def write_text(path: Path, text: str) -> Path:
+    path.write_bytes(text.encode())
+    return path
+
+
+# --- valid input -----------------------------------------------------------------------------
+
+def test_labels_plus_minus_one_and_structure() -> None:
+    d = parse("+1 1:0.5 3:2\n-1 2:1.25\n")
+    assert d.n_rows == 2 and d.n_features == 3 and d.nnz == 3
+    assert d.indptr.tolist() == [0, 2, 3]
+    assert d.indices.tolist() == [0, 2, 1]
+    assert d.values.tolist() == [0.5, 2.0, 1.25]
+    assert d.labels.tolist() == [1.0, -1.0]
+    assert d.indptr.dtype == np.int64 and d.indices.dtype == np.int32
+    assert d.values.dtype == np.float32 and d.labels.dtype == np.float32
+
+
+def test_labels_zero_one_and_real() -> None:
+    assert parse("0 1:1\n1 1:1\n").labels.tolist() == [0.0, 1.0]
+    assert parse("2.5 1:1\n-0.125 2:1\n1e2 3:1\n").labels.tolist() == [2.5, -0.125, 100.0]
+
+
+def test_comments_qid_blank_lines_crlf() -> None:
+    text = ("# header comment\r\n"
+            "\r\n"
+            "1 qid:7 1:1 2:2 # trailing comment 9:9\r\n"
+            "   \t\n"
+            "-1 qid:8 3:3\r\n"
+            "1\r\n"
+            "# 1:1 not a row\n")
+    d = parse(text)
+    assert d.n_rows == 3
+    assert d.labels.tolist() == [1.0, -1.0, 1.0]
+    assert d.indptr.tolist() == [0, 2, 3, 3]
+    assert d.indices.tolist() == [0, 1, 2]
+    assert d.values.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_zero_based_ids() -> None:
+    d = parse("1 0:1 4:2\n", zero_based=True)
+    assert d.indices.tolist() == [0, 4] and d.n_features == 5
+
+
+def test_no_final_newline_and_tabs() -> None:
+    d = parse("1\t1:1\t2:2\n-1 3:3")
+    assert d.n_rows == 2 and d.indices.tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("token", [
+    "1", "-1", "+3", ".5", "5.", "-0.25", "1e-3", "1E5", "2.5e+2", "007", "0.000123456789",
+    "123456789012345678901234", "0.1234567890123456789012", "3.4028235e38", "1e-40", "1e-50",
+    "9.99999999999999999999", "0.33333334", "16777217", "1.00000005960464477539",
+])
+def test_float_values_match_correctly_rounded_reference(token: str) -> None:
+    d = parse(f"1 1:{token}\n")
+    assert d.values[0] == np.float32(float(token))
+
+
+def test_random_float32_values_parse_exactly() -> None:
+    rng = np.random.default_rng(1)
+    vals = (rng.standard_normal(2000) * 10.0 ** rng.integers(-30, 30, 2000)).astype(np.float32)
+    text = "".join(f"1 1:{float(v)!r}\n1 1:{v:.9g}\n" for v in vals)
+    d = parse(text)
+    expected = np.repeat(vals, 2)
+    assert np.array_equal(d.values, expected)
+
+
+def test_large_input_uses_several_pieces_and_matches_one_thread() -> None:
+    rng = np.random.default_rng(2)
+    rows = []
+    for _ in range(30000):
+        ids = np.sort(rng.choice(1000, size=rng.integers(1, 40), replace=False)) + 1
+        rows.append(f"{rng.choice([-1, 1])} " + " ".join(f"{i}:{rng.random():.6f}" for i in ids))
+    text = "\n".join(rows)  # no final newline
+    assert len(text) > 2 * svmlight._MIN_BYTES_PER_THREAD
+    one = parse(text, threads=1)
+    two = parse(text, threads=3)
+    assert one.n_rows == two.n_rows == 30000
+    for name in ("indptr", "indices", "values", "labels"):
+        assert np.array_equal(getattr(one, name), getattr(two, name))
+
+
+def test_gzip_file(tmp_path: Path) -> None:
+    path = tmp_path / "a.svm.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(b"1 1:0.5\n-1 2:0.25\n")
+    d = read_svmlight(path, cache=False)
+    assert d.labels.tolist() == [1.0, -1.0] and d.values.tolist() == [0.5, 0.25]
+
+
+def test_empty_file_gives_zero_rows(tmp_path: Path) -> None:
+    path = write_text(tmp_path / "empty.svm", "")
+    d = read_svmlight(path, cache=False)
+    assert d.n_rows == 0 and d.nnz == 0 and d.n_features == 0
+    assert read_svmlight(path, n_features=7, cache=False).n_features == 7
+    only_comments = write_text(tmp_path / "c.svm", "# nothing\n\n")
+    assert read_svmlight(only_comments, cache=False).n_rows == 0
+
+
+def test_n_features_argument_widens() -> None:
+    d = parse("1 1:1 3:1\n", n_features=10)
+    assert d.n_features == 10
+
+
+# --- malformed input -------------------------------------------------------------------------
+
+MALFORMED = [
+    ("1 1:1\n-1 x:1\n", 2, "bad token"),
+    ("1 1:1\n\n-1 2:1:3\n", 3, "bad token"),
+    ("1 1:\n", 1, "bad token"),
+    ("1 1:0.5abc\n", 1, "bad token"),
+    ("1 2:1\n1 0:1\n", 2, "index 0"),
+    ("1 -3:1\n", 1, "negative"),
+    ("1 3:1 2:1\n", 1, "strictly increasing"),
+    ("# c\n1 2:1 2:1\n", 2, "strictly increasing"),
+    ("1 1:nan\n", 1, "non-finite"),
+    ("1 1:1\n1 1:inf\n", 2, "non-finite"),
+    ("1 1:-Infinity\n", 1, "non-finite"),
+    ("1 1:1e39\n", 1, "non-finite"),
+    ("1 1:1\n1:1 2:1\n", 2, "missing label"),
+    ("spam 1:1\n", 1, "label is not a number"),
+    ("1 1:1\r\n1 1:1\r\n+- 1:1\r\n", 3, "label is not a number"),
+    ("nan 1:1\n", 1, "non-finite"),
+    ("1 99999999999:1\n", 1, "too large"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "what"), MALFORMED)
+def test_malformed_input_names_path_and_line(tmp_path: Path, text: str, line: int,
+                                             what: str) -> None:
+    path = write_text(tmp_path / "bad.svm", text)
+    with pytest.raises(DataFormatError) as info:
+        read_svmlight(path, cache=False)
+    assert info.value.line == line
+    assert str(info.value).startswith(f"{path}:{line}: ")
+    assert what in str(info.value)
+
+
+def test_malformed_line_in_second_piece_is_located() -> None:
+    good = "1 1:0.5 2:0.25 3:0.125\n" * 200000
+    text = good + "1 3:1 2:1\n" + good
+    with pytest.raises(DataFormatError) as info:
+        parse(text, threads=2)
+    assert info.value.line == 200001
+
+
+def test_n_features_too_small_names_line(tmp_path: Path) -> None:
+    path = write_text(tmp_path / "a.svm", "1 1:1\n1 5:1\n1 9:1\n")
+    with pytest.raises(DataFormatError) as info:
+        read_svmlight(path, n_features=6, cache=False)
+    assert info.value.line == 3 and "n_features" in str(info.value)
+    # also when the arrays come from the cache
+    read_svmlight(path)
+    with pytest.raises(DataFormatError) as info:
+        read_svmlight(path, n_features=6)
+    assert info.value.line == 3
+
+
+def test_missing_file_is_data_error(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="not found"):
+        read_svmlight(tmp_path / "nope.svm")
+
+
+# --- writer ----------------------------------------------------------------------------------
+
+def test_write_read_round_trip_exact(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    n = 500
+    lengths = rng.integers(0, 30, n)
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    indices = np.concatenate([np.sort(rng.choice(5000, k, replace=False)) for k in lengths])
+    mags = 10.0 ** rng.integers(-40, 38, indptr[-1])
+    values = (rng.standard_normal(indptr[-1]) * mags).astype(np.float32)
+    values[:5] = [np.finfo(np.float32).max, np.finfo(np.float32).tiny, 1e-45, -0.0, 1.0]
+    labels = rng.choice([-1.0, 1.0, 0.0, 2.5, -1e-7, 123456.75], n).astype(np.float32)
+    data = CSRData(indptr, indices, values, labels, 5000)
+    for name in ("rt.svm", "rt.svm.gz"):
+        path = tmp_path / name
+        write_svmlight(data, path)
+        back = read_svmlight(path, n_features=5000, cache=False)
+        assert np.array_equal(back.indptr, data.indptr)
+        assert np.array_equal(back.indices, data.indices)
+        assert np.array_equal(back.values, data.values)
+        assert np.array_equal(back.labels, data.labels)
+    with gzip.open(tmp_path / "rt.svm.gz") as f:
+        assert f.read(10)  # really gzip
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_write_zero_based_and_short_digits(tmp_path: Path) -> None:
+    data = CSRData(np.array([0, 2]), np.array([0, 3]), np.array([0.1234567, 2.0]),
+                   np.array([1.0]), 4)
+    path = tmp_path / "z.svm"
+    write_svmlight(data, path, zero_based=True, digits=3)
+    assert path.read_text() == "1 0:0.123 3:2\n"
+
+
+# --- cache -----------------------------------------------------------------------------------
+
+def test_cache_hit_skips_parsing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_text(tmp_path / "a.svm", "1 1:0.5 4:1\n-1 2:0.25\n")
+    first = read_svmlight(path)
+    where = cache_path(path)
+    assert where == tmp_path / "a.svm.hwcache.npz" and where.is_file()
+
+    def fail(*args: object, **kwargs: object) -> CSRData:
+        raise AssertionError("parsed although a fresh cache exists")
+
+    monkeypatch.setattr(svmlight, "parse_svmlight_buffer", fail)
+    second = read_svmlight(path)
+    assert np.array_equal(second.indices, first.indices)
+    assert np.array_equal(second.values, first.values)
+    assert second.labels.tolist() == [1.0, -1.0] and second.n_features == 4
+    assert read_svmlight(path, n_features=10).n_features == 10
+
+
+def test_stale_cache_is_ignored_and_rewritten(tmp_path: Path) -> None:
+    path = write_text(tmp_path / "a.svm", "1 1:0.5\n")
+    read_svmlight(path)
+    where = cache_path(path)
+    before = where.stat().st_mtime_ns
+    write_text(path, "-1 2:0.75\n1 1:1\n")  # other size
+    d = read_svmlight(path)
+    assert d.labels.tolist() == [-1.0, 1.0] and d.values.tolist() == [0.75, 1.0]
+    # same size, other mtime
+    write_text(path, "-1 2:0.25\n1 1:1\n")
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    assert read_svmlight(path).values.tolist() == [0.25, 1.0]
+    assert where.stat().st_mtime_ns >= before
+    # zero_based is part of the key
+    write_text(path, "1 0:1 1:2\n")
+    assert read_svmlight(path, zero_based=True).indices.tolist() == [0, 1]
+    with pytest.raises(DataFormatError):
+        read_svmlight(path, zero_based=False)
+
+
+def test_damaged_cache_is_ignored(tmp_path: Path) -> None:
+    path = write_text(tmp_path / "a.svm", "1 1:0.5\n")
+    read_svmlight(path)
+    cache_path(path).write_bytes(b"not a zip file")
+    assert read_svmlight(path).values.tolist() == [0.5]
+
+
+def test_cache_dir_used_when_given(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    path = write_text(src / "a.svm", "1 1:0.5\n")
+    root = tmp_path / "cache"
+    read_svmlight(path, cache_dir=root)
+    files = list(root.glob("*.hwcache.npz"))
+    assert len(files) == 1 and files[0].name.endswith("-a.svm.hwcache.npz")
+    assert not (src / "a.svm.hwcache.npz").exists()
+
+
+# --- against scikit-learn on the real data sets ----------------------------------------------
+
+SHARED_FILES = sorted(SHARED_DATA.glob("*.libsvm.gz")) if SHARED_DATA.is_dir() else []
+
+
+@pytest.mark.skipif(not SHARED_FILES, reason=f"shared data sets not found in {SHARED_DATA}")
+@pytest.mark.parametrize("path", SHARED_FILES, ids=[p.name for p in SHARED_FILES])
+def test_equal_to_sklearn(path: Path) -> None:
+    sk = pytest.importorskip("sklearn.datasets")
+    X, y = sk.load_svmlight_file(str(path), dtype=np.float64, zero_based=False)
+    ours = read_svmlight(path, cache=False)
+    assert ours.n_features == X.shape[1] and ours.n_rows == X.shape[0]
+    assert np.array_equal(ours.indptr, X.indptr)
+    assert np.array_equal(ours.indices, X.indices)
+    assert np.array_equal(ours.values, X.data.astype(np.float32))
+    assert np.array_equal(ours.labels, y.astype(np.float32))

@@ -1,0 +1,254 @@
+"""In-process trainer: schedules against a reference, thread modes, real data sets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hogwild.errors import DataError
+from hogwild.model import EpochStats, Trainer, TrainParams, evaluate, get_loss, warmup
+from hogwild.model.trainer import LOCKED_BATCH_ROWS
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+@dataclass(frozen=True, eq=False)
+class Rows:
+    """Stand-in with the fields of hogwild.data.csr.CSRData."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
+    labels: np.ndarray
+    n_features: int
+
+
+def tiny(n_rows: int = 60, n_features: int = 12, seed: int = 0) -> Rows:
+    rng = np.random.default_rng(seed)
+    dense = rng.uniform(-1, 1, size=(n_rows, n_features))
+    dense[rng.random(dense.shape) < 0.6] = 0.0
+    r, c = np.nonzero(dense)
+    indptr = np.concatenate([[0], np.cumsum((dense != 0).sum(axis=1))]).astype(np.int64)
+    truth = rng.normal(size=n_features)
+    labels = np.where(dense @ truth >= 0, 1.0, -1.0).astype(np.float32)
+    return Rows(indptr, c.astype(np.int32), dense[r, c].astype(np.float32), labels, n_features)
+
+
+def reference_pass(data: Rows, w: np.ndarray, order: list[int], lr: float, l2: float,
+                   loss_name: str, lrs: list[float] | None = None) -> None:
+    """Textbook SGD over rows in the given order (per-row step sizes if lrs is given)."""
+    loss = get_loss(loss_name)
+    nf = data.n_features
+    for i, r in enumerate(order):
+        cols = data.indices[data.indptr[r]:data.indptr[r + 1]]
+        x = data.values[data.indptr[r]:data.indptr[r + 1]].astype(np.float64)
+        m = float(w[cols] @ x) + w[nf]
+        g = float(loss.dloss(m, float(data.labels[r])))
+        step = lrs[i] if lrs is not None else lr
+        w[cols] = w[cols] - step * (g * x + l2 * w[cols])
+        w[nf] -= step * g
+
+
+def test_serial_constant_schedule_decays_per_epoch() -> None:
+    data = tiny()
+    params = TrainParams(loss="logistic", learning_rate=0.4, lr_decay=0.5, l2=0.01,
+                         mode="serial", batch_rows=7)
+    trainer = Trainer(data.n_features, params)
+    history = trainer.fit(data, epochs=3)
+    assert [s.epoch for s in history] == [0, 1, 2]
+    assert all(s.examples == 60 and s.seconds >= 0 for s in history)
+    w = np.zeros(data.n_features + 1)
+    for epoch in range(3):
+        reference_pass(data, w, list(range(60)), 0.4 * 0.5**epoch, 0.01, "logistic")
+    np.testing.assert_allclose(trainer.w, w, rtol=1e-12, atol=1e-12)
+    # The epoch count continues across calls.
+    assert trainer.fit(data, epochs=1)[0].epoch == 3
+
+
+def test_serial_invscaling_carries_step_counter_across_epochs() -> None:
+    data = tiny()
+    params = TrainParams(loss="hinge", learning_rate=0.5, lr_schedule="invscaling",
+                         power_t=0.5, l2=0.0, mode="serial")
+    trainer = Trainer(data.n_features, params)
+    trainer.fit(data, epochs=2)
+    assert trainer.t == 1.0 + 120
+    w = np.zeros(data.n_features + 1)
+    lrs = [0.5 / t**0.5 for t in range(1, 121)]
+    reference_pass(data, w, list(range(60)) * 2, 0.0, 0.0, "hinge", lrs)
+    np.testing.assert_allclose(trainer.w, w, rtol=1e-12, atol=1e-12)
+
+
+def test_locked_mode_takes_strict_turns() -> None:
+    # 3 threads, blocks [0,20) [20,40) [40,60), turns of 6 rows: the updates are exactly
+    # those of a serial pass in round-robin order (the baseline of the HOGWILD! paper).
+    data = tiny()
+    params = TrainParams(loss="squared", learning_rate=0.1, l2=0.001, threads=3,
+                         mode="locked", batch_rows=6)
+    trainer = Trainer(data.n_features, params)
+    trainer.fit_epoch(data, epoch=0)
+    blocks = [list(range(a, a + 20)) for a in (0, 20, 40)]
+    turns = [[b[i:i + 6] for i in range(0, 20, 6)] for b in blocks]
+    order = [r for turn in range(4) for k in range(3) for r in turns[k][turn]]
+    w = np.zeros(data.n_features + 1)
+    reference_pass(data, w, order, 0.1, 0.001, "squared")
+    np.testing.assert_allclose(trainer.w, w, rtol=1e-12, atol=1e-12)
+    assert LOCKED_BATCH_ROWS <= 64
+
+
+def test_locked_mode_with_uneven_blocks_finishes() -> None:
+    data = tiny(n_rows=61)
+    trainer = Trainer(data.n_features, TrainParams(threads=2, mode="locked", batch_rows=4))
+    stats = trainer.fit_epoch(data, epoch=0)
+    assert stats.examples == 61 and np.any(trainer.w != 0)
+
+
+def test_hogwild_more_threads_than_rows() -> None:
+    data = tiny(n_rows=3)
+    trainer = Trainer(data.n_features, TrainParams(threads=8))
+    stats = trainer.fit_epoch(data, epoch=0)
+    assert stats.examples == 3 and np.any(trainer.w != 0)
+
+
+def test_given_weight_vector_is_updated_in_place() -> None:
+    data = tiny()
+    w = np.zeros(data.n_features + 1)
+    trainer = Trainer(data.n_features, TrainParams(), w=w)
+    trainer.fit(data, epochs=1)
+    assert trainer.w is w and np.any(w != 0)
+
+
+def test_fit_bias_false_leaves_bias_alone() -> None:
+    data = tiny()
+    w = np.zeros(data.n_features + 1)
+    w[-1] = 0.75
+    Trainer(data.n_features, TrainParams(fit_bias=False, threads=2), w=w).fit(data, epochs=2)
+    assert w[-1] == 0.75
+
+
+def test_callback_true_stops_early() -> None:
+    data = tiny()
+    seen: list[EpochStats] = []
+
+    def stop_after_two(stats: EpochStats) -> bool:
+        seen.append(stats)
+        return stats.epoch == 1
+
+    history = Trainer(data.n_features, TrainParams()).fit(data, epochs=10,
+                                                         callback=stop_after_two)
+    assert len(history) == 2 and seen == history
+    assert history[1].train_loss < history[0].train_loss
+
+
+def test_data_with_out_of_range_index_is_rejected_before_training() -> None:
+    data = tiny()
+    bad = Rows(data.indptr, data.indices.copy(), data.values, data.labels, data.n_features)
+    bad.indices[5] = data.n_features
+    trainer = Trainer(data.n_features, TrainParams())
+    with pytest.raises(DataError):
+        trainer.fit(bad, epochs=1)
+    assert not trainer.w.any()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("loss", "huber"), ("learning_rate", 0.0), ("learning_rate", float("nan")),
+     ("learning_rate", -1.0), ("lr_schedule", "optimal"), ("lr_decay", 0.0),
+     ("lr_decay", 1.5), ("power_t", -0.1), ("l2", -1e-3), ("threads", 0), ("mode", "fast"),
+     ("batch_rows", 0)],
+)
+def test_invalid_params_raise_value_error_naming_the_field(field: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=field):
+        TrainParams(**{field: value})
+
+
+def test_trainer_rejects_bad_shapes() -> None:
+    with pytest.raises(ValueError, match="n_features"):
+        Trainer(0, TrainParams())
+    with pytest.raises(ValueError):
+        Trainer(5, TrainParams(), w=np.zeros(5))
+
+
+def test_accepts_the_project_csr_container() -> None:
+    csr = pytest.importorskip("hogwild.data.csr")
+    data = tiny()
+    container = csr.CSRData(data.indptr, data.indices, data.values, data.labels,
+                            data.n_features)
+    trainer = Trainer(data.n_features, TrainParams(threads=2))
+    trainer.fit(container, epochs=5)
+    assert evaluate(container, trainer.w, "hinge").accuracy > 0.8
+
+
+# --- real data sets -----------------------------------------------------------------------
+
+
+def load(name: str, n_features: int) -> tuple[Rows, Rows]:
+    sklearn_datasets = pytest.importorskip("sklearn.datasets")
+    paths = [DATA / f"{name}.{split}.libsvm.gz" for split in ("train", "test")]
+    for p in paths:
+        if not p.exists():
+            pytest.skip(f"data set {p} not present")
+    out = []
+    for p in paths:
+        x, y = sklearn_datasets.load_svmlight_file(str(p), n_features=n_features)
+        x.sort_indices()
+        out.append(Rows(x.indptr.astype(np.int64), x.indices.astype(np.int32),
+                        x.data.astype(np.float32), y.astype(np.float32), n_features))
+    train, test = out
+    # Permute the training rows once, physically, as the data layer does for a shard.
+    perm = np.random.default_rng(0).permutation(len(train.labels))
+    starts, stops = train.indptr[perm], train.indptr[perm + 1]
+    pieces = [np.arange(a, b) for a, b in zip(starts, stops)]
+    take = np.concatenate(pieces)
+    indptr = np.concatenate([[0], np.cumsum(stops - starts)]).astype(np.int64)
+    train = Rows(indptr, train.indices[take], train.values[take], train.labels[perm],
+                 n_features)
+    return train, test
+
+
+@pytest.fixture(scope="module")
+def earn() -> tuple[Rows, Rows]:
+    return load("reuters21578_modapte_earn", 15_206)
+
+
+@pytest.fixture(scope="module")
+def spam() -> tuple[Rows, Rows]:
+    return load("spamassassin", 23_941)
+
+
+def test_warmup_runs() -> None:
+    warmup()
+
+
+def test_hogwild_two_threads_reuters_earn(earn: tuple[Rows, Rows]) -> None:
+    train, test = earn
+    trainer = Trainer(train.n_features, TrainParams(threads=2, mode="hogwild"))
+    history = trainer.fit(train, epochs=5)
+    assert history[-1].train_loss < history[0].train_loss
+    assert evaluate(test, trainer.w, "hinge").accuracy >= 0.97
+
+
+def test_hogwild_two_threads_spamassassin(spam: tuple[Rows, Rows]) -> None:
+    train, test = spam
+    trainer = Trainer(train.n_features, TrainParams(threads=2, mode="hogwild"))
+    trainer.fit(train, epochs=5)
+    assert evaluate(test, trainer.w, "hinge").accuracy >= 0.98
+
+
+@pytest.mark.parametrize("mode", ["locked", "serial"])
+def test_locked_and_serial_modes_learn(earn: tuple[Rows, Rows], mode: str) -> None:
+    train, test = earn
+    majority = max(np.mean(test.labels > 0), np.mean(test.labels < 0))
+    trainer = Trainer(train.n_features, TrainParams(threads=2, mode=mode))
+    trainer.fit(train, epochs=3)
+    assert evaluate(test, trainer.w, "hinge").accuracy >= majority + 0.2
+
+
+def test_logistic_loss_learns_spamassassin(spam: tuple[Rows, Rows]) -> None:
+    train, test = spam
+    trainer = Trainer(train.n_features, TrainParams(loss="logistic", learning_rate=2.0))
+    trainer.fit(train, epochs=5)
+    assert evaluate(test, trainer.w, "logistic").accuracy >= 0.97
