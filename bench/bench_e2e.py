@@ -45,9 +45,15 @@ import numpy as np
 from sklearn.datasets import load_svmlight_file
 from sklearn.linear_model import SGDClassifier
 train, test, n_features, epochs = sys.argv[1:]
-X, y = load_svmlight_file(train, n_features=int(n_features), dtype=np.float32)
+def load(path):
+    X, y = load_svmlight_file(path, n_features=int(n_features), dtype=np.float32)
+    # load_svmlight_file can return 64-bit index arrays, which SGDClassifier refuses
+    X.indices = X.indices.astype(np.int32)
+    X.indptr = X.indptr.astype(np.int32)
+    return X, y
+X, y = load(train)
 clf = SGDClassifier(loss="hinge", max_iter=int(epochs), tol=None, random_state=0).fit(X, y)
-Xt, yt = load_svmlight_file(test, n_features=int(n_features), dtype=np.float32)
+Xt, yt = load(test)
 print(clf.score(Xt, yt))
 """
 

@@ -34,11 +34,6 @@ class Result:
     accuracy: float | None
     note: str = ""
     own: float | None = None  # cores this process used while timed (2.0 = both cores)
-    others: float | None = None  # cores other processes used meanwhile (should be ~0)
-
-    def measured(self, meter: common.CpuMeter) -> Result:
-        self.own, self.others = meter.own, meter.others
-        return self
 
     @property
     def seconds(self) -> float:
@@ -110,8 +105,8 @@ def run_interleaved(engines: dict[str, PassEngine], epochs: int,
     that a neighbour's burst of CPU use lands on all engines alike rather than on one."""
     keys = list(engines)
     runs: dict[str, list[float]] = {k: [] for k in keys}
+    others: dict[str, list[float]] = {k: [] for k in keys}
     own = dict.fromkeys(keys, 0.0)
-    others = dict.fromkeys(keys, 0.0)
     for e in range(epochs):
         if quiet > 0:
             common.wait_for_quiet(quiet, settle=2)
@@ -121,14 +116,13 @@ def run_interleaved(engines: dict[str, PassEngine], epochs: int,
                 engines[k].one_pass(e)
                 dt = time.perf_counter() - t0
             runs[k].append(dt)
+            others[k].append(m.others)
             own[k] += m.own * dt
-            others[k] += m.others * dt
     out = {}
     for k in keys:
-        total = sum(runs[k])
         eng = engines[k]
-        out[k] = Result(eng.name, Timing(tuple(runs[k])), eng.accuracy(), eng.note,
-                        own[k] / total, others[k] / total)
+        out[k] = Result(eng.name, Timing(tuple(runs[k]), tuple(others[k])), eng.accuracy(),
+                        eng.note, own[k] / sum(runs[k]))
     return out
 
 
@@ -150,8 +144,8 @@ def _vw_run(args: str) -> tuple[float, float]:
     return time.perf_counter() - t0, seen
 
 
-def run_vw(train: Any, test: Any, tmp: Path, *, epochs: int, repeats: int,
-           tag: str) -> tuple[Result, float]:
+def run_vw(train: Any, test: Any, tmp: Path, *, epochs: int, repeats: int, tag: str,
+           quiet: float = 0.0) -> tuple[Result, float]:
     """Per pass from VW's cache = (time of N passes - time of 1 pass) / (N - 1), each the
     median of ``repeats`` runs: the difference cancels start-up, cache opening and model
     writing. The timed runs get no -d, only --cache_file, so the cache is all VW can read;
@@ -165,23 +159,29 @@ def run_vw(train: Any, test: Any, tmp: Path, *, epochs: int, repeats: int,
     if seen != train.n_rows:
         raise RuntimeError(f"VW read {seen} examples from text, expected {train.n_rows}")
     n = max(2, epochs)
-    one, many = [], []
-    with common.CpuMeter() as meter:
-        for _ in range(max(1, repeats)):
+    one, many, others = [], [], []
+    own = 0.0
+    for _ in range(max(1, repeats)):
+        if quiet > 0:
+            common.wait_for_quiet(quiet, settle=2)
+        with common.CpuMeter() as meter:
             s1, seen1 = _vw_run(f"--cache_file {cache} --passes 1 {VW_FLAGS}")
             sn, seenn = _vw_run(f"--cache_file {cache} --passes {n} {VW_FLAGS} -f {model}")
-            if seen1 != train.n_rows or seenn != n * train.n_rows:
-                raise RuntimeError(f"VW saw {seen1}/{seenn} examples from its cache, "
-                                   f"expected {train.n_rows}/{n * train.n_rows}")
-            one.append(s1)
-            many.append(sn)
+        if seen1 != train.n_rows or seenn != n * train.n_rows:
+            raise RuntimeError(f"VW saw {seen1}/{seenn} examples from its cache, "
+                               f"expected {train.n_rows}/{n * train.n_rows}")
+        one.append(s1)
+        many.append(sn)
+        others.append(meter.others)
+        own += meter.own * (s1 + sn)
     per_pass = [(b - a) / (n - 1) for a, b in zip(one, many)]
     _vw_run(f"-i {model} -t -d {test_txt} -p {preds} --quiet")
     margin = np.loadtxt(preds, usecols=0, ndmin=1)
     acc = float(np.mean(np.where(margin >= 0.0, 1.0, -1.0) == test.labels))
     note = f"{n} passes; 1 pass {np.median(one):.3f}s, {n} passes {np.median(many):.3f}s"
-    res = Result("Vowpal Wabbit (from cache)", Timing(tuple(per_pass)), acc, note)
-    return res.measured(meter), parse_s
+    res = Result("Vowpal Wabbit (from cache)", Timing(tuple(per_pass), tuple(others)), acc,
+                 note, own / (sum(one) + sum(many)))
+    return res, parse_s
 
 
 # --------------------------------------------------------------------------------------
@@ -213,23 +213,24 @@ def run_python(train: Any, n_rows: int, repeats: int) -> Result:
     rows = [list(zip(ix[ip[r]:ip[r + 1]], vs[ip[r]:ip[r + 1]])) for r in range(n_rows)]
     labels = train.labels[:n_rows].tolist()
     w: dict[int, float] = {}
-    with common.CpuMeter() as meter:
-        t = common.time_runs(lambda: _python_pass(rows, labels, w, 0.5, 1e-5), repeats)
+    t = common.time_runs(lambda: _python_pass(rows, labels, w, 0.5, 1e-5), repeats)
     scale = train.n_rows / n_rows
-    return Result("pure Python dict SGD", Timing(tuple(r * scale for r in t.runs)), None,
-                  f"timed on {n_rows:,} rows, scaled x{scale:.1f}").measured(meter)
+    return Result("pure Python dict SGD", Timing(tuple(r * scale for r in t.runs), t.others),
+                  None, f"timed on {n_rows:,} rows, scaled x{scale:.1f}")
 
 
 # --------------------------------------------------------------------------------------
 # What limits the 2-thread speedup
 # --------------------------------------------------------------------------------------
-def investigate_threads(train: Any, repeats: int) -> list[tuple[str, float, str]]:
+def investigate_threads(train: Any, repeats: int,
+                        quiet: float = 0.0) -> list[tuple[str, float, str, str]]:
     """The kernel called directly on the whole train set, from a model trained one pass.
 
     Shared w vs a private w per thread isolates cache-line contention (both threads writing
     the same popular weights) from what two cores streaming at once cost anyway (memory
     bandwidth, shared caches); 1 thread on half the rows is the perfect-scaling time.
-    l2=0 removes the weight writes of rows whose hinge gradient is zero.
+    l2=0 removes the weight writes of rows whose hinge gradient is zero: the memory traffic
+    of a kernel that would apply L2 only with the gradient step.
     """
     from hogwild.model import kernels
     from hogwild.model.trainer import Trainer, TrainParams
@@ -275,19 +276,26 @@ def investigate_threads(train: Any, repeats: int) -> list[tuple[str, float, str]
             (f"{tag}: 2 threads, shared w (Hogwild)", lambda l2=l2: two(True, l2)),
             (f"{tag}: 2 threads, private w each", lambda l2=l2: two(False, l2)),
         ]
-    # Interleaved rounds (every variant once per round), median over the rounds.
+    # Interleaved rounds (every variant once per round), median over the (quiet) rounds.
     times: list[list[float]] = [[] for _ in variants]
+    others: list[float] = []
     for _ in range(repeats):
-        for i, (_, fn) in enumerate(variants):
-            t0 = time.perf_counter()
-            fn()
-            times[i].append(time.perf_counter() - t0)
-    med = [float(np.median(t)) for t in times]
-    out: list[tuple[str, float, str]] = []
+        if quiet > 0:
+            common.wait_for_quiet(quiet, settle=2)
+        with common.CpuMeter() as m:
+            for i, (_, fn) in enumerate(variants):
+                t0 = time.perf_counter()
+                fn()
+                times[i].append(time.perf_counter() - t0)
+        others.append(m.others)
+    timings = [Timing(tuple(t), tuple(others)) for t in times]
+    med = [t.median for t in timings]
+    out: list[tuple[str, float, str, str]] = []
     for i, (label, _) in enumerate(variants):
         base = med[i - i % 4]  # the "1 thread, all rows" of the same l2
-        out.append((label, med[i], f"{base / med[i]:.2f}x"))
-    out.append((f"rows with zero hinge gradient after 1 pass: {inactive:.1%}", float("nan"), ""))
+        out.append((label, med[i], f"{base / med[i]:.2f}x", timings[i].quality()))
+    out.append((f"rows with zero hinge gradient after 1 pass: {inactive:.1%}", float("nan"),
+                "", ""))
     return out
 
 
@@ -318,7 +326,8 @@ def engines_on(train: Any, test: Any, tmp: Path, tag: str, *, epochs: int, repea
     res = run_interleaved(engines, epochs, quiet)
     del engines
     calm()
-    res["vw"], parse_s = run_vw(train, test, tmp, epochs=epochs, repeats=repeats, tag=tag)
+    res["vw"], parse_s = run_vw(train, test, tmp, epochs=epochs, repeats=repeats, tag=tag,
+                                quiet=quiet)
     if python_rows > 0:
         calm()
         res["python"] = run_python(train, python_rows, repeats)
@@ -329,12 +338,13 @@ def print_results(res: dict[str, Result], title: str) -> None:
     rows = [(r.name, r.seconds, r.per_pass.spread() if r.per_pass else None,
              None if r.accuracy is None else f"{100 * r.accuracy:.2f}%",
              None if r.own is None else f"{r.own:.2f}",
-             None if r.others is None else f"{r.others:.2f}", r.note)
+             r.per_pass.quality() if r.per_pass else None, r.note)
             for r in res.values()]
     common.print_table(["engine", "s/pass (median)", "min-max", "test acc", "own cores",
-                        "others", "note"], rows, title)
-    print("(own cores / others: cores used by this bench and by every other process while "
-          "timed; 'others' well above 0 means a neighbour took CPU from the timing)")
+                        "timed runs", "note"], rows, title)
+    print(f"(own cores: cores this bench used while timed; a run is 'quiet' when other "
+          f"processes used under {common.DISTURBED_CORES} cores meanwhile, and the median is "
+          f"taken over quiet runs when there are at least 3)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -422,14 +432,10 @@ def main(argv: list[str] | None = None) -> int:
         print("  (accuracy target: at most 0.5 point below scikit-learn; above it passes)")
 
         if not args.no_investigation:
-            if args.wait_quiet > 0:
-                common.wait_for_quiet(args.wait_quiet)
-            with common.CpuMeter() as meter:
-                inv = investigate_threads(train, max(5, args.repeats))
-            inv.append((f"other processes meanwhile: {meter.others:.2f} cores", float("nan"),
-                        ""))
+            inv = investigate_threads(train, max(5, args.repeats), args.wait_quiet)
             common.print_table(["what limits 2 threads (kernel called directly)", "s/pass",
-                                "speedup vs 1T"], inv, "2-thread investigation")
+                                "speedup vs 1T", "timed rounds"], inv,
+                               "2-thread investigation")
 
         if not args.no_real:
             table = []

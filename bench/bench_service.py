@@ -66,9 +66,17 @@ def bench_codec(entries: int, repeats: int) -> float:
 # --------------------------------------------------------------------------- shipping
 
 
-def bench_shipping(n_rows: int, per_row: int) -> list[tuple[float, float]]:
-    """[(MB, MB/s)] of the same shard shipped twice (cold, then warm memory) over loopback
-    from this process to a real worker process, as the coordinator ships it."""
+def _cpu_seconds(pid: int) -> float:
+    """user + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_shipping(n_rows: int, per_row: int) -> list[tuple[float, float, float, float]]:
+    """[(MB, MB/s wall, MB per sender CPU second, MB per receiver CPU second)] of the same
+    shard shipped twice (cold, then warm memory) over loopback from this process to a real
+    worker process, as the coordinator ships it. The CPU rates show the cost apart from how
+    busy the machine is."""
     import grpc
 
     from hogwild.coordinator import create_server as create_coordinator
@@ -99,11 +107,14 @@ def bench_shipping(n_rows: int, per_row: int) -> list[tuple[float, float]]:
         with grpc.insecure_channel(record.address) as channel:
             stub = pb_grpc.WorkerStub(channel)
             for _ in range(2):
+                c0, w0 = time.process_time(), _cpu_seconds(worker.pid)
                 t0 = time.perf_counter()
                 ack = stub.ReceiveShard(shard_chunks(data, state.run_id, record.worker_id,
                                                      1 << 20), timeout=300)
                 seconds = time.perf_counter() - t0
-                results.append((ack.bytes_received / 1e6, ack.bytes_received / 1e6 / seconds))
+                mb = ack.bytes_received / 1e6
+                results.append((mb, mb / seconds, mb / (time.process_time() - c0),
+                                mb / max(1e-9, _cpu_seconds(worker.pid) - w0)))
         return results
     finally:
         worker.terminate()
@@ -127,11 +138,12 @@ def _dataset() -> tuple[str, str, str]:
 
 
 def run_distributed(data: str, test: str, mode: str, workers: int, threads: int,
-                    epochs: int, target: float, workdir: Path) -> dict[str, Any]:
+                    epochs: int, target: float, workdir: Path,
+                    eval_interval: float) -> dict[str, Any]:
     out = workdir / f"run-{mode}-{workers}x{threads}"
     argv = [sys.executable, "-m", "hogwild.cli", "run", f"--data={data}", f"--workers={workers}",
             f"--threads={threads}", f"--mode={mode}", f"--epochs={epochs}", "--patience=0",
-            "--eval-interval=0.05", f"--out={out}"]
+            f"--eval-interval={eval_interval}", f"--out={out}"]
     if test:
         argv.append(f"--test={test}")
     env = dict(os.environ)
@@ -190,6 +202,13 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--target", type=float, default=0.97,
                         help="validation accuracy to reach (default 0.97)")
+    parser.add_argument("--data", default=None,
+                        help="data source (default: Reuters earn from ../shared/data, else "
+                             "bundled:spamassassin), e.g. synthetic:rcv1?rows=300000")
+    parser.add_argument("--test", default="", help="test source for --data (default: split)")
+    parser.add_argument("--eval-interval", type=float, default=0.02,
+                        help="seconds between the coordinator's evaluations (the resolution "
+                             "of its time-to-accuracy)")
     args = parser.parse_args()
     repeats = 3 if args.quick else 7
     print(f"load average at start: {_load_average()}")
@@ -201,19 +220,23 @@ def main() -> int:
               f"{'ok' if mbs >= 1000 else 'BELOW'})")
 
     print("\n== shard shipping over loopback (this process -> a worker process) ==")
-    for label, (mb, mbs) in zip(("cold", "warm"),
-                                bench_shipping(200_000 if args.quick else 600_000, 75)):
+    for label, (mb, mbs, send_cpu, recv_cpu) in zip(
+            ("cold", "warm"), bench_shipping(200_000 if args.quick else 600_000, 75)):
         print(f"  {mb:.0f} MB shard ({label} memory): {mbs:.0f} MB/s   (target >= 200 MB/s: "
-              f"{'ok' if mbs >= 200 else 'BELOW'})")
+              f"{'ok' if mbs >= 200 else 'BELOW'}); per CPU second: sender {send_cpu:.0f} MB, "
+              f"receiver {recv_cpu:.0f} MB")
 
-    name, data, test = _dataset()
+    name, data, test = _dataset() if args.data is None else (args.data, args.data, args.test)
     print(f"\n== time to validation accuracy {args.target} on {name}, {args.epochs} epochs ==")
     local = run_in_process(data, test, 2, args.epochs, args.target)
+    print("  (in-process: evaluated after every epoch, evaluation time excluded; hogwild run: "
+          f"evaluated every {args.eval_interval:g}s by the coordinator, beside the training)")
     print(f"  in-process Trainer, 2 threads: reached in {_fmt(local['time_to_target'])}s, "
           f"train {local['train_seconds']:.3f}s, test accuracy {local['test_accuracy']:.4f}")
     with tempfile.TemporaryDirectory(prefix="hogwild-bench-") as tmp:
         for mode in ("sync", "async"):
-            r = run_distributed(data, test, mode, 2, 1, args.epochs, args.target, Path(tmp))
+            r = run_distributed(data, test, mode, 2, 1, args.epochs, args.target, Path(tmp),
+                                args.eval_interval)
             ratio = (r["time_to_target"] / local["time_to_target"]
                      if r["time_to_target"] and local["time_to_target"] else None)
             print(f"  hogwild run {mode:>5} 2x1: reached in {_fmt(r['time_to_target'])}s "

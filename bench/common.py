@@ -34,36 +34,68 @@ REAL_SETS: dict[str, tuple[str, str, int]] = {
 # --------------------------------------------------------------------------------------
 # Timing
 # --------------------------------------------------------------------------------------
+# A timed run during which other processes used more cores than this counts as disturbed.
+DISTURBED_CORES = 0.25
+
+
 @dataclass(frozen=True)
 class Timing:
-    """Wall-clock seconds of repeated runs; ``median`` is what the tables report."""
+    """Wall-clock seconds of repeated runs and the cores other processes used during each.
+
+    ``median`` is taken over the quiet runs (others < DISTURBED_CORES) when at least three
+    (or all, if fewer were made) were quiet, else over all runs; ``quality`` says which."""
 
     runs: tuple[float, ...]
+    others: tuple[float, ...] = ()
+
+    @property
+    def quiet_runs(self) -> tuple[float, ...]:
+        if not self.others:
+            return self.runs
+        quiet = tuple(r for r, o in zip(self.runs, self.others) if o < DISTURBED_CORES)
+        return quiet if len(quiet) >= min(3, len(self.runs)) else self.runs
 
     @property
     def median(self) -> float:
-        return float(statistics.median(self.runs))
+        return float(statistics.median(self.quiet_runs))
 
     @property
     def best(self) -> float:
         return float(min(self.runs))
 
     def spread(self) -> str:
-        """min-max of the runs, to show how noisy a number is."""
-        return f"{min(self.runs):.3f}-{max(self.runs):.3f}"
+        """min-max of the runs the median is taken over, to show how noisy a number is."""
+        return f"{min(self.quiet_runs):.3f}-{max(self.quiet_runs):.3f}"
+
+    def quality(self) -> str:
+        """'3/5 quiet' etc.: how many runs had the machine to themselves."""
+        if not self.others:
+            return "-"
+        n_quiet = sum(o < DISTURBED_CORES for o in self.others)
+        used = "quiet only" if len(self.quiet_runs) < len(self.runs) else "all"
+        return f"{n_quiet}/{len(self.runs)} quiet, median of {used}"
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, float]:
+    """Run ``fn()`` once: (wall seconds, cores other processes used meanwhile)."""
+    with CpuMeter() as m:
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+    return dt, m.others
 
 
 def time_runs(fn: Callable[[], Any], repeats: int = 3,
               setup: Callable[[], Any] | None = None) -> Timing:
     """Time ``fn()`` ``repeats`` times (``setup()`` before each run, untimed)."""
-    runs = []
+    runs, others = [], []
     for _ in range(max(1, repeats)):
         if setup is not None:
             setup()
-        t0 = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - t0)
-    return Timing(tuple(runs))
+        dt, o = timed(fn)
+        runs.append(dt)
+        others.append(o)
+    return Timing(tuple(runs), tuple(others))
 
 
 @contextmanager
@@ -92,8 +124,9 @@ def _system_busy_seconds() -> float:
 
 
 def _own_seconds() -> float:
+    # process_time has ns resolution (os.times only clock ticks); children: finished ones only
     t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    return time.process_time() + t.children_user + t.children_system
 
 
 class CpuMeter:

@@ -167,11 +167,7 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         raise ConfigError(key, f"unknown setting (from {source}); known: {', '.join(KEYS)}")
     kind, optional = _base_type(key)
     if isinstance(value, str) and kind is not str:
-        text = value.strip()
-        try:
-            value = yaml.safe_load(text) if text else None
-        except yaml.YAMLError:
-            raise ConfigError(key, f"cannot read {text!r} (from {source})") from None
+        value = _parse_text(key, value, kind, source)
     if value is None:
         if optional:
             return None
@@ -191,6 +187,26 @@ def _coerce(key: str, value: Any, source: str) -> Any:
     if not isinstance(value, str):
         raise ConfigError(key, f"expected text, got {value!r} (from {source})")
     return value
+
+
+def _parse_text(key: str, text: str, kind: type, source: str) -> Any:
+    """Read a typed value given as text (environment, flags). Numbers are read by Python's own
+    rules first, since YAML 1.1 takes ``1e-5`` (no dot) for a string."""
+    text = text.strip()
+    if kind is float:
+        try:
+            return float(text)
+        except ValueError:
+            pass
+    if kind is int:
+        try:
+            return int(text)
+        except ValueError:
+            pass
+    try:
+        return yaml.safe_load(text) if text else None
+    except yaml.YAMLError:
+        raise ConfigError(key, f"cannot read {text!r} (from {source})") from None
 
 
 def _check_address(key: str, value: str) -> None:

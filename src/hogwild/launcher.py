@@ -199,10 +199,15 @@ def _supervise(coordinator: Child, workers: list[Child], keep_going: bool, out: 
             teardown([coordinator, *workers])
             return 1
         time.sleep(0.1)
-    # The coordinator is done; workers exit once their final state was collected.
-    deadline = time.monotonic() + GRACE_SECONDS
-    for worker in workers:
-        worker.wait(max(0.0, deadline - time.monotonic()))
+    if code != 0:
+        print(f"[run] the coordinator exited with code {code}: stopping the workers",
+              file=out, flush=True)
+        teardown(workers)
+    else:
+        # The coordinator is done; workers exit once their final state was collected.
+        deadline = time.monotonic() + GRACE_SECONDS
+        for worker in workers:
+            worker.wait(max(0.0, deadline - time.monotonic()))
     coordinator.finish_output()
     return code
 

@@ -220,6 +220,11 @@ class ComposeOnHosts:
             time.sleep(0.1)
         raise AssertionError(f"no {pattern!r} from {label} in {timeout:.0f}s:\n{self.log(label)}")
 
+    def coordinator_port(self) -> int:
+        """The coordinator port that the compose file's worker environment names."""
+        value = self.cf.environment(self.services["worker"])["HOGWILD_COORDINATOR_ADDRESS"]
+        return int(value.rpartition(":")[2])
+
     def metrics(self) -> dict[str, Any]:
         out_dir = Path(self.env("coordinator")["HOGWILD_OUT_DIR"])
         return json.loads((out_dir / "metrics.json").read_text())  # type: ignore[no-any-return]
@@ -238,7 +243,7 @@ def test_compose_services_train_across_three_hosts(compose_network: netns.Networ
     run = ComposeOnHosts(compose_network, tmp_path, workers=2)
     # The worker's only setting from compose is the coordinator's service name.
     assert run.env("worker")["HOGWILD_COORDINATOR_ADDRESS"] == \
-        f"{run.hosts['coordinator'].address}:{deploycheck_port(run)}"
+        f"{run.hosts['coordinator'].address}:{run.coordinator_port()}"
     run.up()
     assert run.wait("coordinator", RUN_TIMEOUT) == 0, run.log("coordinator")
     for i, host in enumerate(run.worker_hosts):
@@ -278,9 +283,3 @@ def test_async_run_survives_a_worker_whose_link_is_cut(compose_network: netns.Ne
                       rf"(down|drop|dead|lost|unreachable).*((worker|peer) {victim_id}\b|"
                       rf"{re.escape(victim.address)})", re.IGNORECASE)
     assert lost.search(said), said
-
-
-def deploycheck_port(run: ComposeOnHosts) -> int:
-    """The coordinator port the compose file's worker environment names."""
-    value = run.cf.environment(run.services["worker"])["HOGWILD_COORDINATOR_ADDRESS"]
-    return int(value.rpartition(":")[2])

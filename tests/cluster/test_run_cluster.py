@@ -133,3 +133,39 @@ def test_hogwild_run_end_to_end_on_the_bundled_data(tmp_path: Path) -> None:
     for name in ("model.npz", "model.json", "metrics.jsonl", "loss.png"):
         assert (out / name).is_file(), name
     assert (out / "metrics.jsonl").read_text().count("\n") >= 1
+
+
+def test_sigterm_stops_a_worker_and_then_the_coordinator_gracefully(
+        cluster: Cluster, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    # Far more epochs than can run before the signals arrive; the time budget is only a backstop.
+    cluster.start(2, mode="async", **_reuters_settings(out, epochs=1_000_000, eval_interval=0.3,
+                                                         time_budget=120))
+    assert cluster.coordinator is not None
+    ids = cluster.worker_ids()
+    cluster.coordinator.wait_for(PROGRESS_ROW, 60)
+    ids[1].proc.send_signal(signal.SIGTERM)
+    assert ids[1].wait(30) == 0  # graceful: final delta sent, exit 0
+    cluster.coordinator.proc.send_signal(signal.SIGTERM)
+    assert cluster.coordinator.wait(60) == 0
+    assert ids[0].wait(30) == 0
+    metrics = read_metrics(out)
+    assert metrics["stop_reason"] == "SIGTERM"
+    assert metrics["epochs"] < 1_000_000
+    # The worker that left sent its final delta: the coordinator applied all it sent.
+    assert metrics["coordinator_applied_from"]["1"] >= 1
+    assert (out / "model.npz").is_file()
+
+
+def test_hogwild_run_fails_cleanly_on_bad_data(tmp_path: Path) -> None:
+    import os
+
+    argv = [sys.executable, "-m", "hogwild.cli", "run", "--workers=2",
+            f"--data={tmp_path / 'missing.svm'}", f"--out={tmp_path / 'out'}"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOGWILD_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=90, check=False)
+    assert proc.returncode != 0
+    assert "missing.svm" in proc.stdout + proc.stderr
+    assert not (tmp_path / "out" / "metrics.json").exists()

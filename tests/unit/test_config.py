@@ -118,3 +118,14 @@ def test_replace_validates() -> None:
 def test_every_field_has_help() -> None:
     for field in fields(Settings):
         assert config.help_text(field.name).strip()
+
+
+def test_numbers_in_text_follow_python_rules(tmp_path: Path) -> None:
+    settings = config.load(None, {"HOGWILD_L2": "1e-05"}, {"learning_rate": "2E-1"})
+    assert settings.l2 == 1e-05
+    assert settings.learning_rate == 0.2
+    # In the YAML file, a float without a dot is YAML's business: it must still be a number.
+    assert config.load(write(tmp_path, "l2: 1.0e-6\n")).l2 == 1e-6
+    with pytest.raises(ConfigError) as err:
+        config.load(None, {}, {"l2": "nan-ish"})
+    assert err.value.key == "l2"

@@ -91,19 +91,19 @@ def test_random_float32_values_parse_exactly() -> None:
     assert np.array_equal(d.values, expected)
 
 
-def test_large_input_uses_several_pieces_and_matches_one_thread() -> None:
-    rng = np.random.default_rng(2)
-    rows = []
-    for _ in range(30000):
-        ids = np.sort(rng.choice(1000, size=rng.integers(1, 40), replace=False)) + 1
-        rows.append(f"{rng.choice([-1, 1])} " + " ".join(f"{i}:{rng.random():.6f}" for i in ids))
-    text = "\n".join(rows)  # no final newline
-    assert len(text) > 2 * svmlight._MIN_BYTES_PER_THREAD
-    one = parse(text, threads=1)
-    two = parse(text, threads=3)
-    assert one.n_rows == two.n_rows == 30000
+def test_large_input_uses_several_pieces_and_matches_one_thread(tmp_path: Path) -> None:
+    from hogwild.data.synthetic import make_seed000
+
+    data = make_seed000(40000, n_features=1000, min_nnz=1, max_nnz=30, seed=2)
+    write_svmlight(data, tmp_path / "big.svm", digits=6)
+    raw = (tmp_path / "big.svm").read_bytes()[:-1]  # no final newline
+    assert len(raw) > 2 * svmlight._MIN_BYTES_PER_THREAD
+    one = parse(raw, threads=1)
+    three = parse(raw, threads=3)
+    assert one.n_rows == three.n_rows == 40000
+    assert np.array_equal(one.indices, data.indices)
     for name in ("indptr", "indices", "values", "labels"):
-        assert np.array_equal(getattr(one, name), getattr(two, name))
+        assert np.array_equal(getattr(one, name), getattr(three, name))
 
 
 def test_gzip_file(tmp_path: Path) -> None:
@@ -232,7 +232,7 @@ def test_cache_hit_skips_parsing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     def fail(*args: object, **kwargs: object) -> CSRData:
         raise AssertionError("parsed although a fresh cache exists")
 
-    monkeypatch.setattr(svmlight, "parse_svmlight_buffer", fail)
+    monkeypatch.setattr(svmlight, "parse_file", fail)
     second = read_svmlight(path)
     assert np.array_equal(second.indices, first.indices)
     assert np.array_equal(second.values, first.values)
@@ -295,3 +295,49 @@ def test_equal_to_sklearn(path: Path) -> None:
     assert np.array_equal(ours.indices, X.indices)
     assert np.array_equal(ours.values, X.data.astype(np.float32))
     assert np.array_equal(ours.labels, y.astype(np.float32))
+
+
+# --- gzip streaming --------------------------------------------------------------------------
+
+def gz_rows(n: int, start: int = 0) -> str:
+    return "".join(f"{1 if i % 3 else -1} {i % 50 + 1}:{i}.5 77:0.25\n"
+                   for i in range(start, start + n))
+
+
+def test_gzip_stream_small_blocks_and_members(tmp_path: Path) -> None:
+    text_a, text_b = gz_rows(3000), gz_rows(2000, 3000)
+    path = tmp_path / "multi.svm.gz"
+    path.write_bytes(gzip.compress(text_a.encode()) + gzip.compress(text_b.encode()))
+    expected = parse(text_a + text_b)
+    got = svmlight._parse_gzip_stream(path, zero_based=False, n_features=None, block=4096)
+    assert got.indptr.shape[0] == 5001
+    assert np.array_equal(got.indptr, expected.indptr)
+    assert np.array_equal(got.indices, expected.indices)
+    assert np.array_equal(got.values, expected.values)
+    assert np.array_equal(got.labels.astype(np.float32), expected.labels)
+    assert read_svmlight(path, cache=False).n_rows == 5000
+
+
+def test_gzip_stream_error_line_across_blocks(tmp_path: Path) -> None:
+    text = gz_rows(4000) + "1 5:1 3:1\n" + gz_rows(10)
+    path = tmp_path / "bad.svm.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    with pytest.raises(DataFormatError) as info:
+        svmlight._parse_gzip_stream(path, zero_based=False, n_features=None, block=4096)
+    assert info.value.line == 4001
+    assert str(info.value).startswith(f"{path}:4001: feature indices not strictly increasing")
+
+
+def test_gzip_truncated_or_trailing_garbage(tmp_path: Path) -> None:
+    blob = gzip.compress(gz_rows(500).encode())
+    cut = tmp_path / "cut.svm.gz"
+    cut.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(DataError, match="truncated"):
+        read_svmlight(cut, cache=False)
+    junk = tmp_path / "junk.svm.gz"
+    junk.write_bytes(blob + b"garbage")
+    with pytest.raises(DataError, match="after the gzip stream"):
+        read_svmlight(junk, cache=False)
+    padded = tmp_path / "pad.svm.gz"
+    padded.write_bytes(blob + b"\0" * 100)
+    assert read_svmlight(padded, cache=False).n_rows == 500

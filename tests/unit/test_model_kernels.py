@@ -13,22 +13,22 @@ from hogwild.model.losses import Loss, get_loss
 N_ROWS, N_FEATURES = 50, 20
 
 
-def tiny_csr(loss_name: str, seed: int = 0) -> tuple[np.ndarray, ...]:
+def tiny_csr(loss_name: str, seed: int = 0, n_rows: int = N_ROWS) -> tuple[np.ndarray, ...]:
     """A random CSR set (indptr, indices, values, labels) with some empty rows."""
     rng = np.random.default_rng(seed)
-    dense = rng.uniform(-1.0, 1.0, size=(N_ROWS, N_FEATURES))
+    dense = rng.uniform(-1.0, 1.0, size=(n_rows, N_FEATURES))
     dense[rng.random(dense.shape) < 0.7] = 0.0
     dense[[3, 17]] = 0.0  # rows with no features still update the bias
     counts = (dense != 0).sum(axis=1)
-    indptr = np.zeros(N_ROWS + 1, dtype=np.int64)
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
     indptr[1:] = np.cumsum(counts)
     rows, cols = np.nonzero(dense)
     indices = cols.astype(np.int32)
     values = dense[rows, cols].astype(np.float32)
     if loss_name == "squared":
-        labels = rng.normal(size=N_ROWS).astype(np.float32)
+        labels = rng.normal(size=n_rows).astype(np.float32)
     else:
-        labels = rng.choice([-1.0, 1.0], size=N_ROWS).astype(np.float32)
+        labels = rng.choice([-1.0, 1.0], size=n_rows).astype(np.float32)
     return indptr, indices, values, labels
 
 
@@ -102,6 +102,21 @@ def test_sgd_range_subranges_and_t_step_match_reference() -> None:
         l_ker += part
     assert t == t_ref == 2.0 + 3.0 * 30
     assert l_ker == pytest.approx(l_ref, rel=1e-12)
+    np.testing.assert_allclose(w_ker, w_ref, rtol=1e-12, atol=1e-12)
+
+
+def test_sgd_range_bias_flushes_within_a_call_match_reference() -> None:
+    # More rows than BIAS_FLUSH_ROWS, so the bias accumulator is published mid-call.
+    n_rows = 3 * kernels.BIAS_FLUSH_ROWS + 5
+    indptr, indices, values, labels = tiny_csr("hinge", seed=9, n_rows=n_rows)
+    loss = get_loss("hinge")
+    w_ref = np.zeros(N_FEATURES + 1)
+    w_ker = np.zeros(N_FEATURES + 1)
+    reference_sgd(indptr, indices, values, labels, w_ref, loss, 0.2, False, 0.5, 1.0, 1e-3,
+                  True)
+    kernels.sgd_range(indptr, indices, values, labels, 0, n_rows, w_ker, N_FEATURES,
+                      loss.code, 0.2, 0, 0.5, 1.0, 1e-3, True, 1.0)
+    assert w_ref[N_FEATURES] != 0.0
     np.testing.assert_allclose(w_ker, w_ref, rtol=1e-12, atol=1e-12)
 
 

@@ -19,6 +19,8 @@ def read_qrels(path: PathLike, topic: str) -> np.ndarray:
     if not topic or any(c.isspace() for c in topic):
         raise DataError(f"bad topic name {topic!r}")
     buf = read_bytes(path)
+    if not buf.flags.writeable:
+        buf = buf.copy()  # one compiled variant of the kernel (writable arrays) is enough
     docids, bad = kp.find_topic_docids(buf, np.frombuffer(topic.encode(), dtype=np.uint8))
     if int(bad) >= 0:
         line = int(kp.count_newlines(buf, int(bad))) + 1

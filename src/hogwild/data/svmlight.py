@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import gzip
 import os
+import queue
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -80,6 +82,10 @@ def parse_text(buf: np.ndarray, *, zero_based: bool = False, n_features: int | N
                threads: int | None = None, source: str = "<buffer>") -> ParsedText:
     """Parse svmlight text held in a uint8 array; DataFormatError names ``source`` and line."""
     buf = np.ascontiguousarray(buf, dtype=np.uint8).reshape(-1)
+    if not buf.flags.writeable:
+        # Read-only buffers (np.frombuffer of bytes) would make numba compile every kernel a
+        # second time for that array type; a memcpy costs far less than that.
+        buf = buf.copy()
     n = buf.shape[0]
     # The kernel relies on a newline ending every piece. If the text lacks a final newline,
     # its last line is parsed from a small copy that has one.
@@ -241,17 +247,150 @@ def read_svmlight(path: PathLike, *, n_features: int | None = None, zero_based: 
             if cached.max_index() < int(n_features):
                 return cached.with_n_features(int(n_features))
             # Too small an n_features: parse again so that the error names the line.
-    data = parse_svmlight_buffer(read_bytes(path), zero_based=zero_based, threads=threads,
-                                 source=str(path))
+    data = parse_file(path, zero_based=zero_based, threads=threads)
     if where is not None:
         save_cached(path, where, data, zero_based=zero_based)
     if n_features is not None and n_features != data.n_features:
         if data.max_index() >= int(n_features):
-            return parse_svmlight_buffer(read_bytes(path), zero_based=zero_based,
-                                         n_features=n_features, threads=threads,
-                                         source=str(path))
+            return parse_file(path, zero_based=zero_based, n_features=n_features,
+                              threads=threads)
         data = data.with_n_features(int(n_features))
     return data
+
+
+def parse_file(path: PathLike, *, zero_based: bool = False, n_features: int | None = None,
+               threads: int | None = None) -> CSRData:
+    """Parse a svmlight file (plain or gzip) without any cache."""
+    path = Path(path)
+    if _is_gzip(path):
+        p = _parse_gzip_stream(path, zero_based=zero_based, n_features=n_features)
+        nf = int(n_features) if n_features is not None else p.max_index + 1
+        return CSRData(p.indptr, p.indices, p.values, p.labels.astype(np.float32), nf)
+    return parse_svmlight_buffer(read_bytes(path), zero_based=zero_based,
+                                 n_features=n_features, threads=threads, source=str(path))
+
+
+def _is_gzip(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == _GZIP_MAGIC
+    except OSError as exc:
+        raise DataError(f"cannot read data file {path}: {exc}") from exc
+
+
+def _gunzip_blocks(raw: bytes, source: str, block: int) -> Iterator[bytes]:
+    """Decompressed text of gzip data (every member) in pieces of about ``block`` bytes that
+    end at a line end (the last one may not)."""
+    view = memoryview(raw)
+    n = len(view)
+    pos = 0
+    step = max(1 << 16, block // 4)  # compressed bytes per call; text is ~3-5x larger
+    d = zlib.decompressobj(wbits=31)
+    pending: list[bytes] = []
+    size = 0
+    threshold = block
+    while True:
+        if d.eof:
+            pos -= len(d.unused_data)  # the member ended inside the last input slice
+            if pos >= n:
+                break
+            if bytes(view[pos:pos + 2]) == _GZIP_MAGIC:
+                d = zlib.decompressobj(wbits=31)
+                continue
+            if raw[pos:].strip(b"\0"):
+                raise DataError(f"{source}: cannot decompress: data after the gzip stream")
+            break
+        if pos >= n:
+            raise DataError(f"{source}: cannot decompress: truncated gzip data")
+        chunk = view[pos:pos + step]
+        pos += len(chunk)
+        try:
+            out = d.decompress(chunk)
+        except zlib.error as exc:
+            raise DataError(f"{source}: cannot decompress: {exc}") from exc
+        if out:
+            pending.append(out)
+            size += len(out)
+        if size >= threshold:
+            text = b"".join(pending)
+            cut = text.rfind(b"\n") + 1
+            if cut == 0:  # one very long line: wait for its end, checking less often
+                pending = [text]
+                threshold = 2 * size
+                continue
+            yield text[:cut]
+            rest = text[cut:]
+            pending = [rest] if rest else []
+            size = len(rest)
+            threshold = block
+    text = b"".join(pending)
+    if text:
+        yield text
+
+
+def _parse_gzip_stream(path: Path, *, zero_based: bool, n_features: int | None,
+                       block: int = 16 << 20) -> ParsedText:
+    """Parse gzip text while it is decompressed: one thread inflates the next block (zlib
+    releases the GIL) while this one parses the previous, so the two overlap on two cores."""
+    source = str(path)
+    raw = path.read_bytes()
+    blocks: queue.Queue[tuple[bytes | None, BaseException | None]] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for text in _gunzip_blocks(raw, source, block):
+                while not stop.is_set():
+                    try:
+                        blocks.put((text, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            blocks.put((None, None))
+        except Exception as exc:  # noqa: BLE001 - handed to the consumer below
+            blocks.put((None, exc))
+
+    producer = threading.Thread(target=produce, name="gunzip", daemon=True)
+    producer.start()
+    parts: list[ParsedText] = []
+    lines_before = 0
+    try:
+        while True:
+            text, error = blocks.get()
+            if error is not None:
+                raise error
+            if text is None:
+                break
+            buf = np.frombuffer(text, dtype=np.uint8)
+            try:
+                parts.append(parse_text(buf, zero_based=zero_based, n_features=n_features,
+                                        threads=1, source=source))
+            except DataFormatError as exc:
+                message = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
+                raise DataFormatError(source, exc.line + lines_before, message) from None
+            lines_before += text.count(b"\n")
+    finally:
+        stop.set()
+        producer.join(timeout=10.0)
+    return _concat(parts)
+
+
+def _concat(parts: list[ParsedText]) -> ParsedText:
+    """Join parsed pieces row-wise."""
+    if not parts:
+        return ParsedText(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32),
+                          np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.float64), -1)
+    if len(parts) == 1:
+        return parts[0]
+    offsets = np.cumsum([0] + [p.indices.shape[0] for p in parts])
+    indptr = np.concatenate([np.zeros(1, dtype=np.int64)]
+                            + [p.indptr[1:] + off for p, off in zip(parts, offsets)])
+    return ParsedText(indptr, np.concatenate([p.indices for p in parts]),
+                      np.concatenate([p.values for p in parts]),
+                      np.concatenate([p.labels for p in parts]),
+                      max(p.max_index for p in parts))
 
 
 def write_svmlight(data: CSRData, path: PathLike, *, zero_based: bool = False,

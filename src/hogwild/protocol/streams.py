@@ -1,7 +1,7 @@
 """Chunked streams: a CSR shard (coordinator -> worker) and a weight vector (worker -> coordinator).
 
 Each message holds at most ``chunk_bytes`` of payload with its crc32; the stream ends with a
-message carrying a crc32 running over every payload in order plus the byte count, so a
+message carrying a digest chaining every chunk's (array, offset, length, crc32) in order, so a
 reordered, missing or altered chunk is caught before the arrays are used.
 """
 
@@ -47,7 +47,7 @@ def shard_chunks(data: CSRData, run_id: str, worker_id: int, chunk_bytes: int,
     for code, name, _dtype in _SHARD_FIELDS:
         for offset, payload, crc, raw in iter_array_chunks(getattr(data, name), chunk_bytes,
                                                            codec):
-            digest.update(raw)
+            digest.update(code, offset, len(raw), crc)
             chunk = pb.ShardChunk(
                 protocol_version=PROTOCOL_VERSION, run_id=run_id, worker_id=worker_id,
                 field=code, offset=offset, payload=payload, crc32=crc)  # type: ignore[arg-type]
@@ -111,7 +111,7 @@ def receive_shard(chunks: Iterable[pb.ShardChunk], run_id: str | None = None,
             raise InvalidMessage(f"shard chunk with unknown field {chunk.field}")
         raw = chunk.payload.data  # read once: every read of a bytes field copies it
         target.add(int(chunk.offset), chunk.payload, int(chunk.crc32), raw)
-        digest.update(raw)
+        digest.update(chunk.field, int(chunk.offset), len(raw), int(chunk.crc32))
         received += len(raw)
     if assemblers is None or closing is None:
         raise InvalidMessage("shard stream ended before its closing message")
@@ -158,7 +158,7 @@ def state_chunks(state: FinalState, run_id: str, chunk_bytes: int,
     dim = int(state.weights.shape[0])
     first = True
     for offset, payload, crc, raw in iter_array_chunks(state.weights, chunk_bytes, codec):
-        digest.update(raw)
+        digest.update(0, offset, len(raw), crc)
         chunk = pb.StateChunk(protocol_version=PROTOCOL_VERSION, run_id=run_id,
                               worker_id=state.worker_id, offset=offset, weights=payload,
                               crc32=crc, dim=dim)
@@ -212,7 +212,7 @@ def receive_state(chunks: Iterable[pb.StateChunk], dim: int,
                 acked_by_coordinator=int(chunk.acked_by_coordinator))
         raw = chunk.weights.data
         assembler.add(int(chunk.offset), chunk.weights, int(chunk.crc32), raw)
-        digest.update(raw)
+        digest.update(0, int(chunk.offset), len(raw), int(chunk.crc32))
     if state is None or not closed or not assembler.complete:
         raise InvalidMessage("final state stream ended early")
     return state

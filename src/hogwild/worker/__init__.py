@@ -46,14 +46,14 @@ def serve(settings: Settings) -> int:
     """Run one worker to completion; 0 after a clean finish or SIGTERM."""
     server, port, node, health = create_server(settings)
     server.start()
-    log.info("worker listening on %s:%d", settings.bind_host, port)
     print(f"worker listening on port {port}", flush=True)
     previous = _install_sigterm(node, health)
     try:
         # Load the compiled kernels before the run starts, so round 1 is not slower than the rest.
         warmup()
         codec_warmup()
-        node.register(port)
+        if not node.register(port):
+            return 0  # SIGTERM before the coordinator answered
         health.set(True)
         node.wait_for_start(settings.register_timeout + settings.connect_timeout)
         node.run()

@@ -115,8 +115,9 @@ class WorkerNode:
 
     # ------------------------------------------------------------------ registration
 
-    def register(self, bound_port: int) -> None:
-        """Register with the coordinator, retrying with backoff until connect_timeout."""
+    def register(self, bound_port: int) -> bool:
+        """Register with the coordinator, retrying with backoff until connect_timeout;
+        False if a stop was requested (SIGTERM) before it answered."""
         s = self.settings
         self.address = s.advertise_address or f"{routable_host(s.coordinator_address)}:{bound_port}"
         request = pb.RegisterRequest(protocol_version=PROTOCOL_VERSION, address=self.address,
@@ -137,11 +138,13 @@ class WorkerNode:
                                 grpc.StatusCode.INVALID_ARGUMENT):
                         raise ClusterError(f"the coordinator at {s.coordinator_address} refused "
                                            f"the registration: {exc.details()}") from None
-                    if time.monotonic() + backoff > deadline or self.stop_requested.is_set():
+                    if self.stop_requested.is_set():
+                        return False
+                    if time.monotonic() + backoff > deadline:
                         raise ClusterError(
                             f"cannot reach the coordinator at {s.coordinator_address} within "
                             f"connect_timeout={s.connect_timeout:g}s ({code.name})") from None
-                    time.sleep(backoff)
+                    self.stop_requested.wait(backoff)
                     backoff = min(backoff * 2, 2.0)
         check_version(reply.protocol_version, "register reply")
         with self._cond:
@@ -151,6 +154,7 @@ class WorkerNode:
             self._cond.notify_all()
         log.info("registered as worker %d of %d in run %s (advertising %s)",
                  self.worker_id, reply.n_workers, self.run_id, self.address)
+        return True
 
     def _wait_registered(self, timeout: float) -> None:
         with self._cond:
@@ -288,10 +292,13 @@ class WorkerNode:
     # ------------------------------------------------------------------- running
 
     def wait_for_start(self, timeout: float) -> None:
-        if not self.started.wait(timeout):
+        """Block until Start (or a stop request); ClusterError after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while not self.started.wait(0.1):
             if self.stop_requested.is_set():
                 return
-            raise ClusterError(f"the coordinator did not start the run within {timeout:g}s")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the coordinator did not start the run within {timeout:g}s")
 
     def run(self) -> None:
         """Train until max_rounds or a stop request, then finish (final delta, peers' finals).
@@ -377,11 +384,11 @@ class WorkerNode:
             return False
         if plan.staleness is not None:
             slack = plan.staleness
-            # Round r starts after r - 1 completed rounds; a peer more than `slack` behind that
-            # holds us back until it catches up or falls silent for barrier_timeout.
+            # Once round r is done this worker is r rounds in; a peer more than `slack` rounds
+            # behind that holds us back until it catches up or falls silent for barrier_timeout.
             while not self.inbox.wait(
                     lambda peers: self.stop_requested.is_set() or all(
-                        p.settled or p.round >= r - 1 - slack for p in peers.values()),
+                        p.settled or p.round >= r - slack for p in peers.values()),
                     min(0.25, plan.barrier_timeout)):
                 self._drop_silent(plan, r - 1, f"more than {slack} rounds behind")
         return not self.stop_requested.is_set()
