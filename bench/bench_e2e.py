@@ -66,21 +66,27 @@ class Run:
     seconds: float
     accuracy: float
     note: str = ""
+    others: float = 0.0  # cores other processes used during the run (should be ~0)
 
 
-def _run(cmd: list[str], log: Path) -> tuple[float, str]:
-    """Run a command to completion; (wall seconds, stdout). Raises with its log on failure."""
+def _run(cmd: list[str], log: Path, quiet: float) -> tuple[float, str, float]:
+    """Run a command to completion; (wall seconds, stdout, cores other processes used
+    meanwhile). ``quiet`` > 0: first wait up to that many seconds for the others to go idle.
+    Raises with the command's log on failure."""
     env = dict(os.environ)
     src = str(common.REPO / "src")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    seconds = time.perf_counter() - t0
+    if quiet > 0:
+        common.wait_for_quiet(quiet)
+    with common.CpuMeter() as meter:
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        seconds = time.perf_counter() - t0
     log.write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}; see {log}:\n"
                            f"{proc.stderr[-2000:]}")
-    return seconds, proc.stdout
+    return seconds, proc.stdout, meter.others
 
 
 def hogwild_cmd() -> list[str]:
@@ -92,7 +98,7 @@ def hogwild_cmd() -> list[str]:
 
 
 def run_hogwild(train: Path, test: Path, out: Path, *, data_cache: bool, threads: int,
-                name: str, note: str) -> Run:
+                name: str, note: str, quiet: float = 0.0) -> Run:
     cmd = hogwild_cmd() + [
         "train", "--data", str(train), "--test", str(test), "--threads", str(threads),
         "--epochs", str(EPOCHS), "--out", str(out),
@@ -100,20 +106,22 @@ def run_hogwild(train: Path, test: Path, out: Path, *, data_cache: bool, threads
         # Train on every row for exactly EPOCHS passes, as the peers do.
         "--val-fraction", "0", "--patience", "0", "--n-features", str(common.RCV1_FEATURES),
     ]
-    seconds, _ = _run(cmd, out.with_suffix(".log"))
+    seconds, _, others = _run(cmd, out.with_suffix(".log"), quiet)
     metrics = json.loads((out / "metrics.json").read_text())
     if int(metrics["epochs"]) != EPOCHS:
         raise RuntimeError(f"hogwild ran {metrics['epochs']} epochs, expected {EPOCHS}")
     return Run(name, seconds, float(metrics["test_accuracy"]),
                f"{note}; load {metrics['load_seconds']:.2f}s, train "
-               f"{metrics['seconds']:.2f}s (its own clocks)")
+               f"{metrics['seconds']:.2f}s (its own clocks)", others)
 
 
-def run_vw(train_vw: Path, test_vw: Path, tmp: Path, n_train: int, labels: np.ndarray) -> Run:
+def run_vw(train_vw: Path, test_vw: Path, tmp: Path, n_train: int, labels: np.ndarray,
+           quiet: float = 0.0) -> Run:
     cache, model, preds = tmp / "e2e.vwcache", tmp / "e2e.vwmodel", tmp / "e2e.pred"
     cache.unlink(missing_ok=True)  # a fresh cache: VW parses its text exactly once
-    seconds, out = _run([sys.executable, "-c", VW_SCRIPT, str(train_vw), str(test_vw),
-                         str(cache), str(model), str(preds), str(EPOCHS)], tmp / "vw.log")
+    seconds, out, others = _run([sys.executable, "-c", VW_SCRIPT, str(train_vw), str(test_vw),
+                         str(cache), str(model), str(preds), str(EPOCHS)], tmp / "vw.log",
+                                quiet)
     seen = int(out.strip().splitlines()[-1])
     if seen != EPOCHS * n_train:
         raise RuntimeError(f"VW saw {seen} examples, expected {EPOCHS * n_train}")
@@ -121,14 +129,15 @@ def run_vw(train_vw: Path, test_vw: Path, tmp: Path, n_train: int, labels: np.nd
     acc = float(np.mean(np.where(margin >= 0.0, 1.0, -1.0) == labels))
     return Run("Vowpal Wabbit", seconds, acc,
                f"-c --passes {EPOCHS} --loss_function hinge --holdout_off, fresh cache; "
-               f"+ test predictions")
+               f"+ test predictions", others)
 
 
-def run_sklearn(train: Path, test: Path, tmp: Path) -> Run:
-    seconds, out = _run([sys.executable, "-c", SKLEARN_SCRIPT, str(train), str(test),
-                         str(common.RCV1_FEATURES), str(EPOCHS)], tmp / "sklearn.log")
+def run_sklearn(train: Path, test: Path, tmp: Path, quiet: float = 0.0) -> Run:
+    seconds, out, others = _run([sys.executable, "-c", SKLEARN_SCRIPT, str(train), str(test),
+                                 str(common.RCV1_FEATURES), str(EPOCHS)], tmp / "sklearn.log",
+                                quiet)
     return Run("scikit-learn", seconds, float(out.strip().splitlines()[-1]),
-               f"load_svmlight_file + SGDClassifier(hinge, max_iter={EPOCHS}, tol=None)")
+               f"load_svmlight_file + SGDClassifier(hinge, max_iter={EPOCHS}, tol=None)", others)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,7 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--test-rows", type=int, default=20_000, help="test rows (default 20000)")
     ap.add_argument("--threads", type=int, default=2, help="hogwild threads (default 2)")
     ap.add_argument("--no-sklearn", action="store_true", help="skip scikit-learn (the slowest)")
+    ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                    help="before each timed run wait up to SECONDS for other processes to go "
+                         "idle (default 0: do not wait)")
     args = ap.parse_args(argv)
+    quiet = args.wait_quiet
 
     started = time.perf_counter()
     print(common.machine_line())
@@ -168,27 +181,29 @@ def main(argv: list[str] | None = None) -> int:
         runs: list[Run] = []
         cold = run_hogwild(train_svm, test_svm, tmp / "cold", data_cache=False,
                            threads=args.threads, name=f"hogwild train, {args.threads} threads",
-                           note="first run: parses the text, no data cache")
+                           note="first run: parses the text, no data cache", quiet=quiet)
         runs.append(cold)
-        vw = run_vw(train_vw, test_vw, tmp, train.n_rows, test.labels)
+        vw = run_vw(train_vw, test_vw, tmp, train.n_rows, test.labels, quiet)
         runs.append(vw)
         skl = None
         if not args.no_sklearn:
-            skl = run_sklearn(train_svm, test_svm, tmp)
+            skl = run_sklearn(train_svm, test_svm, tmp, quiet)
             runs.append(skl)
         writer = run_hogwild(train_svm, test_svm, tmp / "writes", data_cache=True,
                              threads=args.threads, name="hogwild train, writing the data cache",
-                             note="parses the text, saves the .npz cache")
+                             note="parses the text, saves the .npz cache", quiet=quiet)
         warm = run_hogwild(train_svm, test_svm, tmp / "warmcache", data_cache=True,
                            threads=args.threads, name="hogwild train, data cache warm",
-                           note="second run: arrays from the cache")
+                           note="second run: arrays from the cache", quiet=quiet)
         runs += [writer, warm]
 
-        common.print_table(["run", "wall s", "test acc", "note"],
-                           [(r.name, r.seconds, f"{100 * r.accuracy:.2f}%", r.note)
-                            for r in runs],
+        common.print_table(["run", "wall s", "test acc", "others", "note"],
+                           [(r.name, r.seconds, f"{100 * r.accuracy:.2f}%", f"{r.others:.2f}",
+                             r.note) for r in runs],
                            f"end to end, {EPOCHS} epochs, each tool a fresh process (numba "
                            f"compile cache warm from a throwaway run)")
+        print("(others: cores used by other processes during the run; well above 0 means a "
+              "neighbour took CPU from it)")
         print("\n== ratios (time of the other / time of hogwild's first run) ==")
         print(common.ratio_line("hogwild vs Vowpal Wabbit", vw.seconds / cold.seconds,
                                 ">= 1x", vw.seconds / cold.seconds >= 1.0))

@@ -14,6 +14,7 @@ import grpc
 
 from hogwild.config import Settings
 from hogwild.coordinator.driver import RunDriver
+from hogwild.coordinator.preflight import check_out_dir
 from hogwild.coordinator.servicer import CoordinatorServicer
 from hogwild.coordinator.state import RunState
 from hogwild.errors import ClusterError
@@ -52,7 +53,11 @@ def create_server(settings: Settings, state: RunState | None = None
 
 
 def serve(settings: Settings, out: TextIO = sys.stdout) -> int:
-    """Run the coordinator to the end of the run; 0 once outputs are written."""
+    """Run the coordinator to the end of the run; 0 once outputs are written.
+
+    ConfigError before any port is bound if out_dir cannot be created or written.
+    """
+    check_out_dir(settings.out_dir)
     server, port, state, health = create_server(settings)
     server.start()
     print(f"{READY_PREFIX}{port}", file=out, flush=True)

@@ -15,7 +15,7 @@ MAX_VALUE_BYTES = 32
 MAX_INDEX_BYTES = 12
 
 
-@njit(nogil=True, cache=True, inline="always")
+@njit(nogil=True, cache=True)
 def _write_uint(out: Any, pos: Any, v: Any) -> Any:  # pragma: no cover - compiled
     """Write the decimal digits of ``v >= 0``; return the new position."""
     if v == 0:

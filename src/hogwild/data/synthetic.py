@@ -52,48 +52,54 @@ def _fill_rcv1(r0: int, r1: int, seed: Any, indptr: Any, cdf: Any, guide: Any, r
     """Draw rows r0:r1: Zipf-popular distinct features, tf-idf values with unit L2 norm, and
     each row's margin against the planted separator.
 
-    Features are drawn as popularity ranks (popular ranks stay in cache) and mapped to ids;
-    values are computed after the ids are sorted, so only the ids need sorting.
+    Features are drawn by popularity rank through a guide table (O(1) per draw) and
+    mapped to ids; values follow once the row's ids are known in sorted order.
     """
     n_features = cdf.shape[0]
     g = guide.shape[0]
     max_tf = log_tf.shape[0] - 1
-    seen = np.zeros(n_features, dtype=np.int32)  # row + 1 of the last row that used a rank
-    ranks = np.empty(n_features, dtype=np.int32)
+    # The row's ids as a bitset (6 KB for RCV1's width, so it stays in L1): distinctness
+    # checks are one bit test and reading the set words in order yields the ids sorted.
+    bits_of = np.zeros((n_features + 63) // 64, dtype=np.uint64)
+    one = np.uint64(1)
     for r in range(r0, r1):
         state = _row_state(seed, r)
         a = indptr[r]
         k = indptr[r + 1] - a
-        mark = np.int32(r - r0 + 1)
         got = 0
         tries = 0
-        while got < k and tries < 64 * k + 64:
-            tries += 1
+        lo = bits_of.shape[0]
+        hi = 0
+        while got < k:
             state, bits = _next(state)
-            u = _uniform(bits)
-            i = guide[int(u * g)]
-            while cdf[i] < u:
-                i += 1
-            if seen[i] != mark:
-                seen[i] = mark
-                ranks[got] = i
+            if tries < 64 * k + 64:
+                tries += 1
+                u = _uniform(bits)
+                i = guide[int(u * g)]
+                while cdf[i] < u:
+                    i += 1
+                f = rank_to_id[i]
+            else:
+                # The popular features are used up: take the rest uniformly.
+                f = int(_uniform(bits) * n_features)
+            w = f >> 6
+            mask = one << np.uint64(f & 63)
+            if (bits_of[w] & mask) == 0:
+                bits_of[w] |= mask
                 got += 1
-        if got < k:
-            # The popular ranks are used up: take the rest uniformly among the unused ones.
-            state, bits = _next(state)
-            i = int(_uniform(bits) * n_features)
-            while got < k:
-                if seen[i] != mark:
-                    seen[i] = mark
-                    ranks[got] = i
-                    got += 1
-                i += 1
-                if i == n_features:
-                    i = 0
+                lo = min(lo, w)
+                hi = max(hi, w)
+        j = a
+        for w in range(lo, hi + 1):
+            x = bits_of[w]
+            if x != 0:
+                bits_of[w] = 0
+                while x != 0:
+                    t: Any = trailing_zeros(x)  # type: ignore[call-arg]
+                    indices[j] = w * 64 + np.int64(t)
+                    j += 1
+                    x &= x - one
         row = indices[a:a + k]
-        for j in range(k):
-            row[j] = rank_to_id[ranks[j]]
-        row.sort()
         norm = 0.0
         for j in range(k):
             state, bits = _next(state)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -10,31 +13,95 @@ from grpc_reflection.v1alpha import reflection
 
 from hogwild.protocol import pb
 
+log = logging.getLogger("hogwild.protocol")
+
 COORDINATOR_SERVICE = pb.DESCRIPTOR.services_by_name["Coordinator"].full_name
 WORKER_SERVICE = pb.DESCRIPTOR.services_by_name["Worker"].full_name
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 UNREACHABLE = "UNREACHABLE"
+# Health service name for liveness probes: SERVING from the moment the server exists until the
+# process exits (loading data, waiting for workers and draining included); NOT_SERVING only
+# while a watched loop is stalled. Readiness probes use the overall status ("") instead.
+LIVENESS = "liveness"
+# How often the watchdog looks at the watched loop's clock.
+WATCHDOG_PERIOD = 1.0
+
+Clock = Callable[[], "float | None"]
 
 
 class HealthReporter:
-    """The health servicer of one server: every named service and the server as a whole ("")
-    move together between NOT_SERVING and SERVING."""
+    """The health servicer of one server.
+
+    Readiness: every named service and the server as a whole ("") move together between
+    NOT_SERVING and SERVING (:meth:`set`). Liveness (:data:`LIVENESS`) is independent: it stays
+    SERVING unless a loop registered with :meth:`watch` has not shown progress for its
+    ``stall_after`` seconds (a wedged process, which a liveness probe should restart); a server
+    whose thread pool or interpreter is wedged does not answer at all, which the probe's own
+    deadline catches.
+    """
 
     def __init__(self, services: Iterable[str]) -> None:
         self.servicer = health.HealthServicer()
         self.names = ("", *services)
+        self._lock = threading.Lock()
+        self._shut = False
+        self._stalled = False
+        self._watch: tuple[Clock, float] | None = None
+        self._watchdog: threading.Thread | None = None
+        self._closed = threading.Event()
         self.set(False)
+        self.servicer.set(LIVENESS, SERVING)
 
     def set(self, serving: bool) -> None:
+        """Readiness: SERVING or NOT_SERVING for "" and every named service (not liveness)."""
         status = SERVING if serving else NOT_SERVING
-        for name in self.names:
-            self.servicer.set(name, status)
+        with self._lock:
+            if self._shut:
+                return
+            for name in self.names:
+                self.servicer.set(name, status)
 
     def shutdown(self) -> None:
-        """NOT_SERVING for good: watchers are told, later set() calls are ignored."""
-        self.servicer.enter_graceful_shutdown()
+        """Readiness NOT_SERVING for good (later set() calls are ignored); liveness stays
+        SERVING while the process drains, so a probe does not kill a clean shutdown."""
+        with self._lock:
+            for name in self.names:
+                self.servicer.set(name, NOT_SERVING)
+            self._shut = True
+        self._closed.set()
+
+    def watch(self, last_progress: Clock, stall_after: float) -> None:
+        """Turn liveness NOT_SERVING while ``last_progress()`` (a time.monotonic() value, or
+        None when nothing is being watched) is more than ``stall_after`` seconds old."""
+        with self._lock:
+            self._watch = (last_progress, stall_after)
+            if self._watchdog is None:
+                self._watchdog = threading.Thread(target=self._watchdog_loop,
+                                                  name="health-watchdog", daemon=True)
+                self._watchdog.start()
+
+    def check_stall(self) -> bool:
+        """Evaluate the watched clock now; True if liveness is NOT_SERVING because of it."""
+        with self._lock:
+            watch = self._watch
+        stalled = False
+        if watch is not None:
+            clock, stall_after = watch
+            last = clock()
+            stalled = last is not None and time.monotonic() - last > stall_after
+        if stalled != self._stalled:
+            self._stalled = stalled
+            if stalled:
+                log.error("liveness: no progress for more than %.0fs; reporting NOT_SERVING",
+                          watch[1] if watch else 0.0)
+            self.servicer.set(LIVENESS, NOT_SERVING if stalled else SERVING)
+        return stalled
+
+    def _watchdog_loop(self) -> None:
+        while not self._closed.wait(WATCHDOG_PERIOD):
+            self.check_stall()
 
 
 def add_health_and_reflection(server: grpc.Server, services: Iterable[str]) -> HealthReporter:
