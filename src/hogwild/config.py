@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 
@@ -51,7 +51,7 @@ class Settings:
     mode: str = field(
         default="sync",
         metadata=_doc("sync = barrier per round; async = never wait for peers", choices=MODES))
-    staleness: Optional[int] = field(
+    staleness: int | None = field(
         default=None,
         metadata=_doc("async only: wait when a peer is more than this many rounds behind "
                       "(null = unbounded)"))
@@ -89,7 +89,7 @@ class Settings:
     epochs: int = field(default=10, metadata=_doc("maximum passes over the training data"))
     time_budget: float = field(
         default=0.0, metadata=_doc("stop after this many seconds of training (0 = no limit)"))
-    target_loss: Optional[float] = field(
+    target_loss: float | None = field(
         default=None, metadata=_doc("stop once validation loss is at or below this (null = off)"))
     patience: int = field(
         default=3,
@@ -109,7 +109,7 @@ class Settings:
         default="",
         metadata=_doc("test data in the same forms; empty = the bundled set's own test file, "
                       "or a test_fraction split of data"))
-    n_features: Optional[int] = field(
+    n_features: int | None = field(
         default=None, metadata=_doc("feature count (null = largest index seen)"))
     zero_based: bool = field(default=False, metadata=_doc("feature ids in files start at 0"))
     val_fraction: float = field(
@@ -156,8 +156,8 @@ def choices(key: str) -> tuple[str, ...] | None:
 def _base_type(key: str) -> tuple[type, bool]:
     """(python type, optional?) of a setting, from its annotation string."""
     annotation = str(_FIELDS[key].type)
-    optional = annotation.startswith("Optional[")
-    name = annotation[len("Optional["):-1] if optional else annotation
+    optional = annotation.endswith(" | None")
+    name = annotation.removesuffix(" | None")
     return {"str": str, "int": int, "float": float, "bool": bool}[name], optional
 
 

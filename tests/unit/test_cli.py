@@ -17,7 +17,7 @@ SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "hogwild.cli", *args], capture_output=True,
-                          text=True, timeout=240, cwd=cwd)
+                          text=True, timeout=240, cwd=cwd, check=False)
 
 
 def test_help_lists_every_command() -> None:
@@ -80,7 +80,8 @@ def test_bad_setting_exits_2_naming_key(tmp_path: Path) -> None:
     proc = run_cli("train", "--threads", "zero", cwd=tmp_path)
     assert proc.returncode == 2
     assert "'threads'" in proc.stderr
-    env_bad = subprocess.run([sys.executable, "-m", "hogwild.cli", "train"], capture_output=True,
+    env_bad = subprocess.run([sys.executable, "-m", "hogwild.cli", "train"], check=False,
+                             capture_output=True,
                              text=True, timeout=60, cwd=tmp_path,
                              env={"PATH": "/usr/bin:/bin", "HOGWILD_EPOCS": "3"})
     assert env_bad.returncode == 2

@@ -25,6 +25,7 @@ from hogwild.protocol.health import (
     COORDINATOR_SERVICE,
     HealthReporter,
     add_health_and_reflection,
+    stall_seconds,
 )
 
 log = logging.getLogger("hogwild.coordinator")
@@ -64,6 +65,8 @@ def serve(settings: Settings, out: TextIO = sys.stdout) -> int:
     stop_event = threading.Event()
     previous = _install_sigterm(stop_event, health)
     driver = RunDriver(settings, state, health, stop_event, out)
+    health.watch(lambda: driver.alive_at, stall_seconds(settings.barrier_timeout,
+                                                          settings.rpc_timeout))
     try:
         warmup()  # compiled kernels loaded before the clock of the run starts
         codec_warmup()

@@ -64,6 +64,8 @@ class RunDriver:
         self.final_states: dict[int, FinalState] = {}
         self.started_workers = False
         self.train_began = time.perf_counter()
+        # time.monotonic() of the monitor loop's last turn; None outside it (liveness watch).
+        self.alive_at: float | None = None
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -205,7 +207,16 @@ class RunDriver:
         self._print(f"{'elapsed':>8} {'round':>6} {'examples':>10} {'epochs':>7} "
                     f"{'val_loss':>9} {'val_acc':>8} {'deltas':>7} {'MB_in':>8} {'stale':>5}")
         next_eval = time.perf_counter() + s.eval_interval
+        try:
+            return self._monitor_loop(splits, rules, loss, began, next_eval)
+        finally:
+            self.alive_at = None
+
+    def _monitor_loop(self, splits: Any, rules: StopRules, loss: Any, began: float,
+                      next_eval: float) -> tuple[str, StopRules]:
+        s = self.settings
         while True:
+            self.alive_at = time.monotonic()
             if self.stop_event.wait(0.05):
                 return "SIGTERM", rules
             now = time.perf_counter()

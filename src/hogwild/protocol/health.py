@@ -28,7 +28,7 @@ LIVENESS = "liveness"
 # How often the watchdog looks at the watched loop's clock.
 WATCHDOG_PERIOD = 1.0
 
-Clock = Callable[[], "float | None"]
+Clock = Callable[[], float | None]
 
 
 class HealthReporter:
@@ -104,8 +104,15 @@ class HealthReporter:
             self.check_stall()
 
 
+def stall_seconds(barrier_timeout: float, rpc_timeout: float) -> float:
+    """How long a watched loop may go without progress before liveness fails: well above any
+    single wait a healthy loop makes (each is bounded by these deadlines)."""
+    return max(60.0, 3.0 * (barrier_timeout + rpc_timeout))
+
+
 def add_health_and_reflection(server: grpc.Server, services: Iterable[str]) -> HealthReporter:
-    """Register grpc.health.v1 (initially NOT_SERVING) and reflection for ``services``."""
+    """Register grpc.health.v1 (readiness initially NOT_SERVING, liveness SERVING) and
+    reflection for ``services``."""
     names = tuple(services)
     reporter = HealthReporter(names)
     health_pb2_grpc.add_HealthServicer_to_server(reporter.servicer, server)

@@ -16,7 +16,12 @@ from hogwild.errors import ClusterError
 from hogwild.model.trainer import warmup
 from hogwild.protocol import pb_grpc
 from hogwild.protocol.codec import warmup as codec_warmup
-from hogwild.protocol.health import WORKER_SERVICE, HealthReporter, add_health_and_reflection
+from hogwild.protocol.health import (
+    WORKER_SERVICE,
+    HealthReporter,
+    add_health_and_reflection,
+    stall_seconds,
+)
 from hogwild.worker.node import WorkerNode
 from hogwild.worker.servicer import WorkerServicer
 
@@ -48,6 +53,8 @@ def serve(settings: Settings) -> int:
     server.start()
     print(f"worker listening on port {port}", flush=True)
     previous = _install_sigterm(node, health)
+    health.watch(lambda: node.alive_at, stall_seconds(settings.barrier_timeout,
+                                                        settings.rpc_timeout))
     try:
         # Load the compiled kernels before the run starts, so round 1 is not slower than the rest.
         warmup()

@@ -112,6 +112,9 @@ class WorkerNode:
         self._gate = 0                    # sync: highest round the threads may start
         self._reported_down: set[int] = set()
         self._last_progress = 0.0
+        # time.monotonic() of the exchange thread's last sign of progress while it runs the
+        # round loop; None before and after (the liveness watch reads it).
+        self.alive_at: float | None = None
 
     # ------------------------------------------------------------------ registration
 
@@ -321,17 +324,24 @@ class WorkerNode:
         threads = [threading.Thread(target=self._train_thread, args=(k, cursors[k]),
                                     name=f"sgd-{k}", daemon=True) for k in range(plan.threads)]
         began = time.monotonic()
+        self._alive()
         for th in threads:
             th.start()
         try:
-            self._exchange_loop(plan)
+            try:
+                self._exchange_loop(plan)
+            finally:
+                self.request_stop(self.stop_reason or "training ended")
+                for th in threads:
+                    th.join()
+            log.info("trained %d rounds, %d examples in %.2fs", self.rounds, self.examples,
+                     time.monotonic() - began)
+            self._finish(plan)
         finally:
-            self.request_stop(self.stop_reason or "training ended")
-            for th in threads:
-                th.join()
-        log.info("trained %d rounds, %d examples in %.2fs", self.rounds, self.examples,
-                 time.monotonic() - began)
-        self._finish(plan)
+            self.alive_at = None
+
+    def _alive(self) -> None:
+        self.alive_at = time.monotonic()
 
     def _heartbeat_loop(self, plan: RunPlan) -> None:
         """Tell every peer we are alive a few times per barrier_timeout, until done."""
@@ -396,6 +406,7 @@ class WorkerNode:
     def _exchange_loop(self, plan: RunPlan) -> None:
         last = 0
         while True:
+            self._alive()
             with self._cond:
                 self._cond.wait_for(
                     lambda done=last: min(self._thread_round) > done  # type: ignore[misc]
@@ -463,6 +474,7 @@ class WorkerNode:
         # A peer that is alive but itself waiting (heartbeats) is waited for; one silent for
         # barrier_timeout is dropped, so the barrier never hangs on a dead peer.
         while not self.inbox.wait(ready, min(0.25, plan.barrier_timeout)):
+            self._alive()
             self._drop_silent(plan, round_, f"waiting for round {round_}")
         self._apply_inbox()
 
@@ -477,6 +489,7 @@ class WorkerNode:
         self._apply_inbox()
         flush_for = plan.barrier_timeout + plan.rpc_timeout
         for dest in self.destinations.values():
+            self._alive()
             dest.flush(flush_for)
         with self._cond:
             self.phase = Phase.DONE
@@ -487,6 +500,7 @@ class WorkerNode:
     def _await_peer_finals(self, plan: RunPlan) -> None:
         # A peer still training keeps sending deltas; one silent for barrier_timeout is gone.
         while True:
+            self._alive()
             settled = self.inbox.wait(
                 lambda peers: all(p.settled for p in peers.values()) or self.fatal is not None,
                 0.25)
