@@ -59,7 +59,7 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
 
 # Compile the numba kernels once at build time so no container pays for it at start.
 RUN mkdir -p /opt/hogwild/numba-cache /data /out \
- && python -c "from hogwild.model.trainer import warmup; warmup()" \
+ && python -m hogwild.warmup \
  && chmod -R a+rwX /opt/hogwild/numba-cache \
  && chown hogwild:hogwild /data /out \
  && hogwild --version

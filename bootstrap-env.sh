@@ -42,5 +42,5 @@ fi
 # gRPC stubs come from protos/ (regenerated only when the .proto changed).
 .venv/bin/python -m hogwild.protocol.build
 # Compile the numba kernels once so the first run does not pay for it.
-.venv/bin/python -c "from hogwild.model.trainer import warmup; warmup()"
+.venv/bin/python -m hogwild.warmup
 echo "bootstrap-env: ready (.venv/bin/hogwild)"

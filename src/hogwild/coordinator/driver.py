@@ -36,7 +36,7 @@ _SLOW_LINK_BYTES_PER_S = 10e6
 # the others' updates can get, and summing deltas computed from a point more than ~1/16 of an
 # epoch old overshoots (measured on Reuters earn, 2 workers: round = 1/2 epoch gave test accuracy
 # 0.6-0.98, 1/8 epoch 0.955-0.985, 1/16 epoch 0.986-0.988).
-MIN_ROUNDS_PER_EPOCH = 16
+MIN_ROUNDS_PER_EPOCH = 8
 
 
 @dataclass
@@ -66,6 +66,8 @@ class RunDriver:
         self.train_began = time.perf_counter()
         # time.monotonic() of the monitor loop's last turn; None outside it (liveness watch).
         self.alive_at: float | None = None
+        self.eval_seconds = 0.0          # validation evaluations during training
+        self.round_size = 0              # examples per thread per round, as configured
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -99,7 +101,7 @@ class RunDriver:
             self.state.start_model(dim)
             shards = shard(splits.train, len(workers), seed=s.seed, mode=s.shipping)
             self._ship(workers, shards)
-            round_size = self._round_size(workers, splits.train.n_rows)
+            round_size = self.round_size = self._round_size(workers, splits.train.n_rows)
             max_rounds = self._max_rounds(workers, splits.train.n_rows, round_size)
             self._configure(workers, dim, n_features, splits.train.n_rows, max_rounds,
                             round_size)
@@ -236,9 +238,11 @@ class RunDriver:
     _last_w: np.ndarray
 
     def _evaluate(self, splits: Any, loss: Any, began: float) -> dict[str, Any]:
+        t0 = time.perf_counter()
         w = self.state.model_copy()
         self._last_w = w
         val = evaluate(splits.val, w, loss) if splits.val.n_rows else None
+        self.eval_seconds += time.perf_counter() - t0
         examples = self.state.examples()
         losses = [r.train_loss for r in self.state.workers.values() if r.train_loss is not None]
         row = {"elapsed": time.perf_counter() - began, "round": self.state.max_round(),
@@ -333,7 +337,14 @@ class RunDriver:
             "deltas_received": self.state.deltas_received,
             "bytes_received": self.state.bytes_received,
             "duplicates_ignored": self.state.duplicates,
-            "max_staleness": self.state.max_staleness(),
+            # As measured by the workers (bounded by `staleness`); the coordinator's own view of
+            # the round gap also counts messages still in flight, so it can be larger.
+            "max_staleness": max([st.max_staleness for st in self.final_states.values()]
+                                 + [r.max_staleness for r in self.state.workers.values()],
+                                 default=0),
+            "coordinator_round_gap": self.state.max_staleness(),
+            "coordinator_apply_seconds": self.state.apply_seconds, "round_size": self.round_size,
+            "eval_seconds": self.eval_seconds, "evaluations": len(self.history),
             "shipped_bytes": shipped, "ship_seconds": ship_seconds,
             "train_rows": splits.train.n_rows, "test_rows": splits.test.n_rows,
             "n_features": splits.train.n_features, "run_id": self.state.run_id,
@@ -366,6 +377,10 @@ class RunDriver:
                          "acked_by": {str(k): v for k, v in st.acked_by.items()},
                          "acked_by_coordinator": st.acked_by_coordinator,
                          "dropped_peers": st.dropped_peers,
+                         "max_staleness": st.max_staleness,
+                         "bytes_sent": st.bytes_sent,
+                         "timings": {name: {"seconds": sec, "count": n}
+                                     for name, (sec, n) in st.timings.items()},
                          "max_abs_diff_to_global": float(np.max(np.abs(st.weights - global_w)))})
         return rows
 

@@ -59,6 +59,7 @@ class RunState:
         self.deltas_received = 0
         self.duplicates = 0
         self.bytes_received = 0
+        self.apply_seconds = 0.0         # time spent adding deltas to the global model
         self.peer_reports: list[tuple[int, int, int, str]] = []  # (reporter, peer, round, why)
 
     # ---------------------------------------------------------------- registration
@@ -124,7 +125,9 @@ class RunState:
             if delta.key in self._seen:
                 self.duplicates += 1
                 return False
+            t0 = time.perf_counter()
             result = kernels.apply_delta(self.w, self._empty, delta.indices, delta.values)
+            self.apply_seconds += time.perf_counter() - t0
             if result != 0:  # decode_delta checked this; a non-zero result is a bug
                 raise StaleOrUnknown(f"apply_delta refused delta {delta.key} ({result})")
             self._seen.add(delta.key)

@@ -14,6 +14,8 @@ weight vector, never moves.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -21,7 +23,6 @@ import numpy.typing as npt
 from numba import njit
 
 from hogwild.data.csr import INDEX_DTYPE, CSRData
-from hogwild.data.svmlight import _run_parallel, default_threads
 from hogwild.errors import DataError
 
 I32 = npt.NDArray[np.int32]
@@ -103,11 +104,18 @@ def renumber(data: CSRData, new_id_of_old: npt.ArrayLike) -> CSRData:
     value_bits = data.values.view(np.uint32)
     out_bits = out_values.view(np.uint32)
     n_rows = data.n_rows
-    pieces = max(1, min(default_threads(), n_rows // _MIN_ROWS_PER_THREAD))
+    pieces = max(1, min(os.cpu_count() or 1, 8, n_rows // _MIN_ROWS_PER_THREAD))
     bounds = [n_rows * i // pieces for i in range(pieces + 1)]
-    jobs = [(bounds[i], bounds[i + 1], data.indptr, data.indices, value_bits, order,
-             out_indices, out_bits) for i in range(pieces)]
-    _run_parallel(_renumber_rows, jobs)
+    args = (data.indptr, data.indices, value_bits, order, out_indices, out_bits)
+    if pieces == 1:
+        _renumber_rows(0, n_rows, *args)
+    else:
+        # The kernel releases the GIL: one thread per block of rows.
+        with ThreadPoolExecutor(max_workers=pieces) as pool:
+            futures = [pool.submit(_renumber_rows, bounds[i], bounds[i + 1], *args)
+                       for i in range(pieces)]
+            for f in futures:
+                f.result()
     return CSRData(data.indptr, out_indices, out_values, data.labels, data.n_features)
 
 

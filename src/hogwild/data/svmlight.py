@@ -8,7 +8,7 @@ import queue
 import tempfile
 import threading
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -17,20 +17,28 @@ import numpy as np
 
 from hogwild.data import _textformat as fmt
 from hogwild.data import _textparse as kp
+from hogwild.data._threads import default_threads, run_parallel
 from hogwild.data.cache import cache_path, load_cached, save_cached
 from hogwild.data.csr import CSRData
 from hogwild.errors import DataError, DataFormatError
+
+__all__ = [
+    "ParsedText",
+    "PathLike",
+    "default_threads",
+    "parse_file",
+    "parse_svmlight_buffer",
+    "parse_text",
+    "read_bytes",
+    "read_svmlight",
+    "write_svmlight",
+]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 # Below this many bytes one thread parses the whole buffer (thread start-up costs more).
 _MIN_BYTES_PER_THREAD = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
-
-
-def default_threads() -> int:
-    """Parser threads: one per core, at most 8."""
-    return max(1, min(8, os.cpu_count() or 1))
 
 
 @dataclass(frozen=True)
@@ -42,29 +50,6 @@ class ParsedText:
     values: np.ndarray
     labels: np.ndarray
     max_index: int
-
-
-def _run_parallel(fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]) -> list[Any]:
-    """Run ``fn(*job)`` for every job, one thread each (the kernels release the GIL)."""
-    if len(jobs) == 1:
-        return [fn(*jobs[0])]
-    results: list[Any] = [None] * len(jobs)
-    errors: list[Exception] = []
-
-    def run(i: int) -> None:
-        try:
-            results[i] = fn(*jobs[i])
-        except Exception as exc:  # noqa: BLE001 - re-raised in the calling thread below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
 
 
 def _split_points(buf: np.ndarray, n_pieces: int) -> list[int]:
@@ -109,7 +94,7 @@ def parse_text(buf: np.ndarray, *, zero_based: bool = False, n_features: int | N
     # Pass 1: upper bounds of rows and non-zeros per piece, so every piece writes its slice of
     # one set of output arrays and no concatenation copy is needed (bounds are exact unless
     # comments or qid tokens hold colons).
-    counts = _run_parallel(kp.count_marks, [(b, s, e) for b, s, e, _ in pieces])
+    counts = run_parallel(kp.count_marks, [(b, s, e) for b, s, e, _ in pieces])
     row_caps = [int(nl) + 1 for nl, _ in counts]
     nnz_caps = [int(nc) for _, nc in counts]
     row_offs = np.concatenate([[0], np.cumsum(row_caps)]).astype(np.int64)
@@ -126,7 +111,7 @@ def parse_text(buf: np.ndarray, *, zero_based: bool = False, n_features: int | N
     jobs = [(b, s, e, zero_based, limit, indptr, indices, values, labels,
              int(row_offs[i]), int(nnz_offs[i]), nnz_caps[i])
             for i, (b, s, e, _) in enumerate(pieces)]
-    results = _run_parallel(kp.parse_piece, jobs)
+    results = run_parallel(kp.parse_piece, jobs)
     for (b, _, _, base), (_, _, _, code, offset) in zip(pieces, results):
         if int(code) != kp.OK:
             line = int(kp.count_newlines(buf, base)) + int(kp.count_newlines(b, int(offset))) + 1
@@ -247,9 +232,11 @@ def read_svmlight(path: PathLike, *, n_features: int | None = None, zero_based: 
             if cached.max_index() < int(n_features):
                 return cached.with_n_features(int(n_features))
             # Too small an n_features: parse again so that the error names the line.
+    if where is None:
+        return parse_file(path, zero_based=zero_based, n_features=n_features, threads=threads)
+    # The cache keeps what the file holds (n_features = largest id + 1); widen afterwards.
     data = parse_file(path, zero_based=zero_based, threads=threads)
-    if where is not None:
-        save_cached(path, where, data, zero_based=zero_based)
+    save_cached(path, where, data, zero_based=zero_based)
     if n_features is not None and n_features != data.n_features:
         if data.max_index() >= int(n_features):
             return parse_file(path, zero_based=zero_based, n_features=n_features,
@@ -329,7 +316,7 @@ def _gunzip_blocks(raw: bytes, source: str, block: int) -> Iterator[bytes]:
 
 
 def _parse_gzip_stream(path: Path, *, zero_based: bool, n_features: int | None,
-                       block: int = 16 << 20) -> ParsedText:
+                       block: int = 4 << 20) -> ParsedText:
     """Parse gzip text while it is decompressed: one thread inflates the next block (zlib
     releases the GIL) while this one parses the previous, so the two overlap on two cores."""
     source = str(path)

@@ -8,10 +8,10 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+from hogwild.data._threads import default_threads, run_parallel
 from hogwild.data.csr import CSRData
-from hogwild.data.svmlight import _run_parallel, default_threads
 
-_GUIDE_SIZE = 1 << 16
+_ZIPF_SHIFT = 10.0  # popularity of rank r ~ 1 / (r + _ZIPF_SHIFT)
 _MASK64 = (1 << 64) - 1
 
 
@@ -46,17 +46,18 @@ def _row_state(seed: Any, row: int) -> Any:  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True)
-def _fill_rcv1(r0: int, r1: int, seed: Any, indptr: Any, cdf: Any, guide: Any, rank_to_id: Any,
+def _fill_rcv1(r0: int, r1: int, seed: Any, indptr: Any, log_span: float, rank_to_id: Any,
                id_to_rank: Any, log_tf: Any, idf_by_rank: Any, w_star: Any, indices: Any,
                values: Any, margins: Any) -> None:  # pragma: no cover - compiled
     """Draw rows r0:r1: Zipf-popular distinct features, tf-idf values with unit L2 norm, and
     each row's margin against the planted separator.
 
-    Features are drawn by popularity rank through a guide table (O(1) per draw) and
-    mapped to ids; values follow once the row's ids are known in sorted order.
+    A popularity rank is drawn by inverting the continuous Zipf-like law with density
+    ~ 1 / (x + shift) on [0, n_features) (one exp, no table) and mapped to a feature id;
+    values follow once the row's ids are known in sorted order.
     """
-    n_features = cdf.shape[0]
-    g = guide.shape[0]
+    n_features = rank_to_id.shape[0]
+    shift = _ZIPF_SHIFT
     max_tf = log_tf.shape[0] - 1
     # The row's ids as a bitset (6 KB for RCV1's width, so it stays in L1): distinctness
     # checks are one bit test and reading the set words in order yields the ids sorted.
@@ -74,11 +75,8 @@ def _fill_rcv1(r0: int, r1: int, seed: Any, indptr: Any, cdf: Any, guide: Any, r
             state, bits = _next(state)
             if tries < 64 * k + 64:
                 tries += 1
-                u = _uniform(bits)
-                i = guide[int(u * g)]
-                while cdf[i] < u:
-                    i += 1
-                f = rank_to_id[i]
+                i = int(shift * np.exp(_uniform(bits) * log_span) - shift)
+                f = rank_to_id[min(i, n_features - 1)]
             else:
                 # The popular features are used up: take the rest uniformly.
                 f = int(_uniform(bits) * n_features)
@@ -204,14 +202,11 @@ def make_rcv1_like(n_rows: int, *, n_features: int = 47236, avg_nnz: float = 75,
     indptr = np.zeros(n_rows + 1, dtype=np.int64)
     np.cumsum(lengths, out=indptr[1:])
 
-    # Popularity by rank ~ 1 / (rank + 10); ranks are scattered over ids by a permutation.
+    # Popularity of rank r: the mass of density 1 / (x + shift) on [r, r + 1); ranks are
+    # scattered over ids by a permutation.
+    log_span = float(np.log((n_features + _ZIPF_SHIFT) / _ZIPF_SHIFT))
     ranks = np.arange(n_features, dtype=np.float64)
-    p = 1.0 / (ranks + 10.0)
-    p /= p.sum()
-    cdf = np.cumsum(p)
-    cdf[-1] = 1.0
-    guide = np.searchsorted(cdf, np.arange(_GUIDE_SIZE) / _GUIDE_SIZE, side="left")
-    guide = np.minimum(guide, n_features - 1).astype(np.int64)
+    p = np.log1p(1.0 / (ranks + _ZIPF_SHIFT)) / log_span
     rank_to_id = rng.permutation(n_features).astype(np.int32)
     id_to_rank = np.empty(n_features, dtype=np.int32)
     id_to_rank[rank_to_id] = np.arange(n_features, dtype=np.int32)
@@ -230,10 +225,10 @@ def make_rcv1_like(n_rows: int, *, n_features: int = 47236, avg_nnz: float = 75,
     indices = np.empty(int(indptr[-1]), dtype=np.int32)
     values = np.empty(int(indptr[-1]), dtype=np.float32)
     margins = np.zeros(n_rows, dtype=np.float64)
-    jobs = [(r0, r1, kseed, indptr, cdf, guide, rank_to_id, id_to_rank, log_tf, idf_by_rank,
+    jobs = [(r0, r1, kseed, indptr, log_span, rank_to_id, id_to_rank, log_tf, idf_by_rank,
              w_star, indices, values, margins)
             for r0, r1 in _ranges(n_rows, threads or default_threads())]
-    _run_parallel(_fill_rcv1, jobs)
+    run_parallel(_fill_rcv1, jobs)
     bias = -float(np.median(margins)) if n_rows else 0.0
     labels = _labels(margins, bias, noise, rng)
     return CSRData(indptr, indices, values, labels, n_features)
@@ -260,6 +255,6 @@ def make_seed000(n_rows: int, *, n_features: int = 1_000_000, min_nnz: int = 10,
     margins = np.zeros(n_rows, dtype=np.float64)
     jobs = [(r0, r1, kseed, indptr, n_features, bool(binary), w_star, indices, values, margins)
             for r0, r1 in _ranges(n_rows, threads or default_threads())]
-    _run_parallel(_fill_uniform, jobs)
+    run_parallel(_fill_uniform, jobs)
     labels = _labels(margins, 0.0, noise, rng)
     return CSRData(indptr, indices, values, labels, n_features)

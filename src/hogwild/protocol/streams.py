@@ -149,6 +149,9 @@ class FinalState:
     acked_by: dict[int, int] = field(default_factory=dict)
     dropped_peers: list[int] = field(default_factory=list)
     acked_by_coordinator: int = 0
+    max_staleness: int = 0
+    timings: dict[str, tuple[float, int]] = field(default_factory=dict)
+    bytes_sent: int = 0
 
 
 def state_chunks(state: FinalState, run_id: str, chunk_bytes: int,
@@ -180,6 +183,10 @@ def _put_counters(chunk: pb.StateChunk, state: FinalState) -> None:
                           for k, v in sorted(state.acked_by.items()))
     chunk.dropped_peers.extend(sorted(state.dropped_peers))
     chunk.acked_by_coordinator = state.acked_by_coordinator
+    chunk.max_staleness = state.max_staleness
+    chunk.timings.extend(pb.Timing(name=name, seconds=seconds, count=count)
+                         for name, (seconds, count) in sorted(state.timings.items()))
+    chunk.bytes_sent = state.bytes_sent
 
 
 def receive_state(chunks: Iterable[pb.StateChunk], dim: int,
@@ -209,7 +216,10 @@ def receive_state(chunks: Iterable[pb.StateChunk], dim: int,
                 applied_from={p.worker_id: int(p.count) for p in chunk.applied_from},
                 acked_by={p.worker_id: int(p.count) for p in chunk.acked_by},
                 dropped_peers=list(chunk.dropped_peers),
-                acked_by_coordinator=int(chunk.acked_by_coordinator))
+                acked_by_coordinator=int(chunk.acked_by_coordinator),
+                max_staleness=int(chunk.max_staleness),
+                timings={t.name: (float(t.seconds), int(t.count)) for t in chunk.timings},
+                bytes_sent=int(chunk.bytes_sent))
         raw = chunk.weights.data
         assembler.add(int(chunk.offset), chunk.weights, int(chunk.crc32), raw)
         digest.update(0, int(chunk.offset), len(raw), int(chunk.crc32))

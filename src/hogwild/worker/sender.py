@@ -18,6 +18,8 @@ from typing import Any
 
 import grpc
 
+from hogwild.worker.timing import Timers
+
 log = logging.getLogger("hogwild.worker")
 
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -29,7 +31,7 @@ class Destination:
 
     def __init__(self, name: str, dest_id: int, address: str, stub_factory: Callable[[Any], Any],
                  rpc_timeout: float, give_up_after: float,
-                 on_down: Callable[[int, str], None]) -> None:
+                 on_down: Callable[[int, str], None], timers: Timers | None = None) -> None:
         self.name = name
         self.dest_id = dest_id
         self.address = address
@@ -38,6 +40,9 @@ class Destination:
         self.rpc_timeout = rpc_timeout
         self.give_up_after = give_up_after
         self.on_down = on_down
+        self.timers = timers if timers is not None else Timers()
+        # Timer name: peers are summed together, the coordinator apart.
+        self._kind = "coordinator" if dest_id < 0 else "peer"
         self._cond = threading.Condition()
         self._queue: deque[tuple[str, Any]] = deque()
         self._closing = False
@@ -105,9 +110,11 @@ class Destination:
             with self._cond:
                 if self._closing or self.down:
                     return
+            t0 = time.perf_counter()
             try:
                 getattr(self.stub, rpc)(message, timeout=self.rpc_timeout)
             except grpc.RpcError as exc:
+                self.timers.add(f"rpc_failed:{rpc}:{self._kind}", time.perf_counter() - t0)
                 code = exc.code()
                 if code not in _RETRYABLE:
                     self.rejected += 1
@@ -127,6 +134,7 @@ class Destination:
                 time.sleep(min(backoff, max(0.0, self.give_up_after - (now - first_failure))))
                 backoff = min(backoff * 2, 1.0)
                 continue
+            self.timers.add(f"rpc:{rpc}:{self._kind}", time.perf_counter() - t0)
             self.acked[rpc] = self.acked.get(rpc, 0) + 1
             self.bytes_sent += message.ByteSize()
             return
