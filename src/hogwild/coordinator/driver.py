@@ -33,10 +33,28 @@ T = TypeVar("T")
 # Shipping and final-state deadlines grow with the payload (loopback does ~1 GB/s; allow 10 MB/s).
 _SLOW_LINK_BYTES_PER_S = 10e6
 # Every epoch has at least this many exchange rounds: a round is how stale a worker's view of
-# the others' updates can get, and summing deltas computed from a point more than ~1/16 of an
-# epoch old overshoots (measured on Reuters earn, 2 workers: round = 1/2 epoch gave test accuracy
-# 0.6-0.98, 1/8 epoch 0.955-0.985, 1/16 epoch 0.986-0.988).
+# the others' updates can get, and summing deltas computed from a point too many examples old
+# overshoots. Measured on Reuters earn, 2 workers, before the bias was averaged (see
+# WorkerNode._average_bias): round = 1/2 epoch gave test accuracy 0.6-0.98, 1/8 epoch
+# 0.955-0.985, 1/16 epoch 0.986-0.988; with the bias averaged, 1/8 epoch keeps Reuters at
+# 0.98-0.99 and synthetic RCV1-like data at the in-process accuracy.
 MIN_ROUNDS_PER_EPOCH = 8
+# On big data a round is raised to this many non-zeros of kernel work per thread (~10 ms):
+# a round's fixed costs (a delta of up to dim entries built, sent and applied, an RPC round
+# trip of 2-5 ms on a busy 2-core machine, the barrier in sync mode) then stay a small share.
+# Measured on 280k synthetic RCV1-like rows, 2 workers x 1 thread, sync: rounds of 1,000 rows
+# spent 0.6 ms training and 7 ms waiting per round (8.7x the in-process time to accuracy).
+ROUND_NNZ = 2_000_000
+
+
+def choose_round_size(configured: int, train_rows: int, train_nnz: int,
+                      total_threads: int) -> int:
+    """Examples per thread per round: at least ``configured`` and enough rows for ROUND_NNZ
+    non-zeros, but at most 1/MIN_ROUNDS_PER_EPOCH of an epoch (which wins when they clash)."""
+    per_row = train_nnz / max(1, train_rows)
+    work = math.ceil(ROUND_NNZ / max(per_row, 1.0))
+    cap = max(1, train_rows // (max(1, total_threads) * MIN_ROUNDS_PER_EPOCH))
+    return max(1, min(max(configured, work), cap))
 
 
 @dataclass
@@ -101,7 +119,7 @@ class RunDriver:
             self.state.start_model(dim)
             shards = shard(splits.train, len(workers), seed=s.seed, mode=s.shipping)
             self._ship(workers, shards)
-            round_size = self.round_size = self._round_size(workers, splits.train.n_rows)
+            round_size = self.round_size = self._round_size(workers, splits.train)
             max_rounds = self._max_rounds(workers, splits.train.n_rows, round_size)
             self._configure(workers, dim, n_features, splits.train.n_rows, max_rounds,
                             round_size)
@@ -153,14 +171,14 @@ class RunDriver:
         self._print(f"shipped {len(workers)} shard(s) ({s.shipping}), {total / 1e6:.1f} MB in "
                     f"{slowest:.2f}s ({total / 1e6 / max(slowest, 1e-9):.0f} MB/s)")
 
-    def _round_size(self, workers: list[WorkerRecord], train_rows: int) -> int:
-        """round_size, capped so that an epoch has at least MIN_ROUNDS_PER_EPOCH rounds."""
-        threads = sum(r.threads for r in workers)
-        cap = max(1, train_rows // (threads * MIN_ROUNDS_PER_EPOCH))
-        if cap < self.settings.round_size:
-            log.info("round_size %d capped to %d: at least %d rounds per epoch",
-                     self.settings.round_size, cap, MIN_ROUNDS_PER_EPOCH)
-        return min(self.settings.round_size, cap)
+    def _round_size(self, workers: list[WorkerRecord], train: Any) -> int:
+        size = choose_round_size(self.settings.round_size, train.n_rows, train.nnz,
+                                 sum(r.threads for r in workers))
+        if size != self.settings.round_size:
+            log.info("round_size %d -> %d examples per thread (%d non-zeros of work per round, "
+                     "at least %d rounds per epoch)", self.settings.round_size, size, ROUND_NNZ,
+                     MIN_ROUNDS_PER_EPOCH)
+        return size
 
     def _max_rounds(self, workers: list[WorkerRecord], train_rows: int, round_size: int) -> int:
         per_round = sum(r.threads for r in workers) * round_size
