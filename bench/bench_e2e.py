@@ -67,11 +67,12 @@ class Run:
     accuracy: float
     note: str = ""
     others: float = 0.0  # cores other processes used during the run (should be ~0)
+    cpu: float = 0.0  # CPU seconds the tool's process used (robust on a busy machine)
 
 
-def _run(cmd: list[str], log: Path, quiet: float) -> tuple[float, str, float]:
+def _run(cmd: list[str], log: Path, quiet: float) -> tuple[float, str, float, float]:
     """Run a command to completion; (wall seconds, stdout, cores other processes used
-    meanwhile). ``quiet`` > 0: first wait up to that many seconds for the others to go idle.
+    meanwhile, CPU seconds of the command). ``quiet`` > 0: first wait up to that many seconds for the others to go idle.
     Raises with the command's log on failure."""
     env = dict(os.environ)
     src = str(common.REPO / "src")
@@ -86,7 +87,7 @@ def _run(cmd: list[str], log: Path, quiet: float) -> tuple[float, str, float]:
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}; see {log}:\n"
                            f"{proc.stderr[-2000:]}")
-    return seconds, proc.stdout, meter.others
+    return seconds, proc.stdout, meter.others, meter.own * seconds
 
 
 def hogwild_cmd() -> list[str]:
@@ -106,20 +107,20 @@ def run_hogwild(train: Path, test: Path, out: Path, *, data_cache: bool, threads
         # Train on every row for exactly EPOCHS passes, as the peers do.
         "--val-fraction", "0", "--patience", "0", "--n-features", str(common.RCV1_FEATURES),
     ]
-    seconds, _, others = _run(cmd, out.with_suffix(".log"), quiet)
+    seconds, _, others, cpu = _run(cmd, out.with_suffix(".log"), quiet)
     metrics = json.loads((out / "metrics.json").read_text())
     if int(metrics["epochs"]) != EPOCHS:
         raise RuntimeError(f"hogwild ran {metrics['epochs']} epochs, expected {EPOCHS}")
     return Run(name, seconds, float(metrics["test_accuracy"]),
                f"{note}; load {metrics['load_seconds']:.2f}s, train "
-               f"{metrics['seconds']:.2f}s (its own clocks)", others)
+               f"{metrics['seconds']:.2f}s (its own clocks)", others, cpu)
 
 
 def run_vw(train_vw: Path, test_vw: Path, tmp: Path, n_train: int, labels: np.ndarray,
            quiet: float = 0.0) -> Run:
     cache, model, preds = tmp / "e2e.vwcache", tmp / "e2e.vwmodel", tmp / "e2e.pred"
     cache.unlink(missing_ok=True)  # a fresh cache: VW parses its text exactly once
-    seconds, out, others = _run([sys.executable, "-c", VW_SCRIPT, str(train_vw), str(test_vw),
+    seconds, out, others, cpu = _run([sys.executable, "-c", VW_SCRIPT, str(train_vw), str(test_vw),
                          str(cache), str(model), str(preds), str(EPOCHS)], tmp / "vw.log",
                                 quiet)
     seen = int(out.strip().splitlines()[-1])
@@ -129,15 +130,16 @@ def run_vw(train_vw: Path, test_vw: Path, tmp: Path, n_train: int, labels: np.nd
     acc = float(np.mean(np.where(margin >= 0.0, 1.0, -1.0) == labels))
     return Run("Vowpal Wabbit", seconds, acc,
                f"-c --passes {EPOCHS} --loss_function hinge --holdout_off, fresh cache; "
-               f"+ test predictions", others)
+               f"+ test predictions", others, cpu)
 
 
 def run_sklearn(train: Path, test: Path, tmp: Path, quiet: float = 0.0) -> Run:
-    seconds, out, others = _run([sys.executable, "-c", SKLEARN_SCRIPT, str(train), str(test),
+    seconds, out, others, cpu = _run([sys.executable, "-c", SKLEARN_SCRIPT, str(train), str(test),
                                  str(common.RCV1_FEATURES), str(EPOCHS)], tmp / "sklearn.log",
                                 quiet)
     return Run("scikit-learn", seconds, float(out.strip().splitlines()[-1]),
-               f"load_svmlight_file + SGDClassifier(hinge, max_iter={EPOCHS}, tol=None)", others)
+               f"load_svmlight_file + SGDClassifier(hinge, max_iter={EPOCHS}, tol=None)", others,
+               cpu)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,13 +199,14 @@ def main(argv: list[str] | None = None) -> int:
                            note="second run: arrays from the cache", quiet=quiet)
         runs += [writer, warm]
 
-        common.print_table(["run", "wall s", "test acc", "others", "note"],
-                           [(r.name, r.seconds, f"{100 * r.accuracy:.2f}%", f"{r.others:.2f}",
-                             r.note) for r in runs],
+        common.print_table(["run", "wall s", "CPU s", "test acc", "others", "note"],
+                           [(r.name, r.seconds, r.cpu, f"{100 * r.accuracy:.2f}%",
+                             f"{r.others:.2f}", r.note) for r in runs],
                            f"end to end, {EPOCHS} epochs, each tool a fresh process (numba "
                            f"compile cache warm from a throwaway run)")
-        print("(others: cores used by other processes during the run; well above 0 means a "
-              "neighbour took CPU from it)")
+        print("(CPU s: CPU seconds of the tool's process, all its threads; others: cores used "
+              "by other processes during the run, well above 0 means a neighbour took CPU "
+              "from it)")
         print("\n== ratios (time of the other / time of hogwild's first run) ==")
         print(common.ratio_line("hogwild vs Vowpal Wabbit", vw.seconds / cold.seconds,
                                 ">= 1x", vw.seconds / cold.seconds >= 1.0))
@@ -214,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
                                 cold.seconds / warm.seconds))
         print(common.ratio_line("hogwild, data cache warm vs Vowpal Wabbit",
                                 vw.seconds / warm.seconds))
+        print("  CPU seconds instead of wall time (robust on a busy machine):")
+        print(common.ratio_line("  hogwild vs Vowpal Wabbit, CPU time", vw.cpu / cold.cpu))
+        if skl is not None:
+            print(common.ratio_line("  hogwild vs scikit-learn, CPU time", skl.cpu / cold.cpu))
         gap = 100 * (cold.accuracy - vw.accuracy)
         print(f"  {'accuracy, hogwild - Vowpal Wabbit':<44} {gap:+8.2f} pt")
         if skl is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
@@ -34,6 +35,7 @@ class Result:
     accuracy: float | None
     note: str = ""
     own: float | None = None  # cores this process used while timed (2.0 = both cores)
+    cpu: float | None = None  # median CPU seconds per pass (robust to a busy machine)
 
     @property
     def seconds(self) -> float:
@@ -107,6 +109,7 @@ def run_interleaved(engines: dict[str, PassEngine], epochs: int,
     runs: dict[str, list[float]] = {k: [] for k in keys}
     others: dict[str, list[float]] = {k: [] for k in keys}
     own = dict.fromkeys(keys, 0.0)
+    cpu: dict[str, list[float]] = {k: [] for k in keys}
     for e in range(epochs):
         if quiet > 0:
             common.wait_for_quiet(quiet, settle=2)
@@ -118,11 +121,12 @@ def run_interleaved(engines: dict[str, PassEngine], epochs: int,
             runs[k].append(dt)
             others[k].append(m.others)
             own[k] += m.own * dt
+            cpu[k].append(m.own * dt)
     out = {}
     for k in keys:
         eng = engines[k]
         out[k] = Result(eng.name, Timing(tuple(runs[k]), tuple(others[k])), eng.accuracy(),
-                        eng.note, own[k] / sum(runs[k]))
+                        eng.note, own[k] / sum(runs[k]), float(np.median(cpu[k])))
     return out
 
 
@@ -159,7 +163,7 @@ def run_vw(train: Any, test: Any, tmp: Path, *, epochs: int, repeats: int, tag: 
     if seen != train.n_rows:
         raise RuntimeError(f"VW read {seen} examples from text, expected {train.n_rows}")
     n = max(2, epochs)
-    one, many, others = [], [], []
+    one, many, others, cpu = [], [], [], []
     own = 0.0
     for _ in range(max(1, repeats)):
         if quiet > 0:
@@ -174,13 +178,15 @@ def run_vw(train: Any, test: Any, tmp: Path, *, epochs: int, repeats: int, tag: 
         many.append(sn)
         others.append(meter.others)
         own += meter.own * (s1 + sn)
+        # CPU of the pair over its wall time, spread over passes like the wall time
+        cpu.append(meter.own * (sn - s1) / (n - 1))
     per_pass = [(b - a) / (n - 1) for a, b in zip(one, many)]
     _vw_run(f"-i {model} -t -d {test_txt} -p {preds} --quiet")
     margin = np.loadtxt(preds, usecols=0, ndmin=1)
     acc = float(np.mean(np.where(margin >= 0.0, 1.0, -1.0) == test.labels))
     note = f"{n} passes; 1 pass {np.median(one):.3f}s, {n} passes {np.median(many):.3f}s"
     res = Result("Vowpal Wabbit (from cache)", Timing(tuple(per_pass), tuple(others)), acc,
-                 note, own / (sum(one) + sum(many)))
+                 note, own / (sum(one) + sum(many)), float(np.median(cpu)))
     return res, parse_s
 
 
@@ -222,6 +228,21 @@ def run_python(train: Any, n_rows: int, repeats: int) -> Result:
 # --------------------------------------------------------------------------------------
 # What limits the 2-thread speedup
 # --------------------------------------------------------------------------------------
+MERGE_ROWS = 16_384
+
+
+@njit(nogil=True, cache=True)
+def _merge(w: Any, wp: Any, base: Any) -> None:  # pragma: no cover - compiled
+    """Add a thread's net change (wp - base) to the shared w, then restart wp and base from
+    it. Unlocked, as Hogwild: two merges at once can lose an addition."""
+    for i in range(w.shape[0]):
+        v = w[i] + (wp[i] - base[i])
+        w[i] = v
+        wp[i] = v
+        base[i] = v
+
+
+
 def investigate_threads(train: Any, repeats: int,
                         quiet: float = 0.0) -> list[tuple[str, float, str, str]]:
     """The kernel called directly on the whole train set, from a model trained one pass.
@@ -230,7 +251,9 @@ def investigate_threads(train: Any, repeats: int,
     the same popular weights) from what two cores streaming at once cost anyway (memory
     bandwidth, shared caches); 1 thread on half the rows is the perfect-scaling time.
     l2=0 removes the weight writes of rows whose hinge gradient is zero: the memory traffic
-    of a kernel that would apply L2 only with the gradient step.
+    of a kernel that would apply L2 only with the gradient step. The last variant is a way
+    out of the contention: each thread trains a private copy and adds its net change to the
+    shared w every MERGE_ROWS rows (what the delta exchange does between nodes).
     """
     from hogwild.model import kernels
     from hogwild.model.trainer import Trainer, TrainParams
@@ -262,6 +285,20 @@ def investigate_threads(train: Any, repeats: int,
         kernel(wa, 0, half, l2)
         th.join()
 
+    def merged_worker(w: np.ndarray, lo: int, hi: int, l2: float) -> None:
+        # a private copy, its net change added to the shared w every MERGE_ROWS rows
+        wp, base = w.copy(), w.copy()
+        for s in range(lo, hi, MERGE_ROWS):
+            kernel(wp, s, min(hi, s + MERGE_ROWS), l2)
+            _merge(w, wp, base)
+
+    def two_merged(l2: float) -> None:
+        w = w0.copy()
+        th = threading.Thread(target=merged_worker, args=(w, half, n, l2))
+        th.start()
+        merged_worker(w, 0, half, l2)
+        th.join()
+
     # Share of rows whose hinge gradient is zero (margin >= 1): with l2 > 0 they still write.
     margins = np.empty(n, dtype=np.float64)
     kernels.decision(train.indptr, train.indices, train.values, w0, nf, margins)
@@ -275,6 +312,8 @@ def investigate_threads(train: Any, repeats: int,
             (f"{tag}: 1 thread, half the rows (perfect 2T)", lambda l2=l2: one(0, half, l2)),
             (f"{tag}: 2 threads, shared w (Hogwild)", lambda l2=l2: two(True, l2)),
             (f"{tag}: 2 threads, private w each", lambda l2=l2: two(False, l2)),
+            (f"{tag}: 2 threads, private w merged every {MERGE_ROWS:,} rows",
+             lambda l2=l2: two_merged(l2)),
         ]
     # Interleaved rounds (every variant once per round), median over the (quiet) rounds.
     times: list[list[float]] = [[] for _ in variants]
@@ -292,7 +331,7 @@ def investigate_threads(train: Any, repeats: int,
     med = [t.median for t in timings]
     out: list[tuple[str, float, str, str]] = []
     for i, (label, _) in enumerate(variants):
-        base = med[i - i % 4]  # the "1 thread, all rows" of the same l2
+        base = med[i - i % 5]  # the "1 thread, all rows" of the same l2
         out.append((label, med[i], f"{base / med[i]:.2f}x", timings[i].quality()))
     out.append((f"rows with zero hinge gradient after 1 pass: {inactive:.1%}", float("nan"),
                 "", ""))
@@ -306,13 +345,9 @@ def engines_on(train: Any, test: Any, tmp: Path, tag: str, *, epochs: int, repea
                with_locked: bool, python_rows: int,
                quiet: float = 0.0) -> tuple[dict[str, Result], float]:
     """Every engine on one (train, test) pair; train rows are permuted once up front.
-    ``quiet`` > 0: before each engine wait up to that many seconds for the other processes
-    on the machine to go idle."""
+    ``quiet`` > 0: before each round of passes (and each VW run, and the Python run) wait up
+    to that many seconds for the other processes on the machine to go idle."""
     train = common.shuffled(train, seed=1)
-
-    def calm() -> None:
-        if quiet > 0:
-            common.wait_for_quiet(quiet)
 
     engines: dict[str, PassEngine] = {
         "1T": HogwildEngine(train, test, mode="hogwild", threads=1, name="hogwild 1 thread"),
@@ -325,11 +360,11 @@ def engines_on(train: Any, test: Any, tmp: Path, tag: str, *, epochs: int, repea
     engines["sklearn"] = SklearnEngine(train, test)
     res = run_interleaved(engines, epochs, quiet)
     del engines
-    calm()
     res["vw"], parse_s = run_vw(train, test, tmp, epochs=epochs, repeats=repeats, tag=tag,
                                 quiet=quiet)
     if python_rows > 0:
-        calm()
+        if quiet > 0:
+            common.wait_for_quiet(quiet)
         res["python"] = run_python(train, python_rows, repeats)
     return res, parse_s
 
@@ -337,12 +372,14 @@ def engines_on(train: Any, test: Any, tmp: Path, tag: str, *, epochs: int, repea
 def print_results(res: dict[str, Result], title: str) -> None:
     rows = [(r.name, r.seconds, r.per_pass.spread() if r.per_pass else None,
              None if r.accuracy is None else f"{100 * r.accuracy:.2f}%",
-             None if r.own is None else f"{r.own:.2f}",
+             None if r.own is None else f"{r.own:.2f}", r.cpu,
              r.per_pass.quality() if r.per_pass else None, r.note)
             for r in res.values()]
     common.print_table(["engine", "s/pass (median)", "min-max", "test acc", "own cores",
+                        "CPU s/pass",
                         "timed runs", "note"], rows, title)
-    print(f"(own cores: cores this bench used while timed; a run is 'quiet' when other "
+    print(f"(own cores: cores this bench used while timed; CPU s/pass: CPU seconds it used "
+          f"per pass, median, which a busy machine barely changes; a run is 'quiet' when other "
           f"processes used under {common.DISTURBED_CORES} cores meanwhile, and the median is "
           f"taken over quiet runs when there are at least 3)")
 
@@ -375,10 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     print(common.machine_line())
     print(common.load_line())
     warmup()  # numba compile (or cache load) outside every timing
-    bw = common.read_bandwidth(n_bytes=(512 << 20) if args.quick else (1 << 30))
+    bw = common.read_bandwidth(n_bytes=(512 << 20) if args.quick else (1 << 30),
+                               quiet=args.wait_quiet)
     print(f"streaming read bandwidth (numpy sum of a {512 if args.quick else 1024} MiB float64 "
           f"array, median of 5): 1 thread {bw.numpy_1t / 1e9:.1f} GB/s, "
-          f"2 threads {bw.threads_2 / 1e9:.1f} GB/s")
+          f"2 threads {bw.threads_2 / 1e9:.1f} GB/s ({bw.quality})")
 
     with common.stopwatch() as gen_s:
         data = common.rcv1_like(rows, seed=0)
@@ -425,6 +463,10 @@ def main(argv: list[str] | None = None) -> int:
                                     res["python"].seconds / one.seconds))
             print(common.ratio_line("pure Python vs ours 2T",
                                     res["python"].seconds / two.seconds))
+        if one.cpu and skl.cpu and vw.cpu:
+            print("  CPU seconds per pass instead of wall time (robust on a busy machine):")
+            print(common.ratio_line("  ours 1T vs Vowpal Wabbit, CPU time", vw.cpu / one.cpu))
+            print(common.ratio_line("  ours 1T vs scikit-learn, CPU time", skl.cpu / one.cpu))
         print(f"  {'accuracy, ours 1T - scikit-learn':<44} {acc_gap_1:+8.2f} pt   target "
               f"|gap|<=0.5 {common.verdict(abs(acc_gap_1) <= 0.5 or acc_gap_1 > 0)}")
         print(f"  {'accuracy, ours 2T - scikit-learn':<44} {acc_gap_2:+8.2f} pt   target "

@@ -441,17 +441,18 @@ class Bandwidth:
 
     numpy_1t: float
     threads_2: float
+    quality: str = ""
 
     @property
     def best(self) -> float:
         return max(self.numpy_1t, self.threads_2)
 
 
-def read_bandwidth(n_bytes: int = 1 << 30, repeats: int = 5) -> Bandwidth:
-    """Median streaming read bandwidth over an array of ``n_bytes`` (float64, filled first)."""
+def read_bandwidth(n_bytes: int = 1 << 30, repeats: int = 5, quiet: float = 0.0) -> Bandwidth:
+    """Median streaming read bandwidth over an array of ``n_bytes`` (float64, filled first),
+    over the quiet runs when there are enough (see Timing); ``quiet`` as in wait_for_quiet."""
     a = np.ones(n_bytes // 8, dtype=np.float64)
     a.sum()  # touch every page once
-    one = time_runs(lambda: a.sum(), repeats).median
     half = a.shape[0] // 2
 
     def two() -> None:
@@ -460,9 +461,13 @@ def read_bandwidth(n_bytes: int = 1 << 30, repeats: int = 5) -> Bandwidth:
         a[half:].sum()
         th.join()
 
-    two_t = time_runs(two, repeats).median
+    if quiet > 0:
+        wait_for_quiet(quiet)
+    one = time_runs(lambda: a.sum(), repeats)
+    two_t = time_runs(two, repeats)
     nb = float(a.nbytes)
-    return Bandwidth(numpy_1t=nb / one, threads_2=nb / two_t)
+    return Bandwidth(numpy_1t=nb / one.median, threads_2=nb / two_t.median,
+                     quality=f"1T {one.quality()}; 2T {two_t.quality()}")
 
 
 def workdir(prefix: str = "hogwild-bench-") -> tempfile.TemporaryDirectory[str]:

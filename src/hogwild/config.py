@@ -55,8 +55,11 @@ class Settings:
         default=None,
         metadata=_doc("async only: wait when a peer is more than this many rounds behind "
                       "(null = unbounded)"))
-    round_size: int = field(
-        default=1000, metadata=_doc("examples each thread processes per round"))
+    round_size: int | None = field(
+        default=None,
+        metadata=_doc("examples each thread processes between two delta exchanges; null = "
+                      "auto (about 2M non-zeros of work per thread); never more than a "
+                      "quarter of an epoch, since deltas summed from too old a point overshoot"))
     # --- deadlines (seconds) --------------------------------------------------------------
     register_timeout: float = field(
         default=120.0, metadata=_doc("how long the coordinator waits for all workers to register"))
@@ -221,7 +224,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "workers": (lambda v: 1 <= v <= 1024, "must be between 1 and 1024"),
     "threads": (lambda v: 1 <= v <= 256, "must be between 1 and 256"),
     "staleness": (lambda v: v >= 1, "must be at least 1 (or null for unbounded)"),
-    "round_size": (lambda v: v >= 1, "must be at least 1"),
+    "round_size": (lambda v: v >= 1, "must be at least 1 (or null for auto)"),
     "register_timeout": (lambda v: v > 0, "must be positive"),
     "barrier_timeout": (lambda v: v > 0, "must be positive"),
     "rpc_timeout": (lambda v: v > 0, "must be positive"),
@@ -319,9 +322,43 @@ def load(path: str | Path | None = None,
     return _build(values, source="settings")
 
 
+_SECTIONS = {
+    "coordinator_address": "Cluster: who listens where, how many nodes and threads, how they synchronise",
+    "register_timeout": "Deadlines, in seconds: nobody waits forever",
+    "loss": "Model and optimiser",
+    "epochs": "When to stop",
+    "data": "Data",
+    "out_dir": "Output",
+}
+
+
+def render_settings_yaml() -> str:
+    """The documented settings file with every key at its default (the top-level settings.yaml)."""
+    import textwrap
+
+    lines = [
+        "# hogwild settings. Every key is documented here; the built-in defaults are the values",
+        "# below. Override any key with an environment variable HOGWILD_<KEY> (e.g.",
+        "# HOGWILD_WORKERS=4) or a flag (e.g. --workers 4); flags win over the environment, which",
+        "# wins over this file. Unknown keys and bad values stop the program at start, naming the",
+        "# key. (Generated from the schema by `python -m hogwild.config`; copy it to make your own.)",
+    ]
+    for f in fields(Settings):
+        if f.name in _SECTIONS:
+            title = _SECTIONS[f.name]
+            lines += ["", f"# --- {title} " + "-" * max(3, 90 - len(title) - 7)]
+        lines += ["# " + line for line in textwrap.wrap(help_text(f.name), 94)]
+        lines.append(yaml.safe_dump({f.name: f.default}, default_flow_style=False).strip())
+    return "\n".join(lines) + "\n"
+
+
 def default_config_path(environ: Mapping[str, str]) -> str | None:
     """HOGWILD_CONFIG if set, else ./settings.yaml if present, else None (defaults only)."""
     explicit = environ.get("HOGWILD_CONFIG")
     if explicit:
         return explicit
     return "settings.yaml" if os.path.exists("settings.yaml") else None
+
+
+if __name__ == "__main__":
+    print(render_settings_yaml(), end="")

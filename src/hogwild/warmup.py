@@ -8,8 +8,15 @@ from pathlib import Path
 
 import numpy as np
 
-from hogwild.data import (make_rcv1_like, make_seed000, parse_svmlight_buffer, read_svmlight,
-                          shard, train_val_test_split, write_svmlight)
+from hogwild.data import (
+    make_rcv1_like,
+    make_seed000,
+    parse_svmlight_buffer,
+    read_svmlight,
+    shard,
+    train_val_test_split,
+    write_svmlight,
+)
 from hogwild.model.trainer import warmup as warmup_model
 
 

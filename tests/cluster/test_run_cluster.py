@@ -87,9 +87,11 @@ def test_async_run_with_three_workers_finishes_accurately(cluster: Cluster,
 
 def test_sync_run_survives_a_killed_worker(cluster: Cluster, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    # Enough epochs that the kill lands mid-run; a short barrier deadline to notice it.
+    # The run lasts its time budget whatever the machine's speed, so the kill always lands
+    # mid-run; a short barrier deadline to notice it.
     cluster.start(3, mode="sync", **_reuters_settings(
-        out, epochs=60, barrier_timeout=2, rpc_timeout=2, eval_interval=0.3))
+        out, epochs=1_000_000, time_budget=6, barrier_timeout=2, rpc_timeout=2,
+        eval_interval=0.3))
     assert cluster.coordinator is not None
     ids = cluster.worker_ids()
     cluster.coordinator.wait_for(PROGRESS_ROW, 60)  # training is under way
@@ -106,6 +108,7 @@ def test_sync_run_survives_a_killed_worker(cluster: Cluster, tmp_path: Path) -> 
     assert len(survivors) == 2
     for st in survivors:
         assert victim in st["dropped_peers"]
+    assert metrics["stop_reason"] == "time budget"
     assert metrics["test_accuracy"] is not None and metrics["test_accuracy"] > 0.9
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import flags
 from .helpers import _env as child_env
+from .helpers import flags
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 

@@ -335,16 +335,15 @@ def test_same_output_as_real_kustomize(rendered: list[Obj]) -> None:
     assert real == rendered
 
 
-def test_probes_outlast_the_not_serving_phases(rendered: list[Obj]) -> None:
-    # A worker turns SERVING only once registered, and is NOT_SERVING after Stop while it
-    # waits for its final state to be collected; both waits are bounded by connect_timeout,
-    # which must end them with hogwild's own message before the kubelet kills the pod.
-    connect_timeout = deploycheck.settings().connect_timeout
-    sts = _one(rendered, "StatefulSet", "hogwild-worker")
-    (container,) = sts["spec"]["template"]["spec"]["containers"]
-    for name in ("startupProbe", "livenessProbe"):
-        probe = container[name]
-        assert probe["periodSeconds"] * probe["failureThreshold"] > connect_timeout, name
+def test_liveness_probes_ask_the_liveness_service(rendered: list[Obj]) -> None:
+    # Readiness follows the overall status (NOT_SERVING while loading and draining); startup
+    # and liveness ask the `liveness` service, which stays SERVING unless the process stalls.
+    from hogwild.protocol.health import LIVENESS
+
+    for _, _, container in _hogwild_containers(rendered):
+        assert "service" not in container["readinessProbe"]["grpc"]
+        for name in ("startupProbe", "livenessProbe"):
+            assert container[name]["grpc"]["service"] == LIVENESS, name
     # Workers must reach the coordinator while it is NOT_SERVING (loading, draining).
     for service in ("hogwild-coordinator", "hogwild-workers"):
         assert _one(rendered, "Service", service)["spec"]["publishNotReadyAddresses"] is True

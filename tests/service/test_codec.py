@@ -66,7 +66,7 @@ def test_empty_delta_round_trip() -> None:
 
 def test_delta_parts_cover_the_delta_and_respect_the_chunk_size() -> None:
     idx, val = _delta(1000)
-    parts = encode_delta_parts(HEADER, idx, val, chunk_bytes=4096)
+    parts = encode_delta_parts(HEADER, idx, val, chunk_bytes=4096, dense=False)
     assert len(parts) == 2  # 512 entries per 4 KiB part
     decoded = [decode_delta(_wire(p), DIM) for p in parts]
     assert [d.header.part for d in decoded] == [0, 1]
@@ -278,3 +278,72 @@ def test_state_with_wrong_dim_is_rejected() -> None:
     state = FinalState(worker_id=0, weights=np.zeros(10))
     with pytest.raises(InvalidMessage, match="dim"):
         receive_state(state_chunks(state, "r", 4096), dim=11)
+
+
+# ------------------------------------------------------------------------- dense deltas
+
+
+def _scatter(decoded: list) -> np.ndarray:  # type: ignore[type-arg]
+    w = np.zeros(DIM, np.float64)
+    for d in decoded:
+        w[d.indices] += d.values
+    return w
+
+
+def test_a_delta_touching_most_coordinates_travels_dense_in_half_the_bytes() -> None:
+    idx, val = _delta(800)
+    (dense,) = encode_delta_parts(HEADER, idx, val)
+    (sparse,) = encode_delta_parts(HEADER, idx, val, dense=False)
+    assert dense.dense and not sparse.dense
+    assert dense.ByteSize() < 0.7 * sparse.ByteSize()
+    got = decode_delta(_wire(dense), DIM)
+    assert got.dense and got.header == HEADER and got.key == (2, 9, 0)
+    assert got.nbytes == DIM * 4
+    dense.ClearField("indices")  # unset is as good as empty
+    assert decode_delta(_wire(dense), DIM).indices.shape == (DIM,)
+    expected = np.zeros(DIM)
+    expected[idx] = val
+    np.testing.assert_array_equal(_scatter([got]), expected)
+
+
+def test_a_sparse_delta_stays_sparse() -> None:
+    idx, val = _delta(400)  # fewer than half the coordinates
+    assert not any(m.dense for m in encode_delta_parts(HEADER, idx, val))
+
+
+def test_dense_parts_tile_the_coordinates() -> None:
+    idx, val = _delta(900, seed=3)
+    parts = encode_delta_parts(HEADER, idx, val, chunk_bytes=1024)  # 256 values per part
+    assert len(parts) == 4 and all(p.dense for p in parts)
+    assert [p.dense_offset for p in parts] == [0, 256, 512, 768]
+    decoded = [decode_delta(_wire(p), DIM) for p in parts]
+    assert all(d.nbytes <= 1024 for d in decoded)
+    assert [d.header.part for d in decoded] == [0, 1, 2, 3]
+    expected = np.zeros(DIM)
+    expected[idx] = val
+    np.testing.assert_array_equal(_scatter(decoded), expected)
+
+
+def _dense_message(**changes: object) -> pb.Delta:
+    idx, val = _delta(900)
+    (m,) = encode_delta_parts(HEADER, idx, val, dense=True)
+    for key, value in changes.items():
+        setattr(m, key, value)
+    return m
+
+
+def test_dense_faults_are_invalid() -> None:
+    with pytest.raises(InvalidMessage, match="offset"):
+        decode_delta(_dense_message(dense_offset=DIM), DIM)
+    with pytest.raises(InvalidMessage, match="at most"):
+        decode_delta(_dense_message(dense_offset=1), DIM)  # runs one past the end
+    m = _dense_message()
+    m.indices.CopyFrom(encode_array(np.array([3], np.int32)))
+    with pytest.raises(InvalidMessage, match="indices"):
+        decode_delta(m, DIM)
+    m = _dense_message()
+    values = np.frombuffer(m.values.data, np.float32).copy()
+    values[500] = np.inf
+    m.values.data = values.tobytes()
+    with pytest.raises(InvalidMessage, match="not finite"):
+        decode_delta(m, DIM)

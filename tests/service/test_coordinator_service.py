@@ -122,12 +122,12 @@ def test_peer_report_names_a_known_worker(coord: CoordinatorServer) -> None:
 
 
 def test_health_follows_the_reporter(coord: CoordinatorServer) -> None:
-    assert check(coord.address, timeout=3) == "NOT_SERVING"
+    assert check(coord.address, timeout=10) == "NOT_SERVING"
     coord.health.set(True)
-    assert check(coord.address, timeout=3) == "SERVING"
-    assert check(coord.address, timeout=3, service="hogwild.v1.Coordinator") == "SERVING"
+    assert check(coord.address, timeout=10) == "SERVING"
+    assert check(coord.address, timeout=10, service="hogwild.v1.Coordinator") == "SERVING"
     coord.health.set(False)
-    assert check(coord.address, timeout=3) == "NOT_SERVING"
+    assert check(coord.address, timeout=10) == "NOT_SERVING"
 
 
 def test_health_of_nothing_is_unreachable() -> None:

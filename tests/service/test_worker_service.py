@@ -141,8 +141,26 @@ def test_duplicate_delta_is_acknowledged_and_applied_once(configured: WorkerServ
 
 
 def test_health_serving_then_not_serving(worker_server: WorkerServer) -> None:
-    assert check(worker_server.address, timeout=3) == "NOT_SERVING"
+    assert check(worker_server.address, timeout=10) == "NOT_SERVING"
     worker_server.health.set(True)
-    assert check(worker_server.address, timeout=3, service="hogwild.v1.Worker") == "SERVING"
+    assert check(worker_server.address, timeout=10, service="hogwild.v1.Worker") == "SERVING"
     worker_server.health.set(False)
-    assert check(worker_server.address, timeout=3) == "NOT_SERVING"
+    assert check(worker_server.address, timeout=10) == "NOT_SERVING"
+
+
+def test_own_bias_change_is_averaged_over_the_contributing_workers(
+        configured: WorkerServer) -> None:
+    node = configured.node
+    assert node.plan is not None
+    bias = node.plan.dim - 1
+    node.w[bias] = 1.0    # this round's own change: +1 on the bias, +2 on feature 5
+    node.w[5] = 2.0
+    node._exchange(node.plan, 1, final=False)
+    # One live peer: half the bias change is kept and sent (snap moves by what was sent);
+    # the feature weight is summed, not averaged.
+    assert node.w[bias] == node.snap[bias] == 0.5
+    assert node.w[5] == node.snap[5] == 2.0
+    node.inbox.drop(PEER)  # the peer is gone: nobody else contributes to the bias
+    node.w[bias] += 1.0
+    node._exchange(node.plan, 2, final=False)
+    assert node.w[bias] == node.snap[bias] == 1.5

@@ -129,3 +129,8 @@ def test_numbers_in_text_follow_python_rules(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         config.load(None, {}, {"l2": "nan-ish"})
     assert err.value.key == "l2"
+
+
+def test_settings_file_is_the_rendered_schema() -> None:
+    # settings.yaml is generated from the schema's help texts: `python -m hogwild.config`.
+    assert (ROOT / "settings.yaml").read_text() == config.render_settings_yaml()

@@ -137,6 +137,103 @@ def test_sgd_range_empty_range_is_a_no_op() -> None:
     assert np.all(w == 1.0)
 
 
+# --- buffered (hot) features -------------------------------------------------------------
+
+
+def ranked_csr(n_rows: int, n_features: int, seed: int) -> tuple[np.ndarray, ...]:
+    """Rows with sorted indices drawn with Zipf-like popularity (low ids most frequent)."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / (np.arange(n_features) + 5.0)
+    p /= p.sum()
+    rows = [np.unique(rng.choice(n_features, size=rng.integers(0, 30), p=p))
+            for _ in range(n_rows)]
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum([len(r) for r in rows])
+    indices = np.concatenate(rows).astype(np.int32)
+    values = rng.uniform(-1.0, 1.0, size=indices.shape[0]).astype(np.float32)
+    labels = rng.choice([-1.0, 1.0], size=n_rows).astype(np.float32)
+    return indptr, indices, values, labels
+
+
+@pytest.mark.parametrize("hot", [1, 7, N_FEATURES, N_FEATURES + 5])
+@pytest.mark.parametrize("l2", [0.0, 0.01])
+def test_sgd_range_with_hot_features_equals_reference_on_one_thread(hot: int, l2: float) -> None:
+    # Alone on w, the per-call view publishes values, not sums: exactly the unbuffered pass.
+    indptr, indices, values, labels = tiny_csr("logistic", seed=4)
+    loss = get_loss("logistic")
+    w_ref = np.random.default_rng(2).normal(scale=0.1, size=N_FEATURES + 1)
+    w_ker = w_ref.copy()
+    t_ref, l_ref = reference_sgd(indptr, indices, values, labels, w_ref, loss, 0.3, True, 0.5,
+                                 1.0, l2, True)
+    t_ker, l_ker = kernels.sgd_range(indptr, indices, values, labels, 0, N_ROWS, w_ker,
+                                     N_FEATURES, loss.code, 0.3, 1, 0.5, 1.0, l2, True, 1.0, hot)
+    assert t_ker == t_ref
+    assert l_ker == pytest.approx(l_ref, rel=1e-12)
+    np.testing.assert_allclose(w_ker, w_ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("hot", [100, 300, 1000])
+def test_sgd_range_hot_tiers_published_mid_call_match_reference(hot: int) -> None:
+    # 300 features and 2,000 rows: tiers of 64, 256 and 300 ids are published within the call
+    # (hot=100 also sends ids >= 100 straight to w).
+    n_features = 300
+    indptr, indices, values, labels = ranked_csr(2000, n_features, seed=5)
+    loss = get_loss("hinge")
+    w_ref = np.zeros(n_features + 1)
+    w_ker = np.zeros(n_features + 1)
+    t = 1.0
+    for r in range(2000):  # reference_sgd assumes N_FEATURES; run a local textbook loop
+        cols = indices[indptr[r]:indptr[r + 1]]
+        x = values[indptr[r]:indptr[r + 1]].astype(np.float64)
+        m = float(w_ref[cols] @ x) + w_ref[n_features]
+        g = float(loss.dloss(m, float(labels[r])))
+        w_ref[cols] = w_ref[cols] - 0.1 * (g * x + 1e-3 * w_ref[cols])
+        w_ref[n_features] -= 0.1 * g
+        t += 1.0
+    t_ker, _ = kernels.sgd_range(indptr, indices, values, labels, 0, 2000, w_ker, n_features,
+                                 loss.code, 0.1, 0, 0.5, 1.0, 1e-3, True, 1.0, hot)
+    assert t_ker == t
+    assert np.count_nonzero(w_ref[:n_features]) > 200
+    np.testing.assert_allclose(w_ker, w_ref, rtol=1e-12, atol=1e-12)
+
+
+def test_publish_writes_values_alone_and_adds_changes_over_others() -> None:
+    base = np.array([1.0, 1.0, 1.0, 1.0])
+    view = np.array([1.5, 1.0, 2.0, 1.0])     # own changes on 0 and 2
+    w = np.array([1.0, 3.0, 4.0, 1.0])        # another writer changed 1 and 2
+    kernels._publish(w, view, base, 3)        # id 3 lies outside the published span
+    # 0: only own change -> the value itself; 1: only theirs -> view refreshed;
+    # 2: both -> their value plus own net change.
+    np.testing.assert_array_equal(w, [1.5, 3.0, 5.0, 1.0])
+    np.testing.assert_array_equal(view, [1.5, 3.0, 5.0, 1.0])
+    np.testing.assert_array_equal(base, [1.5, 3.0, 5.0, 1.0])
+
+
+def test_sgd_range_hot_features_see_updates_made_between_calls() -> None:
+    # Each call starts its view from w, so a weight changed by someone else (another thread,
+    # a peer's delta) between calls is used by the next call.
+    indptr = np.array([0, 1], dtype=np.int64)
+    indices = np.array([0], dtype=np.int32)
+    values = np.array([1.0], dtype=np.float32)
+    labels = np.array([1.0], dtype=np.float32)
+    w = np.zeros(2)
+    w[0] = 5.0  # margin 5 >= 1: hinge gradient 0, nothing moves
+    _, loss_sum = kernels.sgd_range(indptr, indices, values, labels, 0, 1, w, 1, 0, 0.1, 0,
+                                    0.5, 1.0, 0.0, True, 1.0, 1)
+    assert loss_sum == 0.0 and w[0] == 5.0
+    w[0] = -5.0
+    _, loss_sum = kernels.sgd_range(indptr, indices, values, labels, 0, 1, w, 1, 0, 0.1, 0,
+                                    0.5, 1.0, 0.0, True, 1.0, 1)
+    assert loss_sum == 6.0 and w[0] == pytest.approx(-4.9)
+
+
+def test_count_features_skips_and_counts_out_of_range() -> None:
+    counts = np.zeros(4, dtype=np.int64)
+    bad = kernels.count_features(np.array([0, 3, 3, 4, -1, 1], dtype=np.int32), counts)
+    assert bad == 2
+    np.testing.assert_array_equal(counts, [1, 1, 0, 2])
+
+
 def _dense(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray) -> np.ndarray:
     x = np.zeros((len(indptr) - 1, N_FEATURES))
     for r in range(len(indptr) - 1):

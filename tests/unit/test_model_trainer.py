@@ -10,8 +10,13 @@ import numpy as np
 import pytest
 
 from hogwild.errors import DataError
-from hogwild.model import EpochStats, Trainer, TrainParams, evaluate, get_loss, warmup
-from hogwild.model.trainer import LOCKED_BATCH_ROWS
+from hogwild.model import EpochStats, Trainer, TrainParams, evaluate, get_loss, kernels, warmup
+from hogwild.model.arrays import csr_arrays
+from hogwild.model.trainer import (
+    LOCKED_BATCH_ROWS,
+    RENUMBERED_HOT_FEATURES,
+    choose_hot_features,
+)
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -158,7 +163,7 @@ def test_data_with_out_of_range_index_is_rejected_before_training() -> None:
     [("loss", "huber"), ("learning_rate", 0.0), ("learning_rate", float("nan")),
      ("learning_rate", -1.0), ("lr_schedule", "optimal"), ("lr_decay", 0.0),
      ("lr_decay", 1.5), ("power_t", -0.1), ("l2", -1e-3), ("threads", 0), ("mode", "fast"),
-     ("batch_rows", 0)],
+     ("batch_rows", 0), ("hot_features", -1), ("hot_features", 1.5)],
 )
 def test_invalid_params_raise_value_error_naming_the_field(field: str, value: Any) -> None:
     with pytest.raises(ValueError, match=field):
@@ -180,6 +185,92 @@ def test_accepts_the_project_csr_container() -> None:
     trainer = Trainer(data.n_features, TrainParams(threads=2))
     trainer.fit(container, epochs=5)
     assert evaluate(container, trainer.w, "hinge").accuracy > 0.8
+
+
+# --- buffered hot features -------------------------------------------------------------
+
+
+def skewed(n_rows: int, n_features: int, hot_id: int, seed: int = 0) -> Rows:
+    """Sorted rows of random rare features plus ``hot_id`` in every row; label = its sign."""
+    rng = np.random.default_rng(seed)
+    rows = [np.unique(np.append(rng.choice(n_features, size=5), hot_id))
+            for _ in range(n_rows)]
+    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
+    indices = np.concatenate(rows).astype(np.int32)
+    values = rng.uniform(0.1, 1.0, size=indices.shape[0]).astype(np.float32)
+    labels = rng.choice([-1.0, 1.0], size=n_rows).astype(np.float32)
+    values[indices == hot_id] *= labels[np.repeat(np.arange(n_rows), np.diff(indptr))
+                                        ][indices == hot_id]
+    return Rows(indptr, indices, values, labels, n_features)
+
+
+def record_hot(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the hot argument of every kernel call the trainer makes."""
+    seen: list[int] = []
+    real = kernels.sgd_range
+
+    def spy(*args: Any) -> Any:
+        seen.append(int(args[16]) if len(args) > 16 else 0)
+        return real(*args)
+
+    monkeypatch.setattr(kernels, "sgd_range", spy)
+    return seen
+
+
+def test_hot_features_used_with_two_threads_on_ranked_data(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    data = skewed(4000, 3000, hot_id=0)
+    seen = record_hot(monkeypatch)
+    trainer = Trainer(data.n_features, TrainParams(threads=2, hot_features=10_000))
+    trainer.fit(data, epochs=3)
+    assert seen and set(seen) == {3000}  # capped at n_features
+    assert evaluate(data, trainer.w, "hinge").accuracy > 0.95
+
+
+def test_hot_features_ignored_when_frequent_features_have_high_ids(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Feature 2999 is in every row but would be published only at the end of a call.
+    data = skewed(4000, 3000, hot_id=2999)
+    seen = record_hot(monkeypatch)
+    trainer = Trainer(data.n_features, TrainParams(threads=2, hot_features=10_000))
+    trainer.fit(data, epochs=3)
+    assert seen and set(seen) == {0}
+    assert evaluate(data, trainer.w, "hinge").accuracy > 0.95
+
+
+@pytest.mark.parametrize("params", [TrainParams(mode="serial", hot_features=100),
+                                    TrainParams(threads=1, hot_features=100),
+                                    TrainParams(threads=2, mode="locked", hot_features=100)])
+def test_hot_features_only_in_hogwild_mode_with_threads(
+        monkeypatch: pytest.MonkeyPatch, params: TrainParams) -> None:
+    data = skewed(500, 300, hot_id=0)
+    seen = record_hot(monkeypatch)
+    Trainer(data.n_features, params).fit(data, epochs=1)
+    assert seen and set(seen) == {0}
+
+
+def test_choose_hot_features() -> None:
+    ranked = csr_arrays(skewed(2000, 3000, hot_id=0), 3000)
+    unranked = csr_arrays(skewed(2000, 3000, hot_id=2999), 3000)
+    assert choose_hot_features(ranked, 3000, 10_000, 2, 1000) == 3000
+    assert choose_hot_features(ranked, 3000, 500, 2, 1000) == 500
+    assert choose_hot_features(ranked, 3000, 500, 1, 1000) == 0
+    assert choose_hot_features(ranked, 3000, 0, 2, 1000) == 0
+    assert choose_hot_features(unranked, 3000, 10_000, 2, 1000) == 0
+    # Feature 2999 is not buffered with hot=2000, so buffering the rest is fine.
+    assert choose_hot_features(unranked, 3000, 2000, 2, 1000) == 2000
+    # Short calls publish everything often enough whatever the order.
+    assert choose_hot_features(unranked, 3000, 10_000, 2, 64) == 3000
+
+
+def test_serial_with_hot_features_still_equals_reference() -> None:
+    data = tiny()
+    trainer = Trainer(data.n_features, TrainParams(mode="serial", hot_features=5, l2=0.0,
+                                                   batch_rows=7))
+    trainer.fit(data, epochs=1)
+    w = np.zeros(data.n_features + 1)
+    reference_pass(data, w, list(range(60)), 0.5, 0.0, "hinge")
+    np.testing.assert_allclose(trainer.w, w, rtol=1e-12, atol=1e-12)
 
 
 # --- real data sets -----------------------------------------------------------------------
@@ -252,3 +343,23 @@ def test_logistic_loss_learns_spamassassin(spam: tuple[Rows, Rows]) -> None:
     trainer = Trainer(train.n_features, TrainParams(loss="logistic", learning_rate=2.0))
     trainer.fit(train, epochs=5)
     assert evaluate(test, trainer.w, "logistic").accuracy >= 0.97
+
+
+def renumbered(train: Rows, test: Rows) -> tuple[Any, Any]:
+    from hogwild.data.csr import CSRData
+    from hogwild.data.reorder import frequency_order, renumber
+
+    tr = CSRData(train.indptr, train.indices, train.values, train.labels, train.n_features)
+    te = CSRData(test.indptr, test.indices, test.values, test.labels, test.n_features)
+    order = frequency_order(tr)
+    return renumber(tr, order), renumber(te, order)
+
+
+@pytest.mark.parametrize(("name", "floor"), [("earn", 0.97), ("spam", 0.98)])
+def test_hogwild_hot_features_on_renumbered_data(name: str, floor: float,
+                                                 request: pytest.FixtureRequest) -> None:
+    train, test = renumbered(*request.getfixturevalue(name))
+    trainer = Trainer(train.n_features, TrainParams(threads=2, hot_features=RENUMBERED_HOT_FEATURES))
+    history = trainer.fit(train, epochs=5)
+    assert history[-1].train_loss < history[0].train_loss
+    assert evaluate(test, trainer.w, "hinge").accuracy >= floor

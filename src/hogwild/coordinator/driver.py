@@ -36,25 +36,28 @@ _SLOW_LINK_BYTES_PER_S = 10e6
 # the others' updates can get, and summing deltas computed from a point too many examples old
 # overshoots. Measured on Reuters earn, 2 workers, before the bias was averaged (see
 # WorkerNode._average_bias): round = 1/2 epoch gave test accuracy 0.6-0.98, 1/8 epoch
-# 0.955-0.985, 1/16 epoch 0.986-0.988; with the bias averaged, 1/8 epoch keeps Reuters at
-# 0.98-0.99 and synthetic RCV1-like data at the in-process accuracy.
-MIN_ROUNDS_PER_EPOCH = 8
+# 0.955-0.985, 1/16 epoch 0.986-0.988. With the bias averaged, rounds of 1/4 epoch gave
+# 0.986-0.989 on Reuters (sync 2 workers, async 3 workers; 1/8: 0.982-0.988) and the
+# in-process test accuracy (0.88) on 280k synthetic RCV1-like rows.
+MIN_ROUNDS_PER_EPOCH = 4
 # On big data a round is raised to this many non-zeros of kernel work per thread (~10 ms):
 # a round's fixed costs (a delta of up to dim entries built, sent and applied, an RPC round
 # trip of 2-5 ms on a busy 2-core machine, the barrier in sync mode) then stay a small share.
 # Measured on 280k synthetic RCV1-like rows, 2 workers x 1 thread, sync: rounds of 1,000 rows
-# spent 0.6 ms training and 7 ms waiting per round (8.7x the in-process time to accuracy).
+# spent 0.6 ms training and 7 ms waiting per round (8.7x the in-process time to accuracy);
+# rounds of 26,646 rows (this rule) ~8 ms training, ~6 ms waiting, 1.0-1.4x.
 ROUND_NNZ = 2_000_000
 
 
-def choose_round_size(configured: int, train_rows: int, train_nnz: int,
+def choose_round_size(configured: int | None, train_rows: int, train_nnz: int,
                       total_threads: int) -> int:
-    """Examples per thread per round: at least ``configured`` and enough rows for ROUND_NNZ
-    non-zeros, but at most 1/MIN_ROUNDS_PER_EPOCH of an epoch (which wins when they clash)."""
-    per_row = train_nnz / max(1, train_rows)
-    work = math.ceil(ROUND_NNZ / max(per_row, 1.0))
+    """Examples per thread per round: ``configured``, or when it is None enough rows for
+    ROUND_NNZ non-zeros of work; never more than 1/MIN_ROUNDS_PER_EPOCH of an epoch."""
+    if configured is None:
+        per_row = train_nnz / max(1, train_rows)
+        configured = math.ceil(ROUND_NNZ / max(per_row, 1.0))
     cap = max(1, train_rows // (max(1, total_threads) * MIN_ROUNDS_PER_EPOCH))
-    return max(1, min(max(configured, work), cap))
+    return max(1, min(configured, cap))
 
 
 @dataclass
@@ -174,10 +177,12 @@ class RunDriver:
     def _round_size(self, workers: list[WorkerRecord], train: Any) -> int:
         size = choose_round_size(self.settings.round_size, train.n_rows, train.nnz,
                                  sum(r.threads for r in workers))
-        if size != self.settings.round_size:
-            log.info("round_size %d -> %d examples per thread (%d non-zeros of work per round, "
-                     "at least %d rounds per epoch)", self.settings.round_size, size, ROUND_NNZ,
-                     MIN_ROUNDS_PER_EPOCH)
+        if self.settings.round_size is None:
+            log.info("round_size auto: %d examples per thread (about %d non-zeros of work per "
+                     "round, at least %d rounds per epoch)", size, ROUND_NNZ, MIN_ROUNDS_PER_EPOCH)
+        elif size != self.settings.round_size:
+            log.info("round_size %d capped to %d examples per thread (at least %d rounds per "
+                     "epoch)", self.settings.round_size, size, MIN_ROUNDS_PER_EPOCH)
         return size
 
     def _max_rounds(self, workers: list[WorkerRecord], train_rows: int, round_size: int) -> int:

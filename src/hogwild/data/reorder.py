@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 from hogwild.data.csr import INDEX_DTYPE, CSRData
 from hogwild.errors import DataError
@@ -30,11 +31,39 @@ F64 = npt.NDArray[np.float64]
 
 # Rows per parallel piece below which renumbering runs on one thread.
 _MIN_ROWS_PER_THREAD = 50_000
+# Above this many features the bitmap's per-row summary scan (n_features / 4096 words) costs
+# more than sorting the row.
+_BITMAP_MAX_FEATURES = 1 << 22
+
+
+@njit(nogil=True, cache=True)
+def _count(indices: Any, counts: Any) -> int:  # pragma: no cover - compiled
+    """``counts[j] += 1`` for every index; returns how many indices were out of range
+    (those are not counted)."""
+    n = counts.shape[0]
+    bad = 0
+    for k in range(indices.shape[0]):
+        j = indices[k]
+        if 0 <= j < n:
+            counts[j] += 1
+        else:
+            bad += 1
+    return bad
+
+
+def _check_indices(data: CSRData) -> None:
+    if data.nnz and (int(data.indices.min()) < 0 or int(data.indices.max()) >= data.n_features):
+        raise DataError(f"feature index outside [0, {data.n_features}): min "
+                        f"{int(data.indices.min())}, max {int(data.indices.max())}")
 
 
 def document_frequency(data: CSRData) -> npt.NDArray[np.int64]:
     """Number of rows holding each feature (rows store a feature at most once)."""
-    return np.bincount(data.indices, minlength=data.n_features).astype(np.int64, copy=False)
+    counts = np.zeros(data.n_features, dtype=np.int64)
+    # np.bincount would first copy the int32 indices to int64 (measured up to 2 s on 54M).
+    if _count(data.indices, counts):
+        _check_indices(data)
+    return counts
 
 
 def frequency_order(data: CSRData) -> I32:
@@ -65,15 +94,61 @@ def check_order(new_id_of_old: npt.ArrayLike, n_features: int) -> I32:
 
 
 @njit(nogil=True, cache=True)
-def _renumber_rows(r0: int, r1: int, indptr: Any, indices: Any, value_bits: Any,
-                   new_id_of_old: Any, out_indices: Any,
-                   out_value_bits: Any) -> None:  # pragma: no cover - compiled
-    """Map the indices of rows r0:r1 and sort each row by new index.
+def _renumber_rows_bitmap(r0: int, r1: int, indptr: Any, indices: Any, value_bits: Any,
+                          new_id_of_old: Any, out_indices: Any,
+                          out_value_bits: Any) -> int:  # pragma: no cover - compiled
+    """Map the indices of rows r0:r1 and emit each row in ascending new index; returns the
+    number of rows that repeat an index (the bitmap merges repeats, so those rows come out
+    short and the result must not be used).
 
-    Each (new index, value) pair is packed into one int64 (index in the high half, the
-    float32's bits in the low half) so that one in-place sort of a scratch slice orders a row
-    without allocating per row.
+    A row's new ids are marked in a two-level bitmap (one bit per feature, one summary bit
+    per 64-bit word) and read back in order with count-trailing-zeros: linear in the row
+    length plus n_features / 4096 summary words, and with far fewer mispredicted branches
+    than a comparison sort (measured 2.5x faster than sorting packed keys per row).
     """
+    n_features = new_id_of_old.shape[0]
+    n_words = (n_features + 63) >> 6
+    words = np.zeros(n_words, dtype=np.uint64)
+    summary = np.zeros((n_words + 63) >> 6, dtype=np.uint64)
+    bits_at = np.empty(n_features, dtype=np.uint32)
+    one = np.uint64(1)
+    bad_rows = 0
+    for r in range(r0, r1):
+        a = indptr[r]
+        for k in range(a, indptr[r + 1]):
+            j = np.int64(new_id_of_old[indices[k]])
+            words[j >> 6] |= one << np.uint64(j & 63)
+            summary[j >> 12] |= one << np.uint64((j >> 6) & 63)
+            bits_at[j] = value_bits[k]
+        out = a
+        for s in range(summary.shape[0]):
+            sw = summary[s]
+            if sw == 0:
+                continue
+            summary[s] = 0
+            while sw != 0:
+                wi = (np.int64(s) << 6) + np.int64(trailing_zeros(sw))  # type: ignore[call-arg]
+                sw &= sw - one
+                ww = words[wi]
+                words[wi] = 0
+                while ww != 0:
+                    j = (wi << 6) + np.int64(trailing_zeros(ww))
+                    ww &= ww - one
+                    out_indices[out] = j
+                    out_value_bits[out] = bits_at[j]
+                    out += 1
+        if out != indptr[r + 1]:
+            bad_rows += 1
+    return bad_rows
+
+
+@njit(nogil=True, cache=True)
+def _renumber_rows_sort(r0: int, r1: int, indptr: Any, indices: Any, value_bits: Any,
+                        new_id_of_old: Any, out_indices: Any,
+                        out_value_bits: Any) -> int:  # pragma: no cover - compiled
+    """Like _renumber_rows_bitmap, by sorting each row (for feature counts too large for a
+    per-row scan of the bitmap summary). Each (new index, value bits) pair is packed into
+    one int64 so that one in-place sort of a scratch slice orders the row."""
     longest = 0
     for r in range(r0, r1):
         longest = max(longest, indptr[r + 1] - indptr[r])
@@ -91,6 +166,7 @@ def _renumber_rows(r0: int, r1: int, indptr: Any, indices: Any, value_bits: Any,
             key = row[k]
             out_indices[a + k] = np.int32(key >> 32)
             out_value_bits[a + k] = np.uint32(key & low)
+    return 0
 
 
 def renumber(data: CSRData, new_id_of_old: npt.ArrayLike) -> CSRData:
@@ -98,6 +174,7 @@ def renumber(data: CSRData, new_id_of_old: npt.ArrayLike) -> CSRData:
     ascending within each row (so the most frequent features come first). Rows, values and
     labels keep their order; ``indptr`` and ``labels`` are shared with ``data``."""
     order = check_order(new_id_of_old, data.n_features)
+    _check_indices(data)  # the kernels index the permutation with them
     nnz = data.nnz
     out_indices = np.empty(nnz, dtype=INDEX_DTYPE)
     out_values = np.empty(nnz, dtype=np.float32)
@@ -107,15 +184,18 @@ def renumber(data: CSRData, new_id_of_old: npt.ArrayLike) -> CSRData:
     pieces = max(1, min(os.cpu_count() or 1, 8, n_rows // _MIN_ROWS_PER_THREAD))
     bounds = [n_rows * i // pieces for i in range(pieces + 1)]
     args = (data.indptr, data.indices, value_bits, order, out_indices, out_bits)
+    kernel = (_renumber_rows_bitmap if data.n_features <= _BITMAP_MAX_FEATURES
+              else _renumber_rows_sort)
     if pieces == 1:
-        _renumber_rows(0, n_rows, *args)
+        bad_rows = int(kernel(0, n_rows, *args))
     else:
         # The kernel releases the GIL: one thread per block of rows.
         with ThreadPoolExecutor(max_workers=pieces) as pool:
-            futures = [pool.submit(_renumber_rows, bounds[i], bounds[i + 1], *args)
+            futures = [pool.submit(kernel, bounds[i], bounds[i + 1], *args)
                        for i in range(pieces)]
-            for f in futures:
-                f.result()
+            bad_rows = sum(int(f.result()) for f in futures)
+    if bad_rows:
+        raise DataError(f"{bad_rows} row(s) hold the same feature index twice")
     return CSRData(data.indptr, out_indices, out_values, data.labels, data.n_features)
 
 

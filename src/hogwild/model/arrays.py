@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.errors import DataError
+from hogwild.model import kernels
 
 
 class CSRLike(Protocol):
@@ -67,6 +68,35 @@ def _index_range(indices: npt.NDArray[np.int32]) -> tuple[int, int]:
         with _cache_lock:
             _max_index_cache[key] = (ref, hi)
     return lo, hi
+
+
+# Per-feature row counts of an index array (by identity), computed once per data set for
+# the trainer's check that buffered features are ranked by frequency.
+_counts_cache: dict[int, tuple[weakref.ref[np.ndarray], npt.NDArray[np.int64]]] = {}
+
+
+def feature_counts(indices: npt.NDArray[np.int32], n_features: int) -> npt.NDArray[np.int64]:
+    """How many stored entries each feature id in [0, n_features) has (for rows without
+    repeated ids: its document frequency). Indices must be in range (see csr_arrays).
+    Cached per index array, like the range check."""
+    key = id(indices)
+    with _cache_lock:
+        hit = _counts_cache.get(key)
+    if hit is not None and hit[0]() is indices and hit[1].shape[0] == n_features:
+        return hit[1]
+    counts = np.zeros(n_features, dtype=np.int64)
+    kernels.count_features(indices, counts)
+
+    def forget(_ref: weakref.ref[np.ndarray], k: int = key) -> None:
+        _counts_cache.pop(k, None)
+
+    try:
+        ref = weakref.ref(indices, forget)
+    except TypeError:
+        return counts
+    with _cache_lock:
+        _counts_cache[key] = (ref, counts)
+    return counts
 
 
 def csr_arrays(data: CSRLike, n_features: int) -> CSRArrays:

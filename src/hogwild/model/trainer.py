@@ -11,7 +11,14 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.model import kernels
-from hogwild.model.arrays import CSRArrays, CSRLike, check_weights, csr_arrays, new_weights
+from hogwild.model.arrays import (
+    CSRArrays,
+    CSRLike,
+    check_weights,
+    csr_arrays,
+    feature_counts,
+    new_weights,
+)
 from hogwild.model.losses import LOSS_NAMES, get_loss
 
 MODES: tuple[str, ...] = ("hogwild", "locked", "serial")
@@ -21,6 +28,19 @@ SCHEDULES: dict[str, int] = {"constant": kernels.CONSTANT, "invscaling": kernels
 # HOGWILD! paper (updates serialised in turn), not one thread running its block alone.
 LOCKED_BATCH_ROWS = 64
 
+# hot_features for data renumbered by frequency (hogwild.data.reorder): every feature of a
+# data set up to this size goes through the per-thread view; 2 x 8 bytes per buffered feature
+# and thread, so at most 4 MiB per thread on larger feature spaces.
+RENUMBERED_HOT_FEATURES = 1 << 18
+# With buffered features a kernel call costs O(hot) on top of its rows (view filled at the
+# start, everything published at the end): calls get at least this many rows per feature.
+ROWS_PER_HOT_FEATURE = 4
+# Buffering is used only if no buffered feature would get more than this many expected own
+# updates between two publications (a bound that data ranked by frequency meets: at most
+# max(BIAS_FLUSH_ROWS, HOT_TIER_GROWTH x non-zeros per row)); otherwise the trainer falls
+# back to the unbuffered kernel instead of letting threads drift apart on frequent features.
+MAX_STALENESS_FACTOR = 2.0
+
 
 @dataclass(frozen=True)
 class TrainParams:
@@ -29,6 +49,13 @@ class TrainParams:
     mode: ``hogwild`` (T threads, no lock), ``locked`` (T threads taking turns under one lock,
     LOCKED_BATCH_ROWS rows per turn) or ``serial`` (one thread). batch_rows is the number of
     rows per kernel call in hogwild and serial mode (>= 1,000 keeps call overhead negligible).
+
+    hot_features: in hogwild mode with more than one thread, features ``0 .. hot_features-1``
+    go through a per-thread view of ``w`` published in tiers (kernels.sgd_range), which
+    removes the cache-line contention on frequent features. The data must be renumbered by
+    document frequency first (``hogwild.data.reorder``; RENUMBERED_HOT_FEATURES is the value
+    to use then); if its frequent features are not at the low ids, the trainer ignores the
+    setting. 0 (the default) turns buffering off.
     """
 
     loss: str = "hinge"
@@ -41,6 +68,7 @@ class TrainParams:
     threads: int = 2
     mode: str = "hogwild"
     batch_rows: int = 4096
+    hot_features: int = 0
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ValueError:
@@ -64,6 +92,8 @@ class TrainParams:
             raise bad("mode", f"must be one of {', '.join(MODES)}")
         if not isinstance(self.batch_rows, int) or self.batch_rows < 1:
             raise bad("batch_rows", "must be an integer >= 1")
+        if not isinstance(self.hot_features, int) or self.hot_features < 0:
+            raise bad("hot_features", "must be an integer >= 0")
 
 
 @dataclass(frozen=True)
@@ -159,6 +189,13 @@ class Trainer:
         n = a.n_rows
         n_threads = 1 if p.mode == "serial" else max(1, min(p.threads, n))
         batch = min(p.batch_rows, LOCKED_BATCH_ROWS) if p.mode == "locked" else p.batch_rows
+        hot = 0
+        if p.mode == "hogwild" and n_threads > 1 and p.hot_features > 0:
+            wide = max(batch, ROWS_PER_HOT_FEATURE * min(p.hot_features, self.n_features))
+            hot = choose_hot_features(a, self.n_features, p.hot_features, n_threads,
+                                      min(wide, n // n_threads))
+            if hot:
+                batch = wide
         turns = _TurnTaking(n_threads) if p.mode == "locked" and n_threads > 1 else None
         # Contiguous blocks, one per thread; step counters interleave (thread k sees
         # t, t + T, t + 2T, ... from t0 + k), approximating the global example count.
@@ -179,7 +216,7 @@ class Trainer:
                         t, loss_sum = kernels.sgd_range(
                             a.indptr, a.indices, a.values, a.labels, start, stop, self.w,
                             self.n_features, self.loss.code, lr0, schedule, power_t,
-                            float(t), l2, fit_bias, float(n_threads),
+                            float(t), l2, fit_bias, float(n_threads), hot,
                         )
                     finally:
                         if turns is not None:
@@ -217,6 +254,31 @@ class Trainer:
         )
 
 
+def choose_hot_features(a: CSRArrays, n_features: int, requested: int, n_threads: int,
+                        call_rows: int) -> int:
+    """The ``hot`` argument for kernels.sgd_range: ``min(requested, n_features)`` when more
+    than one thread shares ``w`` and the data's ids are ranked by frequency, else 0.
+
+    Ranked means that no buffered feature would get more than MAX_STALENESS_FACTOR x the
+    bound of ranked data in expected own updates between two publications (its share of rows
+    x its publication interval, capped by ``call_rows``, the rows per kernel call). The
+    per-feature counts are computed once per index array (cached).
+    """
+    hot = min(max(requested, 0), n_features)
+    if n_threads < 2 or hot == 0 or a.n_rows == 0:
+        return 0
+    share = feature_counts(a.indices, n_features)[:hot] / a.n_rows
+    interval = np.full(hot, float(kernels.BIAS_FLUSH_ROWS))
+    span = kernels.BIAS_FLUSH_ROWS
+    while span < hot:
+        interval[span:] *= kernels.HOT_TIER_GROWTH
+        span *= kernels.HOT_TIER_GROWTH
+    staleness = float(np.max(share * np.minimum(interval, max(call_rows, 1))))
+    nnz_per_row = a.indices.shape[0] / a.n_rows
+    bound = max(kernels.BIAS_FLUSH_ROWS, kernels.HOT_TIER_GROWTH * nnz_per_row)
+    return hot if staleness <= MAX_STALENESS_FACTOR * bound else 0
+
+
 def warmup() -> None:
     """Compile (or load from the on-disk cache) every kernel with the dtypes used in
     production, so that timings exclude JIT compilation."""
@@ -231,6 +293,8 @@ def warmup() -> None:
                           1.0, 0.0, fit_bias, 1.0)
         kernels.sgd_range(indptr, indices, values, labels, 0, 2, w, n_features, 0, 0.1, 0, 0.5,
                           1.0, 0.0, fit_bias)
+        kernels.sgd_range(indptr, indices, values, labels, 0, 2, w, n_features, 0, 0.1, 0, 0.5,
+                          1.0, 0.0, fit_bias, 2.0, 1)
     out = np.empty(2, dtype=np.float64)
     kernels.decision(indptr, indices, values, w, n_features, out)
     kernels.evaluate(indptr, indices, values, labels, w, n_features, 0)
@@ -241,3 +305,4 @@ def warmup() -> None:
     kernels.apply_delta(w, snap, idx[:n], val[:n])
     kernels.apply_delta(w, np.empty(0, dtype=np.float64), idx[:n], val[:n])
     kernels.add_scaled(w, snap, 1.0)
+    kernels.count_features(indices, np.zeros(n_features, dtype=np.int64))

@@ -209,11 +209,13 @@ class DeltaHeader:
 
 @dataclass(frozen=True)
 class DecodedDelta:
-    """A validated delta: header plus read-only views of its int32 indices / float32 values."""
+    """A validated delta: header plus read-only views of its int32 indices / float32 values
+    (for a dense part, ``indices`` is the coordinate range it covers, built on receipt)."""
 
     header: DeltaHeader
     indices: IndexArray
     values: ValueArray
+    dense: bool = False
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -222,12 +224,19 @@ class DecodedDelta:
 
     @property
     def nbytes(self) -> int:
-        return int(self.indices.nbytes + self.values.nbytes)
+        """Payload bytes as they travelled."""
+        return int(self.values.nbytes if self.dense else self.indices.nbytes + self.values.nbytes)
 
 
 def delta_entries_per_part(chunk_bytes: int) -> int:
     """How many (index, value) pairs fit in one delta message of at most ``chunk_bytes``."""
     return max(1, min(chunk_bytes, MAX_CHUNK_BYTES) // 8)
+
+
+def dense_pays(entries: int, dim: int) -> bool:
+    """True when all ``dim`` float32 values take fewer bytes than ``entries`` (int32, float32)
+    pairs, i.e. more than half the coordinates changed."""
+    return 2 * entries > dim
 
 
 def encode_delta(header: DeltaHeader, indices: npt.NDArray[Any], values: npt.NDArray[Any],
@@ -247,11 +256,15 @@ def encode_delta(header: DeltaHeader, indices: npt.NDArray[Any], values: npt.NDA
 
 def encode_delta_parts(header: DeltaHeader, indices: npt.NDArray[Any],
                        values: npt.NDArray[Any], chunk_bytes: int = MAX_CHUNK_BYTES,
-                       codec: ArrayCodec = RAW) -> list[pb.Delta]:
+                       codec: ArrayCodec = RAW, dense: bool | None = None) -> list[pb.Delta]:
     """A delta cut into messages of at most ``chunk_bytes`` of payload each (>= 1 message,
-    even when empty: an empty delta still marks the round as done)."""
-    per = delta_entries_per_part(chunk_bytes)
+    even when empty: an empty delta still marks the round as done). Dense parts are sent
+    instead of (index, value) pairs when ``dense`` is True, or, by default, when that is
+    smaller (:func:`dense_pays`)."""
     n = int(np.asarray(indices).shape[0])
+    if dense if dense is not None else dense_pays(n, header.dim):
+        return _encode_dense_parts(header, indices, values, chunk_bytes, codec)
+    per = delta_entries_per_part(chunk_bytes)
     parts = max(1, -(-n // per))
     out = []
     for p in range(parts):
@@ -259,6 +272,25 @@ def encode_delta_parts(header: DeltaHeader, indices: npt.NDArray[Any],
         head = DeltaHeader(header.run_id, header.worker_id, header.round, header.seq,
                            header.dim, p, parts, header.final, header.examples)
         out.append(encode_delta(head, indices[lo:hi], values[lo:hi], codec))
+    return out
+
+
+def _encode_dense_parts(header: DeltaHeader, indices: npt.NDArray[Any],
+                        values: npt.NDArray[Any], chunk_bytes: int,
+                        codec: ArrayCodec) -> list[pb.Delta]:
+    full = np.zeros(header.dim, dtype=np.float32)
+    full[np.asarray(indices)] = np.asarray(values, dtype=np.float32)  # vectorised scatter
+    per = max(1, min(chunk_bytes, MAX_CHUNK_BYTES) // 4)
+    parts = max(1, -(-header.dim // per))
+    empty = encode_array(np.zeros(0, dtype=np.int32), codec)
+    out = []
+    for p in range(parts):
+        lo, hi = p * per, min(header.dim, (p + 1) * per)
+        out.append(pb.Delta(
+            protocol_version=PROTOCOL_VERSION, run_id=header.run_id,
+            worker_id=header.worker_id, round=header.round, seq=header.seq, dim=header.dim,
+            indices=empty, values=encode_array(full[lo:hi], codec), part=p, parts=parts,
+            final=header.final, examples=header.examples, dense=True, dense_offset=lo))
     return out
 
 
@@ -279,8 +311,18 @@ def decode_delta(message: pb.Delta, dim: int | None = None) -> DecodedDelta:
         raise InvalidMessage(f"delta part {message.part} of {message.parts}")
     if message.seq < 1:
         raise InvalidMessage("delta seq must be at least 1")
-    idx = decode_array(message.indices, np.int32, "delta indices", max_length=declared)
-    val = decode_array(message.values, np.float32, "delta values", max_length=declared)
+    if message.dense:
+        if message.HasField("indices"):  # must be empty
+            decode_array(message.indices, np.int32, "delta indices", max_length=0)
+        offset = int(message.dense_offset)
+        if offset >= declared:
+            raise InvalidMessage(f"dense delta offset {offset} outside [0, {declared})")
+        val = decode_array(message.values, np.float32, "delta values",
+                           max_length=declared - offset)
+        idx = np.arange(offset, offset + val.shape[0], dtype=np.int32)
+    else:
+        idx = decode_array(message.indices, np.int32, "delta indices", max_length=declared)
+        val = decode_array(message.values, np.float32, "delta values", max_length=declared)
     if idx.shape[0] != val.shape[0]:
         raise InvalidMessage(f"delta has {idx.shape[0]} indices but {val.shape[0]} values")
     code, pos = _scan_delta(idx, val, declared)
@@ -291,7 +333,7 @@ def decode_delta(message: pb.Delta, dim: int | None = None) -> DecodedDelta:
     header = DeltaHeader(message.run_id, int(message.worker_id), int(message.round),
                          int(message.seq), declared, int(message.part), int(message.parts),
                          bool(message.final), int(message.examples))
-    return DecodedDelta(header, idx, val)
+    return DecodedDelta(header, idx, val, dense=bool(message.dense))
 
 
 # ------------------------------------------------------------------------------ chunking

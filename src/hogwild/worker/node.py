@@ -12,6 +12,11 @@ Threads of a running worker:
   applied exactly the same deltas before round r+1. In async mode the training threads never
   wait for it (with bounded staleness s they wait only for a peer more than s rounds behind).
 * One sender thread per destination (sender.py); gRPC threads only validate and queue.
+
+A delta sums the worker's own updates except the bias, whose change is averaged over the
+contributing workers before it is sent (:meth:`WorkerNode._average_bias`). Where the time goes
+(training, waiting, building, encoding, applying, RPCs) is accumulated in ``timers`` and
+returned with the final state.
 """
 
 from __future__ import annotations
@@ -458,7 +463,7 @@ class WorkerNode:
         """Apply what arrived, build the delta of own updates, queue it for everyone."""
         self._apply_inbox()
         t0 = time.perf_counter()
-        if plan.fit_bias and plan.peers:
+        if plan.fit_bias:
             self._average_bias(plan)
         idx = np.empty(plan.dim, dtype=np.int32)
         val = np.empty(plan.dim, dtype=np.float32)
@@ -486,17 +491,22 @@ class WorkerNode:
         """Send 1/W of this round's own bias change instead of all of it.
 
         Every example of every worker touches the bias, so in one round each worker's bias
-        change is a full correction towards the same balance point; summing W of them
-        overshoots W-fold and the bias oscillates (measured: synthetic RCV1-like data,
-        2 workers, rounds of 8,750 examples, test accuracy 0.63 instead of 0.88). Averaging
-        them is stable at any round size. Sparse feature weights, each touched by a few
-        examples per round, keep the plain sum. The change is made in ``w`` itself before the
-        delta is built, so this worker, its peers and the coordinator add the same value.
+        change is a full correction towards the same balance point; summing the changes of
+        the W contributing workers overshoots W-fold and the bias oscillates (measured:
+        synthetic RCV1-like data, 2 workers, sync rounds of 8,750 examples, test accuracy
+        0.63 instead of 0.88). Averaging them is stable at any round size, in both modes.
+        Sparse feature weights, each touched by a few examples per round, keep the plain sum.
+        The change is made in ``w`` itself before the delta is built, so this worker, its
+        peers and the coordinator add the same value. (In async mode a training thread may
+        update the bias during this read-modify-write and lose that one step, as any two
+        Hogwild threads may.)
         """
+        # Workers still contributing: a peer that finished or was dropped sends no more.
+        contributing = 1 + sum(1 for p in self.inbox.snapshot().values() if not p.settled)
         b = plan.dim - 1
         own = self.w[b] - self.snap[b]
-        if own != 0.0:
-            self.w[b] -= own * (1.0 - 1.0 / (len(plan.peers) + 1))
+        if contributing > 1 and own != 0.0:
+            self.w[b] -= own * (1.0 - 1.0 / contributing)
 
     def _barrier(self, plan: RunPlan, round_: int) -> None:
         """Sync mode: wait for every live peer's round-``round_`` delta, then apply them."""

@@ -1,0 +1,32 @@
+"""The coordinator's choice of examples per thread per round."""
+
+from __future__ import annotations
+
+from hogwild.coordinator.driver import MIN_ROUNDS_PER_EPOCH, ROUND_NNZ, choose_round_size
+
+
+def test_small_data_is_capped_to_enough_rounds_per_epoch() -> None:
+    # Reuters-sized: 7,000 rows, 2 workers x 2 threads -> at most 7000 / (4 * MIN) rows.
+    for configured in (None, 10_000):
+        size = choose_round_size(configured, 7_000, 7_000 * 40, 4)
+        assert size == 7_000 // (4 * MIN_ROUNDS_PER_EPOCH)
+
+
+def test_big_data_gets_rounds_of_about_round_nnz_nonzeros() -> None:
+    rows, per_row = 10_000_000, 75
+    size = choose_round_size(None, rows, rows * per_row, 2)
+    assert size > 1000
+    assert abs(size * per_row - ROUND_NNZ) <= per_row  # ~ROUND_NNZ non-zeros per thread
+    assert size * 2 * MIN_ROUNDS_PER_EPOCH <= rows
+
+
+def test_an_explicit_round_size_is_honoured_within_the_cap() -> None:
+    rows = 10_000_000
+    assert choose_round_size(100_000, rows, rows * 75, 2) == 100_000
+    assert choose_round_size(500, rows, rows * 75, 2) == 500
+    assert choose_round_size(10**9, rows, rows * 75, 2) == rows // (2 * MIN_ROUNDS_PER_EPOCH)
+
+
+def test_degenerate_sizes_give_at_least_one_row() -> None:
+    assert choose_round_size(None, 1, 0, 8) == 1
+    assert choose_round_size(1, 0, 0, 1) == 1
