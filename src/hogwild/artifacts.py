@@ -58,12 +58,17 @@ def dumps(value: Any) -> str:
     return json.dumps(value, default=_json_default, sort_keys=True)
 
 
+def save_weights(path: str | Path, w: np.ndarray) -> Path:
+    """A weight vector as an ``.npz`` with one array ``w`` (float64), written atomically."""
+    buffer = io.BytesIO()
+    np.savez(buffer, w=np.asarray(w, dtype=np.float64))
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
 def save_model(out_dir: str | Path, w: np.ndarray, meta: Mapping[str, Any]) -> Path:
     """Write ``model.npz`` (weights; ``w[-1]`` is the bias) and ``model.json`` (metadata)."""
     out = Path(out_dir)
-    buffer = io.BytesIO()
-    np.savez(buffer, w=np.asarray(w, dtype=np.float64))
-    path = atomic_write_bytes(out / MODEL_FILE, buffer.getvalue())
+    path = save_weights(out / MODEL_FILE, w)
     atomic_write_text(out / MODEL_META_FILE,
                       json.dumps(dict(meta), default=_json_default, indent=2, sort_keys=True) + "\n")
     return path

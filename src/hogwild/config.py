@@ -88,6 +88,12 @@ class Settings:
         default="hogwild",
         metadata=_doc("in-node threading: hogwild (lock-free), locked (one lock) or serial",
                       choices=TRAINER_MODES))
+    thread_buffer: bool = field(
+        default=True,
+        metadata=_doc("hogwild threads buffer their writes and publish them to the shared "
+                      "weights every 64 rows or more (features renumbered by frequency, the "
+                      "hottest published most often); false = every write goes straight to the "
+                      "shared vector, which contends on frequent features"))
     # --- stopping ------------------------------------------------------------------------
     epochs: int = field(default=10, metadata=_doc("maximum passes over the training data"))
     time_budget: float = field(

@@ -14,11 +14,12 @@ import numpy as np
 from hogwild import __version__, artifacts
 from hogwild.config import Settings
 from hogwild.data import CSRData, load_source, train_val_test_split
+from hogwild.data.reorder import frequency_order, renumber, restore_weights
 from hogwild.data.sources import default_test_source, describe
 from hogwild.errors import DataError
 from hogwild.model.evaluation import evaluate
 from hogwild.model.losses import get_loss
-from hogwild.model.trainer import EpochStats, Trainer, TrainParams
+from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, EpochStats, Trainer, TrainParams
 from hogwild.stopping import EarlyStopping
 
 log = logging.getLogger("hogwild.train")
@@ -31,6 +32,10 @@ class Splits:
     train: CSRData
     val: CSRData
     test: CSRData
+    # new_id_of_old: the sets above are renumbered by descending document frequency in the
+    # training rows (hot weights share cache lines; threads can buffer the hottest ones).
+    # Saved models are mapped back to the ids of the input files.
+    feature_order: np.ndarray
 
 
 def load_splits(settings: Settings) -> Splits:
@@ -59,7 +64,9 @@ def load_splits(settings: Settings) -> Splits:
         raise DataError(f"no training rows left in {settings.data!r} after the split")
     if test.n_rows == 0:
         raise DataError("the test set is empty: give test_data or a positive test_fraction")
-    return Splits(train=train, val=val, test=test)
+    order = frequency_order(train)
+    return Splits(train=renumber(train, order), val=renumber(val, order),
+                  test=renumber(test, order), feature_order=order)
 
 
 def train_params(settings: Settings) -> TrainParams:
@@ -67,7 +74,8 @@ def train_params(settings: Settings) -> TrainParams:
     return TrainParams(loss=settings.loss, learning_rate=settings.learning_rate,
                        lr_schedule=settings.lr_schedule, lr_decay=settings.lr_decay,
                        power_t=settings.power_t, l2=settings.l2, fit_bias=settings.fit_bias,
-                       threads=settings.threads, mode=settings.trainer)
+                       threads=settings.threads, mode=settings.trainer,
+                       hot_features=RENUMBERED_HOT_FEATURES if settings.thread_buffer else 0)
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -131,7 +139,7 @@ def train_job(settings: Settings, out: TextIO = sys.stdout) -> dict[str, Any]:
         "loss": settings.loss, "train_rows": splits.train.n_rows, "test_rows": splits.test.n_rows,
         "n_features": splits.train.n_features,
     }
-    write_outputs(settings, w, metrics, history)
+    write_outputs(settings, w, metrics, history, splits.feature_order)
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
     print(f"done ({stop_reason}): {len(history)} epochs in {train_seconds:.2f}s, "
           f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {settings.out_dir}",
@@ -140,9 +148,13 @@ def train_job(settings: Settings, out: TextIO = sys.stdout) -> dict[str, Any]:
 
 
 def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
-                  history: list[dict[str, Any]]) -> Path:
-    """Model + metadata, metrics.json, metrics.jsonl and the loss plot, all atomically."""
+                  history: list[dict[str, Any]], feature_order: np.ndarray | None = None) -> Path:
+    """Model + metadata, metrics.json, metrics.jsonl and the loss plot, all atomically.
+
+    ``feature_order`` (new_id_of_old) maps internal weights back to the input files' ids."""
     out_dir = Path(settings.out_dir)
+    if feature_order is not None:
+        w = restore_weights(w, feature_order)
     meta = {"hogwild_version": __version__, "n_features": int(w.shape[0] - 1),
             "loss": settings.loss, "fit_bias": settings.fit_bias,
             "bias_index": int(w.shape[0] - 1), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -11,6 +11,9 @@ import pytest
 
 from hogwild import artifacts
 from hogwild.cli import build_parser, main
+from hogwild.data import load_source
+from hogwild.model.evaluation import evaluate
+from hogwild.model.losses import get_loss
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -44,6 +47,10 @@ def test_train_on_bundled_data_writes_outputs(tmp_path: Path) -> None:
     assert 1 <= metrics["epochs"] <= 4
     w, meta = artifacts.load_model(out)
     assert w.shape == (meta["n_features"] + 1,)
+    # Training renumbers features internally; the saved model speaks the file's feature ids.
+    test = load_source("bundled:spamassassin/test", n_features=meta["n_features"])
+    assert evaluate(test, w, get_loss("hinge")).accuracy == pytest.approx(
+        metrics["test_accuracy"], abs=1e-12)
     history = (out / artifacts.HISTORY_FILE).read_text().splitlines()
     assert len(history) == metrics["epochs"]
     assert (out / artifacts.PLOT_FILE).stat().st_size > 0

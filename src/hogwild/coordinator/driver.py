@@ -20,6 +20,7 @@ from hogwild import artifacts
 from hogwild.config import Settings
 from hogwild.coordinator.state import RunState, WorkerRecord
 from hogwild.coordinator.stopping import StopRules
+from hogwild.data.reorder import restore_weights
 from hogwild.errors import ClusterError, HogwildError
 from hogwild.model.evaluation import evaluate
 from hogwild.model.losses import get_loss
@@ -207,7 +208,7 @@ class RunDriver:
                 start_offset=start_offset, loss=s.loss, learning_rate=s.learning_rate,
                 lr_schedule=s.lr_schedule, lr_decay=s.lr_decay, power_t=s.power_t, l2=s.l2,
                 fit_bias=s.fit_bias, barrier_timeout=s.barrier_timeout,
-                rpc_timeout=s.rpc_timeout, seed=s.seed)
+                rpc_timeout=s.rpc_timeout, seed=s.seed, thread_buffer=s.thread_buffer)
             self._call(record, "Configure", message)
 
         _parallel(configure, workers)
@@ -346,7 +347,7 @@ class RunDriver:
         test = evaluate(splits.test, w, loss)
         val = evaluate(splits.val, w, loss) if splits.val.n_rows else None
         examples = self.state.examples()
-        workers_out = self._write_worker_states(final_w)
+        workers_out = self._write_worker_states(final_w, splits.feature_order)
         shipped = sum(x.nbytes for x in self.shipments)
         ship_seconds = max((x.seconds for x in self.shipments), default=0.0)
         metrics: dict[str, Any] = {
@@ -377,7 +378,7 @@ class RunDriver:
                              for a, b, c, d in self.state.peer_reports],
             "worker_states": workers_out,
         }
-        write_outputs(s, w, metrics, self.history)
+        write_outputs(s, w, metrics, self.history, splits.feature_order)
         acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
         self._print(f"done ({reason}): {metrics['epochs']:.2f} epochs, {metrics['rounds']} "
                     f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "
@@ -386,14 +387,17 @@ class RunDriver:
                     f"{self.state.bytes_received / 1e6:.1f} MB received; outputs in {s.out_dir}")
         return metrics
 
-    def _write_worker_states(self, global_w: np.ndarray) -> list[dict[str, Any]]:
-        """Each collected worker model beside the global one (final_states/), with counters."""
+    def _write_worker_states(self, global_w: np.ndarray,
+                             feature_order: np.ndarray) -> list[dict[str, Any]]:
+        """Each collected worker model beside the global one (final_states/, in the input
+        files' feature ids), with counters."""
         out = Path(self.settings.out_dir) / "final_states"
         rows = []
         if self.final_states:
-            _save_npz(out / "global.npz", global_w)
+            artifacts.save_weights(out / "global.npz", restore_weights(global_w, feature_order))
         for wid, st in sorted(self.final_states.items()):
-            _save_npz(out / f"worker-{wid}.npz", st.weights)
+            artifacts.save_weights(out / f"worker-{wid}.npz",
+                                   restore_weights(st.weights, feature_order))
             rows.append({"worker_id": wid, "rounds": st.rounds, "examples": st.examples,
                          "deltas_sent": st.deltas_sent,
                          "applied_from": {str(k): v for k, v in st.applied_from.items()},
@@ -410,14 +414,6 @@ class RunDriver:
     def close(self) -> None:
         for channel in self.channels.values():
             channel.close()
-
-
-def _save_npz(path: Path, w: np.ndarray) -> None:
-    import io
-
-    buffer = io.BytesIO()
-    np.savez(buffer, w=w)
-    artifacts.atomic_write_bytes(path, buffer.getvalue())
 
 
 def _fmt(value: float | None) -> str:

@@ -36,6 +36,7 @@ from hogwild.config import Settings
 from hogwild.errors import ClusterError, DataError, InvalidMessage, StaleOrUnknown
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRArrays, csr_arrays
+from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, choose_hot_features
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import (
     DeltaHeader,
@@ -94,6 +95,7 @@ class WorkerNode:
         self.shard: ReceivedShard | None = None
         self.plan: RunPlan | None = None
         self.arrays: CSRArrays | None = None
+        self.hot = 0  # features each training thread buffers (kernels.sgd_range's `hot`)
         self.w = np.zeros(0, dtype=np.float64)
         self.snap = np.zeros(0, dtype=np.float64)
         self.inbox = Inbox({})
@@ -224,12 +226,19 @@ class WorkerNode:
             except DataError as exc:
                 raise InvalidMessage(f"shard unusable with this config: {exc}") from None
             self.plan = plan
+            # Buffered writes only pay off when ids are ranked by frequency (the coordinator
+            # renumbers the data); choose_hot_features checks that and returns 0 otherwise.
+            self.hot = choose_hot_features(
+                self.arrays, plan.n_features,
+                RENUMBERED_HOT_FEATURES if plan.thread_buffer else 0, plan.threads,
+                plan.round_size)
             self.w = np.zeros(plan.dim, dtype=np.float64)
             self.snap = np.zeros(plan.dim, dtype=np.float64)
             self.inbox = Inbox(dict(plan.peers))
             self.phase = Phase.CONFIGURED
-        log.info("configured: %s mode, %d threads, %d rows/thread/round, %d rounds, peers %s",
-                 plan.mode, plan.threads, plan.round_size, plan.max_rounds,
+        log.info("configured: %s mode, %d threads (%d buffered features), %d rows/thread/round, "
+                 "%d rounds, peers %s", plan.mode, plan.threads, self.hot, plan.round_size,
+                 plan.max_rounds,
                  ", ".join(f"{k}@{a}" for k, a in sorted(plan.peers.items())) or "none")
 
     def start(self, message: pb.StartRequest) -> None:
@@ -380,7 +389,7 @@ class WorkerNode:
                 if not self._may_start(r):
                     break
                 t1 = time.perf_counter()
-                loss_sum, rows = train_round(arrays, self.w, plan, cursor)
+                loss_sum, rows = train_round(arrays, self.w, plan, cursor, self.hot)
                 timers.add("wait_to_start_round", t1 - t0)
                 timers.add("train", time.perf_counter() - t1)
                 with self._cond:

@@ -40,6 +40,7 @@ class RunPlan:
     barrier_timeout: float
     rpc_timeout: float
     seed: int
+    thread_buffer: bool = False
 
     @property
     def loss_code(self) -> int:
@@ -92,4 +93,5 @@ class RunPlan:
             learning_rate=float(m.learning_rate), lr_schedule=m.lr_schedule,
             lr_decay=float(m.lr_decay), power_t=float(m.power_t), l2=float(m.l2),
             fit_bias=bool(m.fit_bias), barrier_timeout=float(m.barrier_timeout),
-            rpc_timeout=float(m.rpc_timeout), seed=int(m.seed))
+            rpc_timeout=float(m.rpc_timeout), seed=int(m.seed),
+            thread_buffer=bool(m.thread_buffer))

@@ -42,7 +42,7 @@ def make_cursors(n_rows: int, threads: int, start_fraction: float = 0.0) -> list
 
 
 def train_round(arrays: CSRArrays, w: npt.NDArray[np.float64], plan: RunPlan,
-                cursor: ThreadCursor) -> tuple[float, int]:
+                cursor: ThreadCursor, hot: int = 0) -> tuple[float, int]:
     """``round_size`` SGD steps for one thread (fewer only if its block is empty);
     returns (sum of pre-update losses, rows processed). Safe to run from T threads at once."""
     if cursor.hi <= cursor.lo:
@@ -61,7 +61,7 @@ def train_round(arrays: CSRArrays, w: npt.NDArray[np.float64], plan: RunPlan,
         t_end, part = kernels.sgd_range(
             arrays.indptr, arrays.indices, arrays.values, arrays.labels, start, stop, w,
             plan.n_features, plan.loss_code, lr0, schedule, plan.power_t, cursor.t, plan.l2,
-            plan.fit_bias, t_step)
+            plan.fit_bias, t_step, hot)
         cursor.t = float(t_end)
         loss_sum += float(part)
         rows = stop - start
