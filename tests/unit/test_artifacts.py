@@ -45,3 +45,12 @@ def test_metrics_history_and_plot(tmp_path: Path) -> None:
     assert json.loads((tmp_path / artifacts.METRICS_FILE).read_text())["test_accuracy"] == 0.9
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert os.path.getsize(png) > 5000
+
+
+def test_atomic_files_get_ordinary_permissions(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        path = artifacts.atomic_write_text(tmp_path / "m.json", "{}")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600

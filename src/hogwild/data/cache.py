@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from hogwild.artifacts import atomic_open
 from hogwild.data.csr import CSRData
 from hogwild.errors import DataError
 
@@ -74,23 +74,12 @@ def load_cached(source: Path, where: Path, *, zero_based: bool) -> CSRData | Non
 
 def save_cached(source: Path, where: Path, data: CSRData, *, zero_based: bool) -> bool:
     """Store ``data`` as the cache of ``source`` atomically; False (logged) if it cannot."""
-    tmp = None
     try:
-        where.parent.mkdir(parents=True, exist_ok=True)
         meta = np.concatenate([_key(source, zero_based), [data.n_features]]).astype(np.int64)
-        fd, tmp = tempfile.mkstemp(dir=where.parent, prefix="." + where.name, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
+        with atomic_open(where) as f:
             np.savez(f, indptr=data.indptr, indices=data.indices, values=data.values,
                      labels=data.labels, meta=meta)
-        os.replace(tmp, where)
-        tmp = None
         return True
     except OSError as exc:
         log.warning("could not write data cache %s: %s", where, exc)
         return False
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass

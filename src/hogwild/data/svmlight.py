@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import os
 import queue
-import tempfile
 import threading
 import zlib
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from typing import Any, Union
 
 import numpy as np
 
+from hogwild.artifacts import atomic_open
 from hogwild.data import _textformat as fmt
 from hogwild.data import _textparse as kp
 from hogwild.data._threads import default_threads, run_parallel
@@ -395,36 +395,27 @@ def write_svmlight(data: CSRData, path: PathLike, *, zero_based: bool = False,
     per_row = fmt.MAX_VALUE_BYTES + 1
     per_nnz = fmt.MAX_INDEX_BYTES + fmt.MAX_VALUE_BYTES
     budget = 64 << 20
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            out: Any = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) \
-                if path.name.endswith(".gz") else raw
-            r = 0
-            while r < data.n_rows:
-                r1 = r + 1
-                size = per_row + per_nnz * int(data.indptr[r1] - data.indptr[r])
-                # grow the block geometrically while it fits the budget
-                step = 1
-                while r1 < data.n_rows:
-                    r2 = min(data.n_rows, r1 + step)
-                    extra = per_row * (r2 - r1) + per_nnz * int(data.indptr[r2] - data.indptr[r1])
-                    if size + extra > budget:
-                        break
-                    size += extra
-                    r1 = r2
-                    step *= 2
-                buf = np.empty(size, dtype=np.uint8)
-                n = fmt.format_rows(data.indptr, data.indices, data.values, data.labels, r, r1,
-                                    base, digits, buf)
-                out.write(buf[:n].data)
-                r = r1
-            if out is not raw:
-                out.close()
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_open(path) as raw:
+        out: Any = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) \
+            if path.name.endswith(".gz") else raw
+        r = 0
+        while r < data.n_rows:
+            r1 = r + 1
+            size = per_row + per_nnz * int(data.indptr[r1] - data.indptr[r])
+            # grow the block geometrically while it fits the budget
+            step = 1
+            while r1 < data.n_rows:
+                r2 = min(data.n_rows, r1 + step)
+                extra = per_row * (r2 - r1) + per_nnz * int(data.indptr[r2] - data.indptr[r1])
+                if size + extra > budget:
+                    break
+                size += extra
+                r1 = r2
+                step *= 2
+            buf = np.empty(size, dtype=np.uint8)
+            n = fmt.format_rows(data.indptr, data.indices, data.values, data.labels, r, r1,
+                                base, digits, buf)
+            out.write(buf[:n].data)
+            r = r1
+        if out is not raw:
+            out.close()
