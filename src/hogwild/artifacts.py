@@ -129,13 +129,15 @@ def plot_loss(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str
         xs, ys = zip(*acc)
         ax2.plot(xs, ys, color="tab:green", linestyle="--", label="validation accuracy")
         ax2.set_ylabel("accuracy")
-        ax2.legend(loc="center right")
     ax.set_xlabel("elapsed seconds")
     ax.set_ylabel("loss")
     ax.set_title(title or "loss vs time")
     ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper right")
+    # One legend for both axes, under the plot, where it cannot hide a curve.
+    handles = [h for a in fig.axes for h in a.get_legend_handles_labels()[0]]
+    if handles:
+        fig.legend(handles=handles, loc="upper center", ncol=len(handles), frameon=False,
+                   bbox_to_anchor=(0.5, 0.0))
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", bbox_inches="tight")
     return atomic_write_bytes(Path(out_dir) / PLOT_FILE, buffer.getvalue())

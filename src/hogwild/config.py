@@ -107,7 +107,7 @@ class Settings:
     min_delta: float = field(
         default=1e-4, metadata=_doc("smallest validation-loss decrease that counts as progress"))
     eval_interval: float = field(
-        default=0.5, metadata=_doc("seconds between the coordinator's validation evaluations"))
+        default=0.25, metadata=_doc("seconds between the coordinator's validation evaluations"))
     # --- data ----------------------------------------------------------------------------
     data: str = field(
         default="bundled:spamassassin",
