@@ -1,9 +1,11 @@
 """Seconds per pass and test accuracy of the in-process Hogwild kernel against named peers.
 
-One run, the same rows for everybody: hogwild (1 and 2 threads, locked and serial modes),
-scikit-learn's SGDClassifier, Vowpal Wabbit reading its own cache, and a pure-Python dict SGD
-(on a subset, extrapolated); then the memory floor of a pass, the ratios with their targets,
-and an investigation of what limits the 2-thread speedup. Usage: see bench/README.md.
+One run, the same rows for everybody, renumbered by descending document frequency as the
+training job does: hogwild (1 and 2 threads with the product's buffered hot features, 2 threads
+with plain shared writes, locked and serial modes), scikit-learn's SGDClassifier, Vowpal Wabbit
+reading its own cache, and a pure-Python dict SGD (on a subset, extrapolated); then the memory
+floor of a pass, the ratios with their targets, and an investigation of what limits the
+2-thread speedup. Usage: see bench/README.md.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
@@ -59,14 +60,17 @@ class PassEngine:
 
 
 class HogwildEngine(PassEngine):
-    """Trainer with its default hyper-parameters (hinge loss)."""
+    """Trainer with its default hyper-parameters (hinge loss) and the given hot_features
+    (the training job passes RENUMBERED_HOT_FEATURES on its renumbered data)."""
 
-    def __init__(self, train: Any, test: Any, *, mode: str, threads: int, name: str) -> None:
+    def __init__(self, train: Any, test: Any, *, mode: str, threads: int, name: str,
+                 hot_features: int, note: str = "") -> None:
         from hogwild.model.trainer import Trainer, TrainParams
 
-        self.name, self.train, self.test = name, train, test
+        self.name, self.note, self.train, self.test = name, note, train, test
         self.trainer = Trainer(train.n_features, TrainParams(loss=LOSS, threads=threads,
-                                                             mode=mode))
+                                                             mode=mode,
+                                                             hot_features=hot_features))
 
     def one_pass(self, epoch: int) -> None:
         self.trainer.fit_epoch(self.train, epoch)
@@ -195,7 +199,8 @@ def run_vw(train: Any, test: Any, tmp: Path, *, epochs: int, repeats: int, tag: 
 # --------------------------------------------------------------------------------------
 def _python_pass(rows: list[list[tuple[int, float]]], labels: list[float],
                  w: dict[int, float], lr: float, l2: float) -> None:
-    """Hinge SGD, same update as the kernel: weights in a dict, rows as (index, value) lists."""
+    """Hinge SGD, same update as the kernel (L2 on updating steps only): weights in a dict,
+    rows as (index, value) lists."""
     keep = 1.0 - lr * l2
     bias = w.get(-1, 0.0)
     for x, y in zip(rows, labels):
@@ -206,9 +211,6 @@ def _python_pass(rows: list[list[tuple[int, float]]], labels: list[float],
             for i, v in x:
                 w[i] = w.get(i, 0.0) * keep + lr * y * v
             bias += lr * y
-        else:
-            for i, _ in x:
-                w[i] = w.get(i, 0.0) * keep
     w[-1] = bias
 
 
@@ -228,35 +230,23 @@ def run_python(train: Any, n_rows: int, repeats: int) -> Result:
 # --------------------------------------------------------------------------------------
 # What limits the 2-thread speedup
 # --------------------------------------------------------------------------------------
-MERGE_ROWS = 16_384
-
-
-@njit(nogil=True, cache=True)
-def _merge(w: Any, wp: Any, base: Any) -> None:  # pragma: no cover - compiled
-    """Add a thread's net change (wp - base) to the shared w, then restart wp and base from
-    it. Unlocked, as Hogwild: two merges at once can lose an addition."""
-    for i in range(w.shape[0]):
-        v = w[i] + (wp[i] - base[i])
-        w[i] = v
-        wp[i] = v
-        base[i] = v
-
-
-
 def investigate_threads(train: Any, repeats: int,
                         quiet: float = 0.0) -> list[tuple[str, float, str, str]]:
-    """The kernel called directly on the whole train set, from a model trained one pass.
+    """The kernel called directly on the whole (renumbered) train set, from a model trained
+    one pass.
 
-    Shared w vs a private w per thread isolates cache-line contention (both threads writing
-    the same popular weights) from what two cores streaming at once cost anyway (memory
-    bandwidth, shared caches); 1 thread on half the rows is the perfect-scaling time.
-    l2=0 removes the weight writes of rows whose hinge gradient is zero: the memory traffic
-    of a kernel that would apply L2 only with the gradient step. The last variant is a way
-    out of the contention: each thread trains a private copy and adds its net change to the
-    shared w every MERGE_ROWS rows (what the delta exchange does between nodes).
+    Shared w written directly (hot=0) vs shared w with the product's buffered hot features
+    (per-thread view of the frequent weights, published in tiers; calls as long as the trainer
+    makes them) vs a private w per thread (no sharing at all: the ceiling, what two cores
+    streaming at once cost anyway). 1 thread on half the rows is the perfect-scaling time.
     """
     from hogwild.model import kernels
-    from hogwild.model.trainer import Trainer, TrainParams
+    from hogwild.model.trainer import (
+        RENUMBERED_HOT_FEATURES,
+        ROWS_PER_HOT_FEATURE,
+        Trainer,
+        TrainParams,
+    )
 
     p = TrainParams(loss=LOSS)
     tr = Trainer(train.n_features, TrainParams(loss=LOSS, threads=1))
@@ -266,55 +256,41 @@ def investigate_threads(train: Any, repeats: int,
     a = (train.indptr, train.indices, train.values, train.labels)
     lr = p.learning_rate * p.lr_decay
     half = n // 2
+    hot_all = min(RENUMBERED_HOT_FEATURES, nf)
+    # the trainer's call length with buffered features (the view costs O(hot) per call)
+    wide = min(max(p.batch_rows, ROWS_PER_HOT_FEATURE * hot_all), half)
 
-    def kernel(w: np.ndarray, lo: int, hi: int, l2: float) -> None:
-        # batch_rows-sized calls, exactly as the trainer makes them
+    def kernel(w: np.ndarray, lo: int, hi: int, hot: int, batch: int) -> None:
         t = 1.0
-        for s in range(lo, hi, p.batch_rows):
-            t, _ = kernels.sgd_range(*a, s, min(hi, s + p.batch_rows), w, nf, 0, lr, 0, 0.5,
-                                     t, l2, True, 2.0)
+        for s in range(lo, hi, batch):
+            t, _ = kernels.sgd_range(*a, s, min(hi, s + batch), w, nf, 0, lr, 0, 0.5,
+                                     t, p.l2, True, 2.0, hot)
 
-    def one(lo: int, hi: int, l2: float) -> None:
-        kernel(w0.copy(), lo, hi, l2)
+    def one(lo: int, hi: int) -> None:
+        kernel(w0.copy(), lo, hi, 0, p.batch_rows)
 
-    def two(shared: bool, l2: float) -> None:
+    def two(shared: bool, hot: int, batch: int) -> None:
         wa = w0.copy()
         wb = wa if shared else w0.copy()
-        th = threading.Thread(target=kernel, args=(wb, half, n, l2))
+        th = threading.Thread(target=kernel, args=(wb, half, n, hot, batch))
         th.start()
-        kernel(wa, 0, half, l2)
+        kernel(wa, 0, half, hot, batch)
         th.join()
 
-    def merged_worker(w: np.ndarray, lo: int, hi: int, l2: float) -> None:
-        # a private copy, its net change added to the shared w every MERGE_ROWS rows
-        wp, base = w.copy(), w.copy()
-        for s in range(lo, hi, MERGE_ROWS):
-            kernel(wp, s, min(hi, s + MERGE_ROWS), l2)
-            _merge(w, wp, base)
-
-    def two_merged(l2: float) -> None:
-        w = w0.copy()
-        th = threading.Thread(target=merged_worker, args=(w, half, n, l2))
-        th.start()
-        merged_worker(w, 0, half, l2)
-        th.join()
-
-    # Share of rows whose hinge gradient is zero (margin >= 1): with l2 > 0 they still write.
+    # Share of rows whose hinge gradient is zero (margin >= 1): those steps write nothing.
     margins = np.empty(n, dtype=np.float64)
     kernels.decision(train.indptr, train.indices, train.values, w0, nf, margins)
     inactive = float(np.mean(train.labels * margins >= 1.0))
 
-    variants: list[tuple[str, Any]] = []
-    for l2 in (p.l2, 0.0):
-        tag = f"l2={l2:g}"
-        variants += [
-            (f"{tag}: 1 thread, all rows", lambda l2=l2: one(0, n, l2)),
-            (f"{tag}: 1 thread, half the rows (perfect 2T)", lambda l2=l2: one(0, half, l2)),
-            (f"{tag}: 2 threads, shared w (Hogwild)", lambda l2=l2: two(True, l2)),
-            (f"{tag}: 2 threads, private w each", lambda l2=l2: two(False, l2)),
-            (f"{tag}: 2 threads, private w merged every {MERGE_ROWS:,} rows",
-             lambda l2=l2: two_merged(l2)),
-        ]
+    variants: list[tuple[str, Any]] = [
+        ("1 thread, all rows", lambda: one(0, n)),
+        ("1 thread, half the rows (perfect 2T)", lambda: one(0, half)),
+        ("2 threads, shared w, hot=0 (plain HOGWILD! writes)",
+         lambda: two(True, 0, p.batch_rows)),
+        (f"2 threads, shared w, hot={hot_all:,} (product default)",
+         lambda: two(True, hot_all, wide)),
+        ("2 threads, private w each (ceiling)", lambda: two(False, 0, p.batch_rows)),
+    ]
     # Interleaved rounds (every variant once per round), median over the (quiet) rounds.
     times: list[list[float]] = [[] for _ in variants]
     others: list[float] = []
@@ -331,8 +307,7 @@ def investigate_threads(train: Any, repeats: int,
     med = [t.median for t in timings]
     out: list[tuple[str, float, str, str]] = []
     for i, (label, _) in enumerate(variants):
-        base = med[i - i % 5]  # the "1 thread, all rows" of the same l2
-        out.append((label, med[i], f"{base / med[i]:.2f}x", timings[i].quality()))
+        out.append((label, med[i], f"{med[0] / med[i]:.2f}x", timings[i].quality()))
     out.append((f"rows with zero hinge gradient after 1 pass: {inactive:.1%}", float("nan"),
                 "", ""))
     return out
@@ -344,19 +319,30 @@ def investigate_threads(train: Any, repeats: int,
 def engines_on(train: Any, test: Any, tmp: Path, tag: str, *, epochs: int, repeats: int,
                with_locked: bool, python_rows: int,
                quiet: float = 0.0) -> tuple[dict[str, Result], float]:
-    """Every engine on one (train, test) pair; train rows are permuted once up front.
+    """Every engine on one (train, test) pair, already renumbered (``common.renumbered``);
+    train rows are permuted once up front.
     ``quiet`` > 0: before each round of passes (and each VW run, and the Python run) wait up
     to that many seconds for the other processes on the machine to go idle."""
     train = common.shuffled(train, seed=1)
 
+    from hogwild.model.trainer import RENUMBERED_HOT_FEATURES
+
+    hot = RENUMBERED_HOT_FEATURES  # the product default (thread_buffer: true)
     engines: dict[str, PassEngine] = {
-        "1T": HogwildEngine(train, test, mode="hogwild", threads=1, name="hogwild 1 thread"),
-        "2T": HogwildEngine(train, test, mode="hogwild", threads=2, name="hogwild 2 threads"),
+        "1T": HogwildEngine(train, test, mode="hogwild", threads=1, name="hogwild 1 thread",
+                            hot_features=hot),
+        "2T": HogwildEngine(train, test, mode="hogwild", threads=2, name="hogwild 2 threads",
+                            hot_features=hot, note="product default: buffered hot features"),
+        "2T-plain": HogwildEngine(train, test, mode="hogwild", threads=2,
+                                  name="hogwild 2 threads, hot_features=0", hot_features=0,
+                                  note="plain HOGWILD! writes, shared cache lines"),
     }
     if with_locked:
         engines["locked"] = HogwildEngine(train, test, mode="locked", threads=2,
-                                          name="locked, 2 threads (round robin)")
-        engines["serial"] = HogwildEngine(train, test, mode="serial", threads=1, name="serial")
+                                          name="locked, 2 threads (round robin)",
+                                          hot_features=hot)
+        engines["serial"] = HogwildEngine(train, test, mode="serial", threads=1, name="serial",
+                                          hot_features=hot)
     engines["sklearn"] = SklearnEngine(train, test)
     res = run_interleaved(engines, epochs, quiet)
     del engines
@@ -422,9 +408,12 @@ def main(argv: list[str] | None = None) -> int:
         data = common.rcv1_like(rows, seed=0)
     n_train = rows * 9 // 10
     train, test = data.slice(0, n_train), data.slice(n_train, rows)
+    with common.stopwatch() as ren_s:
+        train, test = common.renumbered(train, test)
     print(f"synthetic RCV1-shaped data: {train.n_rows:,} train / {test.n_rows:,} test rows, "
           f"{train.nnz:,} train non-zeros ({train.nnz / train.n_rows:.1f}/row), "
-          f"{train.n_features:,} features; generated in {gen_s[0]:.1f}s")
+          f"{train.n_features:,} features; generated in {gen_s[0]:.1f}s, renumbered by "
+          f"document frequency in {ren_s[0]:.1f}s")
 
     with common.workdir() as tmpname:
         tmp = Path(tmpname)
@@ -456,6 +445,11 @@ def main(argv: list[str] | None = None) -> int:
                                 one.seconds / two.seconds >= 1.5))
         print(common.ratio_line("ours 2T / memory floor (time ratio)", two.seconds / floor_s,
                                 "<= 3x", two.seconds / floor_s <= 3.0))
+        plain = res["2T-plain"]
+        print(common.ratio_line("ours 2T hot_features=0 vs ours 1T",
+                                one.seconds / plain.seconds))
+        print(common.ratio_line("ours 2T vs ours 2T hot_features=0",
+                                plain.seconds / two.seconds))
         print(common.ratio_line("ours 2T vs locked 2T", res["locked"].seconds / two.seconds))
         print(common.ratio_line("ours 1T vs serial mode", res["serial"].seconds / one.seconds))
         if "python" in res:
@@ -487,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
                 except FileNotFoundError as exc:
                     print(f"skipping {name}: {exc}")
                     continue
+                rtrain, rtest = common.renumbered(rtrain, rtest)
                 r, _ = engines_on(rtrain, rtest, tmp, name, epochs=epochs,
                                   repeats=args.repeats, with_locked=False, python_rows=0)
 
@@ -495,10 +490,12 @@ def main(argv: list[str] | None = None) -> int:
 
                 table.append((name, f"{rtrain.n_rows:,}", f"{rtrain.nnz:,}",
                               1e3 * r["1T"].seconds, 1e3 * r["2T"].seconds,
+                              1e3 * r["2T-plain"].seconds,
                               1e3 * r["sklearn"].seconds, 1e3 * r["vw"].seconds,
-                              acc("1T"), acc("2T"), acc("sklearn"), acc("vw")))
-            common.print_table(["set", "train rows", "nnz", "1T ms", "2T ms", "skl ms", "VW ms",
-                                "1T acc", "2T acc", "skl acc", "VW acc"], table,
+                              acc("1T"), acc("2T"), acc("2T-plain"), acc("sklearn"), acc("vw")))
+            common.print_table(["set", "train rows", "nnz", "1T ms", "2T ms", "2T hot=0 ms",
+                                "skl ms", "VW ms", "1T acc", "2T acc", "2T hot=0 acc",
+                                "skl acc", "VW acc"], table,
                                f"real data sets, per pass (median of {epochs}) and test accuracy "
                                f"after {epochs} passes")
     print(common.load_line())

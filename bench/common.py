@@ -321,6 +321,15 @@ def load_real(name: str, max_rows: int | None = None) -> tuple[Any, Any]:
     return train, test
 
 
+def renumbered(train: Any, test: Any) -> tuple[Any, Any]:
+    """Both sets with features renumbered by descending document frequency in ``train``, as
+    the training job (``hogwild.local.load_splits``) does before it trains."""
+    from hogwild.data.reorder import frequency_order, renumber
+
+    order = frequency_order(train)
+    return renumber(train, order), renumber(test, order)
+
+
 def shuffled(data: Any, seed: int = 0) -> Any:
     """Rows in one fixed random order, physically copied (what the trainer streams through)."""
     order = np.random.default_rng(seed).permutation(data.n_rows)

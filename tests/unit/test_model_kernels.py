@@ -36,7 +36,7 @@ def reference_sgd(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
                   labels: np.ndarray, w: np.ndarray, loss: Loss, lr0: float, invscaling: bool,
                   power_t: float, t0: float, l2: float, fit_bias: bool,
                   t_step: float = 1.0) -> tuple[float, float]:
-    """The textbook per-example SGD step, one row at a time."""
+    """The per-example SGD step, one row at a time, with L2 on updating steps only."""
     t = t0
     total = 0.0
     for r in range(len(labels)):
@@ -48,7 +48,9 @@ def reference_sgd(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
         g = float(loss.dloss(m, y))
         lr = lr0 / t**power_t if invscaling else lr0
         t += t_step
-        w[cols] = w[cols] - lr * (g * x + l2 * w[cols])
+        # L2 is lazy: it shrinks the row's support on updating steps only (g != 0).
+        if g != 0.0:
+            w[cols] = w[cols] - lr * (g * x + l2 * w[cols])
         if fit_bias:
             w[N_FEATURES] -= lr * g
     return t, total
@@ -137,6 +139,28 @@ def test_sgd_range_empty_range_is_a_no_op() -> None:
     assert np.all(w == 1.0)
 
 
+@pytest.mark.parametrize("hot", [0, 1, 3])
+def test_sgd_range_l2_shrinks_only_on_updating_steps(hot: int) -> None:
+    # Lazy L2: a hinge step with margin >= 1 (g == 0) writes nothing, not even the shrink;
+    # a step with g != 0 shrinks the row's support and leaves the other weights alone.
+    indptr = np.array([0, 2, 4], dtype=np.int64)
+    indices = np.array([0, 1, 0, 1], dtype=np.int32)
+    values = np.array([1.0, 1.0, 1.0, 1.0], dtype=np.float32)
+    labels = np.array([1.0, -1.0], dtype=np.float32)
+    w = np.array([2.0, 1.0, 7.0, 0.0])  # 3 features + bias; feature 2 is in no row
+    lr, l2 = 0.1, 0.5
+    t, loss_sum = kernels.sgd_range(indptr, indices, values, labels, 0, 1, w, 3, 0, lr, 0,
+                                    0.5, 1.0, l2, True, 1.0, hot)
+    assert loss_sum == 0.0
+    np.testing.assert_array_equal(w, [2.0, 1.0, 7.0, 0.0])  # margin 3: g == 0, no write
+    # Row 1 has label -1 and margin 3: g = +1, the support {0, 1} shrinks and steps.
+    kernels.sgd_range(indptr, indices, values, labels, 1, 2, w, 3, 0, lr, 0, 0.5, t, l2, True,
+                      1.0, hot)
+    keep = 1.0 - lr * l2
+    np.testing.assert_allclose(w, [2.0 * keep - lr, 1.0 * keep - lr, 7.0, -lr],
+                               rtol=1e-15, atol=0.0)
+
+
 # --- buffered (hot) features -------------------------------------------------------------
 
 
@@ -182,12 +206,13 @@ def test_sgd_range_hot_tiers_published_mid_call_match_reference(hot: int) -> Non
     w_ref = np.zeros(n_features + 1)
     w_ker = np.zeros(n_features + 1)
     t = 1.0
-    for r in range(2000):  # reference_sgd assumes N_FEATURES; run a local textbook loop
+    for r in range(2000):  # reference_sgd assumes N_FEATURES; run a local loop
         cols = indices[indptr[r]:indptr[r + 1]]
         x = values[indptr[r]:indptr[r + 1]].astype(np.float64)
         m = float(w_ref[cols] @ x) + w_ref[n_features]
         g = float(loss.dloss(m, float(labels[r])))
-        w_ref[cols] = w_ref[cols] - 0.1 * (g * x + 1e-3 * w_ref[cols])
+        if g != 0.0:  # lazy L2: updating steps only
+            w_ref[cols] = w_ref[cols] - 0.1 * (g * x + 1e-3 * w_ref[cols])
         w_ref[n_features] -= 0.1 * g
         t += 1.0
     t_ker, _ = kernels.sgd_range(indptr, indices, values, labels, 0, 2000, w_ker, n_features,

@@ -45,7 +45,7 @@ def tiny(n_rows: int = 60, n_features: int = 12, seed: int = 0) -> Rows:
 
 def reference_pass(data: Rows, w: np.ndarray, order: list[int], lr: float, l2: float,
                    loss_name: str, lrs: list[float] | None = None) -> None:
-    """Textbook SGD over rows in the given order (per-row step sizes if lrs is given)."""
+    """SGD over rows in the given order, L2 on updating steps only (per-row lrs if given)."""
     loss = get_loss(loss_name)
     nf = data.n_features
     for i, r in enumerate(order):
@@ -54,7 +54,9 @@ def reference_pass(data: Rows, w: np.ndarray, order: list[int], lr: float, l2: f
         m = float(w[cols] @ x) + w[nf]
         g = float(loss.dloss(m, float(data.labels[r])))
         step = lrs[i] if lrs is not None else lr
-        w[cols] = w[cols] - step * (g * x + l2 * w[cols])
+        # L2 is lazy: it shrinks the row's support on updating steps only (g != 0).
+        if g != 0.0:
+            w[cols] = w[cols] - step * (g * x + l2 * w[cols])
         w[nf] -= step * g
 
 

@@ -17,9 +17,19 @@ Conventions shared by the whole project
 Hogwild
 -------
 ``sgd_range`` updates ``w`` in place without any lock; T threads run it at the same time on the
-same ``w`` over disjoint row blocks. A step reads the weights of the row's features, then writes
-only those weights (L2 is applied on the row's support, as in the HOGWILD! paper), so two
-threads collide only on shared features; a colliding write can be lost, which HOGWILD! accepts.
+same ``w`` over disjoint row blocks. A step reads the weights of the row's features and, if the
+loss gradient g is non-zero, writes only those weights; a step with g == 0 writes nothing, so two
+threads collide only on shared features of updating rows; a colliding write can be lost, which
+HOGWILD! accepts.
+
+L2 is applied lazily: on updating steps only (g != 0), and only on the row's support, as
+``w[j] = w[j] * (1 - lr * l2) - lr * g * x_j`` for the row's features j. A weight is therefore
+not shrunk on steps that do not update it, so the penalty is weaker than the dense
+``w *= 1 - lr * l2`` per step; the bias is never shrunk. (Shrinking the support on g == 0 steps
+too, as before, wrote every weight of every row: after one pass ~70% of hinge steps have
+g == 0, and dropping those writes took one thread from 0.128 to 0.086 s per pass on 720k
+RCV1-shaped rows.)
+
 The bias is the one coordinate every step would write. Each call keeps the bias in a local
 accumulator and adds its net change to ``w[n_features]`` every BIAS_FLUSH_ROWS rows (and at the
 end), so the threads do not fight over that cache line on every example, while a thread sees
@@ -30,10 +40,11 @@ is a plain read-add-write, so two flushes at the same instant can lose one of th
 HOGWILD! lost update, here of a window of a few nanoseconds per BIAS_FLUSH_ROWS rows.
 
 What limits two threads on text data is true sharing of the frequent features' weights
-(the top 16 features of RCV1 occur ~5-7 times per row, and the L2 shrink writes every weight
-of every row): every write makes the other core's copy of that cache line invalid. Measured on
-720k RCV1-shaped rows, 2 cores: two threads on private copies of ``w`` ran a pass in 0.07 s
-(1.8x one thread), on one shared ``w`` in 0.13-0.35 s.
+(the top 16 features of RCV1 occur ~5-7 times per row): every write makes the other core's
+copy of that cache line invalid. Measured on 720k RCV1-shaped rows renumbered by frequency,
+2 cores, lazy L2, from a model trained one pass (71% of rows then have g == 0): one thread
+0.080 s per pass, two threads on one shared ``w`` 0.082 s (no gain), on private copies of
+``w`` 0.050 s (1.6x, the ceiling).
 
 Buffered features
 -----------------
@@ -55,12 +66,11 @@ call; the trainer checks the ranking before it buffers. With rows sorted by id, 
 buffered features are a prefix, found by one compare per non-zero; with ``hot >= n_features``
 there is no compare at all, and the hot loop is the unbuffered one on the view.
 
-Measured on 720k RCV1-shaped rows renumbered by frequency, 2 cores, samples with no other
-process running: one thread 0.11 s per pass (unbuffered; 0.13 s on the original ids), two
-threads buffering every feature in calls of >= 4 x n_features rows 0.062-0.076 s (1.5-1.8x),
-two threads unbuffered 0.15 s; hot = 1,024 or 4,096 left two threads at 0.09-0.10 s (the
-prefix compare cost 10-20% and the lines of the ids above hot, packed by frequency, are
-still contended). The view costs O(hot) per call (filled at the start, published at the end),
+Measured on the same rows, same setting: two threads buffering every feature in calls of
+>= 4 x n_features rows 0.054 s per pass (1.5x one thread). Earlier, with the L2 shrink on
+every step: one thread 0.11 s, two buffered threads 0.062-0.076 s, two unbuffered 0.15 s;
+hot = 1,024 or 4,096 left two threads at 0.09-0.10 s (the prefix compare cost 10-20% and
+the lines of the ids above hot, packed by frequency, are still contended). The view costs O(hot) per call (filled at the start, published at the end),
 hence long calls.
 
 Delta protocol (a node exchanging its updates with peers)
@@ -240,12 +250,8 @@ def sgd_range(
                     w[j] -= step * values[k]
             if fit_bias:
                 bias -= step
-        elif shrink_l2:
-            keep = 1.0 - lr * l2
-            for k in range(lo, split):
-                view[np.uint64(indices[k])] *= keep
-            for k in range(split, hi):
-                w[np.uint64(indices[k])] *= keep
+        # g == 0 (most hinge steps once the model fits): nothing is written, not even the
+        # L2 shrink, which is applied lazily on updating steps only (see the module docstring).
         until_flush -= 1
         if until_flush == 0:
             until_flush = BIAS_FLUSH_ROWS
