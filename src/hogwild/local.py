@@ -21,6 +21,7 @@ from hogwild.model.evaluation import evaluate
 from hogwild.model.losses import get_loss
 from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, EpochStats, Trainer, TrainParams
 from hogwild.stopping import EarlyStopping
+from hogwild.warmup import preload_in_background
 
 log = logging.getLogger("hogwild.train")
 
@@ -85,6 +86,7 @@ def _fmt(value: float | None, digits: int = 4) -> str:
 def train_job(settings: Settings, out: TextIO = sys.stdout) -> dict[str, Any]:
     """Run `hogwild train`: print a progress row per epoch, write outputs, return metrics."""
     started = time.perf_counter()
+    preload_in_background()
     splits = load_splits(settings)
     loaded = time.perf_counter()
     print(f"data: train {describe(splits.train)}", file=out)

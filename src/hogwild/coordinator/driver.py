@@ -101,9 +101,11 @@ class RunDriver:
         from hogwild.data import shard
         from hogwild.data.sources import describe
         from hogwild.local import load_splits
+        from hogwild.warmup import preload_in_background
 
         s = self.settings
         began = time.perf_counter()
+        preload_in_background()
         splits = load_splits(s)
         self._print(f"data: train {describe(splits.train)}")
         self._print(f"      validation {describe(splits.val)}")
