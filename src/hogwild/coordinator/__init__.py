@@ -6,7 +6,6 @@ import logging
 import signal
 import sys
 import threading
-from concurrent import futures
 from types import FrameType
 from typing import Any, TextIO
 
@@ -17,7 +16,6 @@ from hogwild.coordinator.driver import RunDriver
 from hogwild.coordinator.preflight import check_out_dir
 from hogwild.coordinator.servicer import CoordinatorServicer
 from hogwild.coordinator.state import RunState
-from hogwild.errors import ClusterError
 from hogwild.model.trainer import warmup
 from hogwild.protocol import pb_grpc
 from hogwild.protocol.codec import warmup as codec_warmup
@@ -27,6 +25,7 @@ from hogwild.protocol.health import (
     add_health_and_reflection,
     stall_seconds,
 )
+from hogwild.protocol.serving import bind, new_server
 
 log = logging.getLogger("hogwild.coordinator")
 
@@ -42,14 +41,11 @@ def create_server(settings: Settings, state: RunState | None = None
     (server, bound port, run state, health)."""
     state = state if state is not None else RunState(settings.workers)
     # Every worker pushes deltas and progress concurrently; keep a thread per sender + spare.
-    server = grpc.server(futures.ThreadPoolExecutor(
-        max_workers=max(8, 2 * settings.workers + 4), thread_name_prefix="coord-rpc"))
+    server = new_server(max(8, 2 * settings.workers + 4), "coord-rpc")
     pb_grpc.add_CoordinatorServicer_to_server(  # type: ignore[no-untyped-call]
         CoordinatorServicer(state), server)
     health = add_health_and_reflection(server, [COORDINATOR_SERVICE])
-    port = server.add_insecure_port(f"{settings.bind_host}:{settings.coordinator_port}")
-    if port == 0:
-        raise ClusterError(f"cannot listen on {settings.bind_host}:{settings.coordinator_port}")
+    port = bind(server, settings.bind_host, settings.coordinator_port)
     return server, port, state, health
 
 

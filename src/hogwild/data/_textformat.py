@@ -33,6 +33,21 @@ def _write_uint(out: Any, pos: Any, v: Any) -> Any:  # pragma: no cover - compil
 
 
 @njit(nogil=True, cache=True)
+def _write_padded(out: Any, pos: Any, v: Any, width: Any) -> Any:  # pragma: no cover - compiled
+    """Write ``v >= 0`` as exactly ``width`` digits or more, zero-padded on the left (the
+    fractional part of a number); return the new position."""
+    digits = 1
+    t = v
+    while t >= 10:
+        t //= 10
+        digits += 1
+    for _ in range(width - digits):
+        out[pos] = 48
+        pos += 1
+    return _write_uint(out, pos, v)
+
+
+@njit(nogil=True, cache=True)
 def _scale(x: Any, k: Any) -> Any:  # pragma: no cover - compiled
     """x * 10^k, exact-power path where possible."""
     if 0 <= k <= 22:
@@ -89,18 +104,7 @@ def write_float(out: Any, pos: Any, x: Any, digits: int) -> Any:  # pragma: no c
         pos = _write_uint(out, pos, m // p)
         out[pos] = 46
         pos += 1
-        frac = m % p
-        # leading zeros of the fractional part
-        width = nd - e - 1
-        fd = 1
-        t = frac
-        while t >= 10:
-            t //= 10
-            fd += 1
-        for _ in range(width - fd):
-            out[pos] = 48
-            pos += 1
-        return _write_uint(out, pos, frac)
+        return _write_padded(out, pos, m % p, nd - e - 1)
     # scientific: d[.ddd]e[-]x
     lead = m // _IPOW10[nd - 1]
     out[pos] = 48 + lead
@@ -108,17 +112,7 @@ def write_float(out: Any, pos: Any, x: Any, digits: int) -> Any:  # pragma: no c
     if nd > 1:
         out[pos] = 46
         pos += 1
-        frac = m % _IPOW10[nd - 1]
-        width = nd - 1
-        fd = 1
-        t = frac
-        while t >= 10:
-            t //= 10
-            fd += 1
-        for _ in range(width - fd):
-            out[pos] = 48
-            pos += 1
-        pos = _write_uint(out, pos, frac)
+        pos = _write_padded(out, pos, m % _IPOW10[nd - 1], nd - 1)
     out[pos] = 101
     pos += 1
     if e < 0:

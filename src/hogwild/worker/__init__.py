@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from concurrent import futures
 from types import FrameType
 from typing import Any
 
@@ -22,6 +21,7 @@ from hogwild.protocol.health import (
     add_health_and_reflection,
     stall_seconds,
 )
+from hogwild.protocol.serving import bind, new_server
 from hogwild.worker.node import WorkerNode
 from hogwild.worker.servicer import WorkerServicer
 
@@ -36,14 +36,11 @@ def create_server(settings: Settings, node: WorkerNode | None = None
     port): (server, bound port, node, health)."""
     node = node if node is not None else WorkerNode(settings)
     # Threads: one per peer pushing deltas, the coordinator's calls, health checks.
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max(8, 2 * settings.workers + 4),
-                                                    thread_name_prefix="worker-rpc"))
+    server = new_server(max(8, 2 * settings.workers + 4), "worker-rpc")
     pb_grpc.add_WorkerServicer_to_server(  # type: ignore[no-untyped-call]
         WorkerServicer(node), server)
     health = add_health_and_reflection(server, [WORKER_SERVICE])
-    port = server.add_insecure_port(f"{settings.bind_host}:{settings.worker_port}")
-    if port == 0:
-        raise ClusterError(f"cannot listen on {settings.bind_host}:{settings.worker_port}")
+    port = bind(server, settings.bind_host, settings.worker_port)
     return server, port, node, health
 
 
