@@ -13,11 +13,14 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from hogwild.errors import ConfigError
+
 MODEL_FILE = "model.npz"
 MODEL_META_FILE = "model.json"
 METRICS_FILE = "metrics.json"
 HISTORY_FILE = "metrics.jsonl"
 PLOT_FILE = "loss.png"
+PROBE_PREFIX = ".hogwild-write-probe-"
 
 
 @contextlib.contextmanager
@@ -141,3 +144,31 @@ def plot_loss(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", bbox_inches="tight")
     return atomic_write_bytes(Path(out_dir) / PLOT_FILE, buffer.getvalue())
+
+
+def check_out_dir(out_dir: str | Path) -> Path:
+    """Create ``out_dir`` if needed and prove it writable by writing and removing a probe file.
+
+    The outputs are only written at the end of a run; without this check a read-only or
+    mistyped out_dir would be found after every worker has trained. ConfigError (naming the
+    key, the path and the OS reason) otherwise.
+    """
+    path = Path(out_dir)
+    probe: str | None = None
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=PROBE_PREFIX, suffix=".tmp")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(b"hogwild\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.unlink(probe)
+        probe = None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError("out_dir", f"cannot create or write {str(path)!r}: {reason}") from None
+    finally:
+        if probe is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(probe)
+    return path

@@ -33,7 +33,10 @@ _DESCRIPTIONS = {
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
-    """One --flag per setting (help from the settings schema), plus the command's aliases."""
+    """One --flag per setting (help from the settings schema), plus the command's aliases.
+
+    Settings the command does not use are still accepted (a shared command line or the
+    launcher may pass them) but hidden from --help; :func:`ignored_flags` names them."""
     parser.add_argument("--config", metavar="PATH",
                         help="settings file (default: $HOGWILD_CONFIG, else ./settings.yaml "
                              "if present, else built-in defaults)")
@@ -44,8 +47,9 @@ def _add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
         if key in aliases:
             flags.insert(0, aliases[key])
         allowed = config.choices(key)
+        shown = config.help_text(key) if config.used_by(key, command) else argparse.SUPPRESS
         group.add_argument(*flags, dest=f"setting_{key}", metavar=key.upper() if not allowed
-                           else "{" + ",".join(allowed) + "}", help=config.help_text(key))
+                           else "{" + ",".join(allowed) + "}", help=shown)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,6 +99,28 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
              if getattr(args, f"setting_{key}", None) is not None}
     path = args.config or config.default_config_path(environ)
     return config.load(path, environ, flags)
+
+
+def ignored_flags(args: argparse.Namespace) -> list[str]:
+    """One warning per setting given as a flag that ``args.command`` does not use, plus
+    staleness given in sync mode (it bounds async runs only)."""
+    command = args.command
+    warnings = []
+    for key in config.KEYS:
+        if getattr(args, f"setting_{key}", None) is None or config.used_by(key, command):
+            continue
+        users = ", ".join(config.commands(key))
+        warnings.append(f"setting '{key}' is not used by `hogwild {command}` (only by {users}); "
+                        "ignored")
+    return warnings
+
+
+def _ignored_settings(settings: Settings, command: str) -> list[str]:
+    if (config.used_by("staleness", command) and settings.mode == "sync"
+            and settings.staleness is not None):
+        return [(f"setting 'staleness' ({settings.staleness}) applies to async mode only; "
+                 "ignored in sync mode")]
+    return []
 
 
 def _setup_logging(level: str) -> None:
@@ -191,6 +217,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             return _cmd_health(args)
         settings = settings_from_args(args, env)
         _setup_logging(settings.log_level)
+        for warning in ignored_flags(args) + _ignored_settings(settings, args.command):
+            log.warning(warning)
         return _COMMANDS[args.command](settings, args)
     except ConfigError as exc:
         print(f"hogwild {args.command}: error: {exc}", file=sys.stderr)

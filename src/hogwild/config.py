@@ -23,8 +23,22 @@ TRAINER_MODES = ("hogwild", "locked", "serial")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
+# The subcommands that read settings. A field's ``commands`` metadata names the ones that use
+# it: their --help shows it, the others hide it and warn when it is given as a flag. A field
+# without ``commands`` is used by every command.
+COMMANDS = ("train", "run", "coordinator", "worker")
+_T, _W, _C = ("train",), ("worker",), ("coordinator",)
+_CW = ("coordinator", "worker")
+_RC = ("run", "coordinator")
+_RW = ("run", "worker")
+_RCW = ("run", "coordinator", "worker")
+_TRC = ("train", "run", "coordinator")
+_TRW = ("train", "run", "worker")
+
+
 def _doc(text: str, **extra: Any) -> Any:
-    """A dataclass field's metadata: the help text shown by the CLI and in settings.yaml."""
+    """A dataclass field's metadata: the help text shown by the CLI and in settings.yaml, and
+    optionally ``choices`` (closed set of values) and ``commands`` (the subcommands using it)."""
     return {"help": text, **extra}
 
 
@@ -35,110 +49,133 @@ class Settings:
     # --- cluster -----------------------------------------------------------------------
     coordinator_address: str = field(
         default="127.0.0.1:50051",
-        metadata=_doc("host:port where workers reach the coordinator"))
+        metadata=_doc("host:port where workers reach the coordinator", commands=_W))
     coordinator_port: int = field(
-        default=50051, metadata=_doc("port the coordinator listens on (0 = any free port)"))
+        default=50051, metadata=_doc("port the coordinator listens on (0 = any free port)",
+                                     commands=_C))
     worker_port: int = field(
-        default=50061, metadata=_doc("port a worker listens on (0 = any free port)"))
+        default=50061, metadata=_doc("port a worker listens on (0 = any free port)", commands=_W))
     bind_host: str = field(
-        default="0.0.0.0", metadata=_doc("interface the servers listen on"))
+        default="0.0.0.0", metadata=_doc("interface the servers listen on", commands=_CW))
     advertise_address: str = field(
         default="",
         metadata=_doc("host:port a worker announces to its peers; empty = the local IP "
-                      "that routes to the coordinator, with the bound port"))
-    workers: int = field(default=2, metadata=_doc("number of workers the coordinator waits for"))
-    threads: int = field(default=2, metadata=_doc("lock-free Hogwild threads per worker"))
+                      "that routes to the coordinator, with the bound port", commands=_W))
+    workers: int = field(default=2, metadata=_doc("number of workers the coordinator waits for",
+                                                  commands=_RCW))
+    threads: int = field(default=2, metadata=_doc("lock-free Hogwild threads per worker",
+                                                  commands=_TRW))
     mode: str = field(
         default="sync",
-        metadata=_doc("sync = barrier per round; async = never wait for peers", choices=MODES))
+        metadata=_doc("sync = barrier per round; async = never wait for peers", choices=MODES,
+                      commands=_RC))
     staleness: int | None = field(
         default=None,
         metadata=_doc("async only: wait when a peer is more than this many rounds behind "
-                      "(null = unbounded)"))
+                      "(null = unbounded)", commands=_RC))
     round_size: int | None = field(
         default=None,
         metadata=_doc("examples each thread processes between two delta exchanges; null = "
                       "auto (about 2M non-zeros of work per thread); never more than a "
-                      "quarter of an epoch, since deltas summed from too old a point overshoot"))
+                      "quarter of an epoch, since deltas summed from too old a point overshoot",
+                      commands=_RC))
     # --- deadlines (seconds) --------------------------------------------------------------
     register_timeout: float = field(
-        default=120.0, metadata=_doc("how long the coordinator waits for all workers to register"))
+        default=120.0, metadata=_doc("how long the coordinator waits for all workers to register",
+                                     commands=_RCW))
     barrier_timeout: float = field(
         default=10.0,
-        metadata=_doc("sync mode: how long a worker waits for a peer's round before dropping it"))
-    rpc_timeout: float = field(default=10.0, metadata=_doc("deadline of every RPC"))
+        metadata=_doc("sync mode: how long a worker waits for a peer's round before dropping it",
+                      commands=_RCW))
+    rpc_timeout: float = field(default=10.0, metadata=_doc("deadline of every RPC", commands=_RCW))
     connect_timeout: float = field(
         default=120.0,
-        metadata=_doc("how long a worker retries registering before it gives up"))
+        metadata=_doc("how long a worker retries registering before it gives up", commands=_RW))
     # --- model -------------------------------------------------------------------------
     loss: str = field(
         default="hinge",
-        metadata=_doc("hinge (SVM), logistic or squared (linear regression)", choices=LOSSES))
-    learning_rate: float = field(default=0.5, metadata=_doc("initial step size gamma"))
+        metadata=_doc("hinge (SVM), logistic or squared (linear regression)", choices=LOSSES,
+                      commands=_TRC))
+    learning_rate: float = field(default=0.5, metadata=_doc("initial step size gamma",
+                                                            commands=_TRC))
     lr_schedule: str = field(
         default="constant",
         metadata=_doc("constant (decayed by lr_decay after each epoch) or invscaling "
-                      "(gamma / t^power_t)", choices=SCHEDULES))
-    lr_decay: float = field(default=0.9, metadata=_doc("beta: step size multiplier per epoch"))
-    power_t: float = field(default=0.5, metadata=_doc("exponent of the invscaling schedule"))
+                      "(gamma / t^power_t)", choices=SCHEDULES, commands=_TRC))
+    lr_decay: float = field(default=0.9, metadata=_doc("beta: step size multiplier per epoch",
+                                                       commands=_TRC))
+    power_t: float = field(default=0.5, metadata=_doc("exponent of the invscaling schedule",
+                                                      commands=_TRC))
     l2: float = field(
-        default=1e-5, metadata=_doc("L2 regularisation, applied to the touched weights only"))
-    fit_bias: bool = field(default=True, metadata=_doc("learn an intercept"))
+        default=1e-5, metadata=_doc("L2 regularisation, applied to the touched weights only",
+                                    commands=_TRC))
+    fit_bias: bool = field(default=True, metadata=_doc("learn an intercept", commands=_TRC))
     trainer: str = field(
         default="hogwild",
         metadata=_doc("in-node threading: hogwild (lock-free), locked (one lock) or serial",
-                      choices=TRAINER_MODES))
+                      choices=TRAINER_MODES, commands=_T))
     thread_buffer: bool = field(
         default=True,
         metadata=_doc("hogwild threads buffer their writes and publish them to the shared "
                       "weights every 64 rows or more (features renumbered by frequency, the "
                       "hottest published most often); false = every write goes straight to the "
-                      "shared vector, which contends on frequent features"))
+                      "shared vector, which contends on frequent features", commands=_TRC))
     # --- stopping ------------------------------------------------------------------------
-    epochs: int = field(default=10, metadata=_doc("maximum passes over the training data"))
+    epochs: int = field(default=10, metadata=_doc("maximum passes over the training data",
+                                                  commands=_TRC))
     time_budget: float = field(
-        default=0.0, metadata=_doc("stop after this many seconds of training (0 = no limit)"))
+        default=0.0, metadata=_doc("stop after this many seconds of training (0 = no limit)",
+                                   commands=_TRC))
     target_loss: float | None = field(
-        default=None, metadata=_doc("stop once validation loss is at or below this (null = off)"))
+        default=None, metadata=_doc("stop once validation loss is at or below this (null = off)",
+                                    commands=_TRC))
     patience: int = field(
         default=3,
         metadata=_doc("early stopping: evaluations without validation-loss improvement "
-                      "(0 = off)"))
+                      "(0 = off)", commands=_TRC))
     min_delta: float = field(
-        default=1e-4, metadata=_doc("smallest validation-loss decrease that counts as progress"))
+        default=1e-4, metadata=_doc("smallest validation-loss decrease that counts as progress",
+                                    commands=_TRC))
     eval_interval: float = field(
-        default=0.25, metadata=_doc("seconds between the coordinator's validation evaluations"))
+        default=0.25, metadata=_doc("seconds between the coordinator's validation evaluations",
+                                    commands=_RC))
     # --- data ----------------------------------------------------------------------------
     data: str = field(
         default="bundled:spamassassin",
         metadata=_doc("training data: a svmlight/LIBSVM file (.gz ok), bundled:NAME, "
                       "synthetic:rcv1[?rows=N&...], synthetic:seed000[?...] or "
-                      "lyrl2004:VECTORS[,VECTORS...]@QRELS[#TOPIC]"))
+                      "lyrl2004:VECTORS[,VECTORS...]@QRELS[#TOPIC]", commands=_TRC))
     test_data: str = field(
         default="",
         metadata=_doc("test data in the same forms; empty = the bundled set's own test file, "
-                      "or a test_fraction split of data"))
+                      "or a test_fraction split of data", commands=_TRC))
     n_features: int | None = field(
-        default=None, metadata=_doc("feature count (null = largest index seen)"))
-    zero_based: bool = field(default=False, metadata=_doc("feature ids in files start at 0"))
+        default=None, metadata=_doc("feature count (null = largest index seen)", commands=_TRC))
+    zero_based: bool = field(default=False, metadata=_doc("feature ids in files start at 0",
+                                                          commands=_TRC))
     val_fraction: float = field(
-        default=0.1, metadata=_doc("share of the training data held out for validation"))
+        default=0.1, metadata=_doc("share of the training data held out for validation",
+                                   commands=_TRC))
     test_fraction: float = field(
-        default=0.2, metadata=_doc("share held out for test when test_data is empty"))
-    seed: int = field(default=0, metadata=_doc("seed of splits, shards and sampling"))
+        default=0.2, metadata=_doc("share held out for test when test_data is empty",
+                                   commands=_TRC))
+    seed: int = field(default=0, metadata=_doc("seed of splits, shards and sampling",
+                                               commands=_TRC))
     shipping: str = field(
         default="partition",
         metadata=_doc("partition = disjoint shard per worker; replicate = whole train set "
-                      "to every worker", choices=SHIPPING))
+                      "to every worker", choices=SHIPPING, commands=_RC))
     chunk_bytes: int = field(
-        default=1 << 20, metadata=_doc("largest shard chunk on the wire (at most 1 MiB)"))
+        default=1 << 20, metadata=_doc("largest shard chunk on the wire (at most 1 MiB)",
+                                       commands=_RCW))
     data_cache: bool = field(
         default=True,
         metadata=_doc("keep parsed arrays in a .npz beside a text data file, keyed by its "
-                      "size and mtime"))
+                      "size and mtime", commands=_TRC))
     # --- output --------------------------------------------------------------------------
     out_dir: str = field(
-        default="runs/latest", metadata=_doc("directory for the model, metrics and plot"))
+        default="runs/latest", metadata=_doc("directory for the model, metrics and plot",
+                                             commands=_TRC))
     log_level: str = field(
         default="info", metadata=_doc("debug, info, warning or error", choices=LOG_LEVELS))
 
@@ -154,6 +191,17 @@ KEYS: tuple[str, ...] = tuple(_FIELDS)
 def help_text(key: str) -> str:
     """The documentation of one setting."""
     return str(_FIELDS[key].metadata["help"])
+
+
+def commands(key: str) -> tuple[str, ...]:
+    """The subcommands that use a setting (every one of COMMANDS when the field names none)."""
+    value = _FIELDS[key].metadata.get("commands")
+    return tuple(value) if value is not None else COMMANDS
+
+
+def used_by(key: str, command: str) -> bool:
+    """Whether ``command`` reads the setting ``key``."""
+    return command in commands(key)
 
 
 def choices(key: str) -> tuple[str, ...] | None:

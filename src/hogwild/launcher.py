@@ -29,10 +29,13 @@ GRACE_SECONDS = 10.0
 STARTUP_SECONDS = 60.0
 
 
-def setting_flags(settings: Settings) -> list[str]:
-    """Every setting as a command-line flag, so a child sees exactly these settings."""
+def setting_flags(settings: Settings, command: str | None = None) -> list[str]:
+    """Every setting (that ``command`` uses, when given) as a command-line flag, so a child
+    sees exactly these settings."""
     flags = []
     for key in config.KEYS:
+        if command is not None and not config.used_by(key, command):
+            continue
         value = getattr(settings, key)
         if value is None:
             text = "null"
@@ -140,15 +143,17 @@ def _role_argv(role: str, settings: Settings, config_path: str | None) -> list[s
     argv = [sys.executable, "-m", "hogwild.cli", role]
     if config_path:
         argv.append(f"--config={config_path}")
-    return argv + setting_flags(settings)
+    return argv + setting_flags(settings, role)
 
 
 def run_local(settings: Settings, config_path: str | None = None, keep_going: bool = False,
               out: TextIO = sys.stdout) -> int:
     """Run a whole training job as local processes; returns the coordinator's exit code
     (1 if a worker failed and ``keep_going`` is off, 130 on Ctrl-C)."""
+    # staleness is dropped in sync mode: the warning about it was given once, here.
     base = settings.replace(bind_host="127.0.0.1", coordinator_port=0, worker_port=0,
-                            advertise_address="")
+                            advertise_address="",
+                            staleness=settings.staleness if settings.mode == "async" else None)
     children: list[Child] = []
     previous = _install_sigterm()
     try:
@@ -158,8 +163,12 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
         if not coordinator.announced.wait(STARTUP_SECONDS) or not coordinator.announcement:
             code = coordinator.wait(5.0)
             if code is not None:
-                raise ClusterError(f"the coordinator exited with code {code} before it "
-                                   "announced its port")
+                # Its own one-line reason is already printed; keep its exit code (2 = a bad
+                # setting such as an unwritable out_dir) rather than turning it into 1.
+                coordinator.finish_output()
+                print(f"[run] the coordinator exited with code {code} before it announced its "
+                      "port", file=out, flush=True)
+                return code
             raise ClusterError(f"the coordinator did not announce its port within "
                                f"{STARTUP_SECONDS:g}s")
         port = int(coordinator.announcement)

@@ -86,6 +86,8 @@ def _fmt(value: float | None, digits: int = 4) -> str:
 def train_job(settings: Settings, out: TextIO = sys.stdout) -> dict[str, Any]:
     """Run `hogwild train`: print a progress row per epoch, write outputs, return metrics."""
     started = time.perf_counter()
+    # A bad out_dir (a file, read-only) is found now, not after training.
+    artifacts.check_out_dir(settings.out_dir)
     preload_in_background()
     splits = load_splits(settings)
     loaded = time.perf_counter()
