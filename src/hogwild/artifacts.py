@@ -68,9 +68,9 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot serialise {type(value).__name__} to JSON")
 
 
-def dumps(value: Any) -> str:
+def dumps(value: Any, indent: int | None = None) -> str:
     """JSON text that also accepts numpy scalars/arrays and paths."""
-    return json.dumps(value, default=_json_default, sort_keys=True)
+    return json.dumps(value, default=_json_default, sort_keys=True, indent=indent)
 
 
 def save_weights(path: str | Path, w: np.ndarray) -> Path:

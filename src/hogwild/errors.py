@@ -7,7 +7,9 @@
     ├── ProtocolError             a message that breaks the wire contract
     │   ├── InvalidMessage        bad content (index out of range, NaN, length mismatch) -> INVALID_ARGUMENT
     │   └── StaleOrUnknown        unknown run / worker / version mismatch -> FAILED_PRECONDITION
-    └── ClusterError              the cluster cannot go on (workers missing, coordinator unreachable)
+    ├── ClusterError              the cluster cannot go on (workers missing, coordinator unreachable)
+    └── ModelError                a saved model that cannot be read or used
+        └── ModelFormatError      a model file of another format version (says which)
 
 Anything else that escapes is a bug and is reported with its traceback.
 """
@@ -55,3 +57,11 @@ class StaleOrUnknown(ProtocolError):
 
 class ClusterError(HogwildError):
     """The cluster cannot continue: peers missing, coordinator unreachable, run aborted."""
+
+
+class ModelError(HogwildError):
+    """A saved model cannot be read or used (missing file, bad contents, wrong use)."""
+
+
+class ModelFormatError(ModelError):
+    """A model file written in a format version this hogwild does not read."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -19,6 +20,7 @@ from hogwild.data.sources import default_test_source, describe
 from hogwild.errors import DataError
 from hogwild.model.evaluation import evaluate
 from hogwild.model.losses import get_loss
+from hogwild.model.saved import SavedModel, default_task
 from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, EpochStats, Trainer, TrainParams
 from hogwild.stopping import EarlyStopping
 from hogwild.warmup import preload_in_background
@@ -152,18 +154,26 @@ def train_job(settings: Settings, out: TextIO = sys.stdout) -> dict[str, Any]:
 
 
 def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
-                  history: list[dict[str, Any]], feature_order: np.ndarray | None = None) -> Path:
-    """Model + metadata, metrics.json, metrics.jsonl and the loss plot, all atomically.
+                  history: list[dict[str, Any]], feature_order: np.ndarray | None = None, *,
+                  task: str | None = None, classes: Sequence[float] | None = None) -> Path:
+    """Model (format 2, see hogwild.model.saved), metrics.json, metrics.jsonl and the loss
+    plot, all atomically.
 
-    ``feature_order`` (new_id_of_old) maps internal weights back to the input files' ids."""
+    ``feature_order`` (new_id_of_old) maps internal weights back to the input files' ids.
+    ``w`` is ``(d + 1,)`` or, one-vs-rest, ``(K, d + 1)``. ``task``/``classes`` default to a
+    model of +-1 labels (regression for the squared loss)."""
     out_dir = Path(settings.out_dir)
     if feature_order is not None:
-        w = restore_weights(w, feature_order)
-    meta = {"hogwild_version": __version__, "n_features": int(w.shape[0] - 1),
-            "loss": settings.loss, "fit_bias": settings.fit_bias,
-            "bias_index": int(w.shape[0] - 1), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        w = (restore_weights(w, feature_order) if np.ndim(w) == 1
+             else np.stack([restore_weights(row, feature_order) for row in w]))
+    if task is None:
+        task, default_classes = default_task(settings.loss)
+        classes = default_classes if classes is None else classes
+    meta = {"hogwild_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "metrics": metrics, "settings": asdict(settings)}
-    artifacts.save_model(out_dir, w, meta)
+    SavedModel(w=w, loss=settings.loss, task=task,
+               classes=None if classes is None else tuple(classes),
+               fit_bias=settings.fit_bias, meta=meta).save(out_dir)
     artifacts.write_history(out_dir, history)
     artifacts.plot_loss(out_dir, history, title=f"hogwild {metrics['command']}: {settings.data}")
     artifacts.write_metrics(out_dir, metrics)
