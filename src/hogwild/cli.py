@@ -90,7 +90,38 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--timeout", type=float, default=3.0, help="deadline in seconds")
     health.add_argument("--service", default="",
                         help="service name to ask about (default: the whole server)")
+    _add_model_commands(sub)
     return parser
+
+
+def _add_model_commands(sub: Any) -> None:
+    """`predict` and `eval`: use a saved model (they take no settings)."""
+    predict = sub.add_parser(
+        "predict", help="predict a data file with a saved model",
+        description="one prediction per line (the label, --raw margin or --proba probability); "
+                    "accuracy and loss when the file's labels fit the model")
+    evaluate = sub.add_parser(
+        "eval", help="every metric of a saved model on a labelled data file",
+        description="accuracy, precision, recall, F1, ROC AUC (classification) or RMSE, MAE, "
+                    "R^2 (regression), and the model's loss")
+    for cmd in (predict, evaluate):
+        cmd.add_argument("--model", required=True, metavar="DIR|model.npz",
+                         help="run directory, or its model.npz / model.json")
+        cmd.add_argument("--data", required=True, metavar="FILE",
+                         help="svmlight file (.gz ok) or bundled:NAME[/test], synthetic:...")
+        cmd.add_argument("--threads", type=int, default=None,
+                         help="scoring threads (default: one per core, at most 8)")
+        cmd.add_argument("--zero-based", choices=("true", "false"), default=None,
+                         help="feature ids start at 0 (default: as when the model was trained)")
+    predict.add_argument("--out", metavar="FILE", default=None,
+                         help="write the predictions here (default: standard output)")
+    kind = predict.add_mutually_exclusive_group()
+    kind.add_argument("--raw", action="store_true", help="the margin w.x + b instead of a label")
+    kind.add_argument("--proba", action="store_true",
+                      help="the probability of the positive class (logistic models only)")
+    predict.add_argument("--metrics", action="store_true",
+                         help="print every metric, not only accuracy and loss")
+    evaluate.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
 
 def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
@@ -204,6 +235,22 @@ def _cmd_health(args: argparse.Namespace) -> int:
     return 0 if status == "SERVING" else 1
 
 
+def _cmd_model(args: argparse.Namespace) -> int:
+    from hogwild.predict import eval_command, predict_command
+
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError("threads", f"must be at least 1, got {args.threads}")
+    zero_based = None if args.zero_based is None else args.zero_based == "true"
+    if args.command == "eval":
+        eval_command(args.model, args.data, as_json=args.json, threads=args.threads,
+                     zero_based=zero_based)
+    else:
+        output = "raw" if args.raw else "proba" if args.proba else "label"
+        predict_command(args.model, args.data, out=args.out, output=output,
+                        full_metrics=args.metrics, threads=args.threads, zero_based=zero_based)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Entry point of the `hogwild` console script; returns the process exit code."""
     env = os.environ if environ is None else environ
@@ -215,6 +262,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             return _cmd_gen_data(args)
         if args.command == "health":
             return _cmd_health(args)
+        if args.command in ("predict", "eval"):
+            return _cmd_model(args)
         settings = settings_from_args(args, env)
         _setup_logging(settings.log_level)
         for warning in ignored_flags(args) + _ignored_settings(settings, args.command):

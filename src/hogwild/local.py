@@ -85,8 +85,10 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def train_job(settings: Settings, out: TextIO = sys.stdout) -> dict[str, Any]:
-    """Run `hogwild train`: print a progress row per epoch, write outputs, return metrics."""
+def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
+    """Run `hogwild train`: print a progress row per epoch (to ``out``, default the current
+    sys.stdout), write outputs, return metrics."""
+    out = sys.stdout if out is None else out
     started = time.perf_counter()
     # A bad out_dir (a file, read-only) is found now, not after training.
     artifacts.check_out_dir(settings.out_dir)
@@ -145,12 +147,27 @@ def train_job(settings: Settings, out: TextIO = sys.stdout) -> dict[str, Any]:
         "loss": settings.loss, "train_rows": splits.train.n_rows, "test_rows": splits.test.n_rows,
         "n_features": splits.train.n_features,
     }
+    metrics.update(test_quality(splits.test, w, settings.loss))
     write_outputs(settings, w, metrics, history, splits.feature_order)
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
     print(f"done ({stop_reason}): {len(history)} epochs in {train_seconds:.2f}s, "
           f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {settings.out_dir}",
           file=out)
     return metrics
+
+
+def test_quality(test: CSRData, w: np.ndarray, loss: str) -> dict[str, Any]:
+    """The full metric set on the test split under ``test_*`` keys (test_precision,
+    test_recall, test_f1, test_roc_auc; test_rmse, test_mae, test_r2 for regression).
+    ``test`` holds the training labels (+-1 for a binary model) and ``w`` the internal
+    weights; predictions and labels are compared in the model's classes."""
+    from hogwild.model import metrics as quality
+    from hogwild.model.scoring import margins
+
+    task, classes = default_task(loss)
+    report = quality.report_internal(task, loss, classes, margins(w, test), test.labels)
+    return {f"test_{key}": value for key, value in report.items()
+            if key not in ("loss", "accuracy", "rows")}
 
 
 def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],

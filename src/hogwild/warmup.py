@@ -19,6 +19,8 @@ from hogwild.data import (
     train_val_test_split,
     write_svmlight,
 )
+from hogwild.data._textformat import MAX_VALUE_BYTES, format_table
+from hogwild.model.scoring import warmup as warmup_scoring
 from hogwild.model.trainer import warmup as warmup_model
 
 
@@ -26,6 +28,8 @@ def warmup() -> float:
     """Run each compiled path on tiny inputs; returns the seconds it took (compiling or loading)."""
     started = time.perf_counter()
     warmup_model()
+    warmup_scoring()
+    format_table(np.ones((1, 2)), 9, np.empty(3 * MAX_VALUE_BYTES, dtype=np.uint8))
     text = np.frombuffer(b"1 1:0.5 3:1.5e-1\n-1 qid:3 2:2 # c\n0 4:1\n", dtype=np.uint8)
     parse_svmlight_buffer(text)
     data = make_rcv1_like(64, n_features=200, avg_nnz=8, seed=1)

@@ -334,7 +334,7 @@ class RunDriver:
 
     def _finish(self, splits: Any, rules: StopRules, reason: str, train_seconds: float,
                 load_seconds: float, began: float) -> dict[str, Any]:
-        from hogwild.local import write_outputs
+        from hogwild.local import test_quality, write_outputs
 
         s = self.settings
         loss = get_loss(s.loss)
@@ -380,6 +380,7 @@ class RunDriver:
                              for a, b, c, d in self.state.peer_reports],
             "worker_states": workers_out,
         }
+        metrics.update(test_quality(splits.test, w, s.loss))
         write_outputs(s, w, metrics, self.history, splits.feature_order)
         acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
         self._print(f"done ({reason}): {metrics['epochs']:.2f} epochs, {metrics['rounds']} "

@@ -150,3 +150,22 @@ def format_rows(indptr: Any, indices: Any, values: Any, labels: Any, r0: int, r1
         out[pos] = 10
         pos += 1
     return pos
+
+
+@njit(nogil=True, cache=True)
+def format_table(table: Any, digits: int, out: Any) -> int:  # pragma: no cover - compiled
+    """Write a 2-D float64 array as text, one line per row, columns separated by a space,
+    each value with ``digits`` significant digits (integral values come out as integers);
+    return the number of bytes written. ``out`` must hold ``table.size * MAX_VALUE_BYTES``
+    bytes."""
+    pos = 0
+    n_cols = table.shape[1]
+    for r in range(table.shape[0]):
+        for c in range(n_cols):
+            if c:
+                out[pos] = 32
+                pos += 1
+            pos = write_float(out, pos, table[r, c], digits)
+        out[pos] = 10
+        pos += 1
+    return pos

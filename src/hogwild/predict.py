@@ -1,0 +1,196 @@
+"""`hogwild predict` and `hogwild eval`: score a data file with a saved model, report metrics."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import numpy.typing as npt
+
+from hogwild import artifacts
+from hogwild.errors import DataError, ModelError
+from hogwild.model.saved import SavedModel
+
+OUTPUTS = ("label", "raw", "proba")
+# Significant digits written: labels exactly as stored (float64 round trip), scores 9.
+LABEL_DIGITS = 17
+SCORE_DIGITS = 9
+_SUMMARY_KEYS = ("accuracy", "loss")
+_CLASSIFICATION_KEYS = ("accuracy", "precision", "recall", "f1", "roc_auc", "loss")
+_REGRESSION_KEYS = ("rmse", "mae", "r2", "loss")
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A data set scored by a model: margins, predicted labels, metrics (None without usable
+    labels), the feature entries dropped for lying beyond the model, and timings."""
+
+    model: SavedModel
+    margins: npt.NDArray[np.float64]
+    labels: npt.NDArray[Any]
+    metrics: dict[str, Any] | None
+    dropped_entries: int
+    data_features: int
+    note: str
+    load_seconds: float
+    score_seconds: float
+
+
+def score_file(model: SavedModel, spec: str, *, threads: int | None = None,
+               zero_based: bool | None = None, warn: TextIO | None = None,
+               prog: str = "hogwild predict") -> Scored:
+    """Load ``spec`` with hogwild's own loader (svmlight files, bundled:..., synthetic:...),
+    score it, and compute the metrics when its labels fit the model."""
+    from hogwild.data import load_source
+    from hogwild.model import metrics as quality
+    from hogwild.model.scoring import drop_unknown_features, margins
+
+    if model.hashing is not None:
+        raise ModelError("this model was trained on hashed csv: features "
+                         f"({model.hashing}); hogwild predict reads svmlight data only")
+    if zero_based is None:
+        settings = model.meta.get("settings")
+        zero_based = bool(settings.get("zero_based", False)) if isinstance(settings, dict) \
+            else False
+    started = time.perf_counter()
+    data = load_source(spec, zero_based=zero_based)
+    loaded = time.perf_counter()
+    d = model.n_features
+    dropped = 0
+    if data.n_features > d:
+        trimmed, dropped = drop_unknown_features(data, d)
+        if dropped:
+            print(f"{prog}: warning: {spec} has {data.n_features:,} features, the model "
+                  f"{d:,}: {dropped:,} entries of the features beyond are ignored",
+                  file=sys.stderr if warn is None else warn, flush=True)
+        data_used: Any = trimmed
+    else:
+        data_used = data.with_n_features(d)
+    m = margins(model.w, data_used, threads)
+    scored = time.perf_counter()
+    if not np.isfinite(m).all():
+        raise DataError(f"{spec}: a margin overflowed (feature values too large for the model)")
+    labels = model.labels_from_margins(m)
+    y_internal, known = model.encode_labels(data.labels)
+    note = ""
+    report: dict[str, Any] | None = None
+    if not known.all():
+        unknown = np.unique(data.labels[~known])
+        shown = ", ".join(f"{x:g}" for x in unknown[:5]) + (", ..." if unknown.size > 5 else "")
+        note = (f"{int((~known).sum()):,} of {known.shape[0]:,} labels are not among the "
+                f"model's classes {list(model.classes or [])} ({shown}): no metrics")
+    elif data.n_rows:
+        report = quality.report(model.task, model.loss, model.classes, m, data.labels, labels,
+                                y_internal)
+    return Scored(model=model, margins=m, labels=labels, metrics=report,
+                  dropped_entries=dropped, data_features=data.n_features, note=note,
+                  load_seconds=loaded - started, score_seconds=scored - loaded)
+
+
+def format_columns(table: npt.ArrayLike, digits: int) -> bytes:
+    """Rows of numbers as text lines (compiled; integral values written as integers)."""
+    from hogwild.data._textformat import MAX_VALUE_BYTES, format_table
+
+    t = np.asarray(table, dtype=np.float64)
+    if t.ndim == 1:
+        t = t[:, None]
+    t = np.ascontiguousarray(t)
+    out = np.empty(max(1, t.size) * MAX_VALUE_BYTES + t.shape[0], dtype=np.uint8)
+    n = format_table(t, digits, out)
+    return out[:n].tobytes()
+
+
+def prediction_text(scored: Scored, output: str) -> bytes:
+    """The predictions file: a label per line (``label``), the margin(s) (``raw``: K
+    space-separated columns for multiclass), or the positive-class probability (``proba``;
+    K columns, in ``classes`` order, for multiclass)."""
+    model = scored.model
+    if output == "raw":
+        return format_columns(scored.margins, SCORE_DIGITS)
+    if output == "proba":
+        proba = model.proba_from_margins(scored.margins)
+        return format_columns(proba[:, 1] if model.task == "binary" else proba, SCORE_DIGITS)
+    return format_columns(scored.labels.astype(np.float64), LABEL_DIGITS)
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def summary_lines(scored: Scored, full: bool) -> list[str]:
+    """What predict prints: rows and timing, then accuracy and loss (or all metrics)."""
+    head = (f"scored {scored.margins.shape[0]:,} rows in {scored.score_seconds:.3f}s "
+            f"(loaded in {scored.load_seconds:.2f}s)")
+    lines = [head]
+    if scored.note:
+        lines.append(scored.note)
+    if scored.metrics is not None:
+        keys: tuple[str, ...]
+        if full:
+            keys = _REGRESSION_KEYS if scored.model.task == "regression" else _CLASSIFICATION_KEYS
+        else:
+            keys = ("rmse", "loss") if scored.model.task == "regression" else _SUMMARY_KEYS
+        lines.append("  ".join(f"{k} {_fmt(scored.metrics.get(k))}" for k in keys))
+    return lines
+
+
+def predict_command(model_path: str, data: str, *, out: str | None = None,
+                    output: str = "label", full_metrics: bool = False,
+                    threads: int | None = None, zero_based: bool | None = None,
+                    stdout: TextIO | None = None, stderr: TextIO | None = None) -> Scored:
+    """`hogwild predict`: predictions to ``out`` (written atomically) or to stdout; the
+    summary goes to stdout when the predictions go to a file, else to stderr."""
+    stdout = sys.stdout if stdout is None else stdout
+    stderr = sys.stderr if stderr is None else stderr
+    if output not in OUTPUTS:
+        raise ValueError(f"output must be one of {OUTPUTS}")
+    model = SavedModel.load(model_path)
+    if output == "proba" and (model.loss != "logistic" or not model.is_classifier):
+        raise ModelError(f"--proba needs a model trained with the logistic loss; this one "
+                         f"uses {model.loss} ({model.task})")
+    scored = score_file(model, data, threads=threads, zero_based=zero_based, warn=stderr)
+    text = prediction_text(scored, output)
+    if out:
+        artifacts.atomic_write_bytes(Path(out), text)
+        report_to = stdout
+    else:
+        stdout.flush()
+        buffer = getattr(stdout, "buffer", None)
+        if buffer is not None:
+            buffer.write(text)
+            buffer.flush()
+        else:
+            stdout.write(text.decode("ascii"))
+        report_to = stderr
+    lines = summary_lines(scored, full_metrics)
+    if out:
+        lines.insert(1, f"predictions in {out}")
+    for line in lines:
+        print(line, file=report_to, flush=True)
+    return scored
+
+
+def eval_command(model_path: str, data: str, *, as_json: bool = False,
+                 threads: int | None = None, zero_based: bool | None = None,
+                 stdout: TextIO | None = None, stderr: TextIO | None = None) -> Scored:
+    """`hogwild eval`: every metric of the model on a labelled data file (DataError when the
+    labels do not fit the model)."""
+    stdout = sys.stdout if stdout is None else stdout
+    stderr = sys.stderr if stderr is None else stderr
+    model = SavedModel.load(model_path)
+    scored = score_file(model, data, threads=threads, zero_based=zero_based, warn=stderr,
+                        prog="hogwild eval")
+    if scored.metrics is None:
+        raise DataError(f"{data}: {scored.note or 'no rows to evaluate'}")
+    if as_json:
+        doc = {"model": str(model_path), "data": data, "task": model.task, **scored.metrics}
+        print(json.dumps(doc, sort_keys=True), file=stdout)
+    else:
+        for line in summary_lines(scored, True):
+            print(line, file=stdout)
+    return scored
