@@ -84,6 +84,25 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also write this many test rows (same separator) to OUT's .test twin")
     gen.add_argument("--out", required=True, metavar="FILE", help="output file (.gz to compress)")
 
+    analyze = sub.add_parser(
+        "analyze", help="conflict statistics of a data set and a safe HOGWILD! concurrency",
+        description="feature popularity, the row conflict graph (Ω, Δ, ρ) and the safe number "
+                    "of examples in flight, τ <= n/(2Δ), as threads x workers x round size")
+    analyze.add_argument("data", metavar="DATA", help="a data source, as the `data` setting")
+    analyze.add_argument("--threads", type=int, default=2, help="threads per worker (default 2)")
+    analyze.add_argument("--workers", type=int, default=1, help="workers (default 1)")
+    analyze.add_argument("--round-size", type=int, default=1,
+                         help="examples per thread between exchanges (default 1)")
+    analyze.add_argument("--zero-based", action="store_true", help="svmlight ids start at 0")
+    analyze.add_argument("--exact-budget", type=int, default=None,
+                         help="largest Σ df(f)² for an exact conflict graph (default 4e8)")
+    analyze.add_argument("--sample-rows", type=int, default=None,
+                         help="rows whose degree is estimated when sampling (default 1000)")
+    analyze.add_argument("--partners", type=int, default=None,
+                         help="rows each sampled row is checked against (default 4096)")
+    analyze.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    analyze.add_argument("--json", action="store_true", help="print the statistics as JSON")
+
     health = sub.add_parser("health", help="ask a server's grpc.health.v1 service if it is serving",
                             description="exit 0 if the server at ADDRESS reports SERVING, else 1")
     health.add_argument("address", metavar="ADDRESS", help="host:port of a coordinator or worker")
@@ -227,6 +246,20 @@ def _test_twin(path: str) -> str:
     return f"{stem}.test.{ext}{gz}" if dot and "/" not in ext else f"{head}.test{gz}"
 
 
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from hogwild.analyze import analyze_command
+
+    if min(args.threads, args.workers, args.round_size) < 1:
+        raise ConfigError("threads", "--threads, --workers and --round-size must be at least 1")
+    options = {key: value for key, value in (("exact_budget", args.exact_budget),
+                                             ("sample_rows", args.sample_rows),
+                                             ("partners", args.partners)) if value is not None}
+    analyze_command(args.data, threads=args.threads, workers=args.workers,
+                    round_size=args.round_size, zero_based=args.zero_based, seed=args.seed,
+                    as_json=args.json, **options)
+    return 0
+
+
 def _cmd_health(args: argparse.Namespace) -> int:
     from hogwild.protocol.health import check
 
@@ -260,6 +293,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.command == "gen-data":
             _setup_logging("info")
             return _cmd_gen_data(args)
+        if args.command == "analyze":
+            return _cmd_analyze(args)
         if args.command == "health":
             return _cmd_health(args)
         if args.command in ("predict", "eval"):

@@ -15,6 +15,7 @@ import numpy as np
 from hogwild import __version__, artifacts
 from hogwild.config import Settings
 from hogwild.data import CSRData, load_source, train_val_test_split
+from hogwild.data.conflicts import startup_report
 from hogwild.data.reorder import frequency_order, renumber, restore_weights
 from hogwild.data.sources import default_test_source, describe
 from hogwild.errors import DataError
@@ -98,6 +99,9 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
     print(f"data: train {describe(splits.train)}", file=out)
     print(f"      validation {describe(splits.val)}", file=out)
     print(f"      test {describe(splits.test)}", file=out)
+    conflicts_line, conflicts = startup_report(splits.train, threads=settings.threads,
+                                               seed=settings.seed)
+    print(conflicts_line, file=out)
     print(f"loaded in {loaded - started:.2f}s; training {settings.loss} with {settings.threads} "
           f"{settings.trainer} thread(s) for up to {settings.epochs} epochs", file=out)
 
@@ -145,7 +149,7 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
         "load_seconds": loaded - started, "total_seconds": time.perf_counter() - started,
         "stop_reason": stop_reason, "threads": settings.threads, "trainer": settings.trainer,
         "loss": settings.loss, "train_rows": splits.train.n_rows, "test_rows": splits.test.n_rows,
-        "n_features": splits.train.n_features,
+        "n_features": splits.train.n_features, "conflicts": conflicts,
     }
     metrics.update(test_quality(splits.test, w, settings.loss))
     write_outputs(settings, w, metrics, history, splits.feature_order)

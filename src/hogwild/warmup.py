@@ -20,6 +20,7 @@ from hogwild.data import (
     write_svmlight,
 )
 from hogwild.data._textformat import MAX_VALUE_BYTES, format_table
+from hogwild.data.conflicts import warmup as warmup_conflicts
 from hogwild.model.scoring import warmup as warmup_scoring
 from hogwild.model.trainer import warmup as warmup_model
 
@@ -29,6 +30,7 @@ def warmup() -> float:
     started = time.perf_counter()
     warmup_model()
     warmup_scoring()
+    warmup_conflicts()
     format_table(np.ones((1, 2)), 9, np.empty(3 * MAX_VALUE_BYTES, dtype=np.uint8))
     text = np.frombuffer(b"1 1:0.5 3:1.5e-1\n-1 qid:3 2:2 # c\n0 4:1\n", dtype=np.uint8)
     parse_svmlight_buffer(text)
@@ -53,6 +55,7 @@ def preload_in_background() -> threading.Thread:
         with contextlib.suppress(Exception):
             parse_svmlight_buffer(np.frombuffer(b"1 1:0.5\n", dtype=np.uint8))
             warmup_model()
+            warmup_conflicts()
             import matplotlib.backends.backend_agg
             import matplotlib.figure  # noqa: F401
 

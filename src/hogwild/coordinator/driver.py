@@ -90,6 +90,7 @@ class RunDriver:
         self.alive_at: float | None = None
         self.eval_seconds = 0.0          # validation evaluations during training
         self.round_size = 0              # examples per thread per round, as configured
+        self.conflicts: dict[str, Any] | None = None  # the data's conflict statistics
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -111,6 +112,7 @@ class RunDriver:
         self._print(f"      validation {describe(splits.val)}")
         self._print(f"      test {describe(splits.test)}")
         load_seconds = time.perf_counter() - began
+        self._conflicts(splits.train)
         self.health.set(True)
         self._print(f"run {self.state.run_id}: waiting for {s.workers} worker(s) "
                     f"(register_timeout {s.register_timeout:g}s)")
@@ -141,6 +143,16 @@ class RunDriver:
         finally:
             self._stop_workers("coordinator shutting down", quiet=True)
         return self._finish(splits, rules, reason, train_seconds, load_seconds, began)
+
+    def _conflicts(self, train: Any) -> None:
+        """Print the data's conflict statistics and the safe in-flight bound (bounded cost)."""
+        from hogwild.data.conflicts import startup_report
+
+        s = self.settings
+        rounds = choose_round_size(s.round_size, train.n_rows, train.nnz, s.workers * s.threads)
+        line, self.conflicts = startup_report(train, threads=s.threads, workers=s.workers,
+                                              round_size=rounds, distributed=True, seed=s.seed)
+        self._print(line)
 
     # ---------------------------------------------------------------- shipping
 
@@ -378,7 +390,7 @@ class RunDriver:
             "dropped_workers": sorted(r.worker_id for r in self.state.workers.values() if r.dead),
             "peer_reports": [{"reporter": a, "peer": b, "round": c, "reason": d}
                              for a, b, c, d in self.state.peer_reports],
-            "worker_states": workers_out,
+            "worker_states": workers_out, "conflicts": self.conflicts,
         }
         metrics.update(test_quality(splits.test, w, s.loss))
         write_outputs(s, w, metrics, self.history, splits.feature_order)
