@@ -100,7 +100,7 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
     print(f"      validation {describe(splits.val)}", file=out)
     print(f"      test {describe(splits.test)}", file=out)
     conflicts_line, conflicts = startup_report(splits.train, threads=settings.threads,
-                                               seed=settings.seed)
+                                               load_seconds=loaded - started, seed=settings.seed)
     print(conflicts_line, file=out)
     print(f"loaded in {loaded - started:.2f}s; training {settings.loss} with {settings.threads} "
           f"{settings.trainer} thread(s) for up to {settings.epochs} epochs", file=out)

@@ -155,6 +155,14 @@ def test_quick_form_on_large_data_scans_a_sample_only() -> None:
     assert stats.max_feature_share == pytest.approx(exact_share, abs=0.05)
 
 
+def test_time_budget_cuts_the_row_sample() -> None:
+    data = planted_blocks(blocks=40, rows_per_block=100, private=20, seed=4)
+    stats = analyze_conflicts(data, exact_budget=0, sample_rows=1000, partners=500,
+                              time_budget=0.0)
+    assert stats.sample_rows == 32  # two chunks of 16 rows, then the deadline
+    assert abs(stats.avg_degree - 99) <= 2 * stats.avg_degree_ci95
+
+
 def test_recommendation_splits_tau() -> None:
     data = planted_blocks(blocks=200, rows_per_block=5, private=4, seed=0)  # Δ = 4, n = 1000
     stats = analyze_conflicts(data)
@@ -165,7 +173,8 @@ def test_recommendation_splits_tau() -> None:
     assert recommend(stats, threads=2, workers=4, round_size=10).fits
     small = recommend(stats, threads=300, workers=2)
     assert small.threads * small.workers * small.round_size <= 125
-    line, entry = startup_report(data, threads=2, workers=4, round_size=100, distributed=True)
+    line, entry = startup_report(data, threads=2, workers=4, round_size=100, distributed=True,
+                                 load_seconds=10.0)
     assert "exceeds it" in line and "at most 2 x 4 x 15" in line
     assert entry["recommendation"]["round_size"] == 15
     json.dumps(entry)

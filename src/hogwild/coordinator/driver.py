@@ -112,7 +112,7 @@ class RunDriver:
         self._print(f"      validation {describe(splits.val)}")
         self._print(f"      test {describe(splits.test)}")
         load_seconds = time.perf_counter() - began
-        self._conflicts(splits.train)
+        self._conflicts(splits.train, load_seconds)
         self.health.set(True)
         self._print(f"run {self.state.run_id}: waiting for {s.workers} worker(s) "
                     f"(register_timeout {s.register_timeout:g}s)")
@@ -144,14 +144,15 @@ class RunDriver:
             self._stop_workers("coordinator shutting down", quiet=True)
         return self._finish(splits, rules, reason, train_seconds, load_seconds, began)
 
-    def _conflicts(self, train: Any) -> None:
+    def _conflicts(self, train: Any, load_seconds: float) -> None:
         """Print the data's conflict statistics and the safe in-flight bound (bounded cost)."""
         from hogwild.data.conflicts import startup_report
 
         s = self.settings
         rounds = choose_round_size(s.round_size, train.n_rows, train.nnz, s.workers * s.threads)
         line, self.conflicts = startup_report(train, threads=s.threads, workers=s.workers,
-                                              round_size=rounds, distributed=True, seed=s.seed)
+                                              round_size=rounds, distributed=True, seed=s.seed,
+                                              load_seconds=load_seconds)
         self._print(line)
 
     # ---------------------------------------------------------------- shipping

@@ -60,10 +60,14 @@ PARTNERS = 4_096
 TOP_ROWS = 32
 # The quick form (run at the start of `train` and of a distributed run): a bounded cost that
 # does not grow with the data (no pass over every non-zero above QUICK_FULL_SCAN_NNZ).
-QUICK_EXACT_BUDGET = 20_000_000
+QUICK_EXACT_BUDGET = 2_000_000
 QUICK_SAMPLE_ROWS = 128
 QUICK_PARTNERS = 1_024
 QUICK_FULL_SCAN_NNZ = 2_000_000
+# At the start of a run the sampling stops at this share of the time the data took to load.
+STARTUP_SHARE = 0.05
+# Rows per kernel call when the sampling runs against a deadline.
+_CHUNK_ROWS = 16
 # Shares of non-zeros reported for the top features.
 TOP_FEATURES = (1, 10, 100, 1_000)
 
@@ -204,12 +208,14 @@ def _popularity(df: I64, nnz_total: int) -> tuple[int, dict[str, float], int]:
 def analyze_conflicts(data: CSRData, *, exact_budget: int = EXACT_BUDGET,
                       sample_rows: int = SAMPLE_ROWS, partners: int = PARTNERS,
                       top_rows: int = TOP_ROWS, full_scan_nnz: int | None = None,
-                      seed: int = 0) -> ConflictStats:
+                      time_budget: float | None = None, seed: int = 0) -> ConflictStats:
     """Conflict statistics of ``data``: exact when Σ_f df(f)² <= ``exact_budget``, else
     sampled (``sample_rows`` random rows against ``partners`` random others each).
 
     ``full_scan_nnz``: above this many non-zeros, no pass over every non-zero is made (feature
     counts come from a row sample too), which bounds the cost whatever the data size.
+    ``time_budget``: seconds after which the sampled rows stop being taken (the estimate then
+    rests on the rows done, at least 32; its interval says so).
     """
     t0 = time.perf_counter()
     n = data.n_rows
@@ -260,7 +266,10 @@ def analyze_conflicts(data: CSRData, *, exact_budget: int = EXACT_BUDGET,
     # whose variance has a row part and a partner part (both estimated below).
     if full_scan:
         partner_ids, block = _partners(data, partners, rng)
-    row_rates, partner_rates = _hit_rates(data, randoms, block, partner_ids)
+    cand_rates, _ = _hit_rates(data, candidates, block, partner_ids)
+    deadline = None if time_budget is None else t0 + time_budget
+    row_rates, partner_rates = _hit_rates(data, randoms, block, partner_ids, deadline)
+    m = row_rates.shape[0]
     avg = float(row_rates.mean()) * (n - 1)
     var = 0.0
     if 1 < m < n:
@@ -268,7 +277,6 @@ def analyze_conflicts(data: CSRData, *, exact_budget: int = EXACT_BUDGET,
     if partner_ids.shape[0] > 1 and partners < n - 1:
         var += float(partner_rates.var(ddof=1)) / partner_ids.shape[0]
     ci = 1.96 * math.sqrt(var) * (n - 1)
-    cand_rates, _ = _hit_rates(data, candidates, block, partner_ids)
     top_estimate = float(max(row_rates.max(), cand_rates.max())) * (n - 1)
     max_degree = max(low, round(top_estimate))
     if bounds is not None:
@@ -288,16 +296,29 @@ def _partners(data: CSRData, partners: int,
     return ids, data.take(ids)
 
 
-def _hit_rates(data: CSRData, rows: I64, block: CSRData,
-               partner_ids: I64) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """(share of partners each row conflicts with, share of rows each partner conflicts with)."""
+def _hit_rates(data: CSRData, rows: I64, block: CSRData, partner_ids: I64,
+               deadline: float | None = None,
+               ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """(share of partners each row conflicts with, share of rows each partner conflicts with).
+
+    With a ``deadline`` (time.perf_counter() value) rows are taken in chunks and the scan stops
+    at the first chunk boundary past it (after at least two chunks): only the rows done are
+    returned."""
     row_hits = np.zeros(rows.shape[0], dtype=np.int64)
     row_draws = np.zeros(rows.shape[0], dtype=np.int64)
     partner_hits = np.zeros(partner_ids.shape[0], dtype=np.int64)
-    _sampled_hits(data.indptr, data.indices, data.n_features, rows, block.indptr,
-                  block.indices, partner_ids, row_hits, row_draws, partner_hits)
-    return (row_hits / np.maximum(row_draws, 1),
-            partner_hits / max(rows.shape[0], 1))
+    chunk = rows.shape[0] if deadline is None else _CHUNK_ROWS
+    done = 0
+    while done < rows.shape[0]:
+        part = slice(done, done + chunk)
+        _sampled_hits(data.indptr, data.indices, data.n_features, rows[part], block.indptr,
+                      block.indices, partner_ids, row_hits[part], row_draws[part],
+                      partner_hits)
+        done = min(done + chunk, rows.shape[0])
+        if deadline is not None and done >= 2 * chunk and time.perf_counter() > deadline:
+            break
+    return (row_hits[:done] / np.maximum(row_draws[:done], 1),
+            partner_hits / max(done, 1))
 
 
 def _finish(data: CSRData, mode: str, omega: int, mean_support: float, used: int,
@@ -320,12 +341,14 @@ def _finish(data: CSRData, mode: str, omega: int, mean_support: float, used: int
         partners=partners, seconds=time.perf_counter() - t0)
 
 
-def quick_conflicts(data: CSRData, seed: int = 0) -> ConflictStats:
-    """The bounded-cost form run at the start of training (cost independent of data size
-    above QUICK_FULL_SCAN_NNZ non-zeros)."""
+def quick_conflicts(data: CSRData, seed: int = 0,
+                    time_budget: float | None = None) -> ConflictStats:
+    """The bounded-cost form run at the start of training: cost independent of the data size
+    above QUICK_FULL_SCAN_NNZ non-zeros, and the row sampling cut at ``time_budget``."""
     return analyze_conflicts(data, exact_budget=QUICK_EXACT_BUDGET,
                              sample_rows=QUICK_SAMPLE_ROWS, partners=QUICK_PARTNERS,
-                             top_rows=8, full_scan_nnz=QUICK_FULL_SCAN_NNZ, seed=seed)
+                             top_rows=8, full_scan_nnz=QUICK_FULL_SCAN_NNZ,
+                             time_budget=time_budget, seed=seed)
 
 
 @dataclass(frozen=True)
@@ -389,13 +412,16 @@ def advice(rec: Recommendation, *, distributed: bool) -> str:
             f"{rec.workers} x {rec.round_size:,}")
 
 
-def startup_report(train: CSRData, *, threads: int, workers: int = 1, round_size: int = 1,
-                   distributed: bool = False, seed: int = 0) -> tuple[str, dict[str, Any]]:
-    """The quick statistics of a run's training rows: (the line to print, the metrics entry)."""
-    stats = quick_conflicts(train, seed=seed)
+def startup_report(train: CSRData, *, threads: int, load_seconds: float, workers: int = 1,
+                   round_size: int = 1, distributed: bool = False,
+                   seed: int = 0) -> tuple[str, dict[str, Any]]:
+    """The quick statistics of a run's training rows: (the line to print, the metrics entry).
+    The sampling stops at STARTUP_SHARE of the time the data took to load."""
+    stats = quick_conflicts(train, seed=seed, time_budget=STARTUP_SHARE * load_seconds)
     rec = recommend(stats, threads, workers, round_size)
     entry = stats.to_json()
     entry["recommendation"] = asdict(rec)
+    entry["share_of_load_time"] = stats.seconds / max(load_seconds, 1e-9)
     return summary_line(stats, rec, distributed=distributed), entry
 
 
