@@ -52,6 +52,20 @@ def label_value(value: Any) -> Label:
     return x
 
 
+def ovr_proba(margins: npt.ArrayLike) -> F64:
+    """Logistic probabilities from margins: ``(n,)`` -> ``(n, 2)`` (negative, positive);
+    ``(n, K)`` one-vs-rest -> the K sigmoids normalised to sum to 1."""
+    m = np.asarray(margins, dtype=np.float64)
+    # 1 / (1 + exp(-m)) without overflow warnings: exp of a non-positive argument only.
+    e = np.exp(-np.abs(m))
+    pos = np.where(m >= 0.0, 1.0 / (1.0 + e), e / (1.0 + e))
+    if m.ndim == 1:
+        return np.column_stack([1.0 - pos, pos])
+    total = pos.sum(axis=1, keepdims=True)
+    out: F64 = pos / np.where(total > 0.0, total, 1.0)
+    return out
+
+
 def default_task(loss: str) -> tuple[str, tuple[Label, ...] | None]:
     """``(task, classes)`` of a model trained on +-1 labels: regression for the squared loss,
     else binary with classes ``(-1, 1)``."""
@@ -183,15 +197,7 @@ class SavedModel:
         if self.loss != "logistic" or not self.is_classifier:
             raise ModelError(f"probabilities need a logistic classifier; this model is a "
                              f"{self.task} model with the {self.loss} loss")
-        m = np.asarray(margins, dtype=np.float64)
-        # 1 / (1 + exp(-m)) without overflow warnings: exp of a non-positive argument only.
-        e = np.exp(-np.abs(m))
-        pos = np.where(m >= 0.0, 1.0 / (1.0 + e), e / (1.0 + e))
-        if self.task == "binary":
-            return np.column_stack([1.0 - pos, pos])
-        total = pos.sum(axis=1, keepdims=True)
-        out: F64 = pos / np.where(total > 0.0, total, 1.0)
-        return out
+        return ovr_proba(margins)
 
     def encode_labels(self, y: npt.ArrayLike) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
         """Labels in the user's space -> the training space (binary: -1/+1, multiclass: the

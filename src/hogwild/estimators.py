@@ -1,0 +1,468 @@
+"""scikit-learn estimators over the Hogwild trainer (HogwildClassifier, HogwildRegressor) and
+run_cluster, which trains the same models with a real local coordinator and workers.
+
+scikit-learn (>= 1.6) is needed here only: ``pip install 'hogwild[sklearn]'``. The estimators
+take scipy sparse matrices (CSR is used as it is; any other format or a dense array is
+converted) and any labels ``np.unique`` can sort: two classes train one model on -1/+1, more
+classes train one model per class (one-vs-rest, the class against the rest).
+"""
+# mypy: disallow-subclassing-any=False, disallow-untyped-decorators=False
+
+from __future__ import annotations
+
+import io
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+try:
+    from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+    from sklearn.utils.metaestimators import available_if
+    from sklearn.utils.multiclass import check_classification_targets
+    from sklearn.utils.validation import check_is_fitted, validate_data
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError("hogwild's estimators need scikit-learn >= 1.6: "
+                      "pip install 'hogwild[sklearn]'") from exc
+
+from hogwild.data.csr import CSRData
+from hogwild.errors import ModelError
+from hogwild.model.saved import SavedModel, label_value, ovr_proba
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+F64 = npt.NDArray[np.float64]
+
+# X is converted to these dtypes; the kernels read float32 values (the project's CSR contract).
+_DTYPES = (np.float64, np.float32)
+
+
+def _csr_data(X: Any, labels: npt.ArrayLike | None = None) -> CSRData:
+    """A validated array or sparse matrix as CSRData (float32 values, int32 ids)."""
+    n = X.shape[0]
+    y = np.zeros(n, dtype=np.float32) if labels is None else labels
+    return CSRData.from_scipy(X, y)
+
+
+class _HogwildModel(BaseEstimator):
+    """What both estimators share: parameters, the training loop, scoring, save/load."""
+
+    _task_kind = ""
+
+    def __init__(self, *, loss: str = "hinge", learning_rate: float = 0.5,
+                 lr_schedule: str = "constant", lr_decay: float = 0.9, power_t: float = 0.5,
+                 l2: float = 1e-5, epochs: int = 10, threads: int = 2, fit_bias: bool = True,
+                 seed: int = 0, trainer: str = "hogwild", thread_buffer: bool = True,
+                 shuffle: bool = True) -> None:
+        self.loss = loss
+        self.learning_rate = learning_rate
+        self.lr_schedule = lr_schedule
+        self.lr_decay = lr_decay
+        self.power_t = power_t
+        self.l2 = l2
+        self.epochs = epochs
+        self.threads = threads
+        self.fit_bias = fit_bias
+        self.seed = seed
+        self.trainer = trainer
+        self.thread_buffer = thread_buffer
+        self.shuffle = shuffle
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        # Lock-free threads race by design: only one thread gives repeatable weights.
+        tags.non_deterministic = self.threads != 1
+        return tags
+
+    # --- training ------------------------------------------------------------------------
+    def _params(self, n_features: int, renumbered: bool) -> Any:
+        from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, TrainParams
+
+        hot = RENUMBERED_HOT_FEATURES if renumbered else 0
+        try:
+            return TrainParams(loss=self.loss, learning_rate=float(self.learning_rate),
+                               lr_schedule=self.lr_schedule, lr_decay=float(self.lr_decay),
+                               power_t=float(self.power_t), l2=float(self.l2),
+                               fit_bias=bool(self.fit_bias), threads=int(self.threads),
+                               mode=self.trainer, hot_features=hot)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{type(self).__name__}: bad parameter {exc}") from None
+
+    def _check_epochs(self, epochs: Any) -> int:
+        if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
+            raise ValueError(f"{type(self).__name__}: epochs must be an integer >= 1, "
+                             f"got {epochs!r}")
+        return int(epochs)
+
+    def _train(self, data: CSRData, targets: F64, weights: F64, epochs: int) -> None:
+        """``epochs`` passes of the Hogwild trainer for each row of ``targets`` (one label
+        vector per model), updating ``weights`` (K, d + 1) in the data's feature ids."""
+        from hogwild.data.reorder import frequency_order, renumber, restore_weights, to_internal
+        from hogwild.model.trainer import Trainer
+
+        first_epoch = int(getattr(self, "_epochs_done", 0))
+        steps = getattr(self, "_steps", None)
+        if steps is None or len(steps) != targets.shape[0]:
+            steps = [1.0] * targets.shape[0]
+        if self.shuffle and data.n_rows > 1:
+            # The project streams rows in one fixed random order (permuted once per call):
+            # sequential memory access, and the order still varies with the seed.
+            rng = np.random.default_rng([int(self.seed), first_epoch])
+            perm = rng.permutation(data.n_rows)
+            data = data.take(perm)
+            targets = targets[:, perm]
+        d = data.n_features
+        # Threads buffer the hottest weights only on ids ranked by frequency (see trainer).
+        renumbered = self.trainer == "hogwild" and int(self.threads) > 1 and self.thread_buffer
+        order = frequency_order(data) if renumbered else None
+        if order is not None:
+            data = renumber(data, order)
+        params = self._params(d, renumbered)
+        for k in range(targets.shape[0]):
+            rows = CSRData(data.indptr, data.indices, data.values, targets[k], d)
+            w = to_internal(weights[k], order) if order is not None else weights[k].copy()
+            model = Trainer(d, params, w=w)
+            model.t = steps[k]
+            for e in range(epochs):
+                model.fit_epoch(rows, first_epoch + e)
+            if not np.isfinite(model.w).all():
+                raise ValueError(f"{type(self).__name__}: training diverged (weights are not "
+                                 f"finite); lower learning_rate (now {self.learning_rate})")
+            weights[k] = restore_weights(model.w, order) if order is not None else model.w
+            steps[k] = model.t
+        self._steps = steps
+        self._epochs_done = first_epoch + epochs
+
+    def _forget(self) -> None:
+        for name in ("_steps", "_epochs_done"):
+            if hasattr(self, name):
+                delattr(self, name)
+
+    def _set_weights(self, weights: F64, n_iter: int) -> None:
+        self.weights_ = np.ascontiguousarray(weights, dtype=np.float64)
+        self.n_iter_ = int(n_iter)
+        self._publish_coef()
+
+    def _publish_coef(self) -> None:
+        raise NotImplementedError
+
+    # --- scoring -------------------------------------------------------------------------
+    def _margins(self, X: Any) -> F64:
+        from hogwild.model.scoring import margins
+
+        check_is_fitted(self, "weights_")
+        X = validate_data(self, X, accept_sparse="csr", dtype=_DTYPES, reset=False)
+        w = self.weights_[0] if self.weights_.shape[0] == 1 else self.weights_
+        return margins(w, _csr_data(X), int(self.threads))
+
+    # --- files ---------------------------------------------------------------------------
+    def to_saved(self) -> SavedModel:
+        """The fitted model as a SavedModel (format 2)."""
+        raise NotImplementedError
+
+    def save(self, path: str | Path) -> Path:
+        """Write model.npz + model.json (the saved-model format) into the directory ``path``."""
+        return self.to_saved().save(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Self:
+        """An estimator fitted from a saved model (a run directory or its model files);
+        its parameters are taken from the model's settings where they have one."""
+        return cls.from_saved(SavedModel.load(path))
+
+    @classmethod
+    def from_saved(cls, model: SavedModel) -> Self:
+        """An estimator holding ``model``'s weights (ready to predict or to continue with
+        partial_fit)."""
+        known = set(cls().get_params())
+        params: dict[str, Any] = {}
+        for source in (model.meta.get("settings"), model.meta.get("params")):
+            if isinstance(source, Mapping):
+                params.update({k: v for k, v in source.items() if k in known})
+        params["loss"] = model.loss
+        params["fit_bias"] = model.fit_bias
+        est = cls(**params)
+        est._adopt(model)
+        return est
+
+    def _adopt(self, model: SavedModel) -> None:
+        raise NotImplementedError
+
+
+class HogwildClassifier(ClassifierMixin, _HogwildModel):
+    """Linear classifier (hinge = SVM, or logistic) trained by lock-free Hogwild threads.
+
+    Parameters mirror the settings of ``hogwild train`` (``loss``, ``learning_rate``,
+    ``lr_schedule``, ``lr_decay``, ``power_t``, ``l2``, ``epochs``, ``threads``, ``fit_bias``,
+    ``seed``, ``trainer``, ``thread_buffer``); ``shuffle`` permutes the rows once per fit.
+    After fit: ``classes_``, ``coef_`` (1, d) or (K, d), ``intercept_``, ``n_iter_``,
+    ``n_features_in_`` and ``weights_`` (the rows of ``w`` as saved, bias last).
+    """
+
+    _task_kind = "classifier"
+
+    def fit(self, X: Any, y: Any) -> HogwildClassifier:
+        """Train from scratch for ``epochs`` passes."""
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES)
+        check_classification_targets(y)
+        classes = np.unique(y)
+        if classes.shape[0] < 2:
+            raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes; "
+                             f"the data has one class only: {classes[0].item()!r}")
+        epochs = self._check_epochs(self.epochs)
+        self._forget()
+        self.classes_ = classes
+        weights = np.zeros((self._n_models(), X.shape[1] + 1), dtype=np.float64)
+        self._train(_csr_data(X), self._targets(y), weights, epochs)
+        self._set_weights(weights, epochs)
+        return self
+
+    def partial_fit(self, X: Any, y: Any, classes: Any = None) -> HogwildClassifier:
+        """One pass over (X, y), continuing from the current weights; the first call needs
+        ``classes`` (every label that will ever be seen)."""
+        first = not hasattr(self, "weights_")
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, reset=first)
+        check_classification_targets(y)
+        if first:
+            if classes is None:
+                raise ValueError("classes must be given on the first call to partial_fit")
+            self._forget()
+            self.classes_ = np.unique(np.asarray(classes))
+            if self.classes_.shape[0] < 2:
+                raise ValueError("partial_fit needs at least 2 classes")
+            weights = np.zeros((self._n_models(), X.shape[1] + 1), dtype=np.float64)
+        else:
+            if classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+                raise ValueError(f"classes {np.unique(classes)} differ from the first call's "
+                                 f"{self.classes_}")
+            weights = self.weights_.copy()
+        unknown = np.setdiff1d(np.unique(y), self.classes_)
+        if unknown.size:
+            raise ValueError(f"labels {unknown.tolist()} are not in classes "
+                             f"{self.classes_.tolist()}")
+        self._train(_csr_data(X), self._targets(y), weights, 1)
+        self._set_weights(weights, getattr(self, "n_iter_", 0) + 1 if not first else 1)
+        return self
+
+    def _n_models(self) -> int:
+        return 1 if self.classes_.shape[0] == 2 else int(self.classes_.shape[0])
+
+    def _targets(self, y: Any) -> F64:
+        index = np.searchsorted(self.classes_, y)
+        if self.classes_.shape[0] == 2:
+            return np.where(index == 1, 1.0, -1.0)[None, :]
+        k = np.arange(self.classes_.shape[0])[:, None]
+        out: F64 = np.where(index[None, :] == k, 1.0, -1.0)
+        return out
+
+    def _publish_coef(self) -> None:
+        self.coef_ = self.weights_[:, :-1].copy()
+        self.intercept_ = self.weights_[:, -1].copy()
+
+    def decision_function(self, X: Any) -> F64:
+        """Margins ``w.x + b``: shape (n,) for two classes (positive = ``classes_[1]``),
+        (n, K) for more."""
+        return self._margins(X)
+
+    def predict(self, X: Any) -> npt.NDArray[Any]:
+        """The class of each row (margin >= 0 -> ``classes_[1]``; else the largest margin)."""
+        m = self._margins(X)
+        if m.ndim == 1:
+            picked: npt.NDArray[Any] = self.classes_[(m >= 0.0).astype(np.intp)]
+        else:
+            picked = self.classes_[np.argmax(m, axis=1)]
+        return picked
+
+    def _is_logistic(self) -> bool:
+        return self.loss == "logistic"
+
+    @available_if(_is_logistic)
+    def predict_proba(self, X: Any) -> F64:
+        """Class probabilities (n, K), columns in ``classes_`` order (logistic loss only; for
+        more than two classes the one-vs-rest sigmoids normalised to sum to 1)."""
+        return ovr_proba(self._margins(X))
+
+    @available_if(_is_logistic)
+    def predict_log_proba(self, X: Any) -> F64:
+        """The logarithm of :meth:`predict_proba`."""
+        with np.errstate(divide="ignore"):
+            out: F64 = np.log(self.predict_proba(X))
+        return out
+
+    def to_saved(self) -> SavedModel:
+        check_is_fitted(self, "weights_")
+        try:
+            classes = tuple(label_value(c) for c in self.classes_)
+        except (TypeError, ValueError, ModelError):
+            raise ModelError(f"the saved-model format stores numeric class labels; these "
+                             f"are {self.classes_.tolist()!r}") from None
+        binary = len(classes) == 2
+        return SavedModel(w=self.weights_[0] if binary else self.weights_, loss=self.loss,
+                          task="binary" if binary else "multiclass", classes=classes,
+                          fit_bias=bool(self.fit_bias),
+                          meta={"estimator": type(self).__name__, "params": self.get_params(),
+                                "n_iter": self.n_iter_})
+
+    def _adopt(self, model: SavedModel) -> None:
+        if not model.is_classifier or model.classes is None:
+            raise ModelError(f"a {model.task} model cannot be loaded as a classifier")
+        self.classes_ = np.asarray(model.classes)
+        self.n_features_in_ = model.n_features
+        n_iter = model.meta.get("n_iter")
+        self._set_weights(np.atleast_2d(model.w),
+                          n_iter if isinstance(n_iter, int) else int(self.epochs))
+
+
+class HogwildRegressor(RegressorMixin, _HogwildModel):
+    """Linear least-squares regression trained by lock-free Hogwild threads.
+
+    The same parameters as HogwildClassifier (``loss`` is ``squared``); by default a smaller
+    step that decays as 1/sqrt(t), since squared-loss steps grow with the targets' scale.
+    After fit: ``coef_`` (d,), ``intercept_`` (1,), ``n_iter_``, ``weights_``.
+    """
+
+    _task_kind = "regressor"
+
+    def __init__(self, *, loss: str = "squared", learning_rate: float = 0.01,
+                 lr_schedule: str = "invscaling", lr_decay: float = 0.9, power_t: float = 0.25,
+                 l2: float = 1e-5, epochs: int = 10, threads: int = 2, fit_bias: bool = True,
+                 seed: int = 0, trainer: str = "hogwild", thread_buffer: bool = True,
+                 shuffle: bool = True) -> None:
+        super().__init__(loss=loss, learning_rate=learning_rate, lr_schedule=lr_schedule,
+                         lr_decay=lr_decay, power_t=power_t, l2=l2, epochs=epochs,
+                         threads=threads, fit_bias=fit_bias, seed=seed, trainer=trainer,
+                         thread_buffer=thread_buffer, shuffle=shuffle)
+
+    def _check_loss(self) -> None:
+        if self.loss != "squared":
+            raise ValueError(f"HogwildRegressor: loss must be 'squared', got {self.loss!r}")
+
+    def fit(self, X: Any, y: Any) -> HogwildRegressor:
+        """Train from scratch for ``epochs`` passes."""
+        self._check_loss()
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, y_numeric=True)
+        epochs = self._check_epochs(self.epochs)
+        self._forget()
+        weights = np.zeros((1, X.shape[1] + 1), dtype=np.float64)
+        self._train(_csr_data(X), np.asarray(y, dtype=np.float64)[None, :], weights, epochs)
+        self._set_weights(weights, epochs)
+        return self
+
+    def partial_fit(self, X: Any, y: Any) -> HogwildRegressor:
+        """One pass over (X, y), continuing from the current weights."""
+        self._check_loss()
+        first = not hasattr(self, "weights_")
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, y_numeric=True,
+                             reset=first)
+        if first:
+            self._forget()
+            weights = np.zeros((1, X.shape[1] + 1), dtype=np.float64)
+        else:
+            weights = self.weights_.copy()
+        self._train(_csr_data(X), np.asarray(y, dtype=np.float64)[None, :], weights, 1)
+        self._set_weights(weights, 1 if first else self.n_iter_ + 1)
+        return self
+
+    def _publish_coef(self) -> None:
+        self.coef_ = self.weights_[0, :-1].copy()
+        self.intercept_ = self.weights_[0, -1:].copy()
+
+    def predict(self, X: Any) -> F64:
+        """``w.x + b`` for every row."""
+        return self._margins(X)
+
+    def to_saved(self) -> SavedModel:
+        check_is_fitted(self, "weights_")
+        return SavedModel(w=self.weights_[0], loss=self.loss, task="regression", classes=None,
+                          fit_bias=bool(self.fit_bias),
+                          meta={"estimator": type(self).__name__, "params": self.get_params(),
+                                "n_iter": self.n_iter_})
+
+    def _adopt(self, model: SavedModel) -> None:
+        if model.task != "regression":
+            raise ModelError(f"a {model.task} model cannot be loaded as a regressor")
+        self.n_features_in_ = model.n_features
+        n_iter = model.meta.get("n_iter")
+        self._set_weights(np.atleast_2d(model.w),
+                          n_iter if isinstance(n_iter, int) else int(self.epochs))
+
+
+def run_cluster(X: Any, y: Any = None, *, workers: int = 2, threads: int = 1,
+                mode: str = "sync", out_dir: str | Path | None = None, verbose: bool = False,
+                **settings: Any) -> HogwildClassifier | HogwildRegressor:
+    """Train with a real local cluster (a coordinator and ``workers`` worker processes on
+    loopback, the launcher of ``hogwild run``) and return the fitted estimator it wrote.
+
+    ``X`` is a data source (a svmlight file path, ``bundled:NAME``, ...) or an array/sparse
+    matrix with labels ``y`` (two classes, or real targets with ``loss="squared"``), written
+    to a temporary svmlight file. Other keyword arguments are settings (``loss``,
+    ``epochs``, ``learning_rate``, ``test_data``, ...). Outputs go to ``out_dir`` (default: a
+    temporary directory removed afterwards). RuntimeError with the run's last output lines
+    when the run fails."""
+    from hogwild import config
+    from hogwild.data import write_svmlight
+    from hogwild.launcher import run_local
+
+    with tempfile.TemporaryDirectory(prefix="hogwild-cluster-") as tmp:
+        flags: dict[str, Any] = dict(settings)
+        classes: np.ndarray | None = None
+        loss = str(settings.get("loss", "hinge"))
+        if isinstance(X, (str, Path)):
+            if y is not None:
+                raise ValueError("y must be None when X names a data source")
+            flags["data"] = str(X)
+        else:
+            if y is None:
+                raise ValueError("y is required with an array X")
+            import scipy.sparse as sp
+
+            matrix = sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else \
+                sp.csr_matrix(np.asarray(X, dtype=np.float64))
+            labels = np.asarray(y).ravel()
+            if loss == "squared":
+                targets = labels.astype(np.float64)
+            else:
+                classes = np.unique(labels)
+                if classes.shape[0] != 2:
+                    raise ValueError(f"run_cluster trains binary classifiers: y has "
+                                     f"{classes.shape[0]} classes")
+                targets = np.where(labels == classes[1], 1.0, -1.0)
+            path = Path(tmp) / "data.svm"
+            write_svmlight(CSRData.from_scipy(matrix, targets), path)
+            flags["data"] = str(path)
+            flags.setdefault("n_features", matrix.shape[1])
+        out = Path(out_dir) if out_dir is not None else Path(tmp) / "run"
+        flags.update(workers=workers, threads=threads, mode=mode, out_dir=str(out))
+        run_settings = config.load(None, {}, flags)
+        log = io.StringIO()
+        code = run_local(run_settings, out=_Tee(log) if verbose else log)
+        if code != 0:
+            tail = "\n".join(log.getvalue().splitlines()[-15:])
+            raise RuntimeError(f"hogwild run failed with exit code {code}:\n{tail}")
+        model = SavedModel.load(out)
+    if model.task == "regression":
+        return HogwildRegressor.from_saved(model)
+    est = HogwildClassifier.from_saved(model)
+    if classes is not None:
+        # The run saw -1/+1; the caller's labels are these.
+        est.classes_ = classes
+    return est
+
+
+class _Tee(io.StringIO):
+    """Keeps the run's output and shows it as it comes."""
+
+    def __init__(self, keep: io.StringIO) -> None:
+        super().__init__()
+        self._keep = keep
+
+    def write(self, text: str) -> int:
+        import sys
+
+        sys.stdout.write(text)
+        return self._keep.write(text)
