@@ -103,6 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     analyze.add_argument("--json", action="store_true", help="print the statistics as JSON")
 
+    from hogwild.experiment.command import add_arguments as experiment_arguments
+
+    experiment = sub.add_parser(
+        "experiment", help="reproduce the HOGWILD! paper's comparisons: threads, trainers, "
+        "data sizes, mini-batch sizes; writes runs.csv, runs.jsonl and plots",
+        description="sweep threads x trainers (hogwild, locked, serial, syncsgd), data sizes, "
+                    "mini-batch sizes, a regression set and optionally cluster workers; "
+                    "writes runs.csv, runs.jsonl, summary.txt and plots/*.png under --out")
+    experiment_arguments(experiment)
+
     health = sub.add_parser("health", help="ask a server's grpc.health.v1 service if it is serving",
                             description="exit 0 if the server at ADDRESS reports SERVING, else 1")
     health.add_argument("address", metavar="ADDRESS", help="host:port of a coordinator or worker")
@@ -260,6 +270,20 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_experiment(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    from hogwild.experiment.command import options_from_args, run_experiment
+
+    opts = options_from_args(args)
+    base = config.load(args.config or config.default_config_path(environ), environ)
+    _setup_logging(base.log_level)
+    result = run_experiment(opts, base)
+    if result["failed"]:
+        print(f"hogwild experiment: error: {result['failed']} run(s) failed (see runs.csv)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 def _cmd_health(args: argparse.Namespace) -> int:
     from hogwild.protocol.health import check
 
@@ -299,6 +323,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             return _cmd_health(args)
         if args.command in ("predict", "eval"):
             return _cmd_model(args)
+        if args.command == "experiment":
+            return _cmd_experiment(args, env)
         settings = settings_from_args(args, env)
         _setup_logging(settings.log_level)
         for warning in ignored_flags(args) + _ignored_settings(settings, args.command):

@@ -19,7 +19,7 @@ MODES = ("sync", "async")
 LOSSES = ("hinge", "logistic", "squared")
 SCHEDULES = ("constant", "invscaling")
 SHIPPING = ("partition", "replicate")
-TRAINER_MODES = ("hogwild", "locked", "serial")
+TRAINER_MODES = ("hogwild", "locked", "serial", "syncsgd")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -112,8 +112,14 @@ class Settings:
     fit_bias: bool = field(default=True, metadata=_doc("learn an intercept", commands=_TRC))
     trainer: str = field(
         default="hogwild",
-        metadata=_doc("in-node threading: hogwild (lock-free), locked (one lock) or serial",
-                      choices=TRAINER_MODES, commands=_T))
+        metadata=_doc("in-node threading: hogwild (lock-free), locked (one lock), serial, or "
+                      "syncsgd (threads share each mini-batch of batch_size rows, one update "
+                      "per mini-batch)", choices=TRAINER_MODES, commands=_T))
+    batch_size: int = field(
+        default=1,
+        metadata=_doc("rows per SGD step; 1 = per-example HOGWILD!, B > 1 = each thread "
+                      "applies the mean gradient of B rows at once (workers always step per "
+                      "example)", commands=_T))
     thread_buffer: bool = field(
         default=True,
         metadata=_doc("hogwild threads buffer their writes and publish them to the shared "
@@ -277,6 +283,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "worker_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535"),
     "workers": (lambda v: 1 <= v <= 1024, "must be between 1 and 1024"),
     "threads": (lambda v: 1 <= v <= 256, "must be between 1 and 256"),
+    "batch_size": (lambda v: 1 <= v <= 1 << 20, "must be between 1 and 1048576"),
     "staleness": (lambda v: v >= 1, "must be at least 1 (or null for unbounded)"),
     "round_size": (lambda v: v >= 1, "must be at least 1 (or null for auto)"),
     "register_timeout": (lambda v: v > 0, "must be positive"),

@@ -79,6 +79,7 @@ def train_params(settings: Settings) -> TrainParams:
                        lr_schedule=settings.lr_schedule, lr_decay=settings.lr_decay,
                        power_t=settings.power_t, l2=settings.l2, fit_bias=settings.fit_bias,
                        threads=settings.threads, mode=settings.trainer,
+                       batch_size=settings.batch_size,
                        hot_features=RENUMBERED_HOT_FEATURES if settings.thread_buffer else 0)
 
 

@@ -10,7 +10,7 @@ from hogwild.data.sources import (
 )
 from hogwild.data.split import permute, shard, train_val_test_split
 from hogwild.data.svmlight import parse_svmlight_buffer, read_svmlight, write_svmlight
-from hogwild.data.synthetic import make_rcv1_like, make_seed000
+from hogwild.data.synthetic import make_rcv1_like, make_regression, make_seed000
 
 __all__ = [
     "CSRData",
@@ -19,6 +19,7 @@ __all__ = [
     "describe",
     "load_source",
     "make_rcv1_like",
+    "make_regression",
     "make_seed000",
     "parse_svmlight_buffer",
     "permute",

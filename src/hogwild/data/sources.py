@@ -11,7 +11,7 @@ from hogwild.data.cache import user_cache_dir
 from hogwild.data.csr import CSRData
 from hogwild.data.rcv1 import RCV1_FEATURES, read_lyrl2004
 from hogwild.data.svmlight import read_svmlight
-from hogwild.data.synthetic import make_rcv1_like, make_seed000
+from hogwild.data.synthetic import make_rcv1_like, make_regression, make_seed000
 from hogwild.errors import DataError
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
@@ -49,6 +49,7 @@ def load_source(spec: str, *, n_features: int | None = None, zero_based: bool = 
     Forms: a svmlight/LIBSVM file path (.gz ok); ``bundled:NAME`` and ``bundled:NAME/test``;
     ``synthetic:rcv1?rows=N&noise=x&seed=s&n_features=d&avg_nnz=k``;
     ``synthetic:seed000?rows=N&n_features=d&min_nnz=a&max_nnz=b&binary=1&noise=x&seed=s``;
+    ``synthetic:regression?rows=N&dim=d&min_nnz=a&max_nnz=b&noise=sd&seed=s`` (real targets);
     ``lyrl2004:VEC1,VEC2@QRELS#TOPIC``. Errors (unknown scheme, missing file, bad query
     parameter) raise DataError.
     """
@@ -137,8 +138,16 @@ def _load_synthetic(rest: str, *, n_features: int | None) -> CSRData:
         kwargs["binary"] = _take(spec, params, "binary", _flag, False)
         kwargs["noise"] = _take(spec, params, "noise", float, 0.0)
         make = make_seed000
+    elif kind == "regression":
+        dim = _take(spec, params, "dim", int, n_features if n_features is not None else 1000)
+        kwargs["n_features"] = dim
+        kwargs["min_nnz"] = _take(spec, params, "min_nnz", int, min(10, max(dim, 1)))
+        kwargs["max_nnz"] = _take(spec, params, "max_nnz", int, min(60, max(dim, 1)))
+        kwargs["noise"] = _take(spec, params, "noise", float, 0.1)
+        make = make_regression
     else:
-        raise DataError(f"{spec!r}: unknown synthetic generator {kind!r} (known: rcv1, seed000)")
+        raise DataError(f"{spec!r}: unknown synthetic generator {kind!r} "
+                        "(known: rcv1, seed000, regression)")
     if params:
         raise DataError(f"{spec!r}: unknown parameter(s) {', '.join(sorted(params))} for "
                         f"synthetic:{kind}")

@@ -258,3 +258,41 @@ def make_seed000(n_rows: int, *, n_features: int = 1_000_000, min_nnz: int = 10,
     run_parallel(_fill_uniform, jobs)
     labels = _labels(margins, 0.0, noise, rng)
     return CSRData(indptr, indices, values, labels, n_features)
+
+
+def make_regression(n_rows: int, *, n_features: int = 1000, min_nnz: int = 10,
+                    max_nnz: int = 60, noise: float = 0.1, seed: int = 0,
+                    threads: int | None = None) -> CSRData:
+    """Sparse least-squares rows: distinct uniform feature ids (min_nnz..max_nnz per row),
+    uniform positive values scaled to unit L2 norm per row (so a step size below 2 is stable
+    for the squared loss), targets ``x . w* + noise * N(0, 1)`` for a planted dense Gaussian
+    ``w*``. Same seed, same arrays."""
+    if n_rows < 0:
+        raise ValueError(f"n_rows must be >= 0, got {n_rows}")
+    if n_features < 1:
+        raise ValueError(f"n_features must be >= 1, got {n_features}")
+    if not 1 <= min_nnz <= max_nnz <= n_features:
+        raise ValueError(f"need 1 <= min_nnz <= max_nnz <= n_features, got "
+                         f"{min_nnz}, {max_nnz}, {n_features}")
+    if not 0.0 <= noise < float("inf"):
+        raise ValueError(f"noise (standard deviation) must be >= 0 and finite, got {noise}")
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(min_nnz, max_nnz + 1, size=n_rows, dtype=np.int64)
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    w_star = rng.standard_normal(n_features).astype(np.float32)
+    kseed = _kernel_seed(rng)
+    indices = np.empty(int(indptr[-1]), dtype=np.int32)
+    values = np.empty(int(indptr[-1]), dtype=np.float32)
+    margins = np.zeros(n_rows, dtype=np.float64)
+    jobs = [(r0, r1, kseed, indptr, n_features, False, w_star, indices, values, margins)
+            for r0, r1 in _ranges(n_rows, threads or default_threads())]
+    run_parallel(_fill_uniform, jobs)
+    if n_rows:
+        # Unit rows: the margin is linear in the values, so it scales with them.
+        sq = values.astype(np.float64) ** 2
+        norms = np.sqrt(np.add.reduceat(sq, indptr[:-1]))
+        values /= np.repeat(norms, lengths).astype(np.float32)
+        margins /= norms
+    targets = margins + noise * rng.standard_normal(n_rows)
+    return CSRData(indptr, indices, values, targets.astype(np.float32), n_features)

@@ -276,6 +276,109 @@ def sgd_range(
     return t, loss_sum
 
 
+# --- Mini-batch SGD -----------------------------------------------------------------------
+# A mini-batch of B rows: every row's gradient is computed at the same weights, the B
+# gradients are summed into a per-thread scratch vector, and their mean is applied in one
+# write per touched coordinate. A row's gradient is that of the per-example step above:
+# g * x_j + l2 * w_j on its support when g != 0 (lazy L2), g on the bias, nothing when g == 0.
+# So B = 1 computes the per-example update (up to float rounding) and a sum over threads of
+# their partial gradients is the gradient of the whole mini-batch (synchronous SGD).
+# Scratch of a thread: ``grad`` (float64, n_features + 1, all zero between calls), ``seen``
+# (uint8, same length, all zero between calls) and ``touched`` (int64, same length): the
+# coordinates with a gradient entry, each listed once.
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _accumulate(indptr: I64, indices: I32, values: F32, labels: F32, start: int, stop: int,
+                w: F64, n_features: int, loss_code: int, l2: float, fit_bias: bool, grad: F64,
+                seen: npt.NDArray[np.uint8], touched: I64,
+                n_touched: int) -> tuple[int, float]:
+    """Add the gradients of rows [start, stop) at ``w`` to ``grad``; returns the new count of
+    touched coordinates and the sum of the rows' losses."""
+    loss_sum = 0.0
+    shrink_l2 = l2 > 0.0
+    for r in range(start, stop):
+        lo = np.uint64(indptr[r])
+        hi = np.uint64(indptr[r + 1])
+        m = w[n_features]
+        for k in range(lo, hi):
+            m += w[np.uint64(indices[k])] * values[k]
+        y = np.float64(labels[r])
+        loss_sum += _loss(loss_code, m, y)
+        g = _dloss(loss_code, m, y)
+        if g == 0.0:
+            continue
+        for k in range(lo, hi):
+            j = np.uint64(indices[k])
+            if seen[j] == 0:
+                seen[j] = 1
+                touched[n_touched] = j
+                n_touched += 1
+            if shrink_l2:
+                grad[j] += g * values[k] + l2 * w[j]
+            else:
+                grad[j] += g * values[k]
+        if fit_bias:
+            b = np.uint64(n_features)
+            if seen[b] == 0:
+                seen[b] = 1
+                touched[n_touched] = n_features
+                n_touched += 1
+            grad[b] += g
+    return n_touched, loss_sum
+
+
+@njit(nogil=True, cache=True)
+def batch_gradient(indptr: I64, indices: I32, values: F32, labels: F32, start: int, stop: int,
+                   w: F64, n_features: int, loss_code: int, l2: float, fit_bias: bool,
+                   grad: F64, seen: npt.NDArray[np.uint8], touched: I64,
+                   n_touched: int) -> tuple[int, float]:
+    """Sum the gradients of rows [start, stop) at ``w`` into the scratch (``w`` is only read);
+    returns (touched count, loss sum). Continue an accumulation by passing its count back."""
+    return _accumulate(indptr, indices, values, labels, start, stop, w, n_features, loss_code,
+                       l2, fit_bias, grad, seen, touched, n_touched)
+
+
+@njit(nogil=True, cache=True)
+def apply_gradient(w: F64, grad: F64, seen: npt.NDArray[np.uint8], touched: I64,
+                   n_touched: int, scale: float) -> None:
+    """``w[j] -= scale * grad[j]`` for the touched coordinates, then clear the scratch."""
+    for i in range(n_touched):
+        j = np.uint64(touched[i])
+        w[j] -= scale * grad[j]
+        grad[j] = 0.0
+        seen[j] = 0
+
+
+@njit(nogil=True, cache=True)
+def sgd_batch_range(
+    indptr: I64, indices: I32, values: F32, labels: F32, start: int, stop: int, w: F64,
+    n_features: int, loss_code: int, lr0: float, schedule_code: int, power_t: float,
+    t0: float, l2: float, fit_bias: bool, t_step: float, batch_size: int, grad: F64,
+    seen: npt.NDArray[np.uint8], touched: I64,
+) -> tuple[float, float]:
+    """Mini-batch SGD over rows [start, stop): consecutive blocks of ``batch_size`` rows (the
+    last one may be shorter), each one step of lr * (mean gradient of its rows), lock-free
+    on the shared ``w`` like ``sgd_range``. The step size is the schedule's value at the
+    block's first row; the counter advances by ``t_step`` per row. Returns
+    ``(t_end, loss_sum)`` as ``sgd_range`` does."""
+    t = t0
+    loss_sum = 0.0
+    b = max(batch_size, 1)
+    for b0 in range(start, stop, b):
+        b1 = min(b0 + b, stop)
+        if schedule_code == INVSCALING:
+            lr = lr0 / t**power_t
+        else:
+            lr = lr0
+        n_touched, part = _accumulate(indptr, indices, values, labels, b0, b1, w, n_features,
+                                      loss_code, l2, fit_bias, grad, seen, touched, 0)
+        loss_sum += part
+        apply_gradient(w, grad, seen, touched, n_touched, lr / (b1 - b0))
+        t += t_step * (b1 - b0)
+    return t, loss_sum
+
+
 @njit(nogil=True, cache=True)
 def count_features(indices: I32, counts: I64) -> int:
     """``counts[j] += 1`` for every index ``j``; indices outside [0, len(counts)) are skipped

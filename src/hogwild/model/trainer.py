@@ -21,7 +21,7 @@ from hogwild.model.arrays import (
 )
 from hogwild.model.losses import LOSS_NAMES, get_loss
 
-MODES: tuple[str, ...] = ("hogwild", "locked", "serial")
+MODES: tuple[str, ...] = ("hogwild", "locked", "serial", "syncsgd")
 SCHEDULES: dict[str, int] = {"constant": kernels.CONSTANT, "invscaling": kernels.INVSCALING}
 
 # Locked mode hands the lock over every few rows so that it is the round-robin baseline of the
@@ -41,14 +41,24 @@ ROWS_PER_HOT_FEATURE = 4
 # back to the unbuffered kernel instead of letting threads drift apart on frequent features.
 MAX_STALENESS_FACTOR = 2.0
 
+# A thread's gradient scratch for the mini-batch kernels: grad, seen, touched.
+_Scratch = tuple[npt.NDArray[np.float64], npt.NDArray[np.uint8], npt.NDArray[np.int64]]
+
 
 @dataclass(frozen=True)
 class TrainParams:
     """How to train; validated on construction (ValueError names the parameter).
 
     mode: ``hogwild`` (T threads, no lock), ``locked`` (T threads taking turns under one lock,
-    LOCKED_BATCH_ROWS rows per turn) or ``serial`` (one thread). batch_rows is the number of
-    rows per kernel call in hogwild and serial mode (>= 1,000 keeps call overhead negligible).
+    LOCKED_BATCH_ROWS rows per turn), ``serial`` (one thread) or ``syncsgd`` (synchronous
+    SGD: the T threads compute the gradients of one mini-batch of ``batch_size`` rows at the
+    same weights, which are summed and applied once; then the next mini-batch). batch_rows
+    is the number of rows per kernel call in hogwild and serial mode (>= 1,000 keeps call
+    overhead negligible).
+
+    batch_size: 1 = per-example SGD (kernels.sgd_range); B > 1 = each thread steps once per
+    B of its rows by their mean gradient (kernels.sgd_batch_range), and in syncsgd mode the
+    size of the mini-batch the threads share. Buffered features are per-example only.
 
     hot_features: in hogwild mode with more than one thread, features ``0 .. hot_features-1``
     go through a per-thread view of ``w`` published in tiers (kernels.sgd_range), which
@@ -69,6 +79,7 @@ class TrainParams:
     mode: str = "hogwild"
     batch_rows: int = 4096
     hot_features: int = 0
+    batch_size: int = 1
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ValueError:
@@ -94,6 +105,8 @@ class TrainParams:
             raise bad("batch_rows", "must be an integer >= 1")
         if not isinstance(self.hot_features, int) or self.hot_features < 0:
             raise bad("hot_features", "must be an integer >= 0")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise bad("batch_size", "must be an integer >= 1")
 
 
 @dataclass(frozen=True)
@@ -155,6 +168,8 @@ class Trainer:
         # Examples seen so far (+1): the invscaling step counter, carried across epochs.
         self.t = 1.0
         self._next_epoch = 0
+        # Per-thread gradient scratch of the mini-batch kernels, made on first use.
+        self._scratch: list[_Scratch] = []
 
     def fit_epoch(self, data: CSRLike, epoch: int) -> EpochStats:
         """One pass over ``data`` in row order (rows should already be permuted)."""
@@ -188,9 +203,15 @@ class Trainer:
         power_t, l2, fit_bias = float(p.power_t), float(p.l2), bool(p.fit_bias)
         n = a.n_rows
         n_threads = 1 if p.mode == "serial" else max(1, min(p.threads, n))
+        if p.mode == "syncsgd" and n_threads > 1:
+            return self._sync_epoch(a, epoch, lr0, schedule, n_threads)
         batch = min(p.batch_rows, LOCKED_BATCH_ROWS) if p.mode == "locked" else p.batch_rows
+        mini = p.batch_size
+        scratch = self._scratch_for(n_threads) if mini > 1 else []
+        if mini > 1:
+            batch = -(-batch // mini) * mini  # whole mini-batches per call
         hot = 0
-        if p.mode == "hogwild" and n_threads > 1 and p.hot_features > 0:
+        if p.mode == "hogwild" and n_threads > 1 and p.hot_features > 0 and mini == 1:
             wide = max(batch, ROWS_PER_HOT_FEATURE * min(p.hot_features, self.n_features))
             hot = choose_hot_features(a, self.n_features, p.hot_features, n_threads,
                                       min(wide, n // n_threads))
@@ -213,11 +234,18 @@ class Trainer:
                     if turns is not None:
                         turns.acquire(k)
                     try:
-                        t, loss_sum = kernels.sgd_range(
-                            a.indptr, a.indices, a.values, a.labels, start, stop, self.w,
-                            self.n_features, self.loss.code, lr0, schedule, power_t,
-                            float(t), l2, fit_bias, float(n_threads), hot,
-                        )
+                        if mini == 1:
+                            t, loss_sum = kernels.sgd_range(
+                                a.indptr, a.indices, a.values, a.labels, start, stop, self.w,
+                                self.n_features, self.loss.code, lr0, schedule, power_t,
+                                float(t), l2, fit_bias, float(n_threads), hot,
+                            )
+                        else:
+                            t, loss_sum = kernels.sgd_batch_range(
+                                a.indptr, a.indices, a.values, a.labels, start, stop, self.w,
+                                self.n_features, self.loss.code, lr0, schedule, power_t,
+                                float(t), l2, fit_bias, float(n_threads), mini, *scratch[k],
+                            )
                     finally:
                         if turns is not None:
                             turns.release()
@@ -252,6 +280,82 @@ class Trainer:
             train_loss=sum(loss_sums) / n if n else 0.0,
             examples=n,
         )
+
+    def _scratch_for(self, n_threads: int) -> list[_Scratch]:
+        """Gradient scratch (kernels' grad, seen, touched) for threads 0 .. n_threads-1."""
+        size = self.n_features + 1
+        while len(self._scratch) < n_threads:
+            self._scratch.append((np.zeros(size, dtype=np.float64),
+                                  np.zeros(size, dtype=np.uint8),
+                                  np.zeros(size, dtype=np.int64)))
+        return self._scratch[:n_threads]
+
+    def _sync_epoch(self, a: CSRArrays, epoch: int, lr0: float, schedule: int,
+                    n_threads: int) -> EpochStats:
+        """One pass of synchronous SGD: per mini-batch every thread sums the gradients of its
+        share of the rows at the same ``w`` (which nobody writes meanwhile); at the barrier
+        one thread applies the summed mean gradient, then all move on to the next batch. The
+        result equals one-thread mini-batch SGD up to the order of float additions."""
+        p = self.params
+        n = a.n_rows
+        size = p.batch_size
+        power_t, l2, fit_bias = float(p.power_t), float(p.l2), bool(p.fit_bias)
+        scratch = self._scratch_for(n_threads)
+        counts = [0] * n_threads
+        loss_sums = [0.0] * n_threads
+        # [first row of the current mini-batch, step counter at it]; changed only by the
+        # barrier action, while every thread waits.
+        cursor = [0, self.t]
+        failures: list[BaseException] = []
+
+        def apply_batch() -> None:
+            b0 = int(cursor[0])
+            b1 = min(b0 + size, n)
+            lr = lr0 / cursor[1] ** power_t if schedule == kernels.INVSCALING else lr0
+            for k in range(n_threads):
+                kernels.apply_gradient(self.w, *scratch[k], counts[k], lr / (b1 - b0))
+            cursor[0] = b1
+            cursor[1] += b1 - b0
+
+        barrier = threading.Barrier(n_threads, action=apply_batch)
+
+        def work(k: int) -> None:
+            grad, seen, touched = scratch[k]
+            try:
+                while cursor[0] < n:
+                    b0 = int(cursor[0])
+                    b1 = min(b0 + size, n)
+                    lo = b0 + (b1 - b0) * k // n_threads
+                    hi = b0 + (b1 - b0) * (k + 1) // n_threads
+                    counts[k], part = kernels.batch_gradient(
+                        a.indptr, a.indices, a.values, a.labels, lo, hi, self.w,
+                        self.n_features, self.loss.code, l2, fit_bias, grad, seen,
+                        touched, 0)
+                    loss_sums[k] += part
+                    barrier.wait()
+            except threading.BrokenBarrierError:
+                pass  # another thread failed; its error is the one reported
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+                failures.append(exc)
+                barrier.abort()
+
+        began = time.perf_counter()
+        threads = [threading.Thread(target=work, args=(k,), name=f"syncsgd-{k}", daemon=True)
+                   for k in range(n_threads)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        seconds = time.perf_counter() - began
+        if failures:
+            raise failures[0]
+        if barrier.broken:
+            raise RuntimeError("syncsgd: a mini-batch could not be applied")
+        self.t += n
+        self._next_epoch = epoch + 1
+        return EpochStats(epoch=epoch, seconds=seconds,
+                          train_loss=sum(loss_sums) / n if n else 0.0, examples=n)
+
 
 
 def choose_hot_features(a: CSRArrays, n_features: int, requested: int, n_threads: int,
@@ -295,6 +399,15 @@ def warmup() -> None:
                           1.0, 0.0, fit_bias)
         kernels.sgd_range(indptr, indices, values, labels, 0, 2, w, n_features, 0, 0.1, 0, 0.5,
                           1.0, 0.0, fit_bias, 2.0, 1)
+        grad = np.zeros(n_features + 1, dtype=np.float64)
+        seen = np.zeros(n_features + 1, dtype=np.uint8)
+        touched = np.zeros(n_features + 1, dtype=np.int64)
+        kernels.sgd_batch_range(indptr, indices, values, labels, 0, 2, w, n_features, 0, 0.1,
+                                0, 0.5, 1.0, 0.0, fit_bias, 1.0, 2, grad, seen, touched)
+        n_touched, _ = kernels.batch_gradient(indptr, indices, values, labels, 0, 2, w,
+                                              n_features, 0, 0.0, fit_bias, grad, seen,
+                                              touched, 0)
+        kernels.apply_gradient(w, grad, seen, touched, n_touched, 0.1)
     out = np.empty(2, dtype=np.float64)
     kernels.decision(indptr, indices, values, w, n_features, out)
     kernels.evaluate(indptr, indices, values, labels, w, n_features, 0)

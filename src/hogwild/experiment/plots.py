@@ -1,0 +1,315 @@
+"""The experiment's figures, drawn on bare Agg figures (no pyplot): speedup, test error and
+training error against threads per trainer, CPU time per data size, mini-batch sizes,
+regression and cluster workers. Each plot shows medians over repeats."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hogwild import artifacts
+from hogwild.experiment.runner import Record, median
+
+if TYPE_CHECKING:  # matplotlib itself is imported when a figure is drawn (start-up time)
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+Series = dict[str, list[tuple[float, float]]]
+
+
+def _figure(ncols: int, width: float = 5.2, height: float = 3.9) -> Figure:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width * ncols, height), dpi=90)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight")
+    return artifacts.atomic_write_bytes(path, buffer.getvalue())
+
+
+def _ok(records: Sequence[Record], study: str) -> list[Record]:
+    return [r for r in records if study in r["studies"].split("+") and r["status"] == "ok"]
+
+
+def _series(records: Sequence[Record], name: Callable[[Record], str], x: str,
+            y: Callable[[Record], float | None]) -> Series:
+    """Median of ``y`` per (series name, x), sorted by x; points without a value dropped."""
+    cells: dict[str, dict[float, list[float | None]]] = {}
+    for rec in records:
+        cells.setdefault(name(rec), {}).setdefault(float(rec[x]), []).append(y(rec))
+    out: Series = {}
+    for key, by_x in cells.items():
+        points = [(xv, m) for xv, ys in sorted(by_x.items()) if (m := median(ys)) is not None]
+        if points:
+            out[key] = points
+    return out
+
+
+def _trainer_name(rec: Record) -> str:
+    if rec["workers"]:
+        return f"cluster, {rec['threads']} thread(s) per worker"
+    batch = f" (batch {rec['batch_size']})" if rec["batch_size"] > 1 else ""
+    return f"{rec['trainer']}{batch}"
+
+
+def _column(key: str) -> Callable[[Record], float | None]:
+    """A record's value of ``key`` (None when missing)."""
+
+    def get(rec: Record) -> float | None:
+        value = rec.get(key)
+        return None if value is None else float(value)
+
+    return get
+
+
+def _epoch_curve(recs: Sequence[Record], key: str) -> list[tuple[float, float]]:
+    """Median over repeats of ``key`` at each epoch."""
+    by_epoch: dict[int, list[float | None]] = {}
+    for rec in recs:
+        for row in rec["epoch_rows"]:
+            by_epoch.setdefault(int(row["epoch"]), []).append(row.get(key))
+    return [(float(e), m) for e, ys in sorted(by_epoch.items()) if (m := median(ys)) is not None]
+
+
+def _threads_axis(ax: Axes, xs: Sequence[float], cores: int) -> None:
+    """log2 thread axis with a tick per thread count; the oversubscribed side shaded."""
+    ticks = sorted(set(xs))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{int(t)}" for t in ticks])
+    ax.set_xlabel(f"threads ({cores} cores)")
+    if ticks and ticks[-1] > cores:
+        ax.axvspan(cores * 1.25, ticks[-1] * 1.25, color="0.9", zorder=0,
+                   label="oversubscribed")
+        ax.set_xlim(ticks[0] / 1.25, ticks[-1] * 1.25)
+    ax.grid(alpha=0.3)
+
+
+def _lines(ax: Axes, series: Series, marker: str = "o") -> list[float]:
+    xs: list[float] = []
+    for name in sorted(series):
+        pts = series[name]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, markersize=4,
+                label=name)
+        xs += [p[0] for p in pts]
+    return xs
+
+
+def _legend(ax: Axes) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, frameon=False)
+
+
+def _speedup_panels(fig: Figure, recs: Sequence[Record], cores: int, what: str) -> None:
+    for i, (key, label) in enumerate((("speedup", "fixed epochs"),
+                                      ("speedup_to_target", "time to target validation loss"))):
+        ax = fig.add_subplot(1, 2, i + 1)
+        series = _series(recs, _trainer_name, "threads", _column(key))
+        xs = _lines(ax, series)
+        if xs:
+            top = [t for t in sorted(set(xs)) if t <= cores]
+            ax.plot(top, top, color="0.5", linestyle=":", label="linear")
+            _threads_axis(ax, xs, cores)
+        ax.axhline(1.0, color="0.6", linewidth=0.8)
+        ax.set_ylabel("speedup over serial SGD")
+        ax.set_title(f"{what}: {label}", fontsize=10)
+        _legend(ax)
+
+
+def plot_speedup(records: Sequence[Record], cores: int, path: Path) -> Path | None:
+    """Speedup vs threads per trainer (HOGWILD! paper Fig. 2; COS 518 Fig. 1a)."""
+    recs = _ok(records, "threads")
+    if not recs:
+        return None
+    fig = _figure(2)
+    _speedup_panels(fig, recs, cores, recs[0]["data"])
+    return _save(fig, path)
+
+
+def plot_test_error(records: Sequence[Record], cores: int, path: Path) -> Path | None:
+    """Test error vs threads per trainer (COS 518 Fig. 1b)."""
+    recs = _ok(records, "threads")
+    if not recs:
+        return None
+    fig = _figure(1)
+    ax = fig.add_subplot()
+    xs = _lines(ax, _series(recs, _trainer_name, "threads", _column("test_error")))
+    if xs:
+        _threads_axis(ax, xs, cores)
+    ax.set_ylabel("test error")
+    ax.set_title(f"{recs[0]['data']}: test error after {recs[0]['epochs']} epochs", fontsize=10)
+    _legend(ax)
+    return _save(fig, path)
+
+
+def _per_epoch_grid(fig: Figure, recs: Sequence[Record], key: str, ylabel: str,
+                    panel_of: Callable[[Record], str],
+                    line_of: Callable[[Record], str]) -> None:
+    panels = sorted({panel_of(r) for r in recs})
+    for i, panel in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), i + 1)
+        mine = [r for r in recs if panel_of(r) == panel]
+        for line in sorted({line_of(r) for r in mine}, key=_natural):
+            pts = _epoch_curve([r for r in mine if line_of(r) == line], key)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
+                        label=line)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(ylabel)
+        ax.set_title(panel, fontsize=10)
+        ax.grid(alpha=0.3)
+        _legend(ax)
+
+
+def _natural(text: str) -> tuple[Any, ...]:
+    """Sort "2 threads" before "16 threads"."""
+    head = text.split(" ", 1)[0]
+    return (0, int(head), text) if head.isdigit() else (1, 0, text)
+
+
+def _threads_label(rec: Record) -> str:
+    over = " (oversubscribed)" if rec["oversubscribed"] else ""
+    return f"{rec['threads']} thread{'s' if rec['threads'] > 1 else ''}{over}"
+
+
+def plot_train_error(records: Sequence[Record], path: Path) -> Path | None:
+    """Training error after each epoch: one panel per trainer, a line per thread count."""
+    recs = _ok(records, "threads")
+    if not recs:
+        return None
+    panels = len({_trainer_name(r) for r in recs})
+    fig = _figure(panels, width=4.2, height=3.6)
+    _per_epoch_grid(fig, recs, "train_error", "training error", _trainer_name, _threads_label)
+    return _save(fig, path)
+
+
+def plot_cpu_time(records: Sequence[Record], cores: int, path: Path) -> Path | None:
+    """CPU and wall seconds vs threads per data size, hogwild trainer (HOGWILD! Fig. 3)."""
+    recs = [r for r in _ok(records, "size") if r["trainer"] in ("hogwild", "serial")]
+    hog = [r for r in recs if r["trainer"] == "hogwild"]
+    if not hog:
+        return None
+    fig = _figure(2)
+    for i, (key, label) in enumerate((("cpu_seconds", "CPU seconds"),
+                                      ("wall_seconds", "wall seconds"))):
+        ax = fig.add_subplot(1, 2, i + 1)
+        series = _series(hog, lambda r: f"{r['data']} ({r['train_rows']:,} train rows)",
+                         "threads", _column(key))
+        xs = _lines(ax, series)
+        if xs:
+            _threads_axis(ax, xs, cores)
+        ax.set_yscale("log")
+        ax.set_ylabel(f"{label}, {hog[0]['epochs']} epochs")
+        ax.set_title(f"hogwild: {label} vs threads per data size", fontsize=10)
+        _legend(ax)
+    return _save(fig, path)
+
+
+def plot_batch(records: Sequence[Record], cores: int, path: Path) -> Path | None:
+    """Mini-batch sizes (COS 518 Fig. 4): training error per epoch at the largest thread
+    count that fits the cores, and wall time vs threads, per trainer and batch size."""
+    recs = _ok(records, "batch")
+    if not recs:
+        return None
+    fig = _figure(2)
+    fitting = [r["threads"] for r in recs if not r["oversubscribed"]]
+    t_show = max(fitting) if fitting else min(r["threads"] for r in recs)
+    ax = fig.add_subplot(1, 2, 1)
+    shown = [r for r in recs if r["threads"] == t_show]
+    for name in sorted({_trainer_name(r) for r in shown}):
+        pts = _epoch_curve([r for r in shown if _trainer_name(r) == name], "train_error")
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=name)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("training error")
+    ax.set_title(f"{recs[0]['data']}: training error, {t_show} thread(s)", fontsize=10)
+    ax.grid(alpha=0.3)
+    _legend(ax)
+    ax = fig.add_subplot(1, 2, 2)
+    xs = _lines(ax, _series(recs, _trainer_name, "threads",
+                            lambda r: r["wall_seconds"] / max(1, r["epochs_done"])))
+    if xs:
+        _threads_axis(ax, xs, cores)
+    ax.set_yscale("log")
+    ax.set_ylabel("wall seconds per epoch")
+    ax.set_title("time per epoch vs threads", fontsize=10)
+    _legend(ax)
+    return _save(fig, path)
+
+
+def plot_regression(records: Sequence[Record], cores: int, path: Path) -> Path | None:
+    """Least squares (COS 518 Fig. 6): speedup vs threads per trainer and training RMSE per
+    epoch at the largest thread count that fits the cores."""
+    recs = _ok(records, "regression")
+    if not recs:
+        return None
+    fig = _figure(2)
+    ax = fig.add_subplot(1, 2, 1)
+    xs = _lines(ax, _series(recs, _trainer_name, "threads", _column("speedup")))
+    if xs:
+        top = [t for t in sorted(set(xs)) if t <= cores]
+        ax.plot(top, top, color="0.5", linestyle=":", label="linear")
+        _threads_axis(ax, xs, cores)
+    ax.axhline(1.0, color="0.6", linewidth=0.8)
+    ax.set_ylabel("speedup over serial SGD")
+    ax.set_title(f"{recs[0]['data']} (squared loss): speedup", fontsize=10)
+    _legend(ax)
+    ax = fig.add_subplot(1, 2, 2)
+    fitting = [r["threads"] for r in recs if not r["oversubscribed"]]
+    t_show = max(fitting) if fitting else 1
+    shown = [r for r in recs if r["threads"] == t_show or r["trainer"] == "serial"]
+    for name in sorted({_trainer_name(r) for r in shown}):
+        pts = _epoch_curve([r for r in shown if _trainer_name(r) == name], "train_error")
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=name)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("training RMSE")
+    ax.set_yscale("log")
+    ax.set_title(f"training RMSE per epoch, {t_show} thread(s)", fontsize=10)
+    ax.grid(alpha=0.3)
+    _legend(ax)
+    return _save(fig, path)
+
+
+def plot_workers(records: Sequence[Record], path: Path) -> Path | None:
+    """Cluster runs (`hogwild run`): training seconds and test error vs worker processes,
+    with the in-process serial run on the same data as a reference line."""
+    recs = _ok(records, "workers")
+    if not recs:
+        return None
+    serial = [r for r in records if r["trainer"] == "serial" and r["status"] == "ok"
+              and r["source"] == recs[0]["source"]]
+    fig = _figure(2)
+    for i, (key, label) in enumerate((("wall_seconds", "training seconds"),
+                                      ("test_error", "test error"))):
+        ax = fig.add_subplot(1, 2, i + 1)
+        xs = _lines(ax, _series(recs, _trainer_name, "workers", _column(key)))
+        ref = median(r.get(key) for r in serial)
+        if ref is not None:
+            ax.axhline(ref, color="0.5", linestyle="--", label="serial, in process")
+        ax.set_xticks(sorted(set(xs)))
+        ax.set_xlabel("worker processes (hogwild run, loopback)")
+        ax.set_ylabel(label)
+        ax.set_title(f"{recs[0]['data']}: {label} vs workers", fontsize=10)
+        ax.grid(alpha=0.3)
+        _legend(ax)
+    return _save(fig, path)
+
+
+def draw_all(records: Sequence[Record], cores: int, plot_dir: Path) -> list[Path]:
+    """Every figure that has data; returns the files written."""
+    made = [
+        plot_speedup(records, cores, plot_dir / "speedup.png"),
+        plot_test_error(records, cores, plot_dir / "test_error.png"),
+        plot_train_error(records, plot_dir / "train_error.png"),
+        plot_cpu_time(records, cores, plot_dir / "cpu_time.png"),
+        plot_batch(records, cores, plot_dir / "batch_size.png"),
+        plot_regression(records, cores, plot_dir / "regression.png"),
+        plot_workers(records, plot_dir / "workers.png"),
+    ]
+    return [p for p in made if p is not None]

@@ -1,0 +1,153 @@
+"""`hogwild experiment`: the plan it expands to, its derived columns, and a real quick run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hogwild.cli import main
+from hogwild.errors import ConfigError
+from hogwild.experiment import ExperimentOptions, build_plan
+from hogwild.experiment.plan import quick_options
+from hogwild.experiment.runner import derive
+
+PLOTS = ("speedup.png", "test_error.png", "train_error.png", "cpu_time.png",
+         "batch_size.png", "regression.png")
+
+
+def test_plan_has_every_study_once_with_serial_references() -> None:
+    opts = ExperimentOptions(threads=(1, 2, 4), trainers=("hogwild", "locked", "syncsgd"),
+                             main_rows=1000, rows=(500, 1000), batch_sizes=(2, 125),
+                             sync_batch_size=125, cores=2)
+    plan, skipped = build_plan(opts)
+    keys = [s.key for s in plan]
+    assert len(keys) == len(set(keys))
+    by_key = {s.key: s for s in plan}
+    main_src = "synthetic:rcv1?rows=1000&seed=0"
+    # A serial reference per data set, although serial is not among the trainers.
+    for src in (main_src, "synthetic:rcv1?rows=500&seed=0",
+                "synthetic:regression?rows=100000&dim=1000&seed=0"):
+        assert (src, "serial", 1, 1, 0) in by_key
+    # The main set's hogwild 1-thread run serves the threads, size and batch studies.
+    assert set(by_key[(main_src, "hogwild", 2, 1, 0)].studies) == {"threads", "size", "batch"}
+    # syncsgd at batch 125 belongs to the threads and the batch study.
+    assert set(by_key[(main_src, "syncsgd", 4, 125, 0)].studies) == {"threads", "batch"}
+    assert (main_src, "hogwild", 4, 2, 0) in by_key
+    # syncsgd with fewer rows per mini-batch than threads is left out, and said so.
+    assert (main_src, "syncsgd", 4, 2, 0) not in by_key
+    assert any("syncsgd" in line and "batch 2" in line for line in skipped)
+    assert not any(s.workers for s in plan)
+
+
+def test_plan_without_regression_and_with_workers() -> None:
+    opts = ExperimentOptions(threads=(1,), trainers=("serial",), main_rows=1000, rows=(),
+                             batch_sizes=(), regression=False, workers=(1, 2), cores=2)
+    plan, _ = build_plan(opts)
+    assert sorted(s.workers for s in plan) == [0, 1, 2]
+    assert all("regression" not in s.data.source for s in plan)
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"threads": (0,)}, "threads"), ({"trainers": ("fast",)}, "trainers"),
+    ({"epochs": 0}, "epochs"), ({"loss": "squared"}, "loss"), ({"rows": (5,)}, "rows"),
+    ({"batch_sizes": (0,)}, "batch_sizes"), ({"batch_lr_scaling": "x"}, "batch_lr_scaling"),
+])
+def test_bad_options_name_the_key(change: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        ExperimentOptions(**change)
+
+
+def test_bad_flag_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["experiment", "--threads", "1,two"]) == 2
+    assert "threads" in capsys.readouterr().err
+
+
+def test_learning_rate_scaling() -> None:
+    assert ExperimentOptions().learning_rate(0.5, 125) == 0.5
+    assert ExperimentOptions(batch_lr_scaling="linear").learning_rate(0.5, 4) == 2.0
+    assert ExperimentOptions(batch_lr_scaling="sqrt").learning_rate(0.5, 4) == 1.0
+
+
+def _rec(trainer: str, wall: float, val_losses: list[float], elapsed: list[float]) -> dict[str, Any]:
+    return {"source": "s", "loss": "hinge", "trainer": trainer, "status": "ok",
+            "wall_seconds": wall, "val_loss": val_losses[-1],
+            "epoch_rows": [{"epoch": i + 1, "elapsed": e, "val_loss": v}
+                           for i, (v, e) in enumerate(zip(val_losses, elapsed))]}
+
+
+def test_derive_speedup_and_time_to_target() -> None:
+    serial = _rec("serial", 4.0, [0.5, 0.3, 0.2], [1.0, 2.0, 4.0])
+    fast = _rec("hogwild", 2.0, [0.4, 0.2, 0.19], [0.5, 1.0, 2.0])
+    never = _rec("syncsgd", 1.0, [0.9, 0.8, 0.7], [0.3, 0.6, 1.0])
+    records = [serial, fast, never]
+    derive(records, ExperimentOptions(target_slack=0.1))
+    assert serial["target_loss"] == pytest.approx(0.22)
+    assert serial["speedup"] == 1.0 and fast["speedup"] == 2.0 and never["speedup"] == 4.0
+    assert serial["time_to_target"] == 4.0 and fast["time_to_target"] == 1.0
+    assert fast["speedup_to_target"] == 4.0
+    assert never["time_to_target"] is None and never["speedup_to_target"] is None
+    derive(records, ExperimentOptions(target_loss=0.3))
+    assert serial["time_to_target"] == 2.0 and fast["time_to_target"] == 1.0
+
+
+def _num(text: str) -> float | None:
+    return float(text) if text else None
+
+
+def test_quick_experiment_writes_tables_and_plots(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "exp"
+    assert main(["experiment", "--quick", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"plots (6) in {out / 'plots'}" in printed
+
+    opts = quick_options(out_dir=str(out))
+    plan, _ = build_plan(opts)
+    with open(out / "runs.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == len(plan) * opts.repeats
+    got = {(r["source"], r["trainer"], int(r["threads"]), int(r["batch_size"])) for r in rows}
+    assert got == {(s.data.source, s.trainer, s.threads, s.batch_size) for s in plan}
+    for r in rows:
+        assert r["status"] == "ok", r
+        wall, cpu = float(r["wall_seconds"]), float(r["cpu_seconds"])
+        assert wall > 0 and cpu > 0
+        assert int(r["epochs_done"]) == opts.epochs
+        assert (r["oversubscribed"] == "true") == (int(r["threads"]) > opts.cores)
+        speedup = float(r["speedup"])
+        assert math.isfinite(speedup) and speedup > 0
+        if r["trainer"] == "serial":
+            assert speedup == 1.0
+            assert _num(r["time_to_target"]) is not None
+        if r["loss"] == "squared":
+            assert r["test_error"] == ""
+            rmse = float(r["test_rmse"])
+            assert 0 < rmse < 10
+        else:
+            for key in ("test_error", "train_error"):
+                assert 0.0 <= float(r[key]) <= 1.0
+            assert float(r["test_error"]) < 0.5 or int(r["batch_size"]) > 1
+
+    lines = (out / "runs.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(rows)
+    for line in lines:
+        rec = json.loads(line)
+        assert [e["epoch"] for e in rec["epoch_rows"]] == list(range(1, opts.epochs + 1))
+        errors = [e["train_error"] for e in rec["epoch_rows"]]
+        if rec["loss"] != "squared":
+            assert all(0.0 <= e <= 1.0 for e in errors)
+    # Per-example SGD learns: the serial run's training error falls below chance.
+    serial = [json.loads(line) for line in lines if json.loads(line)["trainer"] == "serial"]
+    assert all(rec["epoch_rows"][-1]["train_error"] < 0.4 for rec in serial
+               if rec["loss"] != "squared")
+
+    for name in PLOTS:
+        data = (out / "plots" / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
+    assert not (out / "plots" / "workers.png").exists()
+    assert (out / "summary.txt").read_text(encoding="utf-8").count("serial") >= 3
