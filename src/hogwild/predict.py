@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,6 +21,8 @@ OUTPUTS = ("label", "raw", "proba")
 # Significant digits written: labels exactly as stored (float64 round trip), scores 9.
 LABEL_DIGITS = 17
 SCORE_DIGITS = 9
+# Lines formatted at a time (32 bytes of buffer per value).
+CHUNK_ROWS = 1 << 20
 _SUMMARY_KEYS = ("accuracy", "loss")
 _CLASSIFICATION_KEYS = ("accuracy", "precision", "recall", "f1", "roc_auc", "loss")
 _REGRESSION_KEYS = ("rmse", "mae", "r2", "loss")
@@ -105,17 +108,22 @@ def format_columns(table: npt.ArrayLike, digits: int) -> bytes:
     return out[:n].tobytes()
 
 
-def prediction_text(scored: Scored, output: str) -> bytes:
-    """The predictions file: a label per line (``label``), the margin(s) (``raw``: K
-    space-separated columns for multiclass), or the positive-class probability (``proba``;
-    K columns, in ``classes`` order, for multiclass)."""
+def prediction_chunks(scored: Scored, output: str,
+                      rows_per_chunk: int = CHUNK_ROWS) -> Iterator[bytes]:
+    """The predictions file in pieces of ``rows_per_chunk`` lines (bounded memory): a label
+    per line (``label``), the margin(s) (``raw``: K space-separated columns for multiclass),
+    or the positive-class probability (``proba``; K columns, in ``classes`` order, for
+    multiclass)."""
     model = scored.model
     if output == "raw":
-        return format_columns(scored.margins, SCORE_DIGITS)
-    if output == "proba":
+        table, digits = scored.margins, SCORE_DIGITS
+    elif output == "proba":
         proba = model.proba_from_margins(scored.margins)
-        return format_columns(proba[:, 1] if model.task == "binary" else proba, SCORE_DIGITS)
-    return format_columns(scored.labels.astype(np.float64), LABEL_DIGITS)
+        table, digits = (proba[:, 1] if model.task == "binary" else proba), SCORE_DIGITS
+    else:
+        table, digits = scored.labels.astype(np.float64), LABEL_DIGITS
+    for start in range(0, table.shape[0], rows_per_chunk):
+        yield format_columns(table[start:start + rows_per_chunk], digits)
 
 
 def _fmt(value: Any) -> str:
@@ -154,18 +162,21 @@ def predict_command(model_path: str, data: str, *, out: str | None = None,
         raise ModelError(f"--proba needs a model trained with the logistic loss; this one "
                          f"uses {model.loss} ({model.task})")
     scored = score_file(model, data, threads=threads, zero_based=zero_based, warn=stderr)
-    text = prediction_text(scored, output)
     if out:
-        artifacts.atomic_write_bytes(Path(out), text)
+        with artifacts.atomic_open(Path(out)) as handle:
+            for chunk in prediction_chunks(scored, output):
+                handle.write(chunk)
         report_to = stdout
     else:
         stdout.flush()
         buffer = getattr(stdout, "buffer", None)
+        for chunk in prediction_chunks(scored, output):
+            if buffer is not None:
+                buffer.write(chunk)
+            else:
+                stdout.write(chunk.decode("ascii"))
         if buffer is not None:
-            buffer.write(text)
             buffer.flush()
-        else:
-            stdout.write(text.decode("ascii"))
         report_to = stderr
     lines = summary_lines(scored, full_metrics)
     if out:

@@ -184,3 +184,18 @@ def test_parallel_scoring_equals_scipy() -> None:
     wk = rng.normal(size=(3, data.n_features + 1))
     want_k = data.to_scipy() @ wk[:, :-1].T + wk[:, -1]
     assert np.allclose(margins(wk, data, 2), want_k, rtol=1e-10, atol=1e-10)
+
+
+def test_prediction_chunks_join_to_the_whole_file(tmp_path: Path) -> None:
+    from hogwild.predict import prediction_chunks, score_file
+
+    model = SavedModel(w=np.array([1.0, -2.0, 0.25]), loss="logistic", classes=(0, 1))
+    data = tmp_path / "d.svm"
+    data.write_text("".join(f"{i % 2} 1:{i / 7:.4f} 2:{(i % 5) / 3:.4f}\n" for i in range(11)))
+    scored = score_file(model, str(data))
+    for output in ("label", "raw", "proba"):
+        whole = b"".join(prediction_chunks(scored, output))
+        assert b"".join(prediction_chunks(scored, output, rows_per_chunk=3)) == whole
+        assert len(whole.splitlines()) == 11
+    labels = b"".join(prediction_chunks(scored, "label")).split()
+    assert [int(x) for x in labels] == scored.labels.tolist()
