@@ -110,6 +110,15 @@ def write_history(out_dir: str | Path, rows: Iterable[Mapping[str, Any]]) -> Pat
     return atomic_write_text(Path(out_dir) / HISTORY_FILE, text)
 
 
+def append_history(out_dir: str | Path, row: Mapping[str, Any]) -> None:
+    """Add one evaluation to ``metrics.jsonl`` as it happens (one line, flushed), so a run
+    that dies keeps its history; the end of the run rewrites the file whole."""
+    path = Path(out_dir) / HISTORY_FILE
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(dumps(dict(row)) + "\n")
+        handle.flush()
+
+
 def plot_loss(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str = "") -> Path:
     """``loss.png``: validation (and training, when present) loss against elapsed seconds."""
     # A bare Figure on the Agg canvas: no pyplot, no display, and about a second less to import.

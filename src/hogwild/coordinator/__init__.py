@@ -6,13 +6,12 @@ import logging
 import signal
 import sys
 import threading
-from types import FrameType
-from typing import Any, TextIO
+from typing import TextIO
 
 import grpc
 
 from hogwild.config import Settings
-from hogwild.coordinator.driver import RunDriver
+from hogwild.coordinator.driver import Interrupted, RunDriver
 from hogwild.coordinator.preflight import check_out_dir
 from hogwild.coordinator.servicer import CoordinatorServicer
 from hogwild.coordinator.state import RunState
@@ -26,11 +25,14 @@ from hogwild.protocol.health import (
     stall_seconds,
 )
 from hogwild.protocol.serving import bind, new_server
+from hogwild.signals import SignalWatch
 
 log = logging.getLogger("hogwild.coordinator")
 
 # The line the launcher waits for (and parses) to learn the bound port.
 READY_PREFIX = "coordinator listening on port "
+# Exit code of a coordinator stopped (SIGTERM) before training began: nothing was written.
+INTERRUPTED = 130
 
 __all__ = ["READY_PREFIX", "RunState", "create_server", "serve"]
 
@@ -56,10 +58,16 @@ def serve(settings: Settings, out: TextIO = sys.stdout) -> int:
     """
     check_out_dir(settings.out_dir)
     server, port, state, health = create_server(settings)
+    stop_event = threading.Event()
+
+    def on_sigterm() -> None:  # SIGTERM: NOT_SERVING, stop the workers, write outputs, exit 0
+        health.set(False)
+        stop_event.set()
+
+    # Before the port is announced: from then on a SIGTERM must find its handler in place.
+    sigterm = SignalWatch(signal.SIGTERM, on_sigterm).install()
     server.start()
     print(f"{READY_PREFIX}{port}", file=out, flush=True)
-    stop_event = threading.Event()
-    previous = _install_sigterm(stop_event, health)
     driver = RunDriver(settings, state, health, stop_event, out)
     health.watch(lambda: driver.alive_at, stall_seconds(settings.barrier_timeout,
                                                           settings.rpc_timeout))
@@ -68,23 +76,13 @@ def serve(settings: Settings, out: TextIO = sys.stdout) -> int:
         codec_warmup()
         driver.run()
         return 0
+    except Interrupted as exc:
+        print(f"coordinator: {exc}", file=sys.stderr, flush=True)
+        return INTERRUPTED
     finally:
         health.set(False)
         health.shutdown()
         driver.close()
         # Give in-flight deltas and final-state streams a moment; never wait forever.
         server.stop(grace=2.0).wait(5.0)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _install_sigterm(stop_event: threading.Event, health: HealthReporter) -> Any:
-    """SIGTERM: NOT_SERVING, stop the workers, collect, write outputs, exit 0."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        health.set(False)
-        stop_event.set()
-
-    return signal.signal(signal.SIGTERM, on_sigterm)
+        sigterm.restore()

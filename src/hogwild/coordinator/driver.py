@@ -18,7 +18,7 @@ import numpy as np
 
 from hogwild import artifacts
 from hogwild.config import Settings
-from hogwild.coordinator.state import RunState, WorkerRecord
+from hogwild.coordinator.state import RunState, Totals, WorkerRecord
 from hogwild.coordinator.stopping import StopRules
 from hogwild.data.reorder import restore_weights
 from hogwild.errors import ClusterError, HogwildError
@@ -69,6 +69,10 @@ class Shipment:
     seconds: float
 
 
+class Interrupted(Exception):
+    """SIGTERM before training began: the coordinator exits 130 without writing outputs."""
+
+
 class RunDriver:
     """Drives one distributed run over a :class:`RunState` that the servicer also updates."""
 
@@ -117,11 +121,12 @@ class RunDriver:
         self._print(f"run {self.state.run_id}: waiting for {s.workers} worker(s) "
                     f"(register_timeout {s.register_timeout:g}s)")
         try:
-            workers = self.state.wait_for_workers(s.register_timeout)
+            workers = self.state.wait_for_workers(s.register_timeout, self.stop_event.is_set)
             for record in workers:
-                self.channels[record.worker_id] = grpc.insecure_channel(record.address)
-                self.stubs[record.worker_id] = pb_grpc.WorkerStub(  # type: ignore[no-untyped-call]
-                    self.channels[record.worker_id])
+                self._connect(record)
+            if self.stop_event.is_set():
+                # Nothing trained, nothing to write: tell whoever registered, then leave.
+                raise Interrupted("SIGTERM before the run started: no outputs written")
             n_features = splits.train.n_features
             dim = n_features + 1
             self.state.start_model(dim)
@@ -135,6 +140,7 @@ class RunDriver:
                         f"thread(s) each, up to {max_rounds} rounds of {round_size} "
                         "examples per thread")
             train_began = self.train_began = time.perf_counter()
+            artifacts.write_history(s.out_dir, self.history)  # empty: rows are appended
             reason, rules = self._monitor(splits, train_began)
             self._stop_workers(reason)
             train_seconds = time.perf_counter() - train_began
@@ -231,6 +237,15 @@ class RunDriver:
         self.started_workers = True
         _parallel(lambda r: self._call(r, "Start", start), workers)
 
+    def _connect(self, record: WorkerRecord) -> None:
+        """A channel and stub to a registered worker's (current) address."""
+        old = self.channels.pop(record.worker_id, None)
+        if old is not None:
+            old.close()
+        self.channels[record.worker_id] = grpc.insecure_channel(record.address)
+        self.stubs[record.worker_id] = pb_grpc.WorkerStub(  # type: ignore[no-untyped-call]
+            self.channels[record.worker_id])
+
     def _call(self, record: WorkerRecord, rpc: str, message: Any) -> Any:
         try:
             return getattr(self.stubs[record.worker_id], rpc)(
@@ -276,23 +291,27 @@ class RunDriver:
 
     _last_w: np.ndarray
 
-    def _evaluate(self, splits: Any, loss: Any, began: float) -> dict[str, Any]:
+    def _evaluate(self, splits: Any, loss: Any, began: float,
+                  totals: Totals | None = None) -> dict[str, Any]:
         t0 = time.perf_counter()
-        w = self.state.model_copy()
+        if totals is None:
+            totals = self.state.totals()
+        w = totals.w
         self._last_w = w
         val = evaluate(splits.val, w, loss) if splits.val.n_rows else None
         self.eval_seconds += time.perf_counter() - t0
-        examples = self.state.examples()
+        examples = totals.examples
         losses = [r.train_loss for r in self.state.workers.values() if r.train_loss is not None]
-        row = {"elapsed": time.perf_counter() - began, "round": self.state.max_round(),
+        row = {"elapsed": time.perf_counter() - began, "round": totals.rounds,
                "examples": examples, "epochs": examples / max(1, splits.train.n_rows),
                "val_loss": val.loss if val else None,
                "val_accuracy": val.accuracy if val else None,
                "train_loss": float(np.mean(losses)) if losses else None,
-               "deltas_received": self.state.deltas_received,
-               "bytes_received": self.state.bytes_received,
+               "deltas_received": totals.deltas_received,
+               "bytes_received": totals.bytes_received,
                "max_staleness": self.state.max_staleness()}
         self.history.append(row)
+        artifacts.append_history(self.settings.out_dir, row)
         self._print(f"{row['elapsed']:>7.2f}s {row['round']:>6} {examples:>10} "
                     f"{row['epochs']:>7.2f} {_fmt(row['val_loss']):>9} "
                     f"{_fmt(row['val_accuracy']):>8} {row['deltas_received']:>7} "
@@ -351,9 +370,11 @@ class RunDriver:
 
         s = self.settings
         loss = get_loss(s.loss)
-        final_w = self.state.model_copy()
+        # From here the model takes no more deltas, so every figure below describes it.
+        totals = self.state.seal()
+        final_w = totals.w
         # The last evaluation sees every delta, final ones included.
-        row = self._evaluate(splits, loss, self.train_began)
+        row = self._evaluate(splits, loss, self.train_began, totals)
         metric = row["val_loss"] if row["val_loss"] is not None else row["train_loss"]
         if metric is not None:
             rules.evaluation(float(metric), final_w)
@@ -361,7 +382,7 @@ class RunDriver:
         w = best if (best is not None and (s.patience or s.target_loss is not None)) else final_w
         test = evaluate(splits.test, w, loss)
         val = evaluate(splits.val, w, loss) if splits.val.n_rows else None
-        examples = self.state.examples()
+        examples = totals.examples
         workers_out = self._write_worker_states(final_w, splits.feature_order)
         shipped = sum(x.nbytes for x in self.shipments)
         ship_seconds = max((x.seconds for x in self.shipments), default=0.0)
@@ -369,13 +390,13 @@ class RunDriver:
             "command": "run", "test_loss": test.loss, "test_accuracy": test.accuracy,
             "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
             "epochs": examples / max(1, splits.train.n_rows), "examples": examples,
-            "rounds": self.state.max_round(), "seconds": train_seconds,
+            "rounds": totals.rounds, "seconds": train_seconds,
             "load_seconds": load_seconds, "total_seconds": time.perf_counter() - began,
             "stop_reason": reason, "workers": s.workers, "threads": s.threads, "mode": s.mode,
             "staleness": s.staleness, "shipping": s.shipping, "loss": s.loss,
-            "deltas_received": self.state.deltas_received,
-            "bytes_received": self.state.bytes_received,
-            "duplicates_ignored": self.state.duplicates,
+            "deltas_received": totals.deltas_received,
+            "bytes_received": totals.bytes_received,
+            "duplicates_ignored": totals.duplicates,
             # As measured by the workers (bounded by `staleness`); the coordinator's own view of
             # the round gap also counts messages still in flight, so it can be larger.
             "max_staleness": max([st.max_staleness for st in self.final_states.values()]
@@ -387,7 +408,7 @@ class RunDriver:
             "shipped_bytes": shipped, "ship_seconds": ship_seconds,
             "train_rows": splits.train.n_rows, "test_rows": splits.test.n_rows,
             "n_features": splits.train.n_features, "run_id": self.state.run_id,
-            "coordinator_applied_from": {str(k): v for k, v in self.state.applied_from().items()},
+            "coordinator_applied_from": {str(k): v for k, v in totals.applied_from.items()},
             "dropped_workers": sorted(r.worker_id for r in self.state.workers.values() if r.dead),
             "peer_reports": [{"reporter": a, "peer": b, "round": c, "reason": d}
                              for a, b, c, d in self.state.peer_reports],
@@ -399,8 +420,8 @@ class RunDriver:
         self._print(f"done ({reason}): {metrics['epochs']:.2f} epochs, {metrics['rounds']} "
                     f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "
                     f"test loss {test.loss:.4f}, test accuracy {acc}; "
-                    f"{self.state.deltas_received} deltas, "
-                    f"{self.state.bytes_received / 1e6:.1f} MB received; outputs in {s.out_dir}")
+                    f"{totals.deltas_received} deltas, "
+                    f"{totals.bytes_received / 1e6:.1f} MB received; outputs in {s.out_dir}")
         return metrics
 
     def _write_worker_states(self, global_w: np.ndarray,

@@ -11,6 +11,7 @@ import math
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,6 +44,19 @@ class WorkerRecord:
     last_seen: float = field(default_factory=time.monotonic)
 
 
+@dataclass
+class Totals:
+    """The global model and the counters of the deltas summed into it, read together."""
+
+    w: npt.NDArray[np.float64]
+    deltas_received: int
+    bytes_received: int
+    duplicates: int
+    applied_from: dict[int, int]
+    examples: int
+    rounds: int
+
+
 class RunState:
     """Everything the coordinator knows about the run; every method is thread-safe."""
 
@@ -61,6 +75,7 @@ class RunState:
         self.bytes_received = 0
         self.apply_seconds = 0.0         # time spent adding deltas to the global model
         self.peer_reports: list[tuple[int, int, int, str]] = []  # (reporter, peer, round, why)
+        self.sealed = False               # the run is over: the model takes no more deltas
 
     # ---------------------------------------------------------------- registration
 
@@ -82,11 +97,24 @@ class RunState:
             self._lock.notify_all()
             return worker_id
 
-    def wait_for_workers(self, timeout: float) -> list[WorkerRecord]:
-        """Block until every expected worker registered; ClusterError naming who is missing."""
+    def wait_for_workers(self, timeout: float,
+                         cancelled: Callable[[], bool] = lambda: False) -> list[WorkerRecord]:
+        """Block until every expected worker registered; ClusterError naming who is missing.
+
+        Returns early (registration closed, fewer workers) once ``cancelled()`` is true: the
+        caller checks it again and gives up.
+        """
+        deadline = time.monotonic() + timeout
         with self._lock:
-            self._lock.wait_for(lambda: len(self.workers) >= self.n_workers, timeout)
+            # Short waits: a SIGTERM handler cannot notify this condition, so look again often.
+            while len(self.workers) < self.n_workers and not cancelled():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._lock.wait(min(left, 0.1))
             self.closed = True
+            if cancelled():
+                return list(self.workers.values())
             if len(self.workers) < self.n_workers:
                 have = ", ".join(f"{r.worker_id}@{r.address}" for r in self.workers.values())
                 raise ClusterError(
@@ -122,6 +150,8 @@ class RunState:
             record = self.check_sender(h.run_id, h.worker_id)
             if self.w is None:
                 raise StaleOrUnknown("delta received before the run started")
+            if self.sealed:
+                raise StaleOrUnknown("delta received after the run ended")
             if delta.key in self._seen:
                 self.duplicates += 1
                 return False
@@ -173,6 +203,24 @@ class RunState:
             if not record.dead:
                 record.dead, record.dead_reason = True, reason
             self._lock.notify_all()
+
+    def totals(self) -> Totals:
+        """The model and its counters, read together (an evaluation's view)."""
+        with self._lock:
+            assert self.w is not None
+            return Totals(
+                w=self.w.copy(), deltas_received=self.deltas_received,
+                bytes_received=self.bytes_received, duplicates=self.duplicates,
+                applied_from={r.worker_id: r.deltas_applied for r in self.workers.values()},
+                examples=sum(r.examples for r in self.workers.values()),
+                rounds=max((r.round for r in self.workers.values()), default=0))
+
+    def seal(self) -> Totals:
+        """End the run: refuse every later delta and return the model with the counters that
+        describe exactly it (what metrics.json and the last printed line report)."""
+        with self._lock:
+            self.sealed = True
+            return self.totals()
 
     # ------------------------------------------------------------------- queries
 

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import threading
-from types import FrameType
-from typing import Any
 
 import grpc
 
@@ -22,6 +19,7 @@ from hogwild.protocol.health import (
     stall_seconds,
 )
 from hogwild.protocol.serving import bind, new_server
+from hogwild.signals import SignalWatch
 from hogwild.worker.node import WorkerNode
 from hogwild.worker.servicer import WorkerServicer
 
@@ -49,7 +47,13 @@ def serve(settings: Settings) -> int:
     server, port, node, health = create_server(settings)
     server.start()
     print(f"worker listening on port {port}", flush=True)
-    previous = _install_sigterm(node, health)
+
+    def on_sigterm() -> None:  # SIGTERM: NOT_SERVING, stop training, final delta, exit 0
+        health.set(False)
+        node.request_stop("SIGTERM", leave=True)
+        node.started.set()  # wake a worker still waiting for the run to start
+
+    sigterm = SignalWatch(signal.SIGTERM, on_sigterm).install()
     health.watch(lambda: node.alive_at, stall_seconds(settings.barrier_timeout,
                                                         settings.rpc_timeout))
     try:
@@ -65,26 +69,13 @@ def serve(settings: Settings) -> int:
             raise ClusterError(node.fatal)
         # The coordinator collects the final state after Stop; do not wait forever.
         if (node.done.is_set() and not node.leaving
-                and not node.state_served.wait(settings.connect_timeout)):
-            log.warning("nobody collected the final state within %.0fs",
-                        settings.connect_timeout)
+                and not node.wait_collected(settings.connect_timeout)):
+            log.warning("the coordinator did not collect the final state (gone, or not within "
+                        "connect_timeout=%.0fs)", settings.connect_timeout)
         return 0
     finally:
         health.set(False)
         health.shutdown()
         node.close()
         server.stop(grace=1.0).wait(2.0)
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _install_sigterm(node: WorkerNode, health: HealthReporter) -> Any:
-    """SIGTERM: NOT_SERVING, stop training, send the final delta, exit 0."""
-    if threading.current_thread() is not threading.main_thread():
-        return signal.getsignal(signal.SIGTERM)
-
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        health.set(False)
-        node.request_stop("SIGTERM", leave=True)
-        node.started.set()  # wake a worker still waiting for the run to start
-
-    return signal.signal(signal.SIGTERM, on_sigterm)
+        sigterm.restore()
