@@ -31,22 +31,33 @@ def _reuters_settings(out: Path, **extra: Any) -> dict[str, Any]:
 
 
 def _check_exactly_once(metrics: dict[str, Any], n_workers: int) -> None:
-    """Every delta message a worker sent was applied once by the coordinator and each peer."""
+    """Every delta message a destination acknowledged was applied there exactly once.
+
+    Deltas queued behind a slow send are summed into one message (to the coordinator always,
+    to peers in async mode), so a destination may get fewer messages than the worker built;
+    in sync mode every peer gets every message.
+    """
     states = {s["worker_id"]: s for s in metrics["worker_states"]}
     assert sorted(states) == list(range(n_workers))
     coordinator = metrics["coordinator_applied_from"]
     for wid, st in states.items():
         sent = st["deltas_sent"]
         assert sent > 1
-        assert coordinator[str(wid)] == sent, f"coordinator applied {coordinator[str(wid)]} of " \
-                                              f"worker {wid}'s {sent} deltas"
-        assert st["acked_by_coordinator"] == sent
+        assert 1 <= st["acked_by_coordinator"] <= sent
+        assert coordinator[str(wid)] == st["acked_by_coordinator"], (
+            f"coordinator applied {coordinator[str(wid)]} of worker {wid}'s "
+            f"{st['acked_by_coordinator']} acknowledged deltas")
         for peer, pst in states.items():
             if peer != wid:
-                assert pst["applied_from"][str(wid)] == sent, (
+                acked = st["acked_by"][str(peer)]
+                assert pst["applied_from"][str(wid)] == acked, (
                     f"worker {peer} applied {pst['applied_from'][str(wid)]} of worker {wid}'s "
-                    f"{sent} deltas")
-    assert metrics["deltas_received"] == sum(s["deltas_sent"] for s in states.values())
+                    f"{acked} acknowledged deltas")
+                if metrics["mode"] == "sync":
+                    assert acked == sent
+                else:
+                    assert 1 <= acked <= sent
+    assert metrics["deltas_received"] == sum(s["acked_by_coordinator"] for s in states.values())
 
 
 def test_sync_run_reaches_accuracy_and_workers_equal_the_global_model(

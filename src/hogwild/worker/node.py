@@ -47,9 +47,10 @@ from hogwild.protocol.codec import (
 from hogwild.protocol.streams import FinalState, ReceivedShard, receive_shard, state_chunks
 from hogwild.worker.inbox import Inbox, PeerStatus
 from hogwild.worker.plan import RunPlan
-from hogwild.worker.sender import Destination
+from hogwild.worker.sender import Destination, OutgoingDelta
 from hogwild.worker.timing import Timers
 from hogwild.worker.training import ThreadCursor, make_cursors, train_round
+from hogwild.worker.watch import CoordinatorWatch
 
 log = logging.getLogger("hogwild.worker")
 
@@ -108,6 +109,7 @@ class WorkerNode:
         self.state_served = threading.Event()
         self.fatal: str | None = None
         self.seq = 0
+        self._seq_lock = threading.Lock()
         self.deltas_sent = 0
         self.rounds = 0
         self.examples = 0
@@ -314,13 +316,36 @@ class WorkerNode:
     # ------------------------------------------------------------------- running
 
     def wait_for_start(self, timeout: float) -> None:
-        """Block until Start (or a stop request); ClusterError after ``timeout``."""
+        """Block until Start (or a stop request); ClusterError after ``timeout``, or within
+        seconds once the coordinator's process is gone (nothing to wait for then)."""
         deadline = time.monotonic() + timeout
-        while not self.started.wait(0.1):
-            if self.stop_requested.is_set():
-                return
-            if time.monotonic() > deadline:
-                raise ClusterError(f"the coordinator did not start the run within {timeout:g}s")
+        watch = CoordinatorWatch(self.settings.coordinator_address)
+        try:
+            while not self.started.wait(0.1):
+                if self.stop_requested.is_set():
+                    return
+                if time.monotonic() > deadline:
+                    raise ClusterError(
+                        f"the coordinator did not start the run within {timeout:g}s")
+                if watch.gone():
+                    raise ClusterError(
+                        f"the coordinator at {self.settings.coordinator_address} went away "
+                        "before the run started")
+        finally:
+            watch.close()
+
+    def wait_collected(self, timeout: float) -> bool:
+        """After the run: wait until the coordinator collected the final state; False after
+        ``timeout`` or as soon as the coordinator's process is gone."""
+        deadline = time.monotonic() + timeout
+        watch = CoordinatorWatch(self.settings.coordinator_address)
+        try:
+            while not self.state_served.wait(0.1):
+                if time.monotonic() > deadline or watch.gone():
+                    return False
+            return True
+        finally:
+            watch.close()
 
     def run(self) -> None:
         """Train until max_rounds or a stop request, then finish (final delta, peers' finals).
@@ -480,21 +505,30 @@ class WorkerNode:
         if n < 0:
             raise InvalidMessage("build_delta: buffers shorter than the model")
         t1 = time.perf_counter()
-        self.seq += 1
-        header = DeltaHeader(run_id=self.run_id, worker_id=self.worker_id, round=round_,
-                             seq=self.seq, dim=plan.dim, final=final, examples=self.examples)
-        messages = encode_delta_parts(header, idx[:n], val[:n], self.settings.chunk_bytes)
+        messages = self._encode_delta(idx[:n], val[:n], round_, final, self.examples)
         self.timers.add("build_delta", t1 - t0)
         self.timers.add("encode", time.perf_counter() - t1, len(messages))
+        outgoing = OutgoingDelta(round_, final, self.examples, idx[:n], val[:n], messages)
         for dest in self.destinations.values():
-            for m in messages:
-                dest.put("PushDelta", m)
+            dest.put_delta(outgoing if not dest.coalesce else OutgoingDelta(
+                round_, final, self.examples, idx[:n], val[:n], messages))
         self.deltas_sent += len(messages)
         self.rounds = max(self.rounds, round_)
         peers = self.inbox.snapshot()
         live = [p.round for p in peers.values() if not p.settled]
         if live:
             self.max_staleness = max(self.max_staleness, round_ - min(live))
+
+    def _encode_delta(self, indices: np.ndarray, values: np.ndarray, round_: int, final: bool,
+                      examples: int) -> list[pb.Delta]:
+        """The messages of one delta under a new seq (exchange and sender threads call it)."""
+        with self._seq_lock:
+            self.seq += 1
+            seq = self.seq
+        assert self.plan is not None
+        header = DeltaHeader(run_id=self.run_id, worker_id=self.worker_id, round=round_,
+                             seq=seq, dim=self.plan.dim, final=final, examples=examples)
+        return encode_delta_parts(header, indices, values, self.settings.chunk_bytes)
 
     def _average_bias(self, plan: RunPlan) -> None:
         """Send 1/W of this round's own bias change instead of all of it.
@@ -543,9 +577,11 @@ class WorkerNode:
             self._await_peer_finals(plan)
         self._apply_inbox()
         flush_for = plan.barrier_timeout + plan.rpc_timeout
+        t0 = time.perf_counter()
         for dest in self.destinations.values():
             self._alive()
             dest.flush(flush_for)
+        self.timers.add("drain", time.perf_counter() - t0)
         with self._cond:
             self.phase = Phase.DONE
         self.done.set()
@@ -584,14 +620,18 @@ class WorkerNode:
 
     def _open_destinations(self, plan: RunPlan) -> None:
         give_up = max(plan.barrier_timeout, plan.rpc_timeout)
+        # Queued deltas are summed (bounded queues, one send to drain) wherever the order of
+        # rounds does not matter: to the coordinator (it only sums), and to peers in async mode.
+        # In sync mode a peer's barrier needs each round's delta on its own.
         for pid, address in sorted(plan.peers.items()):
             self.destinations[pid] = Destination(
                 f"peer {pid}", pid, address, pb_grpc.WorkerStub, plan.rpc_timeout, give_up,
-                self._on_destination_down, self.timers)
+                self._on_destination_down, self.timers, coalesce=plan.mode == "async",
+                encoder=self._encode_delta)
         self.destinations[COORDINATOR_ID] = Destination(
             "coordinator", COORDINATOR_ID, self.settings.coordinator_address,
             pb_grpc.CoordinatorStub, plan.rpc_timeout, give_up, self._on_destination_down,
-            self.timers)
+            self.timers, coalesce=True, encoder=self._encode_delta)
 
     def _maybe_report_progress(self, plan: RunPlan, done: bool) -> None:
         now = time.monotonic()

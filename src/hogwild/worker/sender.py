@@ -5,6 +5,14 @@ is retried (same seq: the receiver ignores duplicates) on UNAVAILABLE / DEADLINE
 ``give_up_after`` seconds of failures, then the destination is declared down (callback) and
 its queue is discarded. A rejection (INVALID_ARGUMENT, FAILED_PRECONDITION) is logged and the
 message dropped: retrying cannot help.
+
+The queue is bounded. With ``coalesce`` on, a delta queued behind a slow send is not queued
+again: it is summed into the delta still waiting (deltas are additive, so the receiver ends
+with the same sum), which is re-encoded with a fresh seq when its turn comes. So at most one
+delta waits per destination and draining never takes more than one send. The float32 rounding
+of a summed delta is kept and added to the next one (the last one sends it on its own), so
+nothing is lost to rounding. A newer progress report replaces a queued older one; heartbeats
+are only queued when the queue is empty.
 """
 
 from __future__ import annotations
@@ -14,9 +22,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
+import numpy as np
+import numpy.typing as npt
 
 from hogwild.worker.timing import Timers
 
@@ -24,6 +35,54 @@ log = logging.getLogger("hogwild.worker")
 
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
               grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNKNOWN}
+# Messages whose newest copy says all the older ones said: a queued one is replaced.
+_REPLACEABLE = {"ReportProgress"}
+
+# (indices, float32 values, round, final, examples) -> the messages of one delta (a new seq).
+Encoder = Callable[[npt.NDArray[np.int32], npt.NDArray[np.float32], int, bool, int], list[Any]]
+
+
+@dataclass
+class OutgoingDelta:
+    """One delta waiting for its destination: its messages as encoded by the exchange thread
+    (shared by every destination), or, once other deltas were summed into it, only its
+    coordinates (float64 sums), encoded when it is sent."""
+
+    round: int
+    final: bool
+    examples: int
+    indices: npt.NDArray[np.int32]
+    values: npt.NDArray[np.floating[Any]]
+    messages: list[Any] | None = None
+    merged: int = 1
+
+    def absorb(self, other: OutgoingDelta) -> None:
+        """Sum ``other`` (a later delta) into this one."""
+        self.indices, self.values = merge_sparse(self.indices, self.values, other.indices,
+                                                 other.values)
+        self.round = max(self.round, other.round)
+        self.final = self.final or other.final
+        self.examples = max(self.examples, other.examples)
+        self.messages = None
+        self.merged += other.merged
+
+
+def merge_sparse(idx_a: npt.NDArray[np.int32], val_a: npt.NDArray[np.floating[Any]],
+                 idx_b: npt.NDArray[np.int32], val_b: npt.NDArray[np.floating[Any]]
+                 ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]:
+    """The sum of two sparse vectors as (ascending unique indices, float64 values), vectorised:
+    one stable sort of both index lists, then a segmented sum over equal indices."""
+    idx = np.concatenate((idx_a, idx_b)).astype(np.int32, copy=False)
+    val = np.concatenate((np.asarray(val_a, dtype=np.float64),
+                          np.asarray(val_b, dtype=np.float64)))
+    if idx.shape[0] == 0:
+        return idx, val
+    order = np.argsort(idx, kind="stable")
+    idx, val = idx[order], val[order]
+    starts = np.flatnonzero(np.concatenate(([True], idx[1:] != idx[:-1])))
+    sums = np.add.reduceat(val, starts)
+    keep = sums != 0.0
+    return idx[starts][keep], sums[keep]
 
 
 class Destination:
@@ -31,7 +90,8 @@ class Destination:
 
     def __init__(self, name: str, dest_id: int, address: str, stub_factory: Callable[[Any], Any],
                  rpc_timeout: float, give_up_after: float,
-                 on_down: Callable[[int, str], None], timers: Timers | None = None) -> None:
+                 on_down: Callable[[int, str], None], timers: Timers | None = None,
+                 coalesce: bool = False, encoder: Encoder | None = None) -> None:
         self.name = name
         self.dest_id = dest_id
         self.address = address
@@ -45,6 +105,11 @@ class Destination:
         self._kind = "coordinator" if dest_id < 0 else "peer"
         self._cond = threading.Condition()
         self._queue: deque[tuple[str, Any]] = deque()
+        self.coalesce = coalesce and encoder is not None
+        self.encoder = encoder
+        self._waiting: OutgoingDelta | None = None   # queued, not yet taken by the thread
+        self._residual: OutgoingDelta | None = None  # float32 rounding of the last sum
+        self.deltas_merged = 0
         self._closing = False
         self._busy = False
         self.down = False
@@ -59,7 +124,32 @@ class Destination:
         with self._cond:
             if self.down or self._closing:
                 return
+            if rpc in _REPLACEABLE:
+                for k, (queued, _) in enumerate(self._queue):
+                    if queued == rpc:
+                        self._queue[k] = (rpc, message)
+                        return
             self._queue.append((rpc, message))
+            self._cond.notify_all()
+
+    def put_delta(self, delta: OutgoingDelta) -> None:
+        """Queue a delta, or (coalescing) sum it into the one still waiting to be sent."""
+        t0 = time.perf_counter()
+        with self._cond:
+            if self.down or self._closing:
+                return
+            if self.coalesce and self._waiting is not None:
+                self._waiting.absorb(delta)
+                self.deltas_merged += 1
+                self.timers.add(f"coalesce:{self._kind}", time.perf_counter() - t0)
+                return
+            if self._residual is not None:
+                residual, self._residual = self._residual, None
+                residual.absorb(delta)
+                delta = residual
+            self._queue.append(("PushDelta", delta))
+            if self.coalesce:
+                self._waiting = delta
             self._cond.notify_all()
 
     def pending(self) -> int:
@@ -95,13 +185,44 @@ class Destination:
                 if self._closing and not self._queue:
                     return
                 rpc, message = self._queue.popleft()
+                if message is self._waiting:
+                    self._waiting = None  # from now on a new delta queues behind this one
                 self._busy = True
             try:
-                self._deliver(rpc, message)
+                if isinstance(message, OutgoingDelta):
+                    for part in self._encode(message):
+                        self._deliver(rpc, part)
+                else:
+                    self._deliver(rpc, message)
             finally:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+
+    def _encode(self, delta: OutgoingDelta) -> list[Any]:
+        """The messages of ``delta``: as encoded, or its float32 sum (the rounding kept for
+        the next delta; the last delta sends it right after itself)."""
+        if delta.messages is not None:
+            return delta.messages
+        assert self.encoder is not None
+        val32 = delta.values.astype(np.float32)
+        rest = delta.values - val32.astype(np.float64)
+        left = np.flatnonzero(rest)
+        final_now = delta.final and left.shape[0] == 0
+        messages = self.encoder(delta.indices, val32, delta.round, final_now, delta.examples)
+        if left.shape[0]:
+            residual = OutgoingDelta(delta.round, delta.final, delta.examples,
+                                     delta.indices[left], rest[left], merged=0)
+            if delta.final:
+                messages += self.encoder(residual.indices, residual.values.astype(np.float32),
+                                         delta.round, True, delta.examples)
+            else:
+                with self._cond:
+                    if self._waiting is not None:
+                        self._waiting.absorb(residual)
+                    else:
+                        self._residual = residual
+        return messages
 
     def _deliver(self, rpc: str, message: Any) -> None:
         first_failure: float | None = None

@@ -1,0 +1,126 @@
+"""The outgoing queue of one destination: deltas queued behind a slow send are summed exactly,
+the queue stays bounded, and the float32 rounding of a sum is never lost."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hogwild.protocol import pb
+from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
+from hogwild.worker.sender import Destination, OutgoingDelta, merge_sparse
+
+DIM = 1_000
+
+
+def test_merge_sparse_equals_a_dense_sum() -> None:
+    rng = np.random.default_rng(0)
+    dense = np.zeros(DIM)
+    idx_acc = np.zeros(0, dtype=np.int32)
+    val_acc = np.zeros(0, dtype=np.float64)
+    for _ in range(20):
+        idx = np.sort(rng.choice(DIM, size=rng.integers(0, 200), replace=False)).astype(np.int32)
+        val = rng.normal(size=idx.shape[0]).astype(np.float32)
+        dense[idx] += val
+        idx_acc, val_acc = merge_sparse(idx_acc, val_acc, idx, val)
+    assert np.all(np.diff(idx_acc) > 0)
+    out = np.zeros(DIM)
+    out[idx_acc] = val_acc
+    np.testing.assert_array_equal(out, dense)  # float64 sums of float32 values: exact here
+
+
+def test_merge_sparse_drops_cancelled_coordinates() -> None:
+    idx, val = merge_sparse(np.array([1, 3], dtype=np.int32), np.array([1.0, 2.0]),
+                            np.array([3, 5], dtype=np.int32), np.array([-2.0, 4.0]))
+    assert idx.tolist() == [1, 5] and val.tolist() == [1.0, 4.0]
+
+
+class GatedStub:
+    """A fake stub whose PushDelta blocks until released, recording what arrives."""
+
+    def __init__(self, channel: Any) -> None:
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self.received: list[Any] = []
+        self.other: list[tuple[str, Any]] = []
+
+    def PushDelta(self, message: Any, timeout: float) -> None:
+        self.entered.set()
+        self.gate.wait(10)
+        self.received.append(message)
+
+    def ReportProgress(self, message: Any, timeout: float) -> None:
+        self.other.append(("ReportProgress", message))
+
+
+def _destination(coalesce: bool) -> tuple[Destination, GatedStub, list[int]]:
+    seqs: list[int] = []
+    lock = threading.Lock()
+
+    def encoder(idx: Any, val: Any, round_: int, final: bool, examples: int) -> list[Any]:
+        with lock:
+            seqs.append(len(seqs) + 100)
+            seq = seqs[-1]
+        return encode_delta_parts(DeltaHeader("run", 0, round_, seq, DIM, final=final,
+                                              examples=examples), idx, val, 1 << 20)
+
+    dest = Destination("peer 1", 1, "127.0.0.1:1", GatedStub, 5.0, 5.0, lambda i, w: None,
+                       coalesce=coalesce, encoder=encoder)
+    return dest, dest.stub, seqs
+
+
+def _delta(rng: np.random.Generator, round_: int, final: bool = False) -> OutgoingDelta:
+    idx = np.sort(rng.choice(DIM, size=50, replace=False)).astype(np.int32)
+    val = (rng.normal(size=50) * 1e-3).astype(np.float32)
+    header = DeltaHeader("run", 0, round_, round_, DIM, final=final, examples=round_ * 10)
+    return OutgoingDelta(round_, final, round_ * 10, idx, val,
+                         encode_delta_parts(header, idx, val, 1 << 20))
+
+
+def _applied(messages: list[Any]) -> np.ndarray:
+    w = np.zeros(DIM)
+    for m in messages:
+        d = decode_delta(m, DIM)
+        w[d.indices] += d.values.astype(np.float64)
+    return w
+
+
+@pytest.mark.parametrize("coalesce", [True, False])
+def test_deltas_behind_a_slow_send_are_summed_and_nothing_is_lost(coalesce: bool) -> None:
+    rng = np.random.default_rng(1)
+    dest, stub, seqs = _destination(coalesce)
+    try:
+        deltas = [_delta(rng, r, final=(r == 30)) for r in range(1, 31)]
+        expected = np.zeros(DIM)
+        for d in deltas:
+            expected[d.indices] += d.values.astype(np.float64)
+        dest.put_delta(deltas[0])
+        assert stub.entered.wait(5)  # the first send is in flight and blocked
+        for d in deltas[1:]:
+            dest.put_delta(d)
+            dest.put("ReportProgress", pb.Progress(round=d.round))
+        # Bounded: one delta waiting (all the others summed into it) and one progress report.
+        assert dest.pending() == (3 if coalesce else 1 + 29 + 1)
+        stub.gate.set()
+        assert dest.flush(10)
+    finally:
+        stub.gate.set()
+        dest.close(1.0)
+    got = _applied(stub.received)
+    rounds = [int(m.round) for m in stub.received]
+    assert rounds == sorted(rounds) and rounds[-1] == 30
+    assert stub.received[-1].final and not any(m.final for m in stub.received[:-1])
+    if coalesce:
+        assert dest.deltas_merged == 28
+        assert 2 <= len(stub.received) <= 3  # the first, the sum, maybe its rounding residual
+        assert len({int(m.seq) for m in stub.received}) == len(stub.received)
+        assert all(s >= 100 for s in (int(m.seq) for m in stub.received[1:]))
+        # The float64 sum of every float32 delta, to float64 rounding: nothing lost to float32.
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-15)
+        assert [(rpc, m.round) for rpc, m in stub.other] == [("ReportProgress", 30)]
+    else:
+        assert len(stub.received) == 30 and seqs == []
+        np.testing.assert_array_equal(got, expected)
