@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = REPO.parent / "shared" / "data"
+# The shared data sets sit beside the checkout (or beside the directory of worktrees).
+DATA = next((d for d in (REPO.parent / "shared" / "data", REPO.parent.parent / "shared" / "data")
+             if d.is_dir()), REPO.parent / "shared" / "data")
 REUTERS_TRAIN = DATA / "reuters21578_modapte_earn.train.libsvm.gz"
 REUTERS_TEST = DATA / "reuters21578_modapte_earn.test.libsvm.gz"
 READY = re.compile(r"coordinator listening on port (\d+)")
