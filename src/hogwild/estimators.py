@@ -57,7 +57,7 @@ class _HogwildModel(BaseEstimator):
                  lr_schedule: str = "constant", lr_decay: float = 0.9, power_t: float = 0.5,
                  l2: float = 1e-5, epochs: int = 10, threads: int = 2, fit_bias: bool = True,
                  seed: int = 0, trainer: str = "hogwild", thread_buffer: bool = True,
-                 shuffle: bool = True) -> None:
+                 batch_size: int = 1, shuffle: bool = True) -> None:
         self.loss = loss
         self.learning_rate = learning_rate
         self.lr_schedule = lr_schedule
@@ -70,6 +70,7 @@ class _HogwildModel(BaseEstimator):
         self.seed = seed
         self.trainer = trainer
         self.thread_buffer = thread_buffer
+        self.batch_size = batch_size
         self.shuffle = shuffle
 
     def __sklearn_tags__(self) -> Any:
@@ -89,7 +90,8 @@ class _HogwildModel(BaseEstimator):
                                lr_schedule=self.lr_schedule, lr_decay=float(self.lr_decay),
                                power_t=float(self.power_t), l2=float(self.l2),
                                fit_bias=bool(self.fit_bias), threads=int(self.threads),
-                               mode=self.trainer, hot_features=hot)
+                               mode=self.trainer, batch_size=self.batch_size,
+                               hot_features=hot)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{type(self).__name__}: bad parameter {exc}") from None
 
@@ -199,7 +201,8 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
 
     Parameters mirror the settings of ``hogwild train`` (``loss``, ``learning_rate``,
     ``lr_schedule``, ``lr_decay``, ``power_t``, ``l2``, ``epochs``, ``threads``, ``fit_bias``,
-    ``seed``, ``trainer``, ``thread_buffer``); ``shuffle`` permutes the rows once per fit.
+    ``seed``, ``trainer``, ``thread_buffer``, ``batch_size``); ``shuffle`` permutes the rows
+    once per fit.
     After fit: ``classes_``, ``coef_`` (1, d) or (K, d), ``intercept_``, ``n_iter_``,
     ``n_features_in_`` and ``weights_`` (the rows of ``w`` as saved, bias last).
     """
@@ -332,11 +335,12 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
                  lr_schedule: str = "invscaling", lr_decay: float = 0.9, power_t: float = 0.25,
                  l2: float = 1e-5, epochs: int = 10, threads: int = 2, fit_bias: bool = True,
                  seed: int = 0, trainer: str = "hogwild", thread_buffer: bool = True,
-                 shuffle: bool = True) -> None:
+                 batch_size: int = 1, shuffle: bool = True) -> None:
         super().__init__(loss=loss, learning_rate=learning_rate, lr_schedule=lr_schedule,
                          lr_decay=lr_decay, power_t=power_t, l2=l2, epochs=epochs,
                          threads=threads, fit_bias=fit_bias, seed=seed, trainer=trainer,
-                         thread_buffer=thread_buffer, shuffle=shuffle)
+                         thread_buffer=thread_buffer, batch_size=batch_size,
+                         shuffle=shuffle)
 
     def _check_loss(self) -> None:
         if self.loss != "squared":
