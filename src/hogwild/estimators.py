@@ -11,6 +11,7 @@ classes train one model per class (one-vs-rest, the class against the rest).
 from __future__ import annotations
 
 import io
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -405,9 +406,11 @@ def run_cluster(X: Any, y: Any = None, *, workers: int = 2, threads: int = 1,
     ``X`` is a data source (a svmlight file path, ``bundled:NAME``, ...) or an array/sparse
     matrix with labels ``y`` (two classes, or real targets with ``loss="squared"``), written
     to a temporary svmlight file. Other keyword arguments are settings (``loss``,
-    ``epochs``, ``learning_rate``, ``test_data``, ...). Outputs go to ``out_dir`` (default: a
-    temporary directory removed afterwards). RuntimeError with the run's last output lines
-    when the run fails."""
+    ``epochs``, ``learning_rate``, ``test_data``, ...); as in ``hogwild run``, without
+    ``test_data`` a ``test_fraction`` of the rows is held out for the run's test report and
+    ``val_fraction`` of the rest for validation. Outputs go to ``out_dir`` (default: a
+    temporary directory removed afterwards); ``verbose`` shows the processes' output as it
+    comes. RuntimeError with the run's last output lines when the run fails."""
     from hogwild import config
     from hogwild.data import write_svmlight
     from hogwild.launcher import run_local
@@ -444,10 +447,11 @@ def run_cluster(X: Any, y: Any = None, *, workers: int = 2, threads: int = 1,
         flags.update(workers=workers, threads=threads, mode=mode, out_dir=str(out))
         run_settings = config.load(None, {}, flags)
         log = io.StringIO()
-        code = run_local(run_settings, out=_Tee(log) if verbose else log)
+        code = run_local(run_settings, out=sys.stdout if verbose else log)
         if code != 0:
             tail = "\n".join(log.getvalue().splitlines()[-15:])
-            raise RuntimeError(f"hogwild run failed with exit code {code}:\n{tail}")
+            raise RuntimeError(f"hogwild run failed with exit code {code}" +
+                               (f":\n{tail}" if tail else " (its output is above)"))
         model = SavedModel.load(out)
     if model.task == "regression":
         return HogwildRegressor.from_saved(model)
@@ -456,17 +460,3 @@ def run_cluster(X: Any, y: Any = None, *, workers: int = 2, threads: int = 1,
         # The run saw -1/+1; the caller's labels are these.
         est.classes_ = classes
     return est
-
-
-class _Tee(io.StringIO):
-    """Keeps the run's output and shows it as it comes."""
-
-    def __init__(self, keep: io.StringIO) -> None:
-        super().__init__()
-        self._keep = keep
-
-    def write(self, text: str) -> int:
-        import sys
-
-        sys.stdout.write(text)
-        return self._keep.write(text)

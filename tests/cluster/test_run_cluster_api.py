@@ -49,3 +49,12 @@ def test_run_cluster_on_arrays_keeps_the_callers_labels_and_cleans_up(tmp_path: 
     assert isinstance(reg, HogwildRegressor) and reg.score(X, X @ w) > 0.5
     with pytest.raises(ValueError, match="binary"):
         run_cluster(X, rng.integers(0, 3, size=n), workers=2)
+
+
+def test_run_cluster_reports_a_failed_run_and_a_bad_setting(tmp_path: Path) -> None:
+    from hogwild.errors import ConfigError
+
+    with pytest.raises(RuntimeError, match="data file not found"):
+        run_cluster(str(tmp_path / "missing.svm"), workers=1, **_DEADLINES)
+    with pytest.raises(ConfigError, match="mode"):
+        run_cluster("bundled:spamassassin", workers=1, mode="sometimes")
