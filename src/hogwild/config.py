@@ -20,6 +20,7 @@ LOSSES = ("hinge", "logistic", "squared")
 SCHEDULES = ("constant", "invscaling")
 SHIPPING = ("partition", "replicate")
 TRAINER_MODES = ("hogwild", "locked", "serial", "syncsgd")
+MODEL_KINDS = ("linear", "mlp")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -126,6 +127,20 @@ class Settings:
                       "weights every 64 rows or more (features renumbered by frequency, the "
                       "hottest published most often); false = every write goes straight to the "
                       "shared vector, which contends on frequent features", commands=_TRC))
+    model: str = field(
+        default="linear",
+        metadata=_doc("linear, or mlp: a sparse-input MLP (an embedding-bag first layer over "
+                      "the row's features, ReLU hidden layers, a linear output) trained with the "
+                      "same losses and Hogwild threads", choices=MODEL_KINDS,
+                      commands=_TRC))
+    hidden: tuple[int, ...] = field(
+        default=(64,),
+        metadata=_doc("model mlp: sizes of the hidden layers, e.g. [64] or [128, 32]; the "
+                      "first is the width of the embedding of each feature", commands=_TRC))
+    binary_features: bool = field(
+        default=False,
+        metadata=_doc("model mlp: treat every stored value as 1 (skips the multiplications "
+                      "of the first layer)", commands=_TRC))
     # --- stopping ------------------------------------------------------------------------
     epochs: int = field(default=10, metadata=_doc("maximum passes over the training data",
                                                   commands=_TRC))
@@ -221,7 +236,8 @@ def _base_type(key: str) -> tuple[type, bool]:
     annotation = str(_FIELDS[key].type)
     optional = annotation.endswith(" | None")
     name = annotation.removesuffix(" | None")
-    return {"str": str, "int": int, "float": float, "bool": bool}[name], optional
+    return {"str": str, "int": int, "float": float, "bool": bool,
+            "tuple[int, ...]": tuple}[name], optional
 
 
 def _coerce(key: str, value: Any, source: str) -> Any:
@@ -235,6 +251,8 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         if optional:
             return None
         raise ConfigError(key, f"must be set, got null (from {source})")
+    if kind is tuple:
+        return _int_list(key, value, source)
     if kind is bool:
         if not isinstance(value, bool):
             raise ConfigError(key, f"expected true or false, got {value!r} (from {source})")
@@ -250,6 +268,25 @@ def _coerce(key: str, value: Any, source: str) -> Any:
     if not isinstance(value, str):
         raise ConfigError(key, f"expected text, got {value!r} (from {source})")
     return value
+
+
+def _int_list(key: str, value: Any, source: str) -> tuple[int, ...]:
+    """A non-empty list of positive integers, from YAML ([64, 32]), a number, or text such as
+    ``64,32`` (flags, environment)."""
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.strip().strip("[]").split(",")]
+        try:
+            value = [int(p) for p in parts if p]
+        except ValueError:
+            raise ConfigError(key, f"expected a list of positive integers such as [64] or "
+                                   f"64,32, got {value!r} (from {source})") from None
+    elif isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value):
+        raise ConfigError(key, f"expected a non-empty list of positive integers such as [64], "
+                               f"got {value!r} (from {source})")
+    return tuple(value)
 
 
 def _parse_text(key: str, text: str, kind: type, source: str) -> Any:
@@ -323,6 +360,14 @@ def _build(values: Mapping[str, Any], source: str) -> Settings:
         _check_address("advertise_address", clean["advertise_address"])
     if clean.get("val_fraction", 0.0) + clean.get("test_fraction", 0.0) >= 1.0:
         raise ConfigError("test_fraction", "val_fraction + test_fraction must be below 1")
+    if clean.get("model") == "mlp":
+        # The MLP's kernel steps once per example (hogwild, locked or serial threads).
+        if clean.get("batch_size", 1) != 1:
+            raise ConfigError("batch_size", f"model mlp steps once per example: batch_size "
+                                            f"must be 1, got {clean['batch_size']!r}")
+        if clean.get("trainer") == "syncsgd":
+            raise ConfigError("trainer", "model mlp trains with hogwild, locked or serial "
+                                         "threads, not syncsgd")
     return Settings(**clean)
 
 
@@ -409,7 +454,10 @@ def render_settings_yaml() -> str:
             title = _SECTIONS[f.name]
             lines += ["", f"# --- {title} " + "-" * max(3, 90 - len(title) - 7)]
         lines += ["# " + line for line in textwrap.wrap(help_text(f.name), 94)]
-        lines.append(yaml.safe_dump({f.name: f.default}, default_flow_style=False).strip())
+        if isinstance(f.default, tuple):  # a list of numbers reads best on one line
+            lines.append(f"{f.name}: [{', '.join(str(v) for v in f.default)}]")
+        else:
+            lines.append(yaml.safe_dump({f.name: f.default}, default_flow_style=False).strip())
     return "\n".join(lines) + "\n"
 
 

@@ -43,6 +43,8 @@ def setting_flags(settings: Settings, command: str | None = None) -> list[str]:
             text = "true" if value else "false"
         elif isinstance(value, float):
             text = yaml_float(value)
+        elif isinstance(value, tuple):
+            text = ",".join(str(v) for v in value)
         else:
             text = str(value)
         flags.append(f"--{key.replace('_', '-')}={text}")

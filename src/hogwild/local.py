@@ -19,9 +19,10 @@ from hogwild.data.conflicts import startup_report
 from hogwild.data.reorder import frequency_order, renumber, restore_weights
 from hogwild.data.sources import default_test_source, describe
 from hogwild.errors import DataError
-from hogwild.model.evaluation import evaluate
+from hogwild.model.evaluation import evaluate, predict
 from hogwild.model.losses import get_loss
 from hogwild.model.saved import SavedModel, default_task
+from hogwild.model.spec import ModelSpec
 from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, EpochStats, Trainer, TrainParams
 from hogwild.stopping import EarlyStopping
 from hogwild.warmup import preload_in_background
@@ -83,6 +84,26 @@ def train_params(settings: Settings) -> TrainParams:
                        hot_features=RENUMBERED_HOT_FEATURES if settings.thread_buffer else 0)
 
 
+def model_spec(settings: Settings, n_features: int) -> ModelSpec:
+    """The model the settings ask for over ``n_features`` features; DataError if it cannot
+    be built (e.g. an MLP too large to index)."""
+    try:
+        return ModelSpec(settings.model, n_features, settings.hidden, settings.binary_features)
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
+
+
+def make_trainer(settings: Settings, spec: ModelSpec) -> Trainer:
+    """The in-process trainer of the model ``spec`` describes."""
+    params = train_params(settings)
+    if not spec.is_mlp:
+        return Trainer(spec.n_features, params)
+    from hogwild.model.mlp import BUFFERED_FLUSH_ROWS, MLPTrainer
+
+    return MLPTrainer(spec, params, seed=settings.seed,
+                      flush_rows=BUFFERED_FLUSH_ROWS if settings.thread_buffer else 1)
+
+
 def _fmt(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -103,11 +124,14 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
     conflicts_line, conflicts = startup_report(splits.train, threads=settings.threads,
                                                load_seconds=loaded - started, seed=settings.seed)
     print(conflicts_line, file=out)
-    print(f"loaded in {loaded - started:.2f}s; training {settings.loss} with {settings.threads} "
+    spec = model_spec(settings, splits.train.n_features)
+    what = (f"an MLP (hidden {list(spec.hidden)}, {spec.dim} parameters), {settings.loss}"
+            if spec.is_mlp else settings.loss)
+    print(f"loaded in {loaded - started:.2f}s; training {what} with {settings.threads} "
           f"{settings.trainer} thread(s) for up to {settings.epochs} epochs", file=out)
 
     loss = get_loss(settings.loss)
-    trainer = Trainer(splits.train.n_features, train_params(settings))
+    trainer = make_trainer(settings, spec)
     stopper = EarlyStopping(patience=settings.patience, min_delta=settings.min_delta,
                             target_loss=settings.target_loss)
     history: list[dict[str, Any]] = []
@@ -119,7 +143,7 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
     def after_epoch(stats: EpochStats) -> bool:
         nonlocal stop_reason
         elapsed = time.perf_counter() - train_started
-        val = evaluate(splits.val, trainer.w, loss) if splits.val.n_rows else None
+        val = evaluate(splits.val, trainer.w, loss, spec) if splits.val.n_rows else None
         row = {"epoch": stats.epoch + 1, "elapsed": elapsed, "epoch_seconds": stats.seconds,
                "train_loss": stats.train_loss, "examples": stats.examples,
                "val_loss": val.loss if val else None,
@@ -140,8 +164,8 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
     trainer.fit(splits.train, settings.epochs, callback=after_epoch)
     train_seconds = time.perf_counter() - train_started
     w = stopper.best_weights if stopper.best_weights is not None else trainer.w
-    test = evaluate(splits.test, w, loss)
-    val = evaluate(splits.val, w, loss) if splits.val.n_rows else None
+    test = evaluate(splits.test, w, loss, spec)
+    val = evaluate(splits.val, w, loss, spec) if splits.val.n_rows else None
     metrics: dict[str, Any] = {
         "command": "train", "test_loss": test.loss, "test_accuracy": test.accuracy,
         "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
@@ -150,10 +174,10 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
         "load_seconds": loaded - started, "total_seconds": time.perf_counter() - started,
         "stop_reason": stop_reason, "threads": settings.threads, "trainer": settings.trainer,
         "loss": settings.loss, "train_rows": splits.train.n_rows, "test_rows": splits.test.n_rows,
-        "n_features": splits.train.n_features, "conflicts": conflicts,
+        "n_features": splits.train.n_features, "conflicts": conflicts, "model": spec.kind,
     }
-    metrics.update(test_quality(splits.test, w, settings.loss))
-    write_outputs(settings, w, metrics, history, splits.feature_order)
+    metrics.update(test_quality(splits.test, w, settings.loss, spec))
+    write_outputs(settings, w, metrics, history, splits.feature_order, spec=spec)
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
     print(f"done ({stop_reason}): {len(history)} epochs in {train_seconds:.2f}s, "
           f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {settings.out_dir}",
@@ -161,30 +185,37 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
     return metrics
 
 
-def test_quality(test: CSRData, w: np.ndarray, loss: str) -> dict[str, Any]:
+def test_quality(test: CSRData, w: np.ndarray, loss: str,
+                 spec: ModelSpec | None = None) -> dict[str, Any]:
     """The full metric set on the test split under ``test_*`` keys (test_precision,
     test_recall, test_f1, test_roc_auc; test_rmse, test_mae, test_r2 for regression).
     ``test`` holds the training labels (+-1 for a binary model) and ``w`` the internal
-    weights; predictions and labels are compared in the model's classes."""
+    weights (or the parameters of the model ``spec`` describes); predictions and labels are
+    compared in the model's classes."""
     from hogwild.model import metrics as quality
     from hogwild.model.scoring import margins
 
     task, classes = default_task(loss)
-    report = quality.report_internal(task, loss, classes, margins(w, test), test.labels)
+    scores = predict(test, w, spec) if spec is not None and spec.is_mlp else margins(w, test)
+    report = quality.report_internal(task, loss, classes, scores, test.labels)
     return {f"test_{key}": value for key, value in report.items()
             if key not in ("loss", "accuracy", "rows")}
 
 
 def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
                   history: list[dict[str, Any]], feature_order: np.ndarray | None = None, *,
-                  task: str | None = None, classes: Sequence[float] | None = None) -> Path:
+                  task: str | None = None, classes: Sequence[float] | None = None,
+                  spec: ModelSpec | None = None) -> Path:
     """Model (format 2, see hogwild.model.saved), metrics.json, metrics.jsonl and the loss
     plot, all atomically.
 
     ``feature_order`` (new_id_of_old) maps internal weights back to the input files' ids.
     ``w`` is ``(d + 1,)`` or, one-vs-rest, ``(K, d + 1)``. ``task``/``classes`` default to a
-    model of +-1 labels (regression for the squared loss)."""
+    model of +-1 labels (regression for the squared loss). ``spec`` says how a flat vector
+    of another model kind (the MLP) is laid out; its named arrays are saved instead of ``w``."""
     out_dir = Path(settings.out_dir)
+    if spec is not None and spec.is_mlp:
+        return _write_mlp_outputs(settings, spec, w, metrics, history, feature_order)
     if feature_order is not None:
         w = (restore_weights(w, feature_order) if np.ndim(w) == 1
              else np.stack([restore_weights(row, feature_order) for row in w]))
@@ -196,7 +227,29 @@ def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
     SavedModel(w=w, loss=settings.loss, task=task,
                classes=None if classes is None else tuple(classes),
                fit_bias=settings.fit_bias, meta=meta).save(out_dir)
+    _write_run_files(settings, out_dir, metrics, history)
+    return out_dir
+
+
+def _write_mlp_outputs(settings: Settings, spec: ModelSpec, w: np.ndarray,
+                       metrics: dict[str, Any], history: list[dict[str, Any]],
+                       feature_order: np.ndarray | None) -> Path:
+    """The MLP's model (W1, b1, ... in the input files' ids, see hogwild.model.spec) and the
+    same run files as the linear model's."""
+    out_dir = Path(settings.out_dir)
+    if feature_order is not None:
+        w = spec.restore(w, feature_order)
+    task, classes = default_task(settings.loss)
+    meta = {"hogwild_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "metrics": metrics, "settings": asdict(settings)}
+    SavedModel(w=w, loss=settings.loss, task=task, classes=classes, fit_bias=settings.fit_bias,
+               model="mlp", meta=meta, arrays=spec.arrays(w)).save(out_dir)
+    _write_run_files(settings, out_dir, metrics, history)
+    return out_dir
+
+
+def _write_run_files(settings: Settings, out_dir: Path, metrics: dict[str, Any],
+                     history: list[dict[str, Any]]) -> None:
     artifacts.write_history(out_dir, history)
     artifacts.plot_loss(out_dir, history, title=f"hogwild {metrics['command']}: {settings.data}")
     artifacts.write_metrics(out_dir, metrics)
-    return out_dir

@@ -74,7 +74,12 @@ def score_file(model: SavedModel, spec: str, *, threads: int | None = None,
         data_used: Any = trimmed
     else:
         data_used = data.with_n_features(d)
-    m = margins(model.w, data_used, threads)
+    if model.model == "mlp":
+        from hogwild.model.evaluation import predict
+
+        m = predict(data_used, model.w, model.spec)
+    else:
+        m = margins(model.w, data_used, threads)
     scored = time.perf_counter()
     if not np.isfinite(m).all():
         raise DataError(f"{spec}: a margin overflowed (feature values too large for the model)")

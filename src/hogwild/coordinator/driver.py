@@ -20,10 +20,10 @@ from hogwild import artifacts
 from hogwild.config import Settings
 from hogwild.coordinator.state import RunState, Totals, WorkerRecord
 from hogwild.coordinator.stopping import StopRules
-from hogwild.data.reorder import restore_weights
 from hogwild.errors import ClusterError, HogwildError
 from hogwild.model.evaluation import evaluate
 from hogwild.model.losses import get_loss
+from hogwild.model.spec import ModelSpec
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.health import HealthReporter
 from hogwild.protocol.streams import FinalState, receive_state, shard_chunks
@@ -95,6 +95,7 @@ class RunDriver:
         self.eval_seconds = 0.0          # validation evaluations during training
         self.round_size = 0              # examples per thread per round, as configured
         self.conflicts: dict[str, Any] | None = None  # the data's conflict statistics
+        self.spec = ModelSpec.linear(1)  # the run's model, set once the data is loaded
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -105,7 +106,7 @@ class RunDriver:
         """The whole run; returns the metrics written to metrics.json."""
         from hogwild.data import shard
         from hogwild.data.sources import describe
-        from hogwild.local import load_splits
+        from hogwild.local import load_splits, model_spec
         from hogwild.warmup import preload_in_background
 
         s = self.settings
@@ -128,8 +129,9 @@ class RunDriver:
                 # Nothing trained, nothing to write: tell whoever registered, then leave.
                 raise Interrupted("SIGTERM before the run started: no outputs written")
             n_features = splits.train.n_features
-            dim = n_features + 1
-            self.state.start_model(dim)
+            spec = self.spec = model_spec(s, n_features)
+            dim = spec.dim
+            self.state.start_model(dim, spec.initial_weights(s.seed) if spec.is_mlp else None)
             shards = shard(splits.train, len(workers), seed=s.seed, mode=s.shipping)
             self._ship(workers, shards)
             round_size = self.round_size = self._round_size(workers, splits.train)
@@ -229,7 +231,9 @@ class RunDriver:
                 start_offset=start_offset, loss=s.loss, learning_rate=s.learning_rate,
                 lr_schedule=s.lr_schedule, lr_decay=s.lr_decay, power_t=s.power_t, l2=s.l2,
                 fit_bias=s.fit_bias, barrier_timeout=s.barrier_timeout,
-                rpc_timeout=s.rpc_timeout, seed=s.seed, thread_buffer=s.thread_buffer)
+                rpc_timeout=s.rpc_timeout, seed=s.seed, thread_buffer=s.thread_buffer,
+                model=self.spec.kind, hidden=list(self.spec.hidden),
+                binary_features=self.spec.binary_features)
             self._call(record, "Configure", message)
 
         _parallel(configure, workers)
@@ -298,7 +302,7 @@ class RunDriver:
             totals = self.state.totals()
         w = totals.w
         self._last_w = w
-        val = evaluate(splits.val, w, loss) if splits.val.n_rows else None
+        val = evaluate(splits.val, w, loss, self.spec) if splits.val.n_rows else None
         self.eval_seconds += time.perf_counter() - t0
         examples = totals.examples
         losses = [r.train_loss for r in self.state.workers.values() if r.train_loss is not None]
@@ -380,8 +384,8 @@ class RunDriver:
             rules.evaluation(float(metric), final_w)
         best = rules.best_weights
         w = best if (best is not None and (s.patience or s.target_loss is not None)) else final_w
-        test = evaluate(splits.test, w, loss)
-        val = evaluate(splits.val, w, loss) if splits.val.n_rows else None
+        test = evaluate(splits.test, w, loss, self.spec)
+        val = evaluate(splits.val, w, loss, self.spec) if splits.val.n_rows else None
         examples = totals.examples
         workers_out = self._write_worker_states(final_w, splits.feature_order)
         shipped = sum(x.nbytes for x in self.shipments)
@@ -408,14 +412,15 @@ class RunDriver:
             "shipped_bytes": shipped, "ship_seconds": ship_seconds,
             "train_rows": splits.train.n_rows, "test_rows": splits.test.n_rows,
             "n_features": splits.train.n_features, "run_id": self.state.run_id,
+            "model": self.spec.kind,
             "coordinator_applied_from": {str(k): v for k, v in totals.applied_from.items()},
             "dropped_workers": sorted(r.worker_id for r in self.state.workers.values() if r.dead),
             "peer_reports": [{"reporter": a, "peer": b, "round": c, "reason": d}
                              for a, b, c, d in self.state.peer_reports],
             "worker_states": workers_out, "conflicts": self.conflicts,
         }
-        metrics.update(test_quality(splits.test, w, s.loss))
-        write_outputs(s, w, metrics, self.history, splits.feature_order)
+        metrics.update(test_quality(splits.test, w, s.loss, self.spec))
+        write_outputs(s, w, metrics, self.history, splits.feature_order, spec=self.spec)
         acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
         self._print(f"done ({reason}): {metrics['epochs']:.2f} epochs, {metrics['rounds']} "
                     f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "
@@ -431,10 +436,10 @@ class RunDriver:
         out = Path(self.settings.out_dir) / "final_states"
         rows = []
         if self.final_states:
-            artifacts.save_weights(out / "global.npz", restore_weights(global_w, feature_order))
+            artifacts.save_weights(out / "global.npz", self.spec.restore(global_w, feature_order))
         for wid, st in sorted(self.final_states.items()):
             artifacts.save_weights(out / f"worker-{wid}.npz",
-                                   restore_weights(st.weights, feature_order))
+                                   self.spec.restore(st.weights, feature_order))
             rows.append({"worker_id": wid, "rounds": st.rounds, "examples": st.examples,
                          "deltas_sent": st.deltas_sent,
                          "applied_from": {str(k): v for k, v in st.applied_from.items()},

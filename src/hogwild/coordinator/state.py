@@ -2,7 +2,8 @@
 
 No gRPC here. The servicer decodes messages into calls on :class:`RunState`; the run driver
 reads snapshots of it. The global model is the sum of every delta received (each
-(worker, seq, part) applied once), starting from zeros like every worker's model.
+(worker, seq, part) applied once), starting from the same vector as every worker's model
+(zeros, or the MLP's seeded initialisation).
 """
 
 from __future__ import annotations
@@ -123,10 +124,14 @@ class RunState:
                     f"missing; registered: {have or 'none'})")
             return list(self.workers.values())
 
-    def start_model(self, dim: int) -> None:
-        """Allocate the global model (zeros, like every worker's) once the size is known."""
+    def start_model(self, dim: int, initial: npt.NDArray[np.float64] | None = None) -> None:
+        """Allocate the global model once the size is known: ``initial`` (the vector every
+        worker starts from; the MLP's seeded initialisation) or zeros (the linear model)."""
         with self._lock:
-            self.w = np.zeros(dim, dtype=np.float64)
+            if initial is not None and initial.shape != (dim,):
+                raise ValueError(f"initial model has shape {initial.shape}, expected ({dim},)")
+            self.w = (np.zeros(dim, dtype=np.float64) if initial is None
+                      else np.array(initial, dtype=np.float64))
 
     # ------------------------------------------------------------------- messages
 

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.model import kernels
+from hogwild.model import kernels, mlp_kernels
 from hogwild.model.arrays import CSRLike, check_weights, csr_arrays
 from hogwild.model.losses import Loss, get_loss
+from hogwild.model.spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -25,14 +26,17 @@ def _n_features(w: npt.NDArray[np.float64]) -> int:
     return int(check_weights(w, writeable=False).shape[0]) - 1
 
 
-def evaluate(data: CSRLike, w: npt.NDArray[np.float64], loss: Loss | str) -> Metrics:
-    """Score ``w`` on ``data``.
+def evaluate(data: CSRLike, w: npt.NDArray[np.float64], loss: Loss | str,
+             spec: ModelSpec | None = None) -> Metrics:
+    """Score ``w`` (the linear model, or the model ``spec`` describes) on ``data``.
 
     ``loss`` is the plain mean data loss over the rows (no regularisation term), so it compares
     across runs with different l2. Accuracy counts sign(margin) == label, margin 0 as +1.
     An empty data set gives loss 0 and accuracy None.
     """
     loss_obj = get_loss(loss) if isinstance(loss, str) else loss
+    if spec is not None and spec.is_mlp:
+        return _evaluate_mlp(data, w, loss_obj, spec)
     n_features = _n_features(w)
     a = csr_arrays(data, n_features)
     n = a.n_rows
@@ -45,8 +49,30 @@ def evaluate(data: CSRLike, w: npt.NDArray[np.float64], loss: Loss | str) -> Met
     return Metrics(loss=float(loss_sum) / n, accuracy=accuracy, n=n)
 
 
-def predict(data: CSRLike, w: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """The margin ``w . x + bias`` of every row (its sign is the predicted class)."""
+def _evaluate_mlp(data: CSRLike, w: npt.NDArray[np.float64], loss: Loss,
+                  spec: ModelSpec) -> Metrics:
+    spec.check(w, writeable=False)
+    a = csr_arrays(data, spec.n_features)
+    if a.n_rows == 0:
+        return Metrics(loss=0.0, accuracy=None, n=0)
+    loss_sum, n_correct = mlp_kernels.mlp_evaluate(
+        a.indptr, a.indices, a.values, a.labels, w, spec.n_features, spec.hidden_array(),
+        spec.binary_features, loss.code)
+    accuracy = float(n_correct) / a.n_rows if loss.is_classifier else None
+    return Metrics(loss=float(loss_sum) / a.n_rows, accuracy=accuracy, n=a.n_rows)
+
+
+def predict(data: CSRLike, w: npt.NDArray[np.float64],
+            spec: ModelSpec | None = None) -> npt.NDArray[np.float64]:
+    """The margin of every row (its sign is the predicted class): ``w . x + bias`` for the
+    linear model, the output of the network ``spec`` describes for the MLP."""
+    if spec is not None and spec.is_mlp:
+        spec.check(w, writeable=False)
+        a = csr_arrays(data, spec.n_features)
+        out = np.empty(a.n_rows, dtype=np.float64)
+        mlp_kernels.mlp_decision(a.indptr, a.indices, a.values, w, spec.n_features,
+                                 spec.hidden_array(), spec.binary_features, out)
+        return out
     n_features = _n_features(w)
     a = csr_arrays(data, n_features)
     out = np.empty(a.n_rows, dtype=np.float64)

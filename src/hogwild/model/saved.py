@@ -27,16 +27,18 @@ import numpy.typing as npt
 from hogwild import __version__, artifacts
 from hogwild.errors import ModelError, ModelFormatError
 from hogwild.model.losses import LOSS_NAMES
+from hogwild.model.spec import ModelSpec
 
 FORMAT_NAME = "hogwild-model"
 FORMAT_VERSION = 2
 TASKS = ("binary", "multiclass", "regression")
-MODEL_KINDS = ("linear",)
+MODEL_KINDS = ("linear", "mlp")
 MULTICLASS_SCHEMES = ("ovr",)
 
 # Keys SavedModel owns in model.json; everything else there is kept in ``meta`` as it is.
 _OWN_KEYS = frozenset({"format", "format_version", "model", "task", "classes", "multiclass",
-                       "hashing", "loss", "n_features", "fit_bias", "bias_index"})
+                       "hashing", "loss", "n_features", "fit_bias", "bias_index", "hidden",
+                       "binary_features"})
 
 Label = int | float
 F64 = npt.NDArray[np.float64]
@@ -80,6 +82,11 @@ class SavedModel:
     ascending: binary ``(negative, positive)`` (internally -1/+1), multiclass the K labels
     (row k of ``w`` scores ``classes[k]`` against the rest), regression ``None``. ``meta`` is
     any further metadata (metrics, settings, ...); ``arrays`` any further named arrays.
+
+    ``model="mlp"``: the sparse-input MLP (hogwild.model.spec). Its parameters are the arrays
+    ``W1, b1, ..., W(L+1), b(L+1)`` (saved without ``w``); ``w`` is then their flat vector,
+    built from the arrays (a ``w`` passed in must equal it, or be empty), and
+    ``binary_features`` says whether the first layer ignores the stored values.
     """
 
     w: F64
@@ -92,9 +99,11 @@ class SavedModel:
     model: str = "linear"
     meta: Mapping[str, Any] = field(default_factory=dict)
     arrays: Mapping[str, npt.NDArray[Any]] = field(default_factory=dict)
+    binary_features: bool = False
 
     def __post_init__(self) -> None:
-        w = np.array(self.w, dtype=np.float64, order="C", copy=True)
+        w = (self._mlp_weights() if self.model == "mlp"
+             else np.array(self.w, dtype=np.float64, order="C", copy=True))
         w.setflags(write=False)
         object.__setattr__(self, "w", w)
         if self.model not in MODEL_KINDS:
@@ -146,10 +155,39 @@ class SavedModel:
             extra[name] = np.asarray(arr)
         object.__setattr__(self, "arrays", extra)
 
+    def _mlp_weights(self) -> F64:
+        try:
+            spec = self.spec
+            w = spec.flatten(self.arrays)
+        except (KeyError, ValueError) as exc:
+            raise ModelError(f"the MLP's arrays do not fit together: {exc}") from None
+        given = np.asarray(self.w, dtype=np.float64)
+        if given.size and not np.array_equal(given, w):
+            raise ModelError("w does not match the MLP's arrays")
+        return w
+
     # --- shape ---------------------------------------------------------------------------
     @property
+    def spec(self) -> ModelSpec:
+        """The model's kind and layout; an MLP's hidden sizes come from its arrays' shapes."""
+        if self.model != "mlp":
+            return ModelSpec.linear(self.n_features)
+        shapes = [np.shape(self.arrays[f"W{k}"]) for k in range(1, len(self.arrays) // 2 + 1)
+                  if f"W{k}" in self.arrays]
+        if len(shapes) < 2 or any(len(x) != 2 for x in shapes):
+            raise ModelError("an MLP needs the 2-D arrays W1, W2, ... (at least two layers)")
+        try:
+            return ModelSpec("mlp", int(shapes[0][0]), tuple(int(x[1]) for x in shapes[:-1]),
+                             bool(self.binary_features))
+        except ValueError as exc:
+            raise ModelError(f"bad MLP arrays: {exc}") from None
+
+    @property
     def n_features(self) -> int:
-        """d: the number of feature weights per row of ``w`` (the bias comes after them)."""
+        """d: the number of input features (the weights per row of ``w`` before the bias,
+        or the rows of an MLP's W1)."""
+        if self.model == "mlp":
+            return int(np.shape(self.arrays["W1"])[0])
         return int(self.w.shape[-1] - 1)
 
     @property
@@ -228,6 +266,10 @@ class SavedModel:
             "multiclass": self.multiclass, "loss": self.loss, "n_features": d,
             "fit_bias": self.fit_bias, "bias_index": d,
         })
+        if self.model == "mlp":
+            del doc["bias_index"]
+            doc.update({"hidden": list(self.spec.hidden),
+                        "binary_features": bool(self.binary_features)})
         if self.hashing is not None:
             doc["hashing"] = dict(self.hashing)
         return doc
@@ -237,7 +279,8 @@ class SavedModel:
         the directory."""
         out = Path(out_dir)
         buffer = io.BytesIO()
-        named: dict[str, Any] = {"w": self.w, **self.arrays}
+        named: dict[str, Any] = (dict(self.arrays) if self.model == "mlp"
+                                 else {"w": self.w, **self.arrays})
         np.savez(buffer, **named)
         artifacts.atomic_write_bytes(out / artifacts.MODEL_FILE, buffer.getvalue())
         artifacts.atomic_write_text(out / artifacts.MODEL_META_FILE,
@@ -254,6 +297,8 @@ class SavedModel:
         doc = _read_json(json_path)
         check_format(doc, json_path)
         arrays = _read_arrays(npz_path)
+        if doc.get("model") == "mlp":
+            return _load_mlp(doc, arrays, path, json_path)
         if "w" not in arrays:
             raise ModelError(f"{npz_path}: no weight array 'w' in the file")
         w = arrays.pop("w")
@@ -275,6 +320,27 @@ class SavedModel:
                 meta={k: v for k, v in doc.items() if k not in _OWN_KEYS}, arrays=arrays)
         except ModelError as exc:
             raise ModelError(f"{path}: {exc}") from None
+
+
+def _load_mlp(doc: Mapping[str, Any], arrays: dict[str, npt.NDArray[Any]], path: str | Path,
+              json_path: Path) -> SavedModel:
+    if not isinstance(doc.get("loss"), str):
+        raise ModelError(f"{json_path}: no loss recorded")
+    try:
+        model = SavedModel(
+            w=np.zeros(0), loss=doc["loss"], task=doc.get("task", ""),
+            classes=_classes(doc.get("classes"), json_path),
+            fit_bias=bool(doc.get("fit_bias", True)), multiclass=doc.get("multiclass"),
+            hashing=doc.get("hashing"), model="mlp",
+            meta={k: v for k, v in doc.items() if k not in _OWN_KEYS}, arrays=arrays,
+            binary_features=bool(doc.get("binary_features", False)))
+    except ModelError as exc:
+        raise ModelError(f"{path}: {exc}") from None
+    for key, have in (("n_features", model.n_features), ("hidden", list(model.spec.hidden))):
+        if doc.get(key) is not None and doc.get(key) != have:
+            raise ModelError(f"{path}: model.json says {key}={doc.get(key)!r} but the arrays "
+                             f"give {have!r}")
+    return model
 
 
 def model_paths(path: str | Path) -> tuple[Path, Path]:

@@ -162,14 +162,27 @@ class Trainer:
         self.n_features = n_features
         self.params = params
         self.loss = get_loss(params.loss)
-        self.w: npt.NDArray[np.float64] = (
-            new_weights(n_features) if w is None else check_weights(w, n_features)
-        )
+        self.w: npt.NDArray[np.float64] = self._initial_weights(w)
         # Examples seen so far (+1): the invscaling step counter, carried across epochs.
         self.t = 1.0
         self._next_epoch = 0
         # Per-thread gradient scratch of the mini-batch kernels, made on first use.
         self._scratch: list[_Scratch] = []
+
+    def _initial_weights(
+        self, w: npt.NDArray[np.float64] | None
+    ) -> npt.NDArray[np.float64]:
+        """The model vector to train: a zero model, or ``w`` checked (never copied)."""
+        return new_weights(self.n_features) if w is None else check_weights(w, self.n_features)
+
+    def _sgd(self, a: CSRArrays, start: int, stop: int, lr0: float, schedule: int,
+             power_t: float, t: float, l2: float, fit_bias: bool, t_step: float,
+             hot: int) -> tuple[float, float]:
+        """One kernel call over rows [start, stop): (step counter after it, loss sum)."""
+        t_end, loss_sum = kernels.sgd_range(
+            a.indptr, a.indices, a.values, a.labels, start, stop, self.w, self.n_features,
+            self.loss.code, lr0, schedule, power_t, t, l2, fit_bias, t_step, hot)
+        return float(t_end), float(loss_sum)
 
     def fit_epoch(self, data: CSRLike, epoch: int) -> EpochStats:
         """One pass over ``data`` in row order (rows should already be permuted)."""
@@ -235,11 +248,9 @@ class Trainer:
                         turns.acquire(k)
                     try:
                         if mini == 1:
-                            t, loss_sum = kernels.sgd_range(
-                                a.indptr, a.indices, a.values, a.labels, start, stop, self.w,
-                                self.n_features, self.loss.code, lr0, schedule, power_t,
-                                float(t), l2, fit_bias, float(n_threads), hot,
-                            )
+                            t, loss_sum = self._sgd(a, start, stop, lr0, schedule, power_t,
+                                                    float(t), l2, fit_bias, float(n_threads),
+                                                    hot)
                         else:
                             t, loss_sum = kernels.sgd_batch_range(
                                 a.indptr, a.indices, a.values, a.labels, start, stop, self.w,
@@ -419,3 +430,7 @@ def warmup() -> None:
     kernels.apply_delta(w, np.empty(0, dtype=np.float64), idx[:n], val[:n])
     kernels.add_scaled(w, snap, 1.0)
     kernels.count_features(indices, np.zeros(n_features, dtype=np.int64))
+    # The MLP's kernels too (imported here: model/mlp.py builds on this module).
+    from hogwild.model.mlp import warmup as warmup_mlp
+
+    warmup_mlp()

@@ -13,8 +13,9 @@ Threads of a running worker:
   wait for it (with bounded staleness s they wait only for a peer more than s rounds behind).
 * One sender thread per destination (sender.py); gRPC threads only validate and queue.
 
-A delta sums the worker's own updates except the bias, whose change is averaged over the
-contributing workers before it is sent (:meth:`WorkerNode._average_bias`). Where the time goes
+A delta sums the worker's own updates except the bias (and the MLP's dense layers), whose
+change is averaged over the contributing workers before it is sent
+(:meth:`WorkerNode._average_bias`). Where the time goes
 (training, waiting, building, encoding, applying, RPCs) is accumulated in ``timers`` and
 returned with the final state.
 """
@@ -230,12 +231,14 @@ class WorkerNode:
             self.plan = plan
             # Buffered writes only pay off when ids are ranked by frequency (the coordinator
             # renumbers the data); choose_hot_features checks that and returns 0 otherwise.
-            self.hot = choose_hot_features(
+            self.hot = 0 if plan.spec.is_mlp else choose_hot_features(
                 self.arrays, plan.n_features,
                 RENUMBERED_HOT_FEATURES if plan.thread_buffer else 0, plan.threads,
                 plan.round_size)
-            self.w = np.zeros(plan.dim, dtype=np.float64)
-            self.snap = np.zeros(plan.dim, dtype=np.float64)
+            # Every node (and the coordinator) starts from the same vector: zeros for the
+            # linear model, the seeded initialisation for the MLP.
+            self.w = plan.spec.initial_weights(plan.seed)
+            self.snap = self.w.copy()
             self.inbox = Inbox(dict(plan.peers))
             self.phase = Phase.CONFIGURED
         log.info("configured: %s mode, %d threads (%d buffered features), %d rows/thread/round, "
@@ -497,8 +500,7 @@ class WorkerNode:
         """Apply what arrived, build the delta of own updates, queue it for everyone."""
         self._apply_inbox()
         t0 = time.perf_counter()
-        if plan.fit_bias:
-            self._average_bias(plan)
+        self._average_bias(plan)
         idx = np.empty(plan.dim, dtype=np.int32)
         val = np.empty(plan.dim, dtype=np.float32)
         n = int(kernels.build_delta(self.w, self.snap, idx, val))
@@ -539,6 +541,9 @@ class WorkerNode:
         synthetic RCV1-like data, 2 workers, sync rounds of 8,750 examples, test accuracy
         0.63 instead of 0.88). Averaging them is stable at any round size, in both modes.
         Sparse feature weights, each touched by a few examples per round, keep the plain sum.
+        The same holds for every parameter of the MLP after its first layer (the dense layers
+        and b1, all touched by every example): they are averaged, W1's rows are summed
+        (``plan.spec.shared_from`` is where the averaged part starts).
         The change is made in ``w`` itself before the delta is built, so this worker, its
         peers and the coordinator add the same value. (In async mode a training thread may
         update the bias during this read-modify-write and lose that one step, as any two
@@ -546,10 +551,12 @@ class WorkerNode:
         """
         # Workers still contributing: a peer that finished or was dropped sends no more.
         contributing = 1 + sum(1 for p in self.inbox.snapshot().values() if not p.settled)
-        b = plan.dim - 1
-        own = self.w[b] - self.snap[b]
-        if contributing > 1 and own != 0.0:
-            self.w[b] -= own * (1.0 - 1.0 / contributing)
+        if contributing <= 1:
+            return
+        b = plan.spec.shared_from
+        own = self.w[b:] - self.snap[b:]
+        if own.any():
+            self.w[b:] -= own * (1.0 - 1.0 / contributing)
 
     def _barrier(self, plan: RunPlan, round_: int) -> None:
         """Sync mode: wait for every live peer's round-``round_`` delta, then apply them."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from hogwild.errors import InvalidMessage
 from hogwild.model import kernels
 from hogwild.model.losses import LOSS_NAMES, get_loss
+from hogwild.model.spec import ModelSpec
 from hogwild.protocol import pb
 from hogwild.protocol.codec import check_version
 
@@ -41,6 +42,14 @@ class RunPlan:
     rpc_timeout: float
     seed: int
     thread_buffer: bool = False
+    model: str = "linear"
+    hidden: tuple[int, ...] = ()
+    binary_features: bool = False
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model's kind and layout (validated when the plan was built)."""
+        return ModelSpec(self.model, self.n_features, self.hidden, self.binary_features)
 
     @property
     def loss_code(self) -> int:
@@ -60,8 +69,13 @@ class RunPlan:
 
         if not m.run_id:
             raise bad("run_id", "must be set")
-        if m.n_features < 1 or m.dim != m.n_features + 1 or m.dim > 2**31 - 1:
-            raise bad("dim", "must be n_features + 1 and fit int32")
+        try:
+            spec = ModelSpec(m.model or "linear", int(m.n_features), tuple(m.hidden),
+                             bool(m.binary_features))
+        except ValueError as exc:
+            raise bad("model", str(exc)) from None
+        if m.dim != spec.dim or m.dim > 2**31 - 1:
+            raise bad("dim", f"must be {spec.dim} for this {spec.kind} model and fit int32")
         if m.mode not in ("sync", "async"):
             raise bad("mode", "must be sync or async")
         if m.staleness < -1 or m.staleness == 0:
@@ -94,4 +108,5 @@ class RunPlan:
             lr_decay=float(m.lr_decay), power_t=float(m.power_t), l2=float(m.l2),
             fit_bias=bool(m.fit_bias), barrier_timeout=float(m.barrier_timeout),
             rpc_timeout=float(m.rpc_timeout), seed=int(m.seed),
-            thread_buffer=bool(m.thread_buffer))
+            thread_buffer=bool(m.thread_buffer), model=spec.kind, hidden=spec.hidden,
+            binary_features=spec.binary_features)

@@ -1,5 +1,8 @@
 """The in-node part of a worker's round: T threads run the SGD kernel on one shared w, no lock.
 
+The kernel is the linear model's or the sparse-input MLP's (``plan.spec``); both update the
+one flat parameter vector ``w`` in place.
+
 Each thread owns a contiguous block of the shard's rows and streams through it in order
 (rows were permuted once when the shard was built), ``round_size`` rows per round, wrapping
 around at the end of its block (one wrap = one pass; the constant schedule decays the step
@@ -13,8 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.model import kernels
+from hogwild.model import kernels, mlp_kernels
 from hogwild.model.arrays import CSRArrays
+from hogwild.model.mlp import BUFFERED_FLUSH_ROWS
 from hogwild.worker.plan import RunPlan
 
 
@@ -52,16 +56,26 @@ def train_round(arrays: CSRArrays, w: npt.NDArray[np.float64], plan: RunPlan,
     done = 0
     schedule = plan.schedule_code
     t_step = float(plan.threads)
+    spec = plan.spec
+    hidden = spec.hidden_array()
+    # Dense layers of the MLP: published every BUFFERED_FLUSH_ROWS rows with thread_buffer.
+    flush_rows = BUFFERED_FLUSH_ROWS if plan.thread_buffer else 1
     while remaining > 0:
         start = cursor.pos
         stop = min(cursor.hi, start + remaining)
         lr0 = plan.learning_rate
         if schedule == kernels.CONSTANT:
             lr0 *= plan.lr_decay ** cursor.passes
-        t_end, part = kernels.sgd_range(
-            arrays.indptr, arrays.indices, arrays.values, arrays.labels, start, stop, w,
-            plan.n_features, plan.loss_code, lr0, schedule, plan.power_t, cursor.t, plan.l2,
-            plan.fit_bias, t_step, hot)
+        if spec.is_mlp:
+            t_end, part = mlp_kernels.mlp_sgd_range(
+                arrays.indptr, arrays.indices, arrays.values, arrays.labels, start, stop, w,
+                plan.n_features, hidden, plan.loss_code, lr0, schedule, plan.power_t,
+                cursor.t, plan.l2, plan.fit_bias, spec.binary_features, t_step, flush_rows)
+        else:
+            t_end, part = kernels.sgd_range(
+                arrays.indptr, arrays.indices, arrays.values, arrays.labels, start, stop, w,
+                plan.n_features, plan.loss_code, lr0, schedule, plan.power_t, cursor.t,
+                plan.l2, plan.fit_bias, t_step, hot)
         cursor.t = float(t_end)
         loss_sum += float(part)
         rows = stop - start

@@ -1,0 +1,70 @@
+"""The sparse-input MLP on the trainer's HOGWILD! threads: trainer, scoring, warm-up."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from hogwild.model import mlp_kernels
+from hogwild.model.arrays import CSRArrays
+from hogwild.model.spec import ModelSpec
+from hogwild.model.trainer import Trainer, TrainParams
+
+F64 = npt.NDArray[np.float64]
+
+# Rows between two publications of a thread's dense-layer changes (mlp_kernels docstring):
+# with ``thread_buffer`` (the default), as the linear kernel's bias; without, every row.
+BUFFERED_FLUSH_ROWS = 64
+
+
+class MLPTrainer(Trainer):
+    """Trains a sparse-input MLP (``spec.kind == "mlp"``) with T lock-free threads, reusing
+    :class:`Trainer`'s epochs, blocks, modes and schedules; only the kernel differs.
+
+    ``flush_rows``: rows between two publications of a thread's dense-layer changes.
+    ``params.hot_features`` is ignored (the first layer is written in place).
+    """
+
+    def __init__(self, spec: ModelSpec, params: TrainParams, w: F64 | None = None,
+                 seed: int = 0, flush_rows: int = BUFFERED_FLUSH_ROWS) -> None:
+        if not spec.is_mlp:
+            raise ValueError("MLPTrainer needs an MLP spec")
+        if params.batch_size != 1 or params.mode == "syncsgd":
+            raise ValueError("batch_size/mode: the MLP steps once per example (batch_size 1; "
+                             "hogwild, locked or serial threads)")
+        self.spec = spec
+        self.seed = seed
+        self.flush_rows = max(1, int(flush_rows))
+        self._hidden = spec.hidden_array()
+        super().__init__(spec.n_features, params, w)
+
+    def _initial_weights(self, w: F64 | None) -> F64:
+        return self.spec.initial_weights(self.seed) if w is None else self.spec.check(w)
+
+    def _sgd(self, a: CSRArrays, start: int, stop: int, lr0: float, schedule: int,
+             power_t: float, t: float, l2: float, fit_bias: bool, t_step: float,
+             hot: int) -> tuple[float, float]:
+        t_end, loss_sum = mlp_kernels.mlp_sgd_range(
+            a.indptr, a.indices, a.values, a.labels, start, stop, self.w, self.n_features,
+            self._hidden, self.loss.code, lr0, schedule, power_t, t, l2, fit_bias,
+            self.spec.binary_features, t_step, self.flush_rows)
+        return float(t_end), float(loss_sum)
+
+
+def warmup() -> None:
+    """Compile (or load from numba's cache) the MLP kernels with the production dtypes."""
+    indptr = np.array([0, 2, 3], dtype=np.int64)
+    indices = np.array([0, 1, 1], dtype=np.int32)
+    values = np.array([0.5, 0.5, 1.0], dtype=np.float32)
+    labels = np.array([1.0, -1.0], dtype=np.float32)
+    spec = ModelSpec("mlp", 2, (3, 2))
+    w = spec.initial_weights(0)
+    hidden = spec.hidden_array()
+    for binary in (False, True):
+        mlp_kernels.mlp_sgd_range(indptr, indices, values, labels, 0, 2, w, 2, hidden, 0, 0.1,
+                                  0, 0.5, 1.0, 0.0, True, binary, 1.0, 64)
+        mlp_kernels.mlp_sgd_range(indptr, indices, values, labels, 0, 2, w, 2, hidden, 0, 0.1,
+                                  0, 0.5, 1.0, 0.0, True, binary)
+        mlp_kernels.mlp_evaluate(indptr, indices, values, labels, w, 2, hidden, binary, 0)
+        mlp_kernels.mlp_decision(indptr, indices, values, w, 2, hidden, binary,
+                                 np.empty(2, dtype=np.float64))
