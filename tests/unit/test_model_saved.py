@@ -101,7 +101,8 @@ def test_a_model_written_by_the_old_code_is_refused(tmp_path: Path) -> None:
     ({"classes": [1, 0]}, "ascending"),
     ({"classes": ["a", "b"]}, "list of numbers"),
     ({"loss": "huber"}, "unknown loss"),
-    ({"model": "mlp"}, "model kind 'mlp' is not supported"),
+    ({"model": "tree"}, "model kind 'tree' is not supported"),
+    ({"model": "mlp"}, "an MLP needs the 2-D arrays W1, W2"),
     ({"format": "other"}, "not a hogwild model"),
 ])
 def test_inconsistent_metadata_is_refused(tmp_path: Path, change: dict[str, object],
