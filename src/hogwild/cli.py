@@ -11,7 +11,7 @@ from typing import Any
 
 from hogwild import __version__, config
 from hogwild.config import Settings
-from hogwild.errors import ConfigError, HogwildError
+from hogwild.errors import ConfigError, DataError, HogwildError
 
 log = logging.getLogger("hogwild")
 
@@ -112,6 +112,34 @@ def build_parser() -> argparse.ArgumentParser:
                     "mini-batch sizes, a regression set and optionally cluster workers; "
                     "writes runs.csv, runs.jsonl, summary.txt and plots/*.png under --out")
     experiment_arguments(experiment)
+
+    hsh = sub.add_parser(
+        "hash", help="hash a CSV/TSV file's categorical, text and numeric columns to svmlight",
+        description="feature hashing of a CSV/TSV file (header line required): one-hot for "
+                    "small categorical columns, k-way split hashing (xxh3) with about "
+                    "sqrt(distinct) buckets for larger ones and for text, numeric columns as "
+                    "values; writes OUT and OUT.hashing.json")
+    hsh.add_argument("input", metavar="IN", help="CSV or TSV file (.gz ok)")
+    hsh.add_argument("--out", required=True, metavar="FILE", help="svmlight output (.gz ok)")
+    hsh.add_argument("--label", help="label column (numeric)")
+    hsh.add_argument("--categorical", default="", metavar="A,B", help="categorical columns")
+    hsh.add_argument("--text", default="", metavar="A,B", help="text columns (word counts)")
+    hsh.add_argument("--numeric", default=None, metavar="A,B",
+                     help="numeric columns (default: every column not named otherwise)")
+    hsh.add_argument("--ignore", default="", metavar="A,B", help="columns to leave out")
+    hsh.add_argument("--hash-bits", type=int, default=None,
+                     help="2**B buckets per sub-block (default: about sqrt(distinct values))")
+    hsh.add_argument("--k", type=int, default=2, help="hashes (sub-blocks) per value (1-4)")
+    hsh.add_argument("--onehot-max", type=int, default=64,
+                     help="one-hot for categorical columns with at most this many values")
+    hsh.add_argument("--scale", choices=("maxabs", "none"), default="maxabs",
+                     help="numeric columns divided by their largest magnitude (default)")
+    hsh.add_argument("--sep", default=None,
+                     help="field separator (default: tab for .tsv/.tab, else comma)")
+    hsh.add_argument("--seed", type=int, default=0, help="hash seed (default 0)")
+    hsh.add_argument("--params", default=None, metavar="JSON",
+                     help="hash with these parameters (OUT.hashing.json of an earlier run, or "
+                          "a model.json) instead of fitting new ones")
 
     health = sub.add_parser("health", help="ask a server's grpc.health.v1 service if it is serving",
                             description="exit 0 if the server at ADDRESS reports SERVING, else 1")
@@ -284,6 +312,23 @@ def _cmd_experiment(args: argparse.Namespace, environ: Mapping[str, str]) -> int
     return 0
 
 
+def _cmd_hash(args: argparse.Namespace) -> int:
+    from hogwild.data.hashing import HashOptions, names
+    from hogwild.hash_csv import hash_command
+
+    sep = {"tab": "\t", "\\t": "\t"}.get(args.sep, args.sep)
+    try:
+        options = HashOptions(label=args.label, categorical=names(args.categorical),
+                              text=names(args.text), ignore=names(args.ignore),
+                              numeric=None if args.numeric is None else names(args.numeric),
+                              hash_bits=args.hash_bits, k=args.k, onehot_max=args.onehot_max,
+                              scale=args.scale, sep=sep, seed=args.seed)
+    except DataError as exc:  # a bad flag: a usage error, exit 2
+        raise ConfigError("hash", str(exc).removeprefix("hashing: ")) from None
+    hash_command(args.input, args.out, options, params_file=args.params)
+    return 0
+
+
 def _cmd_health(args: argparse.Namespace) -> int:
     from hogwild.protocol.health import check
 
@@ -317,6 +362,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.command == "gen-data":
             _setup_logging("info")
             return _cmd_gen_data(args)
+        if args.command == "hash":
+            return _cmd_hash(args)
         if args.command == "analyze":
             return _cmd_analyze(args)
         if args.command == "health":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -14,10 +14,10 @@ import numpy as np
 
 from hogwild import __version__, artifacts
 from hogwild.config import Settings
-from hogwild.data import CSRData, load_source, train_val_test_split
+from hogwild.data import CSRData, train_val_test_split
 from hogwild.data.conflicts import startup_report
 from hogwild.data.reorder import frequency_order, renumber, restore_weights
-from hogwild.data.sources import default_test_source, describe
+from hogwild.data.sources import default_test_source, describe, load_source_hashed
 from hogwild.errors import DataError
 from hogwild.model.evaluation import evaluate, predict
 from hogwild.model.losses import get_loss
@@ -41,16 +41,20 @@ class Splits:
     # training rows (hot weights share cache lines; threads can buffer the hottest ones).
     # Saved models are mapped back to the ids of the input files.
     feature_order: np.ndarray
+    # The feature-hashing parameters of a csv: training source (stored in model.json).
+    hashing: dict[str, Any] | None = None
 
 
 def load_splits(settings: Settings) -> Splits:
     """Load data (and test data, or split it off), widen to one feature count, split validation."""
-    data = load_source(settings.data, n_features=settings.n_features,
-                       zero_based=settings.zero_based, cache=settings.data_cache)
+    data, hashing = load_source_hashed(settings.data, n_features=settings.n_features,
+                                       zero_based=settings.zero_based, cache=settings.data_cache)
     test_spec = settings.test_data or default_test_source(settings.data)
     if test_spec:
-        test = load_source(test_spec, n_features=settings.n_features,
-                           zero_based=settings.zero_based, cache=settings.data_cache)
+        # A csv: test set is hashed with the training set's parameters.
+        test, _ = load_source_hashed(test_spec, n_features=settings.n_features,
+                                     zero_based=settings.zero_based, cache=settings.data_cache,
+                                     hashing=hashing)
         test_fraction = 0.0
     else:
         test = None
@@ -71,7 +75,7 @@ def load_splits(settings: Settings) -> Splits:
         raise DataError("the test set is empty: give test_data or a positive test_fraction")
     order = frequency_order(train)
     return Splits(train=renumber(train, order), val=renumber(val, order),
-                  test=renumber(test, order), feature_order=order)
+                  test=renumber(test, order), feature_order=order, hashing=hashing)
 
 
 def train_params(settings: Settings) -> TrainParams:
@@ -177,7 +181,8 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
         "n_features": splits.train.n_features, "conflicts": conflicts, "model": spec.kind,
     }
     metrics.update(test_quality(splits.test, w, settings.loss, spec))
-    write_outputs(settings, w, metrics, history, splits.feature_order, spec=spec)
+    write_outputs(settings, w, metrics, history, splits.feature_order, spec=spec,
+                  hashing=splits.hashing)
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
     print(f"done ({stop_reason}): {len(history)} epochs in {train_seconds:.2f}s, "
           f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {settings.out_dir}",
@@ -205,7 +210,8 @@ def test_quality(test: CSRData, w: np.ndarray, loss: str,
 def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
                   history: list[dict[str, Any]], feature_order: np.ndarray | None = None, *,
                   task: str | None = None, classes: Sequence[float] | None = None,
-                  spec: ModelSpec | None = None) -> Path:
+                  spec: ModelSpec | None = None,
+                  hashing: Mapping[str, Any] | None = None) -> Path:
     """Model (format 2, see hogwild.model.saved), metrics.json, metrics.jsonl and the loss
     plot, all atomically.
 
@@ -215,7 +221,7 @@ def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
     of another model kind (the MLP) is laid out; its named arrays are saved instead of ``w``."""
     out_dir = Path(settings.out_dir)
     if spec is not None and spec.is_mlp:
-        return _write_mlp_outputs(settings, spec, w, metrics, history, feature_order)
+        return _write_mlp_outputs(settings, spec, w, metrics, history, feature_order, hashing)
     if feature_order is not None:
         w = (restore_weights(w, feature_order) if np.ndim(w) == 1
              else np.stack([restore_weights(row, feature_order) for row in w]))
@@ -226,14 +232,15 @@ def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
             "metrics": metrics, "settings": asdict(settings)}
     SavedModel(w=w, loss=settings.loss, task=task,
                classes=None if classes is None else tuple(classes),
-               fit_bias=settings.fit_bias, meta=meta).save(out_dir)
+               fit_bias=settings.fit_bias, meta=meta, hashing=hashing).save(out_dir)
     _write_run_files(settings, out_dir, metrics, history)
     return out_dir
 
 
 def _write_mlp_outputs(settings: Settings, spec: ModelSpec, w: np.ndarray,
                        metrics: dict[str, Any], history: list[dict[str, Any]],
-                       feature_order: np.ndarray | None) -> Path:
+                       feature_order: np.ndarray | None,
+                       hashing: Mapping[str, Any] | None = None) -> Path:
     """The MLP's model (W1, b1, ... in the input files' ids, see hogwild.model.spec) and the
     same run files as the linear model's."""
     out_dir = Path(settings.out_dir)
@@ -243,7 +250,8 @@ def _write_mlp_outputs(settings: Settings, spec: ModelSpec, w: np.ndarray,
     meta = {"hogwild_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "metrics": metrics, "settings": asdict(settings)}
     SavedModel(w=w, loss=settings.loss, task=task, classes=classes, fit_bias=settings.fit_bias,
-               model="mlp", meta=meta, arrays=spec.arrays(w)).save(out_dir)
+               model="mlp", meta=meta, arrays=spec.arrays(w),
+               hashing=hashing).save(out_dir)
     _write_run_files(settings, out_dir, metrics, history)
     return out_dir
 

@@ -53,15 +53,18 @@ def score_file(model: SavedModel, spec: str, *, threads: int | None = None,
     from hogwild.model import metrics as quality
     from hogwild.model.scoring import drop_unknown_features, margins
 
-    if model.hashing is not None:
-        raise ModelError("this model was trained on hashed csv: features "
-                         f"({model.hashing}); hogwild predict reads svmlight data only")
     if zero_based is None:
         settings = model.meta.get("settings")
         zero_based = bool(settings.get("zero_based", False)) if isinstance(settings, dict) \
             else False
     started = time.perf_counter()
-    data = load_source(spec, zero_based=zero_based)
+    if model.hashing is not None:
+        # Trained on a csv: source: hash the new file's columns exactly the same way.
+        from hogwild.data.hashing import apply_hashing
+
+        data = apply_hashing(model.hashing, spec)
+    else:
+        data = load_source(spec, zero_based=zero_based)
     loaded = time.perf_counter()
     d = model.n_features
     dropped = 0

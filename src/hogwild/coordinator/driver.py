@@ -420,7 +420,8 @@ class RunDriver:
             "worker_states": workers_out, "conflicts": self.conflicts,
         }
         metrics.update(test_quality(splits.test, w, s.loss, self.spec))
-        write_outputs(s, w, metrics, self.history, splits.feature_order, spec=self.spec)
+        write_outputs(s, w, metrics, self.history, splits.feature_order, spec=self.spec,
+                      hashing=splits.hashing)
         acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
         self._print(f"done ({reason}): {metrics['epochs']:.2f} epochs, {metrics['rounds']} "
                     f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "

@@ -1,8 +1,8 @@
-"""Resolve a data-source string (file path, bundled:, synthetic:, lyrl2004:) to CSRData."""
+"""Resolve a data-source string (file path, bundled:, synthetic:, lyrl2004:, csv:) to CSRData."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -18,7 +18,7 @@ BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
 # Feature counts of the bundled sets, so that train and test files agree.
 BUNDLED_FEATURES = {"spamassassin": 23941, "rcv1_vw_subset": 47236}
 DEFAULT_SYNTHETIC_ROWS = 100_000
-SCHEMES = ("bundled", "synthetic", "lyrl2004")
+SCHEMES = ("bundled", "synthetic", "lyrl2004", "csv")
 
 
 def bundled_names() -> list[str]:
@@ -44,32 +44,51 @@ def describe(data: CSRData) -> str:
 
 def load_source(spec: str, *, n_features: int | None = None, zero_based: bool = False,
                 cache: bool = True) -> CSRData:
+    """The data set named by ``spec`` (see :func:`load_source_hashed`)."""
+    return load_source_hashed(spec, n_features=n_features, zero_based=zero_based,
+                              cache=cache)[0]
+
+
+def load_source_hashed(spec: str, *, n_features: int | None = None, zero_based: bool = False,
+                       cache: bool = True, hashing: Mapping[str, Any] | None = None,
+                       ) -> tuple[CSRData, dict[str, Any] | None]:
     """Load the data set named by ``spec``.
 
     Forms: a svmlight/LIBSVM file path (.gz ok); ``bundled:NAME`` and ``bundled:NAME/test``;
     ``synthetic:rcv1?rows=N&noise=x&seed=s&n_features=d&avg_nnz=k``;
     ``synthetic:seed000?rows=N&n_features=d&min_nnz=a&max_nnz=b&binary=1&noise=x&seed=s``;
     ``synthetic:regression?rows=N&dim=d&min_nnz=a&max_nnz=b&noise=sd&seed=s`` (real targets);
-    ``lyrl2004:VEC1,VEC2@QRELS#TOPIC``. Errors (unknown scheme, missing file, bad query
-    parameter) raise DataError.
+    ``lyrl2004:VEC1,VEC2@QRELS#TOPIC``;
+    ``csv:FILE?label=COL&categorical=a,b&text=t&hash_bits=B&...`` (see hogwild.data.hashing).
+    Errors (unknown scheme, missing file, bad query parameter) raise DataError.
+
+    Returns the rows and, for ``csv:``, the hashing parameters (else None). ``hashing``:
+    parameters fitted on the training data, applied to a ``csv:`` source instead of fitting.
     """
     spec = spec.strip()
     if not spec:
         raise DataError("empty data source")
     scheme, sep, rest = spec.partition(":")
     if sep and scheme in SCHEMES and not Path(spec).exists():
+        if scheme == "csv":
+            from hogwild.data.hashing import load_csv_source
+
+            data, params = load_csv_source(rest, hashing)
+            if n_features is not None and n_features != data.n_features:
+                data = data.with_n_features(n_features)
+            return data, params
         if scheme == "bundled":
-            return _load_bundled(rest, n_features=n_features, cache=cache)
+            return _load_bundled(rest, n_features=n_features, cache=cache), None
         if scheme == "synthetic":
-            return _load_synthetic(rest, n_features=n_features)
-        return _load_lyrl2004(rest, n_features=n_features)
+            return _load_synthetic(rest, n_features=n_features), None
+        return _load_lyrl2004(rest, n_features=n_features), None
     path = Path(spec).expanduser()
     if not path.exists():
         if sep and scheme.isidentifier() and len(scheme) > 1:
             raise DataError(f"unknown data source scheme {scheme!r} in {spec!r} "
                             f"(known: {', '.join(SCHEMES)}, or a file path)")
         raise DataError(f"data file not found: {spec}")
-    return read_svmlight(path, n_features=n_features, zero_based=zero_based, cache=cache)
+    return read_svmlight(path, n_features=n_features, zero_based=zero_based, cache=cache), None
 
 
 def _load_bundled(rest: str, *, n_features: int | None, cache: bool) -> CSRData:

@@ -1,0 +1,59 @@
+"""`hogwild hash IN.csv --out OUT.svm`: hash a CSV/TSV file's columns into svmlight rows."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from hogwild import artifacts
+from hogwild.data.hashing import (
+    HashOptions,
+    apply_hashing,
+    check_params,
+    column_summary,
+    fit_hashing,
+)
+from hogwild.data.sources import describe
+from hogwild.data.svmlight import write_svmlight
+from hogwild.errors import DataError
+
+
+def params_path(out: str | Path) -> Path:
+    """Where the parameters of ``out`` are written: OUT.hashing.json beside it."""
+    return Path(f"{out}.hashing.json")
+
+
+def hash_command(source: str, out: str, options: HashOptions, *, params_file: str | None = None,
+                 stream: TextIO = sys.stdout) -> dict[str, Any]:
+    """Hash ``source`` (fitting the parameters, or applying ``params_file``), write the
+    svmlight file (and, when fitted, its parameters); return the parameters."""
+    started = time.perf_counter()
+    if params_file is not None:
+        try:
+            params: dict[str, Any] = json.loads(Path(params_file).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise DataError(f"cannot read hashing parameters {params_file}: {exc}") from None
+        if isinstance(params, dict) and isinstance(params.get("hashing"), dict):
+            params = params["hashing"]  # a model.json holds them under "hashing"
+        check_params(params)
+        data = apply_hashing(params, source, options.sep)
+    else:
+        data, params = fit_hashing(source, options)
+    seconds = time.perf_counter() - started
+    size = Path(source).stat().st_size
+    write_svmlight(data, out)
+    print(f"hashed {source}: {describe(data)}", file=stream)
+    print(f"  in {seconds:.2f}s ({data.n_rows / max(seconds, 1e-9):,.0f} rows/s, "
+          f"{size / 1e6 / max(seconds, 1e-9):.1f} MB/s of text)", file=stream)
+    for line in column_summary(params):
+        print(line, file=stream)
+    if params_file is None:
+        artifacts.atomic_write_text(params_path(out), json.dumps(params, indent=1) + "\n")
+        print(f"wrote {out} and {params_path(out)} (pass it as --params to hash other files "
+              "the same way)", file=stream)
+    else:
+        print(f"wrote {out} (parameters from {params_file})", file=stream)
+    return params
