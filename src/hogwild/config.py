@@ -21,6 +21,7 @@ SCHEDULES = ("constant", "invscaling")
 SHIPPING = ("partition", "replicate")
 TRAINER_MODES = ("hogwild", "locked", "serial", "syncsgd")
 MODEL_KINDS = ("linear", "mlp")
+MULTICLASS_MODES = ("ovr",)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -141,6 +142,12 @@ class Settings:
         default=False,
         metadata=_doc("model mlp: treat every stored value as 1 (skips the multiplications "
                       "of the first layer)", commands=_TRC))
+    multiclass: str = field(
+        default="ovr",
+        metadata=_doc("data with more than two label values: ovr = one-vs-rest, one weight "
+                      "vector per class, predicting the class of the highest score (train only: "
+                      "run and coordinator refuse multiclass data)", choices=MULTICLASS_MODES,
+                      commands=_T))
     # --- stopping ------------------------------------------------------------------------
     epochs: int = field(default=10, metadata=_doc("maximum passes over the training data",
                                                   commands=_TRC))

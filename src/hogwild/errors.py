@@ -8,8 +8,9 @@
     │   ├── InvalidMessage        bad content (index out of range, NaN, length mismatch) -> INVALID_ARGUMENT
     │   └── StaleOrUnknown        unknown run / worker / version mismatch -> FAILED_PRECONDITION
     ├── ClusterError              the cluster cannot go on (workers missing, coordinator unreachable)
-    └── ModelError                a saved model that cannot be read or used
-        └── ModelFormatError      a model file of another format version (says which)
+    ├── ModelError                a saved model that cannot be read or used
+    │   └── ModelFormatError      a model file of another format version (says which)
+    └── TrainingDiverged          the weights or the loss became inf/NaN (the step size is too big)
 
 Anything else that escapes is a bug and is reported with its traceback.
 """
@@ -65,3 +66,12 @@ class ModelError(HogwildError):
 
 class ModelFormatError(ModelError):
     """A model file written in a format version this hogwild does not read."""
+
+
+class TrainingDiverged(HogwildError):
+    """The model's weights or loss stopped being finite numbers; no model is saved."""
+
+    def __init__(self, where: str, learning_rate: float) -> None:
+        super().__init__(f"training diverged ({where}): the weights or the loss are no longer "
+                         f"finite numbers, so no model was saved; try a smaller learning_rate "
+                         f"(now {learning_rate:g})")

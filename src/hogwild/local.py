@@ -6,7 +6,7 @@ import logging
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -16,11 +16,13 @@ from hogwild import __version__, artifacts
 from hogwild.config import Settings
 from hogwild.data import CSRData, train_val_test_split
 from hogwild.data.conflicts import startup_report
+from hogwild.data.labels import MULTICLASS, LabelMap
 from hogwild.data.reorder import frequency_order, renumber, restore_weights
 from hogwild.data.sources import default_test_source, describe, load_source_hashed
-from hogwild.errors import DataError
-from hogwild.model.evaluation import evaluate, predict
+from hogwild.errors import DataError, TrainingDiverged
+from hogwild.model.evaluation import evaluate_model, is_finite, predict
 from hogwild.model.losses import get_loss
+from hogwild.model.ovr import OneVsRest
 from hogwild.model.saved import SavedModel, default_task
 from hogwild.model.spec import ModelSpec
 from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, EpochStats, Trainer, TrainParams
@@ -43,10 +45,13 @@ class Splits:
     feature_order: np.ndarray
     # The feature-hashing parameters of a csv: training source (stored in model.json).
     hashing: dict[str, Any] | None = None
+    # The user's labels and the targets the sets above hold (-1/+1, class indices or values).
+    labels: LabelMap = LabelMap("binary", (-1.0, 1.0))
 
 
 def load_splits(settings: Settings) -> Splits:
-    """Load data (and test data, or split it off), widen to one feature count, split validation."""
+    """Load data (and test data, or split it off), map the labels to training targets, widen
+    to one feature count, split validation."""
     data, hashing = load_source_hashed(settings.data, n_features=settings.n_features,
                                        zero_based=settings.zero_based, cache=settings.data_cache)
     test_spec = settings.test_data or default_test_source(settings.data)
@@ -59,10 +64,21 @@ def load_splits(settings: Settings) -> Splits:
     else:
         test = None
         test_fraction = settings.test_fraction
+    labels = LabelMap.fit(data.labels, classifier=get_loss(settings.loss).is_classifier,
+                          source=settings.data)
+    data = replace(data, labels=labels.encode(data.labels, settings.data))
+    if test is not None:
+        test = replace(test, labels=labels.encode(test.labels, str(test_spec)))
     if test is not None and test.n_features != data.n_features:
         if settings.n_features is not None:
             raise DataError(f"test data has {test.n_features} features, training data "
                             f"{data.n_features}")
+        if test.n_features > data.n_features:
+            # A test file with higher feature ids than any training row may come from another
+            # feature space (another vocabulary or hashing); its extra features get weight 0.
+            log.warning("test data %s has %d features but training data %s has %d: the extra "
+                        "features get weight 0 (is the test file from the same feature space?)",
+                        test_spec, test.n_features, settings.data, data.n_features)
         width = max(test.n_features, data.n_features)
         data, test = data.with_n_features(width), test.with_n_features(width)
     train, val, split_test = train_val_test_split(
@@ -75,7 +91,8 @@ def load_splits(settings: Settings) -> Splits:
         raise DataError("the test set is empty: give test_data or a positive test_fraction")
     order = frequency_order(train)
     return Splits(train=renumber(train, order), val=renumber(val, order),
-                  test=renumber(test, order), feature_order=order, hashing=hashing)
+                  test=renumber(test, order), feature_order=order, hashing=hashing,
+                  labels=labels)
 
 
 def train_params(settings: Settings) -> TrainParams:
@@ -135,7 +152,19 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
           f"{settings.trainer} thread(s) for up to {settings.epochs} epochs", file=out)
 
     loss = get_loss(settings.loss)
-    trainer = make_trainer(settings, spec)
+    ovr: OneVsRest | None = None
+    trainer: Trainer | None = None
+    if splits.labels.task == MULTICLASS:
+        if spec.is_mlp:
+            raise DataError(f"{settings.data}: {splits.labels.n_classes} label values; model mlp "
+                            "trains binary and regression only (model linear trains "
+                            "multiclass one-vs-rest)")
+        ovr = OneVsRest(splits.train.n_features, splits.labels.n_classes,
+                        train_params(settings))
+        model_w = ovr.w
+    else:
+        trainer = make_trainer(settings, spec)
+        model_w = trainer.w
     stopper = EarlyStopping(patience=settings.patience, min_delta=settings.min_delta,
                             target_loss=settings.target_loss)
     history: list[dict[str, Any]] = []
@@ -147,7 +176,13 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
     def after_epoch(stats: EpochStats) -> bool:
         nonlocal stop_reason
         elapsed = time.perf_counter() - train_started
-        val = evaluate(splits.val, trainer.w, loss, spec) if splits.val.n_rows else None
+        # A cheap O(d) check: a diverged model stops the run before it is scored or saved.
+        if not (is_finite(model_w) and np.isfinite(stats.train_loss)):
+            raise TrainingDiverged(f"epoch {stats.epoch + 1}", settings.learning_rate)
+        val = evaluate_model(splits.val, model_w, loss, spec) if splits.val.n_rows else None
+        if val is not None and not np.isfinite(val.loss):
+            raise TrainingDiverged(f"epoch {stats.epoch + 1}, validation loss",
+                                   settings.learning_rate)
         row = {"epoch": stats.epoch + 1, "elapsed": elapsed, "epoch_seconds": stats.seconds,
                "train_loss": stats.train_loss, "examples": stats.examples,
                "val_loss": val.loss if val else None,
@@ -156,7 +191,7 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
         print(f"{row['epoch']:>5} {elapsed:>7.2f}s {stats.train_loss:>10.4f} "
               f"{_fmt(row['val_loss']):>9} {_fmt(row['val_accuracy']):>8}", file=out, flush=True)
         # Without a validation set the training loss stands in for early stopping.
-        decision = stopper.update(val.loss if val else stats.train_loss, trainer.w)
+        decision = stopper.update(val.loss if val else stats.train_loss, model_w)
         if decision:
             stop_reason = decision
             return True
@@ -165,11 +200,19 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
             return True
         return False
 
-    trainer.fit(splits.train, settings.epochs, callback=after_epoch)
+    if ovr is not None:
+        per_class = ovr.targets(splits.train)
+        for epoch in range(settings.epochs):
+            if after_epoch(ovr.fit_epoch(per_class, epoch)):
+                break
+    elif trainer is not None:
+        trainer.fit(splits.train, settings.epochs, callback=after_epoch)
     train_seconds = time.perf_counter() - train_started
-    w = stopper.best_weights if stopper.best_weights is not None else trainer.w
-    test = evaluate(splits.test, w, loss, spec)
-    val = evaluate(splits.val, w, loss, spec) if splits.val.n_rows else None
+    w = stopper.best_weights if stopper.best_weights is not None else model_w
+    test = evaluate_model(splits.test, w, loss, spec)
+    val = evaluate_model(splits.val, w, loss, spec) if splits.val.n_rows else None
+    if not (is_finite(w) and np.isfinite(test.loss)):
+        raise TrainingDiverged("test loss", settings.learning_rate)
     metrics: dict[str, Any] = {
         "command": "train", "test_loss": test.loss, "test_accuracy": test.accuracy,
         "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
@@ -179,10 +222,13 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
         "stop_reason": stop_reason, "threads": settings.threads, "trainer": settings.trainer,
         "loss": settings.loss, "train_rows": splits.train.n_rows, "test_rows": splits.test.n_rows,
         "n_features": splits.train.n_features, "conflicts": conflicts, "model": spec.kind,
+        "task": splits.labels.task, "classes": splits.labels.json_classes(),
     }
-    metrics.update(test_quality(splits.test, w, settings.loss, spec))
+    metrics.update(test_quality(splits.test, w, settings.loss, spec, splits.labels.task,
+                                splits.labels.classes))
     write_outputs(settings, w, metrics, history, splits.feature_order, spec=spec,
-                  hashing=splits.hashing)
+                  hashing=splits.hashing, task=splits.labels.task,
+                  classes=splits.labels.classes)
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
     print(f"done ({stop_reason}): {len(history)} epochs in {train_seconds:.2f}s, "
           f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {settings.out_dir}",
@@ -191,7 +237,8 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
 
 
 def test_quality(test: CSRData, w: np.ndarray, loss: str,
-                 spec: ModelSpec | None = None) -> dict[str, Any]:
+                 spec: ModelSpec | None = None, task: str | None = None,
+                 classes: Sequence[float] | None = None) -> dict[str, Any]:
     """The full metric set on the test split under ``test_*`` keys (test_precision,
     test_recall, test_f1, test_roc_auc; test_rmse, test_mae, test_r2 for regression).
     ``test`` holds the training labels (+-1 for a binary model) and ``w`` the internal
@@ -200,7 +247,8 @@ def test_quality(test: CSRData, w: np.ndarray, loss: str,
     from hogwild.model import metrics as quality
     from hogwild.model.scoring import margins
 
-    task, classes = default_task(loss)
+    if task is None:  # a model of +-1 labels (regression for the squared loss)
+        task, classes = default_task(loss)
     scores = predict(test, w, spec) if spec is not None and spec.is_mlp else margins(w, test)
     report = quality.report_internal(task, loss, classes, scores, test.labels)
     return {f"test_{key}": value for key, value in report.items()
@@ -218,16 +266,20 @@ def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
     ``feature_order`` (new_id_of_old) maps internal weights back to the input files' ids.
     ``w`` is ``(d + 1,)`` or, one-vs-rest, ``(K, d + 1)``. ``task``/``classes`` default to a
     model of +-1 labels (regression for the squared loss). ``spec`` says how a flat vector
-    of another model kind (the MLP) is laid out; its named arrays are saved instead of ``w``."""
+    of another model kind (the MLP) is laid out; its named arrays are saved instead of ``w``.
+    A model that is not finite is never written."""
+    if not is_finite(w):
+        raise TrainingDiverged("final model", settings.learning_rate)
     out_dir = Path(settings.out_dir)
-    if spec is not None and spec.is_mlp:
-        return _write_mlp_outputs(settings, spec, w, metrics, history, feature_order, hashing)
-    if feature_order is not None:
-        w = (restore_weights(w, feature_order) if np.ndim(w) == 1
-             else np.stack([restore_weights(row, feature_order) for row in w]))
     if task is None:
         task, default_classes = default_task(settings.loss)
         classes = default_classes if classes is None else classes
+    if spec is not None and spec.is_mlp:
+        return _write_mlp_outputs(settings, spec, w, metrics, history, feature_order, hashing,
+                                  task, classes)
+    if feature_order is not None:
+        w = (restore_weights(w, feature_order) if np.ndim(w) == 1
+             else np.stack([restore_weights(row, feature_order) for row in w]))
     meta = {"hogwild_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "metrics": metrics, "settings": asdict(settings)}
     SavedModel(w=w, loss=settings.loss, task=task,
@@ -240,16 +292,17 @@ def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
 def _write_mlp_outputs(settings: Settings, spec: ModelSpec, w: np.ndarray,
                        metrics: dict[str, Any], history: list[dict[str, Any]],
                        feature_order: np.ndarray | None,
-                       hashing: Mapping[str, Any] | None = None) -> Path:
+                       hashing: Mapping[str, Any] | None = None, task: str = "binary",
+                       classes: Sequence[float] | None = (-1, 1)) -> Path:
     """The MLP's model (W1, b1, ... in the input files' ids, see hogwild.model.spec) and the
     same run files as the linear model's."""
     out_dir = Path(settings.out_dir)
     if feature_order is not None:
         w = spec.restore(w, feature_order)
-    task, classes = default_task(settings.loss)
     meta = {"hogwild_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "metrics": metrics, "settings": asdict(settings)}
-    SavedModel(w=w, loss=settings.loss, task=task, classes=classes, fit_bias=settings.fit_bias,
+    SavedModel(w=w, loss=settings.loss, task=task,
+               classes=None if classes is None else tuple(classes), fit_bias=settings.fit_bias,
                model="mlp", meta=meta, arrays=spec.arrays(w),
                hashing=hashing).save(out_dir)
     _write_run_files(settings, out_dir, metrics, history)

@@ -20,8 +20,9 @@ from hogwild import artifacts
 from hogwild.config import Settings
 from hogwild.coordinator.state import RunState, Totals, WorkerRecord
 from hogwild.coordinator.stopping import StopRules
-from hogwild.errors import ClusterError, HogwildError
-from hogwild.model.evaluation import evaluate
+from hogwild.data.labels import MULTICLASS
+from hogwild.errors import ClusterError, DataError, HogwildError, TrainingDiverged
+from hogwild.model.evaluation import evaluate, is_finite
 from hogwild.model.losses import get_loss
 from hogwild.model.spec import ModelSpec
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
@@ -113,6 +114,11 @@ class RunDriver:
         began = time.perf_counter()
         preload_in_background()
         splits = load_splits(s)
+        if splits.labels.task == MULTICLASS:
+            classes = ", ".join(f"{v:g}" for v in splits.labels.classes or ())
+            raise DataError(f"{s.data}: labels {{{classes}}} are {splits.labels.n_classes} "
+                            "classes; the cluster trains binary and regression models only "
+                            "(`hogwild train` trains multiclass one-vs-rest)")
         self._print(f"data: train {describe(splits.train)}")
         self._print(f"      validation {describe(splits.val)}")
         self._print(f"      test {describe(splits.test)}")
@@ -144,6 +150,7 @@ class RunDriver:
             train_began = self.train_began = time.perf_counter()
             artifacts.write_history(s.out_dir, self.history)  # empty: rows are appended
             reason, rules = self._monitor(splits, train_began)
+            self._check_diverged()  # a report that came with the last progress messages
             self._stop_workers(reason)
             train_seconds = time.perf_counter() - train_began
             self.health.set(False)  # draining: no new work is accepted from here on
@@ -277,6 +284,7 @@ class RunDriver:
         s = self.settings
         while True:
             self.alive_at = time.monotonic()
+            self._check_diverged()
             if self.stop_event.wait(0.05):
                 return "SIGTERM", rules
             now = time.perf_counter()
@@ -295,6 +303,17 @@ class RunDriver:
 
     _last_w: np.ndarray
 
+    def _check_diverged(self, w: np.ndarray | None = None, val_loss: float | None = None) -> None:
+        """TrainingDiverged if a worker reported non-finite weights, or if the global model or
+        its validation loss is not finite: the run ends at once and nothing is saved."""
+        where = self.state.diverged
+        if where is None and w is not None and not is_finite(w):
+            where = "the global model"
+        if where is None and val_loss is not None and not math.isfinite(val_loss):
+            where = "the global model's validation loss"
+        if where is not None:
+            raise TrainingDiverged(where, self.settings.learning_rate)
+
     def _evaluate(self, splits: Any, loss: Any, began: float,
                   totals: Totals | None = None) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -303,6 +322,7 @@ class RunDriver:
         w = totals.w
         self._last_w = w
         val = evaluate(splits.val, w, loss, self.spec) if splits.val.n_rows else None
+        self._check_diverged(w, val.loss if val else None)
         self.eval_seconds += time.perf_counter() - t0
         examples = totals.examples
         losses = [r.train_loss for r in self.state.workers.values() if r.train_loss is not None]
@@ -373,6 +393,7 @@ class RunDriver:
         from hogwild.local import test_quality, write_outputs
 
         s = self.settings
+        self._check_diverged()  # e.g. a SIGTERM that raced a worker's divergence report
         loss = get_loss(s.loss)
         # From here the model takes no more deltas, so every figure below describes it.
         totals = self.state.seal()
@@ -386,6 +407,7 @@ class RunDriver:
         w = best if (best is not None and (s.patience or s.target_loss is not None)) else final_w
         test = evaluate(splits.test, w, loss, self.spec)
         val = evaluate(splits.val, w, loss, self.spec) if splits.val.n_rows else None
+        self._check_diverged(w, val.loss if val else None)
         examples = totals.examples
         workers_out = self._write_worker_states(final_w, splits.feature_order)
         shipped = sum(x.nbytes for x in self.shipments)
@@ -412,6 +434,7 @@ class RunDriver:
             "shipped_bytes": shipped, "ship_seconds": ship_seconds,
             "train_rows": splits.train.n_rows, "test_rows": splits.test.n_rows,
             "n_features": splits.train.n_features, "run_id": self.state.run_id,
+            "task": splits.labels.task, "classes": splits.labels.json_classes(),
             "model": self.spec.kind,
             "coordinator_applied_from": {str(k): v for k, v in totals.applied_from.items()},
             "dropped_workers": sorted(r.worker_id for r in self.state.workers.values() if r.dead),
@@ -419,9 +442,11 @@ class RunDriver:
                              for a, b, c, d in self.state.peer_reports],
             "worker_states": workers_out, "conflicts": self.conflicts,
         }
-        metrics.update(test_quality(splits.test, w, s.loss, self.spec))
+        metrics.update(test_quality(splits.test, w, s.loss, self.spec, splits.labels.task,
+                                    splits.labels.classes))
         write_outputs(s, w, metrics, self.history, splits.feature_order, spec=self.spec,
-                      hashing=splits.hashing)
+                      hashing=splits.hashing, task=splits.labels.task,
+                      classes=splits.labels.classes)
         acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
         self._print(f"done ({reason}): {metrics['epochs']:.2f} epochs, {metrics['rounds']} "
                     f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "

@@ -48,7 +48,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def ReportProgress(self, request: pb.Progress, context: grpc.ServicerContext) -> pb.Ack:
         check_version(request.protocol_version, "progress")
         self.state.progress(request.run_id, request.worker_id, request.round, request.examples,
-                            request.train_loss, request.done, request.max_staleness)
+                            request.train_loss, request.done, request.max_staleness,
+                            request.diverged)
         return self._ack()
 
     @translate

@@ -77,6 +77,7 @@ class RunState:
         self.apply_seconds = 0.0         # time spent adding deltas to the global model
         self.peer_reports: list[tuple[int, int, int, str]] = []  # (reporter, peer, round, why)
         self.sealed = False               # the run is over: the model takes no more deltas
+        self.diverged: str | None = None  # where a worker found its weights non-finite
 
     # ---------------------------------------------------------------- registration
 
@@ -179,9 +180,12 @@ class RunState:
             return True
 
     def progress(self, run_id: str, worker_id: int, round_: int, examples: int,
-                 train_loss: float, done: bool, max_staleness: int) -> None:
+                 train_loss: float, done: bool, max_staleness: int,
+                 diverged: bool = False) -> None:
         with self._lock:
             record = self.check_sender(run_id, worker_id)
+            if diverged and self.diverged is None:
+                self.diverged = f"worker {worker_id}, round {round_}"
             record.round = max(record.round, round_)
             record.examples = max(record.examples, examples)
             if not math.isnan(train_loss):

@@ -78,3 +78,44 @@ def predict(data: CSRLike, w: npt.NDArray[np.float64],
     out = np.empty(a.n_rows, dtype=np.float64)
     kernels.decision(a.indptr, a.indices, a.values, w, n_features, out)
     return out
+
+
+def scores(data: CSRLike, w: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Margins of every row under each row of a (K, n_features + 1) one-vs-rest model:
+    shape (n_rows, K)."""
+    n_features = int(w.shape[1]) - 1
+    a = csr_arrays(data, n_features)
+    out = np.empty((w.shape[0], a.n_rows), dtype=np.float64)
+    for k in range(w.shape[0]):
+        kernels.decision(a.indptr, a.indices, a.values, np.ascontiguousarray(w[k]), n_features,
+                         out[k])
+    return out.T
+
+
+def evaluate_multiclass(data: CSRLike, w: npt.NDArray[np.float64], loss: Loss | str
+                        ) -> Metrics:
+    """Score a one-vs-rest model ``w`` (K, n_features + 1) on ``data`` whose labels are class
+    indices 0..K-1: accuracy is argmax of the K margins == label; loss is the binary loss of
+    each of the K problems (+1 for the row's class, -1 for the others), averaged over them."""
+    loss_obj = get_loss(loss) if isinstance(loss, str) else loss
+    n = int(data.indptr.shape[0]) - 1
+    if n == 0:
+        return Metrics(loss=0.0, accuracy=None, n=0)
+    margins = scores(data, w)
+    index = np.asarray(data.labels).astype(np.int64)
+    targets = np.where(np.arange(w.shape[0])[None, :] == index[:, None], 1.0, -1.0)
+    mean_loss = float(np.mean(loss_obj.value(margins, targets)))
+    accuracy = float(np.mean(np.argmax(margins, axis=1) == index))
+    return Metrics(loss=mean_loss, accuracy=accuracy, n=n)
+
+
+def evaluate_model(data: CSRLike, w: npt.NDArray[np.float64], loss: Loss | str,
+                   spec: ModelSpec | None = None) -> Metrics:
+    """:func:`evaluate_multiclass` for a (K, d + 1) one-vs-rest model, else :func:`evaluate`
+    (the linear model, or the model ``spec`` describes)."""
+    return evaluate_multiclass(data, w, loss) if w.ndim == 2 else evaluate(data, w, loss, spec)
+
+
+def is_finite(w: npt.NDArray[np.float64]) -> bool:
+    """Whether every weight is a finite number (a diverged run makes them inf or NaN)."""
+    return bool(np.isfinite(w).all())

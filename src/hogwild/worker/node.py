@@ -34,9 +34,16 @@ import grpc
 import numpy as np
 
 from hogwild.config import Settings
-from hogwild.errors import ClusterError, DataError, InvalidMessage, StaleOrUnknown
+from hogwild.errors import (
+    ClusterError,
+    DataError,
+    InvalidMessage,
+    StaleOrUnknown,
+    TrainingDiverged,
+)
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRArrays, csr_arrays
+from hogwild.model.evaluation import is_finite
 from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, choose_hot_features
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import (
@@ -501,11 +508,16 @@ class WorkerNode:
         self._apply_inbox()
         t0 = time.perf_counter()
         self._average_bias(plan)
+        # O(dim), like build_delta: a diverged model is reported, never sent on.
+        if not is_finite(self.w):
+            self._diverged(plan, round_)
         idx = np.empty(plan.dim, dtype=np.int32)
         val = np.empty(plan.dim, dtype=np.float32)
         n = int(kernels.build_delta(self.w, self.snap, idx, val))
         if n < 0:
             raise InvalidMessage("build_delta: buffers shorter than the model")
+        if not np.isfinite(val[:n]).all():  # finite in float64, beyond float32's range
+            self._diverged(plan, round_)
         t1 = time.perf_counter()
         messages = self._encode_delta(idx[:n], val[:n], round_, final, self.examples)
         self.timers.add("build_delta", t1 - t0)
@@ -531,6 +543,18 @@ class WorkerNode:
         header = DeltaHeader(run_id=self.run_id, worker_id=self.worker_id, round=round_,
                              seq=seq, dim=self.plan.dim, final=final, examples=examples)
         return encode_delta_parts(header, indices, values, self.settings.chunk_bytes)
+
+    def _diverged(self, plan: RunPlan, round_: int) -> None:
+        """Tell the coordinator the weights are no longer finite, then stop with an error."""
+        coordinator = self.destinations.get(COORDINATOR_ID)
+        if coordinator is not None:
+            coordinator.put("ReportProgress", pb.Progress(
+                protocol_version=PROTOCOL_VERSION, run_id=self.run_id,
+                worker_id=self.worker_id, round=round_, examples=self.examples,
+                train_loss=float("nan"), done=True, deltas_sent=self.deltas_sent,
+                max_staleness=self.max_staleness, diverged=True))
+            coordinator.flush(plan.rpc_timeout)
+        raise TrainingDiverged(f"worker {self.worker_id}, round {round_}", plan.learning_rate)
 
     def _average_bias(self, plan: RunPlan) -> None:
         """Send 1/W of this round's own bias change instead of all of it.

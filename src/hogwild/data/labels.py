@@ -1,0 +1,117 @@
+"""The user's labels and the training targets: two classes -> -1/+1, K classes -> 0..K-1."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from hogwild.errors import DataError
+
+BINARY = "binary"
+MULTICLASS = "multiclass"
+REGRESSION = "regression"
+TASKS = (BINARY, MULTICLASS, REGRESSION)
+
+# Most classes a one-vs-rest model trains (one weight vector each); more is almost surely a
+# real-valued target given to a classifier loss.
+MAX_CLASSES = 1000
+
+LabelArray = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class LabelMap:
+    """How the labels of a data set map to what the kernels train on.
+
+    ``binary``: the two label values (any two, e.g. -1/1, 0/1, 1/2) become -1 (the smaller)
+    and +1. ``multiclass``: K sorted values become class indices 0..K-1, and one-vs-rest
+    trains row k against the rest with targets +1 / -1. ``regression``: labels are real
+    values, taken as they are. ``classes`` holds the user's own values, ascending (None for
+    regression).
+    """
+
+    task: str
+    classes: tuple[float, ...] | None = None
+
+    @classmethod
+    def fit(cls, labels: npt.ArrayLike, *, classifier: bool, source: str) -> LabelMap:
+        """The map for training labels; DataError (naming ``source``) when a classifier gets a
+        single class or more than MAX_CLASSES values."""
+        if not classifier:
+            return cls(REGRESSION)
+        values = np.unique(np.asarray(labels))
+        if values.shape[0] == 0:
+            raise DataError(f"{source}: no rows, so no labels to learn")
+        if values.shape[0] == 1:
+            raise DataError(f"{source}: every training label is {_fmt(values[0])}; a classifier "
+                            "needs at least two classes")
+        if values.shape[0] > MAX_CLASSES:
+            raise DataError(f"{source}: {values.shape[0]} distinct label values (e.g. "
+                            f"{_fmt(values[0])}, {_fmt(values[1])}); a real-valued target needs "
+                            "loss: squared")
+        task = BINARY if values.shape[0] == 2 else MULTICLASS
+        return cls(task, tuple(float(v) for v in values))
+
+    @property
+    def n_classes(self) -> int:
+        return 0 if self.classes is None else len(self.classes)
+
+    def class_index(self, labels: npt.ArrayLike, source: str) -> npt.NDArray[np.int64]:
+        """Index in ``classes`` of every label; DataError naming ``source`` and the labels the
+        training data did not have."""
+        assert self.classes is not None
+        known = np.asarray(self.classes, dtype=np.float64)
+        y = np.asarray(labels, dtype=np.float64)
+        pos = np.minimum(np.searchsorted(known, y), known.shape[0] - 1)
+        bad = known[pos] != y
+        if np.any(bad):
+            unknown = np.unique(y[bad])
+            shown = ", ".join(_fmt(v) for v in unknown[:5]) + (", ..." if unknown.shape[0] > 5
+                                                               else "")
+            raise DataError(f"{source}: label(s) {shown} not among the training labels "
+                            f"{{{', '.join(_fmt(v) for v in known)}}}")
+        out: npt.NDArray[np.int64] = pos.astype(np.int64)
+        return out
+
+    def encode(self, labels: npt.ArrayLike, source: str) -> LabelArray:
+        """The training targets of ``labels``: -1/+1 (binary), class index (multiclass) or the
+        labels themselves (regression), as float32."""
+        if self.task == REGRESSION:
+            return np.asarray(labels, dtype=np.float32)
+        index = self.class_index(labels, source)
+        if self.task == BINARY:
+            return np.where(index == 1, np.float32(1.0), np.float32(-1.0)).astype(np.float32)
+        return index.astype(np.float32)
+
+    def decode(self, targets: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        """The user's labels of encoded targets (a +-1 sign for binary, an index for
+        multiclass); regression values pass through."""
+        t = np.asarray(targets, dtype=np.float64)
+        if self.task == REGRESSION:
+            return t
+        assert self.classes is not None
+        known = np.asarray(self.classes, dtype=np.float64)
+        if self.task == BINARY:
+            signs: npt.NDArray[np.float64] = np.where(t >= 0.0, known[1], known[0])
+            return signs
+        picked: npt.NDArray[np.float64] = known[t.astype(np.int64)]
+        return picked
+
+    def json_classes(self) -> list[int | float] | None:
+        """``classes`` for model.json: integers where the value is whole, else floats."""
+        if self.classes is None:
+            return None
+        return [int(v) if float(v).is_integer() else float(v) for v in self.classes]
+
+
+def one_vs_rest(index_targets: LabelArray, k: int) -> LabelArray:
+    """+1 where the class index is ``k``, -1 elsewhere (float32)."""
+    return np.where(index_targets == np.float32(k), np.float32(1.0), np.float32(-1.0)).astype(
+        np.float32)
+
+
+def _fmt(value: float) -> str:
+    v = float(value)
+    return str(int(v)) if v.is_integer() else repr(v)
