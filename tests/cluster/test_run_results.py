@@ -55,7 +55,8 @@ def test_run_refuses_multiclass_data_in_one_line(tmp_path: Path) -> None:
     proc = _run(tmp_path, *flags(workers=2, data=data, test_fraction=0.2,
                                  out_dir=tmp_path / "out", data_cache=False))
     assert proc.returncode == 1
-    errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "error:" in line]
+    errors = [line for line in (proc.stdout + proc.stderr).splitlines()
+              if "hogwild coordinator: error:" in line]
     assert len(errors) == 1, proc.stdout + proc.stderr
     assert "labels {1, 2, 3}" in errors[0] and "hogwild train" in errors[0]
     assert not (tmp_path / "out" / "model.npz").exists()
@@ -72,7 +73,8 @@ def test_divergence_stops_the_cluster_with_an_error(tmp_path: Path) -> None:
         code = cluster.coordinator.wait(120)
         text = cluster.output()
         assert code == 1, text
-        lines = [line for line in cluster.coordinator.output().splitlines() if "error:" in line]
+        lines = [line for line in cluster.coordinator.output().splitlines()
+                 if "hogwild coordinator: error:" in line]
         assert len(lines) == 1 and "diverged" in lines[0] and "learning_rate" in lines[0], text
         assert "early stopping" not in text
         # At least one worker found its weights non-finite and said so.
