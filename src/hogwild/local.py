@@ -31,6 +31,9 @@ from hogwild.warmup import preload_in_background
 
 log = logging.getLogger("hogwild.train")
 
+# The labels of a data set already in -1/+1 (what Splits holds unless told otherwise).
+PLUS_MINUS_ONE = LabelMap("binary", (-1.0, 1.0))
+
 
 @dataclass(frozen=True)
 class Splits:
@@ -46,7 +49,7 @@ class Splits:
     # The feature-hashing parameters of a csv: training source (stored in model.json).
     hashing: dict[str, Any] | None = None
     # The user's labels and the targets the sets above hold (-1/+1, class indices or values).
-    labels: LabelMap = LabelMap("binary", (-1.0, 1.0))
+    labels: LabelMap = PLUS_MINUS_ONE
 
 
 def load_splits(settings: Settings) -> Splits:
