@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
         if command == "run":
             cmd.add_argument("--keep-going", action="store_true",
                              help="do not stop the other processes when a worker fails")
+            cmd.add_argument("--insecure", action="store_true",
+                             help="plain-text gRPC without a token (default without tls_* "
+                                  "settings: throw-away certificates and a random token)")
 
     gen = sub.add_parser("gen-data", help="write a synthetic data set as svmlight text",
                          description="write a synthetic data set as svmlight text (.gz by suffix)")
@@ -147,6 +150,20 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--timeout", type=float, default=3.0, help="deadline in seconds")
     health.add_argument("--service", default="",
                         help="service name to ask about (default: the whole server)")
+    health.add_argument("--tls", action="store_true",
+                        help="connect with mutual TLS, using tls_ca/tls_cert/tls_key from "
+                             "$HOGWILD_CONFIG or ./settings.yaml and HOGWILD_TLS_* variables")
+
+    certs = sub.add_parser("certs", help="write a development CA, per-role certificates and a "
+                                         "run token for mutual TLS",
+                           description="write ca.crt, coordinator/worker/client certificates "
+                                       "and keys (0600) and a random token into --out")
+    certs.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    certs.add_argument("--hosts", default="", metavar="H1,H2,...",
+                       help="names (DNS, *.wildcard, or IP) the coordinator and workers are "
+                            "reached by; localhost and 127.0.0.1 are always added")
+    certs.add_argument("--days", type=int, default=365, help="validity (default 365)")
+    certs.add_argument("--force", action="store_true", help="replace existing files")
     _add_model_commands(sub)
     return parser
 
@@ -226,7 +243,8 @@ def _cmd_train(settings: Settings, args: argparse.Namespace) -> int:
 def _cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     from hogwild.launcher import run_local
 
-    return run_local(settings, config_path=args.config, keep_going=args.keep_going)
+    return run_local(settings, config_path=args.config, keep_going=args.keep_going,
+                     insecure=args.insecure)
 
 
 def _cmd_coordinator(settings: Settings, args: argparse.Namespace) -> int:
@@ -329,10 +347,19 @@ def _cmd_hash(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_health(args: argparse.Namespace) -> int:
+def _cmd_health(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from hogwild.protocol.health import check
 
-    status = check(args.address, timeout=args.timeout, service=args.service)
+    if args.tls:
+        from hogwild.protocol.security import from_settings
+
+        settings = config.load(config.default_config_path(environ), environ)
+        if not settings.tls_ca:
+            raise ConfigError("tls_ca", "--tls needs tls_ca, tls_cert and tls_key settings")
+        status = check(args.address, timeout=args.timeout, service=args.service,
+                       channel_factory=from_settings(settings).channel)
+    else:
+        status = check(args.address, timeout=args.timeout, service=args.service)
     print(status)
     return 0 if status == "SERVING" else 1
 
@@ -367,7 +394,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.command == "analyze":
             return _cmd_analyze(args)
         if args.command == "health":
-            return _cmd_health(args)
+            return _cmd_health(args, env)
+        if args.command == "certs":
+            from hogwild.certs import main as certs_main
+
+            return certs_main(args.out, args.hosts, args.days, args.force)
         if args.command in ("predict", "eval"):
             return _cmd_model(args)
         if args.command == "experiment":

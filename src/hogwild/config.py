@@ -200,6 +200,38 @@ class Settings:
         default=True,
         metadata=_doc("keep parsed arrays in a .npz beside a text data file, keyed by its "
                       "size and mtime", commands=_TRC))
+    # --- security ------------------------------------------------------------------------
+    tls_ca: str = field(
+        default="",
+        metadata=_doc("PEM file of the CA every certificate must chain to; with tls_cert and "
+                      "tls_key it turns on mutual TLS on every connection (empty = plain text)",
+                      commands=_RCW))
+    tls_cert: str = field(
+        default="", metadata=_doc("PEM certificate this process presents (server and client)",
+                                    commands=_RCW))
+    tls_key: str = field(default="", metadata=_doc("PEM private key of tls_cert",
+                                                                  commands=_RCW))
+    tls_server_name: str = field(
+        default="",
+        metadata=_doc("name a server's certificate must carry (empty = the host of the address "
+                      "dialled); set it when peers are reached by IP addresses the certificates "
+                      "do not list", commands=_RCW))
+    auth_token: str = field(
+        default="",
+        metadata=_doc("shared run token every call must carry (empty = none); prefer "
+                      "auth_token_file or HOGWILD_AUTH_TOKEN over a flag, which others can see",
+                      commands=_RCW))
+    auth_token_file: str = field(
+        default="", metadata=_doc("file holding the shared run token (first line)",
+                                    commands=_RCW))
+    reflection: bool = field(
+        default=False, metadata=_doc("serve gRPC server reflection (off: it lists the API)",
+                                    commands=_CW))
+    health_port: int | None = field(
+        default=None,
+        metadata=_doc("also serve grpc.health.v1 alone, in plain text and without a token, on "
+                      "this port (for probes that cannot do TLS, e.g. Kubernetes'); null = off",
+                      commands=_CW))
     # --- output --------------------------------------------------------------------------
     out_dir: str = field(
         default="runs/latest", metadata=_doc("directory for the model, metrics and plot",
@@ -325,6 +357,7 @@ def _check_address(key: str, value: str) -> None:
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "coordinator_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535"),
     "worker_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535"),
+    "health_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535 (or null)"),
     "workers": (lambda v: 1 <= v <= 1024, "must be between 1 and 1024"),
     "threads": (lambda v: 1 <= v <= 256, "must be between 1 and 256"),
     "batch_size": (lambda v: 1 <= v <= 1 << 20, "must be between 1 and 1048576"),
@@ -365,6 +398,7 @@ def _build(values: Mapping[str, Any], source: str) -> Settings:
                                                     Settings.coordinator_address))
     if clean.get("advertise_address"):
         _check_address("advertise_address", clean["advertise_address"])
+    _check_security(clean)
     if clean.get("val_fraction", 0.0) + clean.get("test_fraction", 0.0) >= 1.0:
         raise ConfigError("test_fraction", "val_fraction + test_fraction must be below 1")
     if clean.get("model") == "mlp":
@@ -376,6 +410,17 @@ def _build(values: Mapping[str, Any], source: str) -> Settings:
             raise ConfigError("trainer", "model mlp trains with hogwild, locked or serial "
                                          "threads, not syncsgd")
     return Settings(**clean)
+
+
+def _check_security(clean: Mapping[str, Any]) -> None:
+    """TLS files come as a set of three; one token source at most."""
+    tls = {key: bool(clean.get(key)) for key in ("tls_ca", "tls_cert", "tls_key")}
+    if any(tls.values()) and not all(tls.values()):
+        missing = next(key for key, given in tls.items() if not given)
+        raise ConfigError(missing, "tls_ca, tls_cert and tls_key go together (mutual TLS); "
+                                   "set all three or none")
+    if clean.get("auth_token") and clean.get("auth_token_file"):
+        raise ConfigError("auth_token_file", "set auth_token or auth_token_file, not both")
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -441,6 +486,7 @@ _SECTIONS = {
     "loss": "Model and optimiser",
     "epochs": "When to stop",
     "data": "Data",
+    "tls_ca": "Security: mutual TLS, run token, what the servers expose",
     "out_dir": "Output",
 }
 

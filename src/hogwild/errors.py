@@ -6,7 +6,9 @@
     │   └── DataFormatError       malformed input (names file and line)
     ├── ProtocolError             a message that breaks the wire contract
     │   ├── InvalidMessage        bad content (index out of range, NaN, length mismatch) -> INVALID_ARGUMENT
-    │   └── StaleOrUnknown        unknown run / worker / version mismatch -> FAILED_PRECONDITION
+    │   ├── StaleOrUnknown        unknown run / worker / version mismatch -> FAILED_PRECONDITION
+    │   └── NotAllowed            a caller without the key of the sender it claims -> PERMISSION_DENIED
+    ├── Busy                      too many long calls at once -> RESOURCE_EXHAUSTED
     ├── ClusterError              the cluster cannot go on (workers missing, coordinator unreachable)
     ├── ModelError                a saved model that cannot be read or used
     │   └── ModelFormatError      a model file of another format version (says which)
@@ -54,6 +56,16 @@ class InvalidMessage(ProtocolError):
 class StaleOrUnknown(ProtocolError):
     """A message refers to an unknown run or worker or speaks another protocol version
     (maps to FAILED_PRECONDITION)."""
+
+
+class NotAllowed(ProtocolError):
+    """The caller may reach the server but not act as the sender it names (maps to
+    PERMISSION_DENIED)."""
+
+
+class Busy(HogwildError):
+    """A server refuses a call because too many like it are running (maps to
+    RESOURCE_EXHAUSTED)."""
 
 
 class ClusterError(HogwildError):

@@ -6,14 +6,21 @@ coordinator binds port 0 and prints the port on its first line; the launcher rea
 then starts the workers. Every child's output is streamed with its role as prefix. On exit,
 a failed child (unless keep_going), Ctrl-C or SIGTERM, every child still running gets SIGTERM
 (graceful stop) and, after a grace period, SIGKILL.
+
+Unless the settings name TLS files (or ``insecure`` is set) the run uses mutual TLS and a run
+token all the same: throw-away certificates and a random token are written to a private
+temporary directory, removed at the end. A token always reaches the children as a file,
+never on their command line (which any local user can read).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -148,17 +155,47 @@ def _role_argv(role: str, settings: Settings, config_path: str | None) -> list[s
     return argv + setting_flags(settings, role)
 
 
+def _secure(base: Settings, secrets_dir: Path, insecure: bool
+            ) -> tuple[Settings, Settings]:
+    """(coordinator settings, worker settings) with credentials: the configured TLS files, or
+    throw-away ones written to ``secrets_dir``; the token moved into a file."""
+    coordinator, worker = base, base
+    token = base.auth_token
+    if not insecure and not base.tls_ca:
+        from hogwild.certs import write_bundle
+
+        bundle = write_bundle(secrets_dir, overwrite=True)
+        tls = {"tls_ca": str(bundle.ca), "tls_server_name": ""}
+        coordinator = coordinator.replace(**tls, tls_cert=str(bundle.cert("coordinator")),
+                                          tls_key=str(bundle.key("coordinator")))
+        worker = worker.replace(**tls, tls_cert=str(bundle.cert("worker")),
+                                tls_key=str(bundle.key("worker")))
+        if not token and not base.auth_token_file:
+            token = bundle.token.read_text().strip()
+    if token:
+        path = secrets_dir / "run-token"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(token + "\n")
+        moved = {"auth_token": "", "auth_token_file": str(path)}
+        coordinator, worker = coordinator.replace(**moved), worker.replace(**moved)
+    return coordinator, worker
+
+
 def run_local(settings: Settings, config_path: str | None = None, keep_going: bool = False,
-              out: TextIO = sys.stdout) -> int:
+              out: TextIO = sys.stdout, insecure: bool = False) -> int:
     """Run a whole training job as local processes; returns the coordinator's exit code
-    (1 if a worker failed and ``keep_going`` is off, 130 on Ctrl-C)."""
+    (1 if a worker failed and ``keep_going`` is off, 130 on Ctrl-C). ``insecure``: plain
+    text and no token unless the settings ask for them."""
     # staleness is dropped in sync mode: the warning about it was given once, here.
     base = settings.replace(bind_host="127.0.0.1", coordinator_port=0, worker_port=0,
-                            advertise_address="",
+                            advertise_address="", health_port=None,
                             staleness=settings.staleness if settings.mode == "async" else None)
     children: list[Child] = []
+    secrets_dir = Path(tempfile.mkdtemp(prefix="hogwild-secrets-"))  # mode 0700
     previous = _install_sigterm()
     try:
+        base, worker_base = _secure(base, secrets_dir, insecure)
         coordinator = Child("coordinator", _role_argv("coordinator", base, config_path), out,
                             watch_prefix=READY_PREFIX)
         children.append(coordinator)
@@ -174,7 +211,7 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
             raise ClusterError(f"the coordinator did not announce its port within "
                                f"{STARTUP_SECONDS:g}s")
         port = int(coordinator.announcement)
-        worker_settings = base.replace(coordinator_address=f"127.0.0.1:{port}")
+        worker_settings = worker_base.replace(coordinator_address=f"127.0.0.1:{port}")
         for i in range(settings.workers):
             children.append(Child(f"worker-{i}", _role_argv("worker", worker_settings,
                                                             config_path), out))
@@ -185,6 +222,7 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
         return 130
     finally:
         teardown(children)
+        shutil.rmtree(secrets_dir, ignore_errors=True)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
 

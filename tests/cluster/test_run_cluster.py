@@ -142,6 +142,8 @@ def test_hogwild_run_end_to_end_on_the_bundled_data(tmp_path: Path) -> None:
             proc.wait(10)
     assert proc.returncode == 0, output
     assert "[coordinator]" in output and "[worker-1]" in output
+    # By default every process talks mutual TLS with a run token (throw-away credentials).
+    assert output.count("serving with mutual TLS, run token") == 3, output
     metrics = read_metrics(out)
     assert metrics["test_accuracy"] >= 0.97, output
     for name in ("model.npz", "model.json", "metrics.jsonl", "loss.png"):

@@ -15,8 +15,12 @@ from hogwild.coordinator import RunState
 from hogwild.coordinator import create_server as create_coordinator
 from hogwild.protocol import pb_grpc
 from hogwild.protocol.health import HealthReporter
+from hogwild.protocol.security import Security
 from hogwild.worker import WorkerNode
 from hogwild.worker import create_server as create_worker
+
+# The key the test's Configure message gives its fictitious peer (Peer.receive_key).
+PEER_KEY = "test-peer-key"
 
 
 def loopback_settings(**overrides: Any) -> Settings:
@@ -45,7 +49,8 @@ def coordinator_server() -> Iterator[CoordinatorServer]:
     settings = loopback_settings(workers=2)
     server, port, state, health = create_coordinator(settings)
     server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    # Calls as worker 0 (the tests register it), with its sender key.
+    channel = Security().channel(f"127.0.0.1:{port}", sender_key=state.worker_key(0))
     try:
         yield CoordinatorServer(server, port, state, health, channel,
                                 pb_grpc.CoordinatorStub(channel))
@@ -61,7 +66,8 @@ class WorkerServer:
     node: WorkerNode
     health: HealthReporter
     channel: grpc.Channel
-    stub: Any
+    stub: Any            # calls as the coordinator
+    peer_stub: Any       # calls as the peer whose key is PEER_KEY
 
     @property
     def address(self) -> str:
@@ -74,12 +80,18 @@ def worker_server(coordinator_server: CoordinatorServer) -> Iterator[WorkerServe
     settings = loopback_settings(coordinator_address=coordinator_server.address, workers=2)
     server, port, node, health = create_worker(settings)
     server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    address = f"127.0.0.1:{port}"
+    channel = peer_channel = None
     try:
         node.register(port)
-        yield WorkerServer(server, port, node, health, channel, pb_grpc.WorkerStub(channel))
+        channel = Security().channel(address, sender_key=node.coordinator_key)
+        peer_channel = Security().channel(address, sender_key=PEER_KEY)
+        yield WorkerServer(server, port, node, health, channel, pb_grpc.WorkerStub(channel),
+                           pb_grpc.WorkerStub(peer_channel))
     finally:
         node.request_stop("test over")
         node.close()
-        channel.close()
+        for open_channel in (channel, peer_channel):
+            if open_channel is not None:
+                open_channel.close()
         server.stop(grace=None).wait(5)

@@ -12,7 +12,7 @@ from hogwild.protocol.codec import DeltaHeader, encode_delta
 from hogwild.protocol.health import check
 from hogwild.protocol.streams import shard_chunks
 
-from .conftest import WorkerServer
+from .conftest import PEER_KEY, WorkerServer
 
 N_FEATURES = 12_000
 DIM = N_FEATURES + 1
@@ -40,7 +40,7 @@ def _configure(worker: WorkerServer) -> None:
     node = worker.node
     worker.stub.Configure(pb.RunConfig(
         protocol_version=PROTOCOL_VERSION, run_id=node.run_id, worker_id=node.worker_id,
-        peers=[pb.Peer(worker_id=PEER, address="127.0.0.1:1")], dim=DIM, n_features=N_FEATURES,
+        peers=[pb.Peer(worker_id=PEER, address="127.0.0.1:1", receive_key=PEER_KEY)], dim=DIM, n_features=N_FEATURES,
         mode="sync", staleness=-1, threads=2, round_size=100, max_rounds=3,
         train_rows=60_000, loss="hinge", learning_rate=0.1, lr_schedule="constant",
         lr_decay=0.9, power_t=0.5, l2=0.0, fit_bias=True, barrier_timeout=2.0,
@@ -95,7 +95,7 @@ def test_config_before_shard_is_failed_precondition(worker_server: WorkerServer)
 def _expect(worker: WorkerServer, message: pb.Delta, code: grpc.StatusCode) -> None:
     before = worker.node.w.tobytes()
     with pytest.raises(grpc.RpcError) as info:
-        worker.stub.PushDelta(message, timeout=5)
+        worker.peer_stub.PushDelta(message, timeout=5)
     assert info.value.code() == code, info.value.details()
     assert worker.node._apply_inbox() == 0, "a rejected delta was queued"
     assert worker.node.w.tobytes() == before
@@ -129,8 +129,8 @@ def test_bad_deltas_get_status_codes_and_leave_w_untouched(configured: WorkerSer
 def test_duplicate_delta_is_acknowledged_and_applied_once(configured: WorkerServer) -> None:
     node = configured.node
     m = _delta(node.run_id, seq=4)
-    assert not configured.stub.PushDelta(m, timeout=5).duplicate
-    assert configured.stub.PushDelta(m, timeout=5).duplicate
+    assert not configured.peer_stub.PushDelta(m, timeout=5).duplicate
+    assert configured.peer_stub.PushDelta(m, timeout=5).duplicate
     assert node._apply_inbox() == 1
     expected = np.zeros(DIM)
     expected[[1, 50, N_FEATURES]] = [0.25, -0.5, 1.5]

@@ -22,8 +22,10 @@ from hogwild.protocol.health import (
     COORDINATOR_SERVICE,
     HealthReporter,
     add_health_and_reflection,
+    serve_health_only,
     stall_seconds,
 )
+from hogwild.protocol.security import from_settings
 from hogwild.protocol.serving import bind, new_server
 from hogwild.signals import SignalWatch
 
@@ -42,12 +44,13 @@ def create_server(settings: Settings, state: RunState | None = None
     """A (not yet started) server bound to bind_host:coordinator_port (0 = any free port):
     (server, bound port, run state, health)."""
     state = state if state is not None else RunState(settings.workers)
+    security = from_settings(settings)
     # Every worker pushes deltas and progress concurrently; keep a thread per sender + spare.
-    server = new_server(max(8, 2 * settings.workers + 4), "coord-rpc")
+    server = new_server(max(8, 2 * settings.workers + 4), "coord-rpc", security)
     pb_grpc.add_CoordinatorServicer_to_server(  # type: ignore[no-untyped-call]
         CoordinatorServicer(state), server)
-    health = add_health_and_reflection(server, [COORDINATOR_SERVICE])
-    port = bind(server, settings.bind_host, settings.coordinator_port)
+    health = add_health_and_reflection(server, [COORDINATOR_SERVICE], settings.reflection)
+    port = bind(server, settings.bind_host, settings.coordinator_port, security)
     return server, port, state, health
 
 
@@ -66,7 +69,12 @@ def serve(settings: Settings, out: TextIO = sys.stdout) -> int:
 
     # Before the port is announced: from then on a SIGTERM must find its handler in place.
     sigterm = SignalWatch(signal.SIGTERM, on_sigterm).install()
+    probes = None
+    if settings.health_port is not None:
+        probes, probe_port = serve_health_only(health, settings.bind_host, settings.health_port)
+        log.info("health checks (plain text, health only) on port %d", probe_port)
     server.start()
+    log.info("serving with %s", from_settings(settings).describe())
     print(f"{READY_PREFIX}{port}", file=out, flush=True)
     driver = RunDriver(settings, state, health, stop_event, out)
     health.watch(lambda: driver.alive_at, stall_seconds(settings.barrier_timeout,
@@ -86,3 +94,5 @@ def serve(settings: Settings, out: TextIO = sys.stdout) -> int:
         # Give in-flight deltas and final-state streams a moment; never wait forever.
         server.stop(grace=2.0).wait(5.0)
         sigterm.restore()
+        if probes is not None:
+            probes.stop(grace=None)

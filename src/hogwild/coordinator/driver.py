@@ -27,6 +27,7 @@ from hogwild.model.losses import get_loss
 from hogwild.model.spec import ModelSpec
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.health import HealthReporter
+from hogwild.protocol.security import from_settings
 from hogwild.protocol.streams import FinalState, receive_state, shard_chunks
 
 log = logging.getLogger("hogwild.coordinator")
@@ -226,7 +227,10 @@ class RunDriver:
         run_id = self.state.run_id
 
         def configure(record: WorkerRecord) -> None:
-            peers = [pb.Peer(worker_id=r.worker_id, address=r.address)
+            keys = self.state.keys
+            peers = [pb.Peer(worker_id=r.worker_id, address=r.address,
+                             send_key=keys.key(record.worker_id, r.worker_id),
+                             receive_key=keys.key(r.worker_id, record.worker_id))
                      for r in workers if r.worker_id != record.worker_id]
             replicate = s.shipping == "replicate"
             start_offset = (train_rows * record.worker_id // len(workers)) if replicate else 0
@@ -253,7 +257,8 @@ class RunDriver:
         old = self.channels.pop(record.worker_id, None)
         if old is not None:
             old.close()
-        self.channels[record.worker_id] = grpc.insecure_channel(record.address)
+        self.channels[record.worker_id] = from_settings(self.settings).channel(
+            record.address, self.state.coordinator_key(record.worker_id))
         self.stubs[record.worker_id] = pb_grpc.WorkerStub(  # type: ignore[no-untyped-call]
             self.channels[record.worker_id])
 

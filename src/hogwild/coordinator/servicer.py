@@ -8,6 +8,7 @@ from hogwild.coordinator.state import RunState
 from hogwild.errors import StaleOrUnknown
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import check_version, decode_delta
+from hogwild.protocol.security import sender_key
 from hogwild.protocol.status import translate
 
 
@@ -26,18 +27,21 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                  context: grpc.ServicerContext) -> pb.RegisterReply:
         check_version(request.protocol_version, "registration")
         if request.run_id and request.run_id != self.state.run_id:
-            raise StaleOrUnknown(f"registration for run {request.run_id!r}, this is run "
-                                 f"{self.state.run_id!r}")
+            raise StaleOrUnknown(f"registration for run {request.run_id!r}, which is not "
+                                 "this run")
         worker_id = self.state.register(request.address, request.threads, request.hostname,
                                         request.pid)
         return pb.RegisterReply(protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
-                                worker_id=worker_id, n_workers=self.state.n_workers)
+                                worker_id=worker_id, n_workers=self.state.n_workers,
+                                worker_key=self.state.worker_key(worker_id),
+                                coordinator_key=self.state.coordinator_key(worker_id))
 
     @translate
     def PushDelta(self, request: pb.Delta, context: grpc.ServicerContext) -> pb.Ack:
         check_version(request.protocol_version, "delta")
-        # Who before what: an unknown run or sender fails before the payload is even read.
-        self.state.check_sender(request.run_id, request.worker_id)
+        # Who before what: an unknown run or sender, or a caller without that sender's key,
+        # fails before the payload is even read.
+        self.state.check_sender(request.run_id, request.worker_id, sender_key(context))
         dim = self.state.dim
         if dim is None:
             raise StaleOrUnknown("delta received before the run started")
@@ -49,12 +53,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         check_version(request.protocol_version, "progress")
         self.state.progress(request.run_id, request.worker_id, request.round, request.examples,
                             request.train_loss, request.done, request.max_staleness,
-                            request.diverged)
+                            request.diverged, key=sender_key(context))
         return self._ack()
 
     @translate
     def ReportPeerDown(self, request: pb.PeerDown, context: grpc.ServicerContext) -> pb.Ack:
         check_version(request.protocol_version, "peer report")
         self.state.peer_down(request.run_id, request.worker_id, request.peer_id, request.round,
-                             request.reason)
+                             request.reason, key=sender_key(context))
         return self._ack()

@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.errors import ClusterError, StaleOrUnknown
+from hogwild.errors import ClusterError, NotAllowed, StaleOrUnknown
 from hogwild.model import kernels
 from hogwild.protocol.codec import DecodedDelta
+from hogwild.protocol.keys import COORDINATOR, KeyRing
+from hogwild.protocol.security import same_key
+from hogwild.protocol.sequence import SequenceTracker
 
 
 @dataclass
@@ -61,8 +64,10 @@ class Totals:
 class RunState:
     """Everything the coordinator knows about the run; every method is thread-safe."""
 
-    def __init__(self, n_workers: int, run_id: str | None = None) -> None:
+    def __init__(self, n_workers: int, run_id: str | None = None,
+                 keys: KeyRing | None = None) -> None:
         self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.keys = keys if keys is not None else KeyRing()
         self.n_workers = n_workers
         self._lock = threading.Condition()
         self.workers: dict[int, WorkerRecord] = {}
@@ -70,7 +75,7 @@ class RunState:
         self.closed = False               # no more registrations
         self.w: npt.NDArray[np.float64] | None = None
         self._empty = np.zeros(0, dtype=np.float64)
-        self._seen: set[tuple[int, int, int]] = set()
+        self._seen: dict[int, SequenceTracker] = {}  # per worker: (seq, part) dedup
         self.deltas_received = 0
         self.duplicates = 0
         self.bytes_received = 0
@@ -90,11 +95,11 @@ class RunState:
             if known is not None:
                 return known
             if self.closed or len(self.workers) >= self.n_workers:
-                raise StaleOrUnknown(f"run {self.run_id} already has its {self.n_workers} "
-                                     "workers")
+                raise StaleOrUnknown("this run already has all its workers")
             worker_id = len(self.workers)
             self.workers[worker_id] = WorkerRecord(worker_id, address, max(1, threads),
                                                    hostname, pid)
+            self._seen[worker_id] = SequenceTracker()
             self._by_address[address] = worker_id
             self._lock.notify_all()
             return worker_id
@@ -136,13 +141,25 @@ class RunState:
 
     # ------------------------------------------------------------------- messages
 
-    def check_sender(self, run_id: str, worker_id: int) -> WorkerRecord:
-        """The record of a known worker of this run; StaleOrUnknown otherwise."""
+    def worker_key(self, worker_id: int) -> str:
+        """What worker ``worker_id`` presents on its calls to the coordinator."""
+        return self.keys.key(worker_id, COORDINATOR)
+
+    def coordinator_key(self, worker_id: int) -> str:
+        """What the coordinator presents on its calls to worker ``worker_id``."""
+        return self.keys.key(COORDINATOR, worker_id)
+
+    def check_sender(self, run_id: str, worker_id: int, key: str | None = None) -> WorkerRecord:
+        """The record of a known worker of this run; StaleOrUnknown otherwise (naming neither
+        this run nor its size: the caller may be a stranger), NotAllowed if ``key`` is not
+        that worker's key (None: the caller's key was checked already)."""
         if run_id != self.run_id:
-            raise StaleOrUnknown(f"message for run {run_id!r}, this is run {self.run_id!r}")
+            raise StaleOrUnknown(f"message for run {run_id!r}, which is not this run")
         record = self.workers.get(worker_id)
         if record is None:
             raise StaleOrUnknown(f"unknown worker {worker_id}")
+        if key is not None and not same_key(key, self.worker_key(worker_id)):
+            raise NotAllowed(f"the caller is not worker {worker_id}")
         return record
 
     @property
@@ -158,7 +175,8 @@ class RunState:
                 raise StaleOrUnknown("delta received before the run started")
             if self.sealed:
                 raise StaleOrUnknown("delta received after the run ended")
-            if delta.key in self._seen:
+            fresh = self._seen[h.worker_id].admit(h.seq, h.part, h.parts)
+            if fresh is None:
                 self.duplicates += 1
                 return False
             t0 = time.perf_counter()
@@ -166,7 +184,6 @@ class RunState:
             self.apply_seconds += time.perf_counter() - t0
             if result != 0:  # decode_delta checked this; a non-zero result is a bug
                 raise StaleOrUnknown(f"apply_delta refused delta {delta.key} ({result})")
-            self._seen.add(delta.key)
             self.deltas_received += 1
             self.bytes_received += delta.nbytes
             record.deltas_applied += 1
@@ -181,9 +198,9 @@ class RunState:
 
     def progress(self, run_id: str, worker_id: int, round_: int, examples: int,
                  train_loss: float, done: bool, max_staleness: int,
-                 diverged: bool = False) -> None:
+                 diverged: bool = False, key: str | None = None) -> None:
         with self._lock:
-            record = self.check_sender(run_id, worker_id)
+            record = self.check_sender(run_id, worker_id, key)
             if diverged and self.diverged is None:
                 self.diverged = f"worker {worker_id}, round {round_}"
             record.round = max(record.round, round_)
@@ -195,10 +212,11 @@ class RunState:
             record.last_seen = time.monotonic()
             self._lock.notify_all()
 
-    def peer_down(self, run_id: str, reporter: int, peer: int, round_: int, reason: str) -> None:
+    def peer_down(self, run_id: str, reporter: int, peer: int, round_: int, reason: str,
+                  key: str | None = None) -> None:
         """A worker dropped ``peer``; the coordinator stops counting on it."""
         with self._lock:
-            self.check_sender(run_id, reporter)
+            self.check_sender(run_id, reporter, key)
             record = self.check_sender(run_id, peer)
             self.peer_reports.append((reporter, peer, round_, reason))
             if not record.dead and not record.done:

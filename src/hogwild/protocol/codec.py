@@ -304,7 +304,7 @@ def decode_delta(message: pb.Delta, dim: int | None = None) -> DecodedDelta:
     check_version(message.protocol_version, "delta")
     declared = int(message.dim)
     if dim is not None and declared != dim:
-        raise InvalidMessage(f"delta declares dim {declared}, this model has {dim}")
+        raise InvalidMessage(f"delta declares dim {declared}, which is not this model's size")
     if declared < 1 or declared > np.iinfo(np.int32).max:
         raise InvalidMessage(f"delta declares dim {declared}")
     if message.parts < 1 or message.part >= message.parts:

@@ -110,21 +110,40 @@ def stall_seconds(barrier_timeout: float, rpc_timeout: float) -> float:
     return max(60.0, 3.0 * (barrier_timeout + rpc_timeout))
 
 
-def add_health_and_reflection(server: grpc.Server, services: Iterable[str]) -> HealthReporter:
-    """Register grpc.health.v1 (readiness initially NOT_SERVING, liveness SERVING) and
-    reflection for ``services``."""
+def add_health_and_reflection(server: grpc.Server, services: Iterable[str],
+                              reflection_on: bool = False) -> HealthReporter:
+    """Register grpc.health.v1 (readiness initially NOT_SERVING, liveness SERVING) and, if
+    ``reflection_on``, server reflection for ``services`` (off by default: it hands anyone who
+    reaches the port a map of the API)."""
     names = tuple(services)
     reporter = HealthReporter(names)
     health_pb2_grpc.add_HealthServicer_to_server(reporter.servicer, server)
-    reflection.enable_server_reflection(
-        (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    if reflection_on:
+        reflection.enable_server_reflection(
+            (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     return reporter
 
 
-def check(address: str, timeout: float = 3.0, service: str = "") -> str:
+def serve_health_only(reporter: HealthReporter, host: str, port: int) -> tuple[grpc.Server, int]:
+    """A second, started server answering grpc.health.v1 only, in plain text and without a
+    token, on host:port: for probes that cannot present a certificate (Kubernetes' gRPC
+    probes). It tells nothing but SERVING / NOT_SERVING."""
+    from hogwild.protocol.security import Security
+    from hogwild.protocol.serving import bind, new_server
+
+    server = new_server(2, "health", Security())
+    health_pb2_grpc.add_HealthServicer_to_server(reporter.servicer, server)
+    bound = bind(server, host, port, Security(), warn_plain=False)  # plain text on purpose
+    server.start()
+    return server, bound
+
+
+def check(address: str, timeout: float = 3.0, service: str = "",
+          channel_factory: Callable[[str], grpc.Channel] = grpc.insecure_channel) -> str:
     """The health status name of ``service`` at ``address`` ("SERVING", "NOT_SERVING",
-    "SERVICE_UNKNOWN", ...) or "UNREACHABLE" if no answer came within ``timeout`` seconds."""
-    with grpc.insecure_channel(address) as channel:
+    "SERVICE_UNKNOWN", ...) or "UNREACHABLE" if no answer came within ``timeout`` seconds.
+    ``channel_factory`` opens the channel (a secure one for a TLS server)."""
+    with channel_factory(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)

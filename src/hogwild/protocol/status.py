@@ -9,7 +9,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from hogwild.errors import ClusterError, InvalidMessage, StaleOrUnknown
+from hogwild.errors import Busy, ClusterError, InvalidMessage, NotAllowed, StaleOrUnknown
 
 log = logging.getLogger("hogwild.protocol")
 
@@ -18,6 +18,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 _CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (InvalidMessage, grpc.StatusCode.INVALID_ARGUMENT),
     (StaleOrUnknown, grpc.StatusCode.FAILED_PRECONDITION),
+    (NotAllowed, grpc.StatusCode.PERMISSION_DENIED),
+    (Busy, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (ClusterError, grpc.StatusCode.UNAVAILABLE),
 )
 

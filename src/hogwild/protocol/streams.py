@@ -89,7 +89,7 @@ def receive_shard(chunks: Iterable[pb.ShardChunk], run_id: str | None = None,
     for chunk in chunks:
         check_version(chunk.protocol_version, "shard chunk")
         if run_id is not None and chunk.run_id != run_id:
-            raise InvalidMessage(f"shard chunk for run {chunk.run_id!r}, expected {run_id!r}")
+            raise InvalidMessage(f"shard chunk for run {chunk.run_id!r}, not this one")
         if worker_id is not None and chunk.worker_id != worker_id:
             raise InvalidMessage(f"shard chunk for worker {chunk.worker_id}, this is {worker_id}")
         if closing is not None:

@@ -16,8 +16,10 @@ from hogwild.protocol.health import (
     WORKER_SERVICE,
     HealthReporter,
     add_health_and_reflection,
+    serve_health_only,
     stall_seconds,
 )
+from hogwild.protocol.security import from_settings
 from hogwild.protocol.serving import bind, new_server
 from hogwild.signals import SignalWatch
 from hogwild.worker.node import WorkerNode
@@ -33,19 +35,25 @@ def create_server(settings: Settings, node: WorkerNode | None = None
     """A started-ready (not yet started) server bound to bind_host:worker_port (0 = any free
     port): (server, bound port, node, health)."""
     node = node if node is not None else WorkerNode(settings)
+    security = from_settings(settings)
     # Threads: one per peer pushing deltas, the coordinator's calls, health checks.
-    server = new_server(max(8, 2 * settings.workers + 4), "worker-rpc")
+    server = new_server(max(8, 2 * settings.workers + 4), "worker-rpc", security)
     pb_grpc.add_WorkerServicer_to_server(  # type: ignore[no-untyped-call]
         WorkerServicer(node), server)
-    health = add_health_and_reflection(server, [WORKER_SERVICE])
-    port = bind(server, settings.bind_host, settings.worker_port)
+    health = add_health_and_reflection(server, [WORKER_SERVICE], settings.reflection)
+    port = bind(server, settings.bind_host, settings.worker_port, security)
     return server, port, node, health
 
 
 def serve(settings: Settings) -> int:
     """Run one worker to completion; 0 after a clean finish or SIGTERM."""
     server, port, node, health = create_server(settings)
+    probes = None
+    if settings.health_port is not None:
+        probes, probe_port = serve_health_only(health, settings.bind_host, settings.health_port)
+        log.info("health checks (plain text, health only) on port %d", probe_port)
     server.start()
+    log.info("serving with %s", from_settings(settings).describe())
     print(f"worker listening on port {port}", flush=True)
 
     def on_sigterm() -> None:  # SIGTERM: NOT_SERVING, stop training, final delta, exit 0
@@ -79,3 +87,5 @@ def serve(settings: Settings) -> int:
         node.close()
         server.stop(grace=1.0).wait(2.0)
         sigterm.restore()
+        if probes is not None:
+            probes.stop(grace=None)

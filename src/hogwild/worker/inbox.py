@@ -1,5 +1,9 @@
 """Incoming deltas of one worker: dedup by (sender, seq, part), queue, and per-peer round tracking.
 
+Dedup keeps, per peer, a high-water mark and a small window (protocol/sequence.py), so its
+memory does not grow with the run, and a delta numbered far ahead of the peer's last one is
+refused.
+
 Receiving (RPC threads) and applying (the one exchange thread) are decoupled: a validated
 delta is queued here and acknowledged; the exchange thread drains the queue with apply_delta,
 serialised with build_delta. The tracker also answers the questions the barrier asks: which
@@ -16,6 +20,7 @@ from dataclasses import dataclass, field
 
 from hogwild.errors import StaleOrUnknown
 from hogwild.protocol.codec import DecodedDelta
+from hogwild.protocol.sequence import SequenceTracker
 
 
 @dataclass
@@ -28,7 +33,6 @@ class PeerStatus:
     final: bool = False         # sent its last delta
     dropped: bool = False       # missed a deadline; no longer waited for or accepted
     last_seen: float = field(default_factory=time.monotonic)
-    parts_seen: dict[int, int] = field(default_factory=dict)  # seq -> parts arrived so far
     applied: int = 0            # delta messages (parts) applied
 
     @property
@@ -46,7 +50,7 @@ class Inbox:
     def __init__(self, peers: dict[int, str]) -> None:
         self._cond = threading.Condition()
         self._queue: deque[DecodedDelta] = deque()
-        self._seen: set[tuple[int, int, int]] = set()
+        self._seen: dict[int, SequenceTracker] = {pid: SequenceTracker() for pid in peers}
         self.peers: dict[int, PeerStatus] = {
             pid: PeerStatus(pid, address) for pid, address in peers.items()}
         self.duplicates = 0
@@ -66,21 +70,17 @@ class Inbox:
                 raise StaleOrUnknown(f"delta from worker {h.worker_id}, not a peer of this run")
             if peer.dropped:
                 raise StaleOrUnknown(f"delta from worker {h.worker_id}, which was dropped")
-            if delta.key in self._seen:
+            complete = self._seen[h.worker_id].admit(h.seq, h.part, h.parts)
+            if complete is None:
                 self.duplicates += 1
                 return False
-            self._seen.add(delta.key)
             self._queue.append(delta)
             self.bytes_received += delta.nbytes
             peer.last_seen = time.monotonic()
-            got = peer.parts_seen.get(h.seq, 0) + 1
-            if got >= h.parts:
-                peer.parts_seen.pop(h.seq, None)
+            if complete:
                 peer.round = max(peer.round, h.round)
                 if h.final:
                     peer.final = True
-            else:
-                peer.parts_seen[h.seq] = got
             self._cond.notify_all()
             return True
 
@@ -152,6 +152,6 @@ class Inbox:
         """A copy of the peer table (for reports)."""
         with self._cond:
             return {pid: PeerStatus(p.worker_id, p.address, p.round, p.final, p.dropped,
-                                    p.last_seen, dict(p.parts_seen), p.applied)
+                                    p.last_seen, p.applied)
                     for pid, p in self.peers.items()}
 

@@ -22,6 +22,7 @@ returned with the final state.
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import threading
@@ -38,6 +39,7 @@ from hogwild.errors import (
     ClusterError,
     DataError,
     InvalidMessage,
+    NotAllowed,
     StaleOrUnknown,
     TrainingDiverged,
 )
@@ -52,6 +54,7 @@ from hogwild.protocol.codec import (
     decode_delta,
     encode_delta_parts,
 )
+from hogwild.protocol.security import from_settings, same_key
 from hogwild.protocol.streams import FinalState, ReceivedShard, receive_shard, state_chunks
 from hogwild.worker.inbox import Inbox, PeerStatus
 from hogwild.worker.plan import RunPlan
@@ -96,6 +99,10 @@ class WorkerNode:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.security = from_settings(settings)
+        # Sender keys from the coordinator (Register): ours on calls to it, its on calls to us.
+        self.worker_key = ""
+        self.coordinator_key = ""
         self.phase = Phase.STARTING
         self._cond = threading.Condition()
         self.run_id = ""
@@ -147,7 +154,7 @@ class WorkerNode:
                                      pid=_pid())
         deadline = time.monotonic() + s.connect_timeout
         backoff = 0.1
-        with grpc.insecure_channel(s.coordinator_address) as channel:
+        with self.security.channel(s.coordinator_address) as channel:
             stub = pb_grpc.CoordinatorStub(channel)  # type: ignore[no-untyped-call]
             while True:
                 try:
@@ -157,7 +164,9 @@ class WorkerNode:
                     code = exc.code()
                     if code in (grpc.StatusCode.FAILED_PRECONDITION,
                                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                grpc.StatusCode.INVALID_ARGUMENT):
+                                grpc.StatusCode.INVALID_ARGUMENT,
+                                grpc.StatusCode.UNAUTHENTICATED,
+                                grpc.StatusCode.PERMISSION_DENIED):
                         raise ClusterError(f"the coordinator at {s.coordinator_address} refused "
                                            f"the registration: {exc.details()}") from None
                     if self.stop_requested.is_set():
@@ -165,13 +174,15 @@ class WorkerNode:
                     if time.monotonic() + backoff > deadline:
                         raise ClusterError(
                             f"cannot reach the coordinator at {s.coordinator_address} within "
-                            f"connect_timeout={s.connect_timeout:g}s ({code.name})") from None
+                            f"connect_timeout={s.connect_timeout:g}s ({code.name}: "
+                            f"{exc.details()})") from None
                     self.stop_requested.wait(backoff)
                     backoff = min(backoff * 2, 2.0)
         check_version(reply.protocol_version, "register reply")
         with self._cond:
             self.run_id = reply.run_id
             self.worker_id = int(reply.worker_id)
+            self.worker_key, self.coordinator_key = reply.worker_key, reply.coordinator_key
             self.phase = Phase.REGISTERED
             self._cond.notify_all()
         log.info("registered as worker %d of %d in run %s (advertising %s)",
@@ -186,8 +197,25 @@ class WorkerNode:
     def _check_run(self, version: int, run_id: str, what: str) -> None:
         check_version(version, what)
         if not self.run_id or run_id != self.run_id:
-            raise StaleOrUnknown(f"{what} for run {run_id!r}, this worker is in run "
-                                 f"{self.run_id or '(none)'!r}")
+            raise StaleOrUnknown(f"{what} for run {run_id!r}, which is not this worker's run")
+
+    def check_coordinator(self, key: str, wait: float = 0.0) -> None:
+        """NotAllowed unless ``key`` is the one this worker's coordinator presents (waits up
+        to ``wait`` seconds for the registration that brings it)."""
+        self._wait_registered(wait)
+        if not same_key(key, self.coordinator_key):
+            raise NotAllowed("only this worker's coordinator may make this call")
+
+    def check_peer(self, worker_id: int, key: str) -> None:
+        """NotAllowed unless ``key`` is the one peer ``worker_id`` presents to this worker."""
+        plan = self.plan
+        if plan is None:
+            raise StaleOrUnknown("call from a peer before the run config")
+        expected = plan.receive_keys.get(worker_id)
+        if expected is None:
+            raise StaleOrUnknown(f"worker {worker_id} is not a peer of this worker")
+        if not same_key(key, expected):
+            raise NotAllowed(f"the caller is not worker {worker_id}")
 
     # --------------------------------------------------------------- RPC handlers
 
@@ -329,7 +357,8 @@ class WorkerNode:
         """Block until Start (or a stop request); ClusterError after ``timeout``, or within
         seconds once the coordinator's process is gone (nothing to wait for then)."""
         deadline = time.monotonic() + timeout
-        watch = CoordinatorWatch(self.settings.coordinator_address)
+        watch = CoordinatorWatch(self.settings.coordinator_address,
+                                 open_channel=self.security.channel)
         try:
             while not self.started.wait(0.1):
                 if self.stop_requested.is_set():
@@ -348,7 +377,8 @@ class WorkerNode:
         """After the run: wait until the coordinator collected the final state; False after
         ``timeout`` or as soon as the coordinator's process is gone."""
         deadline = time.monotonic() + timeout
-        watch = CoordinatorWatch(self.settings.coordinator_address)
+        watch = CoordinatorWatch(self.settings.coordinator_address,
+                                 open_channel=self.security.channel)
         try:
             while not self.state_served.wait(0.1):
                 if time.monotonic() > deadline or watch.gone():
@@ -535,7 +565,8 @@ class WorkerNode:
 
     def _encode_delta(self, indices: np.ndarray, values: np.ndarray, round_: int, final: bool,
                       examples: int) -> list[pb.Delta]:
-        """The messages of one delta under a new seq (exchange and sender threads call it)."""
+        """The messages of one delta under a new seq (exchange and sender threads call it); each
+        destination renumbers what it sends in its own sequence (sender.py)."""
         with self._seq_lock:
             self.seq += 1
             seq = self.seq
@@ -654,15 +685,18 @@ class WorkerNode:
         # Queued deltas are summed (bounded queues, one send to drain) wherever the order of
         # rounds does not matter: to the coordinator (it only sums), and to peers in async mode.
         # In sync mode a peer's barrier needs each round's delta on its own.
+        channel = self.security.channel
         for pid, address in sorted(plan.peers.items()):
             self.destinations[pid] = Destination(
                 f"peer {pid}", pid, address, pb_grpc.WorkerStub, plan.rpc_timeout, give_up,
                 self._on_destination_down, self.timers, coalesce=plan.mode == "async",
-                encoder=self._encode_delta)
+                encoder=self._encode_delta,
+                open_channel=functools.partial(channel, sender_key=plan.send_keys.get(pid, "")))
         self.destinations[COORDINATOR_ID] = Destination(
             "coordinator", COORDINATOR_ID, self.settings.coordinator_address,
             pb_grpc.CoordinatorStub, plan.rpc_timeout, give_up, self._on_destination_down,
-            self.timers, coalesce=True, encoder=self._encode_delta)
+            self.timers, coalesce=True, encoder=self._encode_delta,
+            open_channel=functools.partial(channel, sender_key=self.worker_key))
 
     def _maybe_report_progress(self, plan: RunPlan, done: bool) -> None:
         now = time.monotonic()

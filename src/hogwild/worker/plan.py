@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hogwild.errors import InvalidMessage
 from hogwild.model import kernels
@@ -45,6 +45,8 @@ class RunPlan:
     model: str = "linear"
     hidden: tuple[int, ...] = ()
     binary_features: bool = False
+    send_keys: dict[int, str] = field(default_factory=dict)     # peer -> key we present
+    receive_keys: dict[int, str] = field(default_factory=dict)  # peer -> key it presents
 
     @property
     def spec(self) -> ModelSpec:
@@ -109,4 +111,6 @@ class RunPlan:
             fit_bias=bool(m.fit_bias), barrier_timeout=float(m.barrier_timeout),
             rpc_timeout=float(m.rpc_timeout), seed=int(m.seed),
             thread_buffer=bool(m.thread_buffer), model=spec.kind, hidden=spec.hidden,
-            binary_features=spec.binary_features)
+            binary_features=spec.binary_features,
+            send_keys={int(p.worker_id): p.send_key for p in m.peers},
+            receive_keys={int(p.worker_id): p.receive_key for p in m.peers})

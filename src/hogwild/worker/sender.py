@@ -13,6 +13,11 @@ delta waits per destination and draining never takes more than one send. The flo
 of a summed delta is kept and added to the next one (the last one sends it on its own), so
 nothing is lost to rounding. A newer progress report replaces a queued older one; heartbeats
 are only queued when the queue is empty.
+
+Sequence numbers are per destination: each one numbers the deltas it sends 1, 2, 3, ... (all
+parts of a delta share one), whatever was summed or sent elsewhere, so every receiver sees a
+gap-free stream from this sender and its bounded dedup window (protocol/sequence.py) can
+refuse any jump.
 """
 
 from __future__ import annotations
@@ -91,11 +96,12 @@ class Destination:
     def __init__(self, name: str, dest_id: int, address: str, stub_factory: Callable[[Any], Any],
                  rpc_timeout: float, give_up_after: float,
                  on_down: Callable[[int, str], None], timers: Timers | None = None,
-                 coalesce: bool = False, encoder: Encoder | None = None) -> None:
+                 coalesce: bool = False, encoder: Encoder | None = None,
+                 open_channel: Callable[[str], grpc.Channel] = grpc.insecure_channel) -> None:
         self.name = name
         self.dest_id = dest_id
         self.address = address
-        self.channel = grpc.insecure_channel(address)
+        self.channel = open_channel(address)  # credentials, token and sender key included
         self.stub = stub_factory(self.channel)
         self.rpc_timeout = rpc_timeout
         self.give_up_after = give_up_after
@@ -114,6 +120,7 @@ class Destination:
         self._busy = False
         self.down = False
         self.acked: dict[str, int] = {}
+        self.seq = 0                                 # last seq this destination sent
         self.rejected = 0
         self.bytes_sent = 0
         self._thread = threading.Thread(target=self._run, name=f"send-{name}", daemon=True)
@@ -190,7 +197,9 @@ class Destination:
                 self._busy = True
             try:
                 if isinstance(message, OutgoingDelta):
-                    for part in self._encode(message):
+                    # Messages encoded here are this destination's own; others may be shared.
+                    shared = message.messages is not None
+                    for part in self._numbered(self._encode(message), copy=shared):
                         self._deliver(rpc, part)
                 else:
                     self._deliver(rpc, message)
@@ -223,6 +232,21 @@ class Destination:
                     else:
                         self._residual = residual
         return messages
+
+    def _numbered(self, messages: list[Any], copy: bool) -> list[Any]:
+        """``messages`` under this destination's next sequence numbers (a new seq at every
+        part 0); ``copy``: number copies, since other destinations share these messages
+        (0.2 ms per MiB)."""
+        numbered = []
+        for message in messages:
+            if message.part == 0:
+                self.seq += 1
+            if copy:
+                original, message = message, type(message)()
+                message.CopyFrom(original)
+            message.seq = self.seq
+            numbered.append(message)
+        return numbered
 
     def _deliver(self, rpc: str, message: Any) -> None:
         first_failure: float | None = None

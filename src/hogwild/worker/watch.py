@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -16,10 +17,11 @@ POLL_EVERY = 0.5
 class CoordinatorWatch:
     """Health checks on one channel: how long the coordinator has refused every connection."""
 
-    def __init__(self, address: str, timeout: float = 1.0) -> None:
+    def __init__(self, address: str, timeout: float = 1.0,
+                 open_channel: Callable[[str], grpc.Channel] = grpc.insecure_channel) -> None:
         self.address = address
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(address)
+        self._channel = open_channel(address)  # the node's credentials (TLS)
         self._stub = health_pb2_grpc.HealthStub(self._channel)
         self._refused_since: float | None = None
         self._last_poll = 0.0

@@ -1,0 +1,259 @@
+"""Who may talk to a hogwild server: mutual TLS, the shared run token, per-sender keys.
+
+Every server and every channel is built here, from the same :class:`Security`:
+
+* **mutual TLS** (``tls_ca`` + ``tls_cert`` + ``tls_key``): servers require a client
+  certificate signed by the CA; clients check the server's certificate against the CA and
+  its name (the host dialled, or ``tls_server_name``).
+* **run token** (``auth_token`` / ``auth_token_file``): sent as ``authorization: Bearer ...``
+  on every call and checked by a server interceptor, in constant time, before any handler
+  runs (UNAUTHENTICATED otherwise). Health checks stay open, for probes; nothing else does.
+* **sender keys**: the coordinator gives each worker, over the authenticated channel, a key
+  per direction (worker -> coordinator, coordinator -> worker, worker -> peer); the key rides
+  as ``hogwild-key`` metadata and binds a call to the sender it claims to be (checked by the
+  servicers, which know who is who).
+
+Without TLS settings connections are plain text (serving.bind warns when a server listens on
+anything but loopback).
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import logging
+import math
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import grpc
+
+from hogwild.config import Settings
+from hogwild.errors import Busy, ConfigError
+
+log = logging.getLogger("hogwild.protocol")
+
+TOKEN_HEADER = "authorization"
+TOKEN_SCHEME = "Bearer "
+KEY_HEADER = "hogwild-key"
+# Callable without the token: probes (Kubernetes, docker healthchecks) carry no secrets.
+OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
+# A deadline further away than this is no deadline (gRPC reports "none" as a huge number).
+_NO_DEADLINE = 1e6
+
+
+@dataclass(frozen=True)
+class Security:
+    """The credentials of one process, read once from the settings' files."""
+
+    ca: bytes | None = None
+    cert: bytes | None = None
+    key: bytes | None = None
+    server_name: str = ""
+    token: str = ""
+
+    @property
+    def tls(self) -> bool:
+        return self.ca is not None
+
+    def describe(self) -> str:
+        """A few words for the start-up log."""
+        parts = ["mutual TLS" if self.tls else "plain text"]
+        parts.append("run token" if self.token else "no token")
+        return ", ".join(parts)
+
+    # ------------------------------------------------------------------ servers
+
+    def server_interceptors(self) -> tuple[grpc.ServerInterceptor, ...]:
+        return (TokenGate(self.token),) if self.token else ()
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        assert self.ca is not None and self.cert is not None and self.key is not None
+        return grpc.ssl_server_credentials([(self.key, self.cert)], root_certificates=self.ca,
+                                           require_client_auth=True)
+
+    # ------------------------------------------------------------------ channels
+
+    def channel(self, address: str, sender_key: str = "") -> grpc.Channel:
+        """A channel to ``address`` that presents this process's certificate (TLS), the run
+        token and ``sender_key`` (if any) on every call."""
+        if self.tls:
+            assert self.cert is not None and self.key is not None
+            creds = grpc.ssl_channel_credentials(root_certificates=self.ca,
+                                                 private_key=self.key,
+                                                 certificate_chain=self.cert)
+            options = [("grpc.ssl_target_name_override", self.server_name)] \
+                if self.server_name else []
+            channel = grpc.secure_channel(address, creds, options=options)
+        else:
+            channel = grpc.insecure_channel(address)
+        metadata = self.metadata(sender_key)
+        if not metadata:
+            return channel
+        return grpc.intercept_channel(channel, _AddMetadata(metadata))
+
+    def metadata(self, sender_key: str = "") -> tuple[tuple[str, str], ...]:
+        items: list[tuple[str, str]] = []
+        if self.token:
+            items.append((TOKEN_HEADER, TOKEN_SCHEME + self.token))
+        if sender_key:
+            items.append((KEY_HEADER, sender_key))
+        return tuple(items)
+
+
+@functools.lru_cache(maxsize=8)
+def _load(tls_ca: str, tls_cert: str, tls_key: str, server_name: str, token: str,
+          token_file: str) -> Security:
+    if token_file:
+        token = _read("auth_token_file", token_file).decode("utf-8", "replace").strip()
+        if not token:
+            raise ConfigError("auth_token_file", f"{token_file} is empty")
+    if token and any(ord(c) < 0x21 or ord(c) > 0x7E for c in token):
+        raise ConfigError("auth_token", "must be printable ASCII without spaces")
+    if not tls_ca:
+        return Security(server_name=server_name, token=token)
+    return Security(ca=_read("tls_ca", tls_ca), cert=_read("tls_cert", tls_cert),
+                    key=_read("tls_key", tls_key), server_name=server_name, token=token)
+
+
+def from_settings(settings: Settings) -> Security:
+    """The credentials the settings name (files read once per process); ConfigError naming
+    the key of a file that cannot be read."""
+    return _load(settings.tls_ca, settings.tls_cert, settings.tls_key, settings.tls_server_name,
+                 settings.auth_token, settings.auth_token_file)
+
+
+def _read(key: str, path: str) -> bytes:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {path}: {exc.strerror}") from None
+    if key.startswith("tls_") and b"-----BEGIN " not in data:
+        raise ConfigError(key, f"{path} is not a PEM file")
+    return data
+
+
+# ---------------------------------------------------------------------- the token gate
+
+
+def _deny(request: Any, context: grpc.ServicerContext) -> Any:
+    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong run token")
+
+
+class TokenGate(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Refuse every call without the run token (UNAUTHENTICATED) before its handler runs;
+    health checks pass. The comparison takes the same time wherever the tokens differ."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = (TOKEN_SCHEME + token).encode()
+
+    def intercept_service(self, continuation: Callable[[Any], Any],
+                          details: grpc.HandlerCallDetails) -> Any:
+        if details.method in OPEN_METHODS or self._admits(details.invocation_metadata):
+            return continuation(details)
+        handler = continuation(details)
+        if handler is None:
+            return None  # unknown method: UNIMPLEMENTED, as without a gate
+        if handler.request_streaming and handler.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(_deny)
+        if handler.request_streaming:
+            return grpc.stream_unary_rpc_method_handler(_deny)
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(_deny)
+        return grpc.unary_unary_rpc_method_handler(_deny)
+
+    def _admits(self, metadata: Sequence[tuple[str, Any]] | None) -> bool:
+        given = b""
+        for name, value in metadata or ():
+            if name == TOKEN_HEADER:
+                given = value.encode() if isinstance(value, str) else bytes(value)
+                break
+        return hmac.compare_digest(given, self._expected)
+
+
+def sender_key(context: grpc.ServicerContext) -> str:
+    """The ``hogwild-key`` a call carries ("" if none)."""
+    for name, value in context.invocation_metadata() or ():
+        if name == KEY_HEADER:
+            return value if isinstance(value, str) else bytes(value).decode("ascii", "replace")
+    return ""
+
+
+def same_key(given: str, expected: str) -> bool:
+    """Constant-time comparison; an empty expected key admits nobody."""
+    return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
+
+
+# ------------------------------------------------------------- client-side metadata
+
+
+class _CallDetails(NamedTuple):
+    method: str
+    timeout: float | None
+    metadata: Any
+    credentials: Any
+    wait_for_ready: Any
+    compression: Any
+
+
+class _AddMetadata(grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+                   grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
+                   grpc.StreamUnaryClientInterceptor,  # type: ignore[misc]
+                   grpc.StreamStreamClientInterceptor):  # type: ignore[misc]
+    """Adds fixed metadata (token, sender key) to every call of a channel."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._metadata = metadata
+
+    def _details(self, details: Any) -> _CallDetails:
+        metadata = tuple(details.metadata or ()) + self._metadata
+        return _CallDetails(details.method, details.timeout, metadata,
+                            getattr(details, "credentials", None),
+                            getattr(details, "wait_for_ready", None),
+                            getattr(details, "compression", None))
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return continuation(self._details(details), requests)
+
+    def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return continuation(self._details(details), requests)
+
+
+# ------------------------------------------------------------------ bounded handlers
+
+
+class CallLimit:
+    """At most ``limit`` long calls (streams, waits) at once; more are refused with Busy
+    (RESOURCE_EXHAUSTED) at once, so they never fill the server's thread pool."""
+
+    def __init__(self, limit: int) -> None:
+        self._slots = threading.BoundedSemaphore(limit)
+        self.limit = limit
+
+    @contextmanager
+    def slot(self, what: str) -> Iterator[None]:
+        if not self._slots.acquire(blocking=False):
+            raise Busy(f"{what}: {self.limit} such calls already running; try again later")
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+
+def wait_budget(context: grpc.ServicerContext, default: float, ceiling: float) -> float:
+    """How long a handler may wait: the caller's deadline (less a margin to answer in), at
+    most ``ceiling``; ``default`` when the call has no deadline."""
+    remaining: float | None = context.time_remaining()
+    if remaining is None or not math.isfinite(remaining) or remaining > _NO_DEADLINE:
+        return default
+    return max(0.0, min(ceiling, remaining - 0.2))

@@ -1,0 +1,66 @@
+"""`hogwild certs`: a CA and role certificates that chain, name the hosts, keep keys private."""
+
+from __future__ import annotations
+
+import ipaddress
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from hogwild.certs import FILES, write_bundle
+from hogwild.cli import main
+from hogwild.errors import ConfigError
+
+
+def _load(path: Path) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(path.read_bytes())
+
+
+def test_bundle_chains_names_hosts_and_keeps_keys_private(tmp_path: Path) -> None:
+    hosts = ["coordinator", "*.hogwild-workers.hogwild.svc.cluster.local", "10.1.2.3"]
+    bundle = write_bundle(tmp_path / "certs", hosts)
+    ca = _load(bundle.ca)
+    for role in ("coordinator", "worker", "client"):
+        cert = _load(bundle.cert(role))
+        cert.verify_directly_issued_by(ca)
+        usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        assert ExtendedKeyUsageOID.CLIENT_AUTH in usage
+        assert stat.S_IMODE(bundle.key(role).stat().st_mode) == 0o600
+        if role == "client":
+            assert ExtendedKeyUsageOID.SERVER_AUTH not in usage
+            continue
+        assert ExtendedKeyUsageOID.SERVER_AUTH in usage
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        dns = san.get_values_for_type(x509.DNSName)
+        ips = san.get_values_for_type(x509.IPAddress)
+        assert {"coordinator", "*.hogwild-workers.hogwild.svc.cluster.local",
+                "localhost"} <= set(dns)
+        assert {ipaddress.ip_address("10.1.2.3"), ipaddress.ip_address("127.0.0.1")} <= set(ips)
+    assert stat.S_IMODE(bundle.token.stat().st_mode) == 0o600
+    assert len(bundle.token.read_text().strip()) >= 32
+    assert not list((tmp_path / "certs").glob("ca.key"))  # the CA's key is not kept
+
+
+def test_existing_credentials_are_not_overwritten_without_force(tmp_path: Path) -> None:
+    first = write_bundle(tmp_path)
+    before = first.ca.read_bytes()
+    with pytest.raises(ConfigError, match="--force"):
+        write_bundle(tmp_path)
+    assert first.ca.read_bytes() == before
+    write_bundle(tmp_path, overwrite=True)
+    assert first.ca.read_bytes() != before
+
+
+def test_bad_host_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="hosts"):
+        write_bundle(tmp_path, ["not a host"])
+
+
+def test_cli_writes_every_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["certs", "--out", str(tmp_path / "c"), "--hosts", "a.example,10.0.0.1"]) == 0
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == sorted(FILES)
+    assert "tls_ca=" in capsys.readouterr().out
+    assert main(["certs", "--out", str(tmp_path / "c")]) == 2  # exists: one line, exit 2
