@@ -124,9 +124,9 @@ def test_busy_port_is_one_line_and_exit_1(tmp_path: Path, role: str) -> None:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        flag = "--coordinator-port" if role == "coordinator" else "--worker-port"
-        done = _cli(role, "--bind-host=127.0.0.1", f"{flag}={port}", "--connect-timeout=5",
-                    f"--out={tmp_path / 'out'}", cwd=tmp_path)
+        extra = ([f"--coordinator-port={port}", f"--out={tmp_path / 'out'}"]
+                 if role == "coordinator" else [f"--worker-port={port}", "--connect-timeout=5"])
+        done = _cli(role, "--bind-host=127.0.0.1", *extra, cwd=tmp_path)
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 1, done.stderr
     assert len(lines) == 1 and str(port) in lines[0] and "Traceback" not in done.stderr, lines
