@@ -174,12 +174,16 @@ def test_multiclass_predicts_the_argmax_class(tmp_path: Path,
     assert np.array_equal(np.argmax(proba, axis=1), np.argmax(scores, axis=1))
 
 
-def test_parallel_scoring_equals_scipy() -> None:
+def test_parallel_scoring_equals_scipy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hogwild.model import scoring
+
+    # Split even this small set into one block per thread.
+    monkeypatch.setattr(scoring, "MIN_NNZ_PER_THREAD", 1000)
     data = load_source("synthetic:rcv1?rows=12000&seed=4")
     rng = np.random.default_rng(1)
     w = rng.normal(size=data.n_features + 1)
     want = data.to_scipy() @ w[:-1] + w[-1]
-    for threads in (1, 2, 3):
+    for threads in (1, 2, 3, 7):
         assert np.allclose(margins(w, data, threads), want, rtol=1e-10, atol=1e-10)
     wk = rng.normal(size=(3, data.n_features + 1))
     want_k = data.to_scipy() @ wk[:, :-1].T + wk[:, -1]
