@@ -113,7 +113,7 @@ def test_apply_reproduces_fit_and_handles_new_values(fixture_csv: Path, tmp_path
                      "good good\tpurple\tc17\t2\n"
                      "\tred\tnever-seen-city\t\n", encoding="utf-8")
     new = apply_hashing(params, other)
-    assert new.n_features == data.n_features and new.labels.tolist() == [0.0, 0.0]
+    assert new.n_features == data.n_features and np.isnan(new.labels).all()
     cols = {c["name"]: c for c in params["columns"]}
     row0 = set(new.to_scipy()[0].indices.tolist())
     color = range(cols["color"]["offset"], cols["color"]["offset"] + cols["color"]["width"])
@@ -210,6 +210,7 @@ def test_csv_source_trains_and_predicts_with_stored_hashing(tmp_path: Path) -> N
                  "--epochs", "5", "--out", str(out), "--val-fraction", "0"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["test_accuracy"] > 0.75
+    assert metrics["conflicts"]["rows"] == 8000 and metrics["conflicts"]["max_degree"] > 0
     model = SavedModel.load(out)
     assert model.hashing is not None and model.hashing["label"] == "y"
     scored = score_file(model, str(test))
@@ -219,6 +220,13 @@ def test_csv_source_trains_and_predicts_with_stored_hashing(tmp_path: Path) -> N
     data = apply_hashing(model.hashing, test)
     margins = data.to_scipy() @ model.w[:-1] + model.w[-1]
     np.testing.assert_allclose(scored.margins, margins, rtol=1e-9, atol=1e-9)
+    # New rows without the label column: predictions, and no metrics against made-up labels.
+    unlabeled = tmp_path / "unlabeled.csv"
+    lines = test.read_text().splitlines()
+    unlabeled.write_text("\n".join(line.split(",", 1)[1] for line in lines) + "\n")
+    blind = score_file(model, str(unlabeled))
+    assert blind.metrics is None
+    np.testing.assert_allclose(blind.margins, scored.margins, rtol=1e-12)
 
 
 def test_hash_command_writes_svmlight_and_params(fixture_csv: Path, tmp_path: Path) -> None:

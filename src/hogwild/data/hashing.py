@@ -32,6 +32,7 @@ import gzip
 import io
 import itertools
 import math
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +54,8 @@ HASH = "xxh3_128"
 KINDS = ("numeric", "onehot", "hashed", "text")
 DEFAULT_K = 2
 DEFAULT_ONEHOT_MAX = 64
+# A cell with blanks around its value (searched in the column joined by newlines).
+_PADDED = re.compile(r"^\s|\s$", re.MULTILINE)
 MAX_K = 4                      # 128 hash bits = four 32-bit slices
 MAX_HASH_BITS = 24
 SCALES = ("maxabs", "none")
@@ -307,7 +310,9 @@ def _factorize(cells: Sequence[str]) -> tuple[list[str], I64]:
 def _categorical(table: Table, name: str) -> tuple[list[str], I64, I64]:
     """(distinct non-empty values, row of each present cell, index of its value); cells are
     stripped of surrounding blanks, empty ones are missing (no feature)."""
-    cells = list(map(str.strip, table.columns[name]))
+    cells: Sequence[str] = table.columns[name]
+    if _PADDED.search("\n".join(cells)):  # strip only columns that need it (one scan)
+        cells = list(map(str.strip, cells))
     uniq, which = _factorize(cells)
     if "" in uniq:
         empty = uniq.index("")
@@ -469,7 +474,7 @@ def apply_hashing(params: Mapping[str, Any], path: str | Path,
                   sep: str | None = None) -> CSRData:
     """Hash the CSV/TSV file ``path`` (or ``csv:FILE?...``, the query ignored) exactly as the
     data ``params`` were fitted on. Every fitted column must be present; the label column
-    may be missing (labels are then 0)."""
+    may be missing (labels are then NaN, so that nothing is scored against made-up labels)."""
     check_params(params)
     text = str(path)
     if text.startswith("csv:"):
@@ -483,8 +488,9 @@ def apply_hashing(params: Mapping[str, Any], path: str | Path,
     seed = int(params.get("seed", 0))
     blocks = [_column_block(table, spec, seed) for spec in specs]
     label = params.get("label")
+    # Without the label column the labels are NaN: no metrics can be computed against them.
     labels = (_numeric(table, label, required=True)[0] if label and label in table.columns
-              else np.zeros(table.n_rows))
+              else np.full(table.n_rows, np.nan))
     return _assemble(blocks, labels, table.n_rows, int(params["n_features"]))
 
 
