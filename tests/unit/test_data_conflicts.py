@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from hogwild.analyze import analyze_command
+from hogwild.cli import main
 from hogwild.data import CSRData, make_rcv1_like, make_seed000
 from hogwild.data.conflicts import (
     analyze_conflicts,
@@ -195,9 +197,22 @@ def test_analyze_command_report_and_json() -> None:
     assert parsed["rows"] == 4836 and parsed["max_degree"] >= parsed["max_degree_bounds"][0]
 
 
-def test_analyze_cli(tmp_path: object) -> None:
-    from hogwild.cli import main
-
+def test_analyze_cli() -> None:
     assert main(["analyze", "synthetic:seed000?rows=500&n_features=900", "--workers", "3"]) == 0
     assert main(["analyze", "no/such/file.svm"]) == 1
     assert main(["analyze", "bundled:spamassassin", "--threads", "0"]) == 2
+
+
+def test_train_prints_the_line_and_stores_the_statistics(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["train", "--data", "synthetic:seed000?rows=3000&n_features=20000&max_nnz=20",
+                 "--epochs", "1", "--threads", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    line = next(x for x in printed.splitlines() if x.startswith("conflicts ("))
+    metrics = json.loads((out / "metrics.json").read_text())
+    stats = metrics["conflicts"]
+    assert stats["rows"] == metrics["train_rows"] and stats["mode"] == "exact"
+    assert f"Δ={stats['max_degree']:,}" in line
+    assert stats["recommendation"]["in_flight"] == 2  # one process: the threads
+    assert ("within it" in line) == stats["recommendation"]["fits"]

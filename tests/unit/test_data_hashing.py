@@ -152,6 +152,9 @@ def test_quoted_csv_and_plain_split_agree(tmp_path: Path) -> None:
     b, pb = fit_hashing(quoted, opts)
     assert pa["columns"] == pb["columns"]
     np.testing.assert_array_equal(a.to_scipy().toarray(), b.to_scipy().toarray())
+    bom = tmp_path / "bom.csv"  # a byte-order mark before the header, as spreadsheets write
+    bom.write_bytes(b"\xef\xbb\xbfy,c,n\n1,a,2\n")
+    assert fit_hashing(bom, opts)[0].labels.tolist() == [1.0]
     comma = tmp_path / "comma.csv"
     comma.write_text('y,c,n\n1,"x, y",1\n-1,z,2\n', encoding="utf-8")
     _, pc = fit_hashing(comma, opts)
@@ -169,6 +172,10 @@ def test_bad_lines_are_named(tmp_path: Path, quote: str) -> None:
         fit_hashing(path, HashOptions(label="y"))
     path.write_text(f"y,c,n\n1,{quote}a{quote},1\n,b,2\n", encoding="utf-8")
     with pytest.raises(DataFormatError, match=r"bad\.csv:3: column 'y' is empty"):
+        fit_hashing(path, HashOptions(label="y", categorical=("c",)))
+    path.write_text(f"y,c,n\nspam,{quote}a{quote},1\n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"bad\.csv:2: column 'y': 'spam' is not a "
+                                              r"number \(labels must be numbers\)"):
         fit_hashing(path, HashOptions(label="y", categorical=("c",)))
     path.write_text(f"y,c,n\n1,{quote}a{quote},inf\n", encoding="utf-8")
     with pytest.raises(DataFormatError, match=r"bad\.csv:2: column 'n': value 'inf' is not"):

@@ -122,8 +122,9 @@ def default_sep(path: str | Path) -> str:
 
 def _open_text(path: Path) -> io.TextIOBase:
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    # utf-8-sig: a byte-order mark (as spreadsheet programs write) is not part of a name.
+    return open(path, encoding="utf-8-sig", newline="")
 
 
 def _record_line(path: Path, sep: str, record: int) -> int:
@@ -260,8 +261,8 @@ def _line_of_row(table: Table, row: int) -> int:
 
 
 def _numeric(table: Table, name: str, required: bool) -> tuple[F64, npt.NDArray[np.bool_]]:
-    """(values, present) of a numeric column; a cell that is not a finite number stops the
-    load naming its line."""
+    """(values, present) of a numeric column (``required``: the label, no cell may be empty);
+    a cell that is not a finite number stops the load naming its line."""
     raw = table.columns[name]
     try:  # float() on every cell through map: C calls only, faster than numpy's parser
         values = np.fromiter(map(float, raw), dtype=np.float64, count=table.n_rows)
@@ -274,7 +275,7 @@ def _numeric(table: Table, name: str, required: bool) -> tuple[F64, npt.NDArray[
             values[present] = np.fromiter(map(float, cells[present].tolist()),
                                           dtype=np.float64)
         except ValueError:
-            values = _numeric_slow(table, name, cells, present)
+            values = _numeric_slow(table, name, cells, present, required)
     if required and not present.all():
         row = int(np.flatnonzero(~present)[0])
         raise DataFormatError(str(table.path), _line_of_row(table, row), f"column {name!r} is "
@@ -288,13 +289,14 @@ def _numeric(table: Table, name: str, required: bool) -> tuple[F64, npt.NDArray[
 
 
 def _numeric_slow(table: Table, name: str, cells: npt.NDArray[np.str_],
-                  present: npt.NDArray[np.bool_]) -> F64:
+                  present: npt.NDArray[np.bool_], is_label: bool) -> F64:
     """Find the cell numpy could not parse (error path only) and name its line."""
     for row in np.flatnonzero(present).tolist():
         try:
             float(cells[row])
         except ValueError:
-            hint = " (list the column in categorical= or text=)"
+            hint = (" (labels must be numbers)" if is_label
+                    else " (list the column in categorical= or text=)")
             raise DataFormatError(str(table.path), _line_of_row(table, row), f"column {name!r}: "
                                   f"{str(cells[row])!r} is not a number{hint}") from None
     raise AssertionError("unreachable: numpy rejected a column every cell of which parses")
