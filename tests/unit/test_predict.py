@@ -203,3 +203,29 @@ def test_prediction_chunks_join_to_the_whole_file(tmp_path: Path) -> None:
         assert len(whole.splitlines()) == 11
     labels = b"".join(prediction_chunks(scored, "label")).split()
     assert [int(x) for x in labels] == scored.labels.tolist()
+
+
+def test_multiclass_training_then_predict_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import scipy.sparse as sp
+    from sklearn.datasets import make_classification
+
+    monkeypatch.chdir(tmp_path)
+    X, y = make_classification(3000, 40, n_informative=12, n_classes=3, random_state=2)
+    labels = np.array([2, 4, 9])[y]
+    write_svmlight(CSRData.from_scipy(sp.csr_matrix(X[:2400]), labels[:2400]), tmp_path / "tr.svm")
+    write_svmlight(CSRData.from_scipy(sp.csr_matrix(X[2400:]), labels[2400:]), tmp_path / "te.svm")
+    out = _train(tmp_path, str(tmp_path / "tr.svm"), "--test", str(tmp_path / "te.svm"),
+                 "--loss", "logistic", "--learning-rate", "0.05")
+    reported = json.loads((out / "metrics.json").read_text())
+    model = SavedModel.load(out)
+    assert model.task == "multiclass" and model.classes == (2, 4, 9) and model.w.shape[0] == 3
+    capsys.readouterr()
+    assert main(["predict", "--model", str(out), "--data", str(tmp_path / "te.svm"),
+                 "--out", str(tmp_path / "p.txt"), "--metrics"]) == 0
+    predicted = _floats(tmp_path / "p.txt")
+    assert set(np.unique(predicted)) <= {2.0, 4.0, 9.0}
+    accuracy = float(np.mean(predicted == labels[2400:]))
+    assert accuracy == pytest.approx(reported["test_accuracy"], abs=1e-12)
+    assert accuracy > 0.6
+    assert f"f1 {reported['test_f1']:.4f}" in capsys.readouterr().out
