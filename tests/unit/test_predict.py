@@ -229,3 +229,10 @@ def test_multiclass_training_then_predict_agree(tmp_path: Path, monkeypatch: pyt
     assert accuracy == pytest.approx(reported["test_accuracy"], abs=1e-12)
     assert accuracy > 0.6
     assert f"f1 {reported['test_f1']:.4f}" in capsys.readouterr().out
+    # The Python API reads the same multiclass model and predicts the same labels.
+    from hogwild import HogwildClassifier
+
+    clf = HogwildClassifier.load(out)
+    test = load_source(str(tmp_path / "te.svm"), cache=False)
+    assert clf.classes_.tolist() == [2, 4, 9] and clf.coef_.shape == (3, 40)
+    assert np.array_equal(clf.predict(test.to_scipy()), predicted)
