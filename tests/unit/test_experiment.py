@@ -125,12 +125,13 @@ def test_quick_experiment_writes_tables_and_plots(tmp_path: Path,
             assert speedup == 1.0
             assert _num(r["time_to_target"]) is not None
         if r["loss"] == "squared":
-            assert r["test_error"] == ""
-            rmse = float(r["test_rmse"])
-            assert 0 < rmse < 10
+            assert r["test_error"] == "" and r["train_error"] == ""
+            for key in ("test_rmse", "train_rmse"):
+                assert 0 < float(r[key]) < 10
         else:
             for key in ("test_error", "train_error"):
                 assert 0.0 <= float(r[key]) <= 1.0
+            assert r["test_rmse"] == "" and r["train_rmse"] == ""
             assert float(r["test_error"]) < 0.5 or int(r["batch_size"]) > 1
 
     lines = (out / "runs.jsonl").read_text(encoding="utf-8").splitlines()
@@ -138,9 +139,10 @@ def test_quick_experiment_writes_tables_and_plots(tmp_path: Path,
     for line in lines:
         rec = json.loads(line)
         assert [e["epoch"] for e in rec["epoch_rows"]] == list(range(1, opts.epochs + 1))
-        errors = [e["train_error"] for e in rec["epoch_rows"]]
-        if rec["loss"] != "squared":
-            assert all(0.0 <= e <= 1.0 for e in errors)
+        key = "train_rmse" if rec["loss"] == "squared" else "train_error"
+        errors = [e[key] for e in rec["epoch_rows"]]
+        assert all(e is not None and 0.0 <= e <= (10.0 if key == "train_rmse" else 1.0)
+                   for e in errors)
     # Per-example SGD learns: the serial run's training error falls below chance.
     serial = [json.loads(line) for line in lines if json.loads(line)["trainer"] == "serial"]
     assert all(rec["epoch_rows"][-1]["train_error"] < 0.4 for rec in serial

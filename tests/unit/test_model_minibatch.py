@@ -173,6 +173,16 @@ def test_syncsgd_equals_one_thread_minibatch(threads: int, batch: int) -> None:
     assert sync.t == serial.t == 1.0 + 3 * 150
 
 
+def test_syncsgd_uses_at_most_one_thread_per_row_of_a_batch() -> None:
+    data = tiny(90, 10, seed=6)
+    sync = Trainer(data.n_features, TrainParams(mode="syncsgd", threads=4, batch_size=1))
+    serial = Trainer(data.n_features, TrainParams(mode="serial"))
+    sync.fit(data, 2)
+    serial.fit(data, 2)
+    # Batch size 1: the per-example kernel on one thread, bit for bit.
+    np.testing.assert_array_equal(sync.w, serial.w)
+
+
 def test_serial_minibatch_whole_batches_across_kernel_calls() -> None:
     # batch_rows 5 is not a multiple of batch_size 3: calls are widened to whole batches.
     data = tiny(50, 10, seed=8)

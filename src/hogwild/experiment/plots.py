@@ -265,7 +265,7 @@ def plot_regression(records: Sequence[Record], cores: int, path: Path) -> Path |
     t_show = max(fitting) if fitting else 1
     shown = [r for r in recs if r["threads"] == t_show or r["trainer"] == "serial"]
     for name in sorted({_trainer_name(r) for r in shown}):
-        pts = _epoch_curve([r for r in shown if _trainer_name(r) == name], "train_error")
+        pts = _epoch_curve([r for r in shown if _trainer_name(r) == name], "train_rmse")
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=name)
     ax.set_xlabel("epoch")
     ax.set_ylabel("training RMSE")

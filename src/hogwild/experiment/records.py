@@ -20,8 +20,8 @@ COLUMNS: tuple[str, ...] = (
     "studies", "data", "source", "loss", "rows", "train_rows", "n_features", "trainer",
     "threads", "batch_size", "learning_rate", "workers", "cores", "oversubscribed", "repeat", "epochs",
     "epochs_done", "status", "wall_seconds", "cpu_seconds", "cores_used", "speedup",
-    "target_loss", "time_to_target", "speedup_to_target", "train_error", "val_loss",
-    "test_loss", "test_error", "test_rmse",
+    "target_loss", "time_to_target", "speedup_to_target", "train_error", "train_rmse",
+    "val_loss", "test_loss", "test_error", "test_rmse",
 )
 
 

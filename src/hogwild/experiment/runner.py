@@ -29,6 +29,7 @@ from hogwild.experiment.plan import DataSpec, ExperimentOptions, RunSpec
 from hogwild.local import Splits, load_splits, train_params
 from hogwild.model import Trainer, evaluate, get_loss, warmup
 from hogwild.model.arrays import csr_arrays, feature_counts
+from hogwild.model.evaluation import Metrics
 
 Record = dict[str, Any]
 
@@ -41,12 +42,16 @@ def data_settings(base: Settings, data: DataSpec) -> Settings:
     return base.replace(data=data.source, test_data="", loss=data.loss)
 
 
-def _error(metrics_loss: float, accuracy: float | None, is_classifier: bool) -> float:
-    """Error rate for a classifier; for regression the root mean squared error
-    (the squared loss is half the squared residual)."""
-    if is_classifier:
-        return 1.0 - (accuracy if accuracy is not None else 0.0)
-    return math.sqrt(2.0 * metrics_loss)
+def _errors(prefix: str, m: Metrics | None, is_classifier: bool) -> Record:
+    """``{prefix}_error`` (classification: 1 - accuracy) and ``{prefix}_rmse`` (regression:
+    the root mean squared residual; the squared loss is half the squared residual), the one
+    that does not apply None."""
+    error = rmse = None
+    if m is not None and is_classifier:
+        error = 1.0 - (m.accuracy if m.accuracy is not None else 0.0)
+    elif m is not None:
+        rmse = math.sqrt(2.0 * m.loss)
+    return {f"{prefix}_error": error, f"{prefix}_rmse": rmse}
 
 
 def _base_record(spec: RunSpec, opts: ExperimentOptions, repeat: int) -> Record:
@@ -85,35 +90,29 @@ def run_inprocess(spec: RunSpec, splits: Splits, settings: Settings, opts: Exper
         cpu_seconds = time.process_time() - c0
         wall += seconds
         cpu += cpu_seconds
+        row: Record = {"epoch": epoch + 1, "seconds": seconds, "cpu_seconds": cpu_seconds,
+                       "elapsed": wall, "train_loss_during": stats.train_loss}
         if not np.isfinite(trainer.w).all():
             status = "diverged"
-            epochs.append({"epoch": epoch + 1, "seconds": seconds, "cpu_seconds": cpu_seconds,
-                           "elapsed": wall, "train_loss_during": stats.train_loss,
-                           "train_loss": None, "train_error": None, "val_loss": None,
-                           "val_error": None})
+            epochs.append(row)
             break
         tr = evaluate(splits.train, trainer.w, loss)
         va = evaluate(splits.val, trainer.w, loss) if splits.val.n_rows else None
-        epochs.append({
-            "epoch": epoch + 1, "seconds": seconds, "cpu_seconds": cpu_seconds, "elapsed": wall,
-            "train_loss_during": stats.train_loss, "train_loss": tr.loss,
-            "train_error": _error(tr.loss, tr.accuracy, loss.is_classifier),
-            "val_loss": va.loss if va else None,
-            "val_error": _error(va.loss, va.accuracy, loss.is_classifier) if va else None,
-        })
+        row.update(train_loss=tr.loss, val_loss=va.loss if va else None,
+                   **_errors("train", tr, loss.is_classifier),
+                   **_errors("val", va, loss.is_classifier))
+        epochs.append(row)
     rec.update(wall_seconds=wall, cpu_seconds=cpu, cores_used=cpu / wall if wall > 0 else None,
                status=status, epochs_done=len(epochs), epoch_rows=epochs)
     if status == "ok":
         test = evaluate(splits.test, trainer.w, loss)
         last = epochs[-1]
         rec.update(val_loss=last["val_loss"], train_error=last["train_error"],
-                   test_loss=test.loss,
-                   test_error=(1.0 - test.accuracy) if loss.is_classifier and
-                   test.accuracy is not None else None,
-                   test_rmse=None if loss.is_classifier else math.sqrt(2.0 * test.loss))
+                   train_rmse=last["train_rmse"], test_loss=test.loss,
+                   **_errors("test", test, loss.is_classifier))
     else:
-        rec.update(val_loss=None, train_error=None, test_loss=None, test_error=None,
-                   test_rmse=None)
+        rec.update(val_loss=None, test_loss=None, **_errors("train", None, True),
+                   **_errors("test", None, True))
     return rec
 
 
@@ -170,7 +169,8 @@ def run_cluster(spec: RunSpec, settings: Settings, opts: ExperimentOptions, repe
                train_rows=metrics.get("train_rows"), n_features=metrics.get("n_features"),
                val_loss=metrics.get("val_loss"), test_loss=metrics.get("test_loss"),
                test_error=None if accuracy is None else 1.0 - float(accuracy),
-               test_rmse=None, train_error=None, epochs_done=metrics.get("epochs"),
+               test_rmse=None, train_error=None, train_rmse=None,
+               epochs_done=metrics.get("epochs"),
                epoch_rows=[{"elapsed": r.get("elapsed"), "val_loss": r.get("val_loss"),
                             "val_error": None if r.get("val_accuracy") is None
                             else 1.0 - float(r["val_accuracy"])} for r in history])

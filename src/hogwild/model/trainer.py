@@ -52,7 +52,8 @@ class TrainParams:
     mode: ``hogwild`` (T threads, no lock), ``locked`` (T threads taking turns under one lock,
     LOCKED_BATCH_ROWS rows per turn), ``serial`` (one thread) or ``syncsgd`` (synchronous
     SGD: the T threads compute the gradients of one mini-batch of ``batch_size`` rows at the
-    same weights, which are summed and applied once; then the next mini-batch). batch_rows
+    same weights, which are summed and applied once; then the next mini-batch; at most
+    ``batch_size`` threads, so batch_size 1 is plain one-thread SGD). batch_rows
     is the number of rows per kernel call in hogwild and serial mode (>= 1,000 keeps call
     overhead negligible).
 
@@ -216,8 +217,11 @@ class Trainer:
         power_t, l2, fit_bias = float(p.power_t), float(p.l2), bool(p.fit_bias)
         n = a.n_rows
         n_threads = 1 if p.mode == "serial" else max(1, min(p.threads, n))
-        if p.mode == "syncsgd" and n_threads > 1:
-            return self._sync_epoch(a, epoch, lr0, schedule, n_threads)
+        if p.mode == "syncsgd":
+            # At most one thread per row of a mini-batch: more would only wait at barriers.
+            n_threads = min(n_threads, p.batch_size)
+            if n_threads > 1:
+                return self._sync_epoch(a, epoch, lr0, schedule, n_threads)
         batch = min(p.batch_rows, LOCKED_BATCH_ROWS) if p.mode == "locked" else p.batch_rows
         mini = p.batch_size
         scratch = self._scratch_for(n_threads) if mini > 1 else []
