@@ -38,8 +38,9 @@ CLUSTER_TIMEOUT = 600.0
 
 
 def data_settings(base: Settings, data: DataSpec) -> Settings:
-    """The settings of one data set: its source, its loss, no separate test file."""
-    return base.replace(data=data.source, test_data="", loss=data.loss)
+    """The settings of one data set: its source, its loss, its own feature count, and the
+    test rows split off it (no separate test file)."""
+    return base.replace(data=data.source, test_data="", loss=data.loss, n_features=None)
 
 
 def _errors(prefix: str, m: Metrics | None, is_classifier: bool) -> Record:
