@@ -5,6 +5,7 @@ regression and cluster workers. Each plot shows medians over repeats."""
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,9 +93,16 @@ def _threads_axis(ax: Axes, xs: Sequence[float], cores: int) -> None:
     ax.grid(alpha=0.3)
 
 
+def _natural(text: str) -> tuple[Any, ...]:
+    """Sort key that orders the numbers inside labels by value ("10k" before "100k",
+    "2 threads" before "16 threads")."""
+    parts = re.split(r"(\d+)", text)
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts)
+
+
 def _lines(ax: Axes, series: Series, marker: str = "o") -> list[float]:
     xs: list[float] = []
-    for name in sorted(series):
+    for name in sorted(series, key=_natural):
         pts = series[name]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, markersize=4,
                 label=name)
@@ -166,12 +174,6 @@ def _per_epoch_grid(fig: Figure, recs: Sequence[Record], key: str, ylabel: str,
         ax.set_title(panel, fontsize=10)
         ax.grid(alpha=0.3)
         _legend(ax)
-
-
-def _natural(text: str) -> tuple[Any, ...]:
-    """Sort "2 threads" before "16 threads"."""
-    head = text.split(" ", 1)[0]
-    return (0, int(head), text) if head.isdigit() else (1, 0, text)
 
 
 def _threads_label(rec: Record) -> str:

@@ -63,7 +63,9 @@ def summary_lines(records: Sequence[Record]) -> list[str]:
               f"{'wall s':>8} {'CPU s':>8} {'speedup':>7} {'to target s':>11} "
               f"{'test err':>8} {'note'}")
     current = None
-    for key in sorted(groups, key=lambda k: (k[0], k[3], k[1], k[2], k[4])):
+    # Data sets in the order they ran (the main set first), then by configuration.
+    order = {name: i for i, name in reversed(list(enumerate(r["data"] for r in records)))}
+    for key in sorted(groups, key=lambda k: (order[k[0]], k[3], k[1], k[2], k[4])):
         recs = groups[key]
         data, trainer, batch, workers, threads = key
         if data != current:
