@@ -39,8 +39,9 @@ CLUSTER_TIMEOUT = 600.0
 
 def data_settings(base: Settings, data: DataSpec) -> Settings:
     """The settings of one data set: its source, its loss, its own feature count, and the
-    test rows split off it (no separate test file)."""
-    return base.replace(data=data.source, test_data="", loss=data.loss, n_features=None)
+    test rows split off it (no separate test file); the model is linear, as in the paper."""
+    return base.replace(data=data.source, test_data="", loss=data.loss, n_features=None,
+                        model="linear")
 
 
 def _errors(prefix: str, m: Metrics | None, is_classifier: bool) -> Record:
