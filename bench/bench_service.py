@@ -90,15 +90,16 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bench_shipping(n_rows: int, per_row: int) -> list[tuple[float, float, float, float]]:
+def bench_shipping(n_rows: int, per_row: int, tls: bool = False
+                   ) -> list[tuple[float, float, float, float]]:
     """[(MB, MB/s wall, MB per sender CPU second, MB per receiver CPU second)] of the same
     shard shipped twice (cold, then warm memory) over loopback from this process to a real
-    worker process, as the coordinator ships it. The CPU rates show the cost apart from how
-    busy the machine is."""
-    import grpc
-
+    worker process, as the coordinator ships it (``tls``: over mutual TLS with a run token).
+    The CPU rates show the cost apart from how busy the machine is."""
+    from hogwild.certs import write_bundle
     from hogwild.coordinator import create_server as create_coordinator
     from hogwild.protocol import pb_grpc
+    from hogwild.protocol.security import from_settings
     from hogwild.protocol.streams import shard_chunks
 
     n_features = 47_236
@@ -109,20 +110,33 @@ def bench_shipping(n_rows: int, per_row: int) -> list[tuple[float, float, float,
                    cols.ravel().astype(np.int32),
                    rng.random(n_rows * per_row).astype(np.float32),
                    np.where(rng.random(n_rows) < 0.5, -1.0, 1.0).astype(np.float32), n_features)
-    base = {"bind_host": "127.0.0.1", "coordinator_port": 0, "workers": 1}
-    server, port, state, _ = create_coordinator(config.load(None, {}, base))
+    secrets = tempfile.TemporaryDirectory(prefix="hogwild-bench-tls-")
+    tls_flags: dict[str, str] = {}
+    if tls:
+        bundle = write_bundle(secrets.name)
+        tls_flags = {"tls_ca": str(bundle.ca), "auth_token_file": str(bundle.token)}
+    role = {"tls_cert": str(Path(secrets.name) / "coordinator.crt"),
+            "tls_key": str(Path(secrets.name) / "coordinator.key")} if tls else {}
+    base = {"bind_host": "127.0.0.1", "coordinator_port": 0, "workers": 1, **tls_flags, **role}
+    settings = config.load(None, {}, base)
+    server, port, state, _ = create_coordinator(settings)
     server.start()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"),
                                                       env.get("PYTHONPATH")]))
+    worker_tls = [f"--{k.replace('_', '-')}={v}" for k, v in tls_flags.items()]
+    if tls:
+        worker_tls += [f"--tls-cert={Path(secrets.name) / 'worker.crt'}",
+                       f"--tls-key={Path(secrets.name) / 'worker.key'}"]
     worker = subprocess.Popen(
         [sys.executable, "-m", "hogwild.cli", "worker", "--bind-host=127.0.0.1",
-         "--worker-port=0", f"--coordinator-address=127.0.0.1:{port}", "--log-level=warning"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         "--worker-port=0", f"--coordinator-address=127.0.0.1:{port}", "--log-level=warning",
+         *worker_tls], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         (record,) = state.wait_for_workers(60)
         results = []
-        with grpc.insecure_channel(record.address) as channel:
+        with from_settings(settings).channel(
+                record.address, state.coordinator_key(record.worker_id)) as channel:
             stub = pb_grpc.WorkerStub(channel)
             for _ in range(2):
                 c0, w0 = time.process_time(), _cpu_seconds(worker.pid)
@@ -142,6 +156,7 @@ def bench_shipping(n_rows: int, per_row: int) -> list[tuple[float, float, float,
             worker.kill()
             worker.wait(5)
         server.stop(None)
+        secrets.cleanup()
 
 
 # ------------------------------------------------------------------- time to accuracy
@@ -202,8 +217,11 @@ def run_in_process(settings: Any, splits: Any, epochs: int, target: float,
 
 def run_distributed(data: str, test: str, learning_rate: float, mode: str, workers: int,
                     threads: int, epochs: int, target: float, workdir: Path,
-                    eval_interval: float, round_size: int | None) -> dict[str, Any]:
-    out = workdir / f"run-{mode}-{workers}x{threads}"
+                    eval_interval: float, round_size: int | None,
+                    secure: bool = True) -> dict[str, Any]:
+    """One `hogwild run`: mutual TLS and a run token (its default) or, with ``secure`` off,
+    plain text (--insecure)."""
+    out = workdir / f"run-{mode}-{workers}x{threads}-{'tls' if secure else 'plain'}"
     argv = [sys.executable, "-m", "hogwild.cli", "run", f"--data={data}", f"--workers={workers}",
             f"--threads={threads}", f"--mode={mode}", f"--epochs={epochs}", "--patience=0",
             f"--learning-rate={learning_rate}", f"--eval-interval={eval_interval}",
@@ -212,6 +230,8 @@ def run_distributed(data: str, test: str, learning_rate: float, mode: str, worke
         argv.append(f"--test={test}")
     if round_size:
         argv.append(f"--round-size={round_size}")
+    if not secure:
+        argv.append("--insecure")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"),
                                                       env.get("PYTHONPATH")]))
@@ -231,20 +251,33 @@ def run_distributed(data: str, test: str, learning_rate: float, mode: str, worke
     messages = sum(t["count"] for st in states for name, t in st["timings"].items()
                    if name.startswith("rpc:"))
     profile: dict[str, float] = {}
+    counts: dict[str, float] = {}
     for st in states:
         for name, t in st["timings"].items():
             profile[name] = profile.get(name, 0.0) + t["seconds"] / len(states)
+            counts[name] = counts.get(name, 0.0) + t["count"] / len(states)
     return {"time_to_target": reached, "train_seconds": metrics["seconds"],
             "load_seconds": metrics["load_seconds"], "ship_seconds": metrics["ship_seconds"],
             "shipped_mb": metrics["shipped_bytes"] / 1e6, "wall_seconds": wall,
             "test_accuracy": metrics["test_accuracy"], "rounds": rounds,
             "round_size": metrics.get("round_size"), "epochs": metrics["epochs"],
             "bytes_per_round": sum(st["bytes_sent"] for st in states) / rounds,
-            "messages_per_round": messages / rounds, "profile": profile,
+            "messages_per_round": messages / rounds, "profile": profile, "rpc_counts": counts,
             "eval_seconds": metrics.get("eval_seconds", 0.0),
             "evaluations": metrics.get("evaluations", 0),
             "coordinator_apply_seconds": metrics.get("coordinator_apply_seconds", 0.0),
             "delta_messages": metrics["deltas_received"]}
+
+
+def _wire(secure: bool) -> str:
+    return "mTLS+token" if secure else "plain     "
+
+
+def _per_call(run: dict[str, Any], timer: str) -> float | None:
+    """Mean seconds of one call of a timed RPC in a run (sender threads, all workers)."""
+    seconds = run["profile"].get(timer)
+    calls = run["rpc_counts"].get(timer)
+    return seconds / calls if seconds and calls else None
 
 
 def _fmt(x: float | None, spec: str = ".3f") -> str:
@@ -310,7 +343,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=None,
                         help="time-to-accuracy repeats, interleaved (default 3, 1 with --quick)")
     parser.add_argument("--no-wire", action="store_true", help="skip codec and shipping")
+    parser.add_argument("--security", choices=("tls", "plain", "both"), default="tls",
+                        help="`hogwild run` and shipping over mutual TLS with a token (the "
+                             "default of `hogwild run`), plain text (--insecure), or both, "
+                             "interleaved, with their ratio")
     args = parser.parse_args()
+    variants = {"tls": [True], "plain": [False], "both": [True, False]}[args.security]
     repeats = 3 if args.quick else 7
     repeats_tta = args.repeats if args.repeats is not None else (1 if args.quick else 3)
     print(f"load average at start: {_load_average()}  ({_uptime()})")
@@ -326,11 +364,13 @@ def main() -> int:
               "sparse form's bytes")
 
         print("\n== shard shipping over loopback (this process -> a worker process) ==")
-        for label, (mb, mbs, send_cpu, recv_cpu) in zip(
-                ("cold", "warm"), bench_shipping(200_000 if args.quick else 600_000, 75)):
-            print(f"  {mb:.0f} MB shard ({label} memory): {mbs:.0f} MB/s   (target >= 200 MB/s: "
-                  f"{'ok' if mbs >= 200 else 'BELOW'}); per CPU second: sender {send_cpu:.0f} "
-                  f"MB, receiver {recv_cpu:.0f} MB")
+        for secure in variants:
+            for label, (mb, mbs, send_cpu, recv_cpu) in zip(
+                    ("cold", "warm"), bench_shipping(200_000 if args.quick else 600_000, 75,
+                                                     tls=secure)):
+                print(f"  {_wire(secure)}: {mb:.0f} MB shard ({label} memory): {mbs:.0f} MB/s   "
+                      f"(target >= 200 MB/s: {'ok' if mbs >= 200 else 'BELOW'}); per CPU "
+                      f"second: sender {send_cpu:.0f} MB, receiver {recv_cpu:.0f} MB")
 
     if args.data in DATASETS:
         name = args.data
@@ -351,7 +391,8 @@ def main() -> int:
           f"{splits.val.n_rows:,} rows; in-process data loading {load_seconds:.2f}s (apart)")
     modes = args.modes.split(",")
     local_runs: list[dict[str, Any]] = []
-    dist_runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    dist_runs: dict[tuple[str, bool], list[dict[str, Any]]] = {
+        (mode, secure): [] for mode in modes for secure in variants}
     with tempfile.TemporaryDirectory(prefix="hogwild-bench-") as tmp:
         for rep in range(repeats_tta):
             local = run_in_process(settings, splits, epochs, target, args.evals_per_epoch)
@@ -361,11 +402,12 @@ def main() -> int:
                   f"{local['train_seconds']:.3f}s; test accuracy {local['test_accuracy']:.4f}; "
                   "validation accuracy after each epoch: "
                   + " ".join(f"{a:.3f}" for a in local["curve"]), flush=True)
-            for mode in modes:
+            for (mode, secure), done in dist_runs.items():
                 r = run_distributed(data, test, lr, mode, 2, 1, epochs, target, Path(tmp),
-                                    args.eval_interval, args.round_size)
-                dist_runs[mode].append(r)
-                print(f"  [{rep + 1}] hogwild run {mode:>5} 2 workers x 1 thread: reached in "
+                                    args.eval_interval, args.round_size, secure)
+                done.append(r)
+                print(f"  [{rep + 1}] hogwild run {mode:>5} {_wire(secure)} 2 workers x 1 "
+                      "thread: reached in "
                       f"{_fmt(r['time_to_target'])}s; {r['epochs']:.2f} epochs in "
                       f"{r['train_seconds']:.3f}s; test accuracy {r['test_accuracy']:.4f}; "
                       f"load avg {_load_average()}", flush=True)
@@ -375,12 +417,12 @@ def main() -> int:
     local_epoch = _median([x["train_seconds"] / epochs for x in local_runs])
     print(f"  in-process Trainer, 2 threads: time to accuracy {_fmt(local_tta)}s, per epoch "
           f"{_fmt(local_epoch)}s")
-    for mode in modes:
-        runs = dist_runs[mode]
+    for (mode, secure), runs in dist_runs.items():
         tta = _median([x["time_to_target"] for x in runs])
         per_epoch = _median([x["train_seconds"] / max(x["epochs"], 1e-9) for x in runs])
         ratio = _ratio(tta, local_tta)
-        print(f"  hogwild run {mode:>5} 2 workers x 1 thread: time to accuracy {_fmt(tta)}s = "
+        print(f"  hogwild run {mode:>5} {_wire(secure)} 2 workers x 1 thread: time to accuracy "
+              f"{_fmt(tta)}s = "
               f"{_fmt(ratio, '.2f')}x in-process (target <= 1.3x: "
               f"{'ok' if ratio is not None and ratio <= 1.3 else 'MISSED'}); per epoch "
               f"{_fmt(per_epoch)}s = {_fmt(_ratio(per_epoch, local_epoch), '.2f')}x; test "
@@ -396,6 +438,24 @@ def main() -> int:
               f"round on the wire {r['bytes_per_round'] / 1e3:.1f} kB in "
               f"{r['messages_per_round']:.1f} messages (all workers, peers + coordinator)")
         _print_profile(r)
+    if len(variants) == 2:
+        print("\n  mutual TLS + token against plain text (medians; > 1 = TLS slower):")
+        for mode in modes:
+            tls_runs, plain_runs = dist_runs[(mode, True)], dist_runs[(mode, False)]
+            for what, key in (("per epoch", None), ("time to accuracy", "time_to_target"),
+                              ("PushDelta to a peer", "rpc:PushDelta:peer")):
+                if key is None:
+                    a = _median([x["train_seconds"] / max(x["epochs"], 1e-9) for x in tls_runs])
+                    b = _median([x["train_seconds"] / max(x["epochs"], 1e-9)
+                                 for x in plain_runs])
+                elif key.startswith("rpc:"):
+                    a = _median([_per_call(x, key) for x in tls_runs])
+                    b = _median([_per_call(x, key) for x in plain_runs])
+                else:
+                    a = _median([x[key] for x in tls_runs])
+                    b = _median([x[key] for x in plain_runs])
+                print(f"    {mode:>5} {what:<20} {_fmt(a, '.4f')}s vs {_fmt(b, '.4f')}s = "
+                      f"{_fmt(_ratio(a, b), '.2f')}x")
     print(f"\nload average at end: {_load_average()}  ({_uptime()})")
     return 0
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from hogwild.certs import write_bundle
+
 try:  # imported as a package module or as a rootdir-relative script
     from . import netns
 except ImportError:
@@ -146,6 +148,10 @@ class ComposeOnHosts:
         self.workdir = workdir
         self.overrides = overrides or {}
         self.services = self.cf.load({"HOGWILD_WORKERS": str(workers)})["services"]
+        # What `hogwild certs --out secrets --hosts hogwild` makes before `docker compose up`.
+        self.secrets = write_bundle(workdir / "secrets", ["hogwild"]).directory
+        self.secret_files = {name: Path(spec["file"]).name for name, spec in
+                             self.cf.load_raw().get("secrets", {}).items()}
         self.hosts: dict[str, netns.Host] = {"coordinator": network.add_host("coord")}
         self.worker_hosts = [network.add_host(f"w{i + 1}") for i in range(workers)]
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -155,6 +161,10 @@ class ComposeOnHosts:
         host, sep, port = value.rpartition(":")
         if sep and host in self.services and port.isdigit():
             return f"{self.hosts[host].address}:{port}"
+        if value.startswith("/run/secrets/"):  # compose mounts secrets there, by target name
+            for secret in service.get("secrets", []):
+                if value == f"/run/secrets/{secret['target']}":
+                    return str(self.secrets / self.secret_files[secret["source"]])
         if value.startswith("/"):
             for source, target, read_only in self.cf.mounts(service):
                 if isinstance(source, Path) and (value == target or

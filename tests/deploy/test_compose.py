@@ -227,3 +227,26 @@ def test_sigterm_drain_has_time_and_an_init_process() -> None:
     ("${HOGWILD_WORKERS:-2}", "2"), ("$${literal}", "${literal}"), ("a${X-b}c", "abc")])
 def test_interpolation_helper(text: str, expected: str) -> None:
     assert composefile.interpolate_text(text, {}) == expected
+
+
+def test_tls_credentials_come_from_compose_secrets() -> None:
+    """Both roles run mutual TLS with a token; the files come from `secrets:` made by
+    `hogwild certs --out secrets`, each service mounting only its own role's key."""
+    from hogwild.certs import FILES
+
+    declared = composefile.load_raw()["secrets"]
+    for name, service in _services({}).items():
+        environ = composefile.environment(service)
+        settings_path = composefile.host_path(service, environ["HOGWILD_CONFIG"])
+        loaded = deploycheck.load_with(environ, settings_path, service["command"])
+        targets = {f"/run/secrets/{s['target']}": s["source"] for s in service["secrets"]}
+        for path in (loaded.tls_ca, loaded.tls_cert, loaded.tls_key, loaded.auth_token_file):
+            assert path in targets, f"{name}: {path} is not a mounted secret"
+            source = Path(declared[targets[path]]["file"])
+            assert source.parent == Path("secrets") and source.name in FILES
+            assert source.name == Path(path).name
+        assert loaded.tls_cert.endswith(f"{name}.crt") and loaded.tls_key.endswith(f"{name}.key")
+        other = "worker" if name == "coordinator" else "coordinator"
+        assert not any(t.endswith(f"{other}.key") for t in targets), f"{name} holds {other}.key"
+        # Containers are reached by addresses no certificate can list: one name is checked.
+        assert loaded.tls_server_name

@@ -202,10 +202,13 @@ def test_ports_probes_and_addresses_agree_with_settings(rendered: list[Obj]) -> 
     port = {"coordinator": settings.coordinator_port, "worker": settings.worker_port}
     for obj, spec, container in _hogwild_containers(rendered):
         role = container["name"]
-        assert [p["containerPort"] for p in container["ports"]] == [port[role]]
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert container[probe]["grpc"]["port"] == port[role], f"{role} {probe}"
         env = _container_env(container)
+        # Probes cannot do TLS: they ask the plain-text, health-only port of the settings.
+        health = int(env["HOGWILD_HEALTH_PORT"])
+        assert health != port[role]
+        assert [p["containerPort"] for p in container["ports"]] == [port[role], health]
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert container[probe]["grpc"]["port"] == health, f"{role} {probe}"
         if role == "worker":
             coordinator = env["HOGWILD_COORDINATOR_ADDRESS"]
             host, _, _ = coordinator.rpartition(":")
@@ -347,3 +350,29 @@ def test_liveness_probes_ask_the_liveness_service(rendered: list[Obj]) -> None:
     # Workers must reach the coordinator while it is NOT_SERVING (loading, draining).
     for service in ("hogwild-coordinator", "hogwild-workers"):
         assert _one(rendered, "Service", service)["spec"]["publishNotReadyAddresses"] is True
+
+
+def test_tls_credentials_come_from_a_read_only_secret(rendered: list[Obj],
+                                                      tmp_path: Path) -> None:
+    """Every hogwild container runs mutual TLS with a token, from the Secret `hogwild-tls`
+    holding the files `hogwild certs` writes (its own role's certificate), mounted read-only
+    and readable by the pod's group only."""
+    from hogwild.certs import FILES
+
+    settings_file = tmp_path / "settings.yaml"
+    settings_file.write_text(_settings_configmap(rendered)["data"]["settings.yaml"])
+    for obj, spec, container in _hogwild_containers(rendered):
+        role = container["name"]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        loaded = deploycheck.load_with(_container_env(container), settings_file,
+                                       container["args"])
+        assert loaded.tls_cert.endswith(f"/{role}.crt") and loaded.tls_key.endswith(f"/{role}.key")
+        for path in (loaded.tls_ca, loaded.tls_cert, loaded.tls_key, loaded.auth_token_file):
+            directory, name = path.rsplit("/", 1)
+            assert name in FILES, f"{role}: {name} is not a file `hogwild certs` writes"
+            mount = mounts[directory]
+            assert mount.get("readOnly") is True
+            secret = volumes[mount["name"]]["secret"]
+            assert secret["secretName"] == "hogwild-tls"
+            assert secret["defaultMode"] & 0o007 == 0, "keys readable by others"
