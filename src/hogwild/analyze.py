@@ -15,8 +15,12 @@ from hogwild.data.conflicts import (
     advice,
     analyze_conflicts,
     recommend,
+    without_top_features,
 )
 from hogwild.data.sources import describe, load_source
+
+# The "without the most frequent features" line removes this many.
+TOP_REMOVED = 100
 
 
 def _pct(x: float) -> str:
@@ -61,6 +65,16 @@ def report(stats: ConflictStats, *, threads: int, workers: int, round_size: int)
     return lines
 
 
+def without_line(rest: ConflictStats, share: float) -> str:
+    """One line: the conflict graph once the TOP_REMOVED most frequent features are gone."""
+    approx = "≈ " if rest.mode == "sampled" else ""
+    tau = "unbounded" if rest.tau_bound is None else f"{rest.tau_bound:,.2f}"
+    tau_avg = "unbounded" if rest.tau_bound_avg is None else f"{rest.tau_bound_avg:,.2f}"
+    return (f"without the {TOP_REMOVED} most frequent features ({_pct(share)} of the "
+            f"non-zeros; {rest.mode}): Δ {approx}{rest.max_degree:,}, Δ̄ {approx}"
+            f"{rest.avg_degree:,.1f}, n/(2Δ) = {tau}, n/(2Δ̄) = {tau_avg}")
+
+
 def analyze_command(spec: str, *, threads: int = 2, workers: int = 1, round_size: int = 1,
                     zero_based: bool = False, n_features: int | None = None,
                     exact_budget: int = EXACT_BUDGET, sample_rows: int = SAMPLE_ROWS,
@@ -74,10 +88,18 @@ def analyze_command(spec: str, *, threads: int = 2, workers: int = 1, round_size
                               partners=partners, seed=seed)
     result = stats.to_json()
     result["load_seconds"] = loaded
+    # The same graph without the most frequent features: are a few of them the whole story?
+    trimmed, share = without_top_features(data, TOP_REMOVED)
+    rest = analyze_conflicts(trimmed, exact_budget=exact_budget, sample_rows=sample_rows,
+                             partners=partners, seed=seed)
+    result[f"without_top_{TOP_REMOVED}"] = {**rest.to_json(), "nnz_share_removed": share}
     if as_json:
         print(json.dumps(result, sort_keys=True), file=out)
         return result
     print(f"data: {describe(data)} (loaded in {loaded:.2f}s)", file=out)
-    for line in report(stats, threads=threads, workers=workers, round_size=round_size):
+    lines = report(stats, threads=threads, workers=workers, round_size=round_size)
+    lines.insert(-1, without_line(rest, share))
+    lines[-1] = f"analysed in {stats.seconds + rest.seconds:.2f}s"
+    for line in lines:
         print(line, file=out)
     return result

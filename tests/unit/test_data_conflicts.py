@@ -216,3 +216,19 @@ def test_train_prints_the_line_and_stores_the_statistics(
     assert f"Δ={stats['max_degree']:,}" in line
     assert stats["recommendation"]["in_flight"] == 2  # one process: the threads
     assert ("within it" in line) == stats["recommendation"]["fits"]
+
+
+def test_removing_the_hot_features_uncovers_the_block_structure() -> None:
+    from hogwild.data.conflicts import without_top_features
+
+    blocks = planted_blocks(blocks=20, rows_per_block=10, private=6, seed=2)
+    hot = blocks.n_features  # one extra feature held by every row (a stop-word)
+    supports = [[*blocks.indices[blocks.indptr[i]:blocks.indptr[i + 1]].tolist(), hot]
+                for i in range(blocks.n_rows)]
+    data = from_supports(supports, hot + 1)
+    assert analyze_conflicts(data).max_degree == data.n_rows - 1
+    trimmed, share = without_top_features(data, 1)
+    assert share == pytest.approx(data.n_rows / data.nnz)
+    stats = analyze_conflicts(trimmed)
+    assert stats.max_degree == 9 and stats.avg_degree == pytest.approx(9.0)
+    np.testing.assert_array_equal(trimmed.indices, blocks.indices)

@@ -341,6 +341,21 @@ def _finish(data: CSRData, mode: str, omega: int, mean_support: float, used: int
         partners=partners, seconds=time.perf_counter() - t0)
 
 
+def without_top_features(data: CSRData, k: int) -> tuple[CSRData, float]:
+    """``data`` with its ``k`` most frequent features removed from every row, and the share
+    of the non-zeros they held: how much of the conflict graph a few features make."""
+    df = document_frequency(data)
+    hot = np.zeros(data.n_features, dtype=bool)
+    hot[_top(df, k)] = True
+    keep = ~hot[data.indices]
+    rows = np.repeat(np.arange(data.n_rows, dtype=np.int64), np.diff(data.indptr))
+    indptr = np.zeros(data.n_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows[keep], minlength=data.n_rows), out=indptr[1:])
+    share = 1.0 - float(keep.mean()) if data.nnz else 0.0
+    return CSRData(indptr, data.indices[keep], data.values[keep], data.labels,
+                   data.n_features), share
+
+
 def quick_conflicts(data: CSRData, seed: int = 0,
                     time_budget: float | None = None) -> ConflictStats:
     """The bounded-cost form run at the start of training: cost independent of the data size
