@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up .venv with hogwild and its test tools; safe to run again (does nothing when up to date).
 #   ./bootstrap-env.sh          package + test extras, gRPC stubs, warm kernel cache
-#   ./bootstrap-env.sh bench    the same plus the benchmark peers (scikit-learn, Vowpal Wabbit)
+#   ./bootstrap-env.sh bench    the same plus the benchmark peers (scikit-learn, Vowpal Wabbit,
+#                               PyTorch)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 

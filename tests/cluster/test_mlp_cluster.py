@@ -50,3 +50,24 @@ def test_mlp_run_with_two_workers(cluster: Cluster, tmp_path: Path, mode: str) -
                 np.testing.assert_allclose(f["w"], global_w, rtol=1e-6, atol=1e-6)
             else:
                 assert f["w"].shape == global_w.shape
+
+
+def test_evaluations_of_an_unchanged_model_do_not_stop_the_run(cluster: Cluster,
+                                                               tmp_path: Path) -> None:
+    """With evaluations far more frequent than rounds, most see the model of the last one;
+    early stopping must count only those that saw new deltas, or it stops in round 1."""
+    out = tmp_path / "out"
+    cluster.start(2, mode="sync", model="mlp", hidden="32", loss="logistic", learning_rate=0.2,
+                  data="bundled:spamassassin", threads=1, epochs=2, patience=2,
+                  eval_interval=0.02, out_dir=str(out), rpc_timeout=10, barrier_timeout=10,
+                  connect_timeout=60, register_timeout=60, data_cache=False)
+    assert cluster.coordinator is not None
+    assert cluster.coordinator.wait(150) == 0
+    for worker in cluster.workers:
+        assert worker.wait(30) == 0
+    metrics = read_metrics(out)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    # The test is only meaningful if some evaluations did repeat a model.
+    assert len(rows) > len({r["deltas_received"] for r in rows})
+    assert metrics["stop_reason"] != "early stopping" or metrics["epochs"] >= 1.0, metrics
+    assert metrics["test_accuracy"] >= 0.95

@@ -287,6 +287,7 @@ class RunDriver:
     def _monitor_loop(self, splits: Any, rules: StopRules, loss: Any, began: float,
                       next_eval: float) -> tuple[str, StopRules]:
         s = self.settings
+        evaluated_deltas = -1
         while True:
             self.alive_at = time.monotonic()
             self._check_diverged()
@@ -301,7 +302,11 @@ class RunDriver:
                 next_eval = now + s.eval_interval
                 row = self._evaluate(splits, loss, began)
                 metric = row["val_loss"] if row["val_loss"] is not None else row["train_loss"]
-                if metric is not None:
+                # The same model as at the last evaluation (no delta since: a round longer
+                # than eval_interval, e.g. the MLP's) says nothing about progress, so it does
+                # not count towards `patience`.
+                if metric is not None and row["deltas_received"] != evaluated_deltas:
+                    evaluated_deltas = row["deltas_received"]
                     decision = rules.evaluation(float(metric), self._last_w)
                     if decision is not None:
                         return decision, rules
