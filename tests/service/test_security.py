@@ -371,3 +371,36 @@ def test_tls_settings_go_together(bundle: Bundle) -> None:
     with pytest.raises(ConfigError, match="tls_cert"):
         from_settings(loopback_settings(tls_ca=str(bundle.ca), tls_cert="/nonexistent.crt",
                                         tls_key=str(bundle.key("worker"))))
+
+
+def test_every_kind_of_call_is_gated_by_the_token(bundle: Bundle) -> None:
+    """Unary, client-streaming and server-streaming calls alike: UNAUTHENTICATED without the
+    token, before the handler (which would answer PERMISSION_DENIED) runs."""
+    settings = loopback_settings(workers=2, **_tls(bundle, "worker"))
+    server, port, node, _ = create_worker(settings)
+    server.start()
+    try:
+        wrong = _client(bundle, token="not-the-token")
+        with wrong.channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.WorkerStub(channel)
+            calls = {
+                "Stop": lambda: stub.Stop(pb.StopRequest(), timeout=5),
+                "ReceiveShard": lambda: stub.ReceiveShard(iter([pb.ShardChunk()]), timeout=5),
+                "GetFinalState": lambda: list(stub.GetFinalState(pb.FinalStateRequest(),
+                                                                 timeout=5)),
+            }
+            for name, call in calls.items():
+                assert _refused(call).code() == grpc.StatusCode.UNAUTHENTICATED, name
+        assert not node.stop_requested.is_set() and node.shard is None
+    finally:
+        server.stop(grace=None).wait(5)
+
+
+@pytest.mark.parametrize("host, warned", [("127.0.0.1", False), ("0.0.0.0", True)])
+def test_plain_text_beyond_loopback_is_a_warning(host: str, warned: bool,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="hogwild.protocol"):
+        server, _, _, _ = create_coordinator(loopback_settings(bind_host=host))
+    server.stop(grace=None).wait(5)
+    said = [r.getMessage() for r in caplog.records if "plain text" in r.getMessage()]
+    assert bool(said) == warned, said
