@@ -159,6 +159,67 @@ def bench_shipping(n_rows: int, per_row: int, tls: bool = False
         secrets.cleanup()
 
 
+PUSH_VARIANTS = ("mTLS+token", "token only", "plain")
+
+
+def bench_push(batches: int, calls: int, entries: int = 24_000, dim: int = 47_237
+               ) -> dict[str, tuple[float, float]]:
+    """{variant: (median ms per PushDelta wall, median CPU ms per call)} of one delta of
+    ``entries`` coordinates (a round's delta on RCV1-shaped data is ~100-200 kB) pushed to a
+    real coordinator server in this process, over mutual TLS with a run token, plain text with
+    a token, and plain text (always with the sender key), in interleaved batches. Client and server share the process, so the
+    CPU time is the whole cost of a call, less sensitive to a busy machine than wall time."""
+    from hogwild.certs import write_bundle
+    from hogwild.coordinator import create_server as create_coordinator
+    from hogwild.protocol import pb_grpc
+    from hogwild.protocol.codec import encode_delta
+    from hogwild.protocol.security import from_settings
+
+    rng = np.random.default_rng(2)
+    idx = np.sort(rng.choice(dim - 1, size=entries, replace=False)).astype(np.int32)
+    val = (rng.normal(size=entries) * 1e-6).astype(np.float32)
+    samples: dict[str, list[tuple[float, float]]] = {v: [] for v in PUSH_VARIANTS}
+    with tempfile.TemporaryDirectory(prefix="hogwild-bench-push-") as tmp:
+        bundle = write_bundle(tmp)
+        ends = {}
+        for variant in PUSH_VARIANTS:
+            extra = {"tls_ca": str(bundle.ca), "tls_cert": str(bundle.cert("coordinator")),
+                     "tls_key": str(bundle.key("coordinator"))} if variant == "mTLS+token" else {}
+            if variant != "plain":
+                extra["auth_token_file"] = str(bundle.token)
+            settings = config.load(None, {}, {"bind_host": "127.0.0.1", "coordinator_port": 0,
+                                              "workers": 1, **extra})
+            server, port, state, _ = create_coordinator(settings)
+            server.start()
+            state.register("127.0.0.1:1", threads=1)
+            state.start_model(dim)
+            channel = from_settings(settings).channel(f"127.0.0.1:{port}",
+                                                      state.worker_key(0))
+            ends[variant] = (server, state, channel, pb_grpc.CoordinatorStub(channel), [0])
+        try:
+            for _ in range(batches):
+                for variant in PUSH_VARIANTS:
+                    _, state, _, stub, seq = ends[variant]
+                    messages = []
+                    for _ in range(calls):
+                        seq[0] += 1
+                        messages.append(encode_delta(
+                            DeltaHeader(state.run_id, 0, seq[0], seq[0], dim), idx, val))
+                    stub.PushDelta(messages[0], timeout=30)  # connection warm
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    for m in messages[1:]:
+                        stub.PushDelta(m, timeout=30)
+                    n = calls - 1
+                    samples[variant].append(((time.perf_counter() - t0) / n * 1e3,
+                                         (time.process_time() - c0) / n * 1e3))
+        finally:
+            for server, _, channel, _, _ in ends.values():
+                channel.close()
+                server.stop(None)
+    return {v: (float(np.median([w for w, _ in xs])), float(np.median([c for _, c in xs])))
+            for v, xs in samples.items()}
+
+
 # ------------------------------------------------------------------- time to accuracy
 
 # Named data sets: source, test source, learning rate, target validation accuracy, epochs.
@@ -363,6 +424,15 @@ def main() -> int:
         print(f"  {40_000:>9,} of 47,237 coordinates (sent dense): {mbs:8.0f} MB/s of the "
               "sparse form's bytes")
 
+        if len(variants) == 2:
+            print("\n== one PushDelta (24,000 coordinates, 192 kB) to a real coordinator, "
+                  "mutual TLS + token + sender key against plain text ==")
+            push = bench_push(batches=repeats, calls=60)
+            plain_wall, plain_cpu = push["plain"]
+            for variant, (wall, cpu) in push.items():
+                print(f"  {variant:<11}: {wall:.3f} ms per call ({wall / plain_wall:.2f}x plain), "
+                      f"{cpu:.3f} CPU ms per call, client + server ({cpu / plain_cpu:.2f}x); "
+                      f"medians of {repeats} interleaved batches")
         print("\n== shard shipping over loopback (this process -> a worker process) ==")
         for secure in variants:
             for label, (mb, mbs, send_cpu, recv_cpu) in zip(
