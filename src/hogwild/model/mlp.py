@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import numpy.typing as npt
 
@@ -22,7 +24,7 @@ class MLPTrainer(Trainer):
     :class:`Trainer`'s epochs, blocks, modes and schedules; only the kernel differs.
 
     ``flush_rows``: rows between two publications of a thread's dense-layer changes.
-    ``params.hot_features`` is ignored (the first layer is written in place).
+    ``params.hot_features`` is set to 0 (the first layer is written in place).
     """
 
     def __init__(self, spec: ModelSpec, params: TrainParams, w: F64 | None = None,
@@ -34,6 +36,8 @@ class MLPTrainer(Trainer):
                              "hogwild, locked or serial threads)")
         self.spec = spec
         self.seed = seed
+        # No per-thread view of W1: the kernel writes the row's W1 rows in place.
+        params = dataclasses.replace(params, hot_features=0)
         self.flush_rows = max(1, int(flush_rows))
         self._hidden = spec.hidden_array()
         super().__init__(spec.n_features, params, w)
