@@ -404,3 +404,15 @@ def test_plain_text_beyond_loopback_is_a_warning(host: str, warned: bool,
     server.stop(grace=None).wait(5)
     said = [r.getMessage() for r in caplog.records if "plain text" in r.getMessage()]
     assert bool(said) == warned, said
+
+
+def test_a_client_only_certificate_cannot_take_a_worker_slot(secured: Secured,
+                                                            bundle: Bundle) -> None:
+    register = pb.RegisterRequest(protocol_version=PROTOCOL_VERSION, address="10.9.9.9:1")
+    with _client(bundle, "client").channel(secured.address) as channel:
+        err = _refused(lambda: pb_grpc.CoordinatorStub(channel).Register(register, timeout=5))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert len(secured.state.workers) == 1
+    with _client(bundle, "worker").channel(secured.address) as channel:
+        reply = pb_grpc.CoordinatorStub(channel).Register(register, timeout=5)
+    assert reply.worker_id == 1 and reply.worker_key == secured.state.worker_key(1)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import grpc
 
 from hogwild.coordinator.state import RunState
-from hogwild.errors import StaleOrUnknown
+from hogwild.errors import NotAllowed, StaleOrUnknown
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import check_version, decode_delta
-from hogwild.protocol.security import sender_key
+from hogwild.protocol.security import can_serve, sender_key
 from hogwild.protocol.status import translate
 
 
@@ -26,6 +26,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def Register(self, request: pb.RegisterRequest,
                  context: grpc.ServicerContext) -> pb.RegisterReply:
         check_version(request.protocol_version, "registration")
+        if not can_serve(context):
+            raise NotAllowed("a client-only certificate cannot register a worker (a worker "
+                             "serves its peers: it needs a server certificate)")
         if request.run_id and request.run_id != self.state.run_id:
             raise StaleOrUnknown(f"registration for run {request.run_id!r}, which is not "
                                  "this run")

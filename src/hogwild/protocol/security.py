@@ -183,6 +183,24 @@ def sender_key(context: grpc.ServicerContext) -> str:
     return ""
 
 
+def can_serve(context: grpc.ServicerContext) -> bool:
+    """False when the caller's TLS certificate is for clients only (no serverAuth usage): such
+    a caller (an operator's tool) may not join as a worker, whom peers dial as a server. True
+    without TLS (nothing to check) and for certificates without a usage restriction."""
+    pems = context.auth_context().get("x509_pem_cert")
+    if not pems:
+        return True
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    cert = x509.load_pem_x509_certificate(pems[0])
+    try:
+        usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return True
+    return ExtendedKeyUsageOID.SERVER_AUTH in usage
+
+
 def same_key(given: str, expected: str) -> bool:
     """Constant-time comparison; an empty expected key admits nobody."""
     return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
