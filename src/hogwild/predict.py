@@ -90,7 +90,12 @@ def score_file(model: SavedModel, spec: str, *, threads: int | None = None,
     y_internal, known = model.encode_labels(data.labels)
     note = ""
     report: dict[str, Any] | None = None
-    if not known.all():
+    missing = np.isnan(data.labels)
+    if missing.all():
+        note = "the data has no labels: no metrics"
+    elif missing.any():
+        note = f"{int(missing.sum()):,} of {missing.shape[0]:,} rows have no label: no metrics"
+    elif not known.all():
         unknown = np.unique(data.labels[~known])
         shown = ", ".join(f"{x:g}" for x in unknown[:5]) + (", ..." if unknown.size > 5 else "")
         note = (f"{int((~known).sum()):,} of {known.shape[0]:,} labels are not among the "

@@ -236,3 +236,20 @@ def test_multiclass_training_then_predict_agree(tmp_path: Path, monkeypatch: pyt
     test = load_source(str(tmp_path / "te.svm"), cache=False)
     assert clf.classes_.tolist() == [2, 4, 9] and clf.coef_.shape == (3, 40)
     assert np.array_equal(clf.predict(test.to_scipy()), predicted)
+
+
+def test_rows_without_labels_give_predictions_but_no_metrics(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hogwild.data
+    from hogwild.predict import score_file
+
+    model = SavedModel(w=np.array([1.0, 0.0]), loss="hinge")
+    nan = float("nan")
+    for labels, note in (([nan, nan], "the data has no labels: no metrics"),
+                         ([1.0, nan], "1 of 2 rows have no label: no metrics")):
+        data = CSRData(np.array([0, 1, 2]), np.array([0, 0]), np.array([2.0, -1.0]),
+                       np.array(labels), 1)
+        monkeypatch.setattr(hogwild.data, "load_source", lambda *a, d=data, **k: d)
+        scored = score_file(model, "unlabelled.csv")
+        assert scored.metrics is None and scored.note == note
+        assert scored.labels.tolist() == [1, -1]
