@@ -134,7 +134,9 @@ def prediction_chunks(scored: Scored, output: str,
         proba = model.proba_from_margins(scored.margins)
         table, digits = (proba[:, 1] if model.task == "binary" else proba), SCORE_DIGITS
     else:
-        table, digits = scored.labels.astype(np.float64), LABEL_DIGITS
+        # Class labels exactly as stored; a regression's predictions are scores.
+        digits = LABEL_DIGITS if model.is_classifier else SCORE_DIGITS
+        table = scored.labels.astype(np.float64)
     for start in range(0, table.shape[0], rows_per_chunk):
         yield format_columns(table[start:start + rows_per_chunk], digits)
 
