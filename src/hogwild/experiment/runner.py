@@ -130,7 +130,7 @@ def run_cluster(spec: RunSpec, settings: Settings, opts: ExperimentOptions, repe
     s = settings.replace(workers=spec.workers, threads=spec.threads, epochs=opts.epochs,
                          patience=0, time_budget=0.0, target_loss=None, out_dir=str(run_dir),
                          trainer="hogwild", batch_size=1)
-    argv = [sys.executable, "-m", "hogwild.cli", "run", *setting_flags(s)]
+    argv = [sys.executable, "-m", "hogwild.cli", "run", *setting_flags(s, "run")]
     rec = _base_record(spec, opts, repeat)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
