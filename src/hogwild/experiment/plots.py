@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -100,12 +100,19 @@ def _natural(text: str) -> tuple[Any, ...]:
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts)
 
 
-def _lines(ax: Axes, series: Series, marker: str = "o") -> list[float]:
+def _palette(names: Iterable[str]) -> dict[str, str]:
+    """One colour per series name, the same in every panel of a figure."""
+    return {name: f"C{i % 10}" for i, name in enumerate(sorted(set(names), key=_natural))}
+
+
+def _lines(ax: Axes, series: Series, palette: dict[str, str] | None = None,
+           marker: str = "o") -> list[float]:
     xs: list[float] = []
+    colours = palette if palette is not None else _palette(series)
     for name in sorted(series, key=_natural):
         pts = series[name]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, markersize=4,
-                label=name)
+                label=name, color=colours.get(name))
         xs += [p[0] for p in pts]
     return xs
 
@@ -116,11 +123,12 @@ def _legend(ax: Axes) -> None:
 
 
 def _speedup_panels(fig: Figure, recs: Sequence[Record], cores: int, what: str) -> None:
+    palette = _palette(_trainer_name(r) for r in recs)
     for i, (key, label) in enumerate((("speedup", "fixed epochs"),
                                       ("speedup_to_target", "time to target validation loss"))):
         ax = fig.add_subplot(1, 2, i + 1)
         series = _series(recs, _trainer_name, "threads", _column(key))
-        xs = _lines(ax, series)
+        xs = _lines(ax, series, palette)
         if xs:
             top = [t for t in sorted(set(xs)) if t <= cores]
             ax.plot(top, top, color="0.5", linestyle=":", label="linear")
@@ -160,7 +168,8 @@ def plot_test_error(records: Sequence[Record], cores: int, path: Path) -> Path |
 def _per_epoch_grid(fig: Figure, recs: Sequence[Record], key: str, ylabel: str,
                     panel_of: Callable[[Record], str],
                     line_of: Callable[[Record], str]) -> None:
-    panels = sorted({panel_of(r) for r in recs})
+    panels = sorted({panel_of(r) for r in recs}, key=_natural)
+    palette = _palette(line_of(r) for r in recs)
     for i, panel in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), i + 1)
         mine = [r for r in recs if panel_of(r) == panel]
@@ -168,7 +177,7 @@ def _per_epoch_grid(fig: Figure, recs: Sequence[Record], key: str, ylabel: str,
             pts = _epoch_curve([r for r in mine if line_of(r) == line], key)
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
-                        label=line)
+                        label=line, color=palette[line])
         ax.set_xlabel("epoch")
         ax.set_ylabel(ylabel)
         ax.set_title(panel, fontsize=10)
@@ -223,11 +232,13 @@ def plot_batch(records: Sequence[Record], cores: int, path: Path) -> Path | None
     fig = _figure(2)
     fitting = [r["threads"] for r in recs if not r["oversubscribed"]]
     t_show = max(fitting) if fitting else min(r["threads"] for r in recs)
+    palette = _palette(_trainer_name(r) for r in recs)
     ax = fig.add_subplot(1, 2, 1)
     shown = [r for r in recs if r["threads"] == t_show]
-    for name in sorted({_trainer_name(r) for r in shown}):
+    for name in sorted({_trainer_name(r) for r in shown}, key=_natural):
         pts = _epoch_curve([r for r in shown if _trainer_name(r) == name], "train_error")
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=name)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=name,
+                color=palette[name])
     ax.set_xlabel("epoch")
     ax.set_ylabel("training error")
     ax.set_title(f"{recs[0]['data']}: training error, {t_show} thread(s)", fontsize=10)
@@ -235,7 +246,7 @@ def plot_batch(records: Sequence[Record], cores: int, path: Path) -> Path | None
     _legend(ax)
     ax = fig.add_subplot(1, 2, 2)
     xs = _lines(ax, _series(recs, _trainer_name, "threads",
-                            lambda r: r["wall_seconds"] / max(1, r["epochs_done"])))
+                            lambda r: r["wall_seconds"] / max(1, r["epochs_done"])), palette)
     if xs:
         _threads_axis(ax, xs, cores)
     ax.set_yscale("log")
@@ -252,8 +263,9 @@ def plot_regression(records: Sequence[Record], cores: int, path: Path) -> Path |
     if not recs:
         return None
     fig = _figure(2)
+    palette = _palette(_trainer_name(r) for r in recs)
     ax = fig.add_subplot(1, 2, 1)
-    xs = _lines(ax, _series(recs, _trainer_name, "threads", _column("speedup")))
+    xs = _lines(ax, _series(recs, _trainer_name, "threads", _column("speedup")), palette)
     if xs:
         top = [t for t in sorted(set(xs)) if t <= cores]
         ax.plot(top, top, color="0.5", linestyle=":", label="linear")
@@ -266,9 +278,10 @@ def plot_regression(records: Sequence[Record], cores: int, path: Path) -> Path |
     fitting = [r["threads"] for r in recs if not r["oversubscribed"]]
     t_show = max(fitting) if fitting else 1
     shown = [r for r in recs if r["threads"] == t_show or r["trainer"] == "serial"]
-    for name in sorted({_trainer_name(r) for r in shown}):
+    for name in sorted({_trainer_name(r) for r in shown}, key=_natural):
         pts = _epoch_curve([r for r in shown if _trainer_name(r) == name], "train_rmse")
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=name)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=name,
+                color=palette[name])
     ax.set_xlabel("epoch")
     ax.set_ylabel("training RMSE")
     ax.set_yscale("log")
