@@ -60,9 +60,11 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if self.kind not in MODEL_KINDS:
             raise ValueError(f"model must be one of {', '.join(MODEL_KINDS)}, got {self.kind!r}")
-        if isinstance(self.n_features, bool) or not isinstance(self.n_features, int) \
+        if isinstance(self.n_features, bool) or not isinstance(self.n_features,
+                                                                 (int, np.integer)) \
                 or self.n_features < 1:
             raise ValueError(f"n_features must be a positive integer, got {self.n_features!r}")
+        object.__setattr__(self, "n_features", int(self.n_features))
         if self.kind == "mlp":
             object.__setattr__(self, "hidden", check_hidden(self.hidden))
             if self.dim > MAX_DIM:
