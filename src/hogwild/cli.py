@@ -414,6 +414,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except HogwildError as exc:
         print(f"hogwild {args.command}: error: {exc}", file=sys.stderr)
         return 1
+    except MemoryError:
+        print(f"hogwild {args.command}: error: out of memory (for data larger than memory: "
+              "hogwild train --out-of-core true)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"hogwild {args.command}: interrupted", file=sys.stderr)
         return 130

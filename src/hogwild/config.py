@@ -198,8 +198,14 @@ class Settings:
                                        commands=_RCW))
     data_cache: bool = field(
         default=True,
-        metadata=_doc("keep parsed arrays in a .npz beside a text data file, keyed by its "
-                      "size and mtime", commands=_TRC))
+        metadata=_doc("keep the parsed arrays of text data files under the user cache dir "
+                      "($XDG_CACHE_HOME/hogwild or ~/.cache/hogwild), keyed by each file's "
+                      "absolute path, size and mtime", commands=_TRC))
+    out_of_core: bool = field(
+        default=False,
+        metadata=_doc("train from the parsed-array cache on disk a block of rows at a time, for "
+                      "data larger than memory (blocks in a random order each epoch, rows "
+                      "shuffled within a block)", commands=_T))
     # --- security ------------------------------------------------------------------------
     tls_ca: str = field(
         default="",

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from hogwild import config
+from hogwild.announce import READY_PREFIX
 from hogwild.config import Settings
-from hogwild.coordinator import READY_PREFIX
 from hogwild.errors import ClusterError
 
 GRACE_SECONDS = 10.0

@@ -14,11 +14,12 @@ import numpy as np
 
 from hogwild import __version__, artifacts
 from hogwild.config import Settings
-from hogwild.data import CSRData, train_val_test_split
+from hogwild.data import CSRData
 from hogwild.data.conflicts import startup_report
 from hogwild.data.labels import MULTICLASS, LabelMap
 from hogwild.data.reorder import frequency_order, renumber, restore_weights
 from hogwild.data.sources import default_test_source, describe, load_source_hashed
+from hogwild.data.split import split_shuffled
 from hogwild.errors import DataError, TrainingDiverged
 from hogwild.model.evaluation import evaluate_model, is_finite, predict
 from hogwild.model.losses import get_loss
@@ -26,6 +27,7 @@ from hogwild.model.ovr import OneVsRest
 from hogwild.model.saved import SavedModel, default_task
 from hogwild.model.spec import ModelSpec
 from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, EpochStats, Trainer, TrainParams
+from hogwild.plotter import BackgroundPlot
 from hogwild.stopping import EarlyStopping
 from hogwild.warmup import preload_in_background
 
@@ -54,9 +56,14 @@ class Splits:
 
 def load_splits(settings: Settings) -> Splits:
     """Load data (and test data, or split it off), map the labels to training targets, widen
-    to one feature count, split validation."""
+    to one feature count, split validation.
+
+    The data is loaded already shuffled (``shuffle_order(n, seed)``: text files are placed so
+    while they are parsed), so the three sets are views of one set of arrays, and the
+    renumbering rewrites those arrays in place: the job holds one copy of the data."""
     data, hashing = load_source_hashed(settings.data, n_features=settings.n_features,
-                                       zero_based=settings.zero_based, cache=settings.data_cache)
+                                       zero_based=settings.zero_based, cache=settings.data_cache,
+                                       shuffle_seed=settings.seed)
     test_spec = settings.test_data or default_test_source(settings.data)
     if test_spec:
         # A csv: test set is hashed with the training set's parameters.
@@ -84,17 +91,18 @@ def load_splits(settings: Settings) -> Splits:
                         test_spec, test.n_features, settings.data, data.n_features)
         width = max(test.n_features, data.n_features)
         data, test = data.with_n_features(width), test.with_n_features(width)
-    train, val, split_test = train_val_test_split(
-        data, val_fraction=settings.val_fraction, test_fraction=test_fraction, seed=settings.seed)
-    if test is None:
-        test = split_test
+    split = {"val_fraction": settings.val_fraction, "test_fraction": test_fraction}
+    train, _, _ = split_shuffled(data, **split)
     if train.n_rows == 0:
         raise DataError(f"no training rows left in {settings.data!r} after the split")
+    order = frequency_order(train)
+    # Freshly loaded arrays that nothing else holds: renumber them where they are.
+    data = renumber(data, order, in_place=True)
+    train, val, split_test = split_shuffled(data, **split)
+    test = split_test if test is None else renumber(test, order, in_place=True)
     if test.n_rows == 0:
         raise DataError("the test set is empty: give test_data or a positive test_fraction")
-    order = frequency_order(train)
-    return Splits(train=renumber(train, order), val=renumber(val, order),
-                  test=renumber(test, order), feature_order=order, hashing=hashing,
+    return Splits(train=train, val=val, test=test, feature_order=order, hashing=hashing,
                   labels=labels)
 
 
@@ -139,7 +147,20 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     # A bad out_dir (a file, read-only) is found now, not after training.
     artifacts.check_out_dir(settings.out_dir)
+    plot = BackgroundPlot()  # imports matplotlib in its own process while the data loads
+    try:
+        return _train(settings, out, started, plot)
+    finally:
+        plot.close()
+
+
+def _train(settings: Settings, out: TextIO, started: float,
+           plot: BackgroundPlot) -> dict[str, Any]:
     preload_in_background()
+    if settings.out_of_core:
+        from hogwild import outofcore
+
+        return outofcore.train_job(settings, out, started, plot)
     splits = load_splits(settings)
     loaded = time.perf_counter()
     print(f"data: train {describe(splits.train)}", file=out)
@@ -231,11 +252,13 @@ def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
                                 splits.labels.classes))
     write_outputs(settings, w, metrics, history, splits.feature_order, spec=spec,
                   hashing=splits.hashing, task=splits.labels.task,
-                  classes=splits.labels.classes)
+                  classes=splits.labels.classes, draw_plot=False)
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
     print(f"done ({stop_reason}): {len(history)} epochs in {train_seconds:.2f}s, "
           f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {settings.out_dir}",
-          file=out)
+          file=out, flush=True)
+    # The plot last, off the path to the results above; the process ends once it is written.
+    plot.finish(settings.out_dir, history, title=_plot_title(settings, metrics))
     return metrics
 
 
@@ -258,11 +281,16 @@ def test_quality(test: CSRData, w: np.ndarray, loss: str,
             if key not in ("loss", "accuracy", "rows")}
 
 
+def _plot_title(settings: Settings, metrics: dict[str, Any]) -> str:
+    return f"hogwild {metrics['command']}: {settings.data}"
+
+
 def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
                   history: list[dict[str, Any]], feature_order: np.ndarray | None = None, *,
                   task: str | None = None, classes: Sequence[float] | None = None,
                   spec: ModelSpec | None = None,
-                  hashing: Mapping[str, Any] | None = None) -> Path:
+                  hashing: Mapping[str, Any] | None = None,
+                  plot: BackgroundPlot | None = None, draw_plot: bool = True) -> Path:
     """Model (format 2, see hogwild.model.saved), metrics.json, metrics.jsonl and the loss
     plot, all atomically.
 
@@ -270,7 +298,9 @@ def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
     ``w`` is ``(d + 1,)`` or, one-vs-rest, ``(K, d + 1)``. ``task``/``classes`` default to a
     model of +-1 labels (regression for the squared loss). ``spec`` says how a flat vector
     of another model kind (the MLP) is laid out; its named arrays are saved instead of ``w``.
-    A model that is not finite is never written."""
+    A model that is not finite is never written. The plot is drawn by ``plot`` (a
+    BackgroundPlot) when given, else in this process; with ``draw_plot=False`` not at all (the
+    caller draws it later)."""
     if not is_finite(w):
         raise TrainingDiverged("final model", settings.learning_rate)
     out_dir = Path(settings.out_dir)
@@ -288,7 +318,7 @@ def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
     SavedModel(w=w, loss=settings.loss, task=task,
                classes=None if classes is None else tuple(classes),
                fit_bias=settings.fit_bias, meta=meta, hashing=hashing).save(out_dir)
-    _write_run_files(settings, out_dir, metrics, history)
+    _write_run_files(settings, out_dir, metrics, history, plot, draw_plot)
     return out_dir
 
 
@@ -296,7 +326,8 @@ def _write_mlp_outputs(settings: Settings, spec: ModelSpec, w: np.ndarray,
                        metrics: dict[str, Any], history: list[dict[str, Any]],
                        feature_order: np.ndarray | None,
                        hashing: Mapping[str, Any] | None = None, task: str = "binary",
-                       classes: Sequence[float] | None = (-1, 1)) -> Path:
+                       classes: Sequence[float] | None = (-1, 1),
+                       plot: BackgroundPlot | None = None, draw_plot: bool = True) -> Path:
     """The MLP's model (W1, b1, ... in the input files' ids, see hogwild.model.spec) and the
     same run files as the linear model's."""
     out_dir = Path(settings.out_dir)
@@ -308,12 +339,16 @@ def _write_mlp_outputs(settings: Settings, spec: ModelSpec, w: np.ndarray,
                classes=None if classes is None else tuple(classes), fit_bias=settings.fit_bias,
                model="mlp", meta=meta, arrays=spec.arrays(w),
                hashing=hashing).save(out_dir)
-    _write_run_files(settings, out_dir, metrics, history)
+    _write_run_files(settings, out_dir, metrics, history, plot, draw_plot)
     return out_dir
 
 
 def _write_run_files(settings: Settings, out_dir: Path, metrics: dict[str, Any],
-                     history: list[dict[str, Any]]) -> None:
+                     history: list[dict[str, Any]], plot: BackgroundPlot | None,
+                     draw_plot: bool) -> None:
     artifacts.write_history(out_dir, history)
-    artifacts.plot_loss(out_dir, history, title=f"hogwild {metrics['command']}: {settings.data}")
+    if draw_plot and plot is not None:
+        plot.finish(out_dir, history, title=_plot_title(settings, metrics))
+    elif draw_plot:
+        artifacts.plot_loss(out_dir, history, title=_plot_title(settings, metrics))
     artifacts.write_metrics(out_dir, metrics)

@@ -43,21 +43,24 @@ def warmup() -> float:
             path = Path(tmp) / name
             write_svmlight(data, path)
             read_svmlight(path, cache=False)
+        # streamed loads: shuffled, a qid row (loose bounds), written to and read from a cache
+        path = Path(tmp) / "q.svm"
+        path.write_bytes(b"1 qid:2 1:0.5 3:1\n-1 2:2\n")
+        for _ in range(2):
+            read_svmlight(path, cache_dir=Path(tmp) / "cache", shuffle_seed=0)
     return time.perf_counter() - started
 
 
 def preload_in_background() -> threading.Thread:
-    """Start loading the parser and training kernels from numba's cache, and the plotting
-    library, on a daemon thread: about a second of start-up that overlaps reading the data
-    file (which releases the GIL). Errors are left for the real calls to report."""
+    """Start loading the training kernels from numba's cache on a daemon thread, while the
+    data is parsed (the parser's kernels release the GIL). The plotting library is imported
+    by the plot's own helper process (hogwild.plotter). Errors are left for the real calls
+    to report."""
 
     def load() -> None:
         with contextlib.suppress(Exception):
-            parse_svmlight_buffer(np.frombuffer(b"1 1:0.5\n", dtype=np.uint8))
             warmup_model()
             warmup_conflicts()
-            import matplotlib.backends.backend_agg
-            import matplotlib.figure  # noqa: F401
 
     thread = threading.Thread(target=load, name="hogwild-preload", daemon=True)
     thread.start()

@@ -44,7 +44,7 @@ def test_bundled_sets_train_and_test_agree(tmp_path: Path) -> None:
         assert train.n_features == test.n_features == features
         assert set(np.unique(train.labels).tolist()) == {-1.0, 1.0}
     # the cache went to the user cache dir, not into the package
-    assert list((tmp_path / "xdg" / "hogwild").glob("*.hwcache.npz"))
+    assert list((tmp_path / "xdg" / "hogwild").glob("*.hwcache"))
 
 
 def test_default_test_source() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from hogwild.data import svmlight
 from hogwild.data.cache import cache_path
 from hogwild.data.csr import CSRData
+from hogwild.data.stream import load_text
 from hogwild.data.svmlight import parse_svmlight_buffer, read_svmlight, write_svmlight
 from hogwild.errors import DataError, DataFormatError
 
@@ -223,28 +225,37 @@ def test_write_zero_based_and_short_digits(tmp_path: Path) -> None:
 
 # --- cache -----------------------------------------------------------------------------------
 
+@pytest.fixture(autouse=True)
+def _user_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Caches of these tests go to a temporary user cache dir."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "hogwild"
+
+
 def test_cache_hit_skips_parsing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_text(tmp_path / "a.svm", "1 1:0.5 4:1\n-1 2:0.25\n")
     first = read_svmlight(path)
     where = cache_path(path)
-    assert where == tmp_path / "a.svm.hwcache.npz" and where.is_file()
+    # under the user cache dir, never beside the data
+    assert where.parent == tmp_path / "xdg" / "hogwild" and (where / "meta.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.svm", "xdg"]
 
     def fail(*args: object, **kwargs: object) -> CSRData:
         raise AssertionError("parsed although a fresh cache exists")
 
-    monkeypatch.setattr(svmlight, "parse_file", fail)
+    monkeypatch.setattr(svmlight, "load_text", fail)
     second = read_svmlight(path)
     assert np.array_equal(second.indices, first.indices)
     assert np.array_equal(second.values, first.values)
     assert second.labels.tolist() == [1.0, -1.0] and second.n_features == 4
     assert read_svmlight(path, n_features=10).n_features == 10
+    assert read_svmlight(path, shuffle_seed=1).n_rows == 2
 
 
 def test_stale_cache_is_ignored_and_rewritten(tmp_path: Path) -> None:
     path = write_text(tmp_path / "a.svm", "1 1:0.5\n")
     read_svmlight(path)
     where = cache_path(path)
-    before = where.stat().st_mtime_ns
     write_text(path, "-1 2:0.75\n1 1:1\n")  # other size
     d = read_svmlight(path)
     assert d.labels.tolist() == [-1.0, 1.0] and d.values.tolist() == [0.75, 1.0]
@@ -253,19 +264,27 @@ def test_stale_cache_is_ignored_and_rewritten(tmp_path: Path) -> None:
     st = path.stat()
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
     assert read_svmlight(path).values.tolist() == [0.25, 1.0]
-    assert where.stat().st_mtime_ns >= before
+    assert json.loads((where / "meta.json").read_text())["key"]["mtime_ns"] == \
+        st.st_mtime_ns + 5_000_000_000
     # zero_based is part of the key
     write_text(path, "1 0:1 1:2\n")
     assert read_svmlight(path, zero_based=True).indices.tolist() == [0, 1]
     with pytest.raises(DataFormatError):
         read_svmlight(path, zero_based=False)
+    # one cache directory per source, no leftovers
+    assert [p.name for p in where.parent.iterdir()] == [where.name]
 
 
 def test_damaged_cache_is_ignored(tmp_path: Path) -> None:
-    path = write_text(tmp_path / "a.svm", "1 1:0.5\n")
+    path = write_text(tmp_path / "a.svm", "1 1:0.5 2:1\n-1 3:2\n")
     read_svmlight(path)
-    cache_path(path).write_bytes(b"not a zip file")
-    assert read_svmlight(path).values.tolist() == [0.5]
+    values = cache_path(path) / "values.npy"
+    raw = bytearray(values.read_bytes())
+    raw[-4:] = np.array([np.nan], dtype=np.float32).tobytes()  # a value no parse gives
+    values.write_bytes(bytes(raw))
+    assert read_svmlight(path).values.tolist() == [0.5, 1.0, 2.0]
+    (cache_path(path) / "indices.npy").write_bytes(b"not an array")
+    assert read_svmlight(path).indices.tolist() == [0, 1, 2]
 
 
 def test_cache_dir_used_when_given(tmp_path: Path) -> None:
@@ -274,9 +293,21 @@ def test_cache_dir_used_when_given(tmp_path: Path) -> None:
     path = write_text(src / "a.svm", "1 1:0.5\n")
     root = tmp_path / "cache"
     read_svmlight(path, cache_dir=root)
-    files = list(root.glob("*.hwcache.npz"))
-    assert len(files) == 1 and files[0].name.endswith("-a.svm.hwcache.npz")
-    assert not (src / "a.svm.hwcache.npz").exists()
+    dirs = list(root.glob("*.hwcache"))
+    assert len(dirs) == 1 and dirs[0].name.endswith("-a.svm.hwcache")
+    assert [p.name for p in src.iterdir()] == ["a.svm"]
+    assert not (tmp_path / "xdg").exists()
+
+
+def test_cache_keyed_by_absolute_path(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    a = write_text(tmp_path / "x" / "d.svm", "1 1:1\n")
+    b = write_text(tmp_path / "y" / "d.svm", "-1 2:1\n")
+    assert cache_path(a) != cache_path(b)
+    assert read_svmlight(a).labels.tolist() == [1.0]
+    assert read_svmlight(b).labels.tolist() == [-1.0]
+    assert read_svmlight(a).labels.tolist() == [1.0]
 
 
 # --- against scikit-learn on the real data sets ----------------------------------------------
@@ -309,12 +340,12 @@ def test_gzip_stream_small_blocks_and_members(tmp_path: Path) -> None:
     path = tmp_path / "multi.svm.gz"
     path.write_bytes(gzip.compress(text_a.encode()) + gzip.compress(text_b.encode()))
     expected = parse(text_a + text_b)
-    got = svmlight._parse_gzip_stream(path, zero_based=False, n_features=None, block=4096)
+    got = load_text(path, block_bytes=4096)
     assert got.indptr.shape[0] == 5001
     assert np.array_equal(got.indptr, expected.indptr)
     assert np.array_equal(got.indices, expected.indices)
     assert np.array_equal(got.values, expected.values)
-    assert np.array_equal(got.labels.astype(np.float32), expected.labels)
+    assert np.array_equal(got.labels, expected.labels)
     assert read_svmlight(path, cache=False).n_rows == 5000
 
 
@@ -323,7 +354,7 @@ def test_gzip_stream_error_line_across_blocks(tmp_path: Path) -> None:
     path = tmp_path / "bad.svm.gz"
     path.write_bytes(gzip.compress(text.encode()))
     with pytest.raises(DataFormatError) as info:
-        svmlight._parse_gzip_stream(path, zero_based=False, n_features=None, block=4096)
+        load_text(path, block_bytes=4096)
     assert info.value.line == 4001
     assert str(info.value).startswith(f"{path}:4001: feature indices not strictly increasing")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import sys
@@ -10,6 +11,7 @@ from typing import TextIO
 
 import grpc
 
+from hogwild.announce import READY_PREFIX
 from hogwild.config import Settings
 from hogwild.coordinator.driver import Interrupted, RunDriver
 from hogwild.coordinator.preflight import check_out_dir
@@ -31,8 +33,6 @@ from hogwild.signals import SignalWatch
 
 log = logging.getLogger("hogwild.coordinator")
 
-# The line the launcher waits for (and parses) to learn the bound port.
-READY_PREFIX = "coordinator listening on port "
 # Exit code of a coordinator stopped (SIGTERM) before training began: nothing was written.
 INTERRUPTED = 130
 
@@ -79,9 +79,10 @@ def serve(settings: Settings, out: TextIO = sys.stdout) -> int:
     driver = RunDriver(settings, state, health, stop_event, out)
     health.watch(lambda: driver.alive_at, stall_seconds(settings.barrier_timeout,
                                                           settings.rpc_timeout))
+    # Compiled kernels load on another thread while the data loads and the workers start;
+    # both are done long before the clock of the run starts.
+    threading.Thread(target=_warmup, name="coord-warmup", daemon=True).start()
     try:
-        warmup()  # compiled kernels loaded before the clock of the run starts
-        codec_warmup()
         driver.run()
         return 0
     except Interrupted as exc:
@@ -96,3 +97,9 @@ def serve(settings: Settings, out: TextIO = sys.stdout) -> int:
         sigterm.restore()
         if probes is not None:
             probes.stop(grace=None)
+
+
+def _warmup() -> None:
+    with contextlib.suppress(Exception):  # a real call reports any error
+        warmup()
+        codec_warmup()

@@ -25,6 +25,7 @@ from hogwild.errors import ClusterError, DataError, HogwildError, TrainingDiverg
 from hogwild.model.evaluation import evaluate, is_finite
 from hogwild.model.losses import get_loss
 from hogwild.model.spec import ModelSpec
+from hogwild.plotter import BackgroundPlot
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.health import HealthReporter
 from hogwild.protocol.security import from_settings
@@ -98,6 +99,7 @@ class RunDriver:
         self.round_size = 0              # examples per thread per round, as configured
         self.conflicts: dict[str, Any] | None = None  # the data's conflict statistics
         self.spec = ModelSpec.linear(1)  # the run's model, set once the data is loaded
+        self.plot: BackgroundPlot | None = None  # the loss plot's helper process
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -113,6 +115,7 @@ class RunDriver:
 
         s = self.settings
         began = time.perf_counter()
+        self.plot = BackgroundPlot()  # imports matplotlib in its own process meanwhile
         preload_in_background()
         splits = load_splits(s)
         if splits.labels.task == MULTICLASS:
@@ -456,7 +459,7 @@ class RunDriver:
                                     splits.labels.classes))
         write_outputs(s, w, metrics, self.history, splits.feature_order, spec=self.spec,
                       hashing=splits.hashing, task=splits.labels.task,
-                      classes=splits.labels.classes)
+                      classes=splits.labels.classes, plot=self.plot)
         acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
         self._print(f"done ({reason}): {metrics['epochs']:.2f} epochs, {metrics['rounds']} "
                     f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "
@@ -492,6 +495,8 @@ class RunDriver:
     def close(self) -> None:
         for channel in self.channels.values():
             channel.close()
+        if self.plot is not None:
+            self.plot.close()
 
 
 def _fmt(value: float | None) -> str:

@@ -222,6 +222,52 @@ def next_line_start(b: Any, pos: int) -> Any:  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True)
+def row_caps(b: Any, start: int, end: int, caps: Any, row_base: int) -> Any:  # pragma: no cover
+    """First pass of a streamed load: for every data row of ``b[start:end]`` (the lines
+    parse_piece turns into rows: not blank, not a comment) store in ``caps[row_base + r]``
+    its number of colons before any ``#``, an upper bound of its non-zeros (exact unless a
+    ``qid:`` token is present). ``b[end - 1]`` must be a newline. Returns (rows, newlines).
+    """
+    pos = start
+    row = row_base
+    lines = 0
+    while pos < end:
+        c = b[pos]
+        while c == 32 or c == 9 or c == 13:
+            pos += 1
+            c = b[pos]
+        if c == 10 or c == 35:
+            while b[pos] != 10:
+                pos += 1
+            pos += 1
+            lines += 1
+            continue
+        n = 0
+        while c != 10 and c != 35:
+            n += c == 58
+            pos += 1
+            c = b[pos]
+        while b[pos] != 10:
+            pos += 1
+        pos += 1
+        lines += 1
+        caps[row] = n
+        row += 1
+    return row - row_base, lines
+
+
+@njit(nogil=True, cache=True)
+def last_line_end(b: Any, end: int) -> Any:  # pragma: no cover - compiled
+    """The offset just after the last newline in ``b[:end]`` (0 if there is none)."""
+    pos = end
+    while pos > 0:
+        if b[pos - 1] == 10:
+            return pos
+        pos -= 1
+    return 0
+
+
+@njit(nogil=True, cache=True)
 def count_newlines(b: Any, end: int) -> Any:  # pragma: no cover - compiled
     """Number of newlines in ``b[:end]`` (turns an error offset into a line number)."""
     n = 0

@@ -1,25 +1,41 @@
-"""A parsed-array cache for text data files: one uncompressed .npz keyed by the source's stat."""
+"""The parsed-array cache of text data files: .npy files in the user cache dir, keyed by the source.
+
+One directory per source file, ``<cache root>/<hash of the absolute path>-<name>.hwcache/``,
+holding ``indptr.npy``, ``indices.npy``, ``values.npy``, ``labels.npy`` (the rows in file
+order) and ``meta.json`` (absolute path, size, mtime, zero_based, layout version). The cache
+root is ``cache_dir`` when given, else ``$XDG_CACHE_HOME/hogwild`` or ``~/.cache/hogwild``:
+nothing is written beside the user's data. A cache whose key does not match its source
+(another size, mtime or zero_based) is ignored and replaced. The arrays are written while
+the text is parsed (appended block by block, never held twice) and read back block by block,
+so neither direction needs more memory than the result.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import json
 import logging
 import os
-import zipfile
+import shutil
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from hogwild.artifacts import atomic_open
-from hogwild.data.csr import CSRData
-from hogwild.errors import DataError
-
 log = logging.getLogger(__name__)
 
-CACHE_SUFFIX = ".hwcache.npz"
+CACHE_SUFFIX = ".hwcache"
 # Bump when the stored layout or the parser's output changes: older caches are then ignored.
-CACHE_VERSION = 1
-_KEYS = ("indptr", "indices", "values", "labels", "meta")
+CACHE_VERSION = 2
+ARRAYS: dict[str, Any] = {"indptr": np.int64, "indices": np.int32, "values": np.float32,
+                          "labels": np.float32}
+# Every .npy header is padded to this many bytes, so the data offset is known before the
+# final length is (the header is rewritten with the real length at the end).
+_HEADER_BYTES = 128
 
 
 def user_cache_dir() -> Path:
@@ -29,57 +45,158 @@ def user_cache_dir() -> Path:
 
 
 def cache_path(source: Path, cache_dir: Path | None = None) -> Path:
-    """Where the cache of ``source`` lives.
-
-    Beside the source as ``<name>.hwcache.npz`` when its directory is writable and no
-    ``cache_dir`` is given; otherwise in ``cache_dir`` (default: the user cache dir) under a
-    hash of the source's absolute path.
-    """
+    """The cache directory of ``source``: in ``cache_dir`` (default: the user cache dir),
+    named after a hash of the source's absolute path and its file name."""
     source = Path(source)
-    if cache_dir is None and os.access(source.parent, os.W_OK):
-        return source.with_name(source.name + CACHE_SUFFIX)
     root = Path(cache_dir) if cache_dir is not None else user_cache_dir()
     digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:20]
     return root / f"{digest}-{source.name}{CACHE_SUFFIX}"
 
 
-def _key(source: Path, zero_based: bool) -> np.ndarray:
-    st = source.stat()
-    return np.array([CACHE_VERSION, st.st_size, st.st_mtime_ns, int(zero_based)], dtype=np.int64)
+def source_key(source: Path, zero_based: bool) -> dict[str, Any]:
+    """What a cache must match to stand for ``source``: path, size, mtime, id base, layout."""
+    st = Path(source).stat()
+    return {"version": CACHE_VERSION, "path": str(Path(source).resolve()),
+            "size": st.st_size, "mtime_ns": st.st_mtime_ns, "zero_based": bool(zero_based)}
 
 
-def load_cached(source: Path, where: Path, *, zero_based: bool) -> CSRData | None:
-    """The cached arrays of ``source`` if ``where`` holds a fresh cache, else None.
+def _npy_header(dtype: Any, length: int) -> bytes:
+    """A version 1.0 .npy header of exactly _HEADER_BYTES bytes for a 1-D array."""
+    text = f"{{'descr': '{np.dtype(dtype).str}', 'fortran_order': False, 'shape': ({length},), }}"
+    body = text.encode("latin1")
+    pad = _HEADER_BYTES - 10 - len(body) - 1
+    if pad < 0:  # pragma: no cover - a 1-D header is far shorter
+        raise ValueError("npy header too long")
+    body += b" " * pad + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
 
-    A stale (other size, mtime or zero_based), foreign or unreadable cache yields None.
-    The arrays are checked structurally before they are handed out: a damaged cache must
-    not reach a compiled kernel.
-    """
+
+@dataclass(frozen=True)
+class CachedArrays:
+    """A fresh cache found on disk: where each array's data starts, and the sizes."""
+
+    where: Path
+    n_rows: int
+    nnz: int
+    max_index: int
+    offsets: dict[str, int]
+
+    def open(self, name: str) -> io.BufferedReader:
+        return open(self.where / f"{name}.npy", "rb")
+
+
+def find_cached(source: Path, where: Path, *, zero_based: bool) -> CachedArrays | None:
+    """The cache in ``where`` if it is complete and matches ``source`` now, else None (a
+    stale, foreign or damaged cache is ignored; the rows themselves are checked as they are
+    read, see hogwild.data.stream)."""
     try:
-        with np.load(where, allow_pickle=False) as z:
-            if set(z.files) != set(_KEYS):
-                return None
-            meta = z["meta"]
-            key = _key(source, zero_based)
-            if meta.shape != (5,) or not np.array_equal(meta[:4], key):
-                return None
-            data = CSRData(z["indptr"], z["indices"], z["values"], z["labels"], int(meta[4]))
-        data.validate()
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, DataError) as exc:
+        meta = json.loads((where / "meta.json").read_text())
+        if meta.get("key") != source_key(source, zero_based):
+            return None
+        n_rows, nnz, max_index = int(meta["n_rows"]), int(meta["nnz"]), int(meta["max_index"])
+        offsets = {}
+        for name, dtype in ARRAYS.items():
+            with open(where / f"{name}.npy", "rb") as f:
+                version = np.lib.format.read_magic(f)
+                if version != (1, 0):
+                    return None
+                shape, fortran, got = np.lib.format.read_array_header_1_0(f)
+                length = n_rows + 1 if name == "indptr" else n_rows if name == "labels" else nnz
+                if shape != (length,) or fortran or got != np.dtype(dtype):
+                    return None
+                offsets[name] = f.tell()
+                if os.fstat(f.fileno()).st_size != offsets[name] + length * got.itemsize:
+                    return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         if not isinstance(exc, FileNotFoundError):
             log.debug("ignoring unusable cache %s: %s", where, exc)
         return None
-    return data
+    return CachedArrays(where, n_rows, nnz, max_index, offsets)
 
 
-def save_cached(source: Path, where: Path, data: CSRData, *, zero_based: bool) -> bool:
-    """Store ``data`` as the cache of ``source`` atomically; False (logged) if it cannot."""
-    try:
-        meta = np.concatenate([_key(source, zero_based), [data.n_features]]).astype(np.int64)
-        with atomic_open(where) as f:
-            np.savez(f, indptr=data.indptr, indices=data.indices, values=data.values,
-                     labels=data.labels, meta=meta)
-        return True
-    except OSError as exc:
-        log.warning("could not write data cache %s: %s", where, exc)
-        return False
+class CacheWriter:
+    """Appends parsed blocks (rows in file order) to a new cache; ``commit`` puts it in place
+    atomically, ``abort`` (or an error) leaves nothing behind. Failing to write is logged
+    and turns the writer off: a cache is an optimisation, never a reason to fail a load."""
+
+    def __init__(self, source: Path, where: Path, *, zero_based: bool) -> None:
+        self.where = where
+        self.ok = True
+        self.max_index = -1  # largest feature id written (set by the loader)
+        self._files: dict[str, BinaryIO] = {}
+        self._nnz = 0
+        self._rows = 0
+        self._tmp: Path | None = None
+        try:
+            self._key = source_key(source, zero_based)
+            where.parent.mkdir(parents=True, exist_ok=True)
+            self._tmp = Path(tempfile.mkdtemp(dir=where.parent, prefix=f".{where.name}."))
+            for name in ARRAYS:
+                f = open(self._tmp / f"{name}.npy", "wb")  # noqa: SIM115 - closed in commit/abort
+                self._files[name] = f
+                f.write(b"\0" * _HEADER_BYTES)
+            self._files["indptr"].write(np.zeros(1, dtype=np.int64).tobytes())
+        except OSError as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: OSError) -> None:
+        log.warning("could not write data cache %s: %s", self.where, exc)
+        self.abort()
+
+    def append(self, lengths: np.ndarray, indices: np.ndarray, values: np.ndarray,
+               labels: np.ndarray) -> None:
+        """Rows with these lengths, non-zeros and labels, following the rows so far."""
+        if not self.ok:
+            return
+        try:
+            ends = np.cumsum(lengths, dtype=np.int64)
+            ends += self._nnz
+            self._files["indptr"].write(ends.data)
+            self._files["indices"].write(np.ascontiguousarray(indices, np.int32).data)
+            self._files["values"].write(np.ascontiguousarray(values, np.float32).data)
+            self._files["labels"].write(np.ascontiguousarray(labels, np.float32).data)
+            self._nnz += int(indices.shape[0])
+            self._rows += int(lengths.shape[0])
+        except OSError as exc:
+            self._fail(exc)
+
+    def commit(self) -> Path | None:
+        """Finish the files and move the cache into place; its path, or None if it failed."""
+        if not self.ok or self._tmp is None:
+            return None
+        try:
+            lengths = {"indptr": self._rows + 1, "indices": self._nnz, "values": self._nnz,
+                       "labels": self._rows}
+            for name, f in self._files.items():
+                f.seek(0)
+                f.write(_npy_header(ARRAYS[name], lengths[name]))
+                f.flush()
+                os.fsync(f.fileno())
+                f.close()
+            meta = {"key": self._key, "n_rows": self._rows, "nnz": self._nnz,
+                    "max_index": int(self.max_index)}
+            (self._tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+            # A directory cannot replace a non-empty one: move the old cache aside first.
+            old = None
+            if self.where.exists():
+                old = Path(tempfile.mkdtemp(dir=self.where.parent, prefix=".old-"))
+                os.replace(self.where, old / "cache")
+            os.replace(self._tmp, self.where)
+            self._tmp = None
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+            return self.where
+        except OSError as exc:
+            self._fail(exc)
+            return None
+
+    def abort(self) -> None:
+        """Drop the partial cache."""
+        self.ok = False
+        for f in self._files.values():
+            with contextlib.suppress(OSError):
+                f.close()
+        self._files = {}
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None

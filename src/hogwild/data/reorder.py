@@ -68,11 +68,16 @@ def document_frequency(data: CSRData) -> npt.NDArray[np.int64]:
 
 def frequency_order(data: CSRData) -> I32:
     """``new_id_of_old``: features by descending document frequency in ``data`` (ties by id)."""
-    df = document_frequency(data)
+    return order_from_counts(document_frequency(data))
+
+
+def order_from_counts(df: npt.NDArray[np.int64]) -> I32:
+    """``new_id_of_old`` for per-feature document frequencies ``df`` (descending, ties by id)."""
+    n_features = df.shape[0]
     # Stable sort of the negated counts keeps equal counts in id order.
     old_by_rank = np.argsort(-df, kind="stable")
-    new_id_of_old = np.empty(data.n_features, dtype=np.int32)
-    new_id_of_old[old_by_rank] = np.arange(data.n_features, dtype=np.int32)
+    new_id_of_old = np.empty(n_features, dtype=np.int32)
+    new_id_of_old[old_by_rank] = np.arange(n_features, dtype=np.int32)
     return new_id_of_old
 
 
@@ -169,15 +174,21 @@ def _renumber_rows_sort(r0: int, r1: int, indptr: Any, indices: Any, value_bits:
     return 0
 
 
-def renumber(data: CSRData, new_id_of_old: npt.ArrayLike) -> CSRData:
+def renumber(data: CSRData, new_id_of_old: npt.ArrayLike, *, in_place: bool = False) -> CSRData:
     """The same rows with feature ``f`` renamed ``new_id_of_old[f]``, indices re-sorted
     ascending within each row (so the most frequent features come first). Rows, values and
-    labels keep their order; ``indptr`` and ``labels`` are shared with ``data``."""
+    labels keep their order; ``indptr`` and ``labels`` are shared with ``data``.
+
+    ``in_place`` rewrites ``data``'s own index and value arrays (no second copy of the
+    data; a row is read whole before it is written), for arrays nobody else uses yet."""
     order = check_order(new_id_of_old, data.n_features)
     _check_indices(data)  # the kernels index the permutation with them
     nnz = data.nnz
-    out_indices = np.empty(nnz, dtype=INDEX_DTYPE)
-    out_values = np.empty(nnz, dtype=np.float32)
+    if in_place:
+        out_indices, out_values = data.indices, data.values
+    else:
+        out_indices = np.empty(nnz, dtype=INDEX_DTYPE)
+        out_values = np.empty(nnz, dtype=np.float32)
     value_bits = data.values.view(np.uint32)
     out_bits = out_values.view(np.uint32)
     n_rows = data.n_rows

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-from hogwild.data.cache import user_cache_dir
 from hogwild.data.csr import CSRData
 from hogwild.data.rcv1 import RCV1_FEATURES, read_lyrl2004
+from hogwild.data.split import shuffle_order
 from hogwild.data.svmlight import read_svmlight
 from hogwild.data.synthetic import make_rcv1_like, make_regression, make_seed000
 from hogwild.errors import DataError
@@ -43,14 +43,15 @@ def describe(data: CSRData) -> str:
 
 
 def load_source(spec: str, *, n_features: int | None = None, zero_based: bool = False,
-                cache: bool = True) -> CSRData:
+                cache: bool = True, shuffle_seed: int | None = None) -> CSRData:
     """The data set named by ``spec`` (see :func:`load_source_hashed`)."""
     return load_source_hashed(spec, n_features=n_features, zero_based=zero_based,
-                              cache=cache)[0]
+                              cache=cache, shuffle_seed=shuffle_seed)[0]
 
 
 def load_source_hashed(spec: str, *, n_features: int | None = None, zero_based: bool = False,
                        cache: bool = True, hashing: Mapping[str, Any] | None = None,
+                       shuffle_seed: int | None = None,
                        ) -> tuple[CSRData, dict[str, Any] | None]:
     """Load the data set named by ``spec``.
 
@@ -64,7 +65,20 @@ def load_source_hashed(spec: str, *, n_features: int | None = None, zero_based: 
 
     Returns the rows and, for ``csv:``, the hashing parameters (else None). ``hashing``:
     parameters fitted on the training data, applied to a ``csv:`` source instead of fitting.
+    Rows come in the source's order, or with ``shuffle_seed`` in ``shuffle_order(n_rows,
+    shuffle_seed)`` (text files are placed so while they are parsed).
     """
+    data, params, shuffled = _load(spec, n_features=n_features, zero_based=zero_based,
+                                   cache=cache, hashing=hashing, shuffle_seed=shuffle_seed)
+    if shuffle_seed is not None and not shuffled:
+        data = data.take(shuffle_order(data.n_rows, shuffle_seed))
+    return data, params
+
+
+def _load(spec: str, *, n_features: int | None, zero_based: bool, cache: bool,
+          hashing: Mapping[str, Any] | None, shuffle_seed: int | None,
+          ) -> tuple[CSRData, dict[str, Any] | None, bool]:
+    """(data, hashing parameters, whether the rows already come in the shuffled order)."""
     spec = spec.strip()
     if not spec:
         raise DataError("empty data source")
@@ -76,22 +90,25 @@ def load_source_hashed(spec: str, *, n_features: int | None = None, zero_based: 
             data, params = load_csv_source(rest, hashing)
             if n_features is not None and n_features != data.n_features:
                 data = data.with_n_features(n_features)
-            return data, params
+            return data, params, False
         if scheme == "bundled":
-            return _load_bundled(rest, n_features=n_features, cache=cache), None
+            return _load_bundled(rest, n_features=n_features, cache=cache,
+                                 shuffle_seed=shuffle_seed), None, True
         if scheme == "synthetic":
-            return _load_synthetic(rest, n_features=n_features), None
-        return _load_lyrl2004(rest, n_features=n_features), None
+            return _load_synthetic(rest, n_features=n_features), None, False
+        return _load_lyrl2004(rest, n_features=n_features), None, False
     path = Path(spec).expanduser()
     if not path.exists():
         if sep and scheme.isidentifier() and len(scheme) > 1:
             raise DataError(f"unknown data source scheme {scheme!r} in {spec!r} "
                             f"(known: {', '.join(SCHEMES)}, or a file path)")
         raise DataError(f"data file not found: {spec}")
-    return read_svmlight(path, n_features=n_features, zero_based=zero_based, cache=cache), None
+    return read_svmlight(path, n_features=n_features, zero_based=zero_based, cache=cache,
+                         shuffle_seed=shuffle_seed), None, True
 
 
-def _load_bundled(rest: str, *, n_features: int | None, cache: bool) -> CSRData:
+def _load_bundled(rest: str, *, n_features: int | None, cache: bool,
+                  shuffle_seed: int | None) -> CSRData:
     name, _, part = rest.partition("/")
     if name not in BUNDLED_FEATURES:
         raise DataError(f"unknown bundled data set {name!r} (available: "
@@ -102,9 +119,8 @@ def _load_bundled(rest: str, *, n_features: int | None, cache: bool) -> CSRData:
     if not path.is_file():
         raise DataError(f"bundled data file missing from the installation: {path}")
     nf = BUNDLED_FEATURES[name] if n_features is None else n_features
-    # The package directory may be read-only: keep the cache in the user cache dir.
     return read_svmlight(path, n_features=nf, zero_based=False, cache=cache,
-                         cache_dir=user_cache_dir())
+                         shuffle_seed=shuffle_seed)
 
 
 def _query(spec: str, rest: str) -> tuple[str, dict[str, str]]:

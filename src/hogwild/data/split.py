@@ -9,10 +9,15 @@ from hogwild.data.csr import CSRData
 SHARD_MODES = ("partition", "replicate")
 
 
+def shuffle_order(n_rows: int, seed: int) -> np.ndarray:
+    """The random row order of ``seed``: row i of a shuffled set is row ``order[i]`` of the
+    input. The one definition shared by splits and by loaders that shuffle while loading."""
+    return np.random.default_rng(seed).permutation(n_rows)
+
+
 def permute(data: CSRData, seed: int) -> CSRData:
     """The rows in a random order (physically copied, so a kernel streams them in order)."""
-    order = np.random.default_rng(seed).permutation(data.n_rows)
-    return data.take(order)
+    return data.take(shuffle_order(data.n_rows, seed))
 
 
 def _check_fraction(name: str, value: float) -> float:
@@ -29,19 +34,34 @@ def train_val_test_split(data: CSRData, *, val_fraction: float, test_fraction: f
     Sizes are ``round(n * fraction)`` for validation and test, the rest is train; all three
     come out permuted.
     """
+    n = data.n_rows
+    n_val, n_test = split_sizes(n, val_fraction, test_fraction)
+    order = shuffle_order(n, seed)
+    test_rows = order[:n_test]
+    val_rows = order[n_test:n_test + n_val]
+    train_rows = order[n_test + n_val:]
+    return data.take(train_rows), data.take(val_rows), data.take(test_rows)
+
+
+def split_sizes(n: int, val_fraction: float, test_fraction: float) -> tuple[int, int]:
+    """(validation rows, test rows) of a split of ``n`` rows; ValueError for bad fractions."""
     val_fraction = _check_fraction("val_fraction", val_fraction)
     test_fraction = _check_fraction("test_fraction", test_fraction)
     if val_fraction + test_fraction >= 1.0:
         raise ValueError(f"val_fraction + test_fraction must be < 1, got "
                          f"{val_fraction + test_fraction}")
+    return round(n * val_fraction), round(n * test_fraction)
+
+
+def split_shuffled(data: CSRData, *, val_fraction: float,
+                   test_fraction: float) -> tuple[CSRData, CSRData, CSRData]:
+    """The split of :func:`train_val_test_split` for rows that are already in
+    ``shuffle_order(n, seed)`` (e.g. loaded with ``shuffle_seed=seed``): the same three sets,
+    as views of ``data`` instead of copies."""
     n = data.n_rows
-    n_val = round(n * val_fraction)
-    n_test = round(n * test_fraction)
-    order = np.random.default_rng(seed).permutation(n)
-    test_rows = order[:n_test]
-    val_rows = order[n_test:n_test + n_val]
-    train_rows = order[n_test + n_val:]
-    return data.take(train_rows), data.take(val_rows), data.take(test_rows)
+    n_val, n_test = split_sizes(n, val_fraction, test_fraction)
+    return (data.slice(n_test + n_val, n), data.slice(n_test, n_test + n_val),
+            data.slice(0, n_test))
 
 
 def shard(data: CSRData, n_shards: int, *, seed: int,

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import logging
 import os
-import queue
-import threading
-import zlib
-from collections.abc import Iterator
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -18,8 +16,9 @@ from hogwild.artifacts import atomic_open
 from hogwild.data import _textformat as fmt
 from hogwild.data import _textparse as kp
 from hogwild.data._threads import default_threads, run_parallel
-from hogwild.data.cache import cache_path, load_cached, save_cached
+from hogwild.data.cache import CacheWriter, cache_path, find_cached
 from hogwild.data.csr import CSRData
+from hogwild.data.stream import load_cached, load_text
 from hogwild.errors import DataError, DataFormatError
 
 __all__ = [
@@ -35,6 +34,7 @@ __all__ = [
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
+log = logging.getLogger(__name__)
 
 # Below this many bytes one thread parses the whole buffer (thread start-up costs more).
 _MIN_BYTES_PER_THREAD = 1 << 20
@@ -207,15 +207,16 @@ def read_bytes(path: PathLike) -> np.ndarray:
 
 def read_svmlight(path: PathLike, *, n_features: int | None = None, zero_based: bool = False,
                   cache: bool = True, cache_dir: PathLike | None = None,
-                  threads: int | None = None) -> CSRData:
-    """Read a svmlight/LIBSVM file (plain or gzip) into CSRData.
+                  threads: int | None = None, shuffle_seed: int | None = None) -> CSRData:
+    """Read a svmlight/LIBSVM file (plain or gzip) into CSRData, streaming it in blocks.
 
     Labels may be +-1, 0/1 or real numbers; ``#`` comments, ``qid:`` tokens and blank lines
     are skipped; feature ids are 1-based unless ``zero_based``. ``n_features`` (default:
     largest id seen) must exceed every id, else DataFormatError names the line. An empty
-    file gives 0 rows. With ``cache`` the parsed arrays are kept in ``<name>.hwcache.npz``
-    beside the file (or under ``cache_dir`` / the user cache dir) and reused while the
-    file's size and mtime are unchanged.
+    file gives 0 rows. Rows come in file order, or in ``shuffle_order(n_rows,
+    shuffle_seed)`` (placed directly, without a second copy). With ``cache`` the parsed
+    arrays are kept under ``cache_dir`` (default: the user cache dir, see
+    hogwild.data.cache) and reused while the file's path, size and mtime are unchanged.
     """
     path = Path(path)
     if not path.exists():
@@ -224,160 +225,44 @@ def read_svmlight(path: PathLike, *, n_features: int | None = None, zero_based: 
         raise DataError(f"data path is not a file: {path}")
     where = cache_path(path, Path(cache_dir) if cache_dir is not None else None) if cache \
         else None
+    t0 = time.perf_counter()
     if where is not None:
-        cached = load_cached(path, where, zero_based=zero_based)
-        if cached is not None:
-            if n_features is None:
-                return cached
-            if cached.max_index() < int(n_features):
-                return cached.with_n_features(int(n_features))
-            # Too small an n_features: parse again so that the error names the line.
+        found = find_cached(path, where, zero_based=zero_based)
+        if found is not None and (n_features is None or found.max_index < int(n_features)):
+            data = load_cached(found, seed=shuffle_seed, threads=threads)
+            if data is not None:
+                log.info("%s: %s rows read from the data cache %s in %.2fs", path,
+                         f"{data.n_rows:,}", where, time.perf_counter() - t0)
+                return data if n_features is None else data.with_n_features(int(n_features))
+        # Too small an n_features parses again below, so that the error names the line.
     if where is None:
-        return parse_file(path, zero_based=zero_based, n_features=n_features, threads=threads)
+        return load_text(path, zero_based=zero_based, n_features=n_features,
+                         seed=shuffle_seed, threads=threads)
     # The cache keeps what the file holds (n_features = largest id + 1); widen afterwards.
-    data = parse_file(path, zero_based=zero_based, threads=threads)
-    save_cached(path, where, data, zero_based=zero_based)
+    writer = CacheWriter(path, where, zero_based=zero_based)
+    try:
+        data = load_text(path, zero_based=zero_based, seed=shuffle_seed, threads=threads,
+                         cache=writer)
+    except BaseException:
+        writer.abort()
+        raise
+    saved = writer.commit()
+    log.info("%s: %s rows parsed in %.2fs%s", path, f"{data.n_rows:,}",
+             time.perf_counter() - t0,
+             f"; parsed arrays cached in {saved}" if saved else "")
     if n_features is not None and n_features != data.n_features:
         if data.max_index() >= int(n_features):
-            return parse_file(path, zero_based=zero_based, n_features=n_features,
-                              threads=threads)
+            return load_text(path, zero_based=zero_based, n_features=n_features,
+                             seed=shuffle_seed, threads=threads)
         data = data.with_n_features(int(n_features))
     return data
 
 
 def parse_file(path: PathLike, *, zero_based: bool = False, n_features: int | None = None,
                threads: int | None = None) -> CSRData:
-    """Parse a svmlight file (plain or gzip) without any cache."""
-    path = Path(path)
-    if _is_gzip(path):
-        p = _parse_gzip_stream(path, zero_based=zero_based, n_features=n_features)
-        nf = int(n_features) if n_features is not None else p.max_index + 1
-        return CSRData(p.indptr, p.indices, p.values, p.labels.astype(np.float32), nf)
-    return parse_svmlight_buffer(read_bytes(path), zero_based=zero_based,
-                                 n_features=n_features, threads=threads, source=str(path))
-
-
-def _is_gzip(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(2) == _GZIP_MAGIC
-    except OSError as exc:
-        raise DataError(f"cannot read data file {path}: {exc}") from exc
-
-
-def _gunzip_blocks(raw: bytes, source: str, block: int) -> Iterator[bytes]:
-    """Decompressed text of gzip data (every member) in pieces of about ``block`` bytes that
-    end at a line end (the last one may not)."""
-    view = memoryview(raw)
-    n = len(view)
-    pos = 0
-    step = max(1 << 16, block // 4)  # compressed bytes per call; text is ~3-5x larger
-    d = zlib.decompressobj(wbits=31)
-    pending: list[bytes] = []
-    size = 0
-    threshold = block
-    while True:
-        if d.eof:
-            pos -= len(d.unused_data)  # the member ended inside the last input slice
-            if pos >= n:
-                break
-            if bytes(view[pos:pos + 2]) == _GZIP_MAGIC:
-                d = zlib.decompressobj(wbits=31)
-                continue
-            if raw[pos:].strip(b"\0"):
-                raise DataError(f"{source}: cannot decompress: data after the gzip stream")
-            break
-        if pos >= n:
-            raise DataError(f"{source}: cannot decompress: truncated gzip data")
-        chunk = view[pos:pos + step]
-        pos += len(chunk)
-        try:
-            out = d.decompress(chunk)
-        except zlib.error as exc:
-            raise DataError(f"{source}: cannot decompress: {exc}") from exc
-        if out:
-            pending.append(out)
-            size += len(out)
-        if size >= threshold:
-            text = b"".join(pending)
-            cut = text.rfind(b"\n") + 1
-            if cut == 0:  # one very long line: wait for its end, checking less often
-                pending = [text]
-                threshold = 2 * size
-                continue
-            yield text[:cut]
-            rest = text[cut:]
-            pending = [rest] if rest else []
-            size = len(rest)
-            threshold = block
-    text = b"".join(pending)
-    if text:
-        yield text
-
-
-def _parse_gzip_stream(path: Path, *, zero_based: bool, n_features: int | None,
-                       block: int = 4 << 20) -> ParsedText:
-    """Parse gzip text while it is decompressed: one thread inflates the next block (zlib
-    releases the GIL) while this one parses the previous, so the two overlap on two cores."""
-    source = str(path)
-    raw = path.read_bytes()
-    blocks: queue.Queue[tuple[bytes | None, BaseException | None]] = queue.Queue(maxsize=2)
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            for text in _gunzip_blocks(raw, source, block):
-                while not stop.is_set():
-                    try:
-                        blocks.put((text, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            blocks.put((None, None))
-        except Exception as exc:  # noqa: BLE001 - handed to the consumer below
-            blocks.put((None, exc))
-
-    producer = threading.Thread(target=produce, name="gunzip", daemon=True)
-    producer.start()
-    parts: list[ParsedText] = []
-    lines_before = 0
-    try:
-        while True:
-            text, error = blocks.get()
-            if error is not None:
-                raise error
-            if text is None:
-                break
-            buf = np.frombuffer(text, dtype=np.uint8)
-            try:
-                parts.append(parse_text(buf, zero_based=zero_based, n_features=n_features,
-                                        threads=1, source=source))
-            except DataFormatError as exc:
-                message = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
-                raise DataFormatError(source, exc.line + lines_before, message) from None
-            lines_before += text.count(b"\n")
-    finally:
-        stop.set()
-        producer.join(timeout=10.0)
-    return _concat(parts)
-
-
-def _concat(parts: list[ParsedText]) -> ParsedText:
-    """Join parsed pieces row-wise."""
-    if not parts:
-        return ParsedText(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32),
-                          np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.float64), -1)
-    if len(parts) == 1:
-        return parts[0]
-    offsets = np.cumsum([0] + [p.indices.shape[0] for p in parts])
-    indptr = np.concatenate([np.zeros(1, dtype=np.int64)]
-                            + [p.indptr[1:] + off for p, off in zip(parts, offsets)])
-    return ParsedText(indptr, np.concatenate([p.indices for p in parts]),
-                      np.concatenate([p.values for p in parts]),
-                      np.concatenate([p.labels for p in parts]),
-                      max(p.max_index for p in parts))
+    """Parse a svmlight file (plain or gzip) without any cache, rows in file order."""
+    return load_text(Path(path), zero_based=zero_based, n_features=n_features,
+                     threads=threads)
 
 
 def write_svmlight(data: CSRData, path: PathLike, *, zero_based: bool = False,

@@ -65,11 +65,13 @@ def serve(settings: Settings) -> int:
     health.watch(lambda: node.alive_at, stall_seconds(settings.barrier_timeout,
                                                         settings.rpc_timeout))
     try:
-        # Load the compiled kernels before the run starts, so round 1 is not slower than the rest.
-        warmup()
-        codec_warmup()
+        # Register first: the coordinator learns of this worker (and goes on loading data or
+        # waiting for the others) while the compiled kernels load here; they are loaded
+        # before the shard arrives, so round 1 is not slower than the rest.
         if not node.register(port):
             return 0  # SIGTERM before the coordinator answered
+        warmup()
+        codec_warmup()
         health.set(True)
         node.wait_for_start(settings.register_timeout + settings.connect_timeout)
         node.run()

@@ -1,0 +1,53 @@
+"""Compiled row moves of a streamed load: scatter a block's rows to their final places, close gaps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from numba import njit
+
+
+@njit(nogil=True, cache=True)
+def scatter_rows(src_indptr: Any, src_indices: Any, src_values: Any, src_labels: Any,
+                 r0: int, r1: int, g0: int, pos_of: Any, dst_start: Any, dst_indices: Any,
+                 dst_values: Any, dst_labels: Any, dst_len: Any) -> Any:  # pragma: no cover
+    """Copy rows ``r0:r1`` of a block whose first row is row ``g0`` of the whole input: row
+    ``g`` goes to output row ``pos_of[g]``, whose slot starts at ``dst_start[pos_of[g]]`` and
+    holds at most ``dst_start[pos_of[g] + 1] - dst_start[pos_of[g]]`` non-zeros. Records the
+    real length in ``dst_len``. Returns how many rows did not fit their slot (not copied)."""
+    bad = 0
+    for j in range(r0, r1):
+        d = pos_of[g0 + j]
+        s = dst_start[d]
+        a = src_indptr[j]
+        n = src_indptr[j + 1] - a
+        if n > dst_start[d + 1] - s:
+            bad += 1
+            continue
+        for k in range(n):
+            dst_indices[s + k] = src_indices[a + k]
+            dst_values[s + k] = src_values[a + k]
+        dst_len[d] = n
+        dst_labels[d] = src_labels[j]
+    return bad
+
+
+@njit(nogil=True, cache=True)
+def close_gaps(dst_start: Any, dst_len: Any, indices: Any, values: Any) -> Any:  # pragma: no cover
+    """Move every row to the left so that rows follow each other without gaps (rows whose
+    real length is below their slot's); ``dst_start`` becomes the row pointer. Returns nnz."""
+    n_rows = dst_len.shape[0]
+    s = dst_start[0]
+    out = 0
+    for d in range(n_rows):
+        nxt = dst_start[d + 1]
+        m = dst_len[d]
+        if s != out:
+            for k in range(m):
+                indices[out + k] = indices[s + k]
+                values[out + k] = values[s + k]
+        out += m
+        dst_start[d + 1] = out
+        s = nxt
+    dst_start[0] = 0
+    return out

@@ -1,0 +1,87 @@
+"""The loss plot drawn by a helper process, so that importing matplotlib never delays a job.
+
+A job starts the helper first thing (``BackgroundPlot()``): it imports matplotlib on the
+other core while the job loads its data, then waits for one JSON request on stdin
+(``{"out_dir", "rows", "title"}``), draws ``loss.png`` atomically and exits. ``finish``
+hands it the history and waits for it; if the helper cannot be started or fails, the plot
+is drawn in-process instead, so the outputs are the same either way. The helper is started
+with ``subprocess`` (fork + exec), which is safe after gRPC has started.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+WAIT_SECONDS = 30.0
+
+
+class BackgroundPlot:
+    """A helper process ready to draw the loss plot."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "hogwild.plotter"], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        except OSError as exc:
+            log.debug("no plot helper (%s): the plot will be drawn in-process", exc)
+
+    def finish(self, out_dir: str | Path, rows: Sequence[Mapping[str, Any]],
+               title: str = "") -> Path:
+        """Have ``loss.png`` drawn in ``out_dir``; returns its path once it is written."""
+        from hogwild.artifacts import dumps, plot_loss
+
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            request = dumps({"out_dir": str(out_dir), "rows": list(rows), "title": title})
+            try:
+                _, err = proc.communicate(request.encode(), timeout=WAIT_SECONDS)
+                if proc.returncode == 0:
+                    return Path(out_dir) / "loss.png"
+                log.warning("plot helper failed (%s); drawing in-process",
+                            err.decode(errors="replace").strip().splitlines()[-1:] or
+                            proc.returncode)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                proc.kill()
+                proc.wait()
+                log.warning("plot helper failed (%s); drawing in-process", exc)
+        return plot_loss(out_dir, rows, title=title)
+
+    def close(self) -> None:
+        """Stop the helper if it was never used (e.g. the job failed)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+            if proc.stdin is not None:
+                proc.stdin.close()
+            if proc.stderr is not None:
+                proc.stderr.close()
+
+
+def main() -> int:
+    """The helper: import matplotlib now, then draw what stdin asks for."""
+    import matplotlib.backends.backend_agg
+    import matplotlib.figure  # noqa: F401
+
+    from hogwild.artifacts import plot_loss
+
+    raw = sys.stdin.buffer.read()
+    if not raw:
+        return 0  # the job ended without a plot
+    request = json.loads(raw)
+    plot_loss(request["out_dir"], request["rows"], title=request.get("title", ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
