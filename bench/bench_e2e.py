@@ -68,26 +68,33 @@ class Run:
     note: str = ""
     others: float = 0.0  # cores other processes used during the run (should be ~0)
     cpu: float = 0.0  # CPU seconds the tool's process used (robust on a busy machine)
+    rss: float = 0.0  # peak resident set size in bytes of the largest process of the tool
 
 
-def _run(cmd: list[str], log: Path, quiet: float) -> tuple[float, str, float, float]:
+def _run(cmd: list[str], log: Path, quiet: float) -> tuple[float, str, float, float, float]:
     """Run a command to completion; (wall seconds, stdout, cores other processes used
-    meanwhile, CPU seconds of the command). ``quiet`` > 0: first wait up to that many seconds for the others to go idle.
-    Raises with the command's log on failure."""
+    meanwhile, CPU seconds of the command and its children, peak RSS in bytes of the largest
+    of its processes, from wait4). ``quiet`` > 0: first wait up to that many seconds for the
+    others to go idle. Raises with the command's log on failure."""
     env = dict(os.environ)
     src = str(common.REPO / "src")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if quiet > 0:
         common.wait_for_quiet(quiet)
-    with common.CpuMeter() as meter:
+    out_path, err_path = log.with_suffix(".out"), log.with_suffix(".err")
+    with open(out_path, "w") as out, open(err_path, "w") as err, common.CpuMeter() as meter:
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - t0
-    log.write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    stdout, stderr = out_path.read_text(), err_path.read_text()
+    log.write_text(stdout + "\n--- stderr ---\n" + stderr)
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}; see {log}:\n"
-                           f"{proc.stderr[-2000:]}")
-    return seconds, proc.stdout, meter.others, meter.own * seconds
+                           f"{stderr[-2000:]}")
+    cpu = usage.ru_utime + usage.ru_stime
+    return seconds, stdout, meter.others, cpu, usage.ru_maxrss * 1024.0
 
 
 def hogwild_cmd() -> list[str]:
@@ -107,22 +114,24 @@ def run_hogwild(train: Path, test: Path, out: Path, *, data_cache: bool, threads
         # Train on every row for exactly EPOCHS passes, as the peers do.
         "--val-fraction", "0", "--patience", "0", "--n-features", str(common.RCV1_FEATURES),
     ]
-    seconds, _, others, cpu = _run(cmd, out.with_suffix(".log"), quiet)
+    seconds, _, others, cpu, rss = _run(cmd, out.with_suffix(".log"), quiet)
     metrics = json.loads((out / "metrics.json").read_text())
     if int(metrics["epochs"]) != EPOCHS:
         raise RuntimeError(f"hogwild ran {metrics['epochs']} epochs, expected {EPOCHS}")
+    if not (out / "loss.png").is_file():
+        raise RuntimeError("hogwild exited without its loss plot")
     return Run(name, seconds, float(metrics["test_accuracy"]),
                f"{note}; load {metrics['load_seconds']:.2f}s, train "
-               f"{metrics['seconds']:.2f}s (its own clocks)", others, cpu)
+               f"{metrics['seconds']:.2f}s (its own clocks)", others, cpu, rss)
 
 
 def run_vw(train_vw: Path, test_vw: Path, tmp: Path, n_train: int, labels: np.ndarray,
            quiet: float = 0.0) -> Run:
     cache, model, preds = tmp / "e2e.vwcache", tmp / "e2e.vwmodel", tmp / "e2e.pred"
     cache.unlink(missing_ok=True)  # a fresh cache: VW parses its text exactly once
-    seconds, out, others, cpu = _run([sys.executable, "-c", VW_SCRIPT, str(train_vw), str(test_vw),
-                         str(cache), str(model), str(preds), str(EPOCHS)], tmp / "vw.log",
-                                quiet)
+    seconds, out, others, cpu, rss = _run(
+        [sys.executable, "-c", VW_SCRIPT, str(train_vw), str(test_vw), str(cache), str(model),
+         str(preds), str(EPOCHS)], tmp / "vw.log", quiet)
     seen = int(out.strip().splitlines()[-1])
     if seen != EPOCHS * n_train:
         raise RuntimeError(f"VW saw {seen} examples, expected {EPOCHS * n_train}")
@@ -130,16 +139,22 @@ def run_vw(train_vw: Path, test_vw: Path, tmp: Path, n_train: int, labels: np.nd
     acc = float(np.mean(np.where(margin >= 0.0, 1.0, -1.0) == labels))
     return Run("Vowpal Wabbit", seconds, acc,
                f"-c --passes {EPOCHS} --loss_function hinge --holdout_off, fresh cache; "
-               f"+ test predictions", others, cpu)
+               f"+ test predictions", others, cpu, rss)
 
 
 def run_sklearn(train: Path, test: Path, tmp: Path, quiet: float = 0.0) -> Run:
-    seconds, out, others, cpu = _run([sys.executable, "-c", SKLEARN_SCRIPT, str(train), str(test),
-                                 str(common.RCV1_FEATURES), str(EPOCHS)], tmp / "sklearn.log",
-                                quiet)
+    seconds, out, others, cpu, rss = _run(
+        [sys.executable, "-c", SKLEARN_SCRIPT, str(train), str(test), str(common.RCV1_FEATURES),
+         str(EPOCHS)], tmp / "sklearn.log", quiet)
     return Run("scikit-learn", seconds, float(out.strip().splitlines()[-1]),
                f"load_svmlight_file + SGDClassifier(hinge, max_iter={EPOCHS}, tol=None)", others,
-               cpu)
+               cpu, rss)
+
+
+def _median_run(runs: list[Run]) -> Run:
+    """The run with the median wall time (the lower middle one for an even count)."""
+    ordered = sorted(runs, key=lambda r: r.seconds)
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--test-rows", type=int, default=20_000, help="test rows (default 20000)")
     ap.add_argument("--threads", type=int, default=2, help="hogwild threads (default 2)")
     ap.add_argument("--no-sklearn", action="store_true", help="skip scikit-learn (the slowest)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="interleaved runs of hogwild and VW, medians reported (default 3)")
     ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                     help="before each timed run wait up to SECONDS for other processes to go "
                          "idle (default 0: do not wait)")
@@ -180,47 +197,69 @@ def main(argv: list[str] | None = None) -> int:
         run_hogwild(small, small_test, tmp / "warm", data_cache=False, threads=args.threads,
                     name="warm-up", note="")
 
-        runs: list[Run] = []
-        cold = run_hogwild(train_svm, test_svm, tmp / "cold", data_cache=False,
-                           threads=args.threads, name=f"hogwild train, {args.threads} threads",
-                           note="first run: parses the text, no data cache", quiet=quiet)
-        runs.append(cold)
-        vw = run_vw(train_vw, test_vw, tmp, train.n_rows, test.labels, quiet)
-        runs.append(vw)
+        csr_bytes = train.nbytes + test.nbytes
+        print(f"CSR arrays of train + test: {csr_bytes / 1e6:.0f} MB (int64 row pointers, int32 "
+              "ids, float32 values and labels)")
+        # Interleaved repeats (hogwild, VW, hogwild, VW, ...): a neighbour's burst of CPU use
+        # then lands on both tools alike; medians over the repeats.
+        colds: list[Run] = []
+        vws: list[Run] = []
+        for i in range(args.repeats):
+            colds.append(run_hogwild(train_svm, test_svm, tmp / f"cold{i}", data_cache=False,
+                                     threads=args.threads,
+                                     name=f"hogwild train, {args.threads} threads",
+                                     note="parses the text, no data cache", quiet=quiet))
+            vws.append(run_vw(train_vw, test_vw, tmp, train.n_rows, test.labels, quiet))
+        cold, vw = _median_run(colds), _median_run(vws)
+        runs: list[Run] = [cold, vw]
         skl = None
         if not args.no_sklearn:
             skl = run_sklearn(train_svm, test_svm, tmp, quiet)
             runs.append(skl)
+        cache_env = {"XDG_CACHE_HOME": str(tmp / "xdg")}  # the user cache dir, in the tmp dir
+        os.environ.update(cache_env)
         writer = run_hogwild(train_svm, test_svm, tmp / "writes", data_cache=True,
                              threads=args.threads, name="hogwild train, writing the data cache",
-                             note="parses the text, saves the .npz cache", quiet=quiet)
-        warm = run_hogwild(train_svm, test_svm, tmp / "warmcache", data_cache=True,
-                           threads=args.threads, name="hogwild train, data cache warm",
-                           note="second run: arrays from the cache", quiet=quiet)
+                             note="parses the text, writes the cache", quiet=quiet)
+        warm = _median_run([run_hogwild(train_svm, test_svm, tmp / f"warmcache{i}",
+                                        data_cache=True, threads=args.threads,
+                                        name="hogwild train, data cache warm",
+                                        note="second run: arrays from the cache", quiet=quiet)
+                            for i in range(args.repeats)])
         runs += [writer, warm]
 
-        common.print_table(["run", "wall s", "CPU s", "test acc", "others", "note"],
-                           [(r.name, r.seconds, r.cpu, f"{100 * r.accuracy:.2f}%",
-                             f"{r.others:.2f}", r.note) for r in runs],
+        common.print_table(["run", "wall s", "CPU s", "peak RSS MB", "test acc", "others", "note"],
+                           [(r.name, r.seconds, r.cpu, f"{r.rss / 1e6:.0f}",
+                             f"{100 * r.accuracy:.2f}%", f"{r.others:.2f}", r.note)
+                            for r in runs],
                            f"end to end, {EPOCHS} epochs, each tool a fresh process (numba "
-                           f"compile cache warm from a throwaway run)")
-        print("(CPU s: CPU seconds of the tool's process, all its threads; others: cores used "
-              "by other processes during the run, well above 0 means a neighbour took CPU "
-              "from it)")
-        print("\n== ratios (time of the other / time of hogwild's first run) ==")
-        print(common.ratio_line("hogwild vs Vowpal Wabbit", vw.seconds / cold.seconds,
-                                ">= 1x", vw.seconds / cold.seconds >= 1.0))
+                           f"compile cache warm from a throwaway run); hogwild and VW: median "
+                           f"of {args.repeats} interleaved runs")
+        print("(CPU s: CPU seconds of the tool's processes, all threads; peak RSS: of the "
+              "largest process of the tool, from wait4; others: cores used by other processes "
+              "during the run, well above 0 means a neighbour took CPU from it)")
+        print("  hogwild runs:", ", ".join(f"{r.seconds:.2f}s" for r in colds),
+              "| VW runs:", ", ".join(f"{r.seconds:.2f}s" for r in vws))
+        print("\n== ratios ==")
+        ratio = cold.seconds / vw.seconds
+        print(common.ratio_line("hogwild wall / Vowpal Wabbit wall", ratio, "<= 0.8x",
+                                ratio <= 0.8))
+        mem = cold.rss / csr_bytes
+        print(common.ratio_line("hogwild peak RSS / its CSR arrays", mem, "<= 2x", mem <= 2.0))
+        print(common.ratio_line("hogwild peak RSS / Vowpal Wabbit peak RSS", cold.rss / vw.rss))
         if skl is not None:
-            print(common.ratio_line("hogwild vs scikit-learn", skl.seconds / cold.seconds,
+            print(common.ratio_line("scikit-learn wall / hogwild wall", skl.seconds / cold.seconds,
                                     ">= 5x", skl.seconds / cold.seconds >= 5.0))
-        print(common.ratio_line("hogwild, data cache warm vs first run",
+            print(common.ratio_line("scikit-learn peak RSS / hogwild peak RSS",
+                                    skl.rss / cold.rss))
+        print(common.ratio_line("hogwild first run / data cache warm",
                                 cold.seconds / warm.seconds))
-        print(common.ratio_line("hogwild, data cache warm vs Vowpal Wabbit",
-                                vw.seconds / warm.seconds))
+        print(common.ratio_line("hogwild, data cache warm / Vowpal Wabbit",
+                                warm.seconds / vw.seconds))
         print("  CPU seconds instead of wall time (robust on a busy machine):")
-        print(common.ratio_line("  hogwild vs Vowpal Wabbit, CPU time", vw.cpu / cold.cpu))
+        print(common.ratio_line("  hogwild CPU / Vowpal Wabbit CPU", cold.cpu / vw.cpu))
         if skl is not None:
-            print(common.ratio_line("  hogwild vs scikit-learn, CPU time", skl.cpu / cold.cpu))
+            print(common.ratio_line("  scikit-learn CPU / hogwild CPU", skl.cpu / cold.cpu))
         gap = 100 * (cold.accuracy - vw.accuracy)
         print(f"  {'accuracy, hogwild - Vowpal Wabbit':<44} {gap:+8.2f} pt")
         if skl is not None:
