@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -29,14 +28,12 @@ import common
 
 def run_limited(cmd: list[str], limit: int, env: dict[str, str],
                 log: Path) -> tuple[int, float, float, str]:
-    """(exit code, wall seconds, peak RSS bytes, last stderr line) of ``cmd`` under RLIMIT_AS."""
-    def set_limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
+    """(exit code, wall seconds, peak RSS bytes, last output line) of ``cmd`` run by a shell
+    after ``ulimit -v`` (RLIMIT_AS) of ``limit`` bytes."""
+    shell = ["/bin/sh", "-c", f'ulimit -v {limit >> 10} && exec "$@"', "sh", *cmd]
     with open(log, "w") as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                preexec_fn=set_limit)
+        proc = subprocess.Popen(shell, stdout=out, stderr=subprocess.STDOUT, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - t0
     lines = [x for x in log.read_text().splitlines() if x.strip()]
