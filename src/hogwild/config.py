@@ -228,8 +228,9 @@ class Settings:
                       "auth_token_file or HOGWILD_AUTH_TOKEN over a flag, which others can see",
                       commands=_RCW))
     auth_token_file: str = field(
-        default="", metadata=_doc("file holding the shared run token (first line)",
-                                    commands=_RCW))
+        default="",
+        metadata=_doc("file holding the shared run token (whitespace around it ignored)",
+                      commands=_RCW))
     reflection: bool = field(
         default=False, metadata=_doc("serve gRPC server reflection (off: it lists the API)",
                                     commands=_CW))
