@@ -17,7 +17,7 @@ ENV_PREFIX = "HOGWILD_"
 
 MODES = ("sync", "async")
 LOSSES = ("hinge", "logistic", "squared")
-SCHEDULES = ("constant", "invscaling")
+SCHEDULES = ("inverse", "constant", "invscaling")
 SHIPPING = ("partition", "replicate")
 TRAINER_MODES = ("hogwild", "locked", "serial", "syncsgd")
 MODEL_KINDS = ("linear", "mlp")
@@ -101,9 +101,11 @@ class Settings:
     learning_rate: float = field(default=0.5, metadata=_doc("initial step size gamma",
                                                             commands=_TRC))
     lr_schedule: str = field(
-        default="constant",
-        metadata=_doc("constant (decayed by lr_decay after each epoch) or invscaling "
-                      "(gamma / t^power_t)", choices=SCHEDULES, commands=_TRC))
+        default="inverse",
+        metadata=_doc("inverse = gamma / (1 + epochs done), decaying with every example "
+                      "(converges steadily); constant = gamma, multiplied by lr_decay after "
+                      "each epoch; invscaling = gamma / t^power_t, t = examples seen",
+                      choices=SCHEDULES, commands=_TRC))
     lr_decay: float = field(default=0.9, metadata=_doc("beta: step size multiplier per epoch",
                                                        commands=_TRC))
     power_t: float = field(default=0.5, metadata=_doc("exponent of the invscaling schedule",

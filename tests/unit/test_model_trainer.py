@@ -62,8 +62,8 @@ def reference_pass(data: Rows, w: np.ndarray, order: list[int], lr: float, l2: f
 
 def test_serial_constant_schedule_decays_per_epoch() -> None:
     data = tiny()
-    params = TrainParams(loss="logistic", learning_rate=0.4, lr_decay=0.5, l2=0.01,
-                         mode="serial", batch_rows=7)
+    params = TrainParams(loss="logistic", learning_rate=0.4, lr_schedule="constant",
+                         lr_decay=0.5, l2=0.01, mode="serial", batch_rows=7)
     trainer = Trainer(data.n_features, params)
     history = trainer.fit(data, epochs=3)
     assert [s.epoch for s in history] == [0, 1, 2]
@@ -74,6 +74,21 @@ def test_serial_constant_schedule_decays_per_epoch() -> None:
     np.testing.assert_allclose(trainer.w, w, rtol=1e-12, atol=1e-12)
     # The epoch count continues across calls.
     assert trainer.fit(data, epochs=1)[0].epoch == 3
+
+
+def test_serial_inverse_schedule_divides_by_one_plus_epochs_done() -> None:
+    # The default: lr = learning_rate / (1 + examples seen / rows per epoch), every example.
+    data = tiny()
+    params = TrainParams(loss="logistic", learning_rate=0.4, l2=0.01, mode="serial",
+                         batch_rows=7)
+    assert params.lr_schedule == "inverse"
+    trainer = Trainer(data.n_features, params)
+    trainer.fit(data, epochs=3)
+    w = np.zeros(data.n_features + 1)
+    for epoch in range(3):
+        lrs = [0.4 / (1.0 + (60 * epoch + i) / 60) for i in range(60)]
+        reference_pass(data, w, list(range(60)), 0.0, 0.01, "logistic", lrs)
+    np.testing.assert_allclose(trainer.w, w, rtol=1e-12, atol=1e-12)
 
 
 def test_serial_invscaling_carries_step_counter_across_epochs() -> None:
@@ -93,8 +108,8 @@ def test_locked_mode_takes_strict_turns() -> None:
     # 3 threads, blocks [0,20) [20,40) [40,60), turns of 6 rows: the updates are exactly
     # those of a serial pass in round-robin order (the baseline of the HOGWILD! paper).
     data = tiny()
-    params = TrainParams(loss="squared", learning_rate=0.1, l2=0.001, threads=3,
-                         mode="locked", batch_rows=6)
+    params = TrainParams(loss="squared", learning_rate=0.1, lr_schedule="constant", l2=0.001,
+                         threads=3, mode="locked", batch_rows=6)
     trainer = Trainer(data.n_features, params)
     trainer.fit_epoch(data, epoch=0)
     blocks = [list(range(a, a + 20)) for a in (0, 20, 40)]
@@ -268,7 +283,8 @@ def test_choose_hot_features() -> None:
 def test_serial_with_hot_features_still_equals_reference() -> None:
     data = tiny()
     trainer = Trainer(data.n_features, TrainParams(mode="serial", hot_features=5, l2=0.0,
-                                                   batch_rows=7))
+                                                   batch_rows=7, learning_rate=0.5,
+                                                   lr_schedule="constant"))
     trainer.fit(data, epochs=1)
     w = np.zeros(data.n_features + 1)
     reference_pass(data, w, list(range(60)), 0.5, 0.0, "hinge")

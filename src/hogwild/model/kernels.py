@@ -226,12 +226,15 @@ def sgd_range(
         y = np.float64(labels[r])
         loss_sum += _loss(loss_code, m, y)
         g = _dloss(loss_code, m, y)
-        if schedule_code == INVSCALING:
-            lr = lr0 / t**power_t
-        else:
-            lr = lr0
-        t += t_step
         if g != 0.0:
+            # The step size only matters on updating steps (a minority of hinge steps once
+            # the model fits), and lr0 / t (power_t 1: the default schedule) avoids a pow().
+            if schedule_code != INVSCALING:
+                lr = lr0
+            elif power_t == 1.0:
+                lr = lr0 / t
+            else:
+                lr = lr0 / t**power_t
             step = lr * g
             if shrink_l2:
                 keep = 1.0 - lr * l2
@@ -252,6 +255,7 @@ def sgd_range(
                 bias -= step
         # g == 0 (most hinge steps once the model fits): nothing is written, not even the
         # L2 shrink, which is applied lazily on updating steps only (see the module docstring).
+        t += t_step
         until_flush -= 1
         if until_flush == 0:
             until_flush = BIAS_FLUSH_ROWS

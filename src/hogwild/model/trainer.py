@@ -22,7 +22,29 @@ from hogwild.model.arrays import (
 from hogwild.model.losses import LOSS_NAMES, get_loss
 
 MODES: tuple[str, ...] = ("hogwild", "locked", "serial", "syncsgd")
-SCHEDULES: dict[str, int] = {"constant": kernels.CONSTANT, "invscaling": kernels.INVSCALING}
+SCHEDULES: dict[str, int] = {"inverse": kernels.INVSCALING, "constant": kernels.CONSTANT,
+                             "invscaling": kernels.INVSCALING}
+
+
+def kernel_schedule(name: str, learning_rate: float, lr_decay: float, power_t: float,
+                    epoch: int, epoch_rows: int) -> tuple[int, float, float, float]:
+    """``(schedule code, lr0, power_t, t offset)`` for the kernels, whose step counter ``t``
+    is 1 + the examples seen so far (+ the offset) and whose step is lr0 (constant) or
+    lr0 / t ** power_t (invscaling).
+
+    * ``inverse``: learning_rate / (1 + examples seen / epoch_rows), i.e. the rate divided by
+      1 + the epochs done, decaying with every example (lr0 = learning_rate x epoch_rows over
+      t offset by epoch_rows - 1, power 1). The SGD step of Bottou and of scikit-learn's
+      ``optimal`` schedule, measured in epochs so that it does not depend on the data size.
+    * ``constant``: learning_rate x lr_decay ** epoch, fixed within an epoch.
+    * ``invscaling``: learning_rate / t ** power_t, as in scikit-learn.
+    """
+    if name == "constant":
+        return kernels.CONSTANT, learning_rate * lr_decay ** epoch, power_t, 0.0
+    if name == "invscaling":
+        return kernels.INVSCALING, learning_rate, power_t, 0.0
+    rows = float(max(epoch_rows, 1))
+    return kernels.INVSCALING, learning_rate * rows, 1.0, rows - 1.0
 
 # Locked mode hands the lock over every few rows so that it is the round-robin baseline of the
 # HOGWILD! paper (updates serialised in turn), not one thread running its block alone.
@@ -71,7 +93,7 @@ class TrainParams:
 
     loss: str = "hinge"
     learning_rate: float = 0.5
-    lr_schedule: str = "constant"
+    lr_schedule: str = "inverse"
     lr_decay: float = 0.9
     power_t: float = 0.5
     l2: float = 1e-5
@@ -210,18 +232,17 @@ class Trainer:
 
     def _epoch(self, a: CSRArrays, epoch: int) -> EpochStats:
         p = self.params
-        schedule = SCHEDULES[p.lr_schedule]
-        lr0 = float(p.learning_rate)
-        if schedule == kernels.CONSTANT:
-            lr0 *= float(p.lr_decay) ** epoch
-        power_t, l2, fit_bias = float(p.power_t), float(p.l2), bool(p.fit_bias)
         n = a.n_rows
+        schedule, lr0, power_t, t_shift = kernel_schedule(
+            p.lr_schedule, float(p.learning_rate), float(p.lr_decay), float(p.power_t), epoch, n)
+        l2, fit_bias = float(p.l2), bool(p.fit_bias)
         n_threads = 1 if p.mode == "serial" else max(1, min(p.threads, n))
         if p.mode == "syncsgd":
             # At most one thread per row of a mini-batch: more would only wait at barriers.
             n_threads = min(n_threads, p.batch_size)
             if n_threads > 1:
-                return self._sync_epoch(a, epoch, lr0, schedule, n_threads)
+                return self._sync_epoch(a, epoch, lr0, schedule, n_threads, power_t,
+                                        t_shift)
         batch = min(p.batch_rows, LOCKED_BATCH_ROWS) if p.mode == "locked" else p.batch_rows
         mini = p.batch_size
         scratch = self._scratch_for(n_threads) if mini > 1 else []
@@ -238,7 +259,7 @@ class Trainer:
         # Contiguous blocks, one per thread; step counters interleave (thread k sees
         # t, t + T, t + 2T, ... from t0 + k), approximating the global example count.
         bounds = [n * k // n_threads for k in range(n_threads + 1)]
-        t_base = self.t
+        t_base = self.t + t_shift
         loss_sums = [0.0] * n_threads
         failures: list[Exception] = []
 
@@ -287,7 +308,7 @@ class Trainer:
         seconds = time.perf_counter() - began
         if failures:
             raise failures[0]
-        self.t = t_base + n
+        self.t = t_base - t_shift + n
         self._next_epoch = epoch + 1
         return EpochStats(
             epoch=epoch,
@@ -306,7 +327,7 @@ class Trainer:
         return self._scratch[:n_threads]
 
     def _sync_epoch(self, a: CSRArrays, epoch: int, lr0: float, schedule: int,
-                    n_threads: int) -> EpochStats:
+                    n_threads: int, power_t: float, t_shift: float) -> EpochStats:
         """One pass of synchronous SGD: per mini-batch every thread sums the gradients of its
         share of the rows at the same ``w`` (which nobody writes meanwhile); at the barrier
         one thread applies the summed mean gradient, then all move on to the next batch. The
@@ -314,13 +335,13 @@ class Trainer:
         p = self.params
         n = a.n_rows
         size = p.batch_size
-        power_t, l2, fit_bias = float(p.power_t), float(p.l2), bool(p.fit_bias)
+        l2, fit_bias = float(p.l2), bool(p.fit_bias)
         scratch = self._scratch_for(n_threads)
         counts = [0] * n_threads
         loss_sums = [0.0] * n_threads
         # [first row of the current mini-batch, step counter at it]; changed only by the
         # barrier action, while every thread waits.
-        cursor = [0, self.t]
+        cursor = [0, self.t + t_shift]
         failures: list[BaseException] = []
 
         def apply_batch() -> None:

@@ -12,7 +12,8 @@ from hogwild.model.spec import ModelSpec
 from hogwild.protocol import pb
 from hogwild.protocol.codec import check_version
 
-_SCHEDULES = {"constant": kernels.CONSTANT, "invscaling": kernels.INVSCALING}
+_SCHEDULES = {"inverse": kernels.INVSCALING, "constant": kernels.CONSTANT,
+              "invscaling": kernels.INVSCALING}
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class RunPlan:
         if m.loss not in LOSS_NAMES:
             raise bad("loss", f"must be one of {', '.join(LOSS_NAMES)}")
         if m.lr_schedule not in _SCHEDULES:
-            raise bad("lr_schedule", "must be constant or invscaling")
+            raise bad("lr_schedule", f"must be one of {', '.join(_SCHEDULES)}")
         for name in ("learning_rate", "lr_decay", "power_t", "l2", "barrier_timeout",
                      "rpc_timeout"):
             value = getattr(m, name)

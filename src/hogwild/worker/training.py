@@ -6,7 +6,7 @@ one flat parameter vector ``w`` in place.
 Each thread owns a contiguous block of the shard's rows and streams through it in order
 (rows were permuted once when the shard was built), ``round_size`` rows per round, wrapping
 around at the end of its block (one wrap = one pass; the constant schedule decays the step
-size by ``lr_decay`` per pass). The kernel releases the GIL, so the threads run in parallel.
+size by ``lr_decay`` per pass, the inverse one divides it by 1 + the passes done). The kernel releases the GIL, so the threads run in parallel.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy.typing as npt
 from hogwild.model import kernels, mlp_kernels
 from hogwild.model.arrays import CSRArrays
 from hogwild.model.mlp import BUFFERED_FLUSH_ROWS
+from hogwild.model.trainer import kernel_schedule
 from hogwild.worker.plan import RunPlan
 
 
@@ -54,7 +55,6 @@ def train_round(arrays: CSRArrays, w: npt.NDArray[np.float64], plan: RunPlan,
     remaining = plan.round_size
     loss_sum = 0.0
     done = 0
-    schedule = plan.schedule_code
     t_step = float(plan.threads)
     spec = plan.spec
     hidden = spec.hidden_array()
@@ -63,20 +63,23 @@ def train_round(arrays: CSRArrays, w: npt.NDArray[np.float64], plan: RunPlan,
     while remaining > 0:
         start = cursor.pos
         stop = min(cursor.hi, start + remaining)
-        lr0 = plan.learning_rate
-        if schedule == kernels.CONSTANT:
-            lr0 *= plan.lr_decay ** cursor.passes
+        # The inverse schedule counts epochs in passes over this worker's rows: with its
+        # step counter (own examples) that is the run's epochs (partition or replicate).
+        schedule, lr0, power_t, t_shift = kernel_schedule(
+            plan.lr_schedule, plan.learning_rate, plan.lr_decay, plan.power_t, cursor.passes,
+            arrays.n_rows)
         if spec.is_mlp:
             t_end, part = mlp_kernels.mlp_sgd_range(
                 arrays.indptr, arrays.indices, arrays.values, arrays.labels, start, stop, w,
-                plan.n_features, hidden, plan.loss_code, lr0, schedule, plan.power_t,
-                cursor.t, plan.l2, plan.fit_bias, spec.binary_features, t_step, flush_rows)
+                plan.n_features, hidden, plan.loss_code, lr0, schedule, power_t,
+                cursor.t + t_shift, plan.l2, plan.fit_bias, spec.binary_features, t_step,
+                flush_rows)
         else:
             t_end, part = kernels.sgd_range(
                 arrays.indptr, arrays.indices, arrays.values, arrays.labels, start, stop, w,
-                plan.n_features, plan.loss_code, lr0, schedule, plan.power_t, cursor.t,
+                plan.n_features, plan.loss_code, lr0, schedule, power_t, cursor.t + t_shift,
                 plan.l2, plan.fit_bias, t_step, hot)
-        cursor.t = float(t_end)
+        cursor.t = float(t_end) - t_shift
         loss_sum += float(part)
         rows = stop - start
         done += rows
