@@ -153,3 +153,12 @@ def test_quick_experiment_writes_tables_and_plots(tmp_path: Path,
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
     assert not (out / "plots" / "workers.png").exists()
     assert (out / "summary.txt").read_text(encoding="utf-8").count("serial") >= 3
+
+
+def test_train_command_takes_syncsgd_and_batch_size(tmp_path: Path) -> None:
+    out = tmp_path / "train"
+    assert main(["train", "--trainer", "syncsgd", "--batch-size", "8", "--threads", "2",
+                 "--epochs", "3", "--patience", "0", "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    assert metrics["trainer"] == "syncsgd" and metrics["batch_size"] == 8
+    assert metrics["test_accuracy"] > 0.9
