@@ -187,7 +187,8 @@ def test_serial_minibatch_whole_batches_across_kernel_calls() -> None:
     # batch_rows 5 is not a multiple of batch_size 3: calls are widened to whole batches.
     data = tiny(50, 10, seed=8)
     trainer = Trainer(data.n_features, TrainParams(mode="serial", batch_size=3, batch_rows=5,
-                                                   learning_rate=0.2, lr_decay=1.0))
+                                                   learning_rate=0.2, lr_schedule="constant",
+                                                   lr_decay=1.0))
     trainer.fit(data, 2)
     ref = np.zeros(data.n_features + 1)
     for _ in range(2):
