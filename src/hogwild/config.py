@@ -245,6 +245,15 @@ class Settings:
     out_dir: str = field(
         default="runs/latest", metadata=_doc("directory for the model, metrics and plot",
                                              commands=_TRC))
+    checkpoint_interval: float = field(
+        default=10.0,
+        metadata=_doc("seconds between the coordinator's checkpoints (global model, counters, "
+                      "evaluations) in out_dir/checkpoint.npz; 0 = none", commands=_RC))
+    resume: str = field(
+        default="",
+        metadata=_doc("continue the run checkpointed in this directory (its checkpoint.npz); "
+                      "a directory without one starts a new run; empty = a new run",
+                      commands=("coordinator",)))
     log_level: str = field(
         default="info", metadata=_doc("debug, info, warning or error", choices=LOG_LEVELS))
 
@@ -385,6 +394,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "patience": (lambda v: v >= 0, "must be non-negative (0 = off)"),
     "min_delta": (lambda v: v >= 0, "must be non-negative"),
     "eval_interval": (lambda v: v > 0, "must be positive"),
+    "checkpoint_interval": (lambda v: 0 <= v < float("inf"), "must be 0 (off) or positive"),
     "n_features": (lambda v: v >= 1, "must be at least 1 (or null to infer)"),
     "val_fraction": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
     "test_fraction": (lambda v: 0 <= v < 1, "must be in [0, 1)"),

@@ -7,7 +7,8 @@
     ├── ProtocolError             a message that breaks the wire contract
     │   ├── InvalidMessage        bad content (index out of range, NaN, length mismatch) -> INVALID_ARGUMENT
     │   ├── StaleOrUnknown        unknown run / worker / version mismatch -> FAILED_PRECONDITION
-    │   └── NotAllowed            a caller without the key of the sender it claims -> PERMISSION_DENIED
+    │   ├── NotAllowed            a caller without the key of the sender it claims -> PERMISSION_DENIED
+    │   └── Conflict              a claim on something another holds (an address) -> ALREADY_EXISTS
     ├── Busy                      too many long calls at once -> RESOURCE_EXHAUSTED
     ├── ClusterError              the cluster cannot go on (workers missing, coordinator unreachable)
     ├── ModelError                a saved model that cannot be read or used
@@ -66,6 +67,11 @@ class NotAllowed(ProtocolError):
 class Busy(HogwildError):
     """A server refuses a call because too many like it are running (maps to
     RESOURCE_EXHAUSTED)."""
+
+
+class Conflict(ProtocolError):
+    """A request claims what another party holds, e.g. a worker address already registered
+    by a process that still answers there (maps to ALREADY_EXISTS)."""
 
 
 class ClusterError(HogwildError):

@@ -7,6 +7,8 @@ and, when the run completes, its accuracy.
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 import signal
 import time
@@ -15,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from .helpers import REGISTERED, Cluster, read_metrics, require_reuters
+from .helpers import READY, REGISTERED, Cluster, read_metrics, require_reuters
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -111,3 +113,214 @@ def test_workers_exit_when_the_coordinator_dies_before_start(cluster: Cluster,
     # Far below connect_timeout: the worker sees the coordinator's port refuse connections.
     assert cluster.workers[0].wait(30) == 1
     assert "went away before the run started" in cluster.workers[0].output()
+
+
+# ------------------------------------------------------------------ faults during training
+
+ADVERTISED = re.compile(r"registered as worker (\d+) of \d+ in run \w+ \(advertising ([\d.]+):(\d+)\)")
+# Long enough for every fault below to land mid-run and for the run to recover from it.
+BUDGET = 16
+_CLEAN: dict[str, float] = {}
+
+
+def faulty(out: Path, **extra: Any) -> dict[str, Any]:
+    return reuters(out, **{"epochs": 1_000_000, "time_budget": BUDGET, "barrier_timeout": 2,
+                           "rpc_timeout": 2, **extra})
+
+
+def clean_accuracy(tmp_path: Path, mode: str) -> float:
+    """Test accuracy of the same run without a fault (run once per mode, then remembered)."""
+    if mode not in _CLEAN:
+        cluster = Cluster(tmp_path / f"clean-{mode}")
+        cluster.workdir.mkdir()
+        out = cluster.workdir / "out"
+        try:
+            cluster.start(3, mode=mode, **faulty(out, time_budget=4))
+            assert cluster.coordinator is not None
+            assert cluster.coordinator.wait(120) == 0, cluster.output()
+            _CLEAN[mode] = float(read_metrics(out)["test_accuracy"])
+        finally:
+            cluster.reap()
+    return _CLEAN[mode]
+
+
+def _finished_well(cluster: Cluster, out: Path, tmp_path: Path, mode: str,
+                   codes: dict[str, int], fault: str = "") -> dict[str, Any]:
+    assert cluster.coordinator is not None
+    assert cluster.coordinator.wait(120) == 0
+    _all_exit(cluster, {"coordinator": 0, **codes})
+    metrics = read_metrics(out)
+    assert metrics["stop_reason"] == "time budget"
+    clean = clean_accuracy(tmp_path, mode)
+    _report(fault, mode, metrics, clean, codes)
+    assert metrics["test_accuracy"] >= clean - 0.01
+    return metrics
+
+
+def _report(fault: str, mode: str, metrics: dict[str, Any], clean: float,
+            codes: dict[str, int]) -> None:
+    """One line of the README's fault table (shown with ``pytest -s``)."""
+    print(f"\nFAULT | {fault} | {mode} | {metrics['test_accuracy']:.4f} | {clean:.4f} | "
+          f"{metrics['stop_reason']} | {sorted(codes.values())} | "
+          f"dropped {metrics['dropped_workers']}")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_killed_worker_is_dropped_and_the_run_completes(cluster: Cluster, tmp_path: Path,
+                                                          mode: str) -> None:
+    out = tmp_path / "out"
+    cluster.start(3, mode=mode, **faulty(out))
+    ids = cluster.worker_ids()
+    assert cluster.coordinator is not None
+    cluster.coordinator.wait_for(PROGRESS_ROW, 60)
+    ids[2].proc.send_signal(signal.SIGKILL)
+    metrics = _finished_well(cluster, out, tmp_path, mode,
+                             {p.name: 0 for w, p in ids.items() if w != 2}
+                             | {ids[2].name: -signal.SIGKILL}, "kill -9 worker")
+    assert 2 in metrics["dropped_workers"]
+    assert sorted(s["worker_id"] for s in metrics["worker_states"]) == [0, 1]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_frozen_worker_resynchronises_and_nobody_fails(cluster: Cluster, tmp_path: Path,
+                                                         mode: str) -> None:
+    out = tmp_path / "out"
+    cluster.start(3, mode=mode, **faulty(out))
+    ids = cluster.worker_ids()
+    assert cluster.coordinator is not None
+    cluster.coordinator.wait_for(PROGRESS_ROW, 60)
+    frozen = ids[1]
+    frozen.proc.send_signal(signal.SIGSTOP)
+    time.sleep(10)  # five barrier_timeouts: its peers drop it
+    frozen.proc.send_signal(signal.SIGCONT)
+    cluster.coordinator.wait_for(re.compile(r"worker 1 rejoined"), 30)
+    metrics = _finished_well(cluster, out, tmp_path, mode, {p.name: 0 for p in ids.values()},
+                             "SIGSTOP worker 10 s")
+    assert "was frozen for" in frozen.output()
+    # It came back: its final state was collected, and no healthy worker was dropped for it.
+    assert sorted(s["worker_id"] for s in metrics["worker_states"]) == [0, 1, 2]
+    assert metrics["dropped_workers"] == []
+    assert all(r["peer"] == 1 for r in metrics["peer_reports"])
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_restarted_worker_rejoins_with_its_old_id(cluster: Cluster, tmp_path: Path,
+                                                    mode: str) -> None:
+    out = tmp_path / "out"
+    cluster.start(3, mode=mode, **faulty(out))
+    assert cluster.coordinator is not None
+    addresses = {}
+    for proc in cluster.workers:
+        match = proc.wait_for(ADVERTISED, 60)
+        addresses[int(match.group(1))] = (proc, match.group(2), int(match.group(3)))
+    cluster.coordinator.wait_for(PROGRESS_ROW, 60)
+    victim, host, port = addresses[2]
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    # What a StatefulSet does: the same address, a new process.
+    port_of = {"coordinator_address": _coordinator_address(cluster)}
+    again = cluster._spawn("worker-2-again", "worker", {
+        **faulty(out, mode=mode), "bind_host": "127.0.0.1", "workers": 3, "worker_port": port,
+        "advertise_address": f"{host}:{port}", **port_of})
+    again.wait_for(re.compile(r"registered as worker 2 of 3"), 60)
+    cluster.coordinator.wait_for(re.compile(r"worker 2 rejoined at round (\d+)"), 30)
+    codes = {addresses[w][0].name: 0 for w in (0, 1)} | {victim.name: -signal.SIGKILL,
+                                                        again.name: 0}
+    metrics = _finished_well(cluster, out, tmp_path, mode, codes, "kill -9 + restart worker")
+    states = {s["worker_id"]: s for s in metrics["worker_states"]}
+    assert sorted(states) == [0, 1, 2]
+    assert 2 not in metrics["dropped_workers"]
+    # It trained after it came back, and its peers applied its new deltas.
+    assert states[2]["rounds"] > 0
+    assert all(states[w]["applied_from"]["2"] > 0 for w in (0, 1))
+
+
+def _coordinator_address(cluster: Cluster) -> str:
+    assert cluster.coordinator is not None
+    return f"127.0.0.1:{cluster.coordinator.wait_for(READY, 1).group(1)}"
+
+
+def test_a_second_worker_advertising_a_taken_address_is_refused(cluster: Cluster,
+                                                                tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cluster.start(1, **reuters(out, workers=2))
+    assert cluster.coordinator is not None
+    first = cluster.workers[0]
+    match = first.wait_for(ADVERTISED, 60)
+    taken = f"{match.group(2)}:{match.group(3)}"
+    common = {**reuters(out, workers=2), "bind_host": "127.0.0.1", "worker_port": 0,
+              "coordinator_address": _coordinator_address(cluster)}
+    impostor = cluster._spawn("impostor", "worker", {**common, "advertise_address": taken})
+    assert impostor.wait(60) == 1
+    assert "is registered by worker 0" in impostor.output()
+    assert "still answers there" in impostor.output()
+    # The run is not held up: the next worker completes it.
+    cluster._spawn("worker-1", "worker", common)
+    assert cluster.coordinator.wait(120) == 0
+    _all_exit(cluster, {"coordinator": 0, "worker-0": 0, "worker-1": 0, "impostor": 1})
+    assert read_metrics(out)["test_accuracy"] >= 0.97
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_sigterm_to_a_worker_then_to_the_coordinator_during_training(
+        cluster: Cluster, tmp_path: Path, mode: str) -> None:
+    out = tmp_path / "out"
+    cluster.start(3, mode=mode, **faulty(out, time_budget=120))
+    ids = cluster.worker_ids()
+    assert cluster.coordinator is not None
+    cluster.coordinator.wait_for(PROGRESS_ROW, 60)
+    ids[1].proc.send_signal(signal.SIGTERM)
+    assert ids[1].wait(30) == 0  # leaves after sending its final delta
+    time.sleep(2)
+    cluster.coordinator.proc.send_signal(signal.SIGTERM)
+    assert cluster.coordinator.wait(60) == 0  # stops the others, collects, writes outputs
+    _all_exit(cluster, {p.name: 0 for p in cluster.procs})
+    metrics = read_metrics(out)
+    assert metrics["stop_reason"] == "SIGTERM"
+    clean = clean_accuracy(tmp_path, mode)
+    _report("SIGTERM worker, then coordinator", mode, metrics, clean,
+            {p.name: p.proc.returncode for p in cluster.procs})
+    assert metrics["test_accuracy"] >= clean - 0.01
+    assert metrics["coordinator_applied_from"]["1"] >= 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_killed_coordinator_resumes_from_its_checkpoint(cluster: Cluster, tmp_path: Path,
+                                                          mode: str) -> None:
+    out = tmp_path / "out"
+    settings = faulty(out, mode=mode, checkpoint_interval=0.5, connect_timeout=90)
+    cluster.start(3, **settings)
+    assert cluster.coordinator is not None
+    first = cluster.coordinator
+    # The restarted coordinator must be found where the first one was.
+    port = int(_coordinator_address(cluster).rpartition(":")[2])
+    first.wait_for(PROGRESS_ROW, 60)
+    deadline = time.monotonic() + 60
+    while not (out / "checkpoint.npz").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2)  # a few more checkpoints
+    first.proc.send_signal(signal.SIGKILL)
+    assert first.wait(10) == -signal.SIGKILL
+    rows_before = (out / "metrics.jsonl").read_text().count("\n")
+    assert rows_before >= 2  # appended as the run went, not lost with the coordinator
+    time.sleep(1)
+    again = cluster._spawn("coordinator-again", "coordinator", {
+        **settings, "bind_host": "127.0.0.1", "workers": 3, "coordinator_port": port,
+        "resume": str(out)})
+    again.wait_for(re.compile(r"resumed run \w+ at round \d+"), 90)
+    assert again.wait(120) == 0
+    _all_exit(cluster, {p.name: 0 for p in cluster.workers} | {"coordinator": -signal.SIGKILL,
+                                                                 "coordinator-again": 0})
+    metrics = read_metrics(out)
+    assert metrics["stop_reason"] == "time budget"
+    assert metrics["resumed_at_round"] > 1
+    clean = clean_accuracy(tmp_path, mode)
+    _report("kill -9 coordinator, resume", mode, metrics, clean,
+            {p.name: p.proc.returncode for p in cluster.procs})
+    assert metrics["test_accuracy"] >= clean - 0.01
+    assert not (out / "checkpoint.npz").exists()  # the run is complete: nothing to resume
+    assert sorted(s["worker_id"] for s in metrics["worker_states"]) == [0, 1, 2]
+    # One history across both coordinators: the rows before the crash, then the new ones.
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) > rows_before
+    assert all(a["elapsed"] <= b["elapsed"] for a, b in itertools.pairwise(rows))

@@ -13,10 +13,12 @@ import grpc
 
 from hogwild.announce import READY_PREFIX
 from hogwild.config import Settings
+from hogwild.coordinator import checkpoint
 from hogwild.coordinator.driver import Interrupted, RunDriver
 from hogwild.coordinator.preflight import check_out_dir
 from hogwild.coordinator.servicer import CoordinatorServicer
 from hogwild.coordinator.state import RunState
+from hogwild.errors import ConfigError
 from hogwild.model.trainer import warmup
 from hogwild.protocol import pb_grpc
 from hogwild.protocol.codec import warmup as codec_warmup
@@ -48,7 +50,7 @@ def create_server(settings: Settings, state: RunState | None = None
     # Every worker pushes deltas and progress concurrently; keep a thread per sender + spare.
     server = new_server(max(8, 2 * settings.workers + 4), "coord-rpc", security)
     pb_grpc.add_CoordinatorServicer_to_server(  # type: ignore[no-untyped-call]
-        CoordinatorServicer(state), server)
+        CoordinatorServicer(state, security.channel), server)
     health = add_health_and_reflection(server, [COORDINATOR_SERVICE], settings.reflection)
     port = bind(server, settings.bind_host, settings.coordinator_port, security)
     return server, port, state, health
@@ -60,7 +62,18 @@ def serve(settings: Settings, out: TextIO = sys.stdout) -> int:
     ConfigError before any port is bound if out_dir cannot be created or written.
     """
     check_out_dir(settings.out_dir)
-    server, port, state, health = create_server(settings)
+    resume = checkpoint.load(settings.resume) if settings.resume else None
+    state = None
+    if resume is not None:
+        # The same run: its id, its workers (by address) and its counters.
+        state = RunState(settings.workers, run_id=resume.run_id)
+        if len(resume.workers) != settings.workers:
+            raise ConfigError("workers", f"the checkpoint in {settings.resume} is of a run "
+                                         f"with {len(resume.workers)} workers")
+        state.restore(resume)
+    elif settings.resume:
+        log.info("no checkpoint in %s: starting a new run", settings.resume)
+    server, port, state, health = create_server(settings, state)
     stop_event = threading.Event()
 
     def on_sigterm() -> None:  # SIGTERM: NOT_SERVING, stop the workers, write outputs, exit 0
@@ -76,7 +89,7 @@ def serve(settings: Settings, out: TextIO = sys.stdout) -> int:
     server.start()
     log.info("serving with %s", from_settings(settings).describe())
     print(f"{READY_PREFIX}{port}", file=out, flush=True)
-    driver = RunDriver(settings, state, health, stop_event, out)
+    driver = RunDriver(settings, state, health, stop_event, out, resume)
     health.watch(lambda: driver.alive_at, stall_seconds(settings.barrier_timeout,
                                                           settings.rpc_timeout))
     # Compiled kernels load on another thread while the data loads and the workers start;

@@ -18,6 +18,8 @@ import numpy as np
 
 from hogwild import artifacts
 from hogwild.config import Settings
+from hogwild.coordinator import checkpoint
+from hogwild.coordinator.checkpoint import Checkpoint
 from hogwild.coordinator.state import RunState, Totals, WorkerRecord
 from hogwild.coordinator.stopping import StopRules
 from hogwild.data.labels import MULTICLASS
@@ -29,7 +31,7 @@ from hogwild.plotter import BackgroundPlot
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.health import HealthReporter
 from hogwild.protocol.security import from_settings
-from hogwild.protocol.streams import FinalState, receive_state, shard_chunks
+from hogwild.protocol.streams import FinalState, receive_state, shard_chunks, state_chunks
 
 log = logging.getLogger("hogwild.coordinator")
 
@@ -65,6 +67,18 @@ def choose_round_size(configured: int | None, train_rows: int, train_nnz: int,
 
 
 @dataclass
+class Layout:
+    """The shape of the run every worker is configured with."""
+
+    dim: int
+    n_features: int
+    train_rows: int
+    max_rounds: int
+    round_size: int
+    workers: int
+
+
+@dataclass
 class Shipment:
     worker_id: int
     rows: int
@@ -80,7 +94,8 @@ class RunDriver:
     """Drives one distributed run over a :class:`RunState` that the servicer also updates."""
 
     def __init__(self, settings: Settings, state: RunState, health: HealthReporter,
-                 stop_event: threading.Event, out: TextIO = sys.stdout) -> None:
+                 stop_event: threading.Event, out: TextIO = sys.stdout,
+                 resume: Checkpoint | None = None) -> None:
         self.settings = settings
         self.state = state
         self.health = health
@@ -97,9 +112,15 @@ class RunDriver:
         self.alive_at: float | None = None
         self.eval_seconds = 0.0          # validation evaluations during training
         self.round_size = 0              # examples per thread per round, as configured
+        self.shards: list[Any] = []
+        self.layout = Layout(0, 0, 0, 0, 0, 0)
+        self._rejoin_threads: list[threading.Thread] = []
         self.conflicts: dict[str, Any] | None = None  # the data's conflict statistics
         self.spec = ModelSpec.linear(1)  # the run's model, set once the data is loaded
         self.plot: BackgroundPlot | None = None  # the loss plot's helper process
+        self.resume = resume             # the checkpoint this run continues, if any
+        self.checkpoints = 0
+        self.checkpoint_seconds = 0.0
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -141,18 +162,32 @@ class RunDriver:
             n_features = splits.train.n_features
             spec = self.spec = model_spec(s, n_features)
             dim = spec.dim
-            self.state.start_model(dim, spec.initial_weights(s.seed) if spec.is_mlp else None)
-            shards = shard(splits.train, len(workers), seed=s.seed, mode=s.shipping)
+            initial = spec.initial_weights(s.seed) if spec.is_mlp else None
+            if self.resume is not None:
+                if self.resume.w.shape != (dim,):
+                    raise ClusterError(f"the checkpoint's model has {self.resume.w.shape[0]} "
+                                       f"weights, this data set's {dim}: not the same run")
+                initial = self.resume.w
+            self.state.start_model(dim, initial)
+            shards = self.shards = shard(splits.train, len(workers), seed=s.seed,
+                                         mode=s.shipping)
             self._ship(workers, shards)
             round_size = self.round_size = self._round_size(workers, splits.train)
             max_rounds = self._max_rounds(workers, splits.train.n_rows, round_size)
-            self._configure(workers, dim, n_features, splits.train.n_rows, max_rounds,
-                            round_size)
+            self.layout = Layout(dim, n_features, splits.train.n_rows, max_rounds, round_size,
+                                 len(workers))
+            self._configure(workers)
             self._print(f"started {len(workers)} worker(s), {s.mode} mode, {s.threads} "
                         f"thread(s) each, up to {max_rounds} rounds of {round_size} "
                         "examples per thread")
             train_began = self.train_began = time.perf_counter()
-            artifacts.write_history(s.out_dir, self.history)  # empty: rows are appended
+            if self.resume is not None:  # the clock, the time budget and the history go on
+                train_began = self.train_began = train_began - self.resume.elapsed
+                self.history = list(self.resume.history)
+                self._print(f"resumed run {self.state.run_id} at round {self.resume.round + 1} "
+                            f"after {self.resume.elapsed:.2f}s of training")
+            # Rewritten whole (a resumed run keeps its rows); each evaluation appends one.
+            artifacts.write_history(s.out_dir, self.history)
             reason, rules = self._monitor(splits, train_began)
             self._check_diverged()  # a report that came with the last progress messages
             self._stop_workers(reason)
@@ -176,34 +211,34 @@ class RunDriver:
 
     # ---------------------------------------------------------------- shipping
 
+    def _ship_one(self, record: WorkerRecord, data: Any, count: int) -> Shipment:
+        s = self.settings
+        closing: list[pb.ShardChunk] = []
+
+        def chunks() -> Iterator[pb.ShardChunk]:
+            for chunk in shard_chunks(data, self.state.run_id, record.worker_id,
+                                      s.chunk_bytes, record.worker_id, count):
+                if chunk.is_last:
+                    closing.append(chunk)
+                yield chunk
+
+        timeout = s.rpc_timeout + data.nbytes / _SLOW_LINK_BYTES_PER_S
+        t0 = time.perf_counter()
+        try:
+            ack = self.stubs[record.worker_id].ReceiveShard(chunks(), timeout=timeout)
+        except grpc.RpcError as exc:
+            raise ClusterError(f"cannot ship shard {record.worker_id} to {record.address}: "
+                               f"{exc.code().name} {exc.details()}") from None
+        seconds = time.perf_counter() - t0
+        if not closing or ack.shard_digest != closing[0].shard_digest:
+            raise ClusterError(f"worker {record.worker_id} received a different shard "
+                               "(digest mismatch)")
+        return Shipment(record.worker_id, data.n_rows, int(ack.bytes_received), seconds)
+
     def _ship(self, workers: list[WorkerRecord], shards: list[Any]) -> None:
         s = self.settings
-
-        def ship(record: WorkerRecord) -> Shipment:
-            data = shards[record.worker_id]
-            closing: list[pb.ShardChunk] = []
-
-            def chunks() -> Iterator[pb.ShardChunk]:
-                for chunk in shard_chunks(data, self.state.run_id, record.worker_id,
-                                          s.chunk_bytes, record.worker_id, len(workers)):
-                    if chunk.is_last:
-                        closing.append(chunk)
-                    yield chunk
-
-            timeout = s.rpc_timeout + data.nbytes / _SLOW_LINK_BYTES_PER_S
-            t0 = time.perf_counter()
-            try:
-                ack = self.stubs[record.worker_id].ReceiveShard(chunks(), timeout=timeout)
-            except grpc.RpcError as exc:
-                raise ClusterError(f"cannot ship shard {record.worker_id} to {record.address}: "
-                                   f"{exc.code().name} {exc.details()}") from None
-            seconds = time.perf_counter() - t0
-            if not closing or ack.shard_digest != closing[0].shard_digest:
-                raise ClusterError(f"worker {record.worker_id} received a different shard "
-                                   "(digest mismatch)")
-            return Shipment(record.worker_id, data.n_rows, int(ack.bytes_received), seconds)
-
-        self.shipments = _parallel(ship, workers)
+        self.shipments = _parallel(lambda r: self._ship_one(r, shards[r.worker_id], len(workers)),
+                                   workers)
         total = sum(x.nbytes for x in self.shipments)
         slowest = max(x.seconds for x in self.shipments)
         self._print(f"shipped {len(workers)} shard(s) ({s.shipping}), {total / 1e6:.1f} MB in "
@@ -224,36 +259,105 @@ class RunDriver:
         per_round = sum(r.threads for r in workers) * round_size
         return max(1, math.ceil(self.settings.epochs * train_rows / per_round))
 
-    def _configure(self, workers: list[WorkerRecord], dim: int, n_features: int,
-                   train_rows: int, max_rounds: int, round_size: int) -> None:
-        s = self.settings
-        run_id = self.state.run_id
+    def _run_config(self, record: WorkerRecord, peers: list[WorkerRecord],
+                    first_round: int = 1, examples_base: int = 0) -> pb.RunConfig:
+        s, lay, keys = self.settings, self.layout, self.state.keys
+        replicate = s.shipping == "replicate"
+        start_offset = (lay.train_rows * record.worker_id // lay.workers) if replicate else 0
+        return pb.RunConfig(
+            protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
+            worker_id=record.worker_id,
+            peers=[pb.Peer(worker_id=r.worker_id, address=r.address,
+                           send_key=keys.key(record.worker_id, r.worker_id),
+                           receive_key=keys.key(r.worker_id, record.worker_id))
+                   for r in peers if r.worker_id != record.worker_id],
+            dim=lay.dim, n_features=lay.n_features, mode=s.mode,
+            staleness=-1 if s.staleness is None else s.staleness, threads=record.threads,
+            round_size=lay.round_size, max_rounds=lay.max_rounds, train_rows=lay.train_rows,
+            start_offset=start_offset, loss=s.loss, learning_rate=s.learning_rate,
+            lr_schedule=s.lr_schedule, lr_decay=s.lr_decay, power_t=s.power_t, l2=s.l2,
+            fit_bias=s.fit_bias, barrier_timeout=s.barrier_timeout,
+            rpc_timeout=s.rpc_timeout, seed=s.seed, thread_buffer=s.thread_buffer,
+            model=self.spec.kind, hidden=list(self.spec.hidden),
+            binary_features=self.spec.binary_features,
+            first_round=first_round, examples_base=examples_base)
+
+    def _configure(self, workers: list[WorkerRecord]) -> None:
+        first = 1 if self.resume is None else self.resume.round + 1
 
         def configure(record: WorkerRecord) -> None:
-            keys = self.state.keys
-            peers = [pb.Peer(worker_id=r.worker_id, address=r.address,
-                             send_key=keys.key(record.worker_id, r.worker_id),
-                             receive_key=keys.key(r.worker_id, record.worker_id))
-                     for r in workers if r.worker_id != record.worker_id]
-            replicate = s.shipping == "replicate"
-            start_offset = (train_rows * record.worker_id // len(workers)) if replicate else 0
-            message = pb.RunConfig(
-                protocol_version=PROTOCOL_VERSION, run_id=run_id, worker_id=record.worker_id,
-                peers=peers, dim=dim, n_features=n_features, mode=s.mode,
-                staleness=-1 if s.staleness is None else s.staleness, threads=record.threads,
-                round_size=round_size, max_rounds=max_rounds, train_rows=train_rows,
-                start_offset=start_offset, loss=s.loss, learning_rate=s.learning_rate,
-                lr_schedule=s.lr_schedule, lr_decay=s.lr_decay, power_t=s.power_t, l2=s.l2,
-                fit_bias=s.fit_bias, barrier_timeout=s.barrier_timeout,
-                rpc_timeout=s.rpc_timeout, seed=s.seed, thread_buffer=s.thread_buffer,
-                model=self.spec.kind, hidden=list(self.spec.hidden),
-                binary_features=self.spec.binary_features)
-            self._call(record, "Configure", message)
+            self._call(record, "Configure", self._run_config(
+                record, workers, first_round=first, examples_base=record.examples))
+            if self.resume is not None:  # every worker starts from the checkpointed model
+                self._load_model(record)
 
         _parallel(configure, workers)
-        start = pb.StartRequest(protocol_version=PROTOCOL_VERSION, run_id=run_id)
+        start = pb.StartRequest(protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id)
         self.started_workers = True
         _parallel(lambda r: self._call(r, "Start", start), workers)
+
+    def _load_model(self, record: WorkerRecord) -> None:
+        """Send a worker the global model to start from (LoadModel)."""
+        model = FinalState(worker_id=record.worker_id, weights=self.state.model_copy())
+        try:
+            self.stubs[record.worker_id].LoadModel(
+                state_chunks(model, self.state.run_id, self.settings.chunk_bytes),
+                timeout=self.settings.rpc_timeout + self.layout.dim * 8
+                / _SLOW_LINK_BYTES_PER_S)
+        except grpc.RpcError as exc:
+            raise ClusterError(f"LoadModel to worker {record.worker_id} failed: "
+                               f"{exc.code().name} {exc.details()}") from None
+
+    # ------------------------------------------------------------------ rejoining
+
+    def _start_rejoins(self) -> None:
+        """Bring back every worker that registered again (restarted, or resynchronising after
+        its peers dropped it), each on its own thread so evaluations go on meanwhile."""
+        for wid in self.state.take_rejoins():
+            thread = threading.Thread(target=self._rejoin, args=(wid,), name=f"rejoin-{wid}",
+                                      daemon=True)
+            self._rejoin_threads.append(thread)
+            thread.start()
+
+    def _rejoin(self, wid: int) -> None:
+        """Ship the worker its shard again, configure it to start after the current round
+        with the global model, tell its live peers it is back, start it.
+
+        Deltas its peers built between the model snapshot and their PeerJoined reach the
+        global model but not this worker's copy (at most about a round of them): its weights
+        may differ from the global model by those (reported as max_abs_diff_to_global).
+        """
+        record = self.state.workers[wid]
+        try:
+            self._connect(record)
+            self._ship_one(record, self.shards[wid], len(self.shards))
+            peers = [r for r in self.state.live_workers() if r.worker_id != wid and not r.done]
+            round_ = self.state.max_round()
+            config = self._run_config(record, peers, first_round=round_ + 1,
+                                      examples_base=record.examples)
+            self._call(record, "Configure", config)
+            self._load_model(record)
+            joined = pb.PeerJoinedRequest(protocol_version=PROTOCOL_VERSION,
+                                          run_id=self.state.run_id, worker_id=wid,
+                                          address=record.address)
+
+            def tell(peer: WorkerRecord) -> int:
+                try:
+                    return int(self._call(peer, "PeerJoined", joined).round)
+                except ClusterError as exc:
+                    log.warning("%s", exc)
+                    return 0
+
+            # It starts where its peers start sending to it and waiting for it.
+            first = max([round_ + 1, *_parallel(tell, peers)])
+            self.state.rejoined(wid, first - 1)
+            self._call(record, "Start", pb.StartRequest(
+                protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id, first_round=first))
+            self._print(f"worker {wid} rejoined at round {first} (incarnation "
+                        f"{record.incarnation}, {len(peers)} peer(s) told)")
+        except (ClusterError, HogwildError) as exc:
+            log.warning("worker %d could not rejoin: %s", wid, exc)
+            self.state.mark_dead(wid, f"rejoin failed: {exc}")
 
     def _connect(self, record: WorkerRecord) -> None:
         """A channel and stub to a registered worker's (current) address."""
@@ -291,11 +395,16 @@ class RunDriver:
                       next_eval: float) -> tuple[str, StopRules]:
         s = self.settings
         evaluated_deltas = -1
+        next_checkpoint = time.perf_counter() + s.checkpoint_interval
         while True:
             self.alive_at = time.monotonic()
             self._check_diverged()
             if self.stop_event.wait(0.05):
                 return "SIGTERM", rules
+            self._start_rejoins()
+            if s.checkpoint_interval and time.perf_counter() >= next_checkpoint:
+                next_checkpoint = time.perf_counter() + s.checkpoint_interval
+                self._checkpoint(began)
             now = time.perf_counter()
             reason = rules.budget(now - began, self.state.examples(),
                                   self.state.all_finished(), len(self.state.live_workers()))
@@ -315,6 +424,18 @@ class RunDriver:
                         return decision, rules
 
     _last_w: np.ndarray
+
+    def _checkpoint(self, began: float) -> None:
+        """Write the checkpoint (atomically); a failure to write it is logged, not fatal."""
+        t0 = time.perf_counter()
+        try:
+            checkpoint.save(self.settings.out_dir,
+                            self.state.checkpoint(time.perf_counter() - began, self.history))
+        except OSError as exc:
+            log.warning("checkpoint not written: %s", exc)
+            return
+        self.checkpoint_seconds += time.perf_counter() - t0
+        self.checkpoints += 1
 
     def _check_diverged(self, w: np.ndarray | None = None, val_loss: float | None = None) -> None:
         """TrainingDiverged if a worker reported non-finite weights, or if the global model or
@@ -454,12 +575,16 @@ class RunDriver:
             "peer_reports": [{"reporter": a, "peer": b, "round": c, "reason": d}
                              for a, b, c, d in self.state.peer_reports],
             "worker_states": workers_out, "conflicts": self.conflicts,
+            "checkpoints": self.checkpoints, "checkpoint_seconds": self.checkpoint_seconds,
+            "resumed_at_round": None if self.resume is None else self.resume.round + 1,
         }
         metrics.update(test_quality(splits.test, w, s.loss, self.spec, splits.labels.task,
                                     splits.labels.classes))
         write_outputs(s, w, metrics, self.history, splits.feature_order, spec=self.spec,
                       hashing=splits.hashing, task=splits.labels.task,
                       classes=splits.labels.classes, plot=self.plot)
+        # The run is complete: nothing to resume any more (a later run in out_dir starts anew).
+        checkpoint.remove(s.out_dir)
         acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
         self._print(f"done ({reason}): {metrics['epochs']:.2f} epochs, {metrics['rounds']} "
                     f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 
+from hogwild.coordinator.identity import register_claim
 from hogwild.coordinator.state import RunState
 from hogwild.errors import NotAllowed, StaleOrUnknown
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
@@ -11,12 +14,17 @@ from hogwild.protocol.codec import check_version, decode_delta
 from hogwild.protocol.security import can_serve, sender_key
 from hogwild.protocol.status import translate
 
+# How long a registration may wait for the worker at a disputed address to say who it is.
+IDENTIFY_TIMEOUT = 2.0
+
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     """The Coordinator service over one :class:`RunState`."""
 
-    def __init__(self, state: RunState) -> None:
+    def __init__(self, state: RunState,
+                 open_channel: Callable[[str], grpc.Channel] = grpc.insecure_channel) -> None:
         self.state = state
+        self.open_channel = open_channel  # to ask a worker who it is (this server's TLS)
 
     def _ack(self, duplicate: bool = False) -> pb.Ack:
         return pb.Ack(protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
@@ -32,8 +40,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if request.run_id and request.run_id != self.state.run_id:
             raise StaleOrUnknown(f"registration for run {request.run_id!r}, which is not "
                                  "this run")
-        worker_id = self.state.register(request.address, request.threads, request.hostname,
-                                        request.pid)
+        worker_id = register_claim(self.state, request, self.open_channel, IDENTIFY_TIMEOUT)
         return pb.RegisterReply(protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
                                 worker_id=worker_id, n_workers=self.state.n_workers,
                                 worker_key=self.state.worker_key(worker_id),

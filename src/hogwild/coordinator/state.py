@@ -14,10 +14,12 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
 from hogwild.errors import ClusterError, NotAllowed, StaleOrUnknown
 from hogwild.model import kernels
 from hogwild.protocol.codec import DecodedDelta
@@ -46,6 +48,17 @@ class WorkerRecord:
     bytes_received: int = 0
     max_staleness: int = 0
     last_seen: float = field(default_factory=time.monotonic)
+    incarnation: int = 0         # times it registered again during the run (restart, resync)
+    registered: bool = True      # False: known from a checkpoint, not registered again yet
+
+
+class AddressClaimed(StaleOrUnknown):
+    """Another process registered this address already (see RunState.register)."""
+
+    def __init__(self, record: WorkerRecord) -> None:
+        super().__init__(f"address {record.address} is registered by worker {record.worker_id} "
+                         f"(host {record.hostname or '?'}, pid {record.pid})")
+        self.record = record
 
 
 @dataclass
@@ -83,16 +96,50 @@ class RunState:
         self.peer_reports: list[tuple[int, int, int, str]] = []  # (reporter, peer, round, why)
         self.sealed = False               # the run is over: the model takes no more deltas
         self.diverged: str | None = None  # where a worker found its weights non-finite
+        self._rejoins: list[int] = []     # workers that registered again during the run
 
     # ---------------------------------------------------------------- registration
 
-    def register(self, address: str, threads: int, hostname: str = "", pid: int = 0) -> int:
-        """The worker id for ``address`` (the same id again if it registers twice)."""
+    def register(self, address: str, threads: int, hostname: str = "", pid: int = 0,
+                 verified: bool = False) -> int:
+        """The worker id for ``address``.
+
+        The same process registering again gets its id again. Another process claiming a
+        registered address raises AddressClaimed unless ``verified`` (the caller checked that
+        this process is the one answering at the address now: the old one is gone). Once the
+        run is under way, a known address registering again is a worker rejoining (restarted,
+        or resynchronising): it keeps its id and is queued for :meth:`take_rejoins`.
+        """
         if not address:
             raise StaleOrUnknown("registration without an address")
         with self._lock:
             known = self._by_address.get(address)
+            if known is None and not self.closed:
+                # Resuming: a worker of the checkpoint at a new address takes a free place.
+                known = next((r.worker_id for r in self.workers.values() if not r.registered),
+                             None)
+                if known is not None:
+                    del self._by_address[self.workers[known].address]
+                    self.workers[known].address = address
+                    self._by_address[address] = known
             if known is not None:
+                record = self.workers[known]
+                if not record.registered:  # back after the coordinator was resumed
+                    record.registered = True
+                    record.hostname, record.pid = hostname, pid
+                    record.threads = max(1, threads)
+                    self._lock.notify_all()
+                    return known
+                if (record.hostname, record.pid) != (hostname, pid) and not verified:
+                    raise AddressClaimed(record)
+                record.hostname, record.pid, record.threads = hostname, pid, max(1, threads)
+                if self.closed:
+                    if self.sealed:
+                        raise StaleOrUnknown(f"run {self.run_id} is over")
+                    record.incarnation += 1
+                    if known not in self._rejoins:
+                        self._rejoins.append(known)
+                    self._lock.notify_all()
                 return known
             if self.closed or len(self.workers) >= self.n_workers:
                 raise StaleOrUnknown("this run already has all its workers")
@@ -114,7 +161,7 @@ class RunState:
         deadline = time.monotonic() + timeout
         with self._lock:
             # Short waits: a SIGTERM handler cannot notify this condition, so look again often.
-            while len(self.workers) < self.n_workers and not cancelled():
+            while self._registered() < self.n_workers and not cancelled():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -122,13 +169,62 @@ class RunState:
             self.closed = True
             if cancelled():
                 return list(self.workers.values())
-            if len(self.workers) < self.n_workers:
-                have = ", ".join(f"{r.worker_id}@{r.address}" for r in self.workers.values())
+            if self._registered() < self.n_workers:
+                have = ", ".join(f"{r.worker_id}@{r.address}" for r in self.workers.values()
+                                 if r.registered)
                 raise ClusterError(
-                    f"only {len(self.workers)} of {self.n_workers} workers registered within "
-                    f"register_timeout={timeout:g}s ({self.n_workers - len(self.workers)} "
+                    f"only {self._registered()} of {self.n_workers} workers registered within "
+                    f"register_timeout={timeout:g}s ({self.n_workers - self._registered()} "
                     f"missing; registered: {have or 'none'})")
             return list(self.workers.values())
+
+    def _registered(self) -> int:
+        return sum(1 for r in self.workers.values() if r.registered)
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        """Start from a checkpoint: its workers (each waiting to register again, at its old
+        address or a new one) and its counters. The model comes with start_model."""
+        with self._lock:
+            for e in ckpt.workers:
+                self.workers[e.worker_id] = WorkerRecord(
+                    e.worker_id, e.address, e.threads, e.hostname, e.pid, round=e.round,
+                    examples=e.examples, deltas_applied=e.deltas_applied,
+                    bytes_received=e.bytes_received, registered=False)
+                self._by_address[e.address] = e.worker_id
+                self._seen[e.worker_id] = SequenceTracker()
+            self.deltas_received = ckpt.deltas_received
+            self.bytes_received = ckpt.bytes_received
+            self.duplicates = ckpt.duplicates
+
+    def checkpoint(self, elapsed: float, history: list[dict[str, Any]]) -> Checkpoint:
+        """The model, counters and workers, read together, as a checkpoint."""
+        with self._lock:
+            totals = self.totals()
+            return Checkpoint(
+                run_id=self.run_id, w=totals.w, round=totals.rounds, elapsed=elapsed,
+                deltas_received=totals.deltas_received, bytes_received=totals.bytes_received,
+                duplicates=totals.duplicates, history=list(history),
+                workers=[WorkerEntry(r.worker_id, r.address, r.threads, r.hostname, r.pid,
+                                     r.examples, r.round, r.deltas_applied, r.bytes_received)
+                         for r in self.workers.values()])
+
+    def take_rejoins(self) -> list[int]:
+        """Workers that registered again since the last call (each to be brought back)."""
+        with self._lock:
+            taken, self._rejoins = self._rejoins, []
+            return taken
+
+    def rejoined(self, worker_id: int, round_: int) -> None:
+        """A worker is back in the run from after ``round_``."""
+        with self._lock:
+            record = self.workers[worker_id]
+            record.dead, record.dead_reason = False, ""
+            record.done = record.final_delta = False
+            record.round = round_
+            record.last_seen = time.monotonic()
+            # Its new incarnation numbers its deltas from 1 again.
+            self._seen[worker_id] = SequenceTracker()
+            self._lock.notify_all()
 
     def start_model(self, dim: int, initial: npt.NDArray[np.float64] | None = None) -> None:
         """Allocate the global model once the size is known: ``initial`` (the vector every
@@ -175,6 +271,11 @@ class RunState:
                 raise StaleOrUnknown("delta received before the run started")
             if self.sealed:
                 raise StaleOrUnknown("delta received after the run ended")
+            if record.dead:
+                # Its peers dropped it too: what it sends now would reach the global model but
+                # not theirs. Refused, it registers again and resynchronises.
+                raise StaleOrUnknown(f"worker {h.worker_id} was dropped from the run "
+                                     f"({record.dead_reason})")
             fresh = self._seen[h.worker_id].admit(h.seq, h.part, h.parts)
             if fresh is None:
                 self.duplicates += 1
@@ -216,7 +317,8 @@ class RunState:
                   key: str | None = None) -> None:
         """A worker dropped ``peer``; the coordinator stops counting on it."""
         with self._lock:
-            self.check_sender(run_id, reporter, key)
+            if self.check_sender(run_id, reporter, key).dead:
+                return  # a dropped worker's view of the others is out of date
             record = self.check_sender(run_id, peer)
             self.peer_reports.append((reporter, peer, round_, reason))
             if not record.dead and not record.done:

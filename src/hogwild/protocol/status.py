@@ -9,7 +9,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from hogwild.errors import Busy, ClusterError, InvalidMessage, NotAllowed, StaleOrUnknown
+from hogwild.errors import Busy, ClusterError, Conflict, InvalidMessage, NotAllowed, StaleOrUnknown
 
 log = logging.getLogger("hogwild.protocol")
 
@@ -20,6 +20,7 @@ _CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (StaleOrUnknown, grpc.StatusCode.FAILED_PRECONDITION),
     (NotAllowed, grpc.StatusCode.PERMISSION_DENIED),
     (Busy, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (Conflict, grpc.StatusCode.ALREADY_EXISTS),
     (ClusterError, grpc.StatusCode.UNAVAILABLE),
 )
 

@@ -34,20 +34,30 @@ def create_server(settings: Settings, node: WorkerNode | None = None
                   ) -> tuple[grpc.Server, int, WorkerNode, HealthReporter]:
     """A started-ready (not yet started) server bound to bind_host:worker_port (0 = any free
     port): (server, bound port, node, health)."""
-    node = node if node is not None else WorkerNode(settings)
+    server, port, servicer, health = _build(settings, node)
+    return server, port, servicer.node, health
+
+
+def _build(settings: Settings, node: WorkerNode | None
+           ) -> tuple[grpc.Server, int, WorkerServicer, HealthReporter]:
+    servicer = WorkerServicer(node if node is not None else WorkerNode(settings))
     security = from_settings(settings)
     # Threads: one per peer pushing deltas, the coordinator's calls, health checks.
     server = new_server(max(8, 2 * settings.workers + 4), "worker-rpc", security)
-    pb_grpc.add_WorkerServicer_to_server(  # type: ignore[no-untyped-call]
-        WorkerServicer(node), server)
+    pb_grpc.add_WorkerServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health = add_health_and_reflection(server, [WORKER_SERVICE], settings.reflection)
     port = bind(server, settings.bind_host, settings.worker_port, security)
-    return server, port, node, health
+    return server, port, servicer, health
 
 
 def serve(settings: Settings) -> int:
-    """Run one worker to completion; 0 after a clean finish or SIGTERM."""
-    server, port, node, health = create_server(settings)
+    """Run one worker to completion; 0 after a clean finish or SIGTERM.
+
+    A worker that loses its place in the run (the coordinator went away, or its peers dropped
+    it while it was frozen) registers again with a fresh node, on the same server and address:
+    the coordinator gives it its old id, its shard and the current global model.
+    """
+    server, port, servicer, health = _build(settings, None)
     probes = None
     if settings.health_port is not None:
         probes, probe_port = serve_health_only(health, settings.bind_host, settings.health_port)
@@ -58,23 +68,32 @@ def serve(settings: Settings) -> int:
 
     def on_sigterm() -> None:  # SIGTERM: NOT_SERVING, stop training, final delta, exit 0
         health.set(False)
-        node.request_stop("SIGTERM", leave=True)
-        node.started.set()  # wake a worker still waiting for the run to start
+        servicer.node.request_stop("SIGTERM", leave=True)
+        servicer.node.started.set()  # wake a worker still waiting for the run to start
 
     sigterm = SignalWatch(signal.SIGTERM, on_sigterm).install()
-    health.watch(lambda: node.alive_at, stall_seconds(settings.barrier_timeout,
-                                                        settings.rpc_timeout))
+    health.watch(lambda: servicer.node.alive_at,
+                 stall_seconds(settings.barrier_timeout, settings.rpc_timeout))
     try:
         # Register first: the coordinator learns of this worker (and goes on loading data or
         # waiting for the others) while the compiled kernels load here; they are loaded
         # before the shard arrives, so round 1 is not slower than the rest.
-        if not node.register(port):
-            return 0  # SIGTERM before the coordinator answered
-        warmup()
-        codec_warmup()
-        health.set(True)
-        node.wait_for_start(settings.register_timeout + settings.connect_timeout)
-        node.run()
+        warmed = False
+        while True:
+            node = servicer.node
+            if not node.register(port):
+                return 0  # SIGTERM before the coordinator answered
+            if not warmed:
+                warmup()
+                codec_warmup()
+                warmed = True
+            health.set(True)
+            node.wait_for_start(settings.register_timeout + settings.connect_timeout)
+            node.run()
+            if node.rejoin_reason is None or sigterm.received:
+                break
+            node.close()
+            servicer.node = WorkerNode(settings)
         if node.fatal is not None:
             raise ClusterError(node.fatal)
         # The coordinator collects the final state after Stop; do not wait forever.
@@ -86,7 +105,7 @@ def serve(settings: Settings) -> int:
     finally:
         health.set(False)
         health.shutdown()
-        node.close()
+        servicer.node.close()
         server.stop(grace=1.0).wait(2.0)
         sigterm.restore()
         if probes is not None:

@@ -148,6 +148,22 @@ class Inbox:
             self._cond.notify_all()
             return True
 
+    def rejoin(self, worker_id: int, address: str, round_: int) -> None:
+        """A peer is back (restarted or resynchronised): live again, its round ``round_``, its
+        silence clock started now, its sequence numbers from 1. Its counters go on."""
+        with self._cond:
+            peer = self.peers.get(worker_id)
+            if peer is None:
+                raise StaleOrUnknown(f"worker {worker_id} is not a peer of this run")
+            peer.address = address
+            peer.dropped = False
+            peer.final = False
+            peer.round = round_
+            peer.last_seen = time.monotonic()
+            # Its new incarnation numbers its deltas to us from 1 again.
+            self._seen[worker_id] = SequenceTracker()
+            self._cond.notify_all()
+
     def snapshot(self) -> dict[int, PeerStatus]:
         """A copy of the peer table (for reports)."""
         with self._cond:

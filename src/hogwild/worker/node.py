@@ -22,6 +22,7 @@ returned with the final state.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import socket
@@ -55,7 +56,13 @@ from hogwild.protocol.codec import (
     encode_delta_parts,
 )
 from hogwild.protocol.security import from_settings, same_key
-from hogwild.protocol.streams import FinalState, ReceivedShard, receive_shard, state_chunks
+from hogwild.protocol.streams import (
+    FinalState,
+    ReceivedShard,
+    receive_shard,
+    receive_state,
+    state_chunks,
+)
 from hogwild.worker.inbox import Inbox, PeerStatus
 from hogwild.worker.plan import RunPlan
 from hogwild.worker.sender import Destination, OutgoingDelta
@@ -67,6 +74,7 @@ log = logging.getLogger("hogwild.worker")
 
 COORDINATOR_ID = -1
 PROGRESS_EVERY = 0.5  # seconds between progress reports to the coordinator
+TICK = 0.1            # the stall watch's period (see WorkerNode._note_stall)
 
 
 class Phase(Enum):
@@ -125,6 +133,7 @@ class WorkerNode:
         self.fatal: str | None = None
         self.seq = 0
         self._seq_lock = threading.Lock()
+        self._exchange_lock = threading.Lock()  # one exchange, or one peer joining, at a time
         self.deltas_sent = 0
         self.rounds = 0
         self.examples = 0
@@ -141,6 +150,14 @@ class WorkerNode:
         # round loop; None before and after (the liveness watch reads it).
         self.alive_at: float | None = None
         self.timers = Timers()
+        # Why this worker must register again (the coordinator was lost, or its peers dropped
+        # it while it was stalled); None while it is a member of the run.
+        self.rejoin_reason: str | None = None
+        self.abandoned = False            # leaving without sending anything more
+        self._tick = time.monotonic()
+        self._tick_lock = threading.Lock()
+        self.stalls: list[float] = []     # seconds this process was frozen, each time
+        self._peer_addresses: dict[int, str] = {}
 
     # ------------------------------------------------------------------ registration
 
@@ -166,7 +183,8 @@ class WorkerNode:
                                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 grpc.StatusCode.INVALID_ARGUMENT,
                                 grpc.StatusCode.UNAUTHENTICATED,
-                                grpc.StatusCode.PERMISSION_DENIED):
+                                grpc.StatusCode.PERMISSION_DENIED,
+                                grpc.StatusCode.ALREADY_EXISTS):
                         raise ClusterError(f"the coordinator at {s.coordinator_address} refused "
                                            f"the registration: {exc.details()}") from None
                     if self.stop_requested.is_set():
@@ -275,11 +293,59 @@ class WorkerNode:
             self.w = plan.spec.initial_weights(plan.seed)
             self.snap = self.w.copy()
             self.inbox = Inbox(dict(plan.peers))
+            self.examples = plan.examples_base
+            self.rounds = plan.first_round - 1
             self.phase = Phase.CONFIGURED
         log.info("configured: %s mode, %d threads (%d buffered features), %d rows/thread/round, "
                  "%d rounds, peers %s", plan.mode, plan.threads, self.hot, plan.round_size,
                  plan.max_rounds,
                  ", ".join(f"{k}@{a}" for k, a in sorted(plan.peers.items())) or "none")
+
+    def load_model(self, chunks: Iterable[pb.StateChunk]) -> None:
+        """Starting weights for a worker joining a run under way (the global model)."""
+        plan = self.plan
+        if plan is None:
+            raise StaleOrUnknown("model received before the run config")
+        state = receive_state(chunks, plan.dim, self.run_id)
+        with self._cond:
+            if self.phase != Phase.CONFIGURED:
+                raise StaleOrUnknown(f"model received while {self.phase.value}")
+            # Both: the loaded weights are nobody's new update, so no delta is built from them.
+            self.w[:] = state.weights
+            self.snap[:] = state.weights
+        log.info("loaded the global model to start from round %d", plan.first_round)
+
+    def peer_joined(self, message: pb.PeerJoinedRequest) -> int:
+        """A peer is back: accept its deltas again and send it ours from now on. Returns the
+        first round whose delta goes to it (and whose barrier waits for it)."""
+        self._check_run(message.protocol_version, message.run_id, "peer joined")
+        plan = self.plan
+        pid = int(message.worker_id)
+        if plan is None or pid not in plan.peers:
+            raise StaleOrUnknown(f"worker {pid} is not a peer of worker {self.worker_id}")
+        if not message.address:
+            raise InvalidMessage("peer joined without an address")
+        # Between two exchanges: every delta from the next one on goes to the peer.
+        with self._exchange_lock:
+            first = self.rounds + 1
+            # Its round-(first - 1) is "done": a barrier now waiting does not wait for it.
+            self.inbox.rejoin(pid, message.address, first - 1)
+            with self._cond:
+                self._reported_down.discard(pid)
+                self._peer_addresses[pid] = message.address
+                old = self.destinations.get(pid)
+                if self.destinations:  # else not running yet: _open_destinations will do it
+                    fresh = self._peer_destination(plan, pid, message.address)
+                    # A new dict, so an exchange iterating the old one is not disturbed.
+                    self.destinations = {**self.destinations, pid: fresh}
+        if old is not None:
+            old.abandon()
+        log.info("peer %d is back at %s (from round %d)", pid, message.address, first)
+        return first
+
+    def identify(self) -> pb.Identity:
+        return pb.Identity(protocol_version=PROTOCOL_VERSION, pid=_pid(),
+                           hostname=socket.gethostname(), address=self.address)
 
     def start(self, message: pb.StartRequest) -> None:
         self._check_run(message.protocol_version, message.run_id, "start")
@@ -288,6 +354,13 @@ class WorkerNode:
                 if self.phase in (Phase.RUNNING, Phase.FINISHING, Phase.DONE):
                     return  # a retried Start
                 raise StaleOrUnknown(f"start received while {self.phase.value}")
+            plan = self.plan
+            if plan is not None and message.first_round > 0:
+                if message.first_round > plan.max_rounds + 1:
+                    raise InvalidMessage(f"start at round {message.first_round}, after "
+                                         f"max_rounds {plan.max_rounds}")
+                self.plan = dataclasses.replace(plan, first_round=int(message.first_round))
+                self.rounds = int(message.first_round) - 1
             self.phase = Phase.RUNNING
         self.started.set()
 
@@ -402,9 +475,11 @@ class WorkerNode:
         beating.start()
         fraction = (plan.start_offset / arrays.n_rows) if arrays.n_rows else 0.0
         cursors = make_cursors(arrays.n_rows, plan.threads, fraction)
-        self._thread_round = [0] * plan.threads
+        self._thread_round = [plan.first_round - 1] * plan.threads
         self._thread_alive = [True] * plan.threads
-        self._gate = 1
+        self._gate = plan.first_round
+        ticker = threading.Thread(target=self._tick_loop, name="stall-watch", daemon=True)
+        ticker.start()
         threads = [threading.Thread(target=self._train_thread, args=(k, cursors[k]),
                                     name=f"sgd-{k}", daemon=True) for k in range(plan.threads)]
         began = time.monotonic()
@@ -431,6 +506,8 @@ class WorkerNode:
         """Tell every peer we are alive a few times per barrier_timeout, until done."""
         interval = max(0.05, plan.barrier_timeout / 4)
         while not self.done.wait(interval):
+            if self.phase in (Phase.FINISHING, Phase.DONE):
+                return  # the final delta is sent: no peer waits for this worker any more
             message = pb.HeartbeatRequest(protocol_version=PROTOCOL_VERSION, run_id=self.run_id,
                                    worker_id=self.worker_id, round=self.rounds)
             for dest_id, dest in list(self.destinations.items()):
@@ -438,8 +515,35 @@ class WorkerNode:
                 if dest_id != COORDINATOR_ID and dest.pending() == 0:
                     dest.put("Heartbeat", message)
 
+    def _tick_loop(self) -> None:
+        while not self.done.wait(TICK):
+            self._note_stall()
+
+    def _note_stall(self) -> None:
+        """Notice that this process itself was frozen (SIGSTOP, a suspended VM, swapping).
+
+        The ticker thread looks at a monotonic clock every TICK seconds; a gap far longer
+        means nothing here ran in between, so the peers' silence over that gap says nothing
+        about them: their silence clocks start again now instead of dropping them all. If
+        they dropped this worker meanwhile, they refuse its next message and it registers
+        again to resynchronise (see _on_rejected). Called by the ticker and by whoever is
+        about to drop a silent peer, whichever runs first after the freeze.
+        """
+        plan = self.plan
+        limit = max(0.5, min(2.0, plan.barrier_timeout / 2)) if plan else 2.0
+        with self._tick_lock:
+            now = time.monotonic()
+            gap = now - self._tick
+            self._tick = now
+            if gap > limit:
+                self.stalls.append(gap)
+                self.inbox.touch_all()
+                log.warning("this worker was frozen for %.1fs; restarting its peers' silence "
+                            "clocks instead of dropping them", gap)
+
     def _drop_silent(self, plan: RunPlan, round_: int, waiting_for: str) -> None:
         """Drop every live peer not heard from for barrier_timeout (dead, not just slow)."""
+        self._note_stall()
         for pid in self.inbox.silent(plan.barrier_timeout):
             self._drop_peer(pid, round_, f"silent for more than barrier_timeout="
                                          f"{plan.barrier_timeout:g}s while {waiting_for}")
@@ -449,7 +553,7 @@ class WorkerNode:
         assert plan is not None and arrays is not None
         try:
             timers = self.timers
-            for r in range(1, plan.max_rounds + 1):
+            for r in range(plan.first_round, plan.max_rounds + 1):
                 t0 = time.perf_counter()
                 if not self._may_start(r):
                     break
@@ -493,7 +597,7 @@ class WorkerNode:
         return not self.stop_requested.is_set()
 
     def _exchange_loop(self, plan: RunPlan) -> None:
-        last = 0
+        last = plan.first_round - 1
         while True:
             self._alive()
             with self._cond:
@@ -535,6 +639,10 @@ class WorkerNode:
 
     def _exchange(self, plan: RunPlan, round_: int, final: bool) -> None:
         """Apply what arrived, build the delta of own updates, queue it for everyone."""
+        with self._exchange_lock:
+            self._exchange_locked(plan, round_, final)
+
+    def _exchange_locked(self, plan: RunPlan, round_: int, final: bool) -> None:
         self._apply_inbox()
         t0 = time.perf_counter()
         self._average_bias(plan)
@@ -633,6 +741,13 @@ class WorkerNode:
         """Send the final delta; wait (bounded) for every live peer's final; mark done."""
         with self._cond:
             self.phase = Phase.FINISHING
+        if self.abandoned:  # out of the run: nothing more is sent, to anyone
+            for dest in self.destinations.values():
+                dest.abandon()
+            with self._cond:
+                self.phase = Phase.DONE
+            self.done.set()
+            return
         self._exchange(plan, self.rounds, final=True)
         self._maybe_report_progress(plan, done=True)
         if not self.leaving:
@@ -675,28 +790,57 @@ class WorkerNode:
 
     def _on_destination_down(self, dest_id: int, why: str) -> None:
         if dest_id == COORDINATOR_ID:
-            self.fatal = f"the coordinator is unreachable ({why})"
-            self.request_stop(self.fatal, leave=True)
+            self._leave_to_rejoin(f"the coordinator is unreachable ({why})")
             return
         self._drop_peer(dest_id, self.rounds, f"unreachable: {why}")
 
+    def _on_rejected(self, dest_id: int, rpc: str, code: grpc.StatusCode, details: str) -> None:
+        """A peer or the coordinator no longer counts this worker as a member of the run
+        (it was dropped, e.g. while frozen): leave, register again, resynchronise."""
+        if code != grpc.StatusCode.FAILED_PRECONDITION or rpc not in ("PushDelta", "Heartbeat"):
+            return
+        with self._cond:
+            running = self.phase == Phase.RUNNING
+        if running:
+            who = "the coordinator" if dest_id == COORDINATOR_ID else f"peer {dest_id}"
+            self._leave_to_rejoin(f"{who} refused its {rpc}: {details}")
+
+    def _leave_to_rejoin(self, reason: str) -> None:
+        """Stop at once without sending anything more; serve() then registers again."""
+        if self.rejoin_reason is not None:
+            return
+        self.rejoin_reason = reason
+        self.abandoned = True
+        log.warning("leaving the run to register again: %s", reason)
+        self.request_stop(reason, leave=True)
+
     def _open_destinations(self, plan: RunPlan) -> None:
         give_up = max(plan.barrier_timeout, plan.rpc_timeout)
+        destinations = {}
+        with self._cond:
+            for pid, address in sorted(plan.peers.items()):
+                address = self._peer_addresses.get(pid, address)
+                destinations[pid] = self._peer_destination(plan, pid, address)
+            destinations[COORDINATOR_ID] = Destination(
+                "coordinator", COORDINATOR_ID, self.settings.coordinator_address,
+                pb_grpc.CoordinatorStub, plan.rpc_timeout, give_up, self._on_destination_down,
+                self.timers, coalesce=True, encoder=self._encode_delta,
+                open_channel=functools.partial(self.security.channel,
+                                               sender_key=self.worker_key),
+                on_rejected=self._on_rejected)
+            self.destinations = destinations
+
+    def _peer_destination(self, plan: RunPlan, pid: int, address: str) -> Destination:
         # Queued deltas are summed (bounded queues, one send to drain) wherever the order of
         # rounds does not matter: to the coordinator (it only sums), and to peers in async mode.
         # In sync mode a peer's barrier needs each round's delta on its own.
-        channel = self.security.channel
-        for pid, address in sorted(plan.peers.items()):
-            self.destinations[pid] = Destination(
-                f"peer {pid}", pid, address, pb_grpc.WorkerStub, plan.rpc_timeout, give_up,
-                self._on_destination_down, self.timers, coalesce=plan.mode == "async",
-                encoder=self._encode_delta,
-                open_channel=functools.partial(channel, sender_key=plan.send_keys.get(pid, "")))
-        self.destinations[COORDINATOR_ID] = Destination(
-            "coordinator", COORDINATOR_ID, self.settings.coordinator_address,
-            pb_grpc.CoordinatorStub, plan.rpc_timeout, give_up, self._on_destination_down,
-            self.timers, coalesce=True, encoder=self._encode_delta,
-            open_channel=functools.partial(channel, sender_key=self.worker_key))
+        return Destination(
+            f"peer {pid}", pid, address, pb_grpc.WorkerStub, plan.rpc_timeout,
+            max(plan.barrier_timeout, plan.rpc_timeout), self._on_destination_down, self.timers,
+            coalesce=plan.mode == "async", encoder=self._encode_delta,
+            open_channel=functools.partial(self.security.channel,
+                                           sender_key=plan.send_keys.get(pid, "")),
+            on_rejected=self._on_rejected)
 
     def _maybe_report_progress(self, plan: RunPlan, done: bool) -> None:
         now = time.monotonic()

@@ -48,6 +48,8 @@ class RunPlan:
     binary_features: bool = False
     send_keys: dict[int, str] = field(default_factory=dict)     # peer -> key we present
     receive_keys: dict[int, str] = field(default_factory=dict)  # peer -> key it presents
+    first_round: int = 1        # > 1: joining a run under way (see LoadModel)
+    examples_base: int = 0      # examples trained before (an earlier incarnation's)
 
     @property
     def spec(self) -> ModelSpec:
@@ -87,6 +89,8 @@ class RunPlan:
             raise bad("threads", "must be in 1..256")
         if m.round_size < 1 or m.max_rounds < 1:
             raise bad("round_size", "round_size and max_rounds must be >= 1")
+        if m.first_round > m.max_rounds + 1:
+            raise bad("first_round", "must be at most max_rounds + 1")
         if m.loss not in LOSS_NAMES:
             raise bad("loss", f"must be one of {', '.join(LOSS_NAMES)}")
         if m.lr_schedule not in _SCHEDULES:
@@ -114,4 +118,5 @@ class RunPlan:
             thread_buffer=bool(m.thread_buffer), model=spec.kind, hidden=spec.hidden,
             binary_features=spec.binary_features,
             send_keys={int(p.worker_id): p.send_key for p in m.peers},
-            receive_keys={int(p.worker_id): p.receive_key for p in m.peers})
+            receive_keys={int(p.worker_id): p.receive_key for p in m.peers},
+            first_round=max(1, int(m.first_round)), examples_base=int(m.examples_base))

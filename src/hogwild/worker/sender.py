@@ -97,7 +97,8 @@ class Destination:
                  rpc_timeout: float, give_up_after: float,
                  on_down: Callable[[int, str], None], timers: Timers | None = None,
                  coalesce: bool = False, encoder: Encoder | None = None,
-                 open_channel: Callable[[str], grpc.Channel] = grpc.insecure_channel) -> None:
+                 open_channel: Callable[[str], grpc.Channel] = grpc.insecure_channel,
+                 on_rejected: Callable[[int, str, Any, str], None] | None = None) -> None:
         self.name = name
         self.dest_id = dest_id
         self.address = address
@@ -106,6 +107,7 @@ class Destination:
         self.rpc_timeout = rpc_timeout
         self.give_up_after = give_up_after
         self.on_down = on_down
+        self.on_rejected = on_rejected
         self.timers = timers if timers is not None else Timers()
         # Timer name: peers are summed together, the coordinator apart.
         self._kind = "coordinator" if dest_id < 0 else "peer"
@@ -184,6 +186,15 @@ class Destination:
         self._thread.join(timeout=max(0.1, self.rpc_timeout))
         self.channel.close()
 
+    def abandon(self) -> None:
+        """Drop everything queued and stop at once (no flush): what is queued must not arrive."""
+        with self._cond:
+            self._closing = True
+            self._queue.clear()
+            self._waiting = self._residual = None
+            self._cond.notify_all()
+        self.channel.close()
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -260,6 +271,9 @@ class Destination:
                 getattr(self.stub, rpc)(message, timeout=self.rpc_timeout)
             except grpc.RpcError as exc:
                 self.timers.add(f"rpc_failed:{rpc}:{self._kind}", time.perf_counter() - t0)
+                with self._cond:
+                    if self._closing:  # abandoned: the channel was closed under this call
+                        return
                 code = exc.code()
                 if code not in _RETRYABLE:
                     self.rejected += 1
@@ -267,6 +281,8 @@ class Destination:
                     level = logging.ERROR if self.rejected == 1 else logging.DEBUG
                     log.log(level, "%s rejected %s: %s %s", self.name, rpc, code.name,
                             exc.details())
+                    if self.on_rejected is not None:
+                        self.on_rejected(self.dest_id, rpc, code, exc.details() or "")
                     return
                 now = time.monotonic()
                 if first_failure is None:

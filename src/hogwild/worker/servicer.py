@@ -23,7 +23,7 @@ LONG_CALLS = 2
 
 
 class WorkerServicer(pb_grpc.WorkerServicer):
-    """The Worker service of one node."""
+    """The Worker service of one node (``node`` is replaced when the worker registers again)."""
 
     def __init__(self, node: WorkerNode) -> None:
         self.node = node
@@ -69,6 +69,27 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         self.node.check_coordinator(sender_key(context))
         self.node.stop(request)
         return self._ack()
+
+    @translate
+    def LoadModel(self, request_iterator: Iterator[pb.StateChunk],
+                  context: grpc.ServicerContext) -> pb.Ack:
+        with self.long_calls.slot("LoadModel"):
+            self.node.check_coordinator(sender_key(context))
+            self.node.load_model(request_iterator)
+            return self._ack()
+
+    @translate
+    def PeerJoined(self, request: pb.PeerJoinedRequest,
+                   context: grpc.ServicerContext) -> pb.PeerJoinedReply:
+        self.node.check_coordinator(sender_key(context))
+        return pb.PeerJoinedReply(protocol_version=PROTOCOL_VERSION, run_id=self.node.run_id,
+                                  round=self.node.peer_joined(request))
+
+    @translate
+    def Identify(self, request: pb.IdentifyRequest,
+                 context: grpc.ServicerContext) -> pb.Identity:
+        # No sender key: the coordinator asks while this worker's registration is pending.
+        return self.node.identify()
 
     @translate_stream
     def GetFinalState(self, request: pb.FinalStateRequest,

@@ -1,0 +1,91 @@
+"""The coordinator's checkpoint: global model, counters, workers and evaluations in one file.
+
+Written atomically (temp file + rename) every ``checkpoint_interval`` seconds, so a killed
+coordinator leaves the last complete one; ``resume`` reads it back. One ``.npz`` holds the
+weights and, as a JSON string, everything else, so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from hogwild import artifacts
+from hogwild.errors import ConfigError
+
+CHECKPOINT_FILE = "checkpoint.npz"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class WorkerEntry:
+    """A worker as the checkpoint remembers it: who it was and how far it got."""
+
+    worker_id: int
+    address: str
+    threads: int
+    hostname: str = ""
+    pid: int = 0
+    examples: int = 0
+    round: int = 0
+    deltas_applied: int = 0
+    bytes_received: int = 0
+
+
+@dataclass
+class Checkpoint:
+    """Everything a resumed coordinator needs to go on with the run."""
+
+    run_id: str
+    w: npt.NDArray[np.float64]
+    round: int                      # highest round any worker reached
+    elapsed: float                  # training seconds so far (the time budget goes on)
+    deltas_received: int
+    bytes_received: int
+    duplicates: int
+    workers: list[WorkerEntry] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def save(out_dir: str | Path, ckpt: Checkpoint) -> Path:
+    """Write ``out_dir/checkpoint.npz`` atomically."""
+    meta = {key: value for key, value in asdict(ckpt).items() if key != "w"}
+    meta["format_version"] = FORMAT_VERSION
+    buffer = io.BytesIO()
+    np.savez(buffer, w=np.asarray(ckpt.w, dtype=np.float64),
+             meta=np.array(artifacts.dumps(meta)))
+    return artifacts.atomic_write_bytes(Path(out_dir) / CHECKPOINT_FILE, buffer.getvalue())
+
+
+def remove(out_dir: str | Path) -> None:
+    """Delete the checkpoint of a finished run (if any)."""
+    (Path(out_dir) / CHECKPOINT_FILE).unlink(missing_ok=True)
+
+
+def load(directory: str | Path) -> Checkpoint | None:
+    """The checkpoint in ``directory``, None if it has none; ConfigError (key ``resume``) if
+    the file cannot be read or is of another format version."""
+    path = Path(directory) / CHECKPOINT_FILE
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            w = np.array(archive["w"], dtype=np.float64)
+            meta = json.loads(str(archive["meta"]))
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError("resume", f"cannot read {path}: {exc}") from None
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ConfigError("resume", f"{path} has format version {meta.get('format_version')}, "
+                                    f"this hogwild reads {FORMAT_VERSION}")
+    return Checkpoint(
+        run_id=str(meta["run_id"]), w=w, round=int(meta["round"]),
+        elapsed=float(meta["elapsed"]), deltas_received=int(meta["deltas_received"]),
+        bytes_received=int(meta["bytes_received"]), duplicates=int(meta["duplicates"]),
+        workers=[WorkerEntry(**entry) for entry in meta["workers"]],
+        history=list(meta["history"]))

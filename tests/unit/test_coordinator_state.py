@@ -1,0 +1,70 @@
+"""RunState's membership rules: one process per address, rejoining, dropped workers, sealing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hogwild.coordinator.state import AddressClaimed, RunState
+from hogwild.errors import StaleOrUnknown
+from hogwild.protocol.codec import DecodedDelta, DeltaHeader, decode_delta, encode_delta
+
+DIM = 8
+
+
+def _delta(state: RunState, worker_id: int, seq: int) -> DecodedDelta:
+    message = encode_delta(DeltaHeader(state.run_id, worker_id, round=1, seq=seq, dim=DIM),
+                           np.array([1], dtype=np.int32), np.array([0.5], dtype=np.float32))
+    return decode_delta(message, DIM)
+
+
+def _started(n: int = 2) -> RunState:
+    state = RunState(n)
+    for i in range(n):
+        state.register(f"h:{i}", 1, "host", 100 + i)
+    state.wait_for_workers(1.0)
+    state.start_model(DIM)
+    return state
+
+
+def test_another_process_claiming_a_registered_address_is_refused_until_verified() -> None:
+    state = RunState(2)
+    assert state.register("h:1", 1, "host", 10) == 0
+    assert state.register("h:1", 1, "host", 10) == 0  # the same process again: same id
+    with pytest.raises(AddressClaimed, match="registered by worker 0"):
+        state.register("h:1", 1, "host", 11)
+    # Verified (the new process answers at the address): it replaces the old one.
+    assert state.register("h:1", 1, "host", 11, verified=True) == 0
+    assert state.workers[0].pid == 11 and state.take_rejoins() == []
+
+
+def test_registering_again_during_the_run_is_a_rejoin() -> None:
+    state = _started()
+    assert state.register("h:1", 1, "host", 101) == 1
+    assert state.take_rejoins() == [1] and state.take_rejoins() == []
+    assert state.workers[1].incarnation == 1
+    with pytest.raises(StaleOrUnknown, match="already has"):
+        state.register("h:9", 1, "host", 9)
+
+
+def test_a_dropped_worker_is_refused_until_it_rejoins_and_its_reports_are_ignored() -> None:
+    state = _started(3)
+    state.peer_down(state.run_id, 0, 1, 5, "silent")
+    with pytest.raises(StaleOrUnknown, match="dropped from the run"):
+        state.apply_delta(_delta(state, 1, 1))
+    state.peer_down(state.run_id, 1, 2, 5, "a stale view")  # from a dropped reporter
+    assert not state.workers[2].dead
+    state.rejoined(1, 7)
+    assert state.apply_delta(_delta(state, 1, 2))
+    assert state.workers[1].round == 7
+
+
+def test_sealing_freezes_the_model_and_its_counters() -> None:
+    state = _started()
+    assert state.apply_delta(_delta(state, 0, 1))
+    totals = state.seal()
+    assert totals.deltas_received == 1 and totals.applied_from == {0: 1, 1: 0}
+    assert totals.w[1] == 0.5
+    with pytest.raises(StaleOrUnknown, match="after the run ended"):
+        state.apply_delta(_delta(state, 1, 1))
+    assert state.totals().deltas_received == 1
