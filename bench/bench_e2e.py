@@ -58,6 +58,18 @@ print(clf.score(Xt, yt))
 """
 
 
+# Runs argv[2:], writes "peak RSS in KiB of its largest process, CPU seconds" to argv[1],
+# exits with its code.
+RUSAGE_WRAPPER = """
+import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(proc.pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{usage.ru_maxrss} {usage.ru_utime + usage.ru_stime}")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 @dataclass
 class Run:
     """One tool's end-to-end run."""
@@ -82,19 +94,21 @@ def _run(cmd: list[str], log: Path, quiet: float) -> tuple[float, str, float, fl
     if quiet > 0:
         common.wait_for_quiet(quiet)
     out_path, err_path = log.with_suffix(".out"), log.with_suffix(".err")
+    usage_path = log.with_suffix(".rusage")
+    # A small Python in between runs the tool and reports its rusage: a child forked from
+    # this (large) process would count this process's pages in its peak RSS.
     with open(out_path, "w") as out, open(err_path, "w") as err, common.CpuMeter() as meter:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.run([sys.executable, "-c", RUSAGE_WRAPPER, str(usage_path), *cmd],
+                              stdout=out, stderr=err, env=env, check=False)
         seconds = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
     stdout, stderr = out_path.read_text(), err_path.read_text()
     log.write_text(stdout + "\n--- stderr ---\n" + stderr)
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}; see {log}:\n"
                            f"{stderr[-2000:]}")
-    cpu = usage.ru_utime + usage.ru_stime
-    return seconds, stdout, meter.others, cpu, usage.ru_maxrss * 1024.0
+    maxrss_kb, cpu = usage_path.read_text().split()
+    return seconds, stdout, meter.others, float(cpu), float(maxrss_kb) * 1024.0
 
 
 def hogwild_cmd() -> list[str]:

@@ -75,3 +75,14 @@ def test_loss_and_internal_report() -> None:
     assert rep["accuracy"] == 0.5
     # rows' true class gets +1, the other -1: (0 + 0 + 0.5 + 4.5) / 4
     assert rep["loss"] == pytest.approx((0.0 + 0.0 + 0.5 + 4.5) / 4)
+
+
+def test_average_ranks_equal_scipy() -> None:
+    from scipy.stats import rankdata
+
+    from hogwild.model.metrics import average_ranks
+
+    rng = np.random.default_rng(3)
+    for x in (rng.normal(size=500), rng.integers(0, 4, size=500).astype(np.float64),
+              np.zeros(4), np.array([2.0]), np.array([np.inf, -np.inf, 0.0, 0.0])):
+        assert np.array_equal(average_ranks(x), rankdata(x))
