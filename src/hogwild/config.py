@@ -16,6 +16,8 @@ from hogwild.errors import ConfigError
 ENV_PREFIX = "HOGWILD_"
 
 MODES = ("sync", "async")
+TOPOLOGIES = ("mesh", "star")
+DELTA_DTYPES = ("float32", "float16")
 LOSSES = ("hinge", "logistic", "squared")
 SCHEDULES = ("inverse", "constant", "invscaling")
 SHIPPING = ("partition", "replicate")
@@ -81,6 +83,24 @@ class Settings:
                       "auto (about 2M non-zeros of work per thread); never more than a "
                       "quarter of an epoch, since deltas summed from too old a point overshoot",
                       commands=_RC))
+    topology: str = field(
+        default="mesh",
+        metadata=_doc("mesh = every worker sends its delta to every peer and the coordinator "
+                      "(n(n+1) messages per round); star = workers send only to the "
+                      "coordinator, which sends each one the sum of the others' deltas (2n)",
+                      choices=TOPOLOGIES, commands=_RC))
+    delta_threshold: float = field(
+        default=0.0,
+        metadata=_doc("send only delta entries with |value| at or above this; the rest stays "
+                      "in the worker's residual for a later round (0 = off)", commands=_RC))
+    delta_topk: int = field(
+        default=0,
+        metadata=_doc("send only the k largest |values| of each round's delta; the rest stays "
+                      "in the residual (0 = off)", commands=_RC))
+    delta_dtype: str = field(
+        default="float32",
+        metadata=_doc("type of delta values on the wire; float16 halves their bytes, the "
+                      "rounding stays in the residual", choices=DELTA_DTYPES, commands=_RC))
     # --- deadlines (seconds) --------------------------------------------------------------
     register_timeout: float = field(
         default=120.0, metadata=_doc("how long the coordinator waits for all workers to register",
@@ -398,6 +418,8 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "n_features": (lambda v: v >= 1, "must be at least 1 (or null to infer)"),
     "val_fraction": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
     "test_fraction": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
+    "delta_threshold": (lambda v: 0 <= v < float("inf"), "must be non-negative and finite"),
+    "delta_topk": (lambda v: v >= 0, "must be non-negative (0 = off)"),
     "chunk_bytes": (lambda v: 4096 <= v <= (1 << 20), "must be between 4096 and 1048576"),
     "data": (lambda v: bool(v.strip()), "must not be empty"),
     "out_dir": (lambda v: bool(v.strip()), "must not be empty"),

@@ -20,6 +20,7 @@ from hogwild import artifacts
 from hogwild.config import Settings
 from hogwild.coordinator import checkpoint
 from hogwild.coordinator.checkpoint import Checkpoint
+from hogwild.coordinator.relay import StarRelay
 from hogwild.coordinator.state import RunState, Totals, WorkerRecord
 from hogwild.coordinator.stopping import StopRules
 from hogwild.data.labels import MULTICLASS
@@ -121,6 +122,7 @@ class RunDriver:
         self.resume = resume             # the checkpoint this run continues, if any
         self.checkpoints = 0
         self.checkpoint_seconds = 0.0
+        self.relay: StarRelay | None = None  # topology star: relays the sums of deltas
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -176,6 +178,7 @@ class RunDriver:
             max_rounds = self._max_rounds(workers, splits.train.n_rows, round_size)
             self.layout = Layout(dim, n_features, splits.train.n_rows, max_rounds, round_size,
                                  len(workers))
+            self._start_relay(workers, dim)
             self._configure(workers)
             self._print(f"started {len(workers)} worker(s), {s.mode} mode, {s.threads} "
                         f"thread(s) each, up to {max_rounds} rounds of {round_size} "
@@ -196,7 +199,22 @@ class RunDriver:
             self._collect_final_states(dim)
         finally:
             self._stop_workers("coordinator shutting down", quiet=True)
+            if self.relay is not None:
+                self.relay.close()
         return self._finish(splits, rules, reason, train_seconds, load_seconds, began)
+
+    def _start_relay(self, workers: list[WorkerRecord], dim: int) -> None:
+        """Topology star: start relaying deltas before any worker can send one."""
+        s = self.settings
+        if s.topology != "star":
+            return
+        security = from_settings(s)
+        self.relay = StarRelay(
+            self.state, {r.worker_id: r.address for r in workers}, dim, s.mode,
+            s.barrier_timeout, s.rpc_timeout, s.chunk_bytes,
+            lambda wid, address: security.channel(address, self.state.coordinator_key(wid)),
+            half=s.delta_dtype == "float16")
+        self.relay.start()
 
     def _conflicts(self, train: Any, load_seconds: float) -> None:
         """Print the data's conflict statistics and the safe in-flight bound (bounded cost)."""
@@ -280,7 +298,9 @@ class RunDriver:
             rpc_timeout=s.rpc_timeout, seed=s.seed, thread_buffer=s.thread_buffer,
             model=self.spec.kind, hidden=list(self.spec.hidden),
             binary_features=self.spec.binary_features,
-            first_round=first_round, examples_base=examples_base)
+            first_round=first_round, examples_base=examples_base,
+            delta_threshold=s.delta_threshold, delta_topk=s.delta_topk,
+            delta_dtype=s.delta_dtype, topology=s.topology)
 
     def _configure(self, workers: list[WorkerRecord]) -> None:
         first = 1 if self.resume is None else self.resume.round + 1
@@ -577,6 +597,9 @@ class RunDriver:
             "worker_states": workers_out, "conflicts": self.conflicts,
             "checkpoints": self.checkpoints, "checkpoint_seconds": self.checkpoint_seconds,
             "resumed_at_round": None if self.resume is None else self.resume.round + 1,
+            "topology": s.topology,
+            "relay_messages": self.relay.messages_sent() if self.relay else 0,
+            "relay_bytes": self.relay.bytes_sent() if self.relay else 0,
         }
         metrics.update(test_quality(splits.test, w, s.loss, self.spec, splits.labels.task,
                                     splits.labels.classes))

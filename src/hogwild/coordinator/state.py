@@ -97,6 +97,9 @@ class RunState:
         self.sealed = False               # the run is over: the model takes no more deltas
         self.diverged: str | None = None  # where a worker found its weights non-finite
         self._rejoins: list[int] = []     # workers that registered again during the run
+        # Topology star: called (outside the lock) with every delta applied here and whether
+        # it completed its (worker, seq); the relay forwards the sums to the other workers.
+        self.relay: Callable[[DecodedDelta, bool], None] | None = None
 
     # ---------------------------------------------------------------- registration
 
@@ -295,7 +298,9 @@ class RunState:
             if h.final and h.part == h.parts - 1:
                 record.final_delta = True
             self._lock.notify_all()
-            return True
+        if self.relay is not None:
+            self.relay(delta, bool(fresh))
+        return True
 
     def progress(self, run_id: str, worker_id: int, round_: int, examples: int,
                  train_loss: float, done: bool, max_staleness: int,

@@ -33,6 +33,7 @@ _DTYPES: dict[int, np.dtype[Any]] = {
     pb.DTYPE_INT64: np.dtype("<i8"),
     pb.DTYPE_FLOAT32: np.dtype("<f4"),
     pb.DTYPE_FLOAT64: np.dtype("<f8"),
+    pb.DTYPE_FLOAT16: np.dtype("<f2"),
 }
 _CODES: dict[str, int] = {dt.str: code for code, dt in _DTYPES.items()}
 
@@ -239,6 +240,11 @@ def dense_pays(entries: int, dim: int) -> bool:
     return 2 * entries > dim
 
 
+def _wire_dtype(values: npt.NDArray[Any]) -> type[np.floating[Any]]:
+    """float16 values travel as float16 (delta_dtype float16); everything else as float32."""
+    return np.float16 if values.dtype == np.float16 else np.float32
+
+
 def encode_delta(header: DeltaHeader, indices: npt.NDArray[Any], values: npt.NDArray[Any],
                  codec: ArrayCodec = RAW) -> pb.Delta:
     """One ``Delta`` message (no splitting: see :func:`encode_delta_parts`)."""
@@ -250,7 +256,7 @@ def encode_delta(header: DeltaHeader, indices: npt.NDArray[Any], values: npt.NDA
         protocol_version=PROTOCOL_VERSION, run_id=header.run_id, worker_id=header.worker_id,
         round=header.round, seq=header.seq, dim=header.dim,
         indices=encode_array(idx.astype(np.int32, copy=False), codec),
-        values=encode_array(val.astype(np.float32, copy=False), codec),
+        values=encode_array(val.astype(_wire_dtype(val), copy=False), codec),
         part=header.part, parts=header.parts, final=header.final, examples=header.examples)
 
 
@@ -278,9 +284,10 @@ def encode_delta_parts(header: DeltaHeader, indices: npt.NDArray[Any],
 def _encode_dense_parts(header: DeltaHeader, indices: npt.NDArray[Any],
                         values: npt.NDArray[Any], chunk_bytes: int,
                         codec: ArrayCodec) -> list[pb.Delta]:
-    full = np.zeros(header.dim, dtype=np.float32)
-    full[np.asarray(indices)] = np.asarray(values, dtype=np.float32)  # vectorised scatter
-    per = max(1, min(chunk_bytes, MAX_CHUNK_BYTES) // 4)
+    wire = _wire_dtype(np.asarray(values))
+    full = np.zeros(header.dim, dtype=wire)
+    full[np.asarray(indices)] = np.asarray(values, dtype=wire)  # vectorised scatter
+    per = max(1, min(chunk_bytes, MAX_CHUNK_BYTES) // full.itemsize)
     parts = max(1, -(-header.dim // per))
     empty = encode_array(np.zeros(0, dtype=np.int32), codec)
     out = []
@@ -292,6 +299,15 @@ def _encode_dense_parts(header: DeltaHeader, indices: npt.NDArray[Any],
             indices=empty, values=encode_array(full[lo:hi], codec), part=p, parts=parts,
             final=header.final, examples=header.examples, dense=True, dense_offset=lo))
     return out
+
+
+def _decode_values(message: pb.Array, max_length: int) -> ValueArray:
+    """A delta's values as float32, whichever of float32 or float16 the message declares
+    (float16 is widened exactly; an infinite float16 stays infinite and is rejected later)."""
+    if message.dtype == pb.DTYPE_FLOAT16:
+        half = decode_array(message, np.float16, "delta values", max_length=max_length)
+        return half.astype(np.float32)
+    return decode_array(message, np.float32, "delta values", max_length=max_length)
 
 
 def decode_delta(message: pb.Delta, dim: int | None = None) -> DecodedDelta:
@@ -317,12 +333,11 @@ def decode_delta(message: pb.Delta, dim: int | None = None) -> DecodedDelta:
         offset = int(message.dense_offset)
         if offset >= declared:
             raise InvalidMessage(f"dense delta offset {offset} outside [0, {declared})")
-        val = decode_array(message.values, np.float32, "delta values",
-                           max_length=declared - offset)
+        val = _decode_values(message.values, max_length=declared - offset)
         idx = np.arange(offset, offset + val.shape[0], dtype=np.int32)
     else:
         idx = decode_array(message.indices, np.int32, "delta indices", max_length=declared)
-        val = decode_array(message.values, np.float32, "delta values", max_length=declared)
+        val = _decode_values(message.values, max_length=declared)
     if idx.shape[0] != val.shape[0]:
         raise InvalidMessage(f"delta has {idx.shape[0]} indices but {val.shape[0]} values")
     code, pos = _scan_delta(idx, val, declared)

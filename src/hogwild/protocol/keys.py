@@ -12,6 +12,9 @@ import hmac
 import secrets
 
 COORDINATOR = "coordinator"
+# Delta.worker_id of the coordinator's own deltas (topology star: the sum of the other
+# workers' deltas); no worker id can take it (ids count up from 0).
+COORDINATOR_SENDER_ID = 0xFFFFFFFF
 
 
 class KeyRing:

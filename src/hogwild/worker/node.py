@@ -46,6 +46,7 @@ from hogwild.errors import (
 )
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRArrays, csr_arrays
+from hogwild.model.compression import compress_delta
 from hogwild.model.evaluation import is_finite
 from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, choose_hot_features
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
@@ -55,6 +56,7 @@ from hogwild.protocol.codec import (
     decode_delta,
     encode_delta_parts,
 )
+from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 from hogwild.protocol.security import from_settings, same_key
 from hogwild.protocol.streams import (
     FinalState,
@@ -229,6 +231,14 @@ class WorkerNode:
         plan = self.plan
         if plan is None:
             raise StaleOrUnknown("call from a peer before the run config")
+        if plan.topology == "star":
+            # The only sender of deltas is the coordinator, under its own id and key.
+            if worker_id != COORDINATOR_SENDER_ID:
+                raise StaleOrUnknown(f"worker {worker_id}: topology star takes deltas from "
+                                     "the coordinator only")
+            if not same_key(key, self.coordinator_key):
+                raise NotAllowed("the caller is not this worker's coordinator")
+            return
         expected = plan.receive_keys.get(worker_id)
         if expected is None:
             raise StaleOrUnknown(f"worker {worker_id} is not a peer of this worker")
@@ -292,7 +302,7 @@ class WorkerNode:
             # linear model, the seeded initialisation for the MLP.
             self.w = plan.spec.initial_weights(plan.seed)
             self.snap = self.w.copy()
-            self.inbox = Inbox(dict(plan.peers))
+            self.inbox = Inbox(self._senders(plan))
             self.examples = plan.examples_base
             self.rounds = plan.first_round - 1
             self.phase = Phase.CONFIGURED
@@ -325,6 +335,8 @@ class WorkerNode:
             raise StaleOrUnknown(f"worker {pid} is not a peer of worker {self.worker_id}")
         if not message.address:
             raise InvalidMessage("peer joined without an address")
+        if plan.topology == "star":
+            return self.rounds + 1  # no peer traffic in a star: nothing to reopen here
         # Between two exchanges: every delta from the next one on goes to the peer.
         with self._exchange_lock:
             first = self.rounds + 1
@@ -370,7 +382,7 @@ class WorkerNode:
         plan = self.plan
         if plan is None:
             raise StaleOrUnknown("delta received before the run config")
-        if message.worker_id not in plan.peers:
+        if message.worker_id not in self.inbox.peers:
             raise StaleOrUnknown(f"delta from worker {message.worker_id}, not a peer of "
                                  f"worker {self.worker_id}")
         with self.timers.timed("decode"):
@@ -514,6 +526,9 @@ class WorkerNode:
                 # A destination with traffic queued gets deltas (signs of life) anyway.
                 if dest_id != COORDINATOR_ID and dest.pending() == 0:
                     dest.put("Heartbeat", message)
+            if plan.topology == "star":
+                # The relay waits for us like a peer would: progress is our sign of life.
+                self._maybe_report_progress(plan, done=False)
 
     def _tick_loop(self) -> None:
         while not self.done.wait(TICK):
@@ -545,6 +560,10 @@ class WorkerNode:
         """Drop every live peer not heard from for barrier_timeout (dead, not just slow)."""
         self._note_stall()
         for pid in self.inbox.silent(plan.barrier_timeout):
+            if pid == COORDINATOR_SENDER_ID:
+                # Star: the coordinator drops silent workers itself and relays the rest; its
+                # own death is noticed by its destination (fatal) and the watch.
+                continue
             self._drop_peer(pid, round_, f"silent for more than barrier_timeout="
                                          f"{plan.barrier_timeout:g}s while {waiting_for}")
 
@@ -656,20 +675,37 @@ class WorkerNode:
             raise InvalidMessage("build_delta: buffers shorter than the model")
         if not np.isfinite(val[:n]).all():  # finite in float64, beyond float32's range
             self._diverged(plan, round_)
+        sent_idx, sent_val = self._compress(plan, idx[:n], val[:n], final)
         t1 = time.perf_counter()
-        messages = self._encode_delta(idx[:n], val[:n], round_, final, self.examples)
+        messages = self._encode_delta(sent_idx, sent_val, round_, final, self.examples)
         self.timers.add("build_delta", t1 - t0)
         self.timers.add("encode", time.perf_counter() - t1, len(messages))
-        outgoing = OutgoingDelta(round_, final, self.examples, idx[:n], val[:n], messages)
+        outgoing = OutgoingDelta(round_, final, self.examples, sent_idx, sent_val, messages)
         for dest in self.destinations.values():
             dest.put_delta(outgoing if not dest.coalesce else OutgoingDelta(
-                round_, final, self.examples, idx[:n], val[:n], messages))
+                round_, final, self.examples, sent_idx, sent_val, messages))
         self.deltas_sent += len(messages)
         self.rounds = max(self.rounds, round_)
         peers = self.inbox.snapshot()
         live = [p.round for p in peers.values() if not p.settled]
         if live:
             self.max_staleness = max(self.max_staleness, round_ - min(live))
+
+    def _compress(self, plan: RunPlan, idx: np.ndarray, val: np.ndarray,
+                  final: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The part of this round's delta to send (delta_threshold / delta_topk /
+        delta_dtype); the rest stays in the residual. The final delta sends everything, in
+        float32, so that every model ends with the same sum."""
+        if final or not plan.compression.active:
+            return idx, val
+        return compress_delta(idx, val, self.snap, plan.compression)
+
+    def _senders(self, plan: RunPlan) -> dict[int, str]:
+        """Who sends this worker deltas: every peer (mesh), or the coordinator alone, under
+        its own sender id (star: it relays the sum of the others' deltas)."""
+        if plan.topology == "star":
+            return {COORDINATOR_SENDER_ID: self.settings.coordinator_address}
+        return dict(plan.peers)
 
     def _encode_delta(self, indices: np.ndarray, values: np.ndarray, round_: int, final: bool,
                       examples: int) -> list[pb.Delta]:
@@ -714,6 +750,10 @@ class WorkerNode:
         """
         # Workers still contributing: a peer that finished or was dropped sends no more.
         contributing = 1 + sum(1 for p in self.inbox.snapshot().values() if not p.settled)
+        if plan.topology == "star":
+            # The relay hides the peers: count them all (after a drop this under-corrects,
+            # which is stable, where over-counting would overshoot).
+            contributing = 1 + len(plan.peers) if contributing > 1 else 1
         if contributing <= 1:
             return
         b = plan.spec.shared_from
@@ -819,12 +859,15 @@ class WorkerNode:
         destinations = {}
         with self._cond:
             for pid, address in sorted(plan.peers.items()):
+                if plan.topology == "star":
+                    break  # deltas go to the coordinator only
                 address = self._peer_addresses.get(pid, address)
                 destinations[pid] = self._peer_destination(plan, pid, address)
             destinations[COORDINATOR_ID] = Destination(
                 "coordinator", COORDINATOR_ID, self.settings.coordinator_address,
                 pb_grpc.CoordinatorStub, plan.rpc_timeout, give_up, self._on_destination_down,
                 self.timers, coalesce=True, encoder=self._encode_delta,
+                half=plan.compression.half,
                 open_channel=functools.partial(self.security.channel,
                                                sender_key=self.worker_key),
                 on_rejected=self._on_rejected)
@@ -838,6 +881,7 @@ class WorkerNode:
             f"peer {pid}", pid, address, pb_grpc.WorkerStub, plan.rpc_timeout,
             max(plan.barrier_timeout, plan.rpc_timeout), self._on_destination_down, self.timers,
             coalesce=plan.mode == "async", encoder=self._encode_delta,
+            half=plan.compression.half,
             open_channel=functools.partial(self.security.channel,
                                            sender_key=plan.send_keys.get(pid, "")),
             on_rejected=self._on_rejected)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from hogwild.errors import InvalidMessage
 from hogwild.model import kernels
+from hogwild.model.compression import Compression
 from hogwild.model.losses import LOSS_NAMES, get_loss
 from hogwild.model.spec import ModelSpec
 from hogwild.protocol import pb
@@ -50,6 +51,8 @@ class RunPlan:
     receive_keys: dict[int, str] = field(default_factory=dict)  # peer -> key it presents
     first_round: int = 1        # > 1: joining a run under way (see LoadModel)
     examples_base: int = 0      # examples trained before (an earlier incarnation's)
+    compression: Compression = field(default_factory=Compression)
+    topology: str = "mesh"
 
     @property
     def spec(self) -> ModelSpec:
@@ -102,6 +105,12 @@ class RunPlan:
                 raise bad(name, "must be finite and non-negative")
         if m.learning_rate <= 0 or m.barrier_timeout <= 0 or m.rpc_timeout <= 0:
             raise bad("learning_rate", "learning_rate and timeouts must be positive")
+        if not math.isfinite(m.delta_threshold) or m.delta_threshold < 0:
+            raise bad("delta_threshold", "must be finite and non-negative")
+        if m.delta_dtype not in ("", "float32", "float16"):
+            raise bad("delta_dtype", "must be float32 or float16")
+        if m.topology not in ("", "mesh", "star"):
+            raise bad("topology", "must be mesh or star")
         peers = {int(p.worker_id): p.address for p in m.peers}
         if len(peers) != len(m.peers) or m.worker_id in peers:
             raise bad("peers", "peer ids must be unique and differ from this worker's")
@@ -119,4 +128,7 @@ class RunPlan:
             binary_features=spec.binary_features,
             send_keys={int(p.worker_id): p.send_key for p in m.peers},
             receive_keys={int(p.worker_id): p.receive_key for p in m.peers},
-            first_round=max(1, int(m.first_round)), examples_base=int(m.examples_base))
+            first_round=max(1, int(m.first_round)), examples_base=int(m.examples_base),
+            compression=Compression(float(m.delta_threshold), int(m.delta_topk),
+                                    m.delta_dtype == "float16"),
+            topology=m.topology or "mesh")

@@ -44,7 +44,8 @@ _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
 _REPLACEABLE = {"ReportProgress"}
 
 # (indices, float32 values, round, final, examples) -> the messages of one delta (a new seq).
-Encoder = Callable[[npt.NDArray[np.int32], npt.NDArray[np.float32], int, bool, int], list[Any]]
+Encoder = Callable[[npt.NDArray[np.int32], npt.NDArray[np.floating[Any]], int, bool, int],
+                  list[Any]]
 
 
 @dataclass
@@ -90,6 +91,17 @@ def merge_sparse(idx_a: npt.NDArray[np.int32], val_a: npt.NDArray[np.floating[An
     return idx[starts][keep], sums[keep]
 
 
+def wire_values(values: npt.NDArray[np.floating[Any]], half: bool
+                ) -> npt.NDArray[np.floating[Any]]:
+    """``values`` rounded to the wire type: float32, or float16 clipped to its range (the
+    excess, like the rounding, is left for the caller's residual)."""
+    if not half:
+        return values.astype(np.float32)
+    limit = float(np.finfo(np.float16).max)
+    clipped: npt.NDArray[np.floating[Any]] = np.clip(values, -limit, limit).astype(np.float16)
+    return clipped
+
+
 class Destination:
     """A FIFO of (rpc, message) to one address, sent by its own thread."""
 
@@ -98,7 +110,8 @@ class Destination:
                  on_down: Callable[[int, str], None], timers: Timers | None = None,
                  coalesce: bool = False, encoder: Encoder | None = None,
                  open_channel: Callable[[str], grpc.Channel] = grpc.insecure_channel,
-                 on_rejected: Callable[[int, str, Any, str], None] | None = None) -> None:
+                 on_rejected: Callable[[int, str, Any, str], None] | None = None,
+                 half: bool = False) -> None:
         self.name = name
         self.dest_id = dest_id
         self.address = address
@@ -115,6 +128,7 @@ class Destination:
         self._queue: deque[tuple[str, Any]] = deque()
         self.coalesce = coalesce and encoder is not None
         self.encoder = encoder
+        self.half = half                             # summed deltas travel as float16
         self._waiting: OutgoingDelta | None = None   # queued, not yet taken by the thread
         self._residual: OutgoingDelta | None = None  # float32 rounding of the last sum
         self.deltas_merged = 0
@@ -225,7 +239,7 @@ class Destination:
         if delta.messages is not None:
             return delta.messages
         assert self.encoder is not None
-        val32 = delta.values.astype(np.float32)
+        val32 = wire_values(delta.values, self.half)
         rest = delta.values - val32.astype(np.float64)
         left = np.flatnonzero(rest)
         final_now = delta.final and left.shape[0] == 0

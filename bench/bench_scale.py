@@ -1,0 +1,115 @@
+"""Many workers on one machine: messages and bytes per round of topology mesh vs star.
+
+    .venv/bin/python bench/bench_scale.py                       # 16 and 32 workers
+    .venv/bin/python bench/bench_scale.py --workers 16 32 64
+    .venv/bin/python bench/bench_scale.py --delta-dtype float16 --delta-topk 2000
+
+Each configuration is one `hogwild run --workers N --threads 1` on loopback (real coordinator
+and worker processes) over a small synthetic RCV1-shaped set. Printed per run: delta messages
+and serialized bytes per round (every worker's sends to peers and coordinator, plus the
+coordinator's relayed aggregates in star), beside the analytic count n(n+1) (mesh) or 2n
+(star); round latency (training seconds / rounds); time from the start of training to the
+first validation accuracy at or above --target; test accuracy. The machine's load is
+printed: on a shared 2-core machine N processes time-share, so latencies say more about
+the machine than the protocol; the message and byte counts do not depend on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def _analytic(topology: str, n: int) -> int:
+    return n * (n + 1) if topology == "mesh" else 2 * n
+
+
+def run_once(n: int, topology: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """One `hogwild run`; the figures of its metrics.json."""
+    out = workdir / f"{topology}-{n}"
+    argv = [sys.executable, "-m", "hogwild.cli", "run", f"--workers={n}", "--threads=1",
+            f"--topology={topology}", f"--mode={args.mode}", f"--data={args.data}",
+            f"--epochs={args.epochs}", "--patience=0", f"--eval-interval={args.eval_interval}",
+            f"--out-dir={out}", "--data-cache=false", "--register-timeout=600",
+            "--connect-timeout=600", f"--barrier-timeout={args.barrier_timeout}",
+            f"--rpc-timeout={args.barrier_timeout}", f"--round-size={args.round_size}",
+            f"--delta-dtype={args.delta_dtype}", f"--delta-topk={args.delta_topk}"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False,
+                          timeout=args.timeout)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+        raise SystemExit(f"{topology} with {n} workers failed (exit {proc.returncode}):\n{tail}")
+    metrics = json.loads((out / "metrics.json").read_text())
+    states = metrics["worker_states"]
+    rounds = max(1, int(metrics["rounds"]))
+    to_peers = sum(sum(s["acked_by"].values()) for s in states)
+    to_coordinator = sum(s["acked_by_coordinator"] for s in states)
+    messages = to_peers + to_coordinator + int(metrics.get("relay_messages", 0))
+    nbytes = sum(s["bytes_sent"] for s in states) + int(metrics.get("relay_bytes", 0))
+    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
+               if line.strip()]
+    reached = next((row["elapsed"] for row in history
+                    if (row.get("val_accuracy") or 0.0) >= args.target), None)
+    return {"n": n, "topology": topology, "rounds": rounds, "messages": messages / rounds,
+            "analytic": _analytic(topology, n), "kb": nbytes / rounds / 1e3,
+            "latency_ms": 1e3 * float(metrics["seconds"]) / rounds, "to_target": reached,
+            "accuracy": metrics["test_accuracy"], "wall": wall}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[16, 32])
+    parser.add_argument("--topologies", nargs="+", default=["mesh", "star"])
+    parser.add_argument("--mode", default="sync", choices=["sync", "async"])
+    parser.add_argument("--data", default="synthetic:rcv1?rows=32000")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--round-size", type=int, default=100)
+    parser.add_argument("--eval-interval", type=float, default=1.0)
+    parser.add_argument("--barrier-timeout", type=float, default=60.0)
+    parser.add_argument("--target", type=float, default=0.85,
+                        help="validation accuracy for the time-to-target column")
+    parser.add_argument("--delta-dtype", default="float32", choices=["float32", "float16"])
+    parser.add_argument("--delta-topk", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=590.0,
+                        help="seconds one run may take before the benchmark gives up")
+    args = parser.parse_args()
+    print(f"hogwild bench_scale: {args.mode}, {args.data}, {args.epochs} epochs, rounds of "
+          f"{args.round_size} rows, delta {args.delta_dtype} topk {args.delta_topk}; "
+          f"{os.cpu_count()} CPUs, load average {_load_average()}", flush=True)
+    header = (f"{'workers':>7} {'topology':>8} {'rounds':>6} {'msgs/round':>10} "
+              f"{'analytic':>8} {'KB/round':>9} {'round ms':>9} {'to target s':>11} "
+              f"{'test acc':>8} {'wall s':>7}  load")
+    print(header, flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench_scale-") as tmp:
+        for n in args.workers:
+            for topology in args.topologies:
+                r = run_once(n, topology, args, Path(tmp))
+                target = "-" if r["to_target"] is None else f"{r['to_target']:.1f}"
+                print(f"{n:>7} {topology:>8} {r['rounds']:>6} {r['messages']:>10.1f} "
+                      f"{r['analytic']:>8} {r['kb']:>9.1f} {r['latency_ms']:>9.1f} "
+                      f"{target:>11} {r['accuracy']:>8.4f} {r['wall']:>7.0f}  "
+                      f"{_load_average()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""Topology star: the coordinator relays to each worker the sum of the other workers' deltas.
+
+Workers push their deltas to the coordinator only (n messages per round); the relay sums what
+arrived and sends each live worker one aggregate that leaves out its own contribution (it
+has that already), so nothing is applied twice: 2n messages per round instead of n(n+1).
+
+* sync: the aggregate of round r goes out once every live worker's round-r delta is in (or it
+  finished); a worker silent for barrier_timeout is declared dead and no longer waited for,
+  as a mesh peer would drop it. Every worker thus applies the same set before round r+1.
+* async: every ``period`` seconds, whatever arrived since the last send.
+
+When every live worker has sent its final delta, the last aggregate goes out marked final.
+Aggregates are Delta messages under :data:`COORDINATOR_SENDER_ID`, sent with the
+coordinator's own credentials and sender keys through one :class:`Destination` per worker
+(its own sequence numbers, retries, float32 rounding carried to the next aggregate).
+Sums are vectorised (merge_sparse); no loop per entry.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import numpy as np
+import numpy.typing as npt
+
+from hogwild.coordinator.state import RunState
+from hogwild.protocol import pb_grpc
+from hogwild.protocol.codec import DecodedDelta, DeltaHeader, encode_delta_parts
+from hogwild.protocol.keys import COORDINATOR_SENDER_ID
+from hogwild.worker.sender import Destination, OutgoingDelta, merge_sparse
+
+log = logging.getLogger("hogwild.coordinator")
+
+Sparse = tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]
+_EMPTY: Sparse = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64))
+
+
+class StarRelay:
+    """Sums incoming deltas per worker and sends each worker the others' sum."""
+
+    def __init__(self, state: RunState, workers: dict[int, str], dim: int, mode: str,
+                 barrier_timeout: float, rpc_timeout: float, chunk_bytes: int,
+                 open_channel: Callable[[int, str], grpc.Channel], half: bool = False,
+                 period: float = 0.05) -> None:
+        self.state = state
+        self.dim = dim
+        self.mode = mode
+        self.barrier_timeout = barrier_timeout
+        self.chunk_bytes = chunk_bytes
+        self.period = period
+        self._cond = threading.Condition()
+        self._pending: dict[int, Sparse] = {wid: _EMPTY for wid in workers}
+        self._round: dict[int, int] = dict.fromkeys(workers, 0)    # last complete round
+        self._final: dict[int, bool] = dict.fromkeys(workers, False)
+        self._examples: dict[int, int] = dict.fromkeys(workers, 0)
+        self._sent_round = 0
+        self._first_delta: float | None = None  # silence is counted from the first delta
+        self._done = False
+        self.aggregates = 0          # aggregate deltas queued (one per live worker per send)
+        self.destinations = {
+            wid: Destination(f"worker {wid}", wid, address, pb_grpc.WorkerStub, rpc_timeout,
+                             max(barrier_timeout, rpc_timeout), self._down,
+                             coalesce=mode == "async", encoder=self._encode, half=half,
+                             open_channel=functools.partial(open_channel, wid))
+            for wid, address in workers.items()}
+        self._thread = threading.Thread(target=self._run, name="star-relay", daemon=True)
+
+    def start(self) -> None:
+        self.state.relay = self.offer
+        self._thread.start()
+
+    # ------------------------------------------------------------------- receiving
+
+    def offer(self, delta: DecodedDelta, complete: bool) -> None:
+        """A delta the global model took (RPC thread): add it to its sender's pending sum."""
+        h = delta.header
+        with self._cond:
+            if h.worker_id not in self._pending or self._done:
+                return
+            if self._first_delta is None:
+                self._first_delta = time.monotonic()
+            idx, val = self._pending[h.worker_id]
+            self._pending[h.worker_id] = merge_sparse(idx, val, delta.indices, delta.values)
+            self._examples[h.worker_id] = max(self._examples[h.worker_id], h.examples)
+            if complete:
+                self._round[h.worker_id] = max(self._round[h.worker_id], h.round)
+                if h.final:
+                    self._final[h.worker_id] = True
+            self._cond.notify_all()
+
+    # --------------------------------------------------------------------- sending
+
+    def _live(self) -> list[int]:
+        dead = {r.worker_id for r in self.state.workers.values() if r.dead}
+        return [wid for wid in self._pending if wid not in dead]
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait(self.period)
+                    if self._done:
+                        return
+                    live = self._live()
+                    all_final = all(self._final[w] for w in live)
+                    if self.mode == "sync" and not all_final:
+                        target = self._sent_round + 1
+                        if not all(self._final[w] or self._round[w] >= target for w in live):
+                            self._drop_silent(live)
+                            continue
+                    elif not all_final and not any(self._pending[w][0].size for w in live):
+                        continue
+                    self._send(live, all_final)
+                    if all_final:
+                        self._done = True
+                        return
+        except Exception:  # a bug: the workers' barriers time out rather than hang
+            log.exception("the star relay failed")
+
+    def _drop_silent(self, live: list[int]) -> None:
+        """Sync: a worker not heard from for barrier_timeout is dead (not waited for)."""
+        if self._first_delta is None:
+            return  # training has not begun anywhere yet: nobody is late
+        now = time.monotonic()
+        for wid in live:
+            heard = max(self.state.workers[wid].last_seen, self._first_delta)
+            if not self._final[wid] and now - heard > self.barrier_timeout:
+                log.warning("dropping worker %d from round %d: silent for more than "
+                            "barrier_timeout=%gs", wid, self._sent_round + 1,
+                            self.barrier_timeout)
+                self.state.mark_dead(wid, "silent for more than barrier_timeout (star relay)")
+
+    def _send(self, live: list[int], final: bool) -> None:
+        """Queue for each live worker the sum of the others' pending deltas; clear them.
+        A dead worker's last deltas count too: the global model took them, so the live
+        workers must as well to stay equal to it."""
+        total = _EMPTY
+        for pending in self._pending.values():
+            total = merge_sparse(*total, *pending)
+        rounds = [self._round[w] for w in live]
+        round_ = self._sent_round + 1 if self.mode == "sync" else min(rounds, default=0)
+        round_ = max(round_, 0)
+        examples = sum(self._examples.values())
+        for wid in live:
+            own_idx, own_val = self._pending[wid]
+            idx, val = merge_sparse(*total, own_idx, -own_val)
+            self.destinations[wid].put_delta(OutgoingDelta(round_, final, examples, idx, val))
+            self.aggregates += 1
+        for wid in self._pending:
+            self._pending[wid] = _EMPTY
+        if self.mode == "sync":
+            self._sent_round = round_
+
+    def _encode(self, indices: npt.NDArray[np.int32], values: npt.NDArray[np.floating[Any]],
+                round_: int, final: bool, examples: int) -> list[Any]:
+        header = DeltaHeader(run_id=self.state.run_id, worker_id=COORDINATOR_SENDER_ID,
+                             round=round_, seq=1, dim=self.dim, final=final, examples=examples)
+        return encode_delta_parts(header, indices, values, self.chunk_bytes)
+
+    def _down(self, wid: int, why: str) -> None:
+        self.state.mark_dead(wid, f"unreachable from the coordinator: {why}")
+
+    # --------------------------------------------------------------------- closing
+
+    def flush(self, timeout: float) -> None:
+        """Wait (bounded) until every queued aggregate was sent."""
+        deadline = time.monotonic() + timeout
+        for dest in self.destinations.values():
+            dest.flush(max(0.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+        self._thread.join(timeout=1.0)
+        for dest in self.destinations.values():
+            dest.close(timeout=1.0)
+
+    def bytes_sent(self) -> int:
+        return sum(d.bytes_sent for d in self.destinations.values())
+
+    def messages_sent(self) -> int:
+        return sum(d.acked.get("PushDelta", 0) for d in self.destinations.values())
