@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--round-size", type=int, default=100)
     parser.add_argument("--eval-interval", type=float, default=1.0)
     parser.add_argument("--barrier-timeout", type=float, default=60.0)
-    parser.add_argument("--target", type=float, default=0.85,
+    parser.add_argument("--target", type=float, default=0.8,
                         help="validation accuracy for the time-to-target column")
     parser.add_argument("--delta-dtype", default="float32", choices=["float32", "float16"])
     parser.add_argument("--delta-topk", type=int, default=0)
