@@ -1,0 +1,121 @@
+"""The star relay sends each worker the sum of the others' deltas (never its own), per round
+in sync mode, and a last aggregate marked final once every live worker sent its final."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import grpc
+import numpy as np
+
+from hogwild.coordinator.relay import StarRelay
+from hogwild.coordinator.state import RunState
+from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
+from hogwild.worker.sender import OutgoingDelta
+
+DIM = 10
+
+
+def _delta(state: RunState, wid: int, seq: int, round_: int, idx: list[int],
+           val: list[float], final: bool = False) -> None:
+    header = DeltaHeader(state.run_id, wid, round_, seq, DIM, final=final)
+    (message,) = encode_delta_parts(header, np.array(idx, np.int32), np.array(val, np.float32),
+                                    dense=False)
+    assert state.apply_delta(decode_delta(message, DIM))
+
+
+def _relay(state: RunState) -> tuple[StarRelay, dict[int, list[OutgoingDelta]]]:
+    relay = StarRelay(state, {w: f"127.0.0.1:{9 + w}" for w in range(3)}, DIM, "sync",
+                      barrier_timeout=30.0, rpc_timeout=1.0, chunk_bytes=1 << 20,
+                      open_channel=lambda wid, address: grpc.insecure_channel(address))
+    sent: dict[int, list[OutgoingDelta]] = {w: [] for w in range(3)}
+    for wid, dest in relay.destinations.items():
+        # Capture instead of sending (nothing listens at these addresses).
+        def capture(delta: OutgoingDelta, wid: int = wid) -> None:
+            sent[wid].append(delta)
+        dest.put_delta = capture  # type: ignore[method-assign]
+    return relay, sent
+
+
+def _wait(sent: dict[int, list[Any]], count: int) -> None:
+    deadline = time.monotonic() + 10
+    while any(len(v) < count for v in sent.values()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _dense(delta: OutgoingDelta) -> np.ndarray:
+    out = np.zeros(DIM)
+    out[delta.indices] = delta.values
+    return out
+
+
+def test_each_worker_gets_the_others_sum_per_round_then_a_final() -> None:
+    state = RunState(3)
+    for w in range(3):
+        state.register(f"127.0.0.1:{9 + w}", 1)
+    state.start_model(DIM)
+    relay, sent = _relay(state)
+    relay.start()
+    try:
+        _delta(state, 0, 1, 1, [1, 2], [1.0, 2.0])
+        _delta(state, 1, 1, 1, [2, 3], [10.0, 20.0])
+        time.sleep(0.2)
+        assert all(not v for v in sent.values())  # sync: worker 2's round 1 is missing
+        _delta(state, 2, 1, 1, [5], [100.0])
+        _wait(sent, 1)
+        got = {w: _dense(sent[w][0]) for w in range(3)}
+        everything = np.zeros(DIM)
+        everything[[1, 2, 3, 5]] = [1.0, 12.0, 20.0, 100.0]
+        own = {0: [0, 1, 2, 0, 0, 0], 1: [0, 0, 10, 20, 0, 0], 2: [0, 0, 0, 0, 0, 100]}
+        for w in range(3):
+            expected = everything.copy()
+            expected[:6] -= own[w]
+            np.testing.assert_array_equal(got[w], expected)
+            assert sent[w][0].round == 1 and not sent[w][0].final
+        for w in range(3):
+            _delta(state, w, 2, 1, [7], [float(w + 1)], final=True)
+        _wait(sent, 2)
+        for w in range(3):
+            last = sent[w][1]
+            assert last.final
+            np.testing.assert_array_equal(_dense(last)[7], 6.0 - (w + 1))
+        # Own + the others' == the coordinator's model, for every worker.
+        for w in range(3):
+            mine = np.zeros(DIM)
+            mine[[1, 2, 7]] = [1.0, 2.0, 1.0] if w == 0 else [0, 0, 0]
+            if w == 1:
+                mine[[2, 3, 7]] = [10.0, 20.0, 2.0]
+            if w == 2:
+                mine[[5, 7]] = [100.0, 3.0]
+            total = mine + sum(_dense(d) for d in sent[w])
+            np.testing.assert_allclose(total, state.model_copy())
+    finally:
+        relay.close()
+
+
+def test_a_dead_worker_is_not_waited_for_and_its_last_delta_still_counts() -> None:
+    state = RunState(3)
+    for w in range(3):
+        state.register(f"127.0.0.1:{9 + w}", 1)
+    state.start_model(DIM)
+    relay, sent = _relay(state)
+    relay.start()
+    try:
+        _delta(state, 2, 1, 1, [9], [5.0])
+        state.mark_dead(2, "killed right after its round-1 delta")
+        _delta(state, 0, 1, 1, [0], [1.0])
+        _delta(state, 1, 1, 1, [1], [2.0])
+        live = {w: sent[w] for w in (0, 1)}
+        _wait(live, 1)
+        assert not sent[2]
+        # The coordinator's model took worker 2's delta: the survivors get it too.
+        np.testing.assert_array_equal(_dense(sent[0][0])[[0, 1, 9]], [0.0, 2.0, 5.0])
+        np.testing.assert_array_equal(_dense(sent[1][0])[[0, 1, 9]], [1.0, 0.0, 5.0])
+        # Round 2 goes out without worker 2.
+        _delta(state, 0, 2, 2, [0], [1.0])
+        _delta(state, 1, 2, 2, [1], [2.0])
+        _wait(live, 2)
+        assert sent[0][1].round == 2 and not sent[2]
+    finally:
+        relay.close()
