@@ -14,7 +14,7 @@ from .helpers import Cluster, read_metrics, require_reuters
 
 RUNS = 20
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -31,8 +31,9 @@ def test_twenty_short_runs_all_finish(tmp_path: Path, mode: str) -> None:
                           epochs=3, patience=0, eval_interval=0.5, out_dir=str(out),
                           rpc_timeout=5, barrier_timeout=5, data_cache=False)
             assert cluster.coordinator is not None
-            # Bounded waits: a run that does not end within them is a hang.
-            codes = [cluster.coordinator.wait(60)] + [w.wait(30) for w in cluster.workers]
+            # Bounded waits: a run that does not end within them is a hang. Generous, since a
+            # run takes ~10 s on a quiet machine but a minute when the machine is overloaded.
+            codes = [cluster.coordinator.wait(180)] + [w.wait(60) for w in cluster.workers]
             accuracy = read_metrics(out)["test_accuracy"]
             if codes != [0, 0, 0] or accuracy < 0.97:
                 failures.append((i, codes, accuracy, cluster.output()[-3000:]))
