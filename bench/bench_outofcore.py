@@ -8,7 +8,7 @@ streams it). Prints the limit, the arrays' size, exit codes, wall time, peak RSS
 accuracy. MALLOC_ARENA_MAX=2 keeps glibc from reserving 64 MB of address space per thread,
 so that the limit measures data, not allocator arenas.
 
-    python bench/bench_outofcore.py [--rows 1600000] [--limit-mb 900] [--epochs 2]
+    python bench/bench_outofcore.py [--rows 1800000] [--limit-mb 900] [--epochs 2]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def run_limited(cmd: list[str], limit: int, env: dict[str, str],
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=1_600_000, help="rows (default 1600000)")
+    ap.add_argument("--rows", type=int, default=1_800_000, help="rows (default 1800000)")
     ap.add_argument("--limit-mb", type=int, default=900,
                     help="address-space limit of the training process, MB (default 900)")
     ap.add_argument("--epochs", type=int, default=2, help="epochs (default 2)")
