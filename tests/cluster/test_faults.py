@@ -185,7 +185,8 @@ def test_a_killed_worker_is_dropped_and_the_run_completes(cluster: Cluster, tmp_
 def test_a_frozen_worker_resynchronises_and_nobody_fails(cluster: Cluster, tmp_path: Path,
                                                          mode: str) -> None:
     out = tmp_path / "out"
-    cluster.start(3, mode=mode, **faulty(out))
+    # Room for the freeze and the rejoin inside the budget, even on a loaded machine.
+    cluster.start(3, mode=mode, **faulty(out, time_budget=2 * BUDGET))
     ids = cluster.worker_ids()
     assert cluster.coordinator is not None
     cluster.coordinator.wait_for(PROGRESS_ROW, 60)
@@ -207,7 +208,8 @@ def test_a_frozen_worker_resynchronises_and_nobody_fails(cluster: Cluster, tmp_p
 def test_a_restarted_worker_rejoins_with_its_old_id(cluster: Cluster, tmp_path: Path,
                                                     mode: str) -> None:
     out = tmp_path / "out"
-    cluster.start(3, mode=mode, **faulty(out))
+    # Room for a new process to start and rejoin inside the budget, even on a loaded machine.
+    cluster.start(3, mode=mode, **faulty(out, time_budget=2 * BUDGET))
     assert cluster.coordinator is not None
     addresses = {}
     for proc in cluster.workers:
@@ -220,7 +222,7 @@ def test_a_restarted_worker_rejoins_with_its_old_id(cluster: Cluster, tmp_path: 
     # What a StatefulSet does: the same address, a new process.
     port_of = {"coordinator_address": _coordinator_address(cluster)}
     again = cluster._spawn("worker-2-again", "worker", {
-        **faulty(out, mode=mode), "bind_host": "127.0.0.1", "workers": 3, "worker_port": port,
+        **faulty(out, mode=mode, time_budget=2 * BUDGET), "bind_host": "127.0.0.1", "workers": 3, "worker_port": port,
         "advertise_address": f"{host}:{port}", **port_of})
     again.wait_for(re.compile(r"registered as worker 2 of 3"), 60)
     cluster.coordinator.wait_for(re.compile(r"worker 2 rejoined at round (\d+)"), 30)

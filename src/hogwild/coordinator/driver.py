@@ -316,6 +316,24 @@ class RunDriver:
         self.started_workers = True
         _parallel(lambda r: self._call(r, "Start", start), workers)
 
+    def _wait_ready(self, record: WorkerRecord, timeout: float) -> None:
+        """Until the worker's health says SERVING: a new process loads its kernels after it
+        registers, and a shard shipped meanwhile would miss its deadline."""
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        stub = health_pb2_grpc.HealthStub(self.channels[record.worker_id])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.stop_event.is_set():
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.2)
+        raise ClusterError(f"worker {record.worker_id} at {record.address} was not ready "
+                           f"within {timeout:g}s")
+
     def _load_model(self, record: WorkerRecord) -> None:
         """Send a worker the global model to start from (LoadModel)."""
         model = FinalState(worker_id=record.worker_id, weights=self.state.model_copy())
@@ -350,6 +368,7 @@ class RunDriver:
         record = self.state.workers[wid]
         try:
             self._connect(record)
+            self._wait_ready(record, self.settings.register_timeout)
             self._ship_one(record, self.shards[wid], len(self.shards))
             peers = [r for r in self.state.live_workers() if r.worker_id != wid and not r.done]
             round_ = self.state.max_round()
