@@ -245,6 +245,17 @@ def make_seed000(n_rows: int, *, n_features: int = 1_000_000, min_nnz: int = 10,
         raise ValueError(f"need 1 <= min_nnz <= max_nnz <= n_features, got "
                          f"{min_nnz}, {max_nnz}, {n_features}")
     rng = np.random.default_rng(seed)
+    indptr, indices, values, margins = _uniform_rows(
+        rng, n_rows, n_features, min_nnz, max_nnz, bool(binary), threads)
+    labels = _labels(margins, 0.0, noise, rng)
+    return CSRData(indptr, indices, values, labels, n_features)
+
+
+def _uniform_rows(rng: np.random.Generator, n_rows: int, n_features: int, min_nnz: int,
+                  max_nnz: int, binary: bool, threads: int | None,
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """indptr, indices, values and the planted margins of uniform rows (see make_seed000);
+    draws from ``rng`` in a fixed order, so a seed always gives the same arrays."""
     lengths = rng.integers(min_nnz, max_nnz + 1, size=n_rows, dtype=np.int64)
     indptr = np.zeros(n_rows + 1, dtype=np.int64)
     np.cumsum(lengths, out=indptr[1:])
@@ -253,11 +264,10 @@ def make_seed000(n_rows: int, *, n_features: int = 1_000_000, min_nnz: int = 10,
     indices = np.empty(int(indptr[-1]), dtype=np.int32)
     values = np.empty(int(indptr[-1]), dtype=np.float32)
     margins = np.zeros(n_rows, dtype=np.float64)
-    jobs = [(r0, r1, kseed, indptr, n_features, bool(binary), w_star, indices, values, margins)
+    jobs = [(r0, r1, kseed, indptr, n_features, binary, w_star, indices, values, margins)
             for r0, r1 in _ranges(n_rows, threads or default_threads())]
     run_parallel(_fill_uniform, jobs)
-    labels = _labels(margins, 0.0, noise, rng)
-    return CSRData(indptr, indices, values, labels, n_features)
+    return indptr, indices, values, margins
 
 
 def make_regression(n_rows: int, *, n_features: int = 1000, min_nnz: int = 10,
@@ -277,17 +287,9 @@ def make_regression(n_rows: int, *, n_features: int = 1000, min_nnz: int = 10,
     if not 0.0 <= noise < float("inf"):
         raise ValueError(f"noise (standard deviation) must be >= 0 and finite, got {noise}")
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(min_nnz, max_nnz + 1, size=n_rows, dtype=np.int64)
-    indptr = np.zeros(n_rows + 1, dtype=np.int64)
-    np.cumsum(lengths, out=indptr[1:])
-    w_star = rng.standard_normal(n_features).astype(np.float32)
-    kseed = _kernel_seed(rng)
-    indices = np.empty(int(indptr[-1]), dtype=np.int32)
-    values = np.empty(int(indptr[-1]), dtype=np.float32)
-    margins = np.zeros(n_rows, dtype=np.float64)
-    jobs = [(r0, r1, kseed, indptr, n_features, False, w_star, indices, values, margins)
-            for r0, r1 in _ranges(n_rows, threads or default_threads())]
-    run_parallel(_fill_uniform, jobs)
+    indptr, indices, values, margins = _uniform_rows(
+        rng, n_rows, n_features, min_nnz, max_nnz, False, threads)
+    lengths = np.diff(indptr)
     if n_rows:
         # Unit rows: the margin is linear in the values, so it scales with them.
         sq = values.astype(np.float64) ** 2
