@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from hogwild.model.kernels import INVSCALING, _dloss, _loss
+from hogwild.model.kernels import INVSCALING, _dloss, _loss, _publish
 from hogwild.model.losses import SQUARED
 
 F64 = npt.NDArray[np.float64]
@@ -120,24 +120,6 @@ def _forward(indices: I32, values: F32, lo: np.uint64, hi: np.uint64, w: F64, ta
     for j in range(n_prev):
         m += a[prev + j] * tail[out_w + j]
     return float(m)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _publish_tail(w: F64, start: np.uint64, view: F64, base: F64) -> None:
-    """Add this thread's net change of the dense tail to ``w`` and take in the others'."""
-    for j in range(view.shape[0]):
-        ju = np.uint64(j)
-        vj = view[ju]
-        bj = base[ju]
-        cur = w[start + ju]
-        if vj != bj:
-            nv = vj if cur == bj else cur + (vj - bj)
-            w[start + ju] = nv
-            view[ju] = nv
-            base[ju] = nv
-        elif cur != bj:
-            view[ju] = cur
-            base[ju] = cur
 
 
 @njit(nogil=True, cache=True)
@@ -243,8 +225,8 @@ def mlp_sgd_range(
         until_flush -= 1
         if until_flush == 0:
             until_flush = flush
-            _publish_tail(w, tail_start, view, base)
-    _publish_tail(w, tail_start, view, base)
+            _publish(w[tail_start:], view, base, view.shape[0])
+    _publish(w[tail_start:], view, base, view.shape[0])
     return t, loss_sum
 
 
