@@ -1,6 +1,12 @@
 """Compressed deltas on a real cluster (Reuters earn, 2 workers): each option (sync) and all
 three together (async) reach the accuracy of the uncompressed run within 1 point and send
-fewer bytes."""
+fewer bytes to their peers.
+
+Bytes are compared only where the count of messages does not depend on timing: in sync mode
+each worker sends exactly one delta per round to each peer. The coordinator-bound queue (and,
+in async mode, every queue) sums the deltas that wait behind a slow send, and a summed delta is
+much smaller than its parts, so those totals measure the machine's load more than the encoding
+(tests/unit/test_delta_compression.py checks the encoded sizes)."""
 
 from __future__ import annotations
 
@@ -39,8 +45,9 @@ def _run(workdir: Path, n_workers: int, **extra: Any) -> dict[str, Any]:
     return metrics
 
 
-def _bytes_sent(metrics: dict[str, Any]) -> int:
-    return sum(int(s["bytes_sent"]) for s in metrics["worker_states"])
+def _peer_bytes(metrics: dict[str, Any]) -> int:
+    return sum(int(s["bytes_sent"]) - int(s["bytes_to_coordinator"])
+               for s in metrics["worker_states"])
 
 
 def _baseline(mode: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
@@ -61,8 +68,8 @@ def test_compressed_run_matches_the_uncompressed_accuracy(
     squeezed = _run(tmp_path, 2, mode=mode, **option)
     assert squeezed["test_accuracy"] >= plain["test_accuracy"] - 0.01, (squeezed, plain)
     assert squeezed["dropped_workers"] == []
-    assert _bytes_sent(squeezed) < _bytes_sent(plain)
     if mode == "sync":
+        assert _peer_bytes(squeezed) < _peer_bytes(plain)
         # The final delta sends every residual in float32: workers end on the global model.
         out = squeezed["out"]
         with np.load(out / "final_states" / "global.npz") as g:

@@ -654,6 +654,7 @@ class RunDriver:
                          "dropped_peers": st.dropped_peers,
                          "max_staleness": st.max_staleness,
                          "bytes_sent": st.bytes_sent,
+                         "bytes_to_coordinator": st.bytes_to_coordinator,
                          "timings": {name: {"seconds": sec, "count": n}
                                      for name, (sec, n) in st.timings.items()},
                          "max_abs_diff_to_global": float(np.max(np.abs(st.weights - global_w)))})

@@ -152,6 +152,7 @@ class FinalState:
     max_staleness: int = 0
     timings: dict[str, tuple[float, int]] = field(default_factory=dict)
     bytes_sent: int = 0
+    bytes_to_coordinator: int = 0
 
 
 def state_chunks(state: FinalState, run_id: str, chunk_bytes: int,
@@ -187,6 +188,7 @@ def _put_counters(chunk: pb.StateChunk, state: FinalState) -> None:
     chunk.timings.extend(pb.Timing(name=name, seconds=seconds, count=count)
                          for name, (seconds, count) in sorted(state.timings.items()))
     chunk.bytes_sent = state.bytes_sent
+    chunk.bytes_to_coordinator = state.bytes_to_coordinator
 
 
 def receive_state(chunks: Iterable[pb.StateChunk], dim: int,
@@ -219,7 +221,8 @@ def receive_state(chunks: Iterable[pb.StateChunk], dim: int,
                 acked_by_coordinator=int(chunk.acked_by_coordinator),
                 max_staleness=int(chunk.max_staleness),
                 timings={t.name: (float(t.seconds), int(t.count)) for t in chunk.timings},
-                bytes_sent=int(chunk.bytes_sent))
+                bytes_sent=int(chunk.bytes_sent),
+                bytes_to_coordinator=int(chunk.bytes_to_coordinator))
         raw = chunk.weights.data
         assembler.add(int(chunk.offset), chunk.weights, int(chunk.crc32), raw)
         digest.update(0, int(chunk.offset), len(raw), int(chunk.crc32))

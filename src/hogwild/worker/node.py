@@ -434,7 +434,8 @@ class WorkerNode:
             dropped_peers=[pid for pid, p in peers.items() if p.dropped],
             acked_by_coordinator=coordinator.acked.get("PushDelta", 0) if coordinator else 0,
             max_staleness=self.max_staleness, timings=self.timers.snapshot(),
-            bytes_sent=sum(d.bytes_sent for d in self.destinations.values()))
+            bytes_sent=sum(d.bytes_sent for d in self.destinations.values()),
+            bytes_to_coordinator=coordinator.bytes_sent if coordinator else 0)
 
     # ------------------------------------------------------------------- running
 
