@@ -16,7 +16,7 @@ from hogwild.errors import ConfigError
 ENV_PREFIX = "HOGWILD_"
 
 MODES = ("sync", "async")
-TOPOLOGIES = ("mesh", "star")
+TOPOLOGIES = ("mesh", "star", "tree")
 DELTA_DTYPES = ("float32", "float16")
 LOSSES = ("hinge", "logistic", "squared")
 SCHEDULES = ("inverse", "constant", "invscaling")
@@ -87,8 +87,15 @@ class Settings:
         default="mesh",
         metadata=_doc("mesh = every worker sends its delta to every peer and the coordinator "
                       "(n(n+1) messages per round); star = workers send only to the "
-                      "coordinator, which sends each one the sum of the others' deltas (2n)",
+                      "coordinator, which sends each one the sum of the others' deltas (2n); "
+                      "tree = a k-ary tree rooted at the coordinator (tree_fanout): each edge "
+                      "carries one sum up and one down per round (2n), depth O(log n), so no "
+                      "node sends to more than k + 1 others",
                       choices=TOPOLOGIES, commands=_RC))
+    tree_fanout: int = field(
+        default=4,
+        metadata=_doc("topology tree: children per node (the coordinator included); worker i's "
+                      "parent is worker i // k - 1 (-1: the coordinator)", commands=_RC))
     delta_threshold: float = field(
         default=0.0,
         metadata=_doc("send only delta entries with |value| at or above this; the rest stays "
@@ -420,6 +427,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "test_fraction": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
     "delta_threshold": (lambda v: 0 <= v < float("inf"), "must be non-negative and finite"),
     "delta_topk": (lambda v: v >= 0, "must be non-negative (0 = off)"),
+    "tree_fanout": (lambda v: 2 <= v <= 64, "must be between 2 and 64"),
     "chunk_bytes": (lambda v: 4096 <= v <= (1 << 20), "must be between 4096 and 1048576"),
     "data": (lambda v: bool(v.strip()), "must not be empty"),
     "out_dir": (lambda v: bool(v.strip()), "must not be empty"),

@@ -33,6 +33,7 @@ from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.health import HealthReporter
 from hogwild.protocol.security import from_settings
 from hogwild.protocol.streams import FinalState, receive_state, shard_chunks, state_chunks
+from hogwild.worker import tree as tree_layout
 
 log = logging.getLogger("hogwild.coordinator")
 
@@ -204,13 +205,19 @@ class RunDriver:
         return self._finish(splits, rules, reason, train_seconds, load_seconds, began)
 
     def _start_relay(self, workers: list[WorkerRecord], dim: int) -> None:
-        """Topology star: start relaying deltas before any worker can send one."""
+        """Topology star (tree): start relaying deltas before any worker can send one. The
+        tree's root relays like a star whose points are its children (the subtrees' sums)."""
         s = self.settings
-        if s.topology != "star":
+        if s.topology not in ("star", "tree"):
             return
         security = from_settings(s)
+        points = {r.worker_id: r.address for r in workers}
+        if s.topology == "tree":
+            points = {w: points[w] for w in tree_layout.children(tree_layout.COORDINATOR, s.tree_fanout,
+                                                          len(workers))}
+            self.state.delta_senders = set(points)
         self.relay = StarRelay(
-            self.state, {r.worker_id: r.address for r in workers}, dim, s.mode,
+            self.state, points, dim, s.mode,
             s.barrier_timeout, s.rpc_timeout, s.chunk_bytes,
             lambda wid, address: security.channel(address, self.state.coordinator_key(wid)),
             half=s.delta_dtype == "float16")
@@ -300,7 +307,7 @@ class RunDriver:
             binary_features=self.spec.binary_features,
             first_round=first_round, examples_base=examples_base,
             delta_threshold=s.delta_threshold, delta_topk=s.delta_topk,
-            delta_dtype=s.delta_dtype, topology=s.topology)
+            delta_dtype=s.delta_dtype, topology=s.topology, tree_fanout=s.tree_fanout)
 
     def _configure(self, workers: list[WorkerRecord]) -> None:
         first = 1 if self.resume is None else self.resume.round + 1
@@ -445,6 +452,7 @@ class RunDriver:
                 next_checkpoint = time.perf_counter() + s.checkpoint_interval
                 self._checkpoint(began)
             now = time.perf_counter()
+            self._check_tree()
             reason = rules.budget(now - began, self.state.examples(),
                                   self.state.all_finished(), len(self.state.live_workers()))
             if reason is not None:
@@ -463,6 +471,23 @@ class RunDriver:
                         return decision, rules
 
     _last_w: np.ndarray
+
+    def _check_tree(self) -> None:
+        """Topology tree: a dead worker with live descendants cut them off from the model;
+        the run stops with that said (a dead leaf is only dropped)."""
+        s = self.settings
+        if s.topology != "tree":
+            return
+        dead = [r.worker_id for r in self.state.workers.values() if r.dead]
+        if not dead:
+            return
+        cut = tree_layout.cut_off(s.tree_fanout, len(self.state.workers), dead)
+        if cut:
+            wid, kids = next(iter(cut.items()))
+            raise ClusterError(
+                f"topology tree: worker {wid} was lost ({self.state.workers[wid].dead_reason}) "
+                f"and it relays for workers {', '.join(map(str, kids))}, now cut off from the "
+                "model; the run stops (a checkpoint, if written, resumes it with --resume)")
 
     def _checkpoint(self, began: float) -> None:
         """Write the checkpoint (atomically); a failure to write it is logged, not fatal."""

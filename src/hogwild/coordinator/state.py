@@ -100,6 +100,9 @@ class RunState:
         # Topology star: called (outside the lock) with every delta applied here and whether
         # it completed its (worker, seq); the relay forwards the sums to the other workers.
         self.relay: Callable[[DecodedDelta, bool], None] | None = None
+        # Topology tree: the workers that may send deltas here (the root's children); None:
+        # every worker of the run.
+        self.delta_senders: set[int] | None = None
 
     # ---------------------------------------------------------------- registration
 
@@ -274,6 +277,9 @@ class RunState:
                 raise StaleOrUnknown("delta received before the run started")
             if self.sealed:
                 raise StaleOrUnknown("delta received after the run ended")
+            if self.delta_senders is not None and h.worker_id not in self.delta_senders:
+                raise StaleOrUnknown(f"worker {h.worker_id} is not a child of the coordinator "
+                                     "in the tree")
             if record.dead:
                 # Its peers dropped it too: what it sends now would reach the global model but
                 # not theirs. Refused, it registers again and resynchronises.

@@ -109,6 +109,11 @@ class Inbox:
                 self._cond.wait(min(left, 0.5))
             return True
 
+    def queued(self) -> int:
+        """Deltas waiting to be drained."""
+        with self._cond:
+            return len(self._queue)
+
     def wake(self) -> None:
         """Wake every waiter so that it re-checks (e.g. after a stop request)."""
         with self._cond:

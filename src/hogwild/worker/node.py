@@ -28,7 +28,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from typing import Any
 
@@ -70,6 +70,7 @@ from hogwild.worker.plan import RunPlan
 from hogwild.worker.sender import Destination, OutgoingDelta
 from hogwild.worker.timing import Timers
 from hogwild.worker.training import ThreadCursor, make_cursors, train_round
+from hogwild.worker.tree import TreeLinks, children, parent
 from hogwild.worker.watch import CoordinatorWatch
 
 log = logging.getLogger("hogwild.worker")
@@ -126,6 +127,7 @@ class WorkerNode:
         self.snap = np.zeros(0, dtype=np.float64)
         self.inbox = Inbox({})
         self.destinations: dict[int, Destination] = {}
+        self.tree: TreeLinks | None = None  # topology tree: what each tree neighbour is owed
         self.stop_requested = threading.Event()
         self.stop_reason = ""
         self.leaving = False              # SIGTERM: finish without waiting for peers
@@ -239,6 +241,14 @@ class WorkerNode:
             if not same_key(key, self.coordinator_key):
                 raise NotAllowed("the caller is not this worker's coordinator")
             return
+        if plan.topology == "tree" and worker_id not in self._senders(plan):
+            # Parent and children only, the coordinator under its own id and key.
+            raise StaleOrUnknown(f"worker {worker_id}: not a tree neighbour of worker "
+                                 f"{self.worker_id}")
+        if worker_id == COORDINATOR_SENDER_ID:
+            if not same_key(key, self.coordinator_key):
+                raise NotAllowed("the caller is not this worker's coordinator")
+            return
         expected = plan.receive_keys.get(worker_id)
         if expected is None:
             raise StaleOrUnknown(f"worker {worker_id} is not a peer of this worker")
@@ -303,6 +313,7 @@ class WorkerNode:
             self.w = plan.spec.initial_weights(plan.seed)
             self.snap = self.w.copy()
             self.inbox = Inbox(self._senders(plan))
+            self.tree = TreeLinks(self._senders(plan)) if plan.topology == "tree" else None
             self.examples = plan.examples_base
             self.rounds = plan.first_round - 1
             self.phase = Phase.CONFIGURED
@@ -335,8 +346,9 @@ class WorkerNode:
             raise StaleOrUnknown(f"worker {pid} is not a peer of worker {self.worker_id}")
         if not message.address:
             raise InvalidMessage("peer joined without an address")
-        if plan.topology == "star":
-            return self.rounds + 1  # no peer traffic in a star: nothing to reopen here
+        if plan.topology in ("star", "tree"):
+            # star: no peer traffic to reopen; tree: the edges are fixed by the layout.
+            return self.rounds + 1
         # Between two exchanges: every delta from the next one on goes to the peer.
         with self._exchange_lock:
             first = self.rounds + 1
@@ -527,7 +539,7 @@ class WorkerNode:
                 # A destination with traffic queued gets deltas (signs of life) anyway.
                 if dest_id != COORDINATOR_ID and dest.pending() == 0:
                     dest.put("Heartbeat", message)
-            if plan.topology == "star":
+            if plan.topology in ("star", "tree"):
                 # The relay waits for us like a peer would: progress is our sign of life.
                 self._maybe_report_progress(plan, done=False)
 
@@ -653,6 +665,8 @@ class WorkerNode:
                                          d.indices, d.values)
             if result != 0:
                 raise InvalidMessage(f"delta {d.key} rejected by apply_delta ({result})")
+            if self.tree is not None:  # owed on to the other tree neighbours
+                self.tree.received(d.header.worker_id, d.indices, d.values)
         self.inbox.count_applied(items)
         self.timers.add("apply", time.perf_counter() - t0, len(items))
         return len(items)
@@ -677,6 +691,12 @@ class WorkerNode:
         if not np.isfinite(val[:n]).all():  # finite in float64, beyond float32's range
             self._diverged(plan, round_)
         sent_idx, sent_val = self._compress(plan, idx[:n], val[:n], final)
+        if self.tree is not None:
+            self.timers.add("build_delta", time.perf_counter() - t0)
+            self.tree.own(sent_idx, sent_val)
+            self._tree_flush(plan, round_, final)
+            self.rounds = max(self.rounds, round_)
+            return
         t1 = time.perf_counter()
         messages = self._encode_delta(sent_idx, sent_val, round_, final, self.examples)
         self.timers.add("build_delta", t1 - t0)
@@ -706,6 +726,12 @@ class WorkerNode:
         its own sender id (star: it relays the sum of the others' deltas)."""
         if plan.topology == "star":
             return {COORDINATOR_SENDER_ID: self.settings.coordinator_address}
+        if plan.topology == "tree":
+            up = parent(plan.worker_id, plan.tree_fanout)
+            kids = children(plan.worker_id, plan.tree_fanout, len(plan.peers) + 1)
+            senders = ({COORDINATOR_SENDER_ID: self.settings.coordinator_address} if up < 0
+                       else {up: plan.peers[up]})
+            return {**senders, **{c: plan.peers[c] for c in kids}}
         return dict(plan.peers)
 
     def _encode_delta(self, indices: np.ndarray, values: np.ndarray, round_: int, final: bool,
@@ -751,8 +777,8 @@ class WorkerNode:
         """
         # Workers still contributing: a peer that finished or was dropped sends no more.
         contributing = 1 + sum(1 for p in self.inbox.snapshot().values() if not p.settled)
-        if plan.topology == "star":
-            # The relay hides the peers: count them all (after a drop this under-corrects,
+        if plan.topology in ("star", "tree"):
+            # The relay (the tree) hides the peers: count them all (after a drop this under-corrects,
             # which is stable, where over-counting would overshoot).
             contributing = 1 + len(plan.peers) if contributing > 1 else 1
         if contributing <= 1:
@@ -772,6 +798,10 @@ class WorkerNode:
         # A peer that is alive but itself waiting (heartbeats) is waited for; one silent for
         # barrier_timeout is dropped, so the barrier never hangs on a dead peer.
         t0 = time.perf_counter()
+        if self.tree is not None:
+            self._tree_wait(plan, ready, finished=False, waiting_for=f"waiting for round {round_}")
+            self.timers.add("barrier_wait", time.perf_counter() - t0)
+            return
         while not self.inbox.wait(ready, min(0.25, plan.barrier_timeout)):
             self._alive()
             self._drop_silent(plan, round_, f"waiting for round {round_}")
@@ -791,7 +821,11 @@ class WorkerNode:
             return
         self._exchange(plan, self.rounds, final=True)
         self._maybe_report_progress(plan, done=True)
-        if not self.leaving:
+        if self.tree is not None:
+            # Even when leaving: its subtree reaches the rest of the run through it only.
+            self._tree_wait(plan, lambda peers: all(p.settled for p in peers.values()),
+                            finished=True, waiting_for="waiting for its final delta")
+        elif not self.leaving:
             self._await_peer_finals(plan)
         self._apply_inbox()
         flush_for = plan.barrier_timeout + plan.rpc_timeout
@@ -805,6 +839,41 @@ class WorkerNode:
         self.done.set()
         log.info("done: %d rounds, %d examples, %d delta messages sent", self.rounds,
                  self.examples, self.deltas_sent)
+
+    def _tree_flush(self, plan: RunPlan, round_: int, finished: bool) -> None:
+        """Topology tree: queue every message due (what each neighbour is owed)."""
+        assert self.tree is not None
+        # The neighbours' rounds and finals as of now, then everything that arrived up to now
+        # relayed: a label (or a final) never runs ahead of the sums it vouches for.
+        peers = self.inbox.snapshot()
+        self._apply_inbox()
+        for f in self.tree.due(round_, finished, peers, plan.mode == "sync"):
+            dest = self.destinations.get(
+                COORDINATOR_ID if f.neighbour == COORDINATOR_SENDER_ID else f.neighbour)
+            if dest is not None:
+                dest.put_delta(OutgoingDelta(f.round, f.final, self.examples, f.indices,
+                                             f.values))
+                self.deltas_sent += 1
+
+    def _tree_wait(self, plan: RunPlan, ready: Callable[[dict[int, PeerStatus]], bool],
+                   finished: bool, waiting_for: str) -> None:
+        """Topology tree: relay what arrives (apply it, owe it on, send what is due) until
+        ``ready(peers)``; a neighbour silent for barrier_timeout is dropped."""
+        assert self.tree is not None
+        while True:
+            self._alive()
+            # Looked at before relaying: whatever made it true is in the queue now.
+            peers = self.inbox.snapshot()
+            done = ready(peers)
+            with self._exchange_lock:
+                self._tree_flush(plan, self.rounds, finished)
+            if done and (not finished or self.tree.settled(self.inbox.snapshot())):
+                return
+            if self.fatal is not None:
+                return
+            self.inbox.wait(lambda p: ready(p) or self.inbox.queued() > 0,
+                            min(0.25, plan.barrier_timeout))
+            self._drop_silent(plan, self.rounds, waiting_for)
 
     def _await_peer_finals(self, plan: RunPlan) -> None:
         # A peer still training keeps sending deltas; one silent for barrier_timeout is gone.
@@ -862,6 +931,8 @@ class WorkerNode:
             for pid, address in sorted(plan.peers.items()):
                 if plan.topology == "star":
                     break  # deltas go to the coordinator only
+                if self.tree is not None and pid not in self.tree.neighbours:
+                    continue  # tree: parent and children only
                 address = self._peer_addresses.get(pid, address)
                 destinations[pid] = self._peer_destination(plan, pid, address)
             destinations[COORDINATOR_ID] = Destination(

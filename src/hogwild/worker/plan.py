@@ -53,6 +53,7 @@ class RunPlan:
     examples_base: int = 0      # examples trained before (an earlier incarnation's)
     compression: Compression = field(default_factory=Compression)
     topology: str = "mesh"
+    tree_fanout: int = 4        # topology tree: children per node
 
     @property
     def spec(self) -> ModelSpec:
@@ -109,8 +110,10 @@ class RunPlan:
             raise bad("delta_threshold", "must be finite and non-negative")
         if m.delta_dtype not in ("", "float32", "float16"):
             raise bad("delta_dtype", "must be float32 or float16")
-        if m.topology not in ("", "mesh", "star"):
-            raise bad("topology", "must be mesh or star")
+        if m.topology not in ("", "mesh", "star", "tree"):
+            raise bad("topology", "must be mesh, star or tree")
+        if m.topology == "tree" and not 2 <= m.tree_fanout <= 64:
+            raise bad("tree_fanout", "must be between 2 and 64")
         peers = {int(p.worker_id): p.address for p in m.peers}
         if len(peers) != len(m.peers) or m.worker_id in peers:
             raise bad("peers", "peer ids must be unique and differ from this worker's")
@@ -131,4 +134,4 @@ class RunPlan:
             first_round=max(1, int(m.first_round)), examples_base=int(m.examples_base),
             compression=Compression(float(m.delta_threshold), int(m.delta_topk),
                                     m.delta_dtype == "float16"),
-            topology=m.topology or "mesh")
+            topology=m.topology or "mesh", tree_fanout=int(m.tree_fanout) or 4)

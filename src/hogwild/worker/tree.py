@@ -1,0 +1,197 @@
+"""Topology tree: the k-ary heap layout and the sums a node owes each of its tree neighbours.
+
+Layout (k = ``tree_fanout``): the coordinator is the root; workers 0..k-1 are its children and
+worker i's children are k(i+1) .. k(i+1)+k-1, so worker i's parent is ``i // k - 1`` (-1: the
+coordinator). Every worker has one parent edge: n edges, depth about log_k(n).
+
+Routing is flooding on that tree: whatever a node learns from one neighbour (the sum that
+neighbour's side of the tree produced) it owes to every other neighbour, and its own delta it
+owes to all of them. On a tree this delivers every contribution to every node exactly once.
+:class:`TreeLinks` keeps those debts per neighbour and says when each edge is due:
+
+* sync: the message of round R goes to neighbour j once this node's own round-R delta is in
+  and every other live neighbour has sent its round R (so it carries every contribution of
+  rounds <= R from this side of the edge; an up-sum waits for the children, a down-sum for
+  the parent and the siblings). One message per edge and direction per round: 2n in all.
+* async: at every own round boundary, whatever is owed (also one message per edge).
+* the final message to j goes once this node has finished and every other neighbour sent its
+  final (or was dropped): from then on nothing can arrive that j lacks.
+
+No gRPC here: the worker node (and the coordinator's relay) move the sums over the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from hogwild.worker.sender import merge_sparse
+
+COORDINATOR = -1   # the root of the tree, as a parent index
+
+Sparse = tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]
+
+
+def parent(worker: int, k: int) -> int:
+    """Worker ``worker``'s parent: a worker id, or -1 for the coordinator."""
+    return worker // k - 1
+
+
+def children(node: int, k: int, n: int) -> list[int]:
+    """The children of ``node`` (a worker id, or -1 for the coordinator) among n workers."""
+    first = k * (node + 1)
+    return list(range(first, min(first + k, n)))
+
+
+def depth(worker: int, k: int) -> int:
+    """Edges between the coordinator and ``worker`` (1 for the coordinator's children)."""
+    d = 1
+    while (worker := parent(worker, k)) >= 0:
+        d += 1
+    return d
+
+
+def height(n: int, k: int) -> int:
+    """The depth of the deepest of n workers (0 without workers)."""
+    return depth(n - 1, k) if n > 0 else 0
+
+
+def live_parent(worker: int, k: int, dead: Iterable[int]) -> int:
+    """The nearest ancestor of ``worker`` not in ``dead`` (-1: the coordinator)."""
+    gone = set(dead)
+    p = parent(worker, k)
+    while p >= 0 and p in gone:
+        p = parent(p, k)
+    return p
+
+
+def live_children(node: int, k: int, n: int, dead: Iterable[int]) -> list[int]:
+    """The nearest descendants of ``node`` not in ``dead``: its children, a dead child
+    replaced by its own live children (recursively), ascending."""
+    gone = set(dead)
+    found: list[int] = []
+    todo = children(node, k, n)
+    while todo:
+        c = todo.pop()
+        if c in gone:
+            todo.extend(children(c, k, n))
+        else:
+            found.append(c)
+    return sorted(found)
+
+
+def cut_off(k: int, n: int, dead: Iterable[int]) -> dict[int, list[int]]:
+    """Dead workers that still have live descendants: each with the live children it left
+    without a parent (empty when only leaves died)."""
+    gone = set(dead)
+    return {w: kids for w in sorted(gone) if (kids := live_children(w, k, n, gone))}
+
+
+class _Status(Protocol):
+    round: int
+
+    @property
+    def settled(self) -> bool: ...
+
+    dropped: bool
+
+
+@dataclass
+class Flush:
+    """One message due on an edge: what the node owes ``neighbour``, labelled ``round``."""
+
+    neighbour: int
+    round: int
+    final: bool
+    indices: npt.NDArray[np.int32]
+    values: npt.NDArray[np.float64]
+
+
+class TreeLinks:
+    """The sums one node owes its tree neighbours and which edge is due when.
+
+    ``neighbours`` are sender ids as the node's inbox knows them (the coordinator under its
+    own sender id). Not thread-safe: one exchange thread owns it.
+    """
+
+    def __init__(self, neighbours: Iterable[int]) -> None:
+        self._owed: dict[int, list[tuple[npt.NDArray[np.int32], npt.NDArray[Any]]]] = {
+            nbr: [] for nbr in neighbours}
+        self.sent_round: dict[int, int] = dict.fromkeys(self._owed, 0)
+        self.closed: set[int] = set()    # final sent, or the neighbour was dropped
+
+    @property
+    def neighbours(self) -> list[int]:
+        return list(self._owed)
+
+    def own(self, indices: npt.NDArray[np.int32], values: npt.NDArray[Any]) -> None:
+        """This node's own delta: owed to every neighbour."""
+        self.received(None, indices, values)
+
+    def received(self, sender: int | None, indices: npt.NDArray[np.int32],
+                 values: npt.NDArray[Any]) -> None:
+        """A sum from neighbour ``sender``: owed to every other neighbour still open."""
+        if indices.shape[0] == 0:
+            return
+        for nbr, chunks in self._owed.items():
+            if nbr != sender and nbr not in self.closed:
+                chunks.append((indices, values))
+
+    def owed(self, nbr: int) -> bool:
+        return bool(self._owed.get(nbr))
+
+    def take(self, nbr: int) -> Sparse:
+        """What ``nbr`` is owed, summed (one sort of all the pieces), and forget it."""
+        chunks, self._owed[nbr] = self._owed[nbr], []
+        if not chunks:
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64)
+        idx = np.concatenate([c[0] for c in chunks]).astype(np.int32, copy=False)
+        val = np.concatenate([np.asarray(c[1], dtype=np.float64) for c in chunks])
+        return merge_sparse(idx, val, idx[:0], val[:0])
+
+    def due(self, own_round: int, finished: bool, peers: Mapping[int, _Status],
+            sync: bool) -> list[Flush]:
+        """The messages due now (each edge's debt is taken). ``own_round``: the last round
+        whose own delta is in; ``finished``: the final own delta is in; ``peers``: the inbox's
+        view of every neighbour (round received complete, final, dropped)."""
+        out = []
+        for nbr in self.neighbours:
+            if nbr in self.closed:
+                continue
+            status = peers.get(nbr)
+            if status is not None and status.dropped:
+                self.closed.add(nbr)        # gone: nothing more goes to it
+                self._owed[nbr] = []
+                continue
+            others = [peers[o] for o in self.neighbours if o != nbr and o in peers]
+            final = finished and all(o.settled for o in others)
+            if final:
+                label = max(own_round, self.sent_round[nbr])
+            elif sync:
+                # Everything of rounds <= label from this side of the edge is in.
+                bounds = [o.round for o in others if not o.settled]
+                if not finished:
+                    bounds.append(own_round)
+                label = min(bounds)  # not empty: else the edge's final would be due
+                if label <= self.sent_round[nbr]:
+                    continue
+            else:
+                # async: every own round boundary; once finished, whatever arrived since
+                label = max(own_round, self.sent_round[nbr])
+                if finished and not self.owed(nbr):
+                    continue
+            idx, val = self.take(nbr)
+            self.sent_round[nbr] = label
+            if final:
+                self.closed.add(nbr)
+            out.append(Flush(nbr, label, final, idx, val))
+        return out
+
+    def settled(self, peers: Mapping[int, _Status]) -> bool:
+        """Every neighbour sent its final (or was dropped) and got this node's final."""
+        return all(nbr in self.closed and (nbr not in peers or peers[nbr].settled)
+                   for nbr in self.neighbours)

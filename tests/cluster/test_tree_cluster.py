@@ -1,0 +1,137 @@
+"""Topology tree on a real cluster (Reuters earn, 4 workers, fan-out 2: the coordinator's
+children are workers 0 and 1, worker 0 relays for workers 2 and 3). Sync and async reach
+the mesh accuracy within 1 point; every worker ends equal to the coordinator's model; each
+edge carries one message per round and direction (2n per round); a killed leaf is dropped
+and the others finish; a killed interior node stops the run with one clear line."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hogwild.protocol.keys import COORDINATOR_SENDER_ID
+
+from .helpers import Cluster, read_metrics, require_reuters
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+PROGRESS_ROW = re.compile(r"^\s*\d+\.\d+s\s+(\d+)\s+\d+")
+RELAY = str(COORDINATOR_SENDER_ID)
+N, K = 4, 2
+NEIGHBOURS = {0: {RELAY, "2", "3"}, 1: {RELAY}, 2: {"0"}, 3: {"0"}}
+
+
+def _settings(out: Path, **extra: Any) -> dict[str, Any]:
+    train, test = require_reuters()
+    return {"data": str(train), "test_data": str(test), "threads": 1, "epochs": 10,
+            "patience": 0, "eval_interval": 0.5, "out_dir": str(out), "rpc_timeout": 5,
+            "barrier_timeout": 5, "connect_timeout": 60, "register_timeout": 120,
+            "data_cache": False, "tree_fanout": K, **extra}
+
+
+def _run(workdir: Path, **extra: Any) -> dict[str, Any]:
+    out = workdir / "out"
+    workdir.mkdir(parents=True, exist_ok=True)
+    cluster = Cluster(workdir)
+    try:
+        cluster.start(N, **_settings(out, **extra))
+        assert cluster.coordinator is not None
+        assert cluster.coordinator.wait(300) == 0, cluster.output()
+        for worker in cluster.workers:
+            assert worker.wait(30) == 0, cluster.output()
+    finally:
+        cluster.reap()
+    metrics = read_metrics(out)
+    metrics["out"] = out
+    return metrics
+
+
+def _assert_all_equal_global(out: Path, ids: list[int], tol: float = 1e-6) -> None:
+    with np.load(out / "final_states" / "global.npz") as g:
+        global_w = g["w"]
+    assert np.any(global_w != 0)
+    for wid in ids:
+        with np.load(out / "final_states" / f"worker-{wid}.npz") as f:
+            np.testing.assert_allclose(f["w"], global_w, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_tree_reaches_the_mesh_accuracy(mode: str, tmp_path: Path) -> None:
+    mesh = _run(tmp_path / "mesh", mode=mode)
+    tree = _run(tmp_path / "tree", mode=mode, topology="tree")
+    assert tree["topology"] == "tree" and mesh["topology"] == "mesh"
+    assert tree["test_accuracy"] >= mesh["test_accuracy"] - 0.01, (tree, mesh)
+    assert tree["dropped_workers"] == []
+    states = {s["worker_id"]: s for s in tree["worker_states"]}
+    assert sorted(states) == list(range(N))
+    for wid, s in states.items():
+        # Deltas only from and to tree neighbours (the coordinator for workers 0 and 1).
+        assert set(s["applied_from"]) == NEIGHBOURS[wid], s
+        assert set(s["acked_by"]) == NEIGHBOURS[wid] - {RELAY}, s
+        top = RELAY in NEIGHBOURS[wid]
+        assert (s["acked_by_coordinator"] > 0) == top
+        assert tree["coordinator_applied_from"][str(wid)] == s["acked_by_coordinator"]
+        # Every message a neighbour had acknowledged was applied here once.
+        for nbr in NEIGHBOURS[wid] - {RELAY}:
+            assert states[int(nbr)]["acked_by"][str(wid)] == s["applied_from"][nbr]
+    assert sum(states[w]["applied_from"][RELAY] for w in (0, 1)) == tree["relay_messages"]
+    # Even async runs end with every delta everywhere (the finals drain every edge).
+    _assert_all_equal_global(tree["out"], list(range(N)))
+    if mode == "sync":
+        # One message per edge and direction per round: 2n (= 8) against n(n+1) = 20 in a
+        # mesh, the final delta and a float32 remainder at most two more per edge.
+        rounds = tree["rounds"]
+        sent = tree["relay_messages"] + sum(
+            sum(s["acked_by"].values()) + s["acked_by_coordinator"] for s in states.values())
+        assert 2 * N * rounds <= sent <= 2 * N * (rounds + 2), (sent, rounds)
+
+
+def _killed(tmp_path: Path, cluster: Cluster, victim: int) -> tuple[Path, dict[int, Any]]:
+    out = tmp_path / "out"
+    cluster.start(N, mode="sync", topology="tree", **_settings(
+        out, epochs=1_000_000, time_budget=6, barrier_timeout=2, rpc_timeout=2,
+        eval_interval=0.3))
+    assert cluster.coordinator is not None
+    ids = cluster.worker_ids(120)
+    cluster.coordinator.wait_for(PROGRESS_ROW, 300)  # training is under way
+    ids[victim].proc.send_signal(signal.SIGKILL)
+    return out, ids
+
+
+def test_tree_sync_run_drops_a_killed_leaf(cluster: Cluster, tmp_path: Path) -> None:
+    victim = 3  # a child of worker 0
+    out, ids = _killed(tmp_path, cluster, victim)
+    assert cluster.coordinator is not None
+    assert cluster.coordinator.wait(120) == 0, cluster.output()
+    for wid, proc in ids.items():
+        if wid != victim:
+            assert proc.wait(30) == 0, cluster.output()
+    metrics = read_metrics(out)
+    assert metrics["dropped_workers"] == [victim]
+    assert metrics["stop_reason"] == "time budget"
+    assert metrics["test_accuracy"] is not None and metrics["test_accuracy"] > 0.9
+    survivors = sorted(s["worker_id"] for s in metrics["worker_states"])
+    assert survivors == [0, 1, 2]
+    # The leaf's deltas that reached its parent went everywhere: all still equal the model.
+    _assert_all_equal_global(out, survivors, tol=1e-5)
+
+
+def test_tree_killed_interior_node_stops_the_run_with_one_line(cluster: Cluster,
+                                                              tmp_path: Path) -> None:
+    victim = 0  # relays for workers 2 and 3
+    out, ids = _killed(tmp_path, cluster, victim)
+    assert cluster.coordinator is not None
+    assert cluster.coordinator.wait(120) == 1, cluster.output()
+    errors = [line for line in cluster.coordinator.lines if "error:" in line]
+    assert len(errors) == 1, cluster.output()
+    assert re.search(r"topology tree: worker 0 was lost .* relays for workers 2, 3", errors[0])
+    # Nobody hangs: the others are stopped and exit (their training ended: 0).
+    for wid, proc in ids.items():
+        if wid != victim:
+            assert proc.wait(60) == 0, cluster.output()
+    assert not (out / "metrics.json").exists()  # no model written as if the run were whole
