@@ -380,11 +380,39 @@ def _cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
+# The module each command imports first (numpy, numba, grpc, ...): loaded as long-lived
+# objects when the command is the whole process (see hogwild.startup).
+_HEAVY_MODULES = {
+    "train": "hogwild.local", "coordinator": "hogwild.coordinator", "worker": "hogwild.worker",
+    "predict": "hogwild.predict", "eval": "hogwild.predict",
+}
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """Entry point of the `hogwild` console script; returns the process exit code."""
+    """Entry point of the `hogwild` console script; returns the process exit code.
+
+    ``argv`` None (the console script, ``python -m hogwild.cli``): the call is the whole
+    process, which ends when it returns; the garbage collector is then spared the objects
+    of the command's imports and the final traversal of everything (hogwild.startup)."""
+    whole_process = argv is None
+    try:
+        return _main(argv, environ, whole_process)
+    finally:
+        if whole_process:
+            from hogwild.startup import before_exit
+
+            before_exit()
+
+
+def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None,
+          whole_process: bool) -> int:
     env = os.environ if environ is None else environ
     parser = build_parser()
     args = parser.parse_args(argv)
+    if whole_process and args.command in _HEAVY_MODULES:
+        from hogwild.startup import import_long_lived
+
+        import_long_lived(_HEAVY_MODULES[args.command])
     try:
         if args.command == "gen-data":
             _setup_logging("info")

@@ -70,9 +70,9 @@ class BackgroundPlot:
 
 def main() -> int:
     """The helper: import matplotlib now, then draw what stdin asks for."""
-    import matplotlib.backends.backend_agg
-    import matplotlib.figure  # noqa: F401
+    from hogwild.startup import before_exit, import_long_lived
 
+    import_long_lived("matplotlib.backends.backend_agg", "matplotlib.figure")
     from hogwild.artifacts import plot_loss
 
     raw = sys.stdin.buffer.read()
@@ -80,6 +80,7 @@ def main() -> int:
         return 0  # the job ended without a plot
     request = json.loads(raw)
     plot_loss(request["out_dir"], request["rows"], title=request.get("title", ""))
+    before_exit()  # the job waits for this process to end
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -26,7 +27,7 @@ def loaded_after(code: str) -> list[str]:
 
 
 @pytest.mark.parametrize("module", ["hogwild.cli", "hogwild.launcher", "hogwild.plotter",
-                                    "hogwild.config", "hogwild.announce"])
+                                    "hogwild.config", "hogwild.announce", "hogwild.startup"])
 def test_light_modules_import_nothing_heavy(module: str) -> None:
     assert loaded_after(f"import {module}") == []
 
@@ -41,3 +42,43 @@ def test_version_imports_nothing_heavy() -> None:
 
 def test_data_layer_never_imports_grpc_or_matplotlib() -> None:
     assert loaded_after("import hogwild.data, hogwild.data.stream, hogwild.local") == ["numba"]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_long_lived_freezes_what_it_made_and_restores_the_collector(enabled: bool) -> None:
+    from hogwild.startup import long_lived
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        before = gc.get_freeze_count()
+        with long_lived():
+            assert not gc.isenabled()
+            made = [[i] for i in range(1000)]
+        assert gc.isenabled() is enabled
+        assert gc.get_freeze_count() >= before + len(made)
+    finally:
+        gc.unfreeze()
+        (gc.enable if was else gc.disable)()
+
+
+def test_main_called_with_argv_leaves_the_collector_alone(tmp_path: Path) -> None:
+    from hogwild.cli import main
+
+    frozen = gc.get_freeze_count()
+    assert main(["gen-data", "rcv1", "--rows", "20", "--out", str(tmp_path / "x.svm")]) == 0
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen
+
+
+def test_the_whole_process_freezes_before_exit(tmp_path: Path) -> None:
+    """python -m hogwild.cli (argv None): the objects are frozen when main returns."""
+    code = ("import gc, sys\nfrom hogwild.cli import main\n"
+            f"sys.argv = ['hogwild', 'gen-data', 'rcv1', '--rows', '20', '--out', "
+            f"{str(tmp_path / 'x.svm')!r}]\n"
+            "assert main() == 0\nassert gc.isenabled()\nprint(gc.get_freeze_count())")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120, check=True).stdout
+    assert int(out.strip().splitlines()[-1]) > 10_000
