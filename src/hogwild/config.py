@@ -20,7 +20,7 @@ TOPOLOGIES = ("mesh", "star", "tree")
 DELTA_DTYPES = ("float32", "float16")
 LOSSES = ("hinge", "logistic", "squared")
 SCHEDULES = ("inverse", "constant", "invscaling")
-SHIPPING = ("partition", "replicate")
+SHIPPING = ("partition", "replicate", "local")
 TRAINER_MODES = ("hogwild", "locked", "serial", "syncsgd")
 MODEL_KINDS = ("linear", "mlp")
 MULTICLASS_MODES = ("ovr",)
@@ -221,7 +221,15 @@ class Settings:
     shipping: str = field(
         default="partition",
         metadata=_doc("partition = disjoint shard per worker; replicate = whole train set "
-                      "to every worker", choices=SHIPPING, commands=_RC))
+                      "to every worker; local = every worker reads its own row ranges of the "
+                      "data file (a path on a volume every node mounts, or an fsspec URL), the "
+                      "coordinator ships none", choices=SHIPPING, commands=_RC))
+    local_data: str = field(
+        default="",
+        metadata=_doc("shipping local: where this worker reads the training file (a path or "
+                      "URL); empty = the coordinator's data, as it names it. Set it where the "
+                      "shared volume is mounted elsewhere; the file must be the same",
+                      commands=_W))
     chunk_bytes: int = field(
         default=1 << 20, metadata=_doc("largest shard chunk on the wire (at most 1 MiB)",
                                        commands=_RCW))

@@ -40,6 +40,9 @@ log = logging.getLogger("hogwild.coordinator")
 T = TypeVar("T")
 # Shipping and final-state deadlines grow with the payload (loopback does ~1 GB/s; allow 10 MB/s).
 _SLOW_LINK_BYTES_PER_S = 10e6
+# shipping local: a worker reads and parses its rows within this rate (parsing runs at
+# 100+ MB/s per core; gzip inflates at 200+ MB/s).
+_SLOW_READ_BYTES_PER_S = 5e6
 # Every epoch has at least this many exchange rounds: a round is how stale a worker's view of
 # the others' updates can get, and summing deltas computed from a point too many examples old
 # overshoots. Measured on Reuters earn, 2 workers, before the bias was averaged (see
@@ -80,12 +83,22 @@ class Layout:
     workers: int
 
 
+@dataclass(frozen=True)
+class TrainShape:
+    """The size of the training set, whether the coordinator holds it or the workers read it."""
+
+    n_rows: int
+    nnz: int
+    n_features: int
+
+
 @dataclass
 class Shipment:
     worker_id: int
     rows: int
     nbytes: int
     seconds: float
+    plan_bytes: int = 0  # shipping local: the ranges and feature order sent instead of rows
 
 
 class Interrupted(Exception):
@@ -115,6 +128,8 @@ class RunDriver:
         self.eval_seconds = 0.0          # validation evaluations during training
         self.round_size = 0              # examples per thread per round, as configured
         self.shards: list[Any] = []
+        self.train = TrainShape(0, 0, 0)
+        self.local: Any = None           # shipping local: the plan (coordinator.localplan)
         self.layout = Layout(0, 0, 0, 0, 0, 0)
         self._rejoin_threads: list[threading.Thread] = []
         self.conflicts: dict[str, Any] | None = None  # the data's conflict statistics
@@ -141,17 +156,31 @@ class RunDriver:
         began = time.perf_counter()
         self.plot = BackgroundPlot()  # imports matplotlib in its own process meanwhile
         preload_in_background()
-        splits = load_splits(s)
+        if s.shipping == "local":
+            from hogwild.coordinator.localplan import load_local
+
+            splits, self.local = load_local(s)
+            self.train = TrainShape(self.local.plan.train_rows, self.local.plan.train_nnz,
+                                    splits.val.n_features)
+        else:
+            splits = load_splits(s)
+            self.train = TrainShape(splits.train.n_rows, splits.train.nnz,
+                                    splits.train.n_features)
         if splits.labels.task == MULTICLASS:
             classes = ", ".join(f"{v:g}" for v in splits.labels.classes or ())
             raise DataError(f"{s.data}: labels {{{classes}}} are {splits.labels.n_classes} "
                             "classes; the cluster trains binary and regression models only "
                             "(`hogwild train` trains multiclass one-vs-rest)")
-        self._print(f"data: train {describe(splits.train)}")
+        train_line = self.local.describe() if self.local else describe(splits.train)
+        self._print(f"data: train {train_line}")
         self._print(f"      validation {describe(splits.val)}")
         self._print(f"      test {describe(splits.test)}")
         load_seconds = time.perf_counter() - began
-        self._conflicts(splits.train, load_seconds)
+        if self.local is None:
+            self._conflicts(splits.train, load_seconds)
+        else:
+            self._print("conflicts: not measured (shipping local: the training rows stay with "
+                        "the workers)")
         self.health.set(True)
         self._print(f"run {self.state.run_id}: waiting for {s.workers} worker(s) "
                     f"(register_timeout {s.register_timeout:g}s)")
@@ -162,7 +191,7 @@ class RunDriver:
             if self.stop_event.is_set():
                 # Nothing trained, nothing to write: tell whoever registered, then leave.
                 raise Interrupted("SIGTERM before the run started: no outputs written")
-            n_features = splits.train.n_features
+            n_features = self.train.n_features
             spec = self.spec = model_spec(s, n_features)
             dim = spec.dim
             initial = spec.initial_weights(s.seed) if spec.is_mlp else None
@@ -172,12 +201,15 @@ class RunDriver:
                                        f"weights, this data set's {dim}: not the same run")
                 initial = self.resume.w
             self.state.start_model(dim, initial)
-            shards = self.shards = shard(splits.train, len(workers), seed=s.seed,
-                                         mode=s.shipping)
+            if self.local is not None:
+                shards = self.shards = [self.local.source(w) for w in range(len(workers))]
+            else:
+                shards = self.shards = shard(splits.train, len(workers), seed=s.seed,
+                                             mode=s.shipping)
             self._ship(workers, shards)
-            round_size = self.round_size = self._round_size(workers, splits.train)
-            max_rounds = self._max_rounds(workers, splits.train.n_rows, round_size)
-            self.layout = Layout(dim, n_features, splits.train.n_rows, max_rounds, round_size,
+            round_size = self.round_size = self._round_size(workers)
+            max_rounds = self._max_rounds(workers, self.train.n_rows, round_size)
+            self.layout = Layout(dim, n_features, self.train.n_rows, max_rounds, round_size,
                                  len(workers))
             self._start_relay(workers, dim)
             self._configure(workers)
@@ -239,26 +271,42 @@ class RunDriver:
     def _ship_one(self, record: WorkerRecord, data: Any, count: int) -> Shipment:
         s = self.settings
         closing: list[pb.ShardChunk] = []
+        wid = record.worker_id
+        if self.local is not None:  # a plan of ranges: the worker reads (and checks) them
+            from hogwild.protocol.localstream import local_chunks
+
+            stream = local_chunks(data, self.local.order, self.state.run_id, wid,
+                                  s.chunk_bytes, wid, count)
+            timeout = s.rpc_timeout + self.local.text_bytes(wid) / _SLOW_READ_BYTES_PER_S
+        else:
+            stream = shard_chunks(data, self.state.run_id, wid, s.chunk_bytes, wid, count)
+            timeout = s.rpc_timeout + data.nbytes / _SLOW_LINK_BYTES_PER_S
 
         def chunks() -> Iterator[pb.ShardChunk]:
-            for chunk in shard_chunks(data, self.state.run_id, record.worker_id,
-                                      s.chunk_bytes, record.worker_id, count):
+            for chunk in stream:
                 if chunk.is_last:
                     closing.append(chunk)
                 yield chunk
 
-        timeout = s.rpc_timeout + data.nbytes / _SLOW_LINK_BYTES_PER_S
         t0 = time.perf_counter()
         try:
-            ack = self.stubs[record.worker_id].ReceiveShard(chunks(), timeout=timeout)
+            ack = self.stubs[wid].ReceiveShard(chunks(), timeout=timeout)
         except grpc.RpcError as exc:
-            raise ClusterError(f"cannot ship shard {record.worker_id} to {record.address}: "
+            if self.local is not None:
+                raise ClusterError(f"worker {wid} at {record.address} cannot load its rows: "
+                                   f"{exc.code().name} {exc.details()}") from None
+            raise ClusterError(f"cannot ship shard {wid} to {record.address}: "
                                f"{exc.code().name} {exc.details()}") from None
         seconds = time.perf_counter() - t0
         if not closing or ack.shard_digest != closing[0].shard_digest:
-            raise ClusterError(f"worker {record.worker_id} received a different shard "
-                               "(digest mismatch)")
-        return Shipment(record.worker_id, data.n_rows, int(ack.bytes_received), seconds)
+            raise ClusterError(f"worker {wid} received a different shard (digest mismatch)")
+        if self.local is not None:
+            rows, nnz = self.local.train_rows(wid), self.local.train_nnz(wid)
+            if (int(ack.n_rows), int(ack.nnz)) != (rows, nnz):
+                raise ClusterError(f"worker {wid} loaded {ack.n_rows} rows with {ack.nnz} "
+                                   f"non-zeros, planned {rows} with {nnz}")
+            return Shipment(wid, rows, 0, seconds, plan_bytes=int(ack.bytes_received))
+        return Shipment(wid, data.n_rows, int(ack.bytes_received), seconds)
 
     def _ship(self, workers: list[WorkerRecord], shards: list[Any]) -> None:
         s = self.settings
@@ -266,10 +314,17 @@ class RunDriver:
                                    workers)
         total = sum(x.nbytes for x in self.shipments)
         slowest = max(x.seconds for x in self.shipments)
+        if self.local is not None:
+            planned = sum(x.plan_bytes for x in self.shipments)
+            self._print(f"{len(workers)} worker(s) read their own rows (local), each range "
+                        f"checked against its digest, in {slowest:.2f}s; 0 rows shipped "
+                        f"({planned / 1e6:.2f} MB of plans and feature order)")
+            return
         self._print(f"shipped {len(workers)} shard(s) ({s.shipping}), {total / 1e6:.1f} MB in "
                     f"{slowest:.2f}s ({total / 1e6 / max(slowest, 1e-9):.0f} MB/s)")
 
-    def _round_size(self, workers: list[WorkerRecord], train: Any) -> int:
+    def _round_size(self, workers: list[WorkerRecord]) -> int:
+        train = self.train
         size = choose_round_size(self.settings.round_size, train.n_rows, train.nnz,
                                  sum(r.threads for r in workers))
         if self.settings.round_size is None:
@@ -427,7 +482,7 @@ class RunDriver:
 
     def _monitor(self, splits: Any, began: float) -> tuple[str, StopRules]:
         s = self.settings
-        rules = StopRules.from_settings(s, splits.train.n_rows)
+        rules = StopRules.from_settings(s, self.train.n_rows)
         loss = get_loss(s.loss)
         self._print(f"{'elapsed':>8} {'round':>6} {'examples':>10} {'epochs':>7} "
                     f"{'val_loss':>9} {'val_acc':>8} {'deltas':>7} {'MB_in':>8} {'stale':>5}")
@@ -524,8 +579,8 @@ class RunDriver:
         self.eval_seconds += time.perf_counter() - t0
         examples = totals.examples
         losses = [r.train_loss for r in self.state.workers.values() if r.train_loss is not None]
-        row = {"elapsed": time.perf_counter() - began, "round": totals.rounds,
-               "examples": examples, "epochs": examples / max(1, splits.train.n_rows),
+        row: dict[str, Any] = {"elapsed": time.perf_counter() - began, "round": totals.rounds,
+               "examples": examples, "epochs": examples / max(1, self.train.n_rows),
                "val_loss": val.loss if val else None,
                "val_accuracy": val.accuracy if val else None,
                "train_loss": float(np.mean(losses)) if losses else None,
@@ -613,7 +668,7 @@ class RunDriver:
         metrics: dict[str, Any] = {
             "command": "run", "test_loss": test.loss, "test_accuracy": test.accuracy,
             "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
-            "epochs": examples / max(1, splits.train.n_rows), "examples": examples,
+            "epochs": examples / max(1, self.train.n_rows), "examples": examples,
             "rounds": totals.rounds, "seconds": train_seconds,
             "load_seconds": load_seconds, "total_seconds": time.perf_counter() - began,
             "stop_reason": reason, "workers": s.workers, "threads": s.threads, "mode": s.mode,
@@ -630,8 +685,12 @@ class RunDriver:
             "coordinator_apply_seconds": self.state.apply_seconds, "round_size": self.round_size,
             "eval_seconds": self.eval_seconds, "evaluations": len(self.history),
             "shipped_bytes": shipped, "ship_seconds": ship_seconds,
-            "train_rows": splits.train.n_rows, "test_rows": splits.test.n_rows,
-            "n_features": splits.train.n_features, "run_id": self.state.run_id,
+            "plan_bytes": sum(x.plan_bytes for x in self.shipments),
+            "local_ranges": (self.local.ranges_report(len(self.shards))
+                             if self.local is not None else None),
+            "coordinator_peak_rss_bytes": _peak_rss(),
+            "train_rows": self.train.n_rows, "test_rows": splits.test.n_rows,
+            "n_features": self.train.n_features, "run_id": self.state.run_id,
             "task": splits.labels.task, "classes": splits.labels.json_classes(),
             "model": self.spec.kind,
             "coordinator_applied_from": {str(k): v for k, v in totals.applied_from.items()},
@@ -690,6 +749,16 @@ class RunDriver:
             channel.close()
         if self.plot is not None:
             self.plot.close()
+
+
+def _peak_rss() -> int:
+    """This process's peak resident set size in bytes (0 where it cannot be read)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on POSIX
+        return 0
+    peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def _fmt(value: float | None) -> str:

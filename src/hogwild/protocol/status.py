@@ -9,7 +9,15 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from hogwild.errors import Busy, ClusterError, Conflict, InvalidMessage, NotAllowed, StaleOrUnknown
+from hogwild.errors import (
+    Busy,
+    ClusterError,
+    Conflict,
+    DataError,
+    InvalidMessage,
+    NotAllowed,
+    StaleOrUnknown,
+)
 
 log = logging.getLogger("hogwild.protocol")
 
@@ -22,6 +30,8 @@ _CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (Busy, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Conflict, grpc.StatusCode.ALREADY_EXISTS),
     (ClusterError, grpc.StatusCode.UNAVAILABLE),
+    # Data a node cannot use for the request (e.g. its copy of a file is not the planned one).
+    (DataError, grpc.StatusCode.FAILED_PRECONDITION),
 )
 
 

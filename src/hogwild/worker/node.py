@@ -272,7 +272,10 @@ class WorkerNode:
             yield first
             yield from iterator
 
-        shard = receive_shard(replay(), run_id=self.run_id, worker_id=self.worker_id)
+        if first.HasField("local"):
+            shard = self._load_local(replay())
+        else:
+            shard = receive_shard(replay(), run_id=self.run_id, worker_id=self.worker_id)
         with self._cond:
             self.shard = shard
             self.phase = Phase.SHARD
@@ -283,6 +286,22 @@ class WorkerNode:
                            worker_id=self.worker_id, n_rows=shard.data.n_rows,
                            nnz=shard.data.nnz, bytes_received=shard.bytes_received,
                            shard_digest=shard.digest)
+
+    def _load_local(self, chunks: Iterator[pb.ShardChunk]) -> ReceivedShard:
+        """shipping local: read this worker's ranges of the training file itself. A file that
+        is not the one the coordinator planned with is refused, and ends this worker."""
+        from hogwild.protocol.localstream import receive_local
+        from hogwild.worker.localdata import load_local_shard
+
+        plan = receive_local(chunks, run_id=self.run_id, worker_id=self.worker_id)
+        try:
+            data = load_local_shard(plan, self.settings.local_data)
+        except DataError as exc:
+            self.fatal = f"cannot train on the planned rows: {exc}"
+            self.request_stop("the data file differs from the coordinator's")
+            raise
+        return ReceivedShard(data, plan.digest, plan.bytes_received, plan.shard_index,
+                             plan.shard_count)
 
     def configure(self, message: pb.RunConfig) -> None:
         self._wait_registered(self.settings.rpc_timeout)
