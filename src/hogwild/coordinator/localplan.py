@@ -76,13 +76,20 @@ class LocalShipping:
                 f"({nnz / max(rows, 1):.1f} per row), positive share {pos / max(rows, 1):.3f} "
                 f"(read by the workers from {self.spec.source}; none held here)")
 
-    def ranges_report(self, workers: int) -> list[dict[str, Any]]:
-        """Per worker: its ranges as [first_row, rows, byte_start, byte_end] and its counts."""
-        return [{"worker_id": w,
-                 "ranges": [[r.first_row, r.rows, r.byte_start, r.byte_end]
-                            for r in self.plan.worker_ranges(w)],
-                 "train_rows": self.train_rows(w), "train_nnz": self.train_nnz(w)}
-                for w in range(workers)]
+    def ranges_report(self, workers: int) -> dict[str, Any]:
+        """The plan for metrics.json: the file, its row counts, and per worker its ranges as
+        [first_row, rows, byte_start, byte_end] with its training rows and non-zeros."""
+        plan = self.plan
+        return {"source": self.spec.source, "file_bytes": plan.file_size,
+                "text_bytes": plan.text_bytes, "gzip": plan.gzip,
+                "total_rows": plan.total_rows, "train_rows": plan.train_rows,
+                "val_rows": plan.val.n_rows, "test_rows": plan.test.n_rows,
+                "holdout": self.spec.holdout, "plan_seconds": plan.seconds,
+                "workers": [{"worker_id": w,
+                             "ranges": [[r.first_row, r.rows, r.byte_start, r.byte_end]
+                                        for r in plan.worker_ranges(w)],
+                             "train_rows": self.train_rows(w), "train_nnz": self.train_nnz(w)}
+                            for w in range(workers)]}
 
 
 def load_local(settings: Settings) -> tuple[Splits, LocalShipping]:
