@@ -2,7 +2,7 @@
 
 Writes synthetic RCV1-shaped svmlight files (train, plus a separate test file so that the
 coordinator's held-out rows are the 10 % validation share only), then runs `hogwild run`
-(coordinator + 2 workers as processes on loopback) with each shipping mode, alternating, and
+(coordinator + 2 workers as processes on loopback, 1 thread, --epochs passes) with each shipping mode, alternating, and
 prints the coordinator's peak RSS (`coordinator_peak_rss_bytes` in metrics.json), the time from
 start to training and the test accuracy. Medians over --repeats runs.
 """
@@ -47,10 +47,11 @@ def write_data(rows: int, workdir: Path) -> tuple[Path, Path]:
     return train, test
 
 
-def run_once(train: Path, test: Path, shipping: str, workdir: Path) -> dict[str, Any]:
+def run_once(train: Path, test: Path, shipping: str, workdir: Path,
+             epochs: int) -> dict[str, Any]:
     out = workdir / f"out-{shipping}-{time.monotonic_ns()}"
     argv = [sys.executable, "-m", "hogwild.cli", "run", "--workers", "2", "--threads", "1",
-            "--data", str(train), "--test", str(test), "--out", str(out), "--epochs", "1",
+            "--data", str(train), "--test", str(test), "--out", str(out), "--epochs", str(epochs),
             "--patience", "0", "--shipping", shipping, "--data-cache", "false",
             "--insecure"]
     t0 = time.perf_counter()
@@ -71,6 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="200000", help="comma-separated training row counts")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=1)
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()}")
     with tempfile.TemporaryDirectory(prefix="hogwild-bench-local-") as tmp:
@@ -83,7 +85,7 @@ def main() -> None:
             runs: dict[str, list[dict[str, Any]]] = {"partition": [], "local": []}
             for _ in range(args.repeats):
                 for shipping in runs:
-                    runs[shipping].append(run_once(train, test, shipping, workdir))
+                    runs[shipping].append(run_once(train, test, shipping, workdir, args.epochs))
             for shipping, got in runs.items():
                 med = {k: statistics.median(r[k] for r in got) for k in got[0]}
                 print(f"| {rows:,} | {shipping} | {med['rss_mb']:.0f} | {med['load_s']:.2f} | "

@@ -522,6 +522,8 @@ class WorkerNode:
         self._thread_round = [plan.first_round - 1] * plan.threads
         self._thread_alive = [True] * plan.threads
         self._gate = plan.first_round
+        with self._tick_lock:  # the watch starts now: loading the shard was no stall
+            self._tick = time.monotonic()
         ticker = threading.Thread(target=self._tick_loop, name="stall-watch", daemon=True)
         ticker.start()
         threads = [threading.Thread(target=self._train_thread, args=(k, cursors[k]),
