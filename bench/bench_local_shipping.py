@@ -84,8 +84,8 @@ def main() -> None:
             train, test = write_data(rows, workdir)
             runs: dict[str, list[dict[str, Any]]] = {"partition": [], "local": []}
             for _ in range(args.repeats):
-                for shipping in runs:
-                    runs[shipping].append(run_once(train, test, shipping, workdir, args.epochs))
+                for shipping, done in runs.items():
+                    done.append(run_once(train, test, shipping, workdir, args.epochs))
             for shipping, got in runs.items():
                 med = {k: statistics.median(r[k] for r in got) for k in got[0]}
                 print(f"| {rows:,} | {shipping} | {med['rss_mb']:.0f} | {med['load_s']:.2f} | "
