@@ -227,8 +227,9 @@ class Settings:
     local_data: str = field(
         default="",
         metadata=_doc("shipping local: where this worker reads the training file (a path or "
-                      "URL); empty = the coordinator's data, as it names it. Set it where the "
-                      "shared volume is mounted elsewhere; the file must be the same",
+                      "URL); empty = where the coordinator reads it (its data; a path made "
+                      "absolute). Set it where the shared volume is mounted elsewhere on this "
+                      "node; the file must be the same (its ranges are checked by digest)",
                       commands=_W))
     chunk_bytes: int = field(
         default=1 << 20, metadata=_doc("largest shard chunk on the wire (at most 1 MiB)",

@@ -362,7 +362,9 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
     parts = _Parts()
     with closing(TextFile(spec.source)) as f:
         name = f.name
-        if f.size != spec.file_size and f.size >= 0 and spec.file_size >= 0:
+        # A size of 0 in the plan, or -1 here: a server that does not say (the digests and
+        # counts below still decide).
+        if spec.file_size > 0 and f.size >= 0 and f.size != spec.file_size:
             raise DataError(f"{name} differs from the file the coordinator planned with: "
                             f"{f.size:,} bytes here, {spec.file_size:,} there (shipping: local "
                             "needs every node to read the same file)")
