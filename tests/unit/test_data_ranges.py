@@ -279,3 +279,19 @@ def test_local_plan_stream_round_trip_and_tampering(text_file: Path) -> None:
     broken[0].local.ranges[0].byte_start = 5
     with pytest.raises(InvalidMessage, match="inconsistent"):
         receive_local(broken)
+
+
+def test_label_values_are_those_of_the_rows_as_float32(tmp_path: Path) -> None:
+    from hogwild.data.labels import LabelMap
+
+    path = tmp_path / "labels.svm"
+    rows = [f"{0.1 if i % 3 else 0.7} {i % 50 + 1}:1" for i in range(300)]
+    path.write_text("\n".join(rows) + "\n")
+    plan = plan_file(str(path), workers=2, seed=0, val_fraction=0.2, test_fraction=0.0)
+    assert list(plan.labels) == [float(np.float32(0.1)), float(np.float32(0.7))]
+    labels = LabelMap.fit(plan.labels, classifier=True, source=str(path))
+    encoded = labels.encode(plan.val.labels, str(path))  # no label is "unknown"
+    assert set(encoded.tolist()) == {-1.0, 1.0}
+    spec = LocalSpec(str(path), plan.file_size, 50, False, 0, 0.2)
+    got = read_ranges(spec, plan.worker_ranges(0))
+    assert set(got.labels.tolist()) <= {float(np.float32(0.1)), float(np.float32(0.7))}

@@ -286,9 +286,12 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
             train_rows += np.bincount(piece[train], minlength=n_ranges)
             train_nnz += np.bincount(piece[train], weights=lengths[train],
                                      minlength=n_ranges).astype(np.int64)
+            # Labels as every CSRData holds them (float32), so that the classes found here
+            # match the rows' labels wherever they are compared.
+            labels32 = p.labels.astype(np.float32)
             if classifier and labels.shape[0] <= _MAX_LABEL_VALUES:
-                labels, label_counts = _merge_labels(labels, label_counts, p.labels, train)
-            positive += int(np.count_nonzero(p.labels[train] > 0))
+                labels, label_counts = _merge_labels(labels, label_counts, labels32, train)
+            positive += int(np.count_nonzero(labels32[train] > 0))
             # Ranges that start in this block, and the digest of every range's bytes.
             seg = 0
             first = int(np.searchsorted(bounds_arr, row_at, side="left"))
@@ -330,7 +333,7 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
 def _merge_labels(values: np.ndarray, counts: np.ndarray, labels: np.ndarray,
                   train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct label values of every row so far, with their training-row counts."""
-    new, inverse = np.unique(labels, return_inverse=True)
+    new, inverse = np.unique(labels.astype(np.float64), return_inverse=True)
     new_counts = np.bincount(inverse[train], minlength=new.shape[0]).astype(np.int64)
     merged = np.union1d(values, new)
     out = np.zeros(merged.shape[0], dtype=np.int64)
