@@ -7,11 +7,14 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hogwild import __version__, config
 from hogwild.config import Settings
 from hogwild.errors import ConfigError, DataError, HogwildError
+
+if TYPE_CHECKING:
+    from hogwild.plotter import BackgroundPlot
 
 log = logging.getLogger("hogwild")
 
@@ -233,10 +236,10 @@ def _setup_logging(level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-def _cmd_train(settings: Settings, args: argparse.Namespace) -> int:
+def _cmd_train(settings: Settings, plot: BackgroundPlot | None = None) -> int:
     from hogwild.local import train_job
 
-    train_job(settings)
+    train_job(settings, plot=plot)
     return 0
 
 
@@ -247,10 +250,10 @@ def _cmd_run(settings: Settings, args: argparse.Namespace) -> int:
                      insecure=args.insecure)
 
 
-def _cmd_coordinator(settings: Settings, args: argparse.Namespace) -> int:
+def _cmd_coordinator(settings: Settings, plot: BackgroundPlot | None = None) -> int:
     from hogwild.coordinator import serve
 
-    return serve(settings)
+    return serve(settings, plot=plot)
 
 
 def _cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
@@ -260,7 +263,7 @@ def _cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
 
 
 _COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
-    "train": _cmd_train, "run": _cmd_run, "coordinator": _cmd_coordinator, "worker": _cmd_worker,
+    "run": _cmd_run, "worker": _cmd_worker,
 }
 
 
@@ -386,6 +389,9 @@ _HEAVY_MODULES = {
     "train": "hogwild.local", "coordinator": "hogwild.coordinator", "worker": "hogwild.worker",
     "predict": "hogwild.predict", "eval": "hogwild.predict",
 }
+# Commands that draw the loss plot: as the whole process they start its helper before their
+# own imports, so that it imports matplotlib while this process is busy on one core.
+_PLOTTING = ("train", "coordinator")
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -409,10 +415,24 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None,
     env = os.environ if environ is None else environ
     parser = build_parser()
     args = parser.parse_args(argv)
-    if whole_process and args.command in _HEAVY_MODULES:
-        from hogwild.startup import import_long_lived
+    plot: BackgroundPlot | None = None
+    if whole_process and args.command in _PLOTTING:
+        from hogwild.plotter import BackgroundPlot
 
-        import_long_lived(_HEAVY_MODULES[args.command])
+        plot = BackgroundPlot()
+    try:
+        if whole_process and args.command in _HEAVY_MODULES:
+            from hogwild.startup import import_long_lived
+
+            import_long_lived(_HEAVY_MODULES[args.command])
+        return _run_command(args, env, plot)
+    finally:
+        if plot is not None:
+            plot.close()
+
+
+def _run_command(args: argparse.Namespace, env: Mapping[str, str],
+                 plot: BackgroundPlot | None) -> int:
     try:
         if args.command == "gen-data":
             _setup_logging("info")
@@ -435,6 +455,10 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None,
         _setup_logging(settings.log_level)
         for warning in ignored_flags(args) + _ignored_settings(settings, args.command):
             log.warning(warning)
+        if args.command == "train":
+            return _cmd_train(settings, plot)
+        if args.command == "coordinator":
+            return _cmd_coordinator(settings, plot)
         return _COMMANDS[args.command](settings, args)
     except ConfigError as exc:
         print(f"hogwild {args.command}: error: {exc}", file=sys.stderr)

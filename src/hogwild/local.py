@@ -140,14 +140,17 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def train_job(settings: Settings, out: TextIO | None = None) -> dict[str, Any]:
+def train_job(settings: Settings, out: TextIO | None = None,
+              plot: BackgroundPlot | None = None) -> dict[str, Any]:
     """Run `hogwild train`: print a progress row per epoch (to ``out``, default the current
-    sys.stdout), write outputs, return metrics."""
+    sys.stdout), write outputs, return metrics. ``plot``: the loss plot's helper, if the
+    caller has started it already."""
     out = sys.stdout if out is None else out
     started = time.perf_counter()
     # A bad out_dir (a file, read-only) is found now, not after training.
     artifacts.check_out_dir(settings.out_dir)
-    plot = BackgroundPlot()  # imports matplotlib in its own process while the data loads
+    if plot is None:
+        plot = BackgroundPlot()  # imports matplotlib in its own process while the data loads
     try:
         return _train(settings, out, started, plot)
     finally:

@@ -20,6 +20,7 @@ from hogwild.coordinator.servicer import CoordinatorServicer
 from hogwild.coordinator.state import RunState
 from hogwild.errors import ConfigError
 from hogwild.model.trainer import warmup
+from hogwild.plotter import BackgroundPlot
 from hogwild.protocol import pb_grpc
 from hogwild.protocol.codec import warmup as codec_warmup
 from hogwild.protocol.health import (
@@ -56,10 +57,11 @@ def create_server(settings: Settings, state: RunState | None = None
     return server, port, state, health
 
 
-def serve(settings: Settings, out: TextIO = sys.stdout) -> int:
+def serve(settings: Settings, out: TextIO = sys.stdout, plot: BackgroundPlot | None = None) -> int:
     """Run the coordinator to the end of the run; 0 once outputs are written.
 
-    ConfigError before any port is bound if out_dir cannot be created or written.
+    ConfigError before any port is bound if out_dir cannot be created or written. ``plot``:
+    the loss plot's helper, if the caller has started it already.
     """
     check_out_dir(settings.out_dir)
     resume = checkpoint.load(settings.resume) if settings.resume else None
@@ -89,7 +91,7 @@ def serve(settings: Settings, out: TextIO = sys.stdout) -> int:
     server.start()
     log.info("serving with %s", from_settings(settings).describe())
     print(f"{READY_PREFIX}{port}", file=out, flush=True)
-    driver = RunDriver(settings, state, health, stop_event, out, resume)
+    driver = RunDriver(settings, state, health, stop_event, out, resume, plot)
     health.watch(lambda: driver.alive_at, stall_seconds(settings.barrier_timeout,
                                                           settings.rpc_timeout))
     # Compiled kernels load on another thread while the data loads and the workers start;

@@ -110,7 +110,7 @@ class RunDriver:
 
     def __init__(self, settings: Settings, state: RunState, health: HealthReporter,
                  stop_event: threading.Event, out: TextIO = sys.stdout,
-                 resume: Checkpoint | None = None) -> None:
+                 resume: Checkpoint | None = None, plot: BackgroundPlot | None = None) -> None:
         self.settings = settings
         self.state = state
         self.health = health
@@ -134,7 +134,7 @@ class RunDriver:
         self._rejoin_threads: list[threading.Thread] = []
         self.conflicts: dict[str, Any] | None = None  # the data's conflict statistics
         self.spec = ModelSpec.linear(1)  # the run's model, set once the data is loaded
-        self.plot: BackgroundPlot | None = None  # the loss plot's helper process
+        self.plot: BackgroundPlot | None = plot  # the loss plot's helper process
         self.resume = resume             # the checkpoint this run continues, if any
         self.checkpoints = 0
         self.checkpoint_seconds = 0.0
@@ -154,7 +154,8 @@ class RunDriver:
 
         s = self.settings
         began = time.perf_counter()
-        self.plot = BackgroundPlot()  # imports matplotlib in its own process meanwhile
+        if self.plot is None:
+            self.plot = BackgroundPlot()  # imports matplotlib in its own process meanwhile
         preload_in_background()
         if s.shipping == "local":
             from hogwild.coordinator.localplan import load_local
