@@ -213,3 +213,33 @@ def test_out_of_core_training_streams_the_cache(tmp_path: Path,
     with open(tmp_path / "log2.txt", "w") as fh:
         train_job(settings, out=fh)
     assert "training from the cache" in (tmp_path / "log2.txt").read_text()
+
+
+def _caps_by_hand(text: bytes) -> tuple[list[int], int]:
+    """Per data row, its colons before any '#'; and the number of lines."""
+    caps, lines = [], 0
+    for line in text.split(b"\n")[:-1]:
+        lines += 1
+        body = line.lstrip(b" \t\r")
+        if body and not body.startswith(b"#"):
+            caps.append(body.split(b"#")[0].count(b":"))
+    return caps, lines
+
+
+def test_row_caps_counts_colons_of_data_rows_8_bytes_at_a_time() -> None:
+    """Lines of every length around the 8-byte words the first pass reads, with comments,
+    blank lines, CRs and qid tokens, at every offset of the buffer."""
+    from hogwild.data import _textparse as kp
+
+    rng = np.random.default_rng(5)
+    tokens = [b"1", b":", b" ", b"\t", b"\r", b"#", b"0.5", b"qid:3", b"12:0.25", b"-1", b"::"]
+    for _ in range(1500):
+        lines = [b"".join(tokens[int(t)] for t in rng.integers(0, len(tokens),
+                                                               int(rng.integers(0, 30))))
+                 for _ in range(int(rng.integers(1, 10)))]
+        text = b"\n".join(lines) + b"\n"
+        pad = int(rng.integers(0, 9))
+        buf = np.frombuffer(b"x" * pad + text + b"Z" * int(rng.integers(0, 9)), dtype=np.uint8)
+        caps = np.full(16, -1, dtype=np.int64)
+        n_rows, n_lines = kp.row_caps(buf, pad, pad + len(text), caps, 3)
+        assert (list(caps[3:3 + int(n_rows)]), int(n_lines)) == _caps_by_hand(text), text

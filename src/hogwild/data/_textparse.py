@@ -221,13 +221,45 @@ def next_line_start(b: Any, pos: int) -> Any:  # pragma: no cover - compiled
     return n
 
 
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_HIGH = np.uint64(0x8080808080808080)
+_BYTES_OF_1 = np.uint64(0x0101010101010101)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _load8(b: Any, pos: Any) -> Any:  # pragma: no cover - compiled
+    """The 8 bytes at ``pos`` as one little-endian uint64 (LLVM fuses the loads into one)."""
+    p = np.uint64(pos)
+    return (np.uint64(b[p]) | (np.uint64(b[p + np.uint64(1)]) << np.uint64(8))
+            | (np.uint64(b[p + np.uint64(2)]) << np.uint64(16))
+            | (np.uint64(b[p + np.uint64(3)]) << np.uint64(24))
+            | (np.uint64(b[p + np.uint64(4)]) << np.uint64(32))
+            | (np.uint64(b[p + np.uint64(5)]) << np.uint64(40))
+            | (np.uint64(b[p + np.uint64(6)]) << np.uint64(48))
+            | (np.uint64(b[p + np.uint64(7)]) << np.uint64(56)))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _bytes_equal(x: Any, c: Any) -> Any:  # pragma: no cover - compiled
+    """0x80 in every byte of ``x`` equal to ``c`` (a byte repeated 8 times), 0 elsewhere
+    (exact: no borrow crosses bytes)."""
+    y = x ^ c
+    return ~(((y & _LOW7) + _LOW7) | y) & _HIGH
+
+
 @njit(nogil=True, cache=True)
 def row_caps(b: Any, start: int, end: int, caps: Any, row_base: int) -> Any:  # pragma: no cover
     """First pass of a streamed load: for every data row of ``b[start:end]`` (the lines
     parse_piece turns into rows: not blank, not a comment) store in ``caps[row_base + r]``
     its number of colons before any ``#``, an upper bound of its non-zeros (exact unless a
     ``qid:`` token is present). ``b[end - 1]`` must be a newline. Returns (rows, newlines).
+
+    A row's bytes are scanned 8 at a time (colons counted in a word without a newline or
+    ``#``), which makes this pass several times faster than a byte at a time.
     """
+    newline = np.uint64(0x0A0A0A0A0A0A0A0A)
+    hash_ = np.uint64(0x2323232323232323)
+    colon = np.uint64(0x3A3A3A3A3A3A3A3A)
     pos = start
     row = row_base
     lines = 0
@@ -243,6 +275,19 @@ def row_caps(b: Any, start: int, end: int, caps: Any, row_base: int) -> Any:  # 
             lines += 1
             continue
         n = 0
+        while pos + 8 <= end:
+            x = _load8(b, pos)
+            stop = _bytes_equal(x, newline) | _bytes_equal(x, hash_)
+            colons = _bytes_equal(x, colon)
+            if stop != 0:
+                # only the bytes before the first newline or '#' (the lowest marked byte)
+                colons &= (stop & (~stop + np.uint64(1))) - np.uint64(1)
+            n += int(((colons >> np.uint64(7)) * _BYTES_OF_1) >> np.uint64(56))
+            if stop != 0:
+                pos += int(trailing_zeros(stop)) >> 3  # type: ignore[call-arg]
+                break
+            pos += 8
+        c = b[pos]
         while c != 10 and c != 35:
             n += c == 58
             pos += 1
