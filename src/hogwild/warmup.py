@@ -48,6 +48,12 @@ def warmup() -> float:
         path.write_bytes(b"1 qid:2 1:0.5 3:1\n-1 2:2\n")
         for _ in range(2):
             read_svmlight(path, cache_dir=Path(tmp) / "cache", shuffle_seed=0)
+        # shipping local: the coordinator's plan of ranges and a worker's read of them
+        from hogwild.data.ranges import LocalSpec, plan_file, read_ranges
+
+        plan = plan_file(str(path), workers=1, seed=0, val_fraction=0.0, test_fraction=0.0)
+        read_ranges(LocalSpec(str(path), plan.file_size, plan.max_index + 1, False, 0, 0.0),
+                    plan.ranges)
     return time.perf_counter() - started
 
 
