@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import grpc
 import numpy as np
@@ -34,6 +34,9 @@ from hogwild.protocol.health import HealthReporter
 from hogwild.protocol.security import from_settings
 from hogwild.protocol.streams import FinalState, receive_state, shard_chunks, state_chunks
 from hogwild.worker import tree as tree_layout
+
+if TYPE_CHECKING:
+    from hogwild.coordinator.localplan import LocalShipping
 
 log = logging.getLogger("hogwild.coordinator")
 
@@ -129,7 +132,7 @@ class RunDriver:
         self.round_size = 0              # examples per thread per round, as configured
         self.shards: list[Any] = []
         self.train = TrainShape(0, 0, 0)
-        self.local: Any = None           # shipping local: the plan (coordinator.localplan)
+        self.local: LocalShipping | None = None  # shipping local: the plan of ranges
         self.layout = Layout(0, 0, 0, 0, 0, 0)
         self._rejoin_threads: list[threading.Thread] = []
         self.conflicts: dict[str, Any] | None = None  # the data's conflict statistics
