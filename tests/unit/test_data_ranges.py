@@ -12,6 +12,8 @@ import pytest
 
 from hogwild.data import make_rcv1_like
 from hogwild.data.ranges import (
+    DIGEST_CHUNK,
+    FilePlan,
     LocalSpec,
     deal,
     held_out,
@@ -50,10 +52,14 @@ def text_file(tmp_path: Path) -> Path:
     return path
 
 
-def _spec(path: str, plan: object, seed: int, holdout: float) -> LocalSpec:
-    return LocalSpec(source=path, file_size=plan.file_size,  # type: ignore[attr-defined]
-                     n_features=plan.max_index + 1, zero_based=False,  # type: ignore[attr-defined]
-                     split_seed=seed, holdout=holdout)
+def _spec(path: str, plan: FilePlan, seed: int, holdout: float) -> LocalSpec:
+    return LocalSpec(source=path, file_size=plan.file_size, n_features=plan.max_index + 1,
+                     zero_based=False, split_seed=seed, holdout=holdout,
+                     text_bytes=plan.text_bytes)
+
+
+def _b2(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 # ----------------------------------------------------------------------------- planning
@@ -109,7 +115,10 @@ def test_plan_cuts_ranges_at_row_starts_and_digests_their_bytes(text_file: Path)
         assert r.first_line == line_no + 1
         assert text[r.byte_start:].startswith(lines[line_no])
         assert text[r.byte_start - 1:r.byte_start] == b"\n"
-        assert r.digest == hashlib.blake2b(text[r.byte_start:r.byte_end], digest_size=16).digest()
+        # the digest of the digests of the 1 MiB chunks the range overlaps
+        c0, c1 = r.byte_start // DIGEST_CHUNK, -(-r.byte_end // DIGEST_CHUNK)
+        inner = b"".join(_b2(text[c * DIGEST_CHUNK:(c + 1) * DIGEST_CHUNK]) for c in range(c0, c1))
+        assert r.digest == _b2(inner)
     # every row is training, validation or test, as the hash says
     u = split_u(5, np.arange(600))
     train = u >= 0.3
@@ -139,14 +148,24 @@ def test_plan_names_file_and_line_of_a_bad_row(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------------------- reading
 
-@pytest.mark.parametrize("compressed", [False, True])
-def test_workers_read_exactly_the_training_rows_between_them(tmp_path: Path,
-                                                             compressed: bool) -> None:
-    text = _text()
+@pytest.mark.parametrize(("compressed", "rows", "cap"), [
+    (False, 600, None), (True, 600, None),
+    # 3 MB of text: ranges start inside 1 MiB digest chunks and span several; the
+    # boundaries fall on every 32nd row (a small checkpoint cap)
+    (False, 20_000, 1000), (True, 20_000, None)])
+def test_workers_read_exactly_the_training_rows_between_them(
+        tmp_path: Path, compressed: bool, rows: int, cap: int | None) -> None:
+    text = _text(rows)
     path = tmp_path / ("train.svm.gz" if compressed else "train.svm")
     path.write_bytes(gzip.compress(text) if compressed else text)
     plan = plan_file(str(path), workers=3, seed=2, val_fraction=0.15, test_fraction=0.1,
-                     block_bytes=4096)
+                     block_bytes=4096 if rows < 1000 else 1 << 20, checkpoint_cap=cap)
+    if cap is not None:
+        stride = 32  # the least power of two with rows / stride <= cap
+        assert all(r.first_row % stride == 0 for r in plan.ranges)
+        sizes = [r.rows for r in plan.ranges]
+        assert max(sizes) - min(sizes) <= stride
+    assert sum(r.rows for r in plan.ranges) == rows
     assert plan.gzip == compressed and plan.text_bytes == len(text)
     spec = _spec(str(path), plan, 2, 0.25)
     parts = [read_ranges(spec, plan.worker_ranges(w), block_bytes=2048) for w in range(3)]
@@ -154,6 +173,7 @@ def test_workers_read_exactly_the_training_rows_between_them(tmp_path: Path,
         assert part.n_rows == sum(r.train_rows for r in plan.worker_ranges(w))
     # together, in file order of their ranges, they are the training rows of the file
     full = parse_file(path)
+    assert full.n_rows == rows
     train = np.flatnonzero(split_u(2, np.arange(full.n_rows)) >= 0.25)
     owner = np.empty(full.n_rows, dtype=np.int64)
     for w in range(3):
@@ -177,12 +197,13 @@ def test_a_changed_file_is_refused(tmp_path: Path, text_file: Path) -> None:
     text[at] = ord("7") if text[at] != ord("7") else ord("3")
     other = tmp_path / "other.svm"
     other.write_bytes(bytes(text))
-    read_ranges(LocalSpec(str(other), spec.file_size, spec.n_features, False, 0, 0.1),
-                plan.worker_ranges(0))  # its own ranges are intact
-    with pytest.raises(DataError, match=r"differs from the file the coordinator planned with: "
-                                        r"rows [\d,]+\.\.[\d,]+ \(bytes"):
-        read_ranges(LocalSpec(str(other), spec.file_size, spec.n_features, False, 0, 0.1),
-                    plan.worker_ranges(1))
+    # Worker 1 reads the changed range; worker 0 too sees the change, which lies in a 1 MiB
+    # chunk its own ranges overlap (the whole file, here).
+    for w in (1, 0):
+        with pytest.raises(DataError, match=r"differs from the file the coordinator planned "
+                                            r"with: rows [\d,]+\.\.[\d,]+ \(bytes"):
+            read_ranges(LocalSpec(str(other), spec.file_size, spec.n_features, False, 0, 0.1),
+                        plan.worker_ranges(w))
     shorter = tmp_path / "shorter.svm"
     shorter.write_bytes(bytes(text[:-10]))
     with pytest.raises(DataError, match=r"bytes here, [\d,]+ there"):

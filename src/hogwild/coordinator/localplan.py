@@ -146,7 +146,7 @@ def load_local(settings: Settings) -> tuple[Splits, LocalShipping]:
     test = renumber(test, order, in_place=True)
     spec = LocalSpec(source=source, file_size=plan.file_size, n_features=width,
                      zero_based=s.zero_based, split_seed=s.seed,
-                     holdout=s.val_fraction + test_fraction)
+                     holdout=s.val_fraction + test_fraction, text_bytes=plan.text_bytes)
     empty = CSRData(np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32),
                     np.zeros(0, np.float32), width)
     # The training rows stay in the file: Splits.train is empty here (see LocalShipping).

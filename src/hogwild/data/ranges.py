@@ -1,25 +1,28 @@
 """Row ranges of one training file for workers that read their own rows (``shipping: local``).
 
-The coordinator streams the file twice and keeps none of its training rows. Pass 1 counts the
-data rows. Pass 2 parses block by block and keeps only what a plan needs: the held-out
-(validation, test) rows, each feature's document frequency over the training rows, the label
-values, and for each range its byte offsets, first line, training rows and non-zeros, and the
-blake2b digest of its text. Memory: the held-out rows, O(n_features), a block or two.
+The coordinator streams the file once, block by block, and keeps none of its training rows:
+only the held-out (validation, test) rows, each feature's document frequency over the training
+rows, the label values, where every G-th row starts (with its line and the training rows and
+non-zeros before it; G doubles to keep at most a few 65,536 of these), and a blake2b digest per
+MiB of text. Memory: the held-out rows, O(n_features), a block or two, 16 bytes per MiB.
 
 * Split: row r (0-based data row of the file) is held out when ``split_u(seed, r)`` (a
   splitmix64 hash mapped to [0, 1)) is below ``test_fraction + val_fraction``: a test row
   below ``test_fraction``, else a validation row. Any node computes it from (seed, r) alone,
   so no list of held-out rows is ever shipped; the shares are those fractions in expectation.
-* Ranges: the rows are cut into ``workers x PIECES_PER_WORKER`` ranges of equal row counts at
-  row starts; a seeded permutation deals them to the workers, so each worker reads several
-  ranges spread over the file (a file sorted by label still gives every worker a mix).
-* A worker reads its ranges (:func:`read_ranges`), hashes every byte it reads, parses, drops
-  the held-out rows, and refuses with one line if the file's size, a range's digest, its row
-  count or its non-zeros differ from the plan: a different file at the same path never trains.
+* Ranges: once the row count is known, the rows are cut into ``workers x PIECES_PER_WORKER``
+  ranges of equal row counts (to within G rows) at row starts; a seeded permutation deals
+  them to the workers, so each worker reads several ranges spread over the file (a file
+  sorted by label still gives every worker a mix).
+* A worker reads its ranges (:func:`read_ranges`), hashing them and the bytes around them up
+  to the digest chunks' edges, parses, drops the held-out rows, and refuses with one line if
+  the file's size, a range's digest, its row count or its non-zeros differ from the plan: a
+  different file at the same path never trains.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from contextlib import closing
@@ -30,8 +33,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from hogwild.data import _textparse as kp
-from hogwild.data._threads import default_threads, run_parallel
+from hogwild.data._threads import default_threads
 from hogwild.data.csr import CSRData
 from hogwild.data.stream import BLOCK_BYTES
 from hogwild.data.svmlight import parse_text
@@ -41,6 +43,9 @@ from hogwild.errors import DataError, DataFormatError
 log = logging.getLogger(__name__)
 
 PIECES_PER_WORKER = 8
+# Bytes of text per digest chunk: a worker reads at most this much more than its range on
+# either side to check it; the coordinator keeps 16 bytes per chunk.
+DIGEST_CHUNK = 1 << 20
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -96,20 +101,6 @@ def _row_starts(b: Any, end: int, out: Any) -> Any:  # pragma: no cover - compil
             pos += 1
         pos += 1
     return row
-
-
-def _count_rows(block: np.ndarray, threads: int) -> int:
-    """Data rows in a line-aligned block (the parser's definition)."""
-    n = int(block.shape[0])
-    pieces = max(1, min(threads, n >> 20))
-    points = [0]
-    for i in range(1, pieces):
-        points.append(int(kp.next_line_start(block, max(points[-1], n * i // pieces))))
-    points.append(n)
-    scratch = np.empty(n // 2 + pieces + 1, dtype=np.int64)
-    got = run_parallel(kp.row_caps, [(block, points[i], points[i + 1], scratch, points[i] // 2 + i)
-                                     for i in range(pieces)])
-    return sum(int(rows) for rows, _ in got)
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -211,33 +202,109 @@ class _Parts:
                        else np.zeros(0, np.float32), n_features)
 
 
+class _Checkpoints:
+    """Where every G-th data row starts (G doubles whenever more than ``cap`` are kept), with
+    the line number and the training rows and non-zeros before it: the candidate range
+    boundaries of a file whose row count is not known until its end."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.stride = 1
+        self.parts: list[tuple[np.ndarray, ...]] = []
+        self.count = 0
+
+    def add(self, rows: np.ndarray, offsets: np.ndarray, lines: np.ndarray,
+            train_before: np.ndarray, nnz_before: np.ndarray) -> None:
+        """Offer every row of a block (each array one entry per row); keeps those on stride."""
+        sel = np.flatnonzero(rows % self.stride == 0)
+        if sel.shape[0]:
+            self.parts.append((rows[sel], offsets[sel], lines[sel], train_before[sel],
+                               nnz_before[sel]))
+            self.count += int(sel.shape[0])
+        if self.count > self.cap:
+            merged = self.arrays()
+            while self.count > self.cap:
+                self.stride *= 2
+                self.count = int(np.count_nonzero(merged[0] % self.stride == 0))
+            keep = merged[0] % self.stride == 0
+            self.parts = [tuple(a[keep] for a in merged)]
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """(row, byte offset, line, training rows before, non-zeros before), row ascending."""
+        if not self.parts:
+            return tuple(np.zeros(0, dtype=np.int64) for _ in range(5))
+        return tuple(np.concatenate([p[i] for p in self.parts]) for i in range(5))
+
+
+class ChunkDigests:
+    """blake2b-128 of each DIGEST_CHUNK bytes of a text (the last chunk may be shorter), fed
+    the text in order from ``start``, a chunk start. A range's digest is the digest of the
+    chunk digests it overlaps (:func:`range_digest`), so the coordinator hashes the file once,
+    before it knows where the ranges will be."""
+
+    def __init__(self, start: int = 0, chunk: int = DIGEST_CHUNK) -> None:
+        if start % chunk:
+            raise ValueError(f"chunk digests start at a chunk start, not {start}")
+        self.chunk = chunk
+        self.filled = 0
+        self.hasher = new_digest()
+        self.out = bytearray()
+
+    def update(self, data: Any) -> None:
+        view = memoryview(data).cast("B")
+        i, n = 0, len(view)
+        while i < n:  # one step per chunk boundary (a MiB), not per byte
+            take = min(n - i, self.chunk - self.filled)
+            self.hasher.update(view[i:i + take])
+            self.filled += take
+            i += take
+            if self.filled == self.chunk:
+                self.out += self.hasher.digest()
+                self.hasher = new_digest()
+                self.filled = 0
+
+    def finish(self) -> bytes:
+        """Every chunk digest, the last (short) chunk included."""
+        if self.filled:
+            self.out += self.hasher.digest()
+            self.hasher = new_digest()
+            self.filled = 0
+        return bytes(self.out)
+
+
+def chunk_span(byte_start: int, byte_end: int, chunk: int = DIGEST_CHUNK) -> tuple[int, int]:
+    """The chunks (first, past the last) a range of text bytes overlaps."""
+    return byte_start // chunk, -(-byte_end // chunk)
+
+
+def range_digest(chunk_digests: bytes) -> bytes:
+    """The digest of a range: blake2b-128 over the digests of the chunks it overlaps."""
+    h = new_digest()
+    h.update(chunk_digests)
+    return bytes(h.digest())
+
+
 def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
               test_fraction: float, zero_based: bool = False, n_features: int | None = None,
               classifier: bool = True, threads: int | None = None,
-              block_bytes: int = BLOCK_BYTES) -> FilePlan:
-    """Scan ``source`` (see hogwild.data.textsource) and plan its ranges for ``workers``.
+              block_bytes: int = BLOCK_BYTES, checkpoint_cap: int | None = None) -> FilePlan:
+    """Scan ``source`` (see hogwild.data.textsource) once and plan its ranges for ``workers``.
 
     ``n_features`` (if given) must exceed every id, else DataFormatError names the line; a
-    malformed line likewise. DataError if the file changes between the two passes."""
+    malformed line likewise. Range boundaries fall on every G-th row (G = 1 up to
+    ``checkpoint_cap`` rows, default 64 per range and at least 65,536; then a power of two),
+    so ranges are equal to within G rows."""
     t0 = time.perf_counter()
     n_threads = max(1, threads if threads is not None else default_threads())
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     holdout = val_fraction + test_fraction
+    cap = checkpoint_cap if checkpoint_cap is not None else max(
+        1 << 16, 64 * workers * PIECES_PER_WORKER)
     with closing(TextFile(source)) as f:
         name = f.name
-        # Pass 1: data rows per block.
-        block_rows: list[int] = []
-        for block, _ in f.blocks(0, None, block_bytes):
-            block_rows.append(_count_rows(block, n_threads))
-        total = sum(block_rows)
-        if total == 0:
-            raise DataError(f"{name}: no data rows")
-        bounds = range_bounds(total, workers)
-        n_ranges = len(bounds) - 1
-        starts = np.full(n_ranges, -1, dtype=np.int64)
-        lines = np.zeros(n_ranges, dtype=np.int64)
-        train_rows = np.zeros(n_ranges, dtype=np.int64)
-        train_nnz = np.zeros(n_ranges, dtype=np.int64)
-        digests: list[bytes] = []
+        checkpoints = _Checkpoints(cap)
+        chunks = ChunkDigests()
         df = np.zeros(0, dtype=np.int64)
         labels = np.zeros(0, dtype=np.float64)
         label_counts = np.zeros(0, dtype=np.int64)
@@ -245,16 +312,10 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
         max_index = -1
         val, test = _Parts(), _Parts()
         limit = None if n_features is None else int(n_features)
-        # Pass 2: parse, keep only what the plan needs.
-        row_at = 0
-        lines_before = 0
-        pos = 0
-        current = -1           # the range whose bytes are being hashed
-        hasher = new_digest()
-        it = iter(block_rows)
-        bounds_arr = np.asarray(bounds, dtype=np.int64)
+        row_at = lines_before = pos = 0
+        train_total = nnz_total = 0
         for block, real in f.blocks(0, None, block_bytes):
-            expect = next(it, None)
+            chunks.update(block[:real].data)
             try:
                 p = parse_text(block, zero_based=zero_based, n_features=limit,
                                threads=n_threads, source=name)
@@ -262,8 +323,6 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
                 message = str(exc)[len(f"{exc.path}:{exc.line}: "):]
                 raise DataFormatError(name, exc.line + lines_before, message) from None
             k = int(p.labels.shape[0])
-            if expect is None or k != expect:
-                raise DataError(f"{name}: the file changed while it was read")
             max_index = max(max_index, p.max_index)
             offsets = np.empty(k, dtype=np.int64)
             if int(_row_starts(block, block.shape[0], offsets)) != k:  # pragma: no cover
@@ -282,50 +341,55 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
                 if top > df.shape[0]:
                     df = np.concatenate([df, np.zeros(top - df.shape[0], dtype=np.int64)])
                 df += np.bincount(kept, minlength=df.shape[0])
-            piece = np.searchsorted(bounds_arr, rows, side="right") - 1
-            train_rows += np.bincount(piece[train], minlength=n_ranges)
-            train_nnz += np.bincount(piece[train], weights=lengths[train],
-                                     minlength=n_ranges).astype(np.int64)
             # Labels as every CSRData holds them (float32), so that the classes found here
             # match the rows' labels wherever they are compared.
             labels32 = p.labels.astype(np.float32)
             if classifier and labels.shape[0] <= _MAX_LABEL_VALUES:
                 labels, label_counts = _merge_labels(labels, label_counts, labels32, train)
             positive += int(np.count_nonzero(labels32[train] > 0))
-            # Ranges that start in this block, and the digest of every range's bytes.
-            seg = 0
-            first = int(np.searchsorted(bounds_arr, row_at, side="left"))
-            for q in range(first, n_ranges):
-                if bounds[q] >= row_at + k:
-                    break
-                off = int(offsets[bounds[q] - row_at])
-                starts[q] = pos + off
-                lines[q] = lines_before + int(kp.count_newlines(block, off)) + 1
-                if current >= 0:
-                    hasher.update(block[seg:off].data)
-                    digests.append(hasher.digest())
-                    hasher = new_digest()
-                current, seg = q, off
-            if current >= 0:
-                hasher.update(block[seg:real].data)
+            # Candidate boundaries: where rows start, their lines, the counts before them.
+            newlines = np.flatnonzero(block == 10)
+            line_of = lines_before + np.searchsorted(newlines, offsets, side="left") + 1
+            t = train.astype(np.int64)
+            z = lengths * t
+            checkpoints.add(rows, pos + offsets, line_of, train_total + np.cumsum(t) - t,
+                            nnz_total + np.cumsum(z) - z)
+            train_total += int(t.sum())
+            nnz_total += int(z.sum())
             row_at += k
-            lines_before += int(np.count_nonzero(block == 10))
+            lines_before += int(newlines.shape[0])
             pos += real
-        if next(it, None) is not None or row_at != total:
-            raise DataError(f"{name}: the file changed while it was read")
-        digests.append(hasher.digest())
-        ends = np.append(starts[1:], pos)
-        ranges = [Range(bounds[q], bounds[q + 1] - bounds[q], int(starts[q]), int(ends[q]),
-                        int(lines[q]), int(train_rows[q]), int(train_nnz[q]), digests[q])
-                  for q in range(n_ranges)]
+        total = row_at
+        if total == 0:
+            raise DataError(f"{name}: no data rows")
+        digests = chunks.finish()
+        # Boundaries: the equal-size cut of range_bounds, each moved down to a checkpoint.
+        cp_rows, cp_bytes, cp_lines, cp_train, cp_nnz = checkpoints.arrays()
+        stride = checkpoints.stride
+        bounds = range_bounds(total, workers)
+        at = [int(b) // stride for b in bounds[:-1]]
+        if any(a >= b for a, b in itertools.pairwise(at)):  # pragma: no cover - cap >= 64 x
+            raise DataError(f"{name}: {total} rows cannot be cut into {len(at)} ranges")
+        starts = [int(cp_bytes[i]) for i in at] + [pos]
+        first_rows = [int(cp_rows[i]) for i in at] + [total]
+        before_train = [int(cp_train[i]) for i in at] + [train_total]
+        before_nnz = [int(cp_nnz[i]) for i in at] + [nnz_total]
+        ranges = []
+        for q, i in enumerate(at):
+            c0, c1 = chunk_span(starts[q], starts[q + 1])
+            ranges.append(Range(
+                first_rows[q], first_rows[q + 1] - first_rows[q], starts[q], starts[q + 1],
+                int(cp_lines[i]), before_train[q + 1] - before_train[q],
+                before_nnz[q + 1] - before_nnz[q],
+                range_digest(digests[16 * c0:16 * c1])))
         width = max_index + 1 if limit is None else limit
         plan = FilePlan(
             source=name, file_size=f.size, gzip=f.gzip, text_bytes=pos, total_rows=total,
-            max_index=max_index, ranges=ranges, assignment=deal(n_ranges, workers, seed),
+            max_index=max_index, ranges=ranges, assignment=deal(len(ranges), workers, seed),
             df=df, labels=labels, label_counts=label_counts, positive_train=positive,
             val=val.build(width), test=test.build(width))
     plan.seconds = time.perf_counter() - t0
-    log.info("%s: planned %d ranges over %s rows (%s text bytes) in %.2fs", name, n_ranges,
+    log.info("%s: planned %d ranges over %s rows (%s text bytes) in %.2fs", name, len(ranges),
              f"{total:,}", f"{pos:,}", plan.seconds)
     return plan
 
@@ -354,13 +418,17 @@ class LocalSpec:
     zero_based: bool
     split_seed: int
     holdout: float
+    text_bytes: int = 0    # the whole text (gunzipped); 0 = unknown
 
 
 def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = None,
                 block_bytes: int = BLOCK_BYTES) -> CSRData:
     """The training rows of ``ranges`` (held-out rows dropped), in file order, with the raw
     labels. DataError (one line) if the file is not the one planned: another size, or a
-    range whose digest, row count or non-zeros differ; DataFormatError names file and line."""
+    range whose digest, row count or non-zeros differ; DataFormatError names file and line.
+
+    Each range is checked by the digests of the DIGEST_CHUNK-byte chunks it overlaps, so the
+    bytes before and after it up to the chunk edges are read (and hashed, not parsed) too."""
     n_threads = max(1, threads if threads is not None else default_threads())
     parts = _Parts()
     with closing(TextFile(spec.source)) as f:
@@ -372,10 +440,14 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
                             f"{f.size:,} bytes here, {spec.file_size:,} there (shipping: local "
                             "needs every node to read the same file)")
         for r in sorted(ranges, key=lambda x: x.byte_start):
-            digest = new_digest()
+            c0, c1 = chunk_span(r.byte_start, r.byte_end)
+            digest = ChunkDigests(c0 * DIGEST_CHUNK)
+            f.skim(c0 * DIGEST_CHUNK, r.byte_start, digest)
             row_at = 0
             line = r.first_line
-            for block, _ in f.blocks(r.byte_start, r.byte_end, block_bytes, digest):
+            got = 0
+            for block, real in f.blocks(r.byte_start, r.byte_end, block_bytes, digest):
+                got += real
                 try:
                     p = parse_text(block, zero_based=spec.zero_based,
                                    n_features=spec.n_features, threads=n_threads, source=name)
@@ -388,8 +460,11 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
                 parts.add(p.indptr, p.indices, p.values, p.labels, keep)
                 row_at += k
                 line += int(np.count_nonzero(block == 10))
-            got_digest = digest.digest()
-            if got_digest != r.digest or row_at != r.rows:
+            end = c1 * DIGEST_CHUNK if spec.text_bytes <= 0 else min(c1 * DIGEST_CHUNK,
+                                                                      spec.text_bytes)
+            f.skim(r.byte_end, end, digest)
+            got_digest = range_digest(digest.finish())
+            if got_digest != r.digest or row_at != r.rows or got != r.byte_end - r.byte_start:
                 raise DataError(
                     f"{name} differs from the file the coordinator planned with: rows "
                     f"{r.first_row:,}..{r.first_row + r.rows - 1:,} (bytes {r.byte_start:,}.."

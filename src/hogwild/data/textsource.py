@@ -162,6 +162,17 @@ class TextFile:
 
         return fill, count
 
+    def skim(self, start: int, stop: int, digest: Any) -> int:
+        """Feed the text bytes ``[start, stop)`` to ``digest`` without keeping them; returns
+        how many there were (fewer at the end of the text)."""
+        if stop <= start:
+            return 0
+        fill, count = self.reader(start, stop, digest)
+        buf = np.empty(min(stop - start, _SKIP_BYTES), dtype=np.uint8)
+        while fill(buf, 0, buf.shape[0]):
+            pass
+        return count[0]
+
     def blocks(self, start: int, stop: int | None, block_bytes: int,
                digest: Any = None) -> Iterator[tuple[np.ndarray, int]]:
         """Line-aligned blocks of the text ``[start, stop)``, each with how many of its bytes

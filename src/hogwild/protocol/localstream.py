@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.data.ranges import LocalSpec, Range
+from hogwild.data.ranges import DIGEST_CHUNK, LocalSpec, Range
 from hogwild.errors import InvalidMessage
 from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.protocol.codec import ArrayAssembler, check_version, iter_array_chunks, new_digest
@@ -33,7 +33,7 @@ def local_source(spec: LocalSpec, ranges: list[Range], *, classes: tuple[float, 
         path=spec.source, file_size=max(spec.file_size, 0), gzip=gzip,
         n_features=spec.n_features, zero_based=spec.zero_based, total_rows=total_rows,
         split_seed=spec.split_seed, holdout=spec.holdout, classes=list(classes or ()),
-        shuffle_seed=shuffle_seed,
+        shuffle_seed=shuffle_seed, text_bytes=spec.text_bytes, digest_chunk=DIGEST_CHUNK,
         ranges=[pb.LocalRange(first_row=r.first_row, rows=r.rows, byte_start=r.byte_start,
                               byte_end=r.byte_end, first_line=r.first_line,
                               train_rows=r.train_rows, train_nnz=r.train_nnz, digest=r.digest)
@@ -137,9 +137,12 @@ def _spec(m: pb.LocalSource) -> LocalSpec:
         raise InvalidMessage("local source without a path")
     if not (math.isfinite(m.holdout) and 0.0 <= m.holdout < 1.0):
         raise InvalidMessage(f"local source holdout {m.holdout!r} is not in [0, 1)")
+    if m.digest_chunk != DIGEST_CHUNK:
+        raise InvalidMessage(f"local source digest chunks of {m.digest_chunk} bytes, this "
+                             f"worker checks {DIGEST_CHUNK}")
     return LocalSpec(source=m.path, file_size=int(m.file_size), n_features=int(m.n_features),
                      zero_based=bool(m.zero_based), split_seed=int(m.split_seed),
-                     holdout=float(m.holdout))
+                     holdout=float(m.holdout), text_bytes=int(m.text_bytes))
 
 
 def _ranges(m: pb.LocalSource) -> list[Range]:
