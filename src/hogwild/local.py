@@ -240,6 +240,8 @@ def _train(settings: Settings, out: TextIO, started: float,
     val = evaluate_model(splits.val, w, loss, spec) if splits.val.n_rows else None
     if not (is_finite(w) and np.isfinite(test.loss)):
         raise TrainingDiverged("test loss", settings.learning_rate)
+    # The history is final and the model sound: the helper draws while the outputs are written.
+    plot.start(settings.out_dir, history, title=plot_title(settings, "train"))
     metrics: dict[str, Any] = {
         "command": "train", "test_loss": test.loss, "test_accuracy": test.accuracy,
         "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
@@ -262,7 +264,7 @@ def _train(settings: Settings, out: TextIO, started: float,
           f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {settings.out_dir}",
           file=out, flush=True)
     # The plot last, off the path to the results above; the process ends once it is written.
-    plot.finish(settings.out_dir, history, title=_plot_title(settings, metrics))
+    plot.finish(settings.out_dir, history, title=plot_title(settings, metrics["command"]))
     return metrics
 
 
@@ -285,8 +287,9 @@ def test_quality(test: CSRData, w: np.ndarray, loss: str,
             if key not in ("loss", "accuracy", "rows")}
 
 
-def _plot_title(settings: Settings, metrics: dict[str, Any]) -> str:
-    return f"hogwild {metrics['command']}: {settings.data}"
+def plot_title(settings: Settings, command: str) -> str:
+    """The loss plot's title for a run of `hogwild COMMAND`."""
+    return f"hogwild {command}: {settings.data}"
 
 
 def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
@@ -352,7 +355,7 @@ def _write_run_files(settings: Settings, out_dir: Path, metrics: dict[str, Any],
                      draw_plot: bool) -> None:
     artifacts.write_history(out_dir, history)
     if draw_plot and plot is not None:
-        plot.finish(out_dir, history, title=_plot_title(settings, metrics))
+        plot.finish(out_dir, history, title=plot_title(settings, metrics["command"]))
     elif draw_plot:
-        artifacts.plot_loss(out_dir, history, title=_plot_title(settings, metrics))
+        artifacts.plot_loss(out_dir, history, title=plot_title(settings, metrics["command"]))
     artifacts.write_metrics(out_dir, metrics)

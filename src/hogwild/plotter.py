@@ -14,6 +14,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ class BackgroundPlot:
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
+        self._drawing: threading.Thread | None = None
+        self._request = b""
+        self._failure: object = None  # why the helper did not draw the plot, if it did not
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "hogwild.plotter"], stdin=subprocess.PIPE,
@@ -35,37 +39,65 @@ class BackgroundPlot:
         except OSError as exc:
             log.debug("no plot helper (%s): the plot will be drawn in-process", exc)
 
+    def start(self, out_dir: str | Path, rows: Sequence[Mapping[str, Any]],
+              title: str = "") -> None:
+        """Hand the helper the final history now: it draws while this process goes on with
+        its other outputs; ``finish`` with the same arguments then waits for the file."""
+        proc = self._proc
+        if proc is None or self._drawing is not None:
+            return
+        self._request = _request(out_dir, rows, title)
+        self._drawing = threading.Thread(target=self._talk, args=(proc, self._request),
+                                         name="plot", daemon=True)
+        self._drawing.start()
+
+    def _talk(self, proc: subprocess.Popen[bytes], request: bytes) -> None:
+        try:
+            _, err = proc.communicate(request, timeout=WAIT_SECONDS)
+            if proc.returncode != 0:
+                self._failure = (err.decode(errors="replace").strip().splitlines()[-1:]
+                                 or proc.returncode)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            proc.kill()
+            proc.wait()
+            self._failure = exc
+
     def finish(self, out_dir: str | Path, rows: Sequence[Mapping[str, Any]],
                title: str = "") -> Path:
         """Have ``loss.png`` drawn in ``out_dir``; returns its path once it is written."""
-        from hogwild.artifacts import dumps, plot_loss
+        from hogwild.artifacts import plot_loss
 
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            request = dumps({"out_dir": str(out_dir), "rows": list(rows), "title": title})
-            try:
-                _, err = proc.communicate(request.encode(), timeout=WAIT_SECONDS)
-                if proc.returncode == 0:
-                    return Path(out_dir) / "loss.png"
-                log.warning("plot helper failed (%s); drawing in-process",
-                            err.decode(errors="replace").strip().splitlines()[-1:] or
-                            proc.returncode)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                proc.kill()
-                proc.wait()
-                log.warning("plot helper failed (%s); drawing in-process", exc)
+        self.start(out_dir, rows, title)
+        drawing, self._drawing = self._drawing, None
+        self._proc = None
+        if drawing is not None:
+            drawing.join()
+            if self._failure is None and self._request == _request(out_dir, rows, title):
+                return Path(out_dir) / "loss.png"
+            if self._failure is not None:
+                log.warning("plot helper failed (%s); drawing in-process", self._failure)
         return plot_loss(out_dir, rows, title=title)
 
     def close(self) -> None:
         """Stop the helper if it was never used (e.g. the job failed)."""
         proc, self._proc = self._proc, None
-        if proc is not None:
+        drawing, self._drawing = self._drawing, None
+        if proc is not None and drawing is not None:  # its thread reaps it and its pipes
+            proc.kill()
+            drawing.join()
+        elif proc is not None:
             proc.kill()
             proc.wait()
             if proc.stdin is not None:
                 proc.stdin.close()
             if proc.stderr is not None:
                 proc.stderr.close()
+
+
+def _request(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str) -> bytes:
+    from hogwild.artifacts import dumps
+
+    return dumps({"out_dir": str(Path(out_dir)), "rows": list(rows), "title": title}).encode()
 
 
 def main() -> int:

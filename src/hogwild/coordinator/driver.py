@@ -647,7 +647,7 @@ class RunDriver:
 
     def _finish(self, splits: Any, rules: StopRules, reason: str, train_seconds: float,
                 load_seconds: float, began: float) -> dict[str, Any]:
-        from hogwild.local import test_quality, write_outputs
+        from hogwild.local import plot_title, test_quality, write_outputs
 
         s = self.settings
         self._check_diverged()  # e.g. a SIGTERM that raced a worker's divergence report
@@ -665,6 +665,8 @@ class RunDriver:
         test = evaluate(splits.test, w, loss, self.spec)
         val = evaluate(splits.val, w, loss, self.spec) if splits.val.n_rows else None
         self._check_diverged(w, val.loss if val else None)
+        if self.plot is not None:  # the history is final: drawn while the outputs are written
+            self.plot.start(s.out_dir, self.history, plot_title(s, "run"))
         examples = totals.examples
         workers_out = self._write_worker_states(final_w, splits.feature_order)
         shipped = sum(x.nbytes for x in self.shipments)
