@@ -26,7 +26,7 @@ import itertools
 import logging
 import time
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -139,7 +139,6 @@ class FilePlan:
     val: CSRData                       # held-out rows, raw labels, file order
     test: CSRData
     seconds: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def train_rows(self) -> int:
@@ -180,12 +179,13 @@ class _Parts:
         self.labels: list[np.ndarray] = []
 
     def add(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
-            labels: np.ndarray, rows: np.ndarray) -> None:
+            labels: np.ndarray, mask: np.ndarray) -> None:
+        """Keep the rows of a parsed block where ``mask`` is true."""
+        rows = np.flatnonzero(mask)
         if rows.shape[0] == 0:
             return
         lengths = indptr[rows + 1] - indptr[rows]
-        nnz_mask = np.repeat(np.isin(np.arange(indptr.shape[0] - 1), rows),
-                             np.diff(indptr))
+        nnz_mask = np.repeat(mask, np.diff(indptr))
         self.lengths.append(lengths)
         self.indices.append(indices[nnz_mask])
         self.values.append(values[nnz_mask])
@@ -332,8 +332,8 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
             is_test = u < test_fraction
             is_val = (u < holdout) & ~is_test
             train = ~(is_test | is_val)
-            val.add(p.indptr, p.indices, p.values, p.labels, np.flatnonzero(is_val))
-            test.add(p.indptr, p.indices, p.values, p.labels, np.flatnonzero(is_test))
+            val.add(p.indptr, p.indices, p.values, p.labels, is_val)
+            test.add(p.indptr, p.indices, p.values, p.labels, is_test)
             lengths = np.diff(p.indptr)
             kept = p.indices[np.repeat(train, lengths)]
             if kept.shape[0]:
@@ -455,8 +455,7 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
                     message = str(exc)[len(f"{exc.path}:{exc.line}: "):]
                     raise DataFormatError(name, exc.line + line - 1, message) from None
                 k = int(p.labels.shape[0])
-                keep = np.flatnonzero(~held_out(spec.split_seed, spec.holdout,
-                                                r.first_row + row_at, k))
+                keep = ~held_out(spec.split_seed, spec.holdout, r.first_row + row_at, k)
                 parts.add(p.indptr, p.indices, p.values, p.labels, keep)
                 row_at += k
                 line += int(np.count_nonzero(block == 10))
