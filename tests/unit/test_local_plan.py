@@ -1,0 +1,50 @@
+"""The coordinator's side of shipping: local (coordinator.localplan): what it keeps and sends."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from hogwild.config import Settings
+from hogwild.coordinator.localplan import load_local
+from hogwild.data.reorder import check_order
+from hogwild.errors import ConfigError
+
+
+def test_sources_built_by_the_coordinator_are_refused_naming_shipping() -> None:
+    settings = Settings().replace(shipping="local", data="synthetic:rcv1?rows=100")
+    with pytest.raises(ConfigError, match="setting 'shipping': local needs `data` to be a "
+                                          "svmlight file: synthetic:"):
+        load_local(settings)
+
+
+def test_a_bundled_file_is_planned_for_every_worker() -> None:
+    settings = Settings().replace(shipping="local", workers=3, data="bundled:spamassassin")
+    splits, local = load_local(settings)
+    plan = local.plan
+    assert splits.train.n_rows == 0  # the coordinator holds no training row
+    assert plan.total_rows == 4836 and splits.test.n_rows == 1210  # the bundled test file
+    assert plan.train_rows + splits.val.n_rows == plan.total_rows and plan.test.n_rows == 0
+    assert set(np.unique(splits.val.labels).tolist()) == {-1.0, 1.0}
+    order = check_order(local.order, 23941)
+    assert splits.feature_order is local.order and order.shape == (23941,)
+    # the hottest training feature gets id 0
+    assert int(order[int(np.argmax(plan.df))]) == 0
+    covered = []
+    for w in range(3):
+        msg = local.source(w)
+        assert msg.path == "bundled:spamassassin" and msg.n_features == 23941
+        assert list(msg.classes) == [-1.0, 1.0]  # the file's labels, negative first
+        assert msg.holdout == pytest.approx(0.1) and msg.text_bytes == plan.text_bytes
+        assert sum(r.train_rows for r in msg.ranges) == local.train_rows(w) > 0
+        covered += [(r.first_row, r.first_row + r.rows) for r in msg.ranges]
+    covered.sort()
+    assert covered[0][0] == 0 and covered[-1][1] == plan.total_rows
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
+    # each worker shuffles its rows with a seed of its own
+    assert len({local.source(w).shuffle_seed for w in range(3)}) == 3
+    report = local.ranges_report(3)
+    assert report["train_rows"] == plan.train_rows and len(report["workers"]) == 3
+    assert "none held here" in local.describe()
