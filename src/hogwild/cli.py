@@ -400,14 +400,20 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     ``argv`` None (the console script, ``python -m hogwild.cli``): the call is the whole
     process, which ends when it returns; the garbage collector is then spared the objects
     of the command's imports and the final traversal of everything (hogwild.startup)."""
-    whole_process = argv is None
-    try:
-        return _main(argv, environ, whole_process)
-    finally:
-        if whole_process:
-            from hogwild.startup import before_exit
+    if argv is None:
+        return main_process(None)
+    return _main(argv, environ, whole_process=False)
 
-            before_exit()
+
+def main_process(argv: Sequence[str] | None) -> int:
+    """Run one command line (default: sys.argv) as the whole process, which ends when this
+    returns (see hogwild.startup)."""
+    try:
+        return _main(argv, None, whole_process=True)
+    finally:
+        from hogwild.startup import before_exit
+
+        before_exit()
 
 
 def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None,

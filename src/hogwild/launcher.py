@@ -2,10 +2,12 @@
 
 The children are the same programs a cluster runs (``python -m hogwild.cli coordinator`` /
 ``worker``), started with subprocess (never fork: grpcio does not survive it). The
-coordinator binds port 0 and prints the port on its first line; the launcher reads it and only
-then starts the workers. Every child's output is streamed with its role as prefix. On exit,
-a failed child (unless keep_going), Ctrl-C or SIGTERM, every child still running gets SIGTERM
-(graceful stop) and, after a grace period, SIGKILL.
+coordinator binds port 0 and prints the port on its first line. The workers start with it
+(``python -m hogwild.prespawn``: they import and load their kernels meanwhile) and get their
+command line, which names that port, once the launcher has read it. Every child's output is
+streamed with its role as prefix. On exit, a failed child (unless keep_going), Ctrl-C or
+SIGTERM, every child still running gets SIGTERM (graceful stop) and, after a grace period,
+SIGKILL.
 
 Unless the settings name TLS files (or ``insecure`` is set) the run uses mutual TLS and a run
 token all the same: throw-away certificates and a random token are written to a private
@@ -15,6 +17,7 @@ never on their command line (which any local user can read).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -84,17 +87,31 @@ class Child:
     """One child process whose merged output is copied, prefixed, to ``out``."""
 
     def __init__(self, name: str, argv: Sequence[str], out: TextIO,
-                 watch_prefix: str | None = None) -> None:
+                 watch_prefix: str | None = None, takes_arguments: bool = False) -> None:
+        """``takes_arguments``: a hogwild.prespawn process, whose command line follows
+        through :meth:`hand_arguments`."""
         self.name = name
         self.out = out
         self.watch_prefix = watch_prefix
         self.announced = threading.Event()
         self.announcement = ""
         self.proc = subprocess.Popen(
-            list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.PIPE if takes_arguments else subprocess.DEVNULL,
             env=child_env(), text=True, bufsize=1, start_new_session=True)
         self._reader = threading.Thread(target=self._pump, name=f"out-{name}", daemon=True)
         self._reader.start()
+
+    def hand_arguments(self, args: Sequence[str]) -> None:
+        """Give a prespawned child its `hogwild` arguments (then its stdin is at its end)."""
+        stdin = self.proc.stdin
+        if stdin is None:
+            return
+        try:
+            stdin.write(json.dumps(list(args)) + "\n")
+            stdin.close()
+        except OSError:
+            pass  # it is gone already: its exit code tells why
 
     def _pump(self) -> None:
         stream: IO[str] | None = self.proc.stdout
@@ -199,6 +216,11 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
         coordinator = Child("coordinator", _role_argv("coordinator", base, config_path), out,
                             watch_prefix=READY_PREFIX)
         children.append(coordinator)
+        # The workers start now too: they import their libraries and load their kernels while
+        # the coordinator loads its own, and get their command line once its port is known.
+        workers = [Child(f"worker-{i}", [sys.executable, "-m", "hogwild.prespawn"], out,
+                         takes_arguments=True) for i in range(settings.workers)]
+        children.extend(workers)
         if not coordinator.announced.wait(STARTUP_SECONDS) or not coordinator.announcement:
             code = coordinator.wait(5.0)
             if code is not None:
@@ -212,10 +234,10 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
                                f"{STARTUP_SECONDS:g}s")
         port = int(coordinator.announcement)
         worker_settings = worker_base.replace(coordinator_address=f"127.0.0.1:{port}")
-        for i in range(settings.workers):
-            children.append(Child(f"worker-{i}", _role_argv("worker", worker_settings,
-                                                            config_path), out))
-        return _supervise(coordinator, children[1:], keep_going, out)
+        worker_args = _role_argv("worker", worker_settings, config_path)[3:]  # after -m cli
+        for worker in workers:
+            worker.hand_arguments(worker_args)
+        return _supervise(coordinator, workers, keep_going, out)
     except KeyboardInterrupt:
         print("[run] interrupted: stopping every process", file=out, flush=True)
         teardown(children)

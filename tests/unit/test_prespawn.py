@@ -1,0 +1,63 @@
+"""Workers of `hogwild run` start before their command line is known (hogwild.prespawn)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(extra)
+    return env
+
+
+def test_prespawned_process_runs_the_arguments_from_stdin(tmp_path: Path) -> None:
+    out = tmp_path / "rows.svm"
+    args = ["gen-data", "rcv1", "--rows", "30", "--out", str(out)]
+    proc = subprocess.run([sys.executable, "-m", "hogwild.prespawn"], input=json.dumps(args) + "\n",
+                          capture_output=True, text=True, env=_env(), timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {out}" in proc.stdout
+    assert len(out.read_text().splitlines()) == 30
+
+
+def test_prespawned_process_without_arguments_ends_quietly() -> None:
+    proc = subprocess.run([sys.executable, "-m", "hogwild.prespawn"], input="",
+                          capture_output=True, text=True, env=_env(), timeout=120, check=False)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+def _processes_marked(mark: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if f"PRESPAWN_TEST_MARK={mark}".encode() in environ.split(b"\0"):
+            found.append(int(pid))
+    return found
+
+
+def test_run_whose_coordinator_fails_before_its_port_leaves_no_worker(tmp_path: Path) -> None:
+    """The prespawned workers of a run whose coordinator never announced are stopped."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    mark = uuid.uuid4().hex
+    proc = subprocess.run(
+        [sys.executable, "-m", "hogwild.cli", "run", "--workers", "2", "--data",
+         "bundled:spamassassin", "--out", str(blocker / "out")],
+        capture_output=True, text=True, env=_env(PRESPAWN_TEST_MARK=mark), cwd=tmp_path,
+        timeout=180, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "before it announced its port" in proc.stdout
+    assert "[worker-" not in proc.stdout
+    assert _processes_marked(mark) == []
