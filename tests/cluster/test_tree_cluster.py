@@ -2,7 +2,8 @@
 children are workers 0 and 1, worker 0 relays for workers 2 and 3). Sync and async reach
 the mesh accuracy within 1 point; every worker ends equal to the coordinator's model; each
 edge carries one message per round and direction (2n per round); a killed leaf is dropped
-and the others finish; a killed interior node stops the run with one clear line."""
+and the others finish; the children of a killed interior node re-attach to the coordinator
+and the run finishes."""
 
 from __future__ import annotations
 
@@ -121,17 +122,33 @@ def test_tree_sync_run_drops_a_killed_leaf(cluster: Cluster, tmp_path: Path) -> 
     _assert_all_equal_global(out, survivors, tol=1e-5)
 
 
-def test_tree_killed_interior_node_stops_the_run_with_one_line(cluster: Cluster,
-                                                              tmp_path: Path) -> None:
-    victim = 0  # relays for workers 2 and 3
+def test_tree_sync_run_re_attaches_the_children_of_a_killed_interior_node(
+        cluster: Cluster, tmp_path: Path) -> None:
+    victim = 0  # relays for workers 2 and 3, which re-attach to the coordinator
     out, ids = _killed(tmp_path, cluster, victim)
     assert cluster.coordinator is not None
-    assert cluster.coordinator.wait(120) == 1, cluster.output()
-    errors = [line for line in cluster.coordinator.lines if "error:" in line]
-    assert len(errors) == 1, cluster.output()
-    assert re.search(r"topology tree: worker 0 was lost .* relays for workers 2, 3", errors[0])
-    # Nobody hangs: the others are stopped and exit (their training ended: 0).
+    assert cluster.coordinator.wait(120) == 0, cluster.output()
     for wid, proc in ids.items():
         if wid != victim:
-            assert proc.wait(60) == 0, cluster.output()
-    assert not (out / "metrics.json").exists()  # no model written as if the run were whole
+            assert proc.wait(30) == 0, cluster.output()
+    metrics = read_metrics(out)
+    assert metrics["dropped_workers"] == [victim]
+    assert metrics["stop_reason"] == "time budget"
+    assert metrics["test_accuracy"] is not None and metrics["test_accuracy"] > 0.9
+    states = {s["worker_id"]: s for s in metrics["worker_states"]}
+    assert sorted(states) == [1, 2, 3]
+    for orphan in (2, 3):
+        assert "tree: re-attached around worker(s) 0: parent coordinator" in \
+            ids[orphan].output(), ids[orphan].output()
+        # Its subtree's sums reached the model directly once it re-attached ...
+        assert metrics["coordinator_applied_from"][str(orphan)] > 0
+        assert states[orphan]["acked_by_coordinator"] == \
+            metrics["coordinator_applied_from"][str(orphan)]
+        # ... and the coordinator's relay to it: deltas from the coordinator and nobody else.
+        assert set(states[orphan]["applied_from"]) == {"0", RELAY}
+    # Nothing reached anyone twice: worker 1, outside the dead worker's subtree, still equals
+    # the model. What worker 0 held unforwarded when it died (about a round) is lost to some:
+    # the orphans may differ from the model by that, and say so.
+    _assert_all_equal_global(out, [1], tol=1e-5)
+    for orphan in (2, 3):
+        assert np.isfinite(states[orphan]["max_abs_diff_to_global"])

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from hogwild.worker.tree import children, parent
+
 try:  # imported as a package module or as a rootdir-relative script
     from . import deploycheck, kustomize_lite
 except ImportError:
@@ -158,12 +160,42 @@ def test_one_replicas_entry_sets_workers_and_what_the_coordinator_waits_for(
         assert value == str(count), "env values must stay strings"
 
 
-def _container_env(container: Obj) -> dict[str, str]:
+def test_sixty_four_workers_form_a_tree_by_the_replicas_entry(tmp_path: Path) -> None:
+    """64 replicas and `topology: tree` (set on the coordinator, which ships it to the
+    workers): the settings load, and every worker reaches its tree neighbours at names of
+    the headless Service that the workers' wildcard certificate covers."""
+    objects = _with_count(64, tmp_path)
+    settings_file = tmp_path / "settings.yaml"
+    settings_file.write_text(_settings_configmap(objects)["data"]["settings.yaml"])
+    job = _one(objects, "Job", "hogwild-coordinator")
+    (coordinator,) = job["spec"]["template"]["spec"]["containers"]
+    env = {**_container_env(coordinator), "HOGWILD_TOPOLOGY": "tree", "HOGWILD_TREE_FANOUT": "4"}
+    loaded = deploycheck.load_with(env, settings_file, coordinator["args"])
+    assert (loaded.workers, loaded.topology, loaded.tree_fanout) == (64, "tree", 4)
+    sts = _one(objects, "StatefulSet", "hogwild-worker")
+    assert sts["spec"]["replicas"] == 64
+    (worker,) = sts["spec"]["template"]["spec"]["containers"]
+    namespace = DOWNWARD["metadata.namespace"]
+    advertised = [_container_env(worker, {"metadata.name": f"hogwild-worker-{i}",
+                                          "metadata.namespace": namespace})
+                  ["HOGWILD_ADVERTISE_ADDRESS"] for i in range(64)]
+    assert len(set(advertised)) == 64
+    wildcard = f".{sts['spec']['serviceName']}.{namespace}.svc.cluster.local"
+    for i in range(64):
+        for j in [parent(i, 4), *children(i, 4, 64)]:
+            if j < 0:
+                continue  # the coordinator, at its Service name
+            host = advertised[j].rpartition(":")[0]
+            label, _, rest = host.partition(".")
+            assert "." + rest == wildcard and label == f"hogwild-worker-{j}", host
+
+
+def _container_env(container: Obj, downward: dict[str, str] = DOWNWARD) -> dict[str, str]:
     """Env as the kubelet builds it: fieldRefs filled in, $(VAR) expanded in order."""
     env: dict[str, str] = {}
     for item in container.get("env", []):
         if "valueFrom" in item:
-            env[item["name"]] = DOWNWARD[item["valueFrom"]["fieldRef"]["fieldPath"]]
+            env[item["name"]] = downward[item["valueFrom"]["fieldRef"]["fieldPath"]]
         else:
             env[item["name"]] = deploycheck.expand_k8s(item["value"], env)
     return env

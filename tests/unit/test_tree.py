@@ -11,13 +11,15 @@ import pytest
 from hogwild.worker.tree import (
     COORDINATOR,
     TreeLinks,
+    ancestors,
+    between,
     children,
-    cut_off,
     depth,
     height,
     live_children,
     live_parent,
     parent,
+    same_side,
 )
 
 
@@ -57,11 +59,17 @@ def test_re_attachment_goes_to_the_nearest_live_ancestor() -> None:
     assert live_children(COORDINATOR, 2, 15, dead=[0]) == [1, 2, 3]
 
 
-def test_only_a_dead_node_with_live_descendants_cuts_the_tree() -> None:
-    assert cut_off(2, 5, dead=[3]) == {}          # a leaf
-    assert cut_off(2, 5, dead=[4, 1]) == {}       # 1's only child died first
-    assert cut_off(2, 5, dead=[0]) == {0: [2, 3]}
-    assert cut_off(2, 5, dead=[0, 2]) == {0: [3]}
+def test_heap_paths_and_sides() -> None:
+    assert ancestors(14, 2) == [6, 2, 0] and ancestors(1, 2) == []
+    assert between(14, 0, 2) == [6, 2] and sorted(between(0, 14, 2) or []) == [2, 6]
+    assert between(14, -1, 2) == [6, 2, 0] and between(2, 6, 2) == []
+    assert between(3, 4, 2) is None                # cousins: no path up or down
+    # seen from worker 2 (parent 0, children 6 and 7)
+    assert same_side(2, 0, -1, 2)                  # both above it
+    assert same_side(2, 6, 14, 2)                  # both below, through child 6
+    assert not same_side(2, 6, 7, 2)               # two children
+    assert not same_side(2, 0, 6, 2)               # parent and child
+    assert same_side(-1, 0, 6, 2) and not same_side(-1, 0, 1, 2)
 
 
 # ----------------------------------------------------------- sums over a simulated tree
@@ -193,3 +201,49 @@ def test_a_final_waits_for_every_other_neighbours_final() -> None:
     out = {f.neighbour: f for f in links.due(5, True, peers, sync=True)}
     assert sorted(out) == [7, 8] and all(f.final for f in out.values())
     assert links.settled(peers)
+
+
+def test_re_attachment_around_a_dead_interior_worker_keeps_the_sums_exact() -> None:
+    """Worker 0 (children 2 and 3) dies at a round boundary; 2 and 3 re-attach to the
+    coordinator, which adopts them: every survivor still applies every contribution once."""
+    n, k, rounds = 5, 2, 4
+    dim = 1 + rounds * n
+    nodes = _sim_tree(n, k, dim)
+    for w, node in nodes.items():
+        node.links.same_side = lambda a, b, me=w: same_side(me, a, b, k)
+    nodes[COORDINATOR].round = 10**9
+    for r in (1, 2):
+        _own_round(nodes, r, n)
+        while _pump(nodes, sync=True):
+            pass
+    dead = nodes.pop(0)
+    assert dead.links.neighbours == [COORDINATOR, 2, 3]
+    root = nodes[COORDINATOR]
+    root.peers[0].dropped = True
+    for c in live_children(COORDINATOR, k, n, [0]):
+        if c not in root.links.neighbours:
+            root.links.adopt(c, [x for x in [0] if root.links.same_side(x, c)])
+            root.peers[c] = _Peer()
+    for c in (2, 3):
+        node = nodes[c]
+        node.peers[0].dropped = True
+        node.links.remove(0)
+        assert live_parent(c, k, [0]) == COORDINATOR
+        node.links.adopt(COORDINATOR, [0])
+        node.peers[COORDINATOR] = _Peer()
+    for r in (3, 4):
+        for w in (1, 2, 3, 4):
+            idx, val = _own(w, r, n)
+            nodes[w].model[idx] += val
+            nodes[w].links.own(idx, val)
+            nodes[w].round = r
+        while _pump(nodes, sync=True):
+            pass
+    for w in (1, 2, 3, 4):
+        np.testing.assert_array_equal(nodes[w].model, root.model)
+    expect = np.zeros(dim)
+    expect[1:1 + 2 * n] = 1.0                       # rounds 1-2: all five, worker 0 included
+    for r in (3, 4):
+        expect[[1 + (r - 1) * n + w for w in (1, 2, 3, 4)]] = 1.0
+    expect[0] = 2 * 15 + 2 * (2 + 3 + 4 + 5)
+    np.testing.assert_array_equal(root.model, expect)

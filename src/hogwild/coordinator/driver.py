@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sys
@@ -23,6 +24,7 @@ from hogwild.coordinator.checkpoint import Checkpoint
 from hogwild.coordinator.relay import StarRelay
 from hogwild.coordinator.state import RunState, Totals, WorkerRecord
 from hogwild.coordinator.stopping import StopRules
+from hogwild.coordinator.tree_root import TreeRoot
 from hogwild.data.labels import MULTICLASS
 from hogwild.errors import ClusterError, DataError, HogwildError, TrainingDiverged
 from hogwild.model.evaluation import evaluate, is_finite
@@ -33,7 +35,6 @@ from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.health import HealthReporter
 from hogwild.protocol.security import from_settings
 from hogwild.protocol.streams import FinalState, receive_state, shard_chunks, state_chunks
-from hogwild.worker import tree as tree_layout
 
 if TYPE_CHECKING:
     from hogwild.coordinator.localplan import LocalShipping
@@ -248,15 +249,19 @@ class RunDriver:
             return
         security = from_settings(s)
         points = {r.worker_id: r.address for r in workers}
+
+        def channel(wid: int, address: str) -> grpc.Channel:
+            return security.channel(address, self.state.coordinator_key(wid))
+
         if s.topology == "tree":
-            points = {w: points[w] for w in tree_layout.children(tree_layout.COORDINATOR, s.tree_fanout,
-                                                          len(workers))}
-            self.state.delta_senders = set(points)
-        self.relay = StarRelay(
-            self.state, points, dim, s.mode,
-            s.barrier_timeout, s.rpc_timeout, s.chunk_bytes,
-            lambda wid, address: security.channel(address, self.state.coordinator_key(wid)),
-            half=s.delta_dtype == "float16")
+            self.state.tree_fanout = s.tree_fanout
+            self.relay = TreeRoot(self.state, points, dim, s.mode, s.barrier_timeout,
+                                  s.rpc_timeout, s.chunk_bytes, channel, s.tree_fanout,
+                                  half=s.delta_dtype == "float16")
+        else:
+            self.relay = StarRelay(self.state, points, dim, s.mode, s.barrier_timeout,
+                                   s.rpc_timeout, s.chunk_bytes, channel,
+                                   half=s.delta_dtype == "float16")
         self.relay.start()
 
     def _conflicts(self, train: Any, load_seconds: float) -> None:
@@ -432,6 +437,17 @@ class RunDriver:
         may differ from the global model by those (reported as max_abs_diff_to_global).
         """
         record = self.state.workers[wid]
+        if self.settings.topology == "tree":
+            # Its neighbours re-attached around it for good: it is told to stop.
+            self._print(f"worker {wid} registered again; topology tree does not take a worker "
+                        "back: told to stop")
+            self.state.mark_dead(wid, "registered again (topology tree: no rejoin)")
+            self._connect(record)
+            with contextlib.suppress(ClusterError):
+                self._call(record, "Stop", pb.StopRequest(
+                    protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
+                    reason="topology tree does not take a worker back"))
+            return
         try:
             self._connect(record)
             self._wait_ready(record, self.settings.register_timeout)
@@ -511,7 +527,6 @@ class RunDriver:
                 next_checkpoint = time.perf_counter() + s.checkpoint_interval
                 self._checkpoint(began)
             now = time.perf_counter()
-            self._check_tree()
             reason = rules.budget(now - began, self.state.examples(),
                                   self.state.all_finished(), len(self.state.live_workers()))
             if reason is not None:
@@ -530,23 +545,6 @@ class RunDriver:
                         return decision, rules
 
     _last_w: np.ndarray
-
-    def _check_tree(self) -> None:
-        """Topology tree: a dead worker with live descendants cut them off from the model;
-        the run stops with that said (a dead leaf is only dropped)."""
-        s = self.settings
-        if s.topology != "tree":
-            return
-        dead = [r.worker_id for r in self.state.workers.values() if r.dead]
-        if not dead:
-            return
-        cut = tree_layout.cut_off(s.tree_fanout, len(self.state.workers), dead)
-        if cut:
-            wid, kids = next(iter(cut.items()))
-            raise ClusterError(
-                f"topology tree: worker {wid} was lost ({self.state.workers[wid].dead_reason}) "
-                f"and it relays for workers {', '.join(map(str, kids))}, now cut off from the "
-                "model; the run stops (a checkpoint, if written, resumes it with --resume)")
 
     def _checkpoint(self, began: float) -> None:
         """Write the checkpoint (atomically); a failure to write it is logged, not fatal."""

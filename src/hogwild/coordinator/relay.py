@@ -63,13 +63,18 @@ class StarRelay:
         self._first_delta: float | None = None  # silence is counted from the first delta
         self._done = False
         self.aggregates = 0          # aggregate deltas queued (one per live worker per send)
-        self.destinations = {
-            wid: Destination(f"worker {wid}", wid, address, pb_grpc.WorkerStub, rpc_timeout,
-                             max(barrier_timeout, rpc_timeout), self._down,
-                             coalesce=mode == "async", encoder=self._encode, half=half,
-                             open_channel=functools.partial(open_channel, wid))
-            for wid, address in workers.items()}
+        self._open_channel = open_channel
+        self._rpc_timeout = rpc_timeout
+        self._half = half
+        self.destinations = {wid: self._destination(wid, address)
+                             for wid, address in workers.items()}
         self._thread = threading.Thread(target=self._run, name="star-relay", daemon=True)
+
+    def _destination(self, wid: int, address: str) -> Destination:
+        return Destination(f"worker {wid}", wid, address, pb_grpc.WorkerStub, self._rpc_timeout,
+                           max(self.barrier_timeout, self._rpc_timeout), self._down,
+                           coalesce=self.mode == "async", encoder=self._encode, half=self._half,
+                           open_channel=functools.partial(self._open_channel, wid))
 
     def start(self) -> None:
         self.state.relay = self.offer
@@ -148,14 +153,21 @@ class StarRelay:
         round_ = max(round_, 0)
         examples = sum(self._examples.values())
         for wid in live:
-            own_idx, own_val = self._pending[wid]
-            idx, val = merge_sparse(*total, own_idx, -own_val)
+            idx, val = total
+            for sender in self._own_side(wid):
+                own_idx, own_val = self._pending[sender]
+                idx, val = merge_sparse(idx, val, own_idx, -own_val)
             self.destinations[wid].put_delta(OutgoingDelta(round_, final, examples, idx, val))
             self.aggregates += 1
         for wid in self._pending:
             self._pending[wid] = _EMPTY
         if self.mode == "sync":
             self._sent_round = round_
+
+    def _own_side(self, wid: int) -> list[int]:
+        """Whose pending deltas ``wid`` has already: its own (a tree root: also those of the
+        dead workers its subtree came from)."""
+        return [wid]
 
     def _encode(self, indices: npt.NDArray[np.int32], values: npt.NDArray[np.floating[Any]],
                 round_: int, final: bool, examples: int) -> list[Any]:

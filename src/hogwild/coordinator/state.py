@@ -26,6 +26,7 @@ from hogwild.protocol.codec import DecodedDelta
 from hogwild.protocol.keys import COORDINATOR, KeyRing
 from hogwild.protocol.security import same_key
 from hogwild.protocol.sequence import SequenceTracker
+from hogwild.worker.tree import ancestors
 
 
 @dataclass
@@ -100,9 +101,9 @@ class RunState:
         # Topology star: called (outside the lock) with every delta applied here and whether
         # it completed its (worker, seq); the relay forwards the sums to the other workers.
         self.relay: Callable[[DecodedDelta, bool], None] | None = None
-        # Topology tree: the workers that may send deltas here (the root's children); None:
-        # every worker of the run.
-        self.delta_senders: set[int] | None = None
+        # Topology tree: its fan-out. Deltas come only from the coordinator's children:
+        # workers whose heap ancestors are all dead (none, at first, for 0..k-1).
+        self.tree_fanout: int | None = None
 
     # ---------------------------------------------------------------- registration
 
@@ -277,9 +278,13 @@ class RunState:
                 raise StaleOrUnknown("delta received before the run started")
             if self.sealed:
                 raise StaleOrUnknown("delta received after the run ended")
-            if self.delta_senders is not None and h.worker_id not in self.delta_senders:
-                raise StaleOrUnknown(f"worker {h.worker_id} is not a child of the coordinator "
-                                     "in the tree")
+            if self.tree_fanout is not None:
+                above = [a for a in ancestors(h.worker_id, self.tree_fanout)
+                         if not self.workers[a].dead]
+                if above:
+                    raise StaleOrUnknown(f"worker {h.worker_id} is not a child of the "
+                                         f"coordinator in the tree (worker {above[0]} is its "
+                                         "parent)")
             if record.dead:
                 # Its peers dropped it too: what it sends now would reach the global model but
                 # not theirs. Refused, it registers again and resynchronises.
@@ -332,7 +337,8 @@ class RunState:
                 return  # a dropped worker's view of the others is out of date
             record = self.check_sender(run_id, peer)
             self.peer_reports.append((reporter, peer, round_, reason))
-            if not record.dead and not record.done:
+            # In a tree a finished worker still relays: its loss matters until the end.
+            if not record.dead and (not record.done or self.tree_fanout is not None):
                 record.dead = True
                 record.dead_reason = f"reported by worker {reporter} at round {round_}: {reason}"
             self._lock.notify_all()

@@ -169,6 +169,15 @@ class Inbox:
             self._seen[worker_id] = SequenceTracker()
             self._cond.notify_all()
 
+    def add(self, worker_id: int, address: str) -> None:
+        """A new peer (topology tree: a neighbour after a re-attachment), heard from now."""
+        with self._cond:
+            if worker_id in self.peers:
+                return
+            self.peers[worker_id] = PeerStatus(worker_id, address)
+            self._seen[worker_id] = SequenceTracker()
+            self._cond.notify_all()
+
     def snapshot(self) -> dict[int, PeerStatus]:
         """A copy of the peer table (for reports)."""
         with self._cond:

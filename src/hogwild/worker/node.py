@@ -70,7 +70,7 @@ from hogwild.worker.plan import RunPlan
 from hogwild.worker.sender import Destination, OutgoingDelta
 from hogwild.worker.timing import Timers
 from hogwild.worker.training import ThreadCursor, make_cursors, train_round
-from hogwild.worker.tree import TreeLinks, children, parent
+from hogwild.worker.tree import TreeLinks, between, live_children, live_parent, same_side
 from hogwild.worker.watch import CoordinatorWatch
 
 log = logging.getLogger("hogwild.worker")
@@ -128,6 +128,7 @@ class WorkerNode:
         self.inbox = Inbox({})
         self.destinations: dict[int, Destination] = {}
         self.tree: TreeLinks | None = None  # topology tree: what each tree neighbour is owed
+        self.tree_dead: set[int] = set()    # workers known dead: the layout routes around them
         self.stop_requested = threading.Event()
         self.stop_reason = ""
         self.leaving = False              # SIGTERM: finish without waiting for peers
@@ -137,7 +138,8 @@ class WorkerNode:
         self.fatal: str | None = None
         self.seq = 0
         self._seq_lock = threading.Lock()
-        self._exchange_lock = threading.Lock()  # one exchange, or one peer joining, at a time
+        # One exchange, or one peer joining, or one tree re-attachment, at a time.
+        self._exchange_lock = threading.RLock()
         self.deltas_sent = 0
         self.rounds = 0
         self.examples = 0
@@ -241,19 +243,88 @@ class WorkerNode:
             if not same_key(key, self.coordinator_key):
                 raise NotAllowed("the caller is not this worker's coordinator")
             return
-        if plan.topology == "tree" and worker_id not in self._senders(plan):
-            # Parent and children only, the coordinator under its own id and key.
-            raise StaleOrUnknown(f"worker {worker_id}: not a tree neighbour of worker "
-                                 f"{self.worker_id}")
-        if worker_id == COORDINATOR_SENDER_ID:
-            if not same_key(key, self.coordinator_key):
-                raise NotAllowed("the caller is not this worker's coordinator")
+        if plan.topology == "tree":
+            self._check_tree_sender(plan, worker_id, key)
             return
         expected = plan.receive_keys.get(worker_id)
         if expected is None:
             raise StaleOrUnknown(f"worker {worker_id} is not a peer of this worker")
         if not same_key(key, expected):
             raise NotAllowed(f"the caller is not worker {worker_id}")
+
+    def _check_tree_sender(self, plan: RunPlan, worker_id: int, key: str) -> None:
+        """Topology tree: deltas and heartbeats from the parent and the children only (the
+        coordinator under its own id and key). A sender further up or down this worker's
+        heap path vouches that the workers in between died (it routes around them): they
+        are dropped here too and it becomes a neighbour, so both ends of a re-attached edge
+        agree whichever noticed the death first."""
+        if worker_id == COORDINATOR_SENDER_ID:
+            if not same_key(key, self.coordinator_key):
+                raise NotAllowed("the caller is not this worker's coordinator")
+            relative = -1
+        else:
+            expected = plan.receive_keys.get(worker_id)
+            if expected is None:
+                raise StaleOrUnknown(f"worker {worker_id} is not a peer of this worker")
+            if not same_key(key, expected):
+                raise NotAllowed(f"the caller is not worker {worker_id}")
+            relative = worker_id
+        with self._exchange_lock:
+            if self.tree is None or worker_id in self.tree.neighbours:
+                return
+            gap = between(plan.worker_id, relative, plan.tree_fanout)
+            if gap is None or relative in self.tree_dead:
+                raise StaleOrUnknown(f"worker {worker_id}: not a tree neighbour of worker "
+                                     f"{self.worker_id}")
+            self._tree_bury(plan, gap, f"worker {worker_id} re-attached around it")
+
+    def _tree_neighbours(self, plan: RunPlan) -> dict[int, str]:
+        """Parent (the coordinator under its sender id) and children, around the dead."""
+        k, n = plan.tree_fanout, len(plan.peers) + 1
+        up = live_parent(plan.worker_id, k, self.tree_dead)
+        out = ({COORDINATOR_SENDER_ID: self.settings.coordinator_address} if up < 0
+               else {up: self._peer_addresses.get(up, plan.peers[up])})
+        for c in live_children(plan.worker_id, k, n, self.tree_dead):
+            out[c] = self._peer_addresses.get(c, plan.peers[c])
+        return out
+
+    def _tree_bury(self, plan: RunPlan, dead: list[int], reason: str) -> None:
+        """Workers known dead: drop them and re-attach around them (nearest live ancestor
+        and descendants); a new neighbour is owed what the dead one it replaces never got."""
+        with self._exchange_lock:
+            fresh = [w for w in dead if w not in self.tree_dead]
+            if not fresh or self.tree is None:
+                return
+            self.tree_dead.update(fresh)
+            for w in fresh:
+                self._drop_peer(w, self.rounds, reason)
+            tree, k = self.tree, plan.tree_fanout
+            now = self._tree_neighbours(plan)
+            gone = [x for x in tree.neighbours if x not in now]
+            fresh_dests: dict[int, Destination] = {}
+            for y, address in now.items():
+                if y in tree.neighbours:
+                    continue
+                tree.adopt(y, [x for x in gone if tree.same_side(x, y)])
+                self.inbox.add(y, address)
+                if y != COORDINATOR_SENDER_ID and self.destinations:
+                    fresh_dests[y] = self._peer_destination(plan, y, address)
+            stale = []
+            for x in gone:
+                tree.remove(x)
+                if x in self.destinations:
+                    stale.append(self.destinations[x])
+            if self.destinations:
+                # A new dict, so a thread iterating the old one is not disturbed.
+                self.destinations = {**{d: v for d, v in self.destinations.items()
+                                        if d not in gone}, **fresh_dests}
+        for dest in stale:
+            dest.abandon()
+        up = live_parent(plan.worker_id, k, self.tree_dead)
+        kids = live_children(plan.worker_id, k, len(plan.peers) + 1, self.tree_dead)
+        log.warning("tree: re-attached around worker(s) %s: parent %s, children %s",
+                    ", ".join(map(str, fresh)), "coordinator" if up < 0 else up,
+                    ", ".join(map(str, kids)) or "none")
 
     # --------------------------------------------------------------- RPC handlers
 
@@ -332,7 +403,9 @@ class WorkerNode:
             self.w = plan.spec.initial_weights(plan.seed)
             self.snap = self.w.copy()
             self.inbox = Inbox(self._senders(plan))
-            self.tree = TreeLinks(self._senders(plan)) if plan.topology == "tree" else None
+            self.tree = (TreeLinks(self._senders(plan), functools.partial(
+                _same_side, plan.worker_id, plan.tree_fanout)) if plan.topology == "tree"
+                else None)
             self.examples = plan.examples_base
             self.rounds = plan.first_round - 1
             self.phase = Phase.CONFIGURED
@@ -552,8 +625,9 @@ class WorkerNode:
         """Tell every peer we are alive a few times per barrier_timeout, until done."""
         interval = max(0.05, plan.barrier_timeout / 4)
         while not self.done.wait(interval):
-            if self.phase in (Phase.FINISHING, Phase.DONE):
+            if self.phase in (Phase.FINISHING, Phase.DONE) and plan.topology != "tree":
                 return  # the final delta is sent: no peer waits for this worker any more
+            # (tree: a finished worker relays until its neighbours finish: still alive)
             message = pb.HeartbeatRequest(protocol_version=PROTOCOL_VERSION, run_id=self.run_id,
                                    worker_id=self.worker_id, round=self.rounds)
             for dest_id, dest in list(self.destinations.items()):
@@ -748,11 +822,7 @@ class WorkerNode:
         if plan.topology == "star":
             return {COORDINATOR_SENDER_ID: self.settings.coordinator_address}
         if plan.topology == "tree":
-            up = parent(plan.worker_id, plan.tree_fanout)
-            kids = children(plan.worker_id, plan.tree_fanout, len(plan.peers) + 1)
-            senders = ({COORDINATOR_SENDER_ID: self.settings.coordinator_address} if up < 0
-                       else {up: plan.peers[up]})
-            return {**senders, **{c: plan.peers[c] for c in kids}}
+            return self._tree_neighbours(plan)
         return dict(plan.peers)
 
     def _encode_delta(self, indices: np.ndarray, values: np.ndarray, round_: int, final: bool,
@@ -909,6 +979,11 @@ class WorkerNode:
             self._drop_silent(plan, self.rounds, "waiting for its final delta")
 
     def _drop_peer(self, pid: int, round_: int, reason: str) -> None:
+        plan = self.plan
+        if (self.tree is not None and plan is not None and pid not in self.tree_dead
+                and pid != COORDINATOR_SENDER_ID):
+            self._tree_bury(plan, [pid], reason)  # drops it (back here), then re-attaches
+            return
         if not self.inbox.drop(pid) or pid in self._reported_down:
             return
         self._reported_down.add(pid)
@@ -1007,6 +1082,12 @@ class WorkerNode:
         """A summary for logs."""
         return {"phase": self.phase.value, "worker_id": self.worker_id, "rounds": self.rounds,
                 "examples": self.examples, "deltas_sent": self.deltas_sent}
+
+
+def _same_side(me: int, k: int, a: int, b: int) -> bool:
+    """tree.same_side with the coordinator under its sender id."""
+    return same_side(me, -1 if a == COORDINATOR_SENDER_ID else a,
+                     -1 if b == COORDINATOR_SENDER_ID else b, k)
 
 
 def _pid() -> int:

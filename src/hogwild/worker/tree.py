@@ -4,6 +4,10 @@ Layout (k = ``tree_fanout``): the coordinator is the root; workers 0..k-1 are it
 worker i's children are k(i+1) .. k(i+1)+k-1, so worker i's parent is ``i // k - 1`` (-1: the
 coordinator). Every worker has one parent edge: n edges, depth about log_k(n).
 
+When a worker dies, each of its live children re-attaches to its nearest live ancestor
+(:func:`live_parent`; the coordinator at worst), computed by everyone from the layout and the
+set of dead workers, so both ends of every new edge agree without a coordinator round-trip.
+
 Routing is flooding on that tree: whatever a node learns from one neighbour (the sum that
 neighbour's side of the tree produced) it owes to every other neighbour, and its own delta it
 owes to all of them. On a tree this delivers every contribution to every node exactly once.
@@ -22,7 +26,8 @@ No gRPC here: the worker node (and the coordinator's relay) move the sums over t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -84,11 +89,35 @@ def live_children(node: int, k: int, n: int, dead: Iterable[int]) -> list[int]:
     return sorted(found)
 
 
-def cut_off(k: int, n: int, dead: Iterable[int]) -> dict[int, list[int]]:
-    """Dead workers that still have live descendants: each with the live children it left
-    without a parent (empty when only leaves died)."""
-    gone = set(dead)
-    return {w: kids for w in sorted(gone) if (kids := live_children(w, k, n, gone))}
+def ancestors(worker: int, k: int) -> list[int]:
+    """The workers between ``worker`` and the coordinator, nearest first."""
+    found = []
+    while (worker := parent(worker, k)) >= 0:
+        found.append(worker)
+    return found
+
+
+def between(a: int, b: int, k: int) -> list[int] | None:
+    """The workers strictly between ``a`` and ``b`` on their heap path (-1 is the
+    coordinator, everyone's ancestor) if one is an ancestor of the other; else None."""
+    up_a, up_b = [*ancestors(a, k), -1] if a >= 0 else [], [*ancestors(b, k), -1] if b >= 0 else []
+    if b in up_a:
+        return up_a[:up_a.index(b)]
+    if a in up_b:
+        return up_b[:up_b.index(a)]
+    return None
+
+
+def same_side(me: int, a: int, b: int, k: int) -> bool:
+    """Whether ``a`` and ``b`` (workers, or -1 for the coordinator) lie on the same side of
+    ``me``: through its parent (both above it), or through one child (on one path below it).
+    What came from one side is owed to the others only."""
+    if a == b:
+        return True
+    up = [*ancestors(me, k), -1] if me >= 0 else []
+    if a in up or b in up:
+        return a in up and b in up
+    return between(a, b, k) is not None and between(me, a, k) is not None
 
 
 class _Status(Protocol):
@@ -118,7 +147,9 @@ class TreeLinks:
     own sender id). Not thread-safe: one exchange thread owns it.
     """
 
-    def __init__(self, neighbours: Iterable[int]) -> None:
+    def __init__(self, neighbours: Iterable[int],
+                 same_side: Callable[[int, int], bool] = operator.eq) -> None:
+        self.same_side = same_side  # what a sender sent is not owed to its side
         self._owed: dict[int, list[tuple[npt.NDArray[np.int32], npt.NDArray[Any]]]] = {
             nbr: [] for nbr in neighbours}
         self.sent_round: dict[int, int] = dict.fromkeys(self._owed, 0)
@@ -128,17 +159,31 @@ class TreeLinks:
     def neighbours(self) -> list[int]:
         return list(self._owed)
 
+    def adopt(self, nbr: int, like: Iterable[int]) -> None:
+        """A new neighbour (it replaces the dead ones ``like`` on its side of the tree): it is
+        owed what they were owed and never got."""
+        chunks = [c for old in like for c in self._owed.get(old, [])]
+        self._owed.setdefault(nbr, []).extend(chunks)
+        self.sent_round.setdefault(nbr, 0)
+
+    def remove(self, nbr: int) -> None:
+        """A neighbour that died: nothing more is owed to it."""
+        self._owed.pop(nbr, None)
+        self.sent_round.pop(nbr, None)
+        self.closed.discard(nbr)
+
     def own(self, indices: npt.NDArray[np.int32], values: npt.NDArray[Any]) -> None:
         """This node's own delta: owed to every neighbour."""
         self.received(None, indices, values)
 
     def received(self, sender: int | None, indices: npt.NDArray[np.int32],
                  values: npt.NDArray[Any]) -> None:
-        """A sum from neighbour ``sender``: owed to every other neighbour still open."""
+        """A sum from neighbour ``sender`` (or a neighbour that has died since): owed to every
+        neighbour still open on another side."""
         if indices.shape[0] == 0:
             return
         for nbr, chunks in self._owed.items():
-            if nbr != sender and nbr not in self.closed:
+            if nbr not in self.closed and (sender is None or not self.same_side(nbr, sender)):
                 chunks.append((indices, values))
 
     def owed(self, nbr: int) -> bool:
