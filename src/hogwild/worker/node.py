@@ -70,7 +70,7 @@ from hogwild.worker.plan import RunPlan
 from hogwild.worker.sender import Destination, OutgoingDelta
 from hogwild.worker.timing import Timers
 from hogwild.worker.training import ThreadCursor, make_cursors, train_round
-from hogwild.worker.tree import TreeLinks, between, live_children, live_parent, same_side
+from hogwild.worker.tree import Flush, TreeLinks, between, live_children, live_parent, same_side
 from hogwild.worker.watch import CoordinatorWatch
 
 log = logging.getLogger("hogwild.worker")
@@ -129,6 +129,10 @@ class WorkerNode:
         self.destinations: dict[int, Destination] = {}
         self.tree: TreeLinks | None = None  # topology tree: what each tree neighbour is owed
         self.tree_dead: set[int] = set()    # workers known dead: the layout routes around them
+        # Guards self.tree: RPC threads owe each arriving sum on as they accept it (so a
+        # neighbour's final is never seen before what it vouches for is owed on), the
+        # exchange thread takes what is due. Taken after _exchange_lock, never before.
+        self._tree_lock = threading.RLock()
         self.stop_requested = threading.Event()
         self.stop_reason = ""
         self.leaving = False              # SIGTERM: finish without waiting for peers
@@ -269,14 +273,14 @@ class WorkerNode:
             if not same_key(key, expected):
                 raise NotAllowed(f"the caller is not worker {worker_id}")
             relative = worker_id
-        with self._exchange_lock:
+        with self._tree_lock:
             if self.tree is None or worker_id in self.tree.neighbours:
                 return
-            gap = between(plan.worker_id, relative, plan.tree_fanout)
-            if gap is None or relative in self.tree_dead:
-                raise StaleOrUnknown(f"worker {worker_id}: not a tree neighbour of worker "
-                                     f"{self.worker_id}")
-            self._tree_bury(plan, gap, f"worker {worker_id} re-attached around it")
+        gap = between(plan.worker_id, relative, plan.tree_fanout)
+        if gap is None or relative in self.tree_dead:
+            raise StaleOrUnknown(f"worker {worker_id}: not a tree neighbour of worker "
+                                 f"{self.worker_id}")
+        self._tree_bury(plan, gap, f"worker {worker_id} re-attached around it")
 
     def _tree_neighbours(self, plan: RunPlan) -> dict[int, str]:
         """Parent (the coordinator under its sender id) and children, around the dead."""
@@ -291,7 +295,7 @@ class WorkerNode:
     def _tree_bury(self, plan: RunPlan, dead: list[int], reason: str) -> None:
         """Workers known dead: drop them and re-attach around them (nearest live ancestor
         and descendants); a new neighbour is owed what the dead one it replaces never got."""
-        with self._exchange_lock:
+        with self._exchange_lock, self._tree_lock:
             fresh = [w for w in dead if w not in self.tree_dead]
             if not fresh or self.tree is None:
                 return
@@ -491,7 +495,18 @@ class WorkerNode:
                                  f"worker {self.worker_id}")
         with self.timers.timed("decode"):
             delta = decode_delta(message, plan.dim)
-        return not self.inbox.offer(delta)
+        if self.tree is None:
+            return not self.inbox.offer(delta)
+        with self._tree_lock:
+            if not self.inbox.offer(delta):
+                return True
+            self.tree.received(delta.header.worker_id, delta.indices, delta.values)
+            # On at once (no hop waits for a round boundary), once the destinations are
+            # open; before, it stays owed for the first exchange.
+            if plan.mode == "async" and self.destinations:
+                for f in self.tree.forward(self.rounds):
+                    self._tree_put(f)
+        return False
 
     def heartbeat(self, message: pb.HeartbeatRequest) -> None:
         """A peer says it is alive (it may be waiting on someone else)."""
@@ -760,8 +775,6 @@ class WorkerNode:
                                          d.indices, d.values)
             if result != 0:
                 raise InvalidMessage(f"delta {d.key} rejected by apply_delta ({result})")
-            if self.tree is not None:  # owed on to the other tree neighbours
-                self.tree.received(d.header.worker_id, d.indices, d.values)
         self.inbox.count_applied(items)
         self.timers.add("apply", time.perf_counter() - t0, len(items))
         return len(items)
@@ -788,7 +801,8 @@ class WorkerNode:
         sent_idx, sent_val = self._compress(plan, idx[:n], val[:n], final)
         if self.tree is not None:
             self.timers.add("build_delta", time.perf_counter() - t0)
-            self.tree.own(sent_idx, sent_val)
+            with self._tree_lock:
+                self.tree.own(sent_idx, sent_val)
             self._tree_flush(plan, round_, final)
             self.rounds = max(self.rounds, round_)
             return
@@ -934,17 +948,20 @@ class WorkerNode:
     def _tree_flush(self, plan: RunPlan, round_: int, finished: bool) -> None:
         """Topology tree: queue every message due (what each neighbour is owed)."""
         assert self.tree is not None
-        # The neighbours' rounds and finals as of now, then everything that arrived up to now
-        # relayed: a label (or a final) never runs ahead of the sums it vouches for.
-        peers = self.inbox.snapshot()
-        self._apply_inbox()
-        for f in self.tree.due(round_, finished, peers, plan.mode == "sync"):
-            dest = self.destinations.get(
-                COORDINATOR_ID if f.neighbour == COORDINATOR_SENDER_ID else f.neighbour)
-            if dest is not None:
-                dest.put_delta(OutgoingDelta(f.round, f.final, self.examples, f.indices,
-                                             f.values))
-                self.deltas_sent += 1
+        with self._tree_lock:
+            # Under the lock that owing happens under: a label (or a final) never runs ahead
+            # of the sums it vouches for.
+            for f in self.tree.due(round_, finished, self.inbox.snapshot(),
+                                   plan.mode == "sync"):
+                self._tree_put(f)
+
+    def _tree_put(self, f: Flush) -> None:
+        dest = self.destinations.get(
+            COORDINATOR_ID if f.neighbour == COORDINATOR_SENDER_ID else f.neighbour)
+        if dest is None:  # a bug: what was taken would be lost
+            raise ClusterError(f"tree: no destination for neighbour {f.neighbour}")
+        dest.put_delta(OutgoingDelta(f.round, f.final, self.examples, f.indices, f.values))
+        self.deltas_sent += 1
 
     def _tree_wait(self, plan: RunPlan, ready: Callable[[dict[int, PeerStatus]], bool],
                    finished: bool, waiting_for: str) -> None:
@@ -957,6 +974,7 @@ class WorkerNode:
             peers = self.inbox.snapshot()
             done = ready(peers)
             with self._exchange_lock:
+                self._apply_inbox()
                 self._tree_flush(plan, self.rounds, finished)
             if done and (not finished or self.tree.settled(self.inbox.snapshot())):
                 return

@@ -17,11 +17,12 @@ owes to all of them. On a tree this delivers every contribution to every node ex
   and every other live neighbour has sent its round R (so it carries every contribution of
   rounds <= R from this side of the edge; an up-sum waits for the children, a down-sum for
   the parent and the siblings). One message per edge and direction per round: 2n in all.
-* async: at every own round boundary, whatever is owed (also one message per edge).
+* async: a sum goes on as soon as it arrives, and the own delta at every round boundary
+  (a busy destination sums what queues behind it), so no hop waits for a round.
 * the final message to j goes once this node has finished and every other neighbour sent its
   final (or was dropped): from then on nothing can arrive that j lacks.
 
-No gRPC here: the worker node (and the coordinator's relay) move the sums over the wire.
+No gRPC and no lock here: the worker node serialises access and moves the sums.
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ class TreeLinks:
     """The sums one node owes its tree neighbours and which edge is due when.
 
     ``neighbours`` are sender ids as the node's inbox knows them (the coordinator under its
-    own sender id). Not thread-safe: one exchange thread owns it.
+    own sender id). Not thread-safe: the node holds a lock around it.
     """
 
     def __init__(self, neighbours: Iterable[int],
@@ -234,6 +235,19 @@ class TreeLinks:
             if final:
                 self.closed.add(nbr)
             out.append(Flush(nbr, label, final, idx, val))
+        return out
+
+    def forward(self, own_round: int) -> list[Flush]:
+        """async: whatever is owed now, to each open neighbour owed something (never final:
+        finals wait for :meth:`due`)."""
+        out = []
+        for nbr in self.neighbours:
+            if nbr in self.closed or not self._owed[nbr]:
+                continue
+            idx, val = self.take(nbr)
+            label = max(own_round, self.sent_round[nbr])
+            self.sent_round[nbr] = label
+            out.append(Flush(nbr, label, False, idx, val))
         return out
 
     def settled(self, peers: Mapping[int, _Status]) -> bool:
