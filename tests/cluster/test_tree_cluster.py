@@ -100,7 +100,7 @@ def test_tree_reaches_the_mesh_accuracy(mode: str, extra: dict[str, Any],
 def _killed(tmp_path: Path, cluster: Cluster, victim: int) -> tuple[Path, dict[int, Any]]:
     out = tmp_path / "out"
     cluster.start(N, mode="sync", topology="tree", **_settings(
-        out, epochs=1_000_000, time_budget=6, barrier_timeout=2, rpc_timeout=2,
+        out, epochs=1_000_000, time_budget=6, barrier_timeout=2, rpc_timeout=5,
         eval_interval=0.3))
     assert cluster.coordinator is not None
     ids = cluster.worker_ids(120)
