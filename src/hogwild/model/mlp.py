@@ -24,11 +24,13 @@ class MLPTrainer(Trainer):
     :class:`Trainer`'s epochs, blocks, modes and schedules; only the kernel differs.
 
     ``flush_rows``: rows between two publications of a thread's dense-layer changes.
+    ``deep_lr_scale``: the deep part's step as a multiple of the wide part's (the schedule's).
     ``params.hot_features`` is set to 0 (the first layer is written in place).
     """
 
     def __init__(self, spec: ModelSpec, params: TrainParams, w: F64 | None = None,
-                 seed: int = 0, flush_rows: int = BUFFERED_FLUSH_ROWS) -> None:
+                 seed: int = 0, flush_rows: int = BUFFERED_FLUSH_ROWS,
+                 deep_lr_scale: float = 1.0) -> None:
         if not spec.is_mlp:
             raise ValueError("MLPTrainer needs an MLP spec")
         if params.batch_size != 1 or params.mode == "syncsgd":
@@ -39,6 +41,10 @@ class MLPTrainer(Trainer):
         # No per-thread view of W1: the kernel writes the row's W1 rows in place.
         params = dataclasses.replace(params, hot_features=0)
         self.flush_rows = max(1, int(flush_rows))
+        if not (0.0 < deep_lr_scale < float("inf")):
+            raise ValueError(f"deep_lr_scale: must be positive and finite (got "
+                             f"{deep_lr_scale!r})")
+        self.deep_lr_scale = float(deep_lr_scale)
         self._hidden = spec.hidden_array()
         super().__init__(spec.n_features, params, w)
 
@@ -51,7 +57,7 @@ class MLPTrainer(Trainer):
         t_end, loss_sum = mlp_kernels.mlp_sgd_range(
             a.indptr, a.indices, a.values, a.labels, start, stop, self.w, self.n_features,
             self._hidden, self.loss.code, lr0, schedule, power_t, t, l2, fit_bias,
-            self.spec.binary_features, t_step, self.flush_rows)
+            self.spec.binary_features, t_step, self.flush_rows, self.deep_lr_scale)
         return float(t_end), float(loss_sum)
 
 
@@ -66,7 +72,7 @@ def warmup() -> None:
     hidden = spec.hidden_array()
     for binary in (False, True):
         mlp_kernels.mlp_sgd_range(indptr, indices, values, labels, 0, 2, w, 2, hidden, 0, 0.1,
-                                  0, 0.5, 1.0, 0.0, True, binary, 1.0, 64)
+                                  0, 0.5, 1.0, 0.0, True, binary, 1.0, 64, 0.5)
         mlp_kernels.mlp_sgd_range(indptr, indices, values, labels, 0, 2, w, 2, hidden, 0, 0.1,
                                   0, 0.5, 1.0, 0.0, True, binary)
         mlp_kernels.mlp_evaluate(indptr, indices, values, labels, w, 2, hidden, binary, 0)

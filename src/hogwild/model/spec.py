@@ -8,10 +8,13 @@ averages its changes to them over the contributing workers instead of summing, s
 worker/node.py) and the initial vector (every node starts from the same one).
 
 * ``linear``: ``w = [weights (n_features), bias]``; shared: the bias.
-* ``mlp``: ``w = [W1 (n_features x H1, row-major), b1, W2, b2, ..., Wo (HL), bo]`` (layout
-  in mlp_kernels.py); shared: everything after W1. W1 starts small and random, dense layers
-  He-style (N(0, 2 / fan_in)), biases at zero, all from ``seed``, so every process that
-  builds the same spec with the same seed starts from the same vector.
+* ``mlp``: ``w = [rows (n_features x (H1 + 1), row-major: feature f's embedding W1[f] then
+  its wide weight u[f]), b1, W2, b2, ..., Wo (HL), bo]`` (layout in mlp_kernels.py); shared:
+  everything after the rows. W1 starts small and random, hidden layers He-style
+  (N(0, 2 / fan_in)), the wide weights, the output layer Wo and the biases at zero, all from
+  ``seed``, so every process that builds the same spec with the same seed starts from the
+  same vector, and that vector is the linear model's start: the deep part adds nothing until
+  Wo moves.
 """
 
 from __future__ import annotations
@@ -95,7 +98,13 @@ class ModelSpec:
     @property
     def shared_from(self) -> int:
         """First index of the parameters every example updates (averaged across workers)."""
-        return self.n_features * self.hidden[0] if self.is_mlp else self.n_features
+        return self.n_features * self.row_width if self.is_mlp else self.n_features
+
+    @property
+    def row_width(self) -> int:
+        """Parameters per input feature: H1 embedding weights + the wide weight (MLP), or the
+        one weight (linear)."""
+        return self.hidden[0] + 1 if self.is_mlp else 1
 
     @property
     def dim(self) -> int:
@@ -124,9 +133,11 @@ class ModelSpec:
             return w
         rng = np.random.default_rng([seed, 0x4D4C50])
         d, h = self.n_features, self.hidden
-        w[: d * h[0]] = rng.standard_normal(d * h[0]) * W1_INIT_SCALE
-        pos = d * h[0] + h[0]
-        for fan_in, fan_out in zip(h, (*h[1:], 1)):
+        rows = w[: self.shared_from].reshape(d, self.row_width)
+        rows[:, : h[0]] = rng.standard_normal((d, h[0])) * W1_INIT_SCALE
+        pos = self.shared_from + h[0]
+        # Hidden-to-hidden layers only: the output layer Wo starts at zero (see above).
+        for fan_in, fan_out in itertools.pairwise(h):
             n = fan_in * fan_out
             w[pos:pos + n] = rng.standard_normal(n) * np.sqrt(2.0 / fan_in)
             pos += n + fan_out  # the layer's biases stay 0
@@ -134,39 +145,55 @@ class ModelSpec:
 
     def arrays(self, w: F64) -> dict[str, F64]:
         """Named copies of the parameters: the MLP's W1, b1, W2, b2, ... (the output layer
-        last, as W{L+1} of shape (HL, 1) and b{L+1} of shape (1,)); the linear model's ``w``."""
+        last, as W{L+1} of shape (HL, 1) and b{L+1} of shape (1,)) and ``wide`` (d,), the
+        wide part's weights; the linear model's ``w``."""
         w = np.asarray(w, dtype=np.float64)
         if w.shape != (self.dim,):
             raise ValueError(f"expected {self.dim} parameters, got shape {w.shape}")
         if not self.is_mlp:
             return {"w": w.copy()}
-        sizes = (self.n_features, *self.hidden, 1)
-        out: dict[str, F64] = {}
-        pos = 0
-        for layer, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes), start=1):
+        d, h1 = self.n_features, self.hidden[0]
+        rows = w[: self.shared_from].reshape(d, h1 + 1)
+        out: dict[str, F64] = {"W1": rows[:, :h1].copy()}
+        pos = self.shared_from
+        sizes = (h1, *self.hidden[1:], 1)
+        out["b1"] = w[pos:pos + h1].copy()
+        pos += h1
+        for layer, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes), start=2):
             out[f"W{layer}"] = w[pos:pos + fan_in * fan_out].reshape(fan_in, fan_out).copy()
             pos += fan_in * fan_out
             out[f"b{layer}"] = w[pos:pos + fan_out].copy()
             pos += fan_out
+        out["wide"] = rows[:, h1].copy()
         return out
 
     def flatten(self, arrays: Mapping[str, npt.ArrayLike]) -> F64:
-        """The inverse of :meth:`arrays`; ValueError naming a missing or misshapen array."""
+        """The inverse of :meth:`arrays`; ValueError naming a missing or misshapen array. An
+        MLP without ``wide`` (saved before the wide part existed) gets zero wide weights: the
+        same network."""
         if not self.is_mlp:
             w = np.asarray(arrays["w"], dtype=np.float64)
             if w.shape != (self.dim,):
                 raise ValueError(f"array w: expected shape ({self.dim},), got {w.shape}")
             return w.copy()
-        sizes = (self.n_features, *self.hidden, 1)
-        parts = []
-        for layer, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes), start=1):
-            for name, shape in ((f"W{layer}", (fan_in, fan_out)), (f"b{layer}", (fan_out,))):
-                if name not in arrays:
-                    raise ValueError(f"array {name} is missing")
-                part = np.asarray(arrays[name], dtype=np.float64)
-                if part.shape != shape:
-                    raise ValueError(f"array {name}: expected shape {shape}, got {part.shape}")
-                parts.append(part.ravel())
+        def get(name: str, shape: tuple[int, ...]) -> F64:
+            if name not in arrays:
+                raise ValueError(f"array {name} is missing")
+            part = np.asarray(arrays[name], dtype=np.float64)
+            if part.shape != shape:
+                raise ValueError(f"array {name}: expected shape {shape}, got {part.shape}")
+            return part
+
+        d, h1 = self.n_features, self.hidden[0]
+        rows = np.empty((d, h1 + 1), dtype=np.float64)
+        rows[:, :h1] = get("W1", (d, h1))
+        # A model saved before the wide part existed is the same network with it at zero.
+        rows[:, h1] = get("wide", (d,)) if "wide" in arrays else 0.0
+        parts = [rows.ravel(), get("b1", (h1,)).ravel()]
+        sizes = (h1, *self.hidden[1:], 1)
+        for layer, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes), start=2):
+            parts.append(get(f"W{layer}", (fan_in, fan_out)).ravel())
+            parts.append(get(f"b{layer}", (fan_out,)).ravel())
         return np.concatenate(parts)
 
     def restore(self, w: F64, new_id_of_old: npt.ArrayLike) -> F64:
@@ -178,7 +205,7 @@ class ModelSpec:
             raise ValueError(f"expected {self.dim} parameters and {self.n_features} ids, got "
                              f"{w.shape} and {order.shape}")
         out = w.copy()
-        width = self.hidden[0] if self.is_mlp else 1
+        width = self.row_width
         d = self.n_features
         out[: d * width] = w[: d * width].reshape(d, width)[order].ravel()
         return out
