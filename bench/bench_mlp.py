@@ -174,26 +174,29 @@ def bench_torch(torch: Any, train: Any, test: Any, hidden: tuple[int, ...], batc
 # --------------------------------------------------------------------------------------
 # Accuracy: `hogwild train` itself, linear (defaults) against the MLP, over seeds
 # --------------------------------------------------------------------------------------
-MLP_RECIPE = {"model": "mlp", "hidden": "64", "loss": "logistic", "learning_rate": 0.1,
-              "lr_decay": 0.7}
-LINEAR_RUNS = {"linear, defaults (hinge, lr 0.5)": {},
-               "linear, logistic, lr 0.5, lr_decay 0.7": {"loss": "logistic",
-                                                          "lr_decay": 0.7}}
+# The MLP as the README documents it: the linear model's settings (hinge, step 0.5, inverse
+# schedule, l2 1e-5) with model mlp and its defaults (hidden [64], deep_lr_scale 0.01).
+LINEAR_RUNS: dict[str, dict[str, Any]] = {"linear, defaults": {}}
+MLP_RUNS: dict[str, dict[str, Any]] = {
+    "mlp, defaults": {"model": "mlp"},
+    "mlp, deep_lr_scale 0.2": {"model": "mlp", "deep_lr_scale": 0.2},
+}
 
 
 def accuracy_table(sets: list[str], seeds: int, data_dir: Path, threads: int,
-                   patience: int) -> None:
-    """Test accuracy of `hogwild train` (10 epochs; early stopping on the validation loss with
-    ``patience``, 0 = off: the model after the last epoch) for each seed: the seed changes the validation split, the row order and the
-    MLP's initialisation; the test file stays the same."""
+                   patience: int, runs: dict[str, dict[str, Any]] | None = None) -> None:
+    """Test (and validation) accuracy of `hogwild train` (10 epochs; early stopping on the
+    validation loss with ``patience``, 0 = off: the model after the last epoch) for each
+    seed: the seed changes the validation split, the row order and the MLP's
+    initialisation; the test file stays the same. Each MLP's test accuracy minus the linear
+    model's of the same seed is printed too (paired: the seeds' own spread cancels)."""
     import io
-    import statistics
     import tempfile
 
     from hogwild import config
     from hogwild.local import train_job
 
-    runs = {**LINEAR_RUNS, "mlp [64], logistic, lr 0.1, lr_decay 0.7": MLP_RECIPE}
+    runs = {**LINEAR_RUNS, **MLP_RUNS} if runs is None else runs
     rows = []
     for name in sets:
         if name.startswith("bundled:"):
@@ -204,18 +207,25 @@ def accuracy_table(sets: list[str], seeds: int, data_dir: Path, threads: int,
                 print(f"skipping {name}: {data_dir / train_file} not found")
                 continue
             files = {"data": str(data_dir / train_file), "test_data": str(data_dir / test_file)}
+        first: list[float] | None = None
         for label, extra in runs.items():
-            accs = []
+            accs, vals = [], []
             for seed in range(seeds):
                 with tempfile.TemporaryDirectory() as tmp:
                     s = config.load(flags={**files, **extra, "seed": seed, "threads": threads,
                                            "patience": patience, "out_dir": tmp})
                     metrics = train_job(s, out=io.StringIO())
                 accs.append(float(metrics["test_accuracy"]))
+                vals.append(float(metrics["val_accuracy"] or 0.0))
+            diffs = [a - b for a, b in zip(accs, first)] if first is not None else None
+            first = accs if first is None else first
             rows.append([name, label, f"{statistics.mean(accs):.4f}",
-                         f"{min(accs):.4f}-{max(accs):.4f}", len(accs)])
-            print(f"  {name}: {label}: {' '.join(f'{a:.4f}' for a in accs)}", flush=True)
-    common.print_table(["data", "model", "mean test acc", "min-max", "seeds"], rows,
+                         f"{min(accs):.4f}-{max(accs):.4f}", f"{statistics.mean(vals):.4f}",
+                         "" if diffs is None else f"{statistics.mean(diffs):+.4f}", len(accs)])
+            print(f"  {name}: {label}: test {' '.join(f'{a:.4f}' for a in accs)}; validation "
+                  f"{' '.join(f'{v:.4f}' for v in vals)}", flush=True)
+    common.print_table(["data", "model", "mean test acc", "min-max", "mean val acc",
+                        "minus first row (paired)", "seeds"], rows,
                        title=f"hogwild train, {threads} thread(s), patience {patience}, test "
                              "accuracy")
 
@@ -245,10 +255,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="threads (--accuracy)")
     parser.add_argument("--patience", type=int, default=3,
                         help="early stopping patience, 0 = off (--accuracy)")
+    parser.add_argument("--deep-lr-scales", default=None,
+                        help="--accuracy: the MLP rows' deep_lr_scale values instead of the "
+                             "default and 0.2, e.g. 0.01,0.02,0.05,0.1 (a sweep to read on the "
+                             "mean validation accuracy)")
+    parser.add_argument("--linear-twice", action="store_true",
+                        help="--accuracy: train the linear model a second time with the same "
+                             "seeds (its paired difference is the threads' own noise)")
     args = parser.parse_args(argv)
     if args.accuracy:
+        runs = None
+        if args.deep_lr_scales:
+            runs = {**LINEAR_RUNS, **{f"mlp, deep_lr_scale {x}": {"model": "mlp",
+                                                                 "deep_lr_scale": float(x)}
+                                      for x in args.deep_lr_scales.split(",")}}
+        if args.linear_twice:
+            # The run-to-run noise of Hogwild threads: the same seeds, the same model again.
+            runs = {**(runs or {**LINEAR_RUNS, **MLP_RUNS}),
+                    "linear, defaults, run again": {}}
         accuracy_table(args.sets.split(","), args.seeds, args.data_dir, args.threads,
-                       args.patience)
+                       args.patience, runs)
         return 0
     hidden = tuple(int(x) for x in args.hidden.split(","))
     epochs = max(3, args.epochs)

@@ -171,6 +171,13 @@ class Settings:
         default=False,
         metadata=_doc("model mlp: treat every stored value as 1 (skips the multiplications "
                       "of the first layer)", commands=_TRC))
+    deep_lr_scale: float = field(
+        default=0.01,
+        metadata=_doc("model mlp: step size of the deep part (hidden and output layers, "
+                      "embeddings) as a multiple of the wide part's, which is learning_rate "
+                      "with its schedule; the default was chosen on validation data of the "
+                      "bundled sets, where the deep part added no accuracy (see README); "
+                      "raise it (0.2-1) when the features interact", commands=_TRC))
     multiclass: str = field(
         default="ovr",
         metadata=_doc("data with more than two label values: ovr = one-vs-rest, one weight "
@@ -422,6 +429,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rpc_timeout": (lambda v: v > 0, "must be positive"),
     "connect_timeout": (lambda v: v > 0, "must be positive"),
     "learning_rate": (lambda v: 0 < v < float("inf"), "must be positive and finite"),
+    "deep_lr_scale": (lambda v: 0 < v < float("inf"), "must be positive and finite"),
     "lr_decay": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
     "power_t": (lambda v: 0 <= v <= 2, "must be in [0, 2]"),
     "l2": (lambda v: 0 <= v < float("inf"), "must be non-negative and finite"),

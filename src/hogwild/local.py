@@ -133,7 +133,8 @@ def make_trainer(settings: Settings, spec: ModelSpec) -> Trainer:
     from hogwild.model.mlp import BUFFERED_FLUSH_ROWS, MLPTrainer
 
     return MLPTrainer(spec, params, seed=settings.seed,
-                      flush_rows=BUFFERED_FLUSH_ROWS if settings.thread_buffer else 1)
+                      flush_rows=BUFFERED_FLUSH_ROWS if settings.thread_buffer else 1,
+                      deep_lr_scale=settings.deep_lr_scale)
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:

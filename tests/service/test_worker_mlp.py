@@ -26,7 +26,8 @@ def _configure_mlp(worker: WorkerServer, **changes: object) -> None:
         "threads": 2, "round_size": 100, "max_rounds": 3, "train_rows": 60_000,
         "loss": "logistic", "learning_rate": 0.1, "lr_schedule": "constant", "lr_decay": 0.9,
         "power_t": 0.5, "l2": 0.0, "fit_bias": True, "barrier_timeout": 2.0,
-        "rpc_timeout": 2.0, "seed": SEED, "model": "mlp", "hidden": [4, 3]}
+        "rpc_timeout": 2.0, "seed": SEED, "model": "mlp", "hidden": [4, 3],
+        "deep_lr_scale": 0.5}
     fields.update(changes)
     worker.stub.Configure(pb.RunConfig(**fields), timeout=5)
 
@@ -37,6 +38,7 @@ def test_mlp_worker_starts_from_the_seeded_vector_and_averages_the_dense_part(
     _configure_mlp(worker_server)
     node = worker_server.node
     assert node.plan is not None and node.plan.spec == SPEC
+    assert node.plan.deep_lr_scale == 0.5
     start = SPEC.initial_weights(SEED)
     np.testing.assert_array_equal(node.w, start)  # what the coordinator starts from too
     np.testing.assert_array_equal(node.snap, start)

@@ -18,7 +18,7 @@ from hogwild.data.reorder import frequency_order, renumber
 from hogwild.data.split import permute
 from hogwild.errors import ConfigError, InvalidMessage, ModelError
 from hogwild.local import train_job
-from hogwild.model import TrainParams, evaluate, get_loss, mlp_kernels, predict
+from hogwild.model import Trainer, TrainParams, evaluate, get_loss, mlp_kernels, predict
 from hogwild.model.mlp import MLPTrainer
 from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
@@ -67,12 +67,13 @@ def one_row(spec: ModelSpec) -> tuple[np.ndarray, ...]:
 @pytest.mark.parametrize("loss_name,label", [("logistic", 1.0), ("squared", 0.3),
                                              ("hinge", 1.0)])
 @pytest.mark.parametrize("binary", [False, True])
-@pytest.mark.parametrize("hidden", [(4,), (5, 3)])
+@pytest.mark.parametrize("hidden,deep_lr", [((4,), 1.0), ((5, 3), 1.0), ((4,), 0.25)])
 def test_compiled_gradient_equals_numerical_gradient(loss_name: str, label: float,
-                                                     binary: bool,
-                                                     hidden: tuple[int, ...]) -> None:
-    """One SGD step with no L2 moves every parameter by -lr x gradient: compare that
-    gradient, coordinate by coordinate, with central differences of the compiled loss."""
+                                                     binary: bool, hidden: tuple[int, ...],
+                                                     deep_lr: float) -> None:
+    """One SGD step with no L2 moves every parameter by -lr x gradient (the deep part by
+    -deep_lr x lr x gradient): compare that gradient, coordinate by coordinate, with central
+    differences of the compiled loss, the wide weights and the output bias included."""
     spec = ModelSpec("mlp", 6, hidden, binary)
     rng = np.random.default_rng(7)
     w0 = spec.initial_weights(3) + rng.normal(scale=0.3, size=spec.dim)
@@ -88,8 +89,12 @@ def test_compiled_gradient_equals_numerical_gradient(loss_name: str, label: floa
     lr = 1e-3
     w1 = w0.copy()
     mlp_kernels.mlp_sgd_range(indptr, indices, values, labels, 0, 1, w1, 6, h, code, lr, 0,
-                              0.5, 1.0, 0.0, True, binary, 1.0, 64)
-    grad = (w0 - w1) / lr
+                              0.5, 1.0, 0.0, True, binary, 1.0, 64, deep_lr)
+    # The wide part (each row's last weight, and the output bias) steps at lr.
+    scale = np.full(spec.dim, deep_lr)
+    scale[hidden[0]:spec.shared_from:hidden[0] + 1] = 1.0
+    scale[-1] = 1.0
+    grad = (w0 - w1) / (lr * scale)
 
     def loss_at(v: np.ndarray) -> float:
         return float(mlp_kernels.mlp_evaluate(indptr, indices, values, labels, v, 6, h,
@@ -103,10 +108,10 @@ def test_compiled_gradient_equals_numerical_gradient(loss_name: str, label: floa
         numeric[i] = (loss_at(w0 + e) - loss_at(w0 - e)) / (2 * eps)
     assert np.max(np.abs(numeric)) > 0.05  # the check is not vacuous
     np.testing.assert_allclose(grad, numeric, atol=1e-7, rtol=1e-5)
-    # Only the rows of the row's features move in W1.
-    moved = np.flatnonzero(np.any(w1[:6 * hidden[0]].reshape(6, -1) != w0[:6 * hidden[0]]
-                                  .reshape(6, -1), axis=1))
-    assert set(moved.tolist()) <= {0, 2, 5}
+    # Only the rows of the row's features move in W1 and the wide weights.
+    b = spec.shared_from
+    moved = np.flatnonzero(np.any(w1[:b].reshape(6, -1) != w0[:b].reshape(6, -1), axis=1))
+    assert set(moved.tolist()) == {0, 2, 5}
 
 
 def test_binary_features_ignore_the_values() -> None:
@@ -156,8 +161,6 @@ def test_training_reduces_the_loss_and_learns_what_a_linear_model_cannot() -> No
     assert after.loss < 0.5 * before.loss
     assert after.accuracy is not None and after.accuracy >= 0.97
     # The linear model on the same rows stays near chance: the XOR needs the hidden layer.
-    from hogwild.model import Trainer
-
     linear = Trainer(30, TrainParams(loss="logistic", learning_rate=0.2, threads=1))
     linear.fit(data, 8)
     lin = evaluate(test, linear.w, "logistic")
@@ -204,13 +207,16 @@ def test_unbuffered_dense_layers_train_too() -> None:
 
 def test_layout_arrays_and_flat_vector_round_trip() -> None:
     spec = ModelSpec("mlp", 10, (4, 3))
-    assert spec.dim == 10 * 4 + 4 + 4 * 3 + 3 + 3 + 1
-    assert spec.shared_from == 40
+    assert spec.dim == 10 * (4 + 1) + 4 + 4 * 3 + 3 + 3 + 1
+    assert spec.shared_from == 50 and spec.row_width == 5
     w = np.arange(spec.dim, dtype=np.float64)
     arrays = spec.arrays(w)
     assert {k: v.shape for k, v in arrays.items()} == {
-        "W1": (10, 4), "b1": (4,), "W2": (4, 3), "b2": (3,), "W3": (3, 1), "b3": (1,)}
+        "W1": (10, 4), "b1": (4,), "W2": (4, 3), "b2": (3,), "W3": (3, 1), "b3": (1,),
+        "wide": (10,)}
     assert arrays["b3"][0] == spec.dim - 1  # the output bias is the last entry
+    # Feature f's row: its 4 embedding weights, then its wide weight.
+    assert arrays["W1"][2].tolist() == [10, 11, 12, 13] and arrays["wide"][2] == 14
     np.testing.assert_array_equal(spec.flatten(arrays), w)
     layout = mlp_kernels.dense_layout(10, spec.hidden_array())
     assert layout.tolist() == [0, 4, 16, 19, 22, 23]
@@ -228,6 +234,8 @@ def test_initialisation_is_seeded_and_he_scaled() -> None:
     assert abs(arrays["W2"].std() - np.sqrt(2 / 200)) < 0.01
     assert abs(arrays["W1"].std() - 0.1) < 0.01
     assert not np.any(arrays["b1"]) and not np.any(arrays["b3"])
+    # The output layer and the wide part start at zero: the start is the linear model's.
+    assert not np.any(arrays["W3"]) and not np.any(arrays["wide"])
 
 
 def test_restore_maps_first_layer_rows_back_to_input_ids() -> None:
@@ -252,7 +260,8 @@ def test_saved_model_round_trip(tmp_path: Path) -> None:
     assert meta["format_version"] == 2 and meta["task"] == "binary"
     assert metrics["model"] == "mlp"
     with np.load(out / artifacts.MODEL_FILE) as archive:
-        assert sorted(archive.files) == ["W1", "W2", "W3", "b1", "b2", "b3"]  # no "w"
+        # no "w"
+        assert sorted(archive.files) == ["W1", "W2", "W3", "b1", "b2", "b3", "wide"]
         assert archive["W2"].shape == (16, 8) and archive["W3"].shape == (8, 1)
     saved = SavedModel.load(out)
     spec, w = saved.spec, saved.w
@@ -331,7 +340,7 @@ def _run_config(**changes: Any) -> pb.RunConfig:
         "n_features": 10, "mode": "sync", "staleness": -1, "threads": 1, "round_size": 10,
         "max_rounds": 2, "train_rows": 100, "loss": "hinge", "learning_rate": 0.1,
         "lr_schedule": "constant", "lr_decay": 0.9, "power_t": 0.5, "l2": 0.0,
-        "fit_bias": True, "barrier_timeout": 1.0, "rpc_timeout": 1.0}
+        "fit_bias": True, "barrier_timeout": 1.0, "rpc_timeout": 1.0, "deep_lr_scale": 1.0}
     base.update(changes)
     return pb.RunConfig(**base)
 
@@ -348,3 +357,82 @@ def test_run_config_carries_the_model() -> None:
         RunPlan.from_message(_run_config(model="mlp", hidden=[], dim=11))
     with pytest.raises(InvalidMessage, match="model"):
         RunPlan.from_message(_run_config(model="forest"))
+
+def test_run_config_carries_the_deep_step() -> None:
+    mlp = ModelSpec("mlp", 10, (4,))
+    plan = RunPlan.from_message(_run_config(model="mlp", hidden=[4], dim=mlp.dim,
+                                            deep_lr_scale=0.25))
+    assert plan.deep_lr_scale == 0.25
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(InvalidMessage, match="deep_lr_scale"):
+            RunPlan.from_message(_run_config(model="mlp", hidden=[4], dim=mlp.dim,
+                                             deep_lr_scale=bad))
+    # A linear model has no deep part: the field is not looked at.
+    assert RunPlan.from_message(_run_config(deep_lr_scale=0.0)).deep_lr_scale == 1.0
+
+
+@pytest.mark.parametrize("value", ["0", "-0.5", "inf", "x"])
+def test_deep_lr_scale_must_be_positive(value: str) -> None:
+    with pytest.raises(ConfigError, match="'deep_lr_scale'"):
+        config.load(flags={"deep_lr_scale": value})
+    with pytest.raises(ValueError, match="deep_lr_scale"):
+        MLPTrainer(ModelSpec("mlp", 4, (2,)), TrainParams(), deep_lr_scale=0.0)
+
+
+# ------------------------------------------------------------------------ the wide part
+
+
+def test_wide_part_alone_is_the_linear_model() -> None:
+    """With the deep part at zero (W1, b1 and Wo all 0) the MLP's margin is the linear
+    model's over [wide weights, output bias], and it stays there in training: every deep
+    gradient is 0, and the wide part steps exactly as the linear kernel steps its weights."""
+    train, test = _spam()
+    d = train.n_features
+    spec = ModelSpec("mlp", d, (8,))
+    params = TrainParams(loss="hinge", learning_rate=0.5, l2=1e-4, threads=1)
+    w = np.zeros(spec.dim)
+    rng = np.random.default_rng(0)
+    rows = w[:spec.shared_from].reshape(d, 9)
+    rows[:, 8] = rng.normal(scale=0.1, size=d)
+    w[-1] = 0.3
+    linear_w = np.append(rows[:, 8], 0.3)
+    np.testing.assert_allclose(predict(test, w, spec), predict(test, linear_w), rtol=1e-12)
+    mlp = MLPTrainer(spec, params, w=w.copy(), deep_lr_scale=0.7)
+    linear = Trainer(d, params, w=linear_w.copy())
+    mlp.fit(train, 2)
+    linear.fit(train, 2)
+    arrays = spec.arrays(mlp.w)
+    for name in ("W1", "b1", "W2"):
+        assert not np.any(arrays[name]), name
+    np.testing.assert_allclose(np.append(arrays["wide"], arrays["b2"]), linear.w, rtol=1e-9,
+                               atol=1e-12)
+    assert np.any(linear.w[:-1] != linear_w[:-1])  # training moved the weights
+
+
+def test_the_deep_part_adds_what_the_wide_part_cannot() -> None:
+    """On the XOR rows the trained model's wide part alone stays near chance; the deep part
+    is what fits them."""
+    data, test = xor_rows(3000), xor_rows(1000, seed=1)
+    spec = ModelSpec("mlp", 30, (16,))
+    trainer = MLPTrainer(spec, TrainParams(loss="logistic", learning_rate=0.2, threads=1),
+                         seed=0, deep_lr_scale=1.0)
+    trainer.fit(data, 8)
+    full = evaluate(test, trainer.w, "logistic", spec).accuracy
+    wide_only = trainer.w.copy()
+    wide_only[spec.shared_from + 16:-1] = 0.0  # the output layer Wo
+    wide = evaluate(test, wide_only, "logistic", spec).accuracy
+    assert full is not None and wide is not None
+    assert full >= 0.97 and wide < 0.8, (full, wide)
+
+
+def test_a_model_saved_without_wide_weights_loads_with_zero_wide_part(tmp_path: Path) -> None:
+    spec = ModelSpec("mlp", 12, (4,))
+    w = spec.initial_weights(0)
+    w[spec.shared_from:] = np.random.default_rng(1).normal(size=spec.dim - spec.shared_from)
+    arrays = spec.arrays(w)
+    del arrays["wide"]  # as written before the wide part existed
+    saved = SavedModel(w=np.zeros(0), loss="hinge", model="mlp", arrays=arrays)
+    saved.save(tmp_path)
+    loaded = SavedModel.load(tmp_path)
+    assert loaded.spec == spec
+    np.testing.assert_array_equal(loaded.w, w)

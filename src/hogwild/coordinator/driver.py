@@ -368,7 +368,7 @@ class RunDriver:
             fit_bias=s.fit_bias, barrier_timeout=s.barrier_timeout,
             rpc_timeout=s.rpc_timeout, seed=s.seed, thread_buffer=s.thread_buffer,
             model=self.spec.kind, hidden=list(self.spec.hidden),
-            binary_features=self.spec.binary_features,
+            binary_features=self.spec.binary_features, deep_lr_scale=s.deep_lr_scale,
             first_round=first_round, examples_base=examples_base,
             delta_threshold=s.delta_threshold, delta_topk=s.delta_topk,
             delta_dtype=s.delta_dtype, topology=s.topology, tree_fanout=s.tree_fanout)

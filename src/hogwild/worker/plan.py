@@ -47,6 +47,7 @@ class RunPlan:
     model: str = "linear"
     hidden: tuple[int, ...] = ()
     binary_features: bool = False
+    deep_lr_scale: float = 1.0  # mlp: the deep part's step over the wide part's
     send_keys: dict[int, str] = field(default_factory=dict)     # peer -> key we present
     receive_keys: dict[int, str] = field(default_factory=dict)  # peer -> key it presents
     first_round: int = 1        # > 1: joining a run under way (see LoadModel)
@@ -104,6 +105,8 @@ class RunPlan:
             value = getattr(m, name)
             if not math.isfinite(value) or value < 0:
                 raise bad(name, "must be finite and non-negative")
+        if spec.is_mlp and not (0 < m.deep_lr_scale < math.inf):
+            raise bad("deep_lr_scale", "must be positive and finite for model mlp")
         if m.learning_rate <= 0 or m.barrier_timeout <= 0 or m.rpc_timeout <= 0:
             raise bad("learning_rate", "learning_rate and timeouts must be positive")
         if not math.isfinite(m.delta_threshold) or m.delta_threshold < 0:
@@ -129,6 +132,7 @@ class RunPlan:
             rpc_timeout=float(m.rpc_timeout), seed=int(m.seed),
             thread_buffer=bool(m.thread_buffer), model=spec.kind, hidden=spec.hidden,
             binary_features=spec.binary_features,
+            deep_lr_scale=float(m.deep_lr_scale) if spec.is_mlp else 1.0,
             send_keys={int(p.worker_id): p.send_key for p in m.peers},
             receive_keys={int(p.worker_id): p.receive_key for p in m.peers},
             first_round=max(1, int(m.first_round)), examples_base=int(m.examples_base),

@@ -73,7 +73,7 @@ def train_round(arrays: CSRArrays, w: npt.NDArray[np.float64], plan: RunPlan,
                 arrays.indptr, arrays.indices, arrays.values, arrays.labels, start, stop, w,
                 plan.n_features, hidden, plan.loss_code, lr0, schedule, power_t,
                 cursor.t + t_shift, plan.l2, plan.fit_bias, spec.binary_features, t_step,
-                flush_rows)
+                flush_rows, plan.deep_lr_scale)
         else:
             t_end, part = kernels.sgd_range(
                 arrays.indptr, arrays.indices, arrays.values, arrays.labels, start, stop, w,
