@@ -18,8 +18,11 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_mlp_run_with_two_workers(cluster: Cluster, tmp_path: Path, mode: str) -> None:
     out = tmp_path / "out"
+    # The deep part at the wide part's step (not the default's small one): the network's
+    # dense layers, averaged across workers, carry as much of the model as they can.
     cluster.start(2, mode=mode, model="mlp", hidden="32", loss="logistic", learning_rate=0.2,
-                  data="bundled:spamassassin", threads=2, epochs=4, patience=0,
+                  deep_lr_scale=1.0, data="bundled:spamassassin", threads=2, epochs=4,
+                  patience=0,
                   eval_interval=0.5, out_dir=str(out), rpc_timeout=10, barrier_timeout=10,
                   connect_timeout=60, register_timeout=60, data_cache=False)
     assert cluster.coordinator is not None
@@ -39,6 +42,9 @@ def test_mlp_run_with_two_workers(cluster: Cluster, tmp_path: Path, mode: str) -
     assert meta["model"] == "mlp" and spec.hidden == (32,)
     assert saved.arrays["W1"].shape == (meta["n_features"], 32)
     assert saved.arrays["W2"].shape == (32, 1)
+    assert saved.arrays["wide"].shape == (meta["n_features"],)
+    # Both parts trained: the output layer left its zero start, the wide weights too.
+    assert np.any(saved.arrays["W2"]) and np.any(saved.arrays["wide"])
     with np.load(out / "final_states" / "global.npz") as g:
         global_w = g["w"]
     assert global_w.shape == (spec.dim,)
@@ -57,8 +63,9 @@ def test_evaluations_of_an_unchanged_model_do_not_stop_the_run(cluster: Cluster,
     """With evaluations far more frequent than rounds, most see the model of the last one;
     early stopping must count only those that saw new deltas, or it stops in round 1."""
     out = tmp_path / "out"
-    cluster.start(2, mode="sync", model="mlp", hidden="32", loss="logistic", learning_rate=0.2,
-                  data="bundled:spamassassin", threads=1, epochs=2, patience=2,
+    # The MLP's default recipe (the linear model's loss and step, deep_lr_scale 0.01).
+    cluster.start(2, mode="sync", model="mlp", hidden="32", data="bundled:spamassassin",
+                  threads=1, epochs=2, patience=2,
                   eval_interval=0.02, out_dir=str(out), rpc_timeout=10, barrier_timeout=10,
                   connect_timeout=60, register_timeout=60, data_cache=False)
     assert cluster.coordinator is not None

@@ -84,7 +84,8 @@ class SavedModel:
     any further metadata (metrics, settings, ...); ``arrays`` any further named arrays.
 
     ``model="mlp"``: the sparse-input MLP (hogwild.model.spec). Its parameters are the arrays
-    ``W1, b1, ..., W(L+1), b(L+1)`` (saved without ``w``); ``w`` is then their flat vector,
+    ``W1, b1, ..., W(L+1), b(L+1)`` and ``wide`` (saved without ``w``; a model without
+    ``wide`` has zero wide weights); ``w`` is then their flat vector,
     built from the arrays (a ``w`` passed in must equal it, or be empty), and
     ``binary_features`` says whether the first layer ignores the stored values.
     """
