@@ -15,7 +15,8 @@ the machine than the protocol; the message and byte counts do not depend on it. 
 above --mesh-max workers are skipped (64 workers: 4,160 messages per round, each one an RPC
 on 2 shared cores), and the output says so. The last column is the largest resident set of
 a process of the run (median over the coordinator and the workers) and the largest total,
-sampled from /proc every 0.5 s.
+sampled from /proc every 0.5 s; then the largest difference between a worker's final weights
+and the global model (sync: float rounding).
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ def run_once(n: int, topology: str, args: argparse.Namespace, workdir: Path) -> 
             "analytic": _analytic(topology, n), "kb": nbytes / rounds / 1e3,
             "latency_ms": 1e3 * float(metrics["seconds"]) / rounds, "to_target": reached,
             "accuracy": metrics["test_accuracy"], "wall": wall, "rss_each": rss_each,
+            "max_diff": max((s["max_abs_diff_to_global"] for s in states), default=0.0),
             "rss_total": rss_total}
 
 
@@ -147,6 +149,8 @@ def main() -> None:
                         help="validation accuracy for the time-to-target column")
     parser.add_argument("--delta-dtype", default="float32", choices=["float32", "float16"])
     parser.add_argument("--delta-topk", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs per configuration, interleaved; medians printed at the end")
     parser.add_argument("--timeout", type=float, default=590.0,
                         help="seconds one run may take before the benchmark gives up")
     args = parser.parse_args()
@@ -156,23 +160,42 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, load average {_load_average()}", flush=True)
     header = (f"{'workers':>7} {'topology':>8} {'rounds':>6} {'msgs/round':>10} "
               f"{'analytic':>8} {'KB/round':>9} {'round ms':>9} {'to target s':>11} "
-              f"{'test acc':>8} {'wall s':>7} {'RSS MB/proc':>11} {'RSS MB all':>10}  load")
+              f"{'test acc':>8} {'wall s':>7} {'RSS MB/proc':>11} {'RSS MB all':>10} "
+              f"{'max|w-global|':>13}  load")
     print(header, flush=True)
+    runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="bench_scale-") as tmp:
-        for n in args.workers:
-            for topology in args.topologies:
-                if topology == "mesh" and n > args.mesh_max:
-                    print(f"{n:>7} {topology:>8}  skipped: {_analytic('mesh', n):,} messages "
-                          f"per round (--mesh-max {args.mesh_max})", flush=True)
-                    continue
-                r = run_once(n, topology, args, Path(tmp))
-                target = "-" if r["to_target"] is None else f"{r['to_target']:.1f}"
-                print(f"{n:>7} {topology:>8} {r['rounds']:>6} {r['messages']:>10.1f} "
-                      f"{r['analytic']:>8} {r['kb']:>9.1f} {r['latency_ms']:>9.1f} "
-                      f"{target:>11} {r['accuracy']:>8.4f} {r['wall']:>7.0f} "
-                      f"{r['rss_each']:>11.0f} {r['rss_total']:>10.0f}  "
-                      f"{_load_average()}", flush=True)
+        for _ in range(args.repeats):
+            for n in args.workers:
+                for topology in args.topologies:
+                    if topology == "mesh" and n > args.mesh_max:
+                        print(f"{n:>7} {topology:>8}  skipped: {_analytic('mesh', n):,} "
+                              f"messages per round (--mesh-max {args.mesh_max})", flush=True)
+                        continue
+                    r = run_once(n, topology, args, Path(tmp))
+                    runs.setdefault((n, topology), []).append(r)
+                    _print_row(r, _load_average())
+    if args.repeats > 1:
+        print(f"medians of {args.repeats} runs (load average now {_load_average()}):")
+        print(header, flush=True)
+        for rows in runs.values():
+            median = {key: _median([r[key] for r in rows])
+                      for key in rows[0] if key not in ("n", "topology")}
+            _print_row({**rows[0], **median}, "")
 
+
+def _median(values: list[Any]) -> Any:
+    known = sorted(v for v in values if v is not None)
+    return known[len(known) // 2] if known else None
+
+
+def _print_row(r: dict[str, Any], load: str) -> None:
+    target = "-" if r["to_target"] is None else f"{r['to_target']:.1f}"
+    print(f"{r['n']:>7} {r['topology']:>8} {r['rounds']:>6} {r['messages']:>10.1f} "
+          f"{r['analytic']:>8} {r['kb']:>9.1f} {r['latency_ms']:>9.1f} "
+          f"{target:>11} {r['accuracy']:>8.4f} {r['wall']:>7.0f} "
+          f"{r['rss_each']:>11.0f} {r['rss_total']:>10.0f} {r['max_diff']:>13.2e}  {load}",
+          flush=True)
 
 if __name__ == "__main__":
     main()
