@@ -51,7 +51,7 @@ def _run(workdir: Path, **extra: Any) -> dict[str, Any]:
 
 # Async with a staleness bound of 2 rounds for both topologies, as the tree test does: these
 # runs last well under a second of short rounds, and unbounded, how stale a relayed sum gets
-# depends on how the 2 cores are shared (on a loaded machine star trailed mesh by 1.1-1.4
+# depends on how the 2 cores are shared (on a loaded machine star trailed mesh by 1.1-1.5
 # points in 3 of 3 pairs: the relay is one more queue a sum waits in), so a single pair would
 # measure the load more than the topology.
 @pytest.mark.parametrize(("mode", "extra"), [("sync", {}), ("async", {"staleness": 2})])
