@@ -149,3 +149,32 @@ class Cluster:
 
 def read_metrics(out_dir: Path) -> dict[str, Any]:
     return dict(json.loads((out_dir / "metrics.json").read_text()))
+
+
+def reuters_settings(out: Path, **extra: Any) -> dict[str, Any]:
+    """A short Reuters earn run (10 epochs, 1 thread, no early stop) writing to ``out``."""
+    train, test = require_reuters()
+    return {"data": str(train), "test_data": str(test), "threads": 1, "epochs": 10,
+            "patience": 0, "eval_interval": 0.5, "out_dir": str(out), "rpc_timeout": 5,
+            "barrier_timeout": 5, "connect_timeout": 60, "register_timeout": 120,
+            "data_cache": False, **extra}
+
+
+def finished_run(workdir: Path, n_workers: int, **extra: Any) -> dict[str, Any]:
+    """Run :func:`reuters_settings` + ``extra`` to the end (every process exits 0) and return
+    its metrics, with ``out`` set to the output directory."""
+    out = workdir / "out"
+    workdir.mkdir(parents=True, exist_ok=True)
+    cluster = Cluster(workdir)
+    try:
+        cluster.start(n_workers, **reuters_settings(out, **extra))
+        assert cluster.coordinator is not None
+        # Start-up (imports, parsing) takes most of a run on a loaded machine.
+        assert cluster.coordinator.wait(300) == 0, cluster.output()
+        for worker in cluster.workers:
+            assert worker.wait(30) == 0, cluster.output()
+    finally:
+        cluster.reap()
+    metrics = read_metrics(out)
+    metrics["out"] = out
+    return metrics

@@ -16,33 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .helpers import Cluster, read_metrics, require_reuters
+from .helpers import finished_run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 _BASELINES: dict[str, dict[str, Any]] = {}
-
-
-def _run(workdir: Path, n_workers: int, **extra: Any) -> dict[str, Any]:
-    train, test = require_reuters()
-    out = workdir / "out"
-    settings = {"data": str(train), "test_data": str(test), "threads": 1, "epochs": 10,
-                "patience": 0, "eval_interval": 0.5, "out_dir": str(out), "rpc_timeout": 5,
-                "barrier_timeout": 5, "connect_timeout": 60, "register_timeout": 60,
-                "data_cache": False, **extra}
-    cluster = Cluster(workdir)
-    try:
-        cluster.start(n_workers, **settings)
-        assert cluster.coordinator is not None
-        # Start-up (imports, parsing) takes most of a run on a loaded machine.
-        assert cluster.coordinator.wait(300) == 0, cluster.output()
-        for worker in cluster.workers:
-            assert worker.wait(30) == 0, cluster.output()
-    finally:
-        cluster.reap()
-    metrics = read_metrics(out)
-    metrics["out"] = out
-    return metrics
 
 
 def _peer_bytes(metrics: dict[str, Any]) -> int:
@@ -52,7 +30,7 @@ def _peer_bytes(metrics: dict[str, Any]) -> int:
 
 def _baseline(mode: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if mode not in _BASELINES:
-        _BASELINES[mode] = _run(tmp_path_factory.mktemp(f"plain-{mode}"), 2, mode=mode)
+        _BASELINES[mode] = finished_run(tmp_path_factory.mktemp(f"plain-{mode}"), 2, mode=mode)
     return _BASELINES[mode]
 
 
@@ -65,7 +43,7 @@ def test_compressed_run_matches_the_uncompressed_accuracy(
         mode: str, option: dict[str, Any], tmp_path: Path,
         tmp_path_factory: pytest.TempPathFactory) -> None:
     plain = _baseline(mode, tmp_path_factory)
-    squeezed = _run(tmp_path, 2, mode=mode, **option)
+    squeezed = finished_run(tmp_path, 2, mode=mode, **option)
     assert squeezed["test_accuracy"] >= plain["test_accuracy"] - 0.01, (squeezed, plain)
     assert squeezed["dropped_workers"] == []
     if mode == "sync":

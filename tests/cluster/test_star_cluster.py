@@ -15,38 +15,12 @@ import pytest
 
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 
-from .helpers import Cluster, read_metrics, require_reuters
+from .helpers import Cluster, finished_run, read_metrics, reuters_settings
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 PROGRESS_ROW = re.compile(r"^\s*\d+\.\d+s\s+(\d+)\s+\d+")
 RELAY = str(COORDINATOR_SENDER_ID)
-
-
-def _settings(out: Path, **extra: Any) -> dict[str, Any]:
-    train, test = require_reuters()
-    return {"data": str(train), "test_data": str(test), "threads": 1, "epochs": 10,
-            "patience": 0, "eval_interval": 0.5, "out_dir": str(out), "rpc_timeout": 5,
-            "barrier_timeout": 5, "connect_timeout": 60, "register_timeout": 120,
-            "data_cache": False, **extra}
-
-
-def _run(workdir: Path, **extra: Any) -> dict[str, Any]:
-    out = workdir / "out"
-    workdir.mkdir(parents=True, exist_ok=True)
-    cluster = Cluster(workdir)
-    try:
-        cluster.start(3, **_settings(out, **extra))
-        assert cluster.coordinator is not None
-        # Start-up (imports, parsing) takes most of a run on a loaded machine.
-        assert cluster.coordinator.wait(300) == 0, cluster.output()
-        for worker in cluster.workers:
-            assert worker.wait(30) == 0, cluster.output()
-    finally:
-        cluster.reap()
-    metrics = read_metrics(out)
-    metrics["out"] = out
-    return metrics
 
 
 # Async with a staleness bound of 2 rounds for both topologies, as the tree test does: these
@@ -57,8 +31,8 @@ def _run(workdir: Path, **extra: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(("mode", "extra"), [("sync", {}), ("async", {"staleness": 2})])
 def test_star_reaches_the_mesh_accuracy(mode: str, extra: dict[str, Any],
                                         tmp_path: Path) -> None:
-    mesh = _run(tmp_path / "mesh", mode=mode, **extra)
-    star = _run(tmp_path / "star", mode=mode, topology="star", **extra)
+    mesh = finished_run(tmp_path / "mesh", 3, mode=mode, **extra)
+    star = finished_run(tmp_path / "star", 3, mode=mode, topology="star", **extra)
     assert star["topology"] == "star" and mesh["topology"] == "mesh"
     assert star["test_accuracy"] >= mesh["test_accuracy"] - 0.01, (star, mesh)
     assert star["dropped_workers"] == []
@@ -85,8 +59,8 @@ def test_star_reaches_the_mesh_accuracy(mode: str, extra: dict[str, Any],
 
 def test_star_sync_run_survives_a_killed_worker(cluster: Cluster, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    cluster.start(3, mode="sync", topology="star", **_settings(
-        out, epochs=1_000_000, time_budget=6, barrier_timeout=2, rpc_timeout=2,
+    cluster.start(3, mode="sync", topology="star", **reuters_settings(
+        out, epochs=1_000_000, time_budget=6, barrier_timeout=2, rpc_timeout=5,
         eval_interval=0.3))
     assert cluster.coordinator is not None
     ids = cluster.worker_ids(120)

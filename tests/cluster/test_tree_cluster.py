@@ -17,7 +17,7 @@ import pytest
 
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 
-from .helpers import Cluster, read_metrics, require_reuters
+from .helpers import Cluster, finished_run, read_metrics, reuters_settings
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -25,31 +25,6 @@ PROGRESS_ROW = re.compile(r"^\s*\d+\.\d+s\s+(\d+)\s+\d+")
 RELAY = str(COORDINATOR_SENDER_ID)
 N, K = 4, 2
 NEIGHBOURS = {0: {RELAY, "2", "3"}, 1: {RELAY}, 2: {"0"}, 3: {"0"}}
-
-
-def _settings(out: Path, **extra: Any) -> dict[str, Any]:
-    train, test = require_reuters()
-    return {"data": str(train), "test_data": str(test), "threads": 1, "epochs": 10,
-            "patience": 0, "eval_interval": 0.5, "out_dir": str(out), "rpc_timeout": 5,
-            "barrier_timeout": 5, "connect_timeout": 60, "register_timeout": 120,
-            "data_cache": False, "tree_fanout": K, **extra}
-
-
-def _run(workdir: Path, **extra: Any) -> dict[str, Any]:
-    out = workdir / "out"
-    workdir.mkdir(parents=True, exist_ok=True)
-    cluster = Cluster(workdir)
-    try:
-        cluster.start(N, **_settings(out, **extra))
-        assert cluster.coordinator is not None
-        assert cluster.coordinator.wait(300) == 0, cluster.output()
-        for worker in cluster.workers:
-            assert worker.wait(30) == 0, cluster.output()
-    finally:
-        cluster.reap()
-    metrics = read_metrics(out)
-    metrics["out"] = out
-    return metrics
 
 
 def _assert_all_equal_global(out: Path, ids: list[int], tol: float = 1e-6) -> None:
@@ -68,8 +43,9 @@ def _assert_all_equal_global(out: Path, ids: list[int], tol: float = 1e-6) -> No
 @pytest.mark.parametrize(("mode", "extra"), [("sync", {}), ("async", {"staleness": 2})])
 def test_tree_reaches_the_mesh_accuracy(mode: str, extra: dict[str, Any],
                                         tmp_path: Path) -> None:
-    mesh = _run(tmp_path / "mesh", mode=mode, **extra)
-    tree = _run(tmp_path / "tree", mode=mode, topology="tree", **extra)
+    mesh = finished_run(tmp_path / "mesh", N, mode=mode, tree_fanout=K, **extra)
+    tree = finished_run(tmp_path / "tree", N, mode=mode, topology="tree", tree_fanout=K,
+                        **extra)
     assert tree["topology"] == "tree" and mesh["topology"] == "mesh"
     assert tree["test_accuracy"] >= mesh["test_accuracy"] - 0.01, (tree, mesh)
     assert tree["dropped_workers"] == []
@@ -99,9 +75,9 @@ def test_tree_reaches_the_mesh_accuracy(mode: str, extra: dict[str, Any],
 
 def _killed(tmp_path: Path, cluster: Cluster, victim: int) -> tuple[Path, dict[int, Any]]:
     out = tmp_path / "out"
-    cluster.start(N, mode="sync", topology="tree", **_settings(
+    cluster.start(N, mode="sync", topology="tree", **reuters_settings(
         out, epochs=1_000_000, time_budget=6, barrier_timeout=2, rpc_timeout=5,
-        eval_interval=0.3))
+        eval_interval=0.3, tree_fanout=K))
     assert cluster.coordinator is not None
     ids = cluster.worker_ids(120)
     cluster.coordinator.wait_for(PROGRESS_ROW, 300)  # training is under way

@@ -19,7 +19,8 @@ import numpy.typing as npt
 from hogwild.data.ranges import DIGEST_CHUNK, LocalSpec, Range
 from hogwild.errors import InvalidMessage
 from hogwild.protocol import PROTOCOL_VERSION, pb
-from hogwild.protocol.codec import ArrayAssembler, check_version, iter_array_chunks, new_digest
+from hogwild.protocol.codec import ArrayAssembler, iter_array_chunks, new_digest
+from hogwild.protocol.streams import check_shard_chunk
 
 _ORDER = pb.ShardChunk.FIELD_FEATURE_ORDER
 # A feature order longer than this is refused before anything is allocated (int32 ids).
@@ -94,13 +95,7 @@ def receive_local(chunks: Iterable[pb.ShardChunk], run_id: str | None = None,
     received = 0
     index = count = 0
     for chunk in chunks:
-        check_version(chunk.protocol_version, "shard chunk")
-        if run_id is not None and chunk.run_id != run_id:
-            raise InvalidMessage(f"shard chunk for run {chunk.run_id!r}, not this one")
-        if worker_id is not None and chunk.worker_id != worker_id:
-            raise InvalidMessage(f"shard chunk for worker {chunk.worker_id}, this is {worker_id}")
-        if closing is not None:
-            raise InvalidMessage("shard chunk after the closing message")
+        check_shard_chunk(chunk, run_id, worker_id, closed=closing is not None)
         if source is None:
             if not chunk.HasField("local"):
                 raise InvalidMessage("local shard stream without its source")

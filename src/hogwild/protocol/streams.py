@@ -73,6 +73,19 @@ class ReceivedShard:
     shard_count: int
 
 
+def check_shard_chunk(chunk: pb.ShardChunk, run_id: str | None, worker_id: int | None,
+                      closed: bool) -> None:
+    """The checks every shard-stream chunk passes: version, run, addressee, and nothing after
+    the closing message (InvalidMessage / StaleOrUnknown otherwise)."""
+    check_version(chunk.protocol_version, "shard chunk")
+    if run_id is not None and chunk.run_id != run_id:
+        raise InvalidMessage(f"shard chunk for run {chunk.run_id!r}, not this one")
+    if worker_id is not None and chunk.worker_id != worker_id:
+        raise InvalidMessage(f"shard chunk for worker {chunk.worker_id}, this is {worker_id}")
+    if closed:
+        raise InvalidMessage("shard chunk after the closing message")
+
+
 def receive_shard(chunks: Iterable[pb.ShardChunk], run_id: str | None = None,
                   worker_id: int | None = None) -> ReceivedShard:
     """Rebuild a shard from :func:`shard_chunks` messages; InvalidMessage on any fault
@@ -87,13 +100,7 @@ def receive_shard(chunks: Iterable[pb.ShardChunk], run_id: str | None = None,
     shard_index = shard_count = 0
     closing: pb.ShardChunk | None = None
     for chunk in chunks:
-        check_version(chunk.protocol_version, "shard chunk")
-        if run_id is not None and chunk.run_id != run_id:
-            raise InvalidMessage(f"shard chunk for run {chunk.run_id!r}, not this one")
-        if worker_id is not None and chunk.worker_id != worker_id:
-            raise InvalidMessage(f"shard chunk for worker {chunk.worker_id}, this is {worker_id}")
-        if closing is not None:
-            raise InvalidMessage("shard chunk after the closing message")
+        check_shard_chunk(chunk, run_id, worker_id, closed=closing is not None)
         if assemblers is None:
             n_rows, nnz, n_features = int(chunk.n_rows), int(chunk.nnz), int(chunk.n_features)
             shard_index, shard_count = int(chunk.shard_index), int(chunk.shard_count)
