@@ -413,6 +413,12 @@ class WorkerNode:
             self.examples = plan.examples_base
             self.rounds = plan.first_round - 1
             self.phase = Phase.CONFIGURED
+        # The stall watch starts once the shard is in (loading it, which may hold the GIL
+        # for long stretches, is no freeze) and before training: a freeze while waiting for
+        # Start is a freeze too. One node per incarnation, so one ticker.
+        with self._tick_lock:
+            self._tick = time.monotonic()
+        threading.Thread(target=self._tick_loop, name="stall-watch", daemon=True).start()
         log.info("configured: %s mode, %d threads (%d buffered features), %d rows/thread/round, "
                  "%d rounds, peers %s", plan.mode, plan.threads, self.hot, plan.round_size,
                  plan.max_rounds,
@@ -610,10 +616,6 @@ class WorkerNode:
         self._thread_round = [plan.first_round - 1] * plan.threads
         self._thread_alive = [True] * plan.threads
         self._gate = plan.first_round
-        with self._tick_lock:  # the watch starts now: loading the shard was no stall
-            self._tick = time.monotonic()
-        ticker = threading.Thread(target=self._tick_loop, name="stall-watch", daemon=True)
-        ticker.start()
         threads = [threading.Thread(target=self._train_thread, args=(k, cursors[k]),
                                     name=f"sgd-{k}", daemon=True) for k in range(plan.threads)]
         began = time.monotonic()
