@@ -51,6 +51,19 @@ def _is_sep(c: int) -> bool:  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _load8(b: Any, pos: Any) -> Any:  # pragma: no cover - compiled
+    """The 8 bytes at ``pos`` as one little-endian uint64 (LLVM fuses the loads into one)."""
+    p = np.uint64(pos)
+    return (np.uint64(b[p]) | (np.uint64(b[p + np.uint64(1)]) << np.uint64(8))
+            | (np.uint64(b[p + np.uint64(2)]) << np.uint64(16))
+            | (np.uint64(b[p + np.uint64(3)]) << np.uint64(24))
+            | (np.uint64(b[p + np.uint64(4)]) << np.uint64(32))
+            | (np.uint64(b[p + np.uint64(5)]) << np.uint64(40))
+            | (np.uint64(b[p + np.uint64(6)]) << np.uint64(48))
+            | (np.uint64(b[p + np.uint64(7)]) << np.uint64(56)))
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _digits8(b: Any, pos: int) -> Any:  # pragma: no cover - compiled
     """(n, value) of the run of decimal digits at ``pos``, looking at 8 bytes at most.
 
@@ -58,14 +71,7 @@ def _digits8(b: Any, pos: int) -> Any:  # pragma: no cover - compiled
     load, a per-byte digit test, and three multiply-shift steps that merge the digits.
     """
     if pos + 8 <= b.shape[0]:
-        p = np.uint64(pos)  # unsigned index: no wrap-around code, so LLVM fuses one load
-        x = (np.uint64(b[p]) | (np.uint64(b[p + np.uint64(1)]) << np.uint64(8))
-             | (np.uint64(b[p + np.uint64(2)]) << np.uint64(16))
-             | (np.uint64(b[p + np.uint64(3)]) << np.uint64(24))
-             | (np.uint64(b[p + np.uint64(4)]) << np.uint64(32))
-             | (np.uint64(b[p + np.uint64(5)]) << np.uint64(40))
-             | (np.uint64(b[p + np.uint64(6)]) << np.uint64(48))
-             | (np.uint64(b[p + np.uint64(7)]) << np.uint64(56)))
+        x = _load8(b, pos)
         hi = np.uint64(0xF0F0F0F0F0F0F0F0)
         zeros = np.uint64(0x3030303030303030)
         # non-zero bytes mark non-digits: high nibble must be 3 before and after adding 6
@@ -224,19 +230,6 @@ def next_line_start(b: Any, pos: int) -> Any:  # pragma: no cover - compiled
 _LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
 _HIGH = np.uint64(0x8080808080808080)
 _BYTES_OF_1 = np.uint64(0x0101010101010101)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _load8(b: Any, pos: Any) -> Any:  # pragma: no cover - compiled
-    """The 8 bytes at ``pos`` as one little-endian uint64 (LLVM fuses the loads into one)."""
-    p = np.uint64(pos)
-    return (np.uint64(b[p]) | (np.uint64(b[p + np.uint64(1)]) << np.uint64(8))
-            | (np.uint64(b[p + np.uint64(2)]) << np.uint64(16))
-            | (np.uint64(b[p + np.uint64(3)]) << np.uint64(24))
-            | (np.uint64(b[p + np.uint64(4)]) << np.uint64(32))
-            | (np.uint64(b[p + np.uint64(5)]) << np.uint64(40))
-            | (np.uint64(b[p + np.uint64(6)]) << np.uint64(48))
-            | (np.uint64(b[p + np.uint64(7)]) << np.uint64(56)))
 
 
 @njit(nogil=True, cache=True, inline="always")
