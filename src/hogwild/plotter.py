@@ -10,8 +10,10 @@ with ``subprocess`` (fork + exec), which is safe after gRPC has started.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -103,6 +105,11 @@ def _request(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str)
 def main() -> int:
     """The helper: import matplotlib now, then draw what stdin asks for."""
     from hogwild.startup import before_exit, import_long_lived
+
+    # The job's own start-up (its imports, its data) is what the user waits for: this
+    # helper takes the CPU that is left over, and has most of a run to finish its import.
+    with contextlib.suppress(OSError):
+        os.nice(10)
 
     import_long_lived("matplotlib.backends.backend_agg", "matplotlib.figure")
     from hogwild.artifacts import plot_loss

@@ -82,3 +82,33 @@ def test_the_whole_process_freezes_before_exit(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=120, check=True).stdout
     assert int(out.strip().splitlines()[-1]) > 10_000
+
+
+def _run(code: str) -> str:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300, check=True).stdout
+
+
+def test_kernels_run_without_importing_scipy_linalg_which_still_imports_after() -> None:
+    code = ("import sys, numpy as np\n"
+            "from hogwild.model import kernels\n"
+            "from hogwild.model.trainer import warmup\n"
+            "warmup()\n"
+            "print('after kernels:', 'scipy.linalg' in sys.modules)\n"
+            "import scipy.linalg\n"
+            "print('linalg works:', float(scipy.linalg.norm(np.array([3.0, 4.0]))))\n")
+    out = _run(code)
+    assert "after kernels: False" in out
+    assert "linalg works: 5.0" in out
+
+
+def test_blas_probe_is_left_alone_once_scipy_linalg_is_loaded() -> None:
+    # scikit-learn first (it imports scipy.linalg), then the kernels: numba sees BLAS as usual.
+    code = ("import sklearn.linear_model, sys\n"
+            "from hogwild.model.trainer import warmup\n"
+            "warmup()\n"
+            "import numba.np.arraymath as am\n"
+            "print('blas:', am._HAVE_BLAS, sys.modules['scipy.linalg.cython_blas'] is not None)\n")
+    assert "blas: True True" in _run(code)

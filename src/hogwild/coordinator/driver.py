@@ -581,7 +581,8 @@ class RunDriver:
         self.eval_seconds += time.perf_counter() - t0
         examples = totals.examples
         losses = [r.train_loss for r in self.state.workers.values() if r.train_loss is not None]
-        row: dict[str, Any] = {"elapsed": time.perf_counter() - began, "round": totals.rounds,
+        # The row describes the model taken at t0; training went on while it was evaluated.
+        row: dict[str, Any] = {"elapsed": t0 - began, "round": totals.rounds,
                "examples": examples, "epochs": examples / max(1, self.train.n_rows),
                "val_loss": val.loss if val else None,
                "val_accuracy": val.accuracy if val else None,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
+
+from hogwild.jit import njit
 
 # Error codes a parse kernel returns together with the byte offset of the offending token.
 OK = 0

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from hogwild.errors import DataError
+from hogwild.jit import njit
 
 INDPTR_DTYPE = np.int64
 INDEX_DTYPE = np.int32

@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
 from hogwild.data._threads import default_threads
 from hogwild.data.csr import CSRData
@@ -39,6 +38,7 @@ from hogwild.data.stream import BLOCK_BYTES
 from hogwild.data.svmlight import parse_text
 from hogwild.data.textsource import TextFile, new_digest
 from hogwild.errors import DataError, DataFormatError
+from hogwild.jit import njit
 
 log = logging.getLogger(__name__)
 

@@ -100,8 +100,8 @@ import math
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
+from hogwild.jit import njit
 from hogwild.model.losses import HINGE, LOGISTIC, SQUARED
 
 F64 = npt.NDArray[np.float64]

@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
+from hogwild.jit import njit
 from hogwild.model.kernels import INVSCALING, _dloss, _loss, _publish
 from hogwild.model.losses import SQUARED
 

@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
 from hogwild.errors import InvalidMessage, StaleOrUnknown
+from hogwild.jit import njit
 from hogwild.protocol import PROTOCOL_VERSION, pb
 
 MAX_CHUNK_BYTES = 1 << 20
