@@ -223,11 +223,12 @@ def bench_push(batches: int, calls: int, entries: int = 24_000, dim: int = 47_23
 # ------------------------------------------------------------------- time to accuracy
 
 # Named data sets: source, test source, learning rate, target validation accuracy, epochs.
-# The synthetic set: an epoch is ~0.06 s of 2-thread training, and at learning rate 0.02 the
-# in-process Trainer needs ~5 epochs to reach 0.875 on validation (0.86 after 3, ~0.89 at
-# best: the generator's label noise).
+# Both use the project's default step size schedule (learning_rate 0.5, inverse decay). The
+# synthetic set: an epoch is ~0.04 s of 2-thread training; the in-process Trainer passes 0.875
+# on validation within its first epoch and 0.885 after 2-4 epochs (~0.89 at best: the
+# generator's label noise), so 0.885 is the target that measures more than start-up.
 DATASETS: dict[str, tuple[str, str, float, float, int]] = {
-    "synthetic": ("synthetic:rcv1?rows=400000", "", 0.02, 0.875, 8),
+    "synthetic": ("synthetic:rcv1?rows=400000", "", 0.5, 0.885, 8),
     "reuters": (str(SHARED_DATA / "reuters21578_modapte_earn.train.libsvm.gz"),
                 str(SHARED_DATA / "reuters21578_modapte_earn.test.libsvm.gz"), 0.5, 0.97, 10),
 }
@@ -261,18 +262,19 @@ def run_in_process(settings: Any, splits: Any, epochs: int, target: float,
     # (each slice is again split between the threads).
     slices = [splits.train.slice(n * j // k, n * (j + 1) // k) for j in range(k)]
     clock = 0.0
-    reached = None
+    reached = reached_epochs = None
     curve = []
     for epoch in range(epochs):
-        for part in slices:
+        for j, part in enumerate(slices):
             stats = trainer.fit_epoch(part, epoch)
             clock += stats.seconds
             val = evaluate(splits.val, trainer.w, "hinge")
             if reached is None and val.accuracy is not None and val.accuracy >= target:
-                reached = clock
+                reached, reached_epochs = clock, epoch + (j + 1) / k
         curve.append(val.accuracy)
     test_metrics = evaluate(splits.test, trainer.w, "hinge")
-    return {"time_to_target": reached, "train_seconds": clock,
+    return {"time_to_target": reached, "epochs_to_target": reached_epochs,
+            "train_seconds": clock,
             "test_accuracy": test_metrics.accuracy, "curve": curve}
 
 
@@ -305,8 +307,9 @@ def run_distributed(data: str, test: str, learning_rate: float, mode: str, worke
         raise RuntimeError(f"hogwild run failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
     metrics = json.loads((out / "metrics.json").read_text())
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    reached = next((r["elapsed"] for r in rows
-                    if r.get("val_accuracy") is not None and r["val_accuracy"] >= target), None)
+    hit = next((r for r in rows
+                if r.get("val_accuracy") is not None and r["val_accuracy"] >= target), None)
+    reached = hit["elapsed"] if hit else None
     rounds = max(1, int(metrics["rounds"]))
     states = metrics["worker_states"]
     messages = sum(t["count"] for st in states for name, t in st["timings"].items()
@@ -317,7 +320,8 @@ def run_distributed(data: str, test: str, learning_rate: float, mode: str, worke
         for name, t in st["timings"].items():
             profile[name] = profile.get(name, 0.0) + t["seconds"] / len(states)
             counts[name] = counts.get(name, 0.0) + t["count"] / len(states)
-    return {"time_to_target": reached, "train_seconds": metrics["seconds"],
+    return {"time_to_target": reached, "epochs_to_target": hit["epochs"] if hit else None,
+            "train_seconds": metrics["seconds"],
             "load_seconds": metrics["load_seconds"], "ship_seconds": metrics["ship_seconds"],
             "shipped_mb": metrics["shipped_bytes"] / 1e6, "wall_seconds": wall,
             "test_accuracy": metrics["test_accuracy"], "rounds": rounds,
@@ -485,8 +489,10 @@ def main() -> int:
           "slowest):")
     local_tta = _median([x["time_to_target"] for x in local_runs])
     local_epoch = _median([x["train_seconds"] / epochs for x in local_runs])
+    local_ett = _median([x["epochs_to_target"] for x in local_runs])
     print(f"  in-process Trainer, 2 threads: time to accuracy {_fmt(local_tta)}s, per epoch "
-          f"{_fmt(local_epoch)}s")
+          f"{_fmt(local_epoch)}s, epochs to accuracy {_fmt(local_ett, '.2f')} (evaluated every "
+          f"1/{args.evals_per_epoch} epoch)")
     for (mode, secure), runs in dist_runs.items():
         tta = _median([x["time_to_target"] for x in runs])
         per_epoch = _median([x["train_seconds"] / max(x["epochs"], 1e-9) for x in runs])
@@ -497,6 +503,11 @@ def main() -> int:
               f"{'ok' if ratio is not None and ratio <= 1.3 else 'MISSED'}); per epoch "
               f"{_fmt(per_epoch)}s = {_fmt(_ratio(per_epoch, local_epoch), '.2f')}x; test "
               f"accuracy {_fmt(_median([x['test_accuracy'] for x in runs]), '.4f')}")
+        ett = _median([x["epochs_to_target"] for x in runs])
+        print(f"        epochs to accuracy {_fmt(ett, '.2f')} = "
+              f"{_fmt(_ratio(ett, local_ett), '.2f')}x in-process (evaluated every "
+              f"{args.eval_interval:g}s beside the training); time ratio = per-epoch ratio x "
+              "epochs ratio")
         r = sorted(runs, key=lambda x: x["train_seconds"])[len(runs) // 2]
         startup = r["wall_seconds"] - r["load_seconds"] - r["ship_seconds"] - r["train_seconds"]
         print(f"        apart from training (median run): data loading {r['load_seconds']:.2f}s, "

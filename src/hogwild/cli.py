@@ -405,11 +405,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     return _main(argv, environ, whole_process=False)
 
 
-def main_process(argv: Sequence[str] | None) -> int:
+def main_process(argv: Sequence[str] | None, plot: BackgroundPlot | None = None) -> int:
     """Run one command line (default: sys.argv) as the whole process, which ends when this
-    returns (see hogwild.startup)."""
+    returns (see hogwild.startup). ``plot``: a loss plot helper started already (the command
+    closes it)."""
     try:
-        return _main(argv, None, whole_process=True)
+        return _main(argv, None, whole_process=True, plot=plot)
     finally:
         from hogwild.startup import before_exit
 
@@ -417,12 +418,19 @@ def main_process(argv: Sequence[str] | None) -> int:
 
 
 def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None,
-          whole_process: bool) -> int:
+          whole_process: bool, plot: BackgroundPlot | None = None) -> int:
     env = os.environ if environ is None else environ
     parser = build_parser()
-    args = parser.parse_args(argv)
-    plot: BackgroundPlot | None = None
-    if whole_process and args.command in _PLOTTING:
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit:
+        if plot is not None:
+            plot.close()
+        raise
+    if plot is not None and args.command not in _PLOTTING:
+        plot.close()
+        plot = None
+    if plot is None and whole_process and args.command in _PLOTTING:
         from hogwild.plotter import BackgroundPlot
 
         plot = BackgroundPlot()

@@ -1,10 +1,11 @@
 """`hogwild run`: a coordinator and N workers as separate local processes on loopback.
 
-The children are the same programs a cluster runs (``python -m hogwild.cli coordinator`` /
-``worker``), started with subprocess (never fork: grpcio does not survive it). The
-coordinator binds port 0 and prints the port on its first line. The workers start with it
-(``python -m hogwild.prespawn``: they import and load their kernels meanwhile) and get their
-command line, which names that port, once the launcher has read it. Every child's output is
+The children are the same programs a cluster runs (``hogwild coordinator`` / ``worker``),
+started with subprocess (never fork: grpcio does not survive it) as ``python -m
+hogwild.prespawn ROLE``: they import their libraries (the workers load their kernels too)
+while the launcher writes the run's credentials, then read their command line from stdin.
+The coordinator binds port 0 and prints the port on its first line; the workers' command
+line, which names that port, follows once the launcher has read it. Every child's output is
 streamed with its role as prefix. On exit, a failed child (unless keep_going), Ctrl-C or
 SIGTERM, every child still running gets SIGTERM (graceful stop) and, after a grace period,
 SIGKILL.
@@ -212,15 +213,18 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
     secrets_dir = Path(tempfile.mkdtemp(prefix="hogwild-secrets-"))  # mode 0700
     previous = _install_sigterm()
     try:
-        base, worker_base = _secure(base, secrets_dir, insecure)
-        coordinator = Child("coordinator", _role_argv("coordinator", base, config_path), out,
-                            watch_prefix=READY_PREFIX)
+        # Every process starts now and imports its libraries (the workers load their kernels
+        # too) while this one writes the credentials; each gets its command line when it is
+        # known: the coordinator's at once, the workers' once the coordinator's port is.
+        coordinator = Child("coordinator", [sys.executable, "-m", "hogwild.prespawn",
+                                            "coordinator"], out, watch_prefix=READY_PREFIX,
+                            takes_arguments=True)
         children.append(coordinator)
-        # The workers start now too: they import their libraries and load their kernels while
-        # the coordinator loads its own, and get their command line once its port is known.
-        workers = [Child(f"worker-{i}", [sys.executable, "-m", "hogwild.prespawn"], out,
-                         takes_arguments=True) for i in range(settings.workers)]
+        workers = [Child(f"worker-{i}", [sys.executable, "-m", "hogwild.prespawn", "worker"],
+                         out, takes_arguments=True) for i in range(settings.workers)]
         children.extend(workers)
+        base, worker_base = _secure(base, secrets_dir, insecure)
+        coordinator.hand_arguments(_role_argv("coordinator", base, config_path)[3:])
         if not coordinator.announced.wait(STARTUP_SECONDS) or not coordinator.announcement:
             code = coordinator.wait(5.0)
             if code is not None:

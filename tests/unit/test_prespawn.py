@@ -1,4 +1,4 @@
-"""Workers of `hogwild run` start before their command line is known (hogwild.prespawn)."""
+"""The processes of `hogwild run` start before their command line is known (hogwild.prespawn)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,28 @@ def test_prespawned_process_without_arguments_ends_quietly() -> None:
     proc = subprocess.run([sys.executable, "-m", "hogwild.prespawn"], input="",
                           capture_output=True, text=True, env=_env(), timeout=120, check=False)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+def test_prespawned_coordinator_runs_its_arguments_and_leaves_no_plot_helper(
+        tmp_path: Path) -> None:
+    # The coordinator role starts the loss plot's helper first; a command that ends before
+    # plotting (here: a bad setting, exit 2) must not leave it behind.
+    mark = uuid.uuid4().hex
+    args = ["coordinator", "--workers", "0", "--data", "bundled:spamassassin",
+            "--out", str(tmp_path / "out")]
+    proc = subprocess.run([sys.executable, "-m", "hogwild.prespawn", "coordinator"],
+                          input=json.dumps(args) + "\n", capture_output=True, text=True,
+                          env=_env(PRESPAWN_TEST_MARK=mark), timeout=120, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "workers" in proc.stderr
+    assert _processes_marked(mark) == []
+
+
+def test_prespawn_refuses_an_unknown_role() -> None:
+    proc = subprocess.run([sys.executable, "-m", "hogwild.prespawn", "driver"], input="",
+                          capture_output=True, text=True, env=_env(), timeout=120, check=False)
+    assert proc.returncode == 2
+    assert "role must be one of coordinator, worker" in proc.stderr
 
 
 def _processes_marked(mark: str) -> list[int]:
