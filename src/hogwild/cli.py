@@ -409,6 +409,9 @@ def main_process(argv: Sequence[str] | None, plot: BackgroundPlot | None = None)
     """Run one command line (default: sys.argv) as the whole process, which ends when this
     returns (see hogwild.startup). ``plot``: a loss plot helper started already (the command
     closes it)."""
+    from hogwild.startup import single_blas_thread
+
+    single_blas_thread()  # before anything imports numpy
     try:
         return _main(argv, None, whole_process=True, plot=plot)
     finally:

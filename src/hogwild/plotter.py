@@ -104,7 +104,9 @@ def _request(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str)
 
 def main() -> int:
     """The helper: import matplotlib now, then draw what stdin asks for."""
-    from hogwild.startup import before_exit, import_long_lived
+    from hogwild.startup import before_exit, import_long_lived, single_blas_thread
+
+    single_blas_thread()  # before matplotlib imports numpy
 
     # The job's own start-up (its imports, its data) is what the user waits for: this
     # helper takes the CPU that is left over, and has most of a run to finish its import.

@@ -27,8 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hogwild.prespawn: role must be one of {', '.join(ROLES)}, not {role!r}",
               file=sys.stderr)
         return 2
-    from hogwild.startup import import_long_lived, long_lived
+    from hogwild.startup import import_long_lived, long_lived, single_blas_thread
 
+    single_blas_thread()  # before anything imports numpy
     plot = None
     if role == "coordinator":
         # Started first, as `hogwild coordinator` itself does: matplotlib imports meanwhile.

@@ -1,4 +1,4 @@
-"""Process start-up and exit of the `hogwild` command: the cyclic garbage collector around the runtime's long-lived objects.
+"""Process start-up and exit of the `hogwild` command: BLAS threads, and the garbage collector around the runtime's long-lived objects.
 
 Importing numpy, numba and grpc and loading numba's compiled kernels makes several hundred
 thousand objects that live as long as the process. Python's cyclic collector traverses them
@@ -8,14 +8,29 @@ interpreter ends: measured 0.3 s of CPU at exit alone in every process that load
 `hogwild run` compete for the cores. So the command's imports run with the collector paused,
 what they made is frozen (``gc.freeze``: kept out of every later collection), and a process
 that is about to end freezes the rest instead of traversing it.
+
+numpy's OpenBLAS starts a thread per core when numpy is imported, and they spin for a while:
+0.12 CPU s per process (measured: 0.26 against 0.14 CPU s to import numpy on 2 cores, same
+wall time). No command multiplies dense matrices (the kernels are numba's and the threads
+hogwild's own), so a command's process asks for one BLAS thread before it imports numpy,
+unless the user set ``OPENBLAS_NUM_THREADS``; its children inherit the setting.
 """
 
 from __future__ import annotations
 
 import gc
 import importlib
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+BLAS_THREADS_VARIABLE = "OPENBLAS_NUM_THREADS"
+
+
+def single_blas_thread() -> None:
+    """One BLAS thread for this process and its children, unless the user chose a number.
+    Call before numpy is imported: OpenBLAS reads the variable when it loads."""
+    os.environ.setdefault(BLAS_THREADS_VARIABLE, "1")
 
 
 @contextmanager

@@ -112,3 +112,30 @@ def test_blas_probe_is_left_alone_once_scipy_linalg_is_loaded() -> None:
             "import numba.np.arraymath as am\n"
             "print('blas:', am._HAVE_BLAS, sys.modules['scipy.linalg.cython_blas'] is not None)\n")
     assert "blas: True True" in _run(code)
+
+
+def _blas_run(code: str, **env_extra: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(env_extra)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120, check=True).stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(("user", "expected"), [(None, "1"), ("3", "3")])
+def test_command_process_asks_for_one_blas_thread_unless_the_user_chose(
+        user: str | None, expected: str) -> None:
+    code = ("import contextlib, io, os\nfrom hogwild.cli import main_process\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n        main_process(['--version'])\n    except SystemExit:\n        pass\n"
+            "print(os.environ.get('OPENBLAS_NUM_THREADS'))")
+    extra = {} if user is None else {"OPENBLAS_NUM_THREADS": user}
+    assert _blas_run(code, **extra) == expected
+
+
+def test_numpy_imported_after_the_setting_runs_one_blas_thread() -> None:
+    code = ("from hogwild.startup import single_blas_thread\nsingle_blas_thread()\n"
+            "import numpy\nfrom threadpoolctl import threadpool_info\n"
+            "print(sorted({p['num_threads'] for p in threadpool_info() "
+            "if p['internal_api'] == 'openblas'}))")
+    assert _blas_run(code) == "[1]"
