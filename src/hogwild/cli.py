@@ -424,25 +424,17 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None,
           whole_process: bool, plot: BackgroundPlot | None = None) -> int:
     env = os.environ if environ is None else environ
     parser = build_parser()
-    try:
+    try:  # a plot helper handed in is closed whatever happens, a bad command line included
         args = parser.parse_args(argv)
-    except SystemExit:
-        if plot is not None:
-            plot.close()
-        raise
-    if plot is not None and args.command not in _PLOTTING:
-        plot.close()
-        plot = None
-    if plot is None and whole_process and args.command in _PLOTTING:
-        from hogwild.plotter import BackgroundPlot
+        if plot is None and whole_process and args.command in _PLOTTING:
+            from hogwild.plotter import BackgroundPlot
 
-        plot = BackgroundPlot()
-    try:
+            plot = BackgroundPlot()
         if whole_process and args.command in _HEAVY_MODULES:
             from hogwild.startup import import_long_lived
 
             import_long_lived(_HEAVY_MODULES[args.command])
-        return _run_command(args, env, plot)
+        return _run_command(args, env, plot if args.command in _PLOTTING else None)
     finally:
         if plot is not None:
             plot.close()
