@@ -243,11 +243,11 @@ def _cmd_train(settings: Settings, plot: BackgroundPlot | None = None) -> int:
     return 0
 
 
-def _cmd_run(settings: Settings, args: argparse.Namespace) -> int:
+def _cmd_run(settings: Settings, args: argparse.Namespace, whole_process: bool) -> int:
     from hogwild.launcher import run_local
 
     return run_local(settings, config_path=args.config, keep_going=args.keep_going,
-                     insecure=args.insecure)
+                     insecure=args.insecure, fork=whole_process)
 
 
 def _cmd_coordinator(settings: Settings, plot: BackgroundPlot | None = None) -> int:
@@ -263,7 +263,7 @@ def _cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
 
 
 _COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
-    "run": _cmd_run, "worker": _cmd_worker,
+    "worker": _cmd_worker,
 }
 
 
@@ -434,14 +434,15 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None,
             from hogwild.startup import import_long_lived
 
             import_long_lived(_HEAVY_MODULES[args.command])
-        return _run_command(args, env, plot if args.command in _PLOTTING else None)
+        return _run_command(args, env, plot if args.command in _PLOTTING else None,
+                            whole_process)
     finally:
         if plot is not None:
             plot.close()
 
 
 def _run_command(args: argparse.Namespace, env: Mapping[str, str],
-                 plot: BackgroundPlot | None) -> int:
+                 plot: BackgroundPlot | None, whole_process: bool) -> int:
     try:
         if args.command == "gen-data":
             _setup_logging("info")
@@ -468,6 +469,8 @@ def _run_command(args: argparse.Namespace, env: Mapping[str, str],
             return _cmd_train(settings, plot)
         if args.command == "coordinator":
             return _cmd_coordinator(settings, plot)
+        if args.command == "run":
+            return _cmd_run(settings, args, whole_process)
         return _COMMANDS[args.command](settings, args)
     except ConfigError as exc:
         print(f"hogwild {args.command}: error: {exc}", file=sys.stderr)

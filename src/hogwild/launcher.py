@@ -1,9 +1,11 @@
 """`hogwild run`: a coordinator and N workers as separate local processes on loopback.
 
 The children are the same programs a cluster runs (``hogwild coordinator`` / ``worker``),
-started with subprocess (never fork: grpcio does not survive it) as ``python -m
-hogwild.prespawn ROLE``: they import their libraries (the workers load their kernels too)
-while the launcher writes the run's credentials, then read their command line from stdin.
+run as hogwild.prespawn roles that read their command line from stdin. As a whole `hogwild
+run` process the launcher loads their libraries and kernels once and forks them (see
+hogwild.forked); called from a larger program it starts them with subprocess as ``python -m
+hogwild.prespawn ROLE``, and each imports its libraries while the launcher writes the run's
+credentials.
 The coordinator binds port 0 and prints the port on its first line; the workers' command
 line, which names that port, follows once the launcher has read it. Every child's output is
 streamed with its role as prefix. On exit, a failed child (unless keep_going), Ctrl-C or
@@ -29,12 +31,16 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any, TextIO
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
 from hogwild import config
 from hogwild.announce import READY_PREFIX
 from hogwild.config import Settings
 from hogwild.errors import ClusterError
+from hogwild.forked import ForkedProcess, can_fork
+
+if TYPE_CHECKING:
+    from hogwild.plotter import BackgroundPlot
 
 GRACE_SECONDS = 10.0
 STARTUP_SECONDS = 60.0
@@ -87,19 +93,24 @@ def child_env() -> dict[str, str]:
 class Child:
     """One child process whose merged output is copied, prefixed, to ``out``."""
 
-    def __init__(self, name: str, argv: Sequence[str], out: TextIO,
+    def __init__(self, name: str, argv: Sequence[str] | ForkedProcess, out: TextIO,
                  watch_prefix: str | None = None, takes_arguments: bool = False) -> None:
-        """``takes_arguments``: a hogwild.prespawn process, whose command line follows
-        through :meth:`hand_arguments`."""
+        """``argv``: the command to start, or a child forked already. ``takes_arguments``: a
+        hogwild.prespawn process, whose command line follows through
+        :meth:`hand_arguments` (a forked child always is one)."""
         self.name = name
         self.out = out
         self.watch_prefix = watch_prefix
         self.announced = threading.Event()
         self.announcement = ""
-        self.proc = subprocess.Popen(
-            list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            stdin=subprocess.PIPE if takes_arguments else subprocess.DEVNULL,
-            env=child_env(), text=True, bufsize=1, start_new_session=True)
+        self.proc: subprocess.Popen[str] | ForkedProcess
+        if isinstance(argv, ForkedProcess):
+            self.proc = argv
+        else:
+            self.proc = subprocess.Popen(
+                list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                stdin=subprocess.PIPE if takes_arguments else subprocess.DEVNULL,
+                env=child_env(), text=True, bufsize=1, start_new_session=True)
         self._reader = threading.Thread(target=self._pump, name=f"out-{name}", daemon=True)
         self._reader.start()
 
@@ -201,28 +212,34 @@ def _secure(base: Settings, secrets_dir: Path, insecure: bool
 
 
 def run_local(settings: Settings, config_path: str | None = None, keep_going: bool = False,
-              out: TextIO = sys.stdout, insecure: bool = False) -> int:
+              out: TextIO = sys.stdout, insecure: bool = False, fork: bool = False) -> int:
     """Run a whole training job as local processes; returns the coordinator's exit code
     (1 if a worker failed and ``keep_going`` is off, 130 on Ctrl-C). ``insecure``: plain
-    text and no token unless the settings ask for them."""
+    text and no token unless the settings ask for them. ``fork``: this is a whole process
+    of its own, which may load the children's libraries once and fork them (done only
+    while it has no other thread)."""
     # staleness is dropped in sync mode: the warning about it was given once, here.
     base = settings.replace(bind_host="127.0.0.1", coordinator_port=0, worker_port=0,
                             advertise_address="", health_port=None,
                             staleness=settings.staleness if settings.mode == "async" else None)
     children: list[Child] = []
+    plot: BackgroundPlot | None = None
     secrets_dir = Path(tempfile.mkdtemp(prefix="hogwild-secrets-"))  # mode 0700
     previous = _install_sigterm()
     try:
-        # Every process starts now and imports its libraries (the workers load their kernels
-        # too) while this one writes the credentials; each gets its command line when it is
-        # known: the coordinator's at once, the workers' once the coordinator's port is.
-        coordinator = Child("coordinator", [sys.executable, "-m", "hogwild.prespawn",
-                                            "coordinator"], out, watch_prefix=READY_PREFIX,
-                            takes_arguments=True)
-        children.append(coordinator)
-        workers = [Child(f"worker-{i}", [sys.executable, "-m", "hogwild.prespawn", "worker"],
-                         out, takes_arguments=True) for i in range(settings.workers)]
-        children.extend(workers)
+        # Every process starts now, with its libraries loaded or loading, while this one
+        # writes the credentials; each gets its command line when it is known: the
+        # coordinator's at once, the workers' once the coordinator's port is.
+        if fork and can_fork():
+            plot = _fork_children(settings.workers, out, children)
+        else:
+            children.append(Child("coordinator", [sys.executable, "-m", "hogwild.prespawn",
+                                                  "coordinator"], out,
+                                  watch_prefix=READY_PREFIX, takes_arguments=True))
+            children.extend(Child(f"worker-{i}", [sys.executable, "-m", "hogwild.prespawn",
+                                                  "worker"], out, takes_arguments=True)
+                            for i in range(settings.workers))
+        coordinator, workers = children[0], children[1:]
         base, worker_base = _secure(base, secrets_dir, insecure)
         coordinator.hand_arguments(_role_argv("coordinator", base, config_path)[3:])
         if not coordinator.announced.wait(STARTUP_SECONDS) or not coordinator.announcement:
@@ -248,9 +265,48 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
         return 130
     finally:
         teardown(children)
+        if plot is not None:
+            plot.reap()
         shutil.rmtree(secrets_dir, ignore_errors=True)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
+
+
+def _fork_children(workers: int, out: TextIO, children: list[Child]) -> BackgroundPlot:
+    """Load the children's libraries and kernels here, once, then fork the coordinator and
+    ``workers`` workers into ``children``; returns the coordinator's plot helper, which this
+    process reaps at the end."""
+    from hogwild.forked import preload
+    from hogwild.plotter import BackgroundPlot
+    from hogwild.startup import single_blas_thread
+
+    single_blas_thread()  # before numpy loads (and before the children's environment)
+    env = child_env()
+    plot = BackgroundPlot(env)  # imports matplotlib on the other core while this one loads
+    forked: list[ForkedProcess] = []
+    began = time.perf_counter()
+    try:
+        preload()
+        loaded = time.perf_counter() - began
+        forked.append(ForkedProcess("coordinator", env, plot=plot))
+        plot.handed_over()
+        for _ in range(workers):
+            forked.append(ForkedProcess(
+                "worker", env, foreign_fds=[fd for proc in forked for fd in proc.parent_fds]))
+    except BaseException:
+        for proc in forked:  # each waits for its command line: an empty one ends it
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.kill()
+            proc.wait()
+        plot.close()
+        raise
+    print(f"[run] libraries and kernels loaded once ({loaded:.2f}s); forked the coordinator "
+          f"and {workers} worker(s)", file=out, flush=True)
+    # Threads (the output pumps) only now that every fork is done: a fork copies none.
+    children.append(Child("coordinator", forked[0], out, watch_prefix=READY_PREFIX))
+    children.extend(Child(f"worker-{i}", proc, out) for i, proc in enumerate(forked[1:]))
+    return plot
 
 
 def _supervise(coordinator: Child, workers: list[Child], keep_going: bool, out: TextIO) -> int:

@@ -2,10 +2,17 @@
 
 A job starts the helper first thing (``BackgroundPlot()``): it imports matplotlib on the
 other core while the job loads its data, then waits for one JSON request on stdin
-(``{"out_dir", "rows", "title"}``), draws ``loss.png`` atomically and exits. ``finish``
-hands it the history and waits for it; if the helper cannot be started or fails, the plot
-is drawn in-process instead, so the outputs are the same either way. The helper is started
-with ``subprocess`` (fork + exec), which is safe after gRPC has started.
+(``{"out_dir", "rows", "title"}``), draws ``loss.png`` atomically, says ``drawn`` on stdout
+and exits. ``finish`` hands it the history and waits for it; if the helper cannot be started
+or does not say it drew, the plot is drawn in-process instead, so the outputs are the same
+either way. The helper is started with ``subprocess`` (fork + exec), which is safe after
+gRPC has started.
+
+A helper may be handed to a forked child (`hogwild run` starts the coordinator's before it
+forks the coordinator): the child then talks to a process that is not its own, whose exit
+status it cannot read, which is why success is the helper's word on stdout, not its exit
+code; the starting process closes its ends of the pipes (:meth:`handed_over`) and reaps it
+(:meth:`reap`).
 """
 
 from __future__ import annotations
@@ -24,12 +31,14 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 WAIT_SECONDS = 30.0
+DRAWN = b"drawn"
 
 
 class BackgroundPlot:
     """A helper process ready to draw the loss plot."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        """``env``: the helper's environment (default: this process's)."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._drawing: threading.Thread | None = None
         self._request = b""
@@ -37,7 +46,8 @@ class BackgroundPlot:
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "hogwild.plotter"], stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=None if env is None else dict(env))
         except OSError as exc:
             log.debug("no plot helper (%s): the plot will be drawn in-process", exc)
 
@@ -55,10 +65,10 @@ class BackgroundPlot:
 
     def _talk(self, proc: subprocess.Popen[bytes], request: bytes) -> None:
         try:
-            _, err = proc.communicate(request, timeout=WAIT_SECONDS)
-            if proc.returncode != 0:
+            said, err = proc.communicate(request, timeout=WAIT_SECONDS)
+            if said.strip() != DRAWN:
                 self._failure = (err.decode(errors="replace").strip().splitlines()[-1:]
-                                 or proc.returncode)
+                                 or f"exit code {proc.returncode}")
         except (OSError, subprocess.TimeoutExpired) as exc:
             proc.kill()
             proc.wait()
@@ -90,10 +100,34 @@ class BackgroundPlot:
         elif proc is not None:
             proc.kill()
             proc.wait()
-            if proc.stdin is not None:
-                proc.stdin.close()
-            if proc.stderr is not None:
-                proc.stderr.close()
+            _close_pipes(proc)
+
+    def handed_over(self) -> None:
+        """A forked child took this helper over: close this process's ends of its pipes (the
+        helper's stdin must reach its end when the child closes it) and leave the talking to
+        the child; :meth:`reap` collects the helper's exit later."""
+        drawing, self._drawing = self._drawing, None
+        if drawing is None and self._proc is not None:
+            _close_pipes(self._proc)
+
+    def reap(self, grace: float = 5.0) -> None:
+        """After the child that took this helper over has ended: collect the helper, killing
+        it if it is still there after ``grace`` seconds (the child died while it drew)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
 
 
 def _request(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str) -> bytes:
@@ -121,6 +155,8 @@ def main() -> int:
         return 0  # the job ended without a plot
     request = json.loads(raw)
     plot_loss(request["out_dir"], request["rows"], title=request.get("title", ""))
+    sys.stdout.buffer.write(DRAWN + b"\n")
+    sys.stdout.flush()
     before_exit()  # the job waits for this process to end
     return 0
 

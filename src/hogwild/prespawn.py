@@ -1,11 +1,12 @@
 """A process of `hogwild run` started before its command line is known.
 
-The launcher starts every process of a run at once, before it has written the run's
-throw-away certificates (the coordinator) or learnt the coordinator's port (the workers).
-Meanwhile each imports its libraries: ``python -m hogwild.prespawn coordinator`` starts the
-loss plot's helper and imports the coordinator's (numpy, numba, grpc); ``... worker`` (the
-default) imports the worker's and loads its compiled kernels too. Then it reads its `hogwild`
-arguments (one JSON list) from stdin and runs them like ``python -m hogwild.cli ARGS`` would.
+Started as ``python -m hogwild.prespawn ROLE`` (the launcher inside a larger program), it
+imports its libraries while the launcher writes the run's throw-away certificates (the
+coordinator) or learns the coordinator's port (the workers): the coordinator role starts the
+loss plot's helper and imports numpy, numba and grpc; the worker role (the default) loads its
+compiled kernels too. A child forked by a whole `hogwild run` (hogwild.forked) enters at
+:func:`run` with all of that loaded already. Either way it then reads its `hogwild` arguments
+(one JSON list) from stdin and runs them like ``python -m hogwild.cli ARGS`` would.
 Arguments never appear on a command line; an empty stdin (the launcher gave up) ends the
 process with 0.
 """
@@ -15,6 +16,10 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hogwild.plotter import BackgroundPlot
 
 ROLES = ("coordinator", "worker")
 
@@ -27,11 +32,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hogwild.prespawn: role must be one of {', '.join(ROLES)}, not {role!r}",
               file=sys.stderr)
         return 2
-    from hogwild.startup import import_long_lived, long_lived, single_blas_thread
+    from hogwild.startup import single_blas_thread
 
     single_blas_thread()  # before anything imports numpy
-    plot = None
-    if role == "coordinator":
+    return run(role)
+
+
+def run(role: str, plot: BackgroundPlot | None = None) -> int:
+    """The process of ``role`` from here on (also a child forked by `hogwild run`, whose
+    libraries are loaded already). ``plot``: the coordinator's plot helper, if one was
+    started for it; else the coordinator starts its own."""
+    from hogwild.startup import import_long_lived, long_lived
+
+    if role == "coordinator" and plot is None:
         # Started first, as `hogwild coordinator` itself does: matplotlib imports meanwhile.
         from hogwild.plotter import BackgroundPlot
 

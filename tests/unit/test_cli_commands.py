@@ -49,7 +49,8 @@ def test_hidden_settings_are_still_parsed_and_named_as_ignored() -> None:
 
 
 def test_run_warns_about_trainer_and_sync_staleness(tmp_path: Path,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+                                                    caplog: pytest.LogCaptureFixture,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
     # out_dir is a file: the coordinator child refuses it (exit 2, naming the key) and `run`
     # passes that code through; the warnings about the ignored settings come first.
     blocker = tmp_path / "a-file"
@@ -58,6 +59,9 @@ def test_run_warns_about_trainer_and_sync_staleness(tmp_path: Path,
         code = main(["run", "--trainer", "serial", "--mode", "sync", "--staleness", "2",
                      "--out", str(blocker)], environ={})
     assert code == 2
+    # Called inside a larger program (here pytest), `run` starts its children with exec,
+    # never by forking this process.
+    assert "forked" not in capsys.readouterr().out
     text = caplog.text
     assert "'trainer' is not used by `hogwild run`" in text
     assert "'staleness' (2) applies to async mode only" in text

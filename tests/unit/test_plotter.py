@@ -51,3 +51,64 @@ def test_close_after_start_stops_the_helper(tmp_path: Path) -> None:
     plot.start(tmp_path, ROWS, "t")
     plot.close()
     assert helper.returncode is not None
+
+
+def test_a_helper_that_does_not_say_drawn_is_replaced_in_process(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A helper that ends with 0 but never said "drawn" (as one handed to a forked child may
+    # look: its exit status is not the child's to read) does not count as a plot.
+    plot = BackgroundPlot()
+    assert plot._proc is not None
+    plot._proc.kill()
+    plot._proc.wait()
+    with caplog.at_level(logging.WARNING):
+        assert plot.finish(tmp_path, ROWS, "t") == tmp_path / "loss.png"
+    assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "plot helper failed" in caplog.text
+
+
+HANDOVER = """
+import os, sys
+from pathlib import Path
+from hogwild.plotter import BackgroundPlot
+out, action = Path(sys.argv[1]), sys.argv[2]
+rows = [{"epoch": 1, "elapsed": 0.0, "train_loss": 1.0, "val_loss": None,
+         "val_accuracy": None}]
+plot = BackgroundPlot()
+helper = plot._proc
+pid = os.fork()
+if pid == 0:  # the child takes the helper over
+    code = 3
+    try:
+        if action == "draw":
+            code = 0 if plot.finish(out, rows, "t") == out / "loss.png" else 4
+        else:
+            plot.close()
+            code = 0
+    finally:
+        os._exit(code)
+plot.handed_over()
+_, status = os.waitpid(pid, 0)
+plot.reap(grace=30)
+print(os.waitstatus_to_exitcode(status), helper.returncode)
+"""
+
+
+@pytest.mark.parametrize("action", ["draw", "close"])
+def test_a_helper_handed_to_a_forked_child_draws_or_ends_and_is_reaped(
+        tmp_path: Path, action: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.run([sys.executable, "-c", HANDOVER, str(tmp_path), action],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    # The child drew through the helper (or closed it); the helper ended on its own with 0
+    # (an unused helper sees its stdin end) and the starting process reaped it.
+    assert proc.stdout.split() == ["0", "0"], proc.stdout + proc.stderr
+    assert "plot helper failed" not in proc.stderr  # not redrawn in-process
+    assert (tmp_path / "loss.png").is_file() == (action == "draw")

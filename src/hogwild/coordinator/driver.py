@@ -131,6 +131,7 @@ class RunDriver:
         self.alive_at: float | None = None
         self.eval_seconds = 0.0          # validation evaluations during training
         self.round_size = 0              # examples per thread per round, as configured
+        self.worker_threads: int | list[int] = self.settings.threads  # as the workers report
         self.shards: list[Any] = []
         self.train = TrainShape(0, 0, 0)
         self.local: LocalShipping | None = None  # shipping local: the plan of ranges
@@ -218,7 +219,11 @@ class RunDriver:
                                  len(workers))
             self._start_relay(workers, dim)
             self._configure(workers)
-            self._print(f"started {len(workers)} worker(s), {s.mode} mode, {s.threads} "
+            # The workers' own thread counts: `threads` is theirs to set, not this process's.
+            counts = sorted({r.threads for r in workers})
+            self.worker_threads = counts[0] if len(counts) == 1 else [r.threads for r in workers]
+            each = "-".join(str(c) for c in counts[::max(1, len(counts) - 1)])
+            self._print(f"started {len(workers)} worker(s), {s.mode} mode, {each} "
                         f"thread(s) each, up to {max_rounds} rounds of {round_size} "
                         "examples per thread")
             train_began = self.train_began = time.perf_counter()
@@ -676,7 +681,8 @@ class RunDriver:
             "epochs": examples / max(1, self.train.n_rows), "examples": examples,
             "rounds": totals.rounds, "seconds": train_seconds,
             "load_seconds": load_seconds, "total_seconds": time.perf_counter() - began,
-            "stop_reason": reason, "workers": s.workers, "threads": s.threads, "mode": s.mode,
+            "stop_reason": reason, "workers": s.workers, "threads": self.worker_threads,
+            "mode": s.mode,
             "staleness": s.staleness, "shipping": s.shipping, "loss": s.loss,
             "deltas_received": totals.deltas_received,
             "bytes_received": totals.bytes_received,
