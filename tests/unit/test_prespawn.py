@@ -83,3 +83,23 @@ def test_run_whose_coordinator_fails_before_its_port_leaves_no_worker(tmp_path: 
     assert "before it announced its port" in proc.stdout
     assert "[worker-" not in proc.stdout
     assert _processes_marked(mark) == []
+
+
+def test_whole_run_forks_its_children_and_leaves_nothing_running(tmp_path: Path) -> None:
+    """A whole `hogwild run` loads the libraries once and forks the coordinator and the
+    workers; the plot helper it starts for the coordinator draws, and every process of the
+    run (children, helper) is gone when it returns."""
+    mark = uuid.uuid4().hex
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "hogwild.cli", "run", "--workers", "2", "--threads", "1",
+         "--epochs", "2", "--data", "bundled:spamassassin", "--out", str(out)],
+        capture_output=True, text=True, env=_env(PRESPAWN_TEST_MARK=mark), cwd=tmp_path,
+        timeout=180, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[run] libraries and kernels loaded once" in proc.stdout
+    assert "forked the coordinator and 2 worker(s)" in proc.stdout
+    assert "plot helper failed" not in proc.stdout
+    assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out / "metrics.json").read_text())["threads"] == 1
+    assert _processes_marked(mark) == []
