@@ -6,7 +6,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hogwild import __version__, config
@@ -262,11 +262,6 @@ def _cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     return serve(settings)
 
 
-_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
-    "worker": _cmd_worker,
-}
-
-
 def _cmd_gen_data(args: argparse.Namespace) -> int:
     from hogwild.data import make_rcv1_like, make_seed000, write_svmlight
     from hogwild.data.sources import describe
@@ -471,7 +466,7 @@ def _run_command(args: argparse.Namespace, env: Mapping[str, str],
             return _cmd_coordinator(settings, plot)
         if args.command == "run":
             return _cmd_run(settings, args, whole_process)
-        return _COMMANDS[args.command](settings, args)
+        return _cmd_worker(settings, args)  # the last of the four commands with settings
     except ConfigError as exc:
         print(f"hogwild {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -39,19 +39,17 @@ def can_fork() -> bool:
 
 def preload() -> None:
     """Import both roles' libraries and load the kernels their children call first."""
+    from hogwild.prespawn import load_worker_kernels
     from hogwild.startup import import_long_lived, long_lived
 
     import_long_lived("hogwild.cli", "hogwild.coordinator", "hogwild.worker")
-    with contextlib.suppress(Exception), long_lived():  # the real calls report errors
+    load_worker_kernels()
+    with contextlib.suppress(Exception), long_lived():  # the coordinator's: scoring, parsing
         import numpy as np
 
         from hogwild.data import parse_svmlight_buffer
         from hogwild.model.scoring import warmup as warmup_scoring
-        from hogwild.model.trainer import warmup as warmup_trainer
-        from hogwild.protocol.codec import warmup as warmup_codec
 
-        warmup_trainer()
-        warmup_codec()
         warmup_scoring()
         parse_svmlight_buffer(np.frombuffer(b"1 1:0.5 3:1.5e-1\n-1 2:2\n", dtype=np.uint8))
 

@@ -106,8 +106,7 @@ class BackgroundPlot:
         """A forked child took this helper over: close this process's ends of its pipes (the
         helper's stdin must reach its end when the child closes it) and leave the talking to
         the child; :meth:`reap` collects the helper's exit later."""
-        drawing, self._drawing = self._drawing, None
-        if drawing is None and self._proc is not None:
+        if self._proc is not None:
             _close_pipes(self._proc)
 
     def reap(self, grace: float = 5.0) -> None:

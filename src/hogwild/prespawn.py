@@ -42,7 +42,7 @@ def run(role: str, plot: BackgroundPlot | None = None) -> int:
     """The process of ``role`` from here on (also a child forked by `hogwild run`, whose
     libraries are loaded already). ``plot``: the coordinator's plot helper, if one was
     started for it; else the coordinator starts its own."""
-    from hogwild.startup import import_long_lived, long_lived
+    from hogwild.startup import import_long_lived
 
     if role == "coordinator" and plot is None:
         # Started first, as `hogwild coordinator` itself does: matplotlib imports meanwhile.
@@ -52,12 +52,7 @@ def run(role: str, plot: BackgroundPlot | None = None) -> int:
     try:
         import_long_lived("hogwild.cli", f"hogwild.{role}")
         if role == "worker":
-            with contextlib.suppress(Exception), long_lived():  # the real calls report errors
-                from hogwild.model.trainer import warmup
-                from hogwild.protocol.codec import warmup as codec_warmup
-
-                warmup()
-                codec_warmup()
+            load_worker_kernels()
         line = sys.stdin.readline()
         if not line.strip():
             return 0
@@ -70,6 +65,19 @@ def run(role: str, plot: BackgroundPlot | None = None) -> int:
     finally:
         if plot is not None:
             plot.close()
+
+
+def load_worker_kernels() -> None:
+    """Load the kernels a worker calls first (training, deltas) from numba's cache, as
+    long-lived objects; errors are left for the real calls to report."""
+    from hogwild.startup import long_lived
+
+    with contextlib.suppress(Exception), long_lived():
+        from hogwild.model.trainer import warmup
+        from hogwild.protocol.codec import warmup as codec_warmup
+
+        warmup()
+        codec_warmup()
 
 
 if __name__ == "__main__":

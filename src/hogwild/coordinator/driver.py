@@ -222,7 +222,7 @@ class RunDriver:
             # The workers' own thread counts: `threads` is theirs to set, not this process's.
             counts = sorted({r.threads for r in workers})
             self.worker_threads = counts[0] if len(counts) == 1 else [r.threads for r in workers]
-            each = "-".join(str(c) for c in counts[::max(1, len(counts) - 1)])
+            each = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
             self._print(f"started {len(workers)} worker(s), {s.mode} mode, {each} "
                         f"thread(s) each, up to {max_rounds} rounds of {round_size} "
                         "examples per thread")
