@@ -8,9 +8,12 @@ trainer, plus the wire: delta codec MB/s, shard shipping MB/s, bytes and message
 Time to accuracy is measured from the moment training starts (the coordinator's clock starts
 after the Start RPCs; the in-process clock sums the training calls): start-up, data loading and
 shard shipping are reported apart. Both sides use the same train/validation split (same data
-source and seed); the in-process Trainer is evaluated every 1/--evals-per-epoch of an epoch
-(evaluation time excluded), the coordinator every --eval-interval seconds beside the training
-(its evaluation CPU is reported: on 2 cores it competes with the workers).
+source and seed) and are scored off their clocks: the in-process Trainer every
+1/--evals-per-epoch of an epoch, the run's global model as the coordinator copied it every
+--trace-interval seconds (`trace_interval`, scored after training), so neither pays for its
+evaluations with training time. The coordinator still evaluates every --eval-interval seconds
+(the run's default) as any run does. Each run is made with the deltas summed (`combine sum`,
+the default) and averaged (`combine average`, with its longer rounds).
 
 Targets (printed next to the numbers): distributed time-to-accuracy <= 1.3x in-process,
 codec >= 1 GB/s, shipping >= 200 MB/s.
@@ -281,13 +284,16 @@ def run_in_process(settings: Any, splits: Any, epochs: int, target: float,
 def run_distributed(data: str, test: str, learning_rate: float, mode: str, workers: int,
                     threads: int, epochs: int, target: float, workdir: Path,
                     eval_interval: float, round_size: int | None,
-                    secure: bool = True) -> dict[str, Any]:
+                    secure: bool = True, combine: str = "sum",
+                    trace_interval: float = 0.004) -> dict[str, Any]:
     """One `hogwild run`: mutual TLS and a run token (its default) or, with ``secure`` off,
-    plain text (--insecure)."""
-    out = workdir / f"run-{mode}-{workers}x{threads}-{'tls' if secure else 'plain'}"
+    plain text (--insecure). The time to ``target`` is that of the first traced copy of the
+    model at or above it (the coordinator's own evaluations when the trace is off)."""
+    out = workdir / f"run-{mode}-{combine}-{workers}x{threads}-{'tls' if secure else 'plain'}"
     argv = [sys.executable, "-m", "hogwild.cli", "run", f"--data={data}", f"--workers={workers}",
             f"--threads={threads}", f"--mode={mode}", f"--epochs={epochs}", "--patience=0",
             f"--learning-rate={learning_rate}", f"--eval-interval={eval_interval}",
+            f"--combine={combine}", f"--trace-interval={trace_interval}",
             f"--out={out}", "--log-level=warning"]
     if test:
         argv.append(f"--test={test}")
@@ -306,7 +312,8 @@ def run_distributed(data: str, test: str, learning_rate: float, mode: str, worke
     if proc.returncode != 0:
         raise RuntimeError(f"hogwild run failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
     metrics = json.loads((out / "metrics.json").read_text())
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    curve = out / ("trace.jsonl" if trace_interval > 0 else "metrics.jsonl")
+    rows = [json.loads(line) for line in curve.read_text().splitlines()]
     hit = next((r for r in rows
                 if r.get("val_accuracy") is not None and r["val_accuracy"] >= target), None)
     reached = hit["elapsed"] if hit else None
@@ -331,6 +338,7 @@ def run_distributed(data: str, test: str, learning_rate: float, mode: str, worke
             "eval_seconds": metrics.get("eval_seconds", 0.0),
             "evaluations": metrics.get("evaluations", 0),
             "coordinator_apply_seconds": metrics.get("coordinator_apply_seconds", 0.0),
+            "coordinator_cpu_seconds": metrics.get("coordinator_cpu_seconds", 0.0),
             "delta_messages": metrics["deltas_received"]}
 
 
@@ -380,6 +388,11 @@ def _print_profile(r: dict[str, Any]) -> None:
     for label, names in _PROFILE:
         seconds = sum(r["profile"].get(name, 0.0) for name in names)
         print(f"          {label:<42} {1000 * seconds / rounds:8.3f}")
+    kernel = r["profile"].get("train_cpu", 0.0)
+    rest = r["profile"].get("process_cpu", 0.0) - kernel
+    print(f"        CPU ms per round: a worker's kernel {1000 * kernel / rounds:.2f}, the rest of "
+          f"that worker (exchange, senders, gRPC) {1000 * rest / rounds:.2f}; the coordinator "
+          f"{1000 * r['coordinator_cpu_seconds'] / rounds:.2f}")
     train = r["train_seconds"]
     print(f"        coordinator: {r['evaluations']} evaluations took {r['eval_seconds']:.2f}s "
           f"of CPU beside {train:.2f}s of training ({100 * r['eval_seconds'] / train:.0f}%); "
@@ -400,9 +413,15 @@ def main() -> int:
     parser.add_argument("--round-size", type=int, default=None,
                         help="examples per thread per round (default: the run's own choice)")
     parser.add_argument("--modes", default="sync,async")
-    parser.add_argument("--eval-interval", type=float, default=0.05,
-                        help="seconds between the coordinator's evaluations (the resolution "
-                             "of its time-to-accuracy)")
+    parser.add_argument("--combines", default="sum,average",
+                        help="how the workers' deltas add up (setting combine), one run each")
+    parser.add_argument("--eval-interval", type=float, default=0.25,
+                        help="seconds between the coordinator's own evaluations (the run's "
+                             "default)")
+    parser.add_argument("--trace-interval", type=float, default=0.004,
+                        help="seconds between the copies of the model scored after training "
+                             "(the resolution of the run's time to accuracy; 0 = use the "
+                             "coordinator's evaluations instead)")
     parser.add_argument("--evals-per-epoch", type=int, default=8,
                         help="in-process evaluations per epoch (its resolution)")
     parser.add_argument("--repeats", type=int, default=None,
@@ -464,9 +483,11 @@ def main() -> int:
     print(f"  train set {splits.train.n_rows:,} rows, {splits.train.nnz:,} non-zeros; validation "
           f"{splits.val.n_rows:,} rows; in-process data loading {load_seconds:.2f}s (apart)")
     modes = args.modes.split(",")
+    combines = args.combines.split(",")
     local_runs: list[dict[str, Any]] = []
-    dist_runs: dict[tuple[str, bool], list[dict[str, Any]]] = {
-        (mode, secure): [] for mode in modes for secure in variants}
+    dist_runs: dict[tuple[str, str, bool], list[dict[str, Any]]] = {
+        (mode, combine, secure): [] for combine in combines for mode in modes
+        for secure in variants}
     with tempfile.TemporaryDirectory(prefix="hogwild-bench-") as tmp:
         for rep in range(repeats_tta):
             local = run_in_process(settings, splits, epochs, target, args.evals_per_epoch)
@@ -476,12 +497,13 @@ def main() -> int:
                   f"{local['train_seconds']:.3f}s; test accuracy {local['test_accuracy']:.4f}; "
                   "validation accuracy after each epoch: "
                   + " ".join(f"{a:.3f}" for a in local["curve"]), flush=True)
-            for (mode, secure), done in dist_runs.items():
+            for (mode, combine, secure), done in dist_runs.items():
                 r = run_distributed(data, test, lr, mode, 2, 1, epochs, target, Path(tmp),
-                                    args.eval_interval, args.round_size, secure)
+                                    args.eval_interval, args.round_size, secure, combine,
+                                    args.trace_interval)
                 done.append(r)
-                print(f"  [{rep + 1}] hogwild run {mode:>5} {_wire(secure)} 2 workers x 1 "
-                      "thread: reached in "
+                print(f"  [{rep + 1}] hogwild run {mode:>5} {combine:>7} {_wire(secure)} 2 "
+                      "workers x 1 thread: reached in "
                       f"{_fmt(r['time_to_target'])}s; {r['epochs']:.2f} epochs in "
                       f"{r['train_seconds']:.3f}s; test accuracy {r['test_accuracy']:.4f}; "
                       f"load avg {_load_average()}", flush=True)
@@ -493,11 +515,12 @@ def main() -> int:
     print(f"  in-process Trainer, 2 threads: time to accuracy {_fmt(local_tta)}s, per epoch "
           f"{_fmt(local_epoch)}s, epochs to accuracy {_fmt(local_ett, '.2f')} (evaluated every "
           f"1/{args.evals_per_epoch} epoch)")
-    for (mode, secure), runs in dist_runs.items():
+    for (mode, combine, secure), runs in dist_runs.items():
         tta = _median([x["time_to_target"] for x in runs])
         per_epoch = _median([x["train_seconds"] / max(x["epochs"], 1e-9) for x in runs])
         ratio = _ratio(tta, local_tta)
-        print(f"  hogwild run {mode:>5} {_wire(secure)} 2 workers x 1 thread: time to accuracy "
+        print(f"  hogwild run {mode:>5} {combine:>7} {_wire(secure)} 2 workers x 1 thread: "
+              "time to accuracy "
               f"{_fmt(tta)}s = "
               f"{_fmt(ratio, '.2f')}x in-process (target <= 1.3x: "
               f"{'ok' if ratio is not None and ratio <= 1.3 else 'MISSED'}); per epoch "
@@ -505,9 +528,11 @@ def main() -> int:
               f"accuracy {_fmt(_median([x['test_accuracy'] for x in runs]), '.4f')}")
         ett = _median([x["epochs_to_target"] for x in runs])
         print(f"        epochs to accuracy {_fmt(ett, '.2f')} = "
-              f"{_fmt(_ratio(ett, local_ett), '.2f')}x in-process (evaluated every "
-              f"{args.eval_interval:g}s beside the training); time ratio = per-epoch ratio x "
-              "epochs ratio")
+              f"{_fmt(_ratio(ett, local_ett), '.2f')}x in-process ("
+              + (f"the model copied every {args.trace_interval:g}s, scored after training"
+                 if args.trace_interval > 0 else
+                 f"evaluated every {args.eval_interval:g}s beside the training")
+              + "); time ratio = per-epoch ratio x epochs ratio")
         r = sorted(runs, key=lambda x: x["train_seconds"])[len(runs) // 2]
         startup = r["wall_seconds"] - r["load_seconds"] - r["ship_seconds"] - r["train_seconds"]
         print(f"        apart from training (median run): data loading {r['load_seconds']:.2f}s, "
@@ -522,7 +547,8 @@ def main() -> int:
     if len(variants) == 2:
         print("\n  mutual TLS + token against plain text (medians; > 1 = TLS slower):")
         for mode in modes:
-            tls_runs, plain_runs = dist_runs[(mode, True)], dist_runs[(mode, False)]
+            tls_runs, plain_runs = (dist_runs[(mode, combines[0], True)],
+                                    dist_runs[(mode, combines[0], False)])
             for what, key in (("per epoch", None), ("time to accuracy", "time_to_target"),
                               ("PushDelta to a peer", "rpc:PushDelta:peer")):
                 if key is None:

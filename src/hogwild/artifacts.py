@@ -19,6 +19,7 @@ MODEL_FILE = "model.npz"
 MODEL_META_FILE = "model.json"
 METRICS_FILE = "metrics.json"
 HISTORY_FILE = "metrics.jsonl"
+TRACE_FILE = "trace.jsonl"
 PLOT_FILE = "loss.png"
 PROBE_PREFIX = ".hogwild-write-probe-"
 
@@ -108,6 +109,12 @@ def write_history(out_dir: str | Path, rows: Iterable[Mapping[str, Any]]) -> Pat
     """``metrics.jsonl``: one JSON object per evaluation, rewritten whole (atomically)."""
     text = "".join(dumps(dict(row)) + "\n" for row in rows)
     return atomic_write_text(Path(out_dir) / HISTORY_FILE, text)
+
+
+def write_trace(out_dir: str | Path, rows: Iterable[Mapping[str, Any]]) -> Path:
+    """``trace.jsonl``: one JSON object per copy of the model taken during training."""
+    text = "".join(dumps(dict(row)) + "\n" for row in rows)
+    return atomic_write_text(Path(out_dir) / TRACE_FILE, text)
 
 
 def append_history(out_dir: str | Path, row: Mapping[str, Any]) -> None:

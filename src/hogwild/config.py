@@ -17,6 +17,7 @@ ENV_PREFIX = "HOGWILD_"
 
 MODES = ("sync", "async")
 TOPOLOGIES = ("mesh", "star", "tree")
+COMBINES = ("sum", "average")
 DELTA_DTYPES = ("float32", "float16")
 LOSSES = ("hinge", "logistic", "squared")
 SCHEDULES = ("inverse", "constant", "invscaling")
@@ -81,8 +82,16 @@ class Settings:
         default=None,
         metadata=_doc("examples each thread processes between two delta exchanges; null = "
                       "auto (about 2M non-zeros of work per thread); never more than a "
-                      "quarter of an epoch, since deltas summed from too old a point overshoot",
+                      "quarter of an epoch with combine sum, since deltas summed from too old "
+                      "a point overshoot, nor more than an epoch with combine average",
                       commands=_RC))
+    combine: str = field(
+        default="sum",
+        metadata=_doc("how the workers' deltas of a round add up: sum = every worker's steps "
+                      "count in full (HOGWILD! across nodes; best with small rounds); average "
+                      "= each counts 1/W, W the workers (periodic model averaging: stable with "
+                      "rounds up to an epoch, so fewer exchanges)",
+                      choices=COMBINES, commands=_RC))
     topology: str = field(
         default="mesh",
         metadata=_doc("mesh = every worker sends its delta to every peer and the coordinator "
@@ -203,6 +212,11 @@ class Settings:
     eval_interval: float = field(
         default=0.25, metadata=_doc("seconds between the coordinator's validation evaluations",
                                     commands=_RC))
+    trace_interval: float = field(
+        default=0.0, metadata=_doc("seconds between copies of the global model kept while the "
+                                   "workers train and scored after, into trace.jsonl: a fine "
+                                   "learning curve that takes them no CPU (0 = off)",
+                                   commands=_RC))
     # --- data ----------------------------------------------------------------------------
     data: str = field(
         default="bundled:spamassassin",
@@ -438,6 +452,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "patience": (lambda v: v >= 0, "must be non-negative (0 = off)"),
     "min_delta": (lambda v: v >= 0, "must be non-negative"),
     "eval_interval": (lambda v: v > 0, "must be positive"),
+    "trace_interval": (lambda v: 0 <= v < float("inf"), "must be 0 (off) or positive"),
     "checkpoint_interval": (lambda v: 0 <= v < float("inf"), "must be 0 (off) or positive"),
     "n_features": (lambda v: v >= 1, "must be at least 1 (or null to infer)"),
     "val_fraction": (lambda v: 0 <= v < 1, "must be in [0, 1)"),

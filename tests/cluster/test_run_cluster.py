@@ -3,6 +3,8 @@ a worker killed mid-run, and `hogwild run` end to end."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import re
 import signal
@@ -64,12 +66,16 @@ def _check_exactly_once(metrics: dict[str, Any], n_workers: int) -> None:
 def test_sync_run_reaches_accuracy_and_workers_equal_the_global_model(
         cluster: Cluster, tmp_path: Path) -> None:
     out = tmp_path / "out"
+    out.mkdir()
+    (out / "trace.jsonl").write_text('{"stale": true}\n')  # an earlier run's, traced
     cluster.start(2, mode="sync", **_reuters_settings(out))
     assert cluster.coordinator is not None
     assert cluster.coordinator.wait(90) == 0
     for worker in cluster.workers:
         assert worker.wait(30) == 0
     metrics = read_metrics(out)
+    assert not (out / "trace.jsonl").exists()  # this run traced nothing: no stale curve
+    assert metrics["trace_snapshots"] == 0
     assert metrics["test_accuracy"] >= 0.97
     assert metrics["mode"] == "sync" and metrics["workers"] == 2
     assert metrics["dropped_workers"] == []
@@ -81,6 +87,44 @@ def test_sync_run_reaches_accuracy_and_workers_equal_the_global_model(
             # Same deltas, added in another order (and a float32 rounding residual).
             np.testing.assert_allclose(f["w"], global_w, rtol=1e-6, atol=1e-6)
     assert np.any(global_w != 0)
+
+
+def test_averaged_sync_run_with_a_trace_and_frequent_evaluations(
+        cluster: Cluster, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cluster.start(2, mode="sync", **_reuters_settings(
+        out, combine="average", trace_interval=0.005, eval_interval=0.02, epochs=30))
+    assert cluster.coordinator is not None
+    assert cluster.coordinator.wait(90) == 0
+    for worker in cluster.workers:
+        assert worker.wait(30) == 0
+    metrics = read_metrics(out)
+    assert metrics["test_accuracy"] >= 0.97
+    # Averaged deltas take rounds up to an epoch: here the cap, an epoch per thread.
+    assert metrics["round_size"] == metrics["train_rows"] // 4
+    _check_exactly_once(metrics, 2)
+    with np.load(out / "final_states" / "global.npz") as g:
+        global_w = g["w"]
+    for wid in range(2):
+        with np.load(out / "final_states" / f"worker-{wid}.npz") as f:
+            np.testing.assert_allclose(f["w"], global_w, rtol=1e-6, atol=1e-6)
+    # The trace: copies of the global model taken in order while the workers trained,
+    # each scored after (validation accuracy of a real model, not a placeholder).
+    rows = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines()]
+    assert len(rows) == metrics["trace_snapshots"] >= 2
+    assert all(a["elapsed"] < b["elapsed"] for a, b in itertools.pairwise(rows))
+    assert all(a["deltas_received"] <= b["deltas_received"]
+               for a, b in itertools.pairwise(rows))
+    assert rows[0]["deltas_received"] < rows[-1]["deltas_received"]  # a model that moved
+    assert all(0.0 <= r["val_accuracy"] <= 1.0 for r in rows)
+    assert max(r["val_accuracy"] for r in rows) >= 0.95
+    assert rows[-1]["deltas_received"] <= metrics["deltas_received"]
+    # Evaluations more often than the monitor loop's 50 ms turn when asked to: some gap
+    # between two is below it (the loop used to stretch every one to 50 ms or more).
+    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    # (the last row is the closing evaluation, made whenever training ends)
+    gaps = [b["elapsed"] - a["elapsed"] for a, b in itertools.pairwise(history[:-1])]
+    assert gaps and min(gaps) < 0.045, gaps
 
 
 def test_async_run_with_three_workers_finishes_accurately(cluster: Cluster,

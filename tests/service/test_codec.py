@@ -347,3 +347,36 @@ def test_dense_faults_are_invalid() -> None:
     m.values.data = values.tobytes()
     with pytest.raises(InvalidMessage, match="not finite"):
         decode_delta(m, DIM)
+
+
+_WARM_CHECK = """
+import numpy as np
+from hogwild.prespawn import load_worker_kernels
+load_worker_kernels()
+from hogwild.model import kernels
+from hogwild.protocol import codec
+def variants():
+    return (len(codec._count_faults.signatures), len(kernels.apply_delta.signatures))
+before = variants()
+dim = 1001
+w, snap = np.zeros(dim), np.zeros(dim)
+for n in (10, 900):  # sparse, then dense on the wire
+    idx = np.arange(n, dtype=np.int32)
+    msg = codec.encode_delta(codec.DeltaHeader("r", 1, 1, 1, dim), idx,
+                             np.ones(n, np.float32))
+    d = codec.decode_delta(msg, dim)
+    kernels.apply_delta(w, snap, d.indices, d.values)
+    kernels.apply_delta(w, np.empty(0), d.indices, d.values)
+print(*before, *variants())
+"""
+
+
+def test_the_warmup_loads_every_kernel_variant_a_received_delta_needs() -> None:
+    # A received delta's arrays are read-only views (a type of their own to numba): a
+    # variant missing from the warm-up is loaded inside the first delta's RPC instead.
+    import subprocess
+    import sys
+
+    counts = subprocess.run([sys.executable, "-c", _WARM_CHECK], capture_output=True,
+                            text=True, timeout=120, check=True).stdout.split()
+    assert counts[:2] == counts[2:], counts

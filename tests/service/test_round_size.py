@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from hogwild.coordinator.driver import MIN_ROUNDS_PER_EPOCH, ROUND_NNZ, choose_round_size
+from hogwild.coordinator.driver import (
+    MIN_ROUNDS_PER_EPOCH,
+    ROUND_NNZ,
+    ROUND_NNZ_AVERAGE,
+    choose_round_size,
+)
 
 
 def test_small_data_is_capped_to_enough_rounds_per_epoch() -> None:
@@ -30,3 +35,17 @@ def test_an_explicit_round_size_is_honoured_within_the_cap() -> None:
 def test_degenerate_sizes_give_at_least_one_row() -> None:
     assert choose_round_size(None, 1, 0, 8) == 1
     assert choose_round_size(1, 0, 0, 1) == 1
+
+
+def test_averaged_deltas_allow_longer_rounds_up_to_an_epoch() -> None:
+    rows, per_row = 10_000_000, 75
+    size = choose_round_size(None, rows, rows * per_row, 2, "average")
+    assert abs(size * per_row - ROUND_NNZ_AVERAGE) <= per_row
+    assert size > choose_round_size(None, rows, rows * per_row, 2, "sum")
+    # Capped at one epoch per thread, not at 1/MIN_ROUNDS_PER_EPOCH of one.
+    assert choose_round_size(10**9, rows, rows * per_row, 2, "average") == rows // 2
+    small = 280_000
+    assert choose_round_size(None, small, small * per_row, 2, "average") == (
+        -(-ROUND_NNZ_AVERAGE // per_row))
+    assert choose_round_size(None, small, small * per_row, 2, "sum") == (
+        -(-ROUND_NNZ // per_row))

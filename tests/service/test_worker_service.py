@@ -11,6 +11,7 @@ from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.protocol.codec import DeltaHeader, encode_delta
 from hogwild.protocol.health import check
 from hogwild.protocol.streams import shard_chunks
+from hogwild.worker.node import COORDINATOR_ID
 
 from .conftest import PEER_KEY, WorkerServer
 
@@ -36,7 +37,7 @@ def _ship(worker: WorkerServer, data: CSRData) -> pb.ShardAck:
         shard_chunks(data, node.run_id, node.worker_id, chunk_bytes=1 << 20), timeout=30)
 
 
-def _configure(worker: WorkerServer) -> None:
+def _configure(worker: WorkerServer, **extra: object) -> None:
     node = worker.node
     worker.stub.Configure(pb.RunConfig(
         protocol_version=PROTOCOL_VERSION, run_id=node.run_id, worker_id=node.worker_id,
@@ -44,7 +45,7 @@ def _configure(worker: WorkerServer) -> None:
         mode="sync", staleness=-1, threads=2, round_size=100, max_rounds=3,
         train_rows=60_000, loss="hinge", learning_rate=0.1, lr_schedule="constant",
         lr_decay=0.9, power_t=0.5, l2=0.0, fit_bias=True, barrier_timeout=2.0,
-        rpc_timeout=2.0), timeout=5)
+        rpc_timeout=2.0, **extra), timeout=5)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -164,3 +165,35 @@ def test_own_bias_change_is_averaged_over_the_contributing_workers(
     node.w[bias] += 1.0
     node._exchange(node.plan, 2, final=False)
     assert node.w[bias] == node.snap[bias] == 1.5
+
+
+def test_combine_average_averages_every_weight_not_only_the_bias(
+        worker_server: WorkerServer) -> None:
+    _ship(worker_server, _big_shard(2000, 4))
+    _configure(worker_server, combine="average")
+    node = worker_server.node
+    assert node.plan is not None and node.plan.combine == "average"
+    bias = node.plan.dim - 1
+    node.w[bias] = 1.0
+    node.w[5] = 2.0
+    node._exchange(node.plan, 1, final=False)
+    # One live peer: half of every change is kept and sent, the feature's as the bias's.
+    assert node.w[bias] == node.snap[bias] == 0.5
+    assert node.w[5] == node.snap[5] == 1.0
+
+
+def test_unknown_combine_is_invalid_argument_naming_it(worker_server: WorkerServer) -> None:
+    _ship(worker_server, _big_shard(500, 4))
+    with pytest.raises(grpc.RpcError) as info:
+        _configure(worker_server, combine="median")
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "combine" in (info.value.details() or "")
+    assert worker_server.node.plan is None
+
+
+def test_configure_opens_the_connections_before_start(configured: WorkerServer) -> None:
+    # Deltas of the first round must not wait for TCP and TLS handshakes: the destinations
+    # (peer and coordinator) exist, connecting, before Start.
+    node = configured.node
+    assert not node.started.is_set()
+    assert set(node.destinations) == {PEER, COORDINATOR_ID}

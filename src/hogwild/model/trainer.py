@@ -453,6 +453,13 @@ def warmup() -> None:
     n = kernels.build_delta(w, snap, idx, val)
     kernels.apply_delta(w, snap, idx[:n], val[:n])
     kernels.apply_delta(w, np.empty(0, dtype=np.float64), idx[:n], val[:n])
+    # Received deltas are read-only views of their messages (a type of their own to numba),
+    # their index range built on receipt when sent dense: those variants too.
+    ro_idx, ro_val = idx[:n].copy(), val[:n].copy()
+    ro_idx.flags.writeable = False
+    ro_val.flags.writeable = False
+    for a, b in ((ro_idx, ro_val), (idx[:n], ro_val)):
+        kernels.apply_delta(w, snap, a, b)
     kernels.add_scaled(w, snap, 1.0)
     kernels.count_features(indices, np.zeros(n_features, dtype=np.int64))
     # The MLP's kernels too (imported here: model/mlp.py builds on this module).

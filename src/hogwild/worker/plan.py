@@ -55,6 +55,7 @@ class RunPlan:
     compression: Compression = field(default_factory=Compression)
     topology: str = "mesh"
     tree_fanout: int = 4        # topology tree: children per node
+    combine: str = "sum"        # sum | average: how the workers' deltas of a round add up
 
     @property
     def spec(self) -> ModelSpec:
@@ -113,6 +114,8 @@ class RunPlan:
             raise bad("delta_threshold", "must be finite and non-negative")
         if m.delta_dtype not in ("", "float32", "float16"):
             raise bad("delta_dtype", "must be float32 or float16")
+        if m.combine not in ("", "sum", "average"):
+            raise bad("combine", "must be sum or average")
         if m.topology not in ("", "mesh", "star", "tree"):
             raise bad("topology", "must be mesh, star or tree")
         if m.topology == "tree" and not 2 <= m.tree_fanout <= 64:
@@ -138,4 +141,5 @@ class RunPlan:
             first_round=max(1, int(m.first_round)), examples_base=int(m.examples_base),
             compression=Compression(float(m.delta_threshold), int(m.delta_topk),
                                     m.delta_dtype == "float16"),
-            topology=m.topology or "mesh", tree_fanout=int(m.tree_fanout) or 4)
+            topology=m.topology or "mesh", tree_fanout=int(m.tree_fanout) or 4,
+            combine=m.combine or "sum")

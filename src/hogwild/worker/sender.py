@@ -116,6 +116,8 @@ class Destination:
         self.dest_id = dest_id
         self.address = address
         self.channel = open_channel(address)  # credentials, token and sender key included
+        # Connect (TCP, TLS) now rather than at the first message; nobody waits on this.
+        self._connecting = grpc.channel_ready_future(self.channel)
         self.stub = stub_factory(self.channel)
         self.rpc_timeout = rpc_timeout
         self.give_up_after = give_up_after
@@ -198,6 +200,7 @@ class Destination:
             self._queue.clear()
             self._cond.notify_all()
         self._thread.join(timeout=max(0.1, self.rpc_timeout))
+        self._connecting.cancel()
         self.channel.close()
 
     def abandon(self) -> None:
@@ -207,6 +210,7 @@ class Destination:
             self._queue.clear()
             self._waiting = self._residual = None
             self._cond.notify_all()
+        self._connecting.cancel()
         self.channel.close()
 
     def _run(self) -> None:
