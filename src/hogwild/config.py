@@ -482,6 +482,13 @@ def _build(values: Mapping[str, Any], source: str) -> Settings:
     _check_security(clean)
     if clean.get("val_fraction", 0.0) + clean.get("test_fraction", 0.0) >= 1.0:
         raise ConfigError("test_fraction", "val_fraction + test_fraction must be below 1")
+    if clean.get("combine") == "average" and (clean.get("delta_threshold", 0.0) > 0
+                                              or clean.get("delta_topk", 0) > 0):
+        # What compression holds back stays in w - snapshot, the change averaged every round:
+        # it would be cut to 1/W again and again instead of sent.
+        raise ConfigError("combine", "combine average does not go with delta_threshold or "
+                                     "delta_topk (the unsent residual would be averaged again "
+                                     "every round); use combine sum, or no compression")
     if clean.get("model") == "mlp":
         # The MLP's kernel steps once per example (hogwild, locked or serial threads).
         if clean.get("batch_size", 1) != 1:

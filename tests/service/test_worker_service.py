@@ -191,6 +191,14 @@ def test_unknown_combine_is_invalid_argument_naming_it(worker_server: WorkerServ
     assert worker_server.node.plan is None
 
 
+def test_combine_average_with_topk_is_invalid_argument(worker_server: WorkerServer) -> None:
+    _ship(worker_server, _big_shard(500, 4))
+    with pytest.raises(grpc.RpcError) as info:
+        _configure(worker_server, combine="average", delta_topk=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "combine" in (info.value.details() or "")
+
+
 def test_configure_opens_the_connections_before_start(configured: WorkerServer) -> None:
     # Deltas of the first round must not wait for TCP and TLS handshakes: the destinations
     # (peer and coordinator) exist, connecting, before Start.

@@ -101,6 +101,20 @@ def test_fractions_must_leave_training_data() -> None:
     assert err.value.key == "test_fraction"
 
 
+def test_combine_average_refuses_compression_that_keeps_a_residual() -> None:
+    for extra in ({"delta_topk": "100"}, {"delta_threshold": "0.01"}):
+        with pytest.raises(ConfigError) as err:
+            config.load(None, {}, {"combine": "average", **extra})
+        assert err.value.key == "combine" and "residual" in str(err.value)
+    # float16 values keep only their rounding back; summed deltas take any compression.
+    assert config.load(None, {}, {"combine": "average", "delta_dtype": "float16"}).combine == (
+        "average")
+    assert config.load(None, {}, {"combine": "sum", "delta_topk": "100"}).delta_topk == 100
+    with pytest.raises(ConfigError) as err:
+        config.load(None, {}, {"combine": "mean"})
+    assert err.value.key == "combine"
+
+
 def test_not_a_mapping_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="mapping"):
         config.load(write(tmp_path, "- a\n- b\n"))

@@ -72,8 +72,9 @@ ROUND_NNZ_AVERAGE = 5_000_000
 def choose_round_size(configured: int | None, train_rows: int, train_nnz: int,
                       total_threads: int, combine: str = "sum") -> int:
     """Examples per thread per round: ``configured``, or when it is None enough rows for
-    ROUND_NNZ (combine average: ROUND_NNZ_AVERAGE) non-zeros of work; never more than 1/MIN_ROUNDS_PER_EPOCH of an epoch when the
-    deltas are summed, nor more than an epoch when they are averaged."""
+    ROUND_NNZ (combine average: ROUND_NNZ_AVERAGE) non-zeros of work; never more than
+    1/MIN_ROUNDS_PER_EPOCH of an epoch when the deltas are summed, nor more than an epoch
+    when they are averaged."""
     if configured is None:
         per_row = train_nnz / max(1, train_rows)
         work = ROUND_NNZ_AVERAGE if combine == "average" else ROUND_NNZ
@@ -557,8 +558,8 @@ class RunDriver:
         while True:
             self.alive_at = time.monotonic()
             self._check_diverged()
-            if trace is not None and trace.due(time.perf_counter() - began):
-                elapsed = time.perf_counter() - began
+            elapsed = time.perf_counter() - began
+            if trace is not None and trace.due(elapsed):
                 trace.take(self.state.totals(), elapsed)
             # Turn at least every 50 ms, and on time for an evaluation (or a trace copy) due
             # sooner: an eval_interval below 50 ms used to be stretched to the turn.

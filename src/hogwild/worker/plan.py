@@ -116,6 +116,8 @@ class RunPlan:
             raise bad("delta_dtype", "must be float32 or float16")
         if m.combine not in ("", "sum", "average"):
             raise bad("combine", "must be sum or average")
+        if m.combine == "average" and (m.delta_threshold > 0 or m.delta_topk > 0):
+            raise bad("combine", "average does not go with delta_threshold or delta_topk")
         if m.topology not in ("", "mesh", "star", "tree"):
             raise bad("topology", "must be mesh, star or tree")
         if m.topology == "tree" and not 2 <= m.tree_fanout <= 64:
