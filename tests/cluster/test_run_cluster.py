@@ -76,6 +76,7 @@ def test_sync_run_reaches_accuracy_and_workers_equal_the_global_model(
     metrics = read_metrics(out)
     assert not (out / "trace.jsonl").exists()  # this run traced nothing: no stale curve
     assert metrics["trace_snapshots"] == 0
+    assert metrics["warnings"] == []  # a healthy run: the saved model is the best one seen
     assert metrics["test_accuracy"] >= 0.97
     assert metrics["mode"] == "sync" and metrics["workers"] == 2
     assert metrics["dropped_workers"] == []

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from hogwild.coordinator.stopping import regression_warning
 from hogwild.stopping import EarlyStopping
 
 
@@ -32,3 +33,19 @@ def test_target_loss_and_divergence() -> None:
     assert EarlyStopping().update(math.nan) == "diverged"
     never = EarlyStopping(patience=0)
     assert all(never.update(1.0) is None for _ in range(10))
+
+
+def test_a_saved_model_far_worse_than_the_best_evaluated_one_is_reported() -> None:
+    # The shape measured with 4 workers summing their deltas: good early, bad at the end.
+    text = regression_warning([0.9, 0.36, 0.41, 1.2, None, 0.38, 1.71], 1.71)
+    assert text is not None
+    assert "0.3600" in text and "4.8x" in text and "combine average" in text
+    # Ordinary runs: the end is the best, or within noise of it; nothing to say.
+    assert regression_warning([0.9, 0.5, 0.41, 0.40], 0.40) is None
+    assert regression_warning([0.9, 0.5, 0.40, 0.45], 0.45) is None
+    # Tiny losses: 1.5x of almost nothing is no regression either.
+    assert regression_warning([0.010, 0.004], 0.02) is None
+    # Nothing evaluated, or no validation set: no claim.
+    assert regression_warning([], 1.0) is None
+    assert regression_warning([None, float("nan")], 1.0) is None
+    assert regression_warning([0.4], None) is None

@@ -23,7 +23,7 @@ from hogwild.coordinator import checkpoint
 from hogwild.coordinator.checkpoint import Checkpoint
 from hogwild.coordinator.relay import StarRelay
 from hogwild.coordinator.state import RunState, Totals, WorkerRecord
-from hogwild.coordinator.stopping import StopRules
+from hogwild.coordinator.stopping import StopRules, regression_warning
 from hogwild.coordinator.trace import ModelTrace
 from hogwild.coordinator.tree_root import TreeRoot
 from hogwild.data.labels import MULTICLASS
@@ -723,6 +723,10 @@ class RunDriver:
         test = evaluate(splits.test, w, loss, self.spec)
         val = evaluate(splits.val, w, loss, self.spec) if splits.val.n_rows else None
         self._check_diverged(w, val.loss if val else None)
+        warnings = [text for text in [regression_warning(
+            (r["val_loss"] for r in self.history), val.loss if val else None)] if text]
+        for text in warnings:
+            log.warning("%s", text)
         if self.plot is not None:  # the history is final: drawn while the outputs are written
             self.plot.start(s.out_dir, self.history, plot_title(s, "run"))
         trace_rows = self._score_trace(splits, loss)
@@ -751,7 +755,7 @@ class RunDriver:
             "coordinator_apply_seconds": self.state.apply_seconds, "round_size": self.round_size,
             "eval_seconds": self.eval_seconds, "evaluations": len(self.history),
             "coordinator_cpu_seconds": self.train_cpu_seconds,
-            "trace_snapshots": trace_rows,
+            "trace_snapshots": trace_rows, "warnings": warnings,
             "shipped_bytes": shipped, "ship_seconds": ship_seconds,
             "plan_bytes": sum(x.plan_bytes for x in self.shipments),
             "local_ranges": (self.local.ranges_report(len(self.shards))
