@@ -117,8 +117,8 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
-def _child(role: str, env: Mapping[str, str], stdin_fd: int, out_fd: int, foreign_fds: Sequence[int],
-           plot: BackgroundPlot | None) -> NoReturn:
+def _child(role: str, env: Mapping[str, str], stdin_fd: int, out_fd: int,
+           foreign_fds: Sequence[int], plot: BackgroundPlot | None) -> NoReturn:
     """The child's whole life: become a process of its own, run the role, and leave with
     ``os._exit`` (returning would run the launcher's code in the child)."""
     code = 1

@@ -63,6 +63,17 @@ def _check_exactly_once(metrics: dict[str, Any], n_workers: int) -> None:
     assert metrics["deltas_received"] == sum(s["acked_by_coordinator"] for s in states.values())
 
 
+def _check_workers_equal_the_global_model(out: Path, n_workers: int) -> np.ndarray:
+    """Sync mode: every worker's final weights are the coordinator's global model (the same
+    deltas added in another order, and a float32 rounding residual); returns that model."""
+    with np.load(out / "final_states" / "global.npz") as g:
+        global_w = g["w"]
+    for wid in range(n_workers):
+        with np.load(out / "final_states" / f"worker-{wid}.npz") as f:
+            np.testing.assert_allclose(f["w"], global_w, rtol=1e-6, atol=1e-6)
+    return global_w
+
+
 def test_sync_run_reaches_accuracy_and_workers_equal_the_global_model(
         cluster: Cluster, tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -81,13 +92,7 @@ def test_sync_run_reaches_accuracy_and_workers_equal_the_global_model(
     assert metrics["mode"] == "sync" and metrics["workers"] == 2
     assert metrics["dropped_workers"] == []
     _check_exactly_once(metrics, 2)
-    with np.load(out / "final_states" / "global.npz") as g:
-        global_w = g["w"]
-    for wid in range(2):
-        with np.load(out / "final_states" / f"worker-{wid}.npz") as f:
-            # Same deltas, added in another order (and a float32 rounding residual).
-            np.testing.assert_allclose(f["w"], global_w, rtol=1e-6, atol=1e-6)
-    assert np.any(global_w != 0)
+    assert np.any(_check_workers_equal_the_global_model(out, 2) != 0)
 
 
 def test_averaged_sync_run_with_a_trace_and_frequent_evaluations(
@@ -104,11 +109,7 @@ def test_averaged_sync_run_with_a_trace_and_frequent_evaluations(
     # Averaged deltas take rounds up to an epoch: here the cap, an epoch per thread.
     assert metrics["round_size"] == metrics["train_rows"] // 4
     _check_exactly_once(metrics, 2)
-    with np.load(out / "final_states" / "global.npz") as g:
-        global_w = g["w"]
-    for wid in range(2):
-        with np.load(out / "final_states" / f"worker-{wid}.npz") as f:
-            np.testing.assert_allclose(f["w"], global_w, rtol=1e-6, atol=1e-6)
+    _check_workers_equal_the_global_model(out, 2)
     # The trace: copies of the global model taken in order while the workers trained,
     # each scored after (validation accuracy of a real model, not a placeholder).
     rows = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines()]

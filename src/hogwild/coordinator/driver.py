@@ -69,22 +69,29 @@ ROUND_NNZ = 2_000_000
 ROUND_NNZ_AVERAGE = 5_000_000
 
 
+def round_rule(combine: str) -> tuple[int, int]:
+    """(non-zeros of work per thread for an automatic round, the fewest rounds per epoch)
+    for deltas summed or averaged (``combine``); the reasons are in choose_round_size."""
+    if combine == "average":
+        return ROUND_NNZ_AVERAGE, 1
+    return ROUND_NNZ, MIN_ROUNDS_PER_EPOCH
+
+
 def choose_round_size(configured: int | None, train_rows: int, train_nnz: int,
                       total_threads: int, combine: str = "sum") -> int:
     """Examples per thread per round: ``configured``, or when it is None enough rows for
     ROUND_NNZ (combine average: ROUND_NNZ_AVERAGE) non-zeros of work; never more than
     1/MIN_ROUNDS_PER_EPOCH of an epoch when the deltas are summed, nor more than an epoch
     when they are averaged."""
+    work, per_epoch = round_rule(combine)
     if configured is None:
         per_row = train_nnz / max(1, train_rows)
-        work = ROUND_NNZ_AVERAGE if combine == "average" else ROUND_NNZ
         configured = math.ceil(work / max(per_row, 1.0))
     # Averaged deltas (model averaging) do not overshoot however old their starting point:
     # simulated on 280k synthetic RCV1-like rows, 2 and 4 workers, rounds of 1/2 and 1 epoch
     # reached 0.88-0.89 validation accuracy after one epoch, where summing reached 0.85-0.88
     # (2 workers) and 0.67-0.83 (4). (On Reuters earn and SpamAssassin summing did as well or
     # better, hence it stays the default.)
-    per_epoch = 1 if combine == "average" else MIN_ROUNDS_PER_EPOCH
     cap = max(1, train_rows // (max(1, total_threads) * per_epoch))
     return max(1, min(configured, cap))
 
@@ -370,11 +377,10 @@ class RunDriver:
         combine = self.settings.combine
         size = choose_round_size(self.settings.round_size, train.n_rows, train.nnz,
                                  sum(r.threads for r in workers), combine)
-        at_least = 1 if combine == "average" else MIN_ROUNDS_PER_EPOCH
+        work, at_least = round_rule(combine)
         if self.settings.round_size is None:
             log.info("round_size auto: %d examples per thread (about %d non-zeros of work per "
-                     "round, at least %d round(s) per epoch)", size,
-                     ROUND_NNZ_AVERAGE if combine == "average" else ROUND_NNZ, at_least)
+                     "round, at least %d round(s) per epoch)", size, work, at_least)
         elif size != self.settings.round_size:
             log.info("round_size %d capped to %d examples per thread (at least %d round(s) per "
                      "epoch with combine %s)", self.settings.round_size, size, at_least, combine)

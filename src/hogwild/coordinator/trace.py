@@ -52,14 +52,13 @@ class ModelTrace:
 
     def take(self, totals: Totals, elapsed: float) -> None:
         """Keep ``totals`` (a fresh copy of the model) as the snapshot at ``elapsed``."""
+        self.snapshots.append(Snapshot(elapsed, totals.w, totals.examples, totals.rounds,
+                                       totals.deltas_received))
+        self.next_at = elapsed + self.interval
         if len(self.snapshots) >= self.limit:
             self.full = True
             log.warning("trace: %d snapshots kept (%d MB budget); no more are taken",
                         self.limit, TRACE_BUDGET_BYTES // (1024 * 1024))
-            return
-        self.snapshots.append(Snapshot(elapsed, totals.w, totals.examples, totals.rounds,
-                                       totals.deltas_received))
-        self.next_at = elapsed + self.interval
 
     def score(self, val: Any, train_rows: int, loss: Loss,
               spec: ModelSpec) -> list[dict[str, Any]]:

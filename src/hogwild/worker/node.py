@@ -609,9 +609,7 @@ class WorkerNode:
         plan, arrays = self.plan, self.arrays
         if plan is None or arrays is None or not self.started.is_set():
             return
-        if not self.destinations:  # opened by configure; a run never configured has none
-            self._open_destinations(plan)
-        self.inbox.touch_all()
+        self.inbox.touch_all()  # (the destinations were opened by configure)
         beating = threading.Thread(target=self._heartbeat_loop, args=(plan,), name="heartbeat",
                                    daemon=True)
         beating.start()
