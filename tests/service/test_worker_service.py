@@ -11,7 +11,7 @@ from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.protocol.codec import DeltaHeader, encode_delta
 from hogwild.protocol.health import check
 from hogwild.protocol.streams import shard_chunks
-from hogwild.worker.node import COORDINATOR_ID
+from hogwild.worker.node import COORDINATOR_ID, Phase
 
 from .conftest import PEER_KEY, WorkerServer
 
@@ -37,12 +37,12 @@ def _ship(worker: WorkerServer, data: CSRData) -> pb.ShardAck:
         shard_chunks(data, node.run_id, node.worker_id, chunk_bytes=1 << 20), timeout=30)
 
 
-def _configure(worker: WorkerServer, **extra: object) -> None:
+def _configure(worker: WorkerServer, mode: str = "sync", **extra: object) -> None:
     node = worker.node
     worker.stub.Configure(pb.RunConfig(
         protocol_version=PROTOCOL_VERSION, run_id=node.run_id, worker_id=node.worker_id,
         peers=[pb.Peer(worker_id=PEER, address="127.0.0.1:1", receive_key=PEER_KEY)], dim=DIM, n_features=N_FEATURES,
-        mode="sync", staleness=-1, threads=2, round_size=100, max_rounds=3,
+        mode=mode, staleness=-1, threads=2, round_size=100, max_rounds=3,
         train_rows=60_000, loss="hinge", learning_rate=0.1, lr_schedule="constant",
         lr_decay=0.9, power_t=0.5, l2=0.0, fit_bias=True, barrier_timeout=2.0,
         rpc_timeout=2.0, **extra), timeout=5)  # type: ignore[arg-type]
@@ -205,3 +205,44 @@ def test_configure_opens_the_connections_before_start(configured: WorkerServer) 
     node = configured.node
     assert not node.started.is_set()
     assert set(node.destinations) == {PEER, COORDINATOR_ID}
+
+
+def _configured_async(worker: WorkerServer) -> WorkerServer:
+    _ship(worker, _big_shard(2000, 4))
+    _configure(worker, mode="async")
+    # Running without its threads: the model changes only through what the test does.
+    worker.node.phase = Phase.RUNNING
+    return worker
+
+
+def test_async_applies_a_delta_when_it_arrives(worker_server: WorkerServer) -> None:
+    node = _configured_async(worker_server).node
+    assert not worker_server.peer_stub.PushDelta(_delta(node.run_id), timeout=5).duplicate
+    # Applied by the RPC that accepted it, not at this worker's next round boundary.
+    expected = np.zeros(DIM)
+    expected[[1, 50, N_FEATURES]] = [0.25, -0.5, 1.5]
+    assert node.inbox.queued() == 0
+    assert node.w.tobytes() == expected.tobytes()
+    assert node.snap.tobytes() == expected.tobytes()  # a peer's update, not an own one
+    assert node.inbox.peers[PEER].applied == 1
+
+
+def test_async_delta_arriving_during_an_exchange_is_applied_after_it(
+        worker_server: WorkerServer) -> None:
+    node = _configured_async(worker_server).node
+    assert node.plan is not None
+    node.w[5] = 2.0  # an own update of this round
+    with node._exchange_lock:  # an exchange in progress: the RPC thread must not wait for it
+        assert not worker_server.peer_stub.PushDelta(_delta(node.run_id), timeout=5).duplicate
+        assert node.inbox.queued() == 1 and node.w[1] == 0.0
+    node._exchange(node.plan, 1, final=False)
+    assert node.inbox.queued() == 0
+    assert node.w[1] == node.snap[1] == 0.25 and node.w[5] == node.snap[5] == 2.0
+
+
+def test_sync_delta_waits_for_the_barrier(configured: WorkerServer) -> None:
+    node = configured.node
+    node.phase = Phase.RUNNING
+    assert not configured.peer_stub.PushDelta(_delta(node.run_id), timeout=5).duplicate
+    # Sync: every worker applies a round's deltas together, at the barrier.
+    assert node.inbox.queued() == 1 and not node.w.any()

@@ -4,14 +4,17 @@ Threads of a running worker:
 
 * T training threads run :func:`train_round` on the shared ``w`` without any lock.
 * ONE exchange thread (the caller of :meth:`WorkerNode.run`) does, at every round boundary:
-  apply the queued peer deltas, build the delta of own updates (build_delta and apply_delta
-  are never concurrent: only this thread calls them), and queue it for every peer and the
-  coordinator. In sync mode it then waits until every live peer's delta of that round has
-  arrived (deadline: barrier_timeout; a peer that misses it is dropped and reported), applies
-  them, and only then lets the training threads start the next round, so every worker has
-  applied exactly the same deltas before round r+1. In async mode the training threads never
-  wait for it (with bounded staleness s they wait only for a peer more than s rounds behind).
-* One sender thread per destination (sender.py); gRPC threads only validate and queue.
+  apply the queued peer deltas, build the delta of own updates, and queue it for every peer
+  and the coordinator. In sync mode it then waits until every live peer's delta of that round
+  has arrived (deadline: barrier_timeout; a peer that misses it is dropped and reported),
+  applies them, and only then lets the training threads start the next round, so every
+  worker has applied exactly the same deltas before round r+1. In async mode the training
+  threads never wait for it (with bounded staleness s they wait only for a peer more than s
+  rounds behind).
+* One sender thread per destination (sender.py); gRPC threads validate and queue. In async
+  mode the gRPC thread that accepted a delta also applies it at once (:meth:`_apply_arrived`)
+  rather than leaving it for this worker's next round boundary, a round later.
+  build_delta and apply_delta are never concurrent: both run under ``_exchange_lock``.
 
 A delta sums the worker's own updates except the bias (and the MLP's dense layers), whose
 change is averaged over the contributing workers before it is sent
@@ -51,6 +54,7 @@ from hogwild.model.evaluation import is_finite
 from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, choose_hot_features
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import (
+    DecodedDelta,
     DeltaHeader,
     check_version,
     decode_delta,
@@ -505,7 +509,11 @@ class WorkerNode:
         with self.timers.timed("decode"):
             delta = decode_delta(message, plan.dim)
         if self.tree is None:
-            return not self.inbox.offer(delta)
+            if not self.inbox.offer(delta):
+                return True
+            if plan.mode == "async" and self.phase is Phase.RUNNING:
+                self._apply_arrived()
+            return False
         with self._tree_lock:
             if not self.inbox.offer(delta):
                 return True
@@ -772,10 +780,37 @@ class WorkerNode:
                 return
             self._maybe_report_progress(plan, done=False)
 
+    def _apply_arrived(self) -> None:
+        """Async mode: apply the queued deltas now, unless an exchange (or another RPC
+        thread) holds the lock; whoever holds it looks at the queue again once it lets go.
+
+        Left for the next round boundary, a peer's delta would reach this worker's model a
+        whole round late: with rounds of half an epoch (combine average) an async run
+        needed twice the epochs of a sync one. Never blocks the RPC thread on the lock (an
+        exchange may wait on a full sender queue, whose peer may be waiting on us).
+        """
+        while self.inbox.queued():
+            if not self._exchange_lock.acquire(blocking=False):
+                return
+            try:
+                self._apply_inbox()
+            except Exception as exc:  # a bug: stop the node; the exchange thread raises it
+                log.exception("applying a received delta failed")
+                self.fatal = f"applying a received delta failed: {exc}"
+                with self._cond:
+                    self._cond.notify_all()
+                return
+            finally:
+                self._exchange_lock.release()
+
     def _apply_inbox(self) -> int:
-        items = self.inbox.drain()
-        if not items:
-            return 0
+        with self._exchange_lock:  # never beside build_delta, nor another apply
+            items = self.inbox.drain()
+            if not items:
+                return 0
+            return self._apply_items(items)
+
+    def _apply_items(self, items: list[DecodedDelta]) -> int:
         t0 = time.perf_counter()
         empty = np.zeros(0, dtype=np.float64)
         for d in items:
@@ -793,6 +828,8 @@ class WorkerNode:
         """Apply what arrived, build the delta of own updates, queue it for everyone."""
         with self._exchange_lock:
             self._exchange_locked(plan, round_, final)
+        if plan.mode == "async" and self.tree is None:
+            self._apply_arrived()  # what RPC threads queued while the lock was held
 
     def _exchange_locked(self, plan: RunPlan, round_: int, final: bool) -> None:
         self._apply_inbox()
