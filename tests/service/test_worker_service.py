@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.protocol.codec import DeltaHeader, encode_delta
 from hogwild.protocol.health import check
 from hogwild.protocol.streams import shard_chunks
-from hogwild.worker.node import COORDINATOR_ID, Phase
+from hogwild.worker.node import COORDINATOR_ID, MAX_DEFERRED_ROUNDS, Phase, WorkerNode
 
 from .conftest import PEER_KEY, WorkerServer
 
@@ -246,3 +248,97 @@ def test_sync_delta_waits_for_the_barrier(configured: WorkerServer) -> None:
     assert not configured.peer_stub.PushDelta(_delta(node.run_id), timeout=5).duplicate
     # Sync: every worker applies a round's deltas together, at the barrier.
     assert node.inbox.queued() == 1 and not node.w.any()
+
+
+def _capture_sent(node: WorkerNode) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Record the (indices, values) of every delta the node encodes from now on."""
+    sent: list[tuple[np.ndarray, np.ndarray]] = []
+    encode = node._encode_delta
+
+    def recording(indices: np.ndarray, values: np.ndarray, *args: Any) -> list[pb.Delta]:
+        sent.append((indices.copy(), values.copy()))
+        return encode(indices, values, *args)
+
+    node._encode_delta = recording  # type: ignore[method-assign, assignment]
+    return sent
+
+
+def test_async_average_keeps_own_progress_until_the_peers_round_arrives(
+        worker_server: WorkerServer) -> None:
+    _ship(worker_server, _big_shard(2000, 4))
+    _configure(worker_server, mode="async", combine="average")
+    node = worker_server.node
+    node.phase = Phase.RUNNING
+    assert node.plan is not None
+    sent = _capture_sent(node)
+    bias = node.plan.dim - 1
+    node.w[bias] = 1.0
+    node.w[5] = 2.0
+    node._exchange(node.plan, 1, final=False)
+    # Half of the change is sent (the peer and the coordinator add the same), all of it is
+    # kept here while the peer's round 1 is missing: this worker trains on from its progress.
+    (idx, val), = sent
+    assert dict(zip(idx.tolist(), val.tolist())) == {5: 1.0, bias: 0.5}
+    assert node.w[5] == 2.0 and node.w[bias] == 1.0
+    # The peer's round 1 arrives: the half not sent goes, the peer's half comes in.
+    assert not worker_server.peer_stub.PushDelta(_delta(node.run_id), timeout=5).duplicate
+    assert node.w[5] == 1.0 and node.w[bias] == 0.5 + 1.5 and node.w[1] == 0.25
+    assert node.w.tobytes() == node.snap.tobytes()  # nothing own left unsent
+
+
+def test_async_deferred_average_is_settled_by_the_final_delta(
+        worker_server: WorkerServer) -> None:
+    _ship(worker_server, _big_shard(2000, 4))
+    _configure(worker_server, mode="async", combine="average")
+    node = worker_server.node
+    node.phase = Phase.RUNNING
+    assert node.plan is not None
+    sent = _capture_sent(node)
+    node.w[5] = 3.0
+    node._exchange(node.plan, 1, final=False)   # the peer never sends round 1
+    node.w[7] = 1.0
+    node._exchange(node.plan, 2, final=True)
+    # Round 1's kept half is taken out before the final delta: this worker's model is what
+    # its deltas gave everyone else (1.5 + 0.5).
+    assert [dict(zip(i.tolist(), v.tolist())) for i, v in sent] == [{5: 1.5}, {7: 0.5}]
+    assert node.w[5] == 1.5 and node.w[7] == 0.5
+    assert node.w.tobytes() == node.snap.tobytes()
+
+
+def test_async_deferred_rounds_are_bounded(worker_server: WorkerServer) -> None:
+    _ship(worker_server, _big_shard(2000, 4))
+    _configure(worker_server, mode="async", combine="average")
+    node = worker_server.node
+    node.phase = Phase.RUNNING
+    assert node.plan is not None
+    for r in range(1, MAX_DEFERRED_ROUNDS + 3):  # a peer that never catches up
+        node.w[5] += 2.0
+        node._exchange(node.plan, r, final=False)
+        assert len(node._deferred) <= MAX_DEFERRED_ROUNDS
+    # The settled rounds count at 1 each (half of 2), the deferred ones at 2 still.
+    settled = MAX_DEFERRED_ROUNDS + 2 - len(node._deferred)
+    assert node.w[5] == settled * 1.0 + len(node._deferred) * 2.0
+
+
+def test_async_three_workers_settle_on_exactly_what_was_sent(
+        worker_server: WorkerServer) -> None:
+    # W = 3: 1/3 is not exact in float32; the part kept is settled to the last float64 bit.
+    _ship(worker_server, _big_shard(2000, 4))
+    node = worker_server.node
+    worker_server.stub.Configure(pb.RunConfig(
+        protocol_version=PROTOCOL_VERSION, run_id=node.run_id, worker_id=node.worker_id,
+        peers=[pb.Peer(worker_id=PEER, address="127.0.0.1:1", receive_key=PEER_KEY),
+               pb.Peer(worker_id=PEER + 1, address="127.0.0.1:2", receive_key=PEER_KEY)],
+        dim=DIM, n_features=N_FEATURES, mode="async", staleness=-1, threads=2,
+        round_size=100, max_rounds=3, train_rows=60_000, loss="hinge", learning_rate=0.1,
+        lr_schedule="constant", lr_decay=0.9, power_t=0.5, l2=0.0, fit_bias=True,
+        barrier_timeout=2.0, rpc_timeout=2.0, combine="average"), timeout=5)
+    node.phase = Phase.RUNNING
+    assert node.plan is not None
+    sent = _capture_sent(node)
+    node.w[5] = np.float32(0.7)  # a float32 value: build_delta sends all of it
+    node._exchange(node.plan, 1, final=False)
+    node._settle_deferred(node.plan, everything=True)
+    (idx, val), = sent
+    assert idx.tolist() == [5] and val[0] == np.float32(np.float32(0.7) / 3)
+    assert node.w[5] == node.snap[5] == np.float64(val[0])
