@@ -7,6 +7,7 @@ from hogwild.coordinator.driver import (
     ROUND_NNZ,
     ROUND_NNZ_AVERAGE,
     choose_round_size,
+    fit_round_size,
 )
 
 
@@ -49,3 +50,18 @@ def test_averaged_deltas_allow_longer_rounds_up_to_an_epoch() -> None:
         -(-ROUND_NNZ_AVERAGE // per_row))
     assert choose_round_size(None, small, small * per_row, 2, "sum") == (
         -(-ROUND_NNZ // per_row))
+
+
+def test_automatic_rounds_add_up_to_the_epochs_asked_for() -> None:
+    for size, rows, threads, epochs in ((66_615, 280_000, 2, 8), (66_615, 280_000, 4, 3),
+                                        (26_646, 280_000, 2, 5), (1_750, 7_000, 4, 10),
+                                        (7, 10, 3, 1)):
+        fitted = fit_round_size(size, rows, threads, epochs)
+        assert 1 <= fitted <= size
+        rounds = -(-epochs * rows // (threads * fitted))
+        assert rounds == -(-epochs * rows // (threads * size))  # no more rounds than before
+        done = rounds * threads * fitted
+        # Whole rounds reach the epochs and overrun by under one example per thread and round.
+        assert epochs * rows <= done < epochs * rows + rounds * threads, (size, fitted)
+    # Before, 3 epochs in rounds of 66,615 rows x 4 threads made 3.81 epochs.
+    assert -(-3 * 280_000 // (4 * 66_615)) * 4 * 66_615 / 280_000 > 3.8

@@ -96,6 +96,17 @@ def choose_round_size(configured: int | None, train_rows: int, train_nnz: int,
     return max(1, min(configured, cap))
 
 
+def fit_round_size(size: int, train_rows: int, total_threads: int, epochs: float) -> int:
+    """The largest round size up to ``size`` whose whole rounds add up to ``epochs`` (to
+    within one example per thread and round) rather than overrun them by up to a round: with
+    rounds of half an epoch, 8 epochs would otherwise become 8.09, and 3 with 4 workers 3.81."""
+    per_thread = epochs * train_rows / max(1, total_threads)
+    if size <= 0 or per_thread <= 0:
+        return max(1, size)
+    rounds = math.ceil(per_thread / size)
+    return max(1, min(size, math.ceil(per_thread / rounds)))
+
+
 @dataclass
 class Layout:
     """The shape of the run every worker is configured with."""
@@ -380,8 +391,11 @@ class RunDriver:
                                  sum(r.threads for r in workers), combine)
         work, at_least = round_rule(combine)
         if self.settings.round_size is None:
+            threads = sum(r.threads for r in workers)
+            size = fit_round_size(size, train.n_rows, threads, self.settings.epochs)
             log.info("round_size auto: %d examples per thread (about %d non-zeros of work per "
-                     "round, at least %d round(s) per epoch)", size, work, at_least)
+                     "round, at least %d round(s) per epoch, whole rounds making %g epochs)",
+                     size, work, at_least, self.settings.epochs)
         elif size != self.settings.round_size:
             log.info("round_size %d capped to %d examples per thread (at least %d round(s) per "
                      "epoch with combine %s)", self.settings.round_size, size, at_least, combine)
