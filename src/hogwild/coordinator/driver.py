@@ -581,7 +581,7 @@ class RunDriver:
             self._check_diverged()
             elapsed = time.perf_counter() - began
             if trace is not None and trace.due(elapsed):
-                trace.take(self.state.totals(), elapsed)
+                trace.take(self.state.totals(unchanged=trace.latest()), elapsed)
             # Turn at least every 50 ms, and on time for an evaluation (or a trace copy) due
             # sooner: an eval_interval below 50 ms used to be stretched to the turn.
             due = next_eval if trace is None or trace.full else min(

@@ -350,12 +350,18 @@ class RunState:
                 record.dead, record.dead_reason = True, reason
             self._lock.notify_all()
 
-    def totals(self) -> Totals:
-        """The model and its counters, read together (an evaluation's view)."""
+    def totals(self, unchanged: tuple[int, npt.NDArray[np.float64]] | None = None) -> Totals:
+        """The model and its counters, read together (an evaluation's view).
+
+        ``unchanged``: (deltas_received, a copy of the model then); that copy is returned
+        instead of a new one if no delta has been summed since (a trace copy costs about
+        0.3 ms for 47k weights, mostly the page faults of new memory)."""
         with self._lock:
             assert self.w is not None
+            same = unchanged is not None and unchanged[0] == self.deltas_received
             return Totals(
-                w=self.w.copy(), deltas_received=self.deltas_received,
+                w=unchanged[1] if same and unchanged is not None else self.w.copy(),
+                deltas_received=self.deltas_received,
                 bytes_received=self.bytes_received, duplicates=self.duplicates,
                 applied_from={r.worker_id: r.deltas_applied for r in self.workers.values()},
                 examples=sum(r.examples for r in self.workers.values()),

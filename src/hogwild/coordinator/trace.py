@@ -19,6 +19,8 @@ log = logging.getLogger("hogwild.coordinator")
 # Snapshots are whole float64 models; past this many bytes of them the trace stops growing
 # (and says so) rather than take the machine's memory.
 TRACE_BUDGET_BYTES = 256 * 1024 * 1024
+# Snapshots sharing a copy (no delta in between) cost a row each: bounded too.
+TRACE_MAX_ROWS = 200_000
 
 
 @dataclass(frozen=True)
@@ -35,9 +37,10 @@ class Snapshot:
 class ModelTrace:
     """Copies of the global model every ``interval`` seconds while the workers train.
 
-    Taking one costs a copy of the model (about 0.4 ms per million weights); scoring them all
-    waits until training has ended, so a fine curve takes no CPU from the workers while they
-    train, unlike evaluations on the way. The number kept is bounded by TRACE_BUDGET_BYTES.
+    Taking one costs a copy of the model (about 0.4 ms per million weights) unless no delta
+    arrived since the previous one, whose copy it then shares; scoring them all waits until
+    training has ended, so a fine curve takes little CPU from the workers while they train,
+    unlike evaluations on the way. The copies kept are bounded by TRACE_BUDGET_BYTES.
     """
 
     def __init__(self, interval: float, dim: int) -> None:
@@ -46,19 +49,32 @@ class ModelTrace:
         self.snapshots: list[Snapshot] = []
         self.next_at = 0.0
         self.full = False
+        self.copies = 0  # distinct models kept (consecutive snapshots may share one)
 
     def due(self, elapsed: float) -> bool:
         return not self.full and elapsed >= self.next_at
 
+    def latest(self) -> tuple[int, npt.NDArray[np.float64]] | None:
+        """(deltas_received, model) of the last snapshot, for RunState.totals(unchanged=...)."""
+        if not self.snapshots:
+            return None
+        last = self.snapshots[-1]
+        return last.deltas_received, last.w
+
     def take(self, totals: Totals, elapsed: float) -> None:
-        """Keep ``totals`` (a fresh copy of the model) as the snapshot at ``elapsed``."""
+        """Keep ``totals`` (a copy of the model: fresh, or the last snapshot's) as the
+        snapshot at ``elapsed``."""
+        if not self.snapshots or totals.w is not self.snapshots[-1].w:
+            self.copies += 1
         self.snapshots.append(Snapshot(elapsed, totals.w, totals.examples, totals.rounds,
                                        totals.deltas_received))
         self.next_at = elapsed + self.interval
-        if len(self.snapshots) >= self.limit:
+        if self.copies >= self.limit or len(self.snapshots) >= TRACE_MAX_ROWS:
             self.full = True
-            log.warning("trace: %d snapshots kept (%d MB budget); no more are taken",
-                        self.limit, TRACE_BUDGET_BYTES // (1024 * 1024))
+            log.warning("trace: %d snapshots of %d distinct models kept (at most %d models, "
+                        "%d MB, and %d snapshots); no more are taken", len(self.snapshots),
+                        self.copies, self.limit, TRACE_BUDGET_BYTES // (1024 * 1024),
+                        TRACE_MAX_ROWS)
 
     def score(self, val: Any, train_rows: int, loss: Loss,
               spec: ModelSpec) -> list[dict[str, Any]]:
@@ -66,8 +82,12 @@ class ModelTrace:
 
         Frees each snapshot once scored."""
         rows: list[dict[str, Any]] = []
+        scored: npt.NDArray[np.float64] | None = None
+        metrics = None
         for snap in self.snapshots:
-            metrics = evaluate(val, snap.w, loss, spec) if val.n_rows else None
+            if snap.w is not scored:  # a shared copy is scored once
+                metrics = evaluate(val, snap.w, loss, spec) if val.n_rows else None
+                scored = snap.w
             rows.append({"elapsed": snap.elapsed, "round": snap.rounds,
                          "examples": snap.examples, "epochs": snap.examples / max(1, train_rows),
                          "val_loss": metrics.loss if metrics else None,
