@@ -16,9 +16,10 @@ Threads of a running worker:
   rather than leaving it for this worker's next round boundary, a round later.
   build_delta and apply_delta are never concurrent: both run under ``_exchange_lock``.
 
-A delta sums the worker's own updates except the bias (and the MLP's dense layers), whose
-change is averaged over the contributing workers before it is sent
-(:meth:`WorkerNode._average_bias`). Where the time goes
+A delta sums the worker's own updates except the bias (and the MLP's dense layers; every
+weight with ``combine: average``), whose change is averaged over the contributing workers
+before it is sent (:meth:`WorkerNode._average_bias`; in async mesh mode the cut to 1/W waits
+for the peers' deltas of the same round, :meth:`WorkerNode._defer_average`). Where the time goes
 (training, waiting, building, encoding, applying, RPCs) is accumulated in ``timers`` and
 returned with the final state.
 """
