@@ -46,6 +46,17 @@ OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Healt
 _NO_DEADLINE = 1e6
 
 
+# Every channel keeps its connections to itself (gRPC's default pool shares them between
+# channels to the same address): a channel opened to a peer that restarted at its old
+# address would otherwise inherit the dead process's reconnect backoff and fail fast for
+# seconds (it grows to 120 s), long enough for the peer to be dropped again as unreachable.
+# Within a cluster, a peer that comes back is retried at least every second.
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.use_local_subchannel_pool", 1),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+
+
 @dataclass(frozen=True)
 class Security:
     """The credentials of one process, read once from the settings' files."""
@@ -81,16 +92,17 @@ class Security:
     def channel(self, address: str, sender_key: str = "") -> grpc.Channel:
         """A channel to ``address`` that presents this process's certificate (TLS), the run
         token and ``sender_key`` (if any) on every call."""
+        options: list[tuple[str, int | str]] = list(CHANNEL_OPTIONS)
         if self.tls:
             assert self.cert is not None and self.key is not None
             creds = grpc.ssl_channel_credentials(root_certificates=self.ca,
                                                  private_key=self.key,
                                                  certificate_chain=self.cert)
-            options = [("grpc.ssl_target_name_override", self.server_name)] \
-                if self.server_name else []
+            if self.server_name:
+                options.append(("grpc.ssl_target_name_override", self.server_name))
             channel = grpc.secure_channel(address, creds, options=options)
         else:
-            channel = grpc.insecure_channel(address)
+            channel = grpc.insecure_channel(address, options=options)
         metadata = self.metadata(sender_key)
         if not metadata:
             return channel
