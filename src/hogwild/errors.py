@@ -59,6 +59,11 @@ class StaleOrUnknown(ProtocolError):
     (maps to FAILED_PRECONDITION)."""
 
 
+class NotReady(ProtocolError):
+    """The node cannot take the call yet: a process (re)starting that has no run config; the
+    caller should retry, not conclude it was dropped (maps to UNAVAILABLE)."""
+
+
 class NotAllowed(ProtocolError):
     """The caller may reach the server but not act as the sender it names (maps to
     PERMISSION_DENIED)."""

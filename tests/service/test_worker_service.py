@@ -12,7 +12,7 @@ from hogwild.data.csr import CSRData
 from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.protocol.codec import DeltaHeader, encode_delta
 from hogwild.protocol.health import check
-from hogwild.protocol.streams import shard_chunks
+from hogwild.protocol.streams import FinalState, shard_chunks, state_chunks
 from hogwild.worker.node import COORDINATOR_ID, MAX_DEFERRED_ROUNDS, Phase, WorkerNode
 
 from .conftest import PEER_KEY, WorkerServer
@@ -342,3 +342,29 @@ def test_async_three_workers_settle_on_exactly_what_was_sent(
     (idx, val), = sent
     assert idx.tolist() == [5] and val[0] == np.float32(np.float32(0.7) / 3)
     assert node.w[5] == node.snap[5] == np.float64(val[0])
+
+
+def test_a_peer_call_before_the_run_config_is_unavailable_not_a_refusal(
+        worker_server: WorkerServer) -> None:
+    # A process restarting at a peer's old address is not configured yet: the caller must
+    # retry (UNAVAILABLE), not conclude it was dropped (FAILED_PRECONDITION makes a worker
+    # leave the run and register again).
+    with pytest.raises(grpc.RpcError) as info:
+        worker_server.peer_stub.PushDelta(_delta(worker_server.node.run_id), timeout=5)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "before the run config" in (info.value.details() or "")
+
+
+def test_loading_the_global_model_discards_deltas_received_before_it(
+        configured: WorkerServer) -> None:
+    node = configured.node
+    assert node.plan is not None
+    assert not configured.peer_stub.PushDelta(_delta(node.run_id), timeout=5).duplicate
+    assert node.inbox.queued() == 1
+    weights = np.full(node.plan.dim, 0.125)
+    configured.stub.LoadModel(state_chunks(FinalState(node.worker_id, weights), node.run_id,
+                                           1 << 16), timeout=5)
+    # The global model holds what peers sent before it: applying it again would count twice.
+    assert node.inbox.queued() == 0
+    node._exchange(node.plan, 1, final=False)
+    assert node.w.tobytes() == weights.tobytes()

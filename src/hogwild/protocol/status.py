@@ -16,6 +16,7 @@ from hogwild.errors import (
     DataError,
     InvalidMessage,
     NotAllowed,
+    NotReady,
     StaleOrUnknown,
 )
 
@@ -26,6 +27,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 _CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (InvalidMessage, grpc.StatusCode.INVALID_ARGUMENT),
     (StaleOrUnknown, grpc.StatusCode.FAILED_PRECONDITION),
+    # A peer restarting at its old address: retryable, unlike FAILED_PRECONDITION, which
+    # tells a worker its peers dropped it (it then leaves and registers again).
+    (NotReady, grpc.StatusCode.UNAVAILABLE),
     (NotAllowed, grpc.StatusCode.PERMISSION_DENIED),
     (Busy, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Conflict, grpc.StatusCode.ALREADY_EXISTS),

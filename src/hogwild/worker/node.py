@@ -46,6 +46,7 @@ from hogwild.errors import (
     DataError,
     InvalidMessage,
     NotAllowed,
+    NotReady,
     StaleOrUnknown,
     TrainingDiverged,
 )
@@ -250,7 +251,8 @@ class WorkerNode:
         """NotAllowed unless ``key`` is the one peer ``worker_id`` presents to this worker."""
         plan = self.plan
         if plan is None:
-            raise StaleOrUnknown("call from a peer before the run config")
+            # This process is (re)starting: not a sign that the caller was dropped.
+            raise NotReady("call from a peer before the run config")
         if plan.topology == "star":
             # The only sender of deltas is the coordinator, under its own id and key.
             if worker_id != COORDINATOR_SENDER_ID:
@@ -453,6 +455,11 @@ class WorkerNode:
             self.w[:] = state.weights
             self.snap[:] = state.weights
             self._deferred.clear()
+            # Deltas that reached this process before: the global model holds them already.
+            stale = self.inbox.drain()
+        if stale:
+            log.info("discarded %d delta message(s) received before the global model",
+                     len(stale))
         log.info("loaded the global model to start from round %d", plan.first_round)
 
     def peer_joined(self, message: pb.PeerJoinedRequest) -> int:
