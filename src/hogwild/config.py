@@ -89,8 +89,8 @@ class Settings:
         default="sum",
         metadata=_doc("how the workers' deltas of a round add up: sum = every worker's steps "
                       "count in full (HOGWILD! across nodes; best with small rounds); average "
-                      "= each counts 1/W, W the workers (periodic model averaging, for sync mode: "
-                      "stable with rounds up to an epoch, so fewer exchanges)",
+                      "= each counts 1/W, W the workers (periodic model averaging: stable with "
+                      "rounds up to an epoch, so fewer exchanges)",
                       choices=COMBINES, commands=_RC))
     topology: str = field(
         default="mesh",

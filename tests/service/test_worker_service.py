@@ -209,9 +209,9 @@ def test_configure_opens_the_connections_before_start(configured: WorkerServer) 
     assert set(node.destinations) == {PEER, COORDINATOR_ID}
 
 
-def _configured_async(worker: WorkerServer) -> WorkerServer:
+def _configured_async(worker: WorkerServer, **extra: object) -> WorkerServer:
     _ship(worker, _big_shard(2000, 4))
-    _configure(worker, mode="async")
+    _configure(worker, mode="async", **extra)
     # Running without its threads: the model changes only through what the test does.
     worker.node.phase = Phase.RUNNING
     return worker
@@ -265,10 +265,7 @@ def _capture_sent(node: WorkerNode) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def test_async_average_keeps_own_progress_until_the_peers_round_arrives(
         worker_server: WorkerServer) -> None:
-    _ship(worker_server, _big_shard(2000, 4))
-    _configure(worker_server, mode="async", combine="average")
-    node = worker_server.node
-    node.phase = Phase.RUNNING
+    node = _configured_async(worker_server, combine="average").node
     assert node.plan is not None
     sent = _capture_sent(node)
     bias = node.plan.dim - 1
@@ -288,10 +285,7 @@ def test_async_average_keeps_own_progress_until_the_peers_round_arrives(
 
 def test_async_deferred_average_is_settled_by_the_final_delta(
         worker_server: WorkerServer) -> None:
-    _ship(worker_server, _big_shard(2000, 4))
-    _configure(worker_server, mode="async", combine="average")
-    node = worker_server.node
-    node.phase = Phase.RUNNING
+    node = _configured_async(worker_server, combine="average").node
     assert node.plan is not None
     sent = _capture_sent(node)
     node.w[5] = 3.0
@@ -306,10 +300,7 @@ def test_async_deferred_average_is_settled_by_the_final_delta(
 
 
 def test_async_deferred_rounds_are_bounded(worker_server: WorkerServer) -> None:
-    _ship(worker_server, _big_shard(2000, 4))
-    _configure(worker_server, mode="async", combine="average")
-    node = worker_server.node
-    node.phase = Phase.RUNNING
+    node = _configured_async(worker_server, combine="average").node
     assert node.plan is not None
     for r in range(1, MAX_DEFERRED_ROUNDS + 3):  # a peer that never catches up
         node.w[5] += 2.0

@@ -387,11 +387,11 @@ class RunDriver:
     def _round_size(self, workers: list[WorkerRecord]) -> int:
         train = self.train
         combine = self.settings.combine
-        size = choose_round_size(self.settings.round_size, train.n_rows, train.nnz,
-                                 sum(r.threads for r in workers), combine)
+        threads = sum(r.threads for r in workers)
+        size = choose_round_size(self.settings.round_size, train.n_rows, train.nnz, threads,
+                                 combine)
         work, at_least = round_rule(combine)
         if self.settings.round_size is None:
-            threads = sum(r.threads for r in workers)
             size = fit_round_size(size, train.n_rows, threads, self.settings.epochs)
             log.info("round_size auto: %d examples per thread (about %d non-zeros of work per "
                      "round, at least %d round(s) per epoch, whole rounds making %g epochs)",

@@ -358,9 +358,9 @@ class RunState:
         0.3 ms for 47k weights, mostly the page faults of new memory)."""
         with self._lock:
             assert self.w is not None
-            same = unchanged is not None and unchanged[0] == self.deltas_received
+            shared = unchanged is not None and unchanged[0] == self.deltas_received
             return Totals(
-                w=unchanged[1] if same and unchanged is not None else self.w.copy(),
+                w=unchanged[1] if unchanged is not None and shared else self.w.copy(),
                 deltas_received=self.deltas_received,
                 bytes_received=self.bytes_received, duplicates=self.duplicates,
                 applied_from={r.worker_id: r.deltas_applied for r in self.workers.values()},

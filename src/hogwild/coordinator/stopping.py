@@ -69,5 +69,5 @@ def regression_warning(evaluated: Iterable[float | None], saved: float | None) -
         return None
     return (f"the saved model's validation loss {saved:.4f} is {saved / best:.1f}x the best "
             f"evaluated during training ({best:.4f}): training made the model worse; with "
-            "several workers, summed deltas can overshoot: try combine average (sync mode), "
+            "several workers, summed deltas can overshoot: try combine average, "
             "a smaller learning_rate or round_size, or patience to keep the best model")

@@ -824,7 +824,7 @@ class WorkerNode:
         with self._exchange_lock:  # never beside build_delta, nor another apply
             items = self.inbox.drain()
             applied = self._apply_items(items) if items else 0
-            if self._deferred and self.plan is not None:
+            if self.plan is not None:
                 self._settle_deferred(self.plan)
             return applied
 
@@ -936,7 +936,7 @@ class WorkerNode:
 
     def _defers(self, plan: RunPlan) -> bool:
         """Whether the averaged part of own changes is settled late (async mesh only)."""
-        return plan.mode == "async" and plan.topology == "mesh" and self.tree is None
+        return plan.mode == "async" and plan.topology == "mesh"
 
     def _contributing(self, plan: RunPlan) -> int:
         """This worker and the peers still sending deltas (a finished or dropped one sends
