@@ -237,6 +237,52 @@ def test_a_restarted_worker_rejoins_with_its_old_id(cluster: Cluster, tmp_path: 
     assert all(states[w]["applied_from"]["2"] > 0 for w in (0, 1))
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_worker_that_rejoined_while_another_was_dead_takes_it_back(
+        cluster: Cluster, tmp_path: Path, mode: str) -> None:
+    """Two overlapping faults: worker 2 dies; worker 1 is restarted while 2 is still dead;
+    then 2 is restarted. Worker 1 was configured with 2 marked down, so it takes 2 back
+    (it used to refuse it as no peer, and 2 kept registering again until the run ended)."""
+    out = tmp_path / "out"
+    cluster.start(3, mode=mode, **faulty(out, time_budget=3 * BUDGET))
+    assert cluster.coordinator is not None
+    addresses = {}
+    for proc in cluster.workers:
+        match = proc.wait_for(ADVERTISED, 60)
+        addresses[int(match.group(1))] = (proc, match.group(2), int(match.group(3)))
+    cluster.coordinator.wait_for(PROGRESS_ROW, 60)
+    port_of = {"coordinator_address": _coordinator_address(cluster)}
+
+    def restart(wid: int) -> Any:
+        _, host, port = addresses[wid]
+        proc = cluster._spawn(f"worker-{wid}-again", "worker", {
+            **faulty(out, mode=mode, time_budget=3 * BUDGET), "bind_host": "127.0.0.1",
+            "workers": 3, "worker_port": port, "advertise_address": f"{host}:{port}",
+            **port_of})
+        proc.wait_for(re.compile(rf"registered as worker {wid} of 3"), 60)
+        return proc
+
+    for wid in (2, 1):
+        addresses[wid][0].proc.send_signal(signal.SIGKILL)
+        addresses[wid][0].wait(10)
+        if wid == 2:
+            cluster.coordinator.wait_for(re.compile(r"worker 2 dropped: "), 30)
+    again1 = restart(1)
+    cluster.coordinator.wait_for(re.compile(r"worker 1 rejoined at round"), 30)
+    assert "2@" in again1.wait_for(re.compile(r"configured: .*peers .*\(down\)"), 10).group(0)
+    again2 = restart(2)
+    cluster.coordinator.wait_for(re.compile(r"worker 2 rejoined at round"), 30)
+    codes = {addresses[0][0].name: 0, addresses[1][0].name: -signal.SIGKILL,
+             addresses[2][0].name: -signal.SIGKILL, again1.name: 0, again2.name: 0}
+    metrics = _finished_well(cluster, out, tmp_path, mode, codes, "two overlapping restarts")
+    states = {s["worker_id"]: s for s in metrics["worker_states"]}
+    assert sorted(states) == [0, 1, 2]
+    assert metrics["dropped_workers"] == []
+    # Worker 1 applied the returned worker's deltas, and 2 registered once: never refused.
+    assert states[1]["applied_from"]["2"] > 0 and states[2]["applied_from"]["1"] > 0
+    assert again2.output().count("registered as worker 2") == 1, again2.output()
+
+
 def _coordinator_address(cluster: Cluster) -> str:
     assert cluster.coordinator is not None
     return f"127.0.0.1:{cluster.coordinator.wait_for(READY, 1).group(1)}"

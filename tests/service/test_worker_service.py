@@ -359,3 +359,46 @@ def test_loading_the_global_model_discards_deltas_received_before_it(
     assert node.inbox.queued() == 0
     node._exchange(node.plan, 1, final=False)
     assert node.w.tobytes() == weights.tobytes()
+
+
+def _configure_with_a_down_peer(worker: WorkerServer, **extra: object) -> None:
+    node = worker.node
+    worker.stub.Configure(pb.RunConfig(
+        protocol_version=PROTOCOL_VERSION, run_id=node.run_id, worker_id=node.worker_id,
+        peers=[pb.Peer(worker_id=PEER, address="127.0.0.1:1", receive_key=PEER_KEY),
+               pb.Peer(worker_id=PEER + 1, address="127.0.0.1:2", receive_key=PEER_KEY,
+                       down=True)],
+        dim=DIM, n_features=N_FEATURES, mode="sync", staleness=-1, threads=2,
+        round_size=100, max_rounds=3, train_rows=60_000, loss="hinge", learning_rate=0.1,
+        lr_schedule="constant", lr_decay=0.9, power_t=0.5, l2=0.0, fit_bias=True,
+        barrier_timeout=2.0, rpc_timeout=2.0, **extra), timeout=5)  # type: ignore[arg-type]
+
+
+def test_a_peer_down_at_configure_is_not_waited_for_and_is_taken_back_when_it_joins(
+        worker_server: WorkerServer) -> None:
+    # A worker rejoining while another is dead is configured with that one marked down: no
+    # barrier waits for it, nothing is sent to it, and a PeerJoined for it later succeeds
+    # (a worker that was no peer used to be refused, and kept registering again).
+    _ship(worker_server, _big_shard(2000, 4))
+    _configure_with_a_down_peer(worker_server)
+    node = worker_server.node
+    assert node.plan is not None and node.plan.down == frozenset({PEER + 1})
+    assert node.inbox.peers[PEER + 1].settled and not node.inbox.peers[PEER].settled
+    assert set(node.destinations) == {PEER, COORDINATOR_ID}
+    assert node._contributing(node.plan) == 2
+    first = worker_server.stub.PeerJoined(pb.PeerJoinedRequest(
+        protocol_version=PROTOCOL_VERSION, run_id=node.run_id, worker_id=PEER + 1,
+        address="127.0.0.1:3"), timeout=5).round
+    assert first == node.rounds + 1
+    assert not node.inbox.peers[PEER + 1].settled
+    assert set(node.destinations) == {PEER, PEER + 1, COORDINATOR_ID}
+    assert node.destinations[PEER + 1].address == "127.0.0.1:3"
+    assert node._contributing(node.plan) == 3
+
+
+def test_a_down_peer_outside_a_mesh_is_refused(worker_server: WorkerServer) -> None:
+    _ship(worker_server, _big_shard(2000, 4))
+    with pytest.raises(grpc.RpcError) as info:
+        _configure_with_a_down_peer(worker_server, topology="star")
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "peers" in (info.value.details() or "")

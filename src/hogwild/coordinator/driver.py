@@ -171,6 +171,7 @@ class RunDriver:
         self.local: LocalShipping | None = None  # shipping local: the plan of ranges
         self.layout = Layout(0, 0, 0, 0, 0, 0)
         self._rejoin_threads: list[threading.Thread] = []
+        self._announced_dead: dict[int, int] = {}  # worker id -> incarnation announced
         self.conflicts: dict[str, Any] | None = None  # the data's conflict statistics
         self.spec = ModelSpec.linear(1)  # the run's model, set once the data is loaded
         self.plot: BackgroundPlot | None = plot  # the loss plot's helper process
@@ -406,8 +407,12 @@ class RunDriver:
         return max(1, math.ceil(self.settings.epochs * train_rows / per_round))
 
     def _run_config(self, record: WorkerRecord, peers: list[WorkerRecord],
-                    first_round: int = 1, examples_base: int = 0) -> pb.RunConfig:
+                    first_round: int = 1, examples_base: int = 0,
+                    down: list[WorkerRecord] | None = None) -> pb.RunConfig:
+        """``down``: peers dead now, named all the same (mesh) so that the worker takes
+        them back when they rejoin (its PeerJoined refuses a worker that is no peer)."""
         s, lay, keys = self.settings, self.layout, self.state.keys
+        down = down or []
         replicate = s.shipping == "replicate"
         start_offset = (lay.train_rows * record.worker_id // lay.workers) if replicate else 0
         return pb.RunConfig(
@@ -415,8 +420,10 @@ class RunDriver:
             worker_id=record.worker_id,
             peers=[pb.Peer(worker_id=r.worker_id, address=r.address,
                            send_key=keys.key(record.worker_id, r.worker_id),
-                           receive_key=keys.key(r.worker_id, record.worker_id))
-                   for r in peers if r.worker_id != record.worker_id],
+                           receive_key=keys.key(r.worker_id, record.worker_id),
+                           down=is_down)
+                   for r, is_down in [*((r, False) for r in peers), *((r, True) for r in down)]
+                   if r.worker_id != record.worker_id],
             dim=lay.dim, n_features=lay.n_features, mode=s.mode,
             staleness=-1 if s.staleness is None else s.staleness, threads=record.threads,
             round_size=lay.round_size, max_rounds=lay.max_rounds, train_rows=lay.train_rows,
@@ -511,9 +518,14 @@ class RunDriver:
             self._wait_ready(record, self.settings.register_timeout)
             self._ship_one(record, self.shards[wid], len(self.shards))
             peers = [r for r in self.state.live_workers() if r.worker_id != wid and not r.done]
+            # A peer that is dead now may come back later: named (down), so this worker
+            # takes it back then. Star: no peer traffic (and its averaging counts the peers).
+            named = {wid, *(r.worker_id for r in peers)}
+            down = ([r for r in self.state.dead_workers() if r.worker_id not in named]
+                    if self.settings.topology == "mesh" else [])
             round_ = self.state.max_round()
             config = self._run_config(record, peers, first_round=round_ + 1,
-                                      examples_base=record.examples)
+                                      examples_base=record.examples, down=down)
             self._call(record, "Configure", config)
             self._load_model(record)
             joined = pb.PeerJoinedRequest(protocol_version=PROTOCOL_VERSION,
@@ -537,6 +549,13 @@ class RunDriver:
         except (ClusterError, HogwildError) as exc:
             log.warning("worker %d could not rejoin: %s", wid, exc)
             self.state.mark_dead(wid, f"rejoin failed: {exc}")
+
+    def _announce_drops(self) -> None:
+        """Say once per incarnation that a worker was dropped, and why."""
+        for record in self.state.dead_workers():
+            if self._announced_dead.get(record.worker_id) != record.incarnation:
+                self._announced_dead[record.worker_id] = record.incarnation
+                self._print(f"worker {record.worker_id} dropped: {record.dead_reason}")
 
     def _connect(self, record: WorkerRecord) -> None:
         """A channel and stub to a registered worker's (current) address."""
@@ -589,6 +608,7 @@ class RunDriver:
             if self.stop_event.wait(min(0.05, max(0.0, due - time.perf_counter()))):
                 return "SIGTERM", rules
             self._start_rejoins()
+            self._announce_drops()
             if s.checkpoint_interval and time.perf_counter() >= next_checkpoint:
                 next_checkpoint = time.perf_counter() + s.checkpoint_interval
                 self._checkpoint(began)

@@ -395,6 +395,11 @@ class RunState:
         with self._lock:
             return [r for r in self.workers.values() if not r.dead]
 
+    def dead_workers(self) -> list[WorkerRecord]:
+        """Workers dropped and not (yet) back, finished ones excepted."""
+        with self._lock:
+            return [r for r in self.workers.values() if r.dead and not r.done]
+
     def max_staleness(self) -> int:
         """Largest round gap between live workers (as seen here) or reported by a worker."""
         with self._lock:

@@ -422,6 +422,10 @@ class WorkerNode:
             self.snap = self.w.copy()
             self._deferred.clear()
             self.inbox = Inbox(self._senders(plan))
+            for pid in plan.down:
+                # Dead when this worker (re)joined: nobody to wait for until PeerJoined.
+                self.inbox.drop(pid)
+                self._reported_down.add(pid)
             self.tree = (TreeLinks(self._senders(plan), functools.partial(
                 _same_side, plan.worker_id, plan.tree_fanout)) if plan.topology == "tree"
                 else None)
@@ -440,7 +444,8 @@ class WorkerNode:
         log.info("configured: %s mode, %d threads (%d buffered features), %d rows/thread/round, "
                  "%d rounds, peers %s", plan.mode, plan.threads, self.hot, plan.round_size,
                  plan.max_rounds,
-                 ", ".join(f"{k}@{a}" for k, a in sorted(plan.peers.items())) or "none")
+                 ", ".join(f"{k}@{a}" + (" (down)" if k in plan.down else "")
+                           for k, a in sorted(plan.peers.items())) or "none")
 
     def load_model(self, chunks: Iterable[pb.StateChunk]) -> None:
         """Starting weights for a worker joining a run under way (the global model)."""
@@ -1182,6 +1187,8 @@ class WorkerNode:
                     break  # deltas go to the coordinator only
                 if self.tree is not None and pid not in self.tree.neighbours:
                     continue  # tree: parent and children only
+                if pid in plan.down:
+                    continue  # opened by PeerJoined when it is back
                 address = self._peer_addresses.get(pid, address)
                 destinations[pid] = self._peer_destination(plan, pid, address)
             destinations[COORDINATOR_ID] = Destination(

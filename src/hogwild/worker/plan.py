@@ -56,6 +56,7 @@ class RunPlan:
     topology: str = "mesh"
     tree_fanout: int = 4        # topology tree: children per node
     combine: str = "sum"        # sum | average: how the workers' deltas of a round add up
+    down: frozenset[int] = frozenset()  # peers dead at configure time, back by PeerJoined
 
     @property
     def spec(self) -> ModelSpec:
@@ -125,6 +126,9 @@ class RunPlan:
         peers = {int(p.worker_id): p.address for p in m.peers}
         if len(peers) != len(m.peers) or m.worker_id in peers:
             raise bad("peers", "peer ids must be unique and differ from this worker's")
+        down = frozenset(int(p.worker_id) for p in m.peers if p.down)
+        if down and m.topology not in ("", "mesh"):
+            raise bad("peers", "only a mesh names peers that are down")
         return cls(
             run_id=m.run_id, worker_id=int(m.worker_id), peers=peers, dim=int(m.dim),
             n_features=int(m.n_features), mode=m.mode,
@@ -144,4 +148,4 @@ class RunPlan:
             compression=Compression(float(m.delta_threshold), int(m.delta_topk),
                                     m.delta_dtype == "float16"),
             topology=m.topology or "mesh", tree_fanout=int(m.tree_fanout) or 4,
-            combine=m.combine or "sum")
+            combine=m.combine or "sum", down=down)
