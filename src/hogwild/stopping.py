@@ -26,6 +26,22 @@ class EarlyStopping:
         self.evaluations = 0
         self._since_best = 0
 
+    def state(self) -> dict[str, float | int | None]:
+        """The counters, for a checkpoint (the best weights travel apart)."""
+        return {"best_loss": self.best_loss if math.isfinite(self.best_loss) else None,
+                "best_index": self.best_index, "evaluations": self.evaluations,
+                "since_best": self._since_best}
+
+    def restore(self, state: dict[str, float | int | None],
+                best_weights: np.ndarray | None) -> None:
+        """Go on from a checkpoint's counters and best weights (what ``state`` returned)."""
+        best_loss, best_index = state.get("best_loss"), state.get("best_index")
+        self.best_loss = math.inf if best_loss is None else float(best_loss)
+        self.best_index = None if best_index is None else int(best_index)
+        self.evaluations = int(state.get("evaluations") or 0)
+        self._since_best = int(state.get("since_best") or 0)
+        self.best_weights = None if best_weights is None else np.array(best_weights, copy=True)
+
     def update(self, loss: float, w: np.ndarray | None = None) -> str | None:
         """Record one evaluation; return why to stop ("target loss", "early stopping",
         "diverged") or None to go on."""

@@ -336,7 +336,10 @@ def test_sigterm_to_a_worker_then_to_the_coordinator_during_training(
 def test_a_killed_coordinator_resumes_from_its_checkpoint(cluster: Cluster, tmp_path: Path,
                                                           mode: str) -> None:
     out = tmp_path / "out"
-    settings = faulty(out, mode=mode, checkpoint_interval=0.5, connect_timeout=90)
+    # patience: early stopping's counters and best model go on across the resume (too large
+    # to stop this run, which ends on its time budget).
+    settings = faulty(out, mode=mode, checkpoint_interval=0.5, connect_timeout=90,
+                      patience=10_000)
     cluster.start(3, **settings)
     assert cluster.coordinator is not None
     first = cluster.coordinator
@@ -356,6 +359,7 @@ def test_a_killed_coordinator_resumes_from_its_checkpoint(cluster: Cluster, tmp_
         **settings, "bind_host": "127.0.0.1", "workers": 3, "coordinator_port": port,
         "resume": str(out)})
     again.wait_for(re.compile(r"resumed run \w+ at round \d+"), 90)
+    again.wait_for(re.compile(r"early stopping goes on: best validation loss \d"), 10)
     assert again.wait(120) == 0
     _all_exit(cluster, {p.name: 0 for p in cluster.workers} | {"coordinator": -signal.SIGKILL,
                                                                  "coordinator-again": 0})

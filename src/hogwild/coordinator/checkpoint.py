@@ -51,15 +51,22 @@ class Checkpoint:
     duplicates: int
     workers: list[WorkerEntry] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
+    # Early stopping's counters and the best model so far: a resumed run keeps counting
+    # (`patience`) and still saves the best model when it was evaluated before the crash.
+    early: dict[str, Any] = field(default_factory=dict)
+    best_w: npt.NDArray[np.float64] | None = None
 
 
 def save(out_dir: str | Path, ckpt: Checkpoint) -> Path:
     """Write ``out_dir/checkpoint.npz`` atomically."""
-    meta = {key: value for key, value in asdict(ckpt).items() if key != "w"}
+    meta = {key: value for key, value in asdict(ckpt).items() if key not in ("w", "best_w")}
     meta["format_version"] = FORMAT_VERSION
+    arrays: dict[str, Any] = {"w": np.asarray(ckpt.w, dtype=np.float64),
+                              "meta": np.array(artifacts.dumps(meta))}
+    if ckpt.best_w is not None:
+        arrays["best_w"] = np.asarray(ckpt.best_w, dtype=np.float64)
     buffer = io.BytesIO()
-    np.savez(buffer, w=np.asarray(ckpt.w, dtype=np.float64),
-             meta=np.array(artifacts.dumps(meta)))
+    np.savez(buffer, **arrays)
     return artifacts.atomic_write_bytes(Path(out_dir) / CHECKPOINT_FILE, buffer.getvalue())
 
 
@@ -77,6 +84,8 @@ def load(directory: str | Path) -> Checkpoint | None:
     try:
         with np.load(path, allow_pickle=False) as archive:
             w = np.array(archive["w"], dtype=np.float64)
+            best_w = (np.array(archive["best_w"], dtype=np.float64)
+                      if "best_w" in archive.files else None)
             meta = json.loads(str(archive["meta"]))
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError("resume", f"cannot read {path}: {exc}") from None
@@ -88,4 +97,4 @@ def load(directory: str | Path) -> Checkpoint | None:
         elapsed=float(meta["elapsed"]), deltas_received=int(meta["deltas_received"]),
         bytes_received=int(meta["bytes_received"]), duplicates=int(meta["duplicates"]),
         workers=[WorkerEntry(**entry) for entry in meta["workers"]],
-        history=list(meta["history"]))
+        history=list(meta["history"]), early=dict(meta.get("early") or {}), best_w=best_w)

@@ -580,6 +580,14 @@ class RunDriver:
     def _monitor(self, splits: Any, began: float) -> tuple[str, StopRules]:
         s = self.settings
         rules = StopRules.from_settings(s, self.train.n_rows)
+        if self.resume is not None and self.resume.early:
+            # Early stopping goes on counting, and the best model so far is still the one
+            # to save if nothing better comes.
+            rules.early.restore(self.resume.early, self.resume.best_w)
+            if (s.patience or s.target_loss is not None) and rules.early.best_index is not None:
+                best = rules.early.best_loss
+                self._print(f"early stopping goes on: best validation loss {best:.4f}, "
+                            f"{rules.early.state()['since_best']} evaluation(s) since")
         loss = get_loss(s.loss)
         self._print(f"{'elapsed':>8} {'round':>6} {'examples':>10} {'epochs':>7} "
                     f"{'val_loss':>9} {'val_acc':>8} {'deltas':>7} {'MB_in':>8} {'stale':>5}")
@@ -611,7 +619,7 @@ class RunDriver:
             self._announce_drops()
             if s.checkpoint_interval and time.perf_counter() >= next_checkpoint:
                 next_checkpoint = time.perf_counter() + s.checkpoint_interval
-                self._checkpoint(began)
+                self._checkpoint(began, rules)
             now = time.perf_counter()
             reason = rules.budget(now - began, self.state.examples(),
                                   self.state.all_finished(), len(self.state.live_workers()))
@@ -634,12 +642,13 @@ class RunDriver:
 
     _last_w: np.ndarray
 
-    def _checkpoint(self, began: float) -> None:
+    def _checkpoint(self, began: float, rules: StopRules) -> None:
         """Write the checkpoint (atomically); a failure to write it is logged, not fatal."""
         t0 = time.perf_counter()
+        ckpt = self.state.checkpoint(time.perf_counter() - began, self.history)
+        ckpt.early, ckpt.best_w = rules.early.state(), rules.best_weights
         try:
-            checkpoint.save(self.settings.out_dir,
-                            self.state.checkpoint(time.perf_counter() - began, self.history))
+            checkpoint.save(self.settings.out_dir, ckpt)
         except OSError as exc:
             log.warning("checkpoint not written: %s", exc)
             return

@@ -1,0 +1,71 @@
+"""The coordinator's checkpoint file: what it keeps, what a file without the newer fields gives,
+and early stopping going on across a resume exactly as without one."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from hogwild.coordinator import checkpoint
+from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
+from hogwild.stopping import EarlyStopping
+
+
+def _ckpt(**extra: object) -> Checkpoint:
+    return Checkpoint(run_id="r1", w=np.arange(5, dtype=np.float64), round=7, elapsed=3.5,
+                      deltas_received=12, bytes_received=4096, duplicates=1,
+                      workers=[WorkerEntry(0, "127.0.0.1:5000", 2, examples=100, round=7)],
+                      history=[{"elapsed": 1.0, "val_loss": 0.5}], **extra)  # type: ignore[arg-type]
+
+
+def test_round_trip_keeps_early_stopping_and_the_best_model(tmp_path: Path) -> None:
+    best = np.array([0.5, -1.0, 2.0, 0.0, 1.0])
+    checkpoint.save(tmp_path, _ckpt(early={"best_loss": 0.25, "best_index": 3,
+                                           "evaluations": 6, "since_best": 2}, best_w=best))
+    got = checkpoint.load(tmp_path)
+    assert got is not None
+    assert got.early == {"best_loss": 0.25, "best_index": 3, "evaluations": 6, "since_best": 2}
+    assert got.best_w is not None and got.best_w.tobytes() == best.tobytes()
+    assert got.w.tobytes() == np.arange(5, dtype=np.float64).tobytes()
+    assert (got.round, got.elapsed, got.workers[0].address) == (7, 3.5, "127.0.0.1:5000")
+
+
+def test_a_file_without_early_stopping_fields_loads_with_none(tmp_path: Path) -> None:
+    # What the previous version wrote: no best_w array, no "early" in the metadata.
+    meta = {"run_id": "r1", "round": 2, "elapsed": 1.0, "deltas_received": 3,
+            "bytes_received": 10, "duplicates": 0, "workers": [], "history": [],
+            "format_version": checkpoint.FORMAT_VERSION}
+    buffer = io.BytesIO()
+    np.savez(buffer, w=np.zeros(3), meta=np.array(json.dumps(meta)))
+    (tmp_path / checkpoint.CHECKPOINT_FILE).write_bytes(buffer.getvalue())
+    got = checkpoint.load(tmp_path)
+    assert got is not None and got.early == {} and got.best_w is None
+
+
+def test_early_stopping_goes_on_across_a_resume_as_without_one() -> None:
+    losses = [1.0, 0.8, 0.85, 0.9, 0.79, 0.95, 0.97, 0.99]
+    whole = EarlyStopping(patience=3)
+    decisions = [whole.update(x, np.full(2, x)) for x in losses]
+    assert decisions[-1] == "early stopping" and decisions.count(None) == len(losses) - 1
+    before = EarlyStopping(patience=3)
+    for x in losses[:3]:
+        assert before.update(x, np.full(2, x)) is None
+    saved = json.loads(json.dumps(before.state()))  # as the checkpoint's metadata holds it
+    after = EarlyStopping(patience=3)
+    after.restore(saved, before.best_weights)
+    assert [after.update(x, np.full(2, x)) for x in losses[3:]] == decisions[3:]
+    assert after.best_loss == whole.best_loss == 0.79 and after.best_index == whole.best_index
+    assert after.best_weights is not None and whole.best_weights is not None
+    assert after.best_weights.tobytes() == whole.best_weights.tobytes()
+
+
+def test_a_restored_state_without_any_evaluation_starts_fresh() -> None:
+    fresh = EarlyStopping(patience=2)
+    state = json.loads(json.dumps(fresh.state()))  # best_loss inf travels as null
+    again = EarlyStopping(patience=2)
+    again.restore(state, None)
+    assert again.best_loss == float("inf") and again.best_index is None
+    assert again.update(5.0) is None and again.best_loss == 5.0
