@@ -283,6 +283,46 @@ def test_a_worker_that_rejoined_while_another_was_dead_takes_it_back(
     assert again2.output().count("registered as worker 2") == 1, again2.output()
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_two_workers_restarted_together_rejoin_as_peers_of_each_other(
+        cluster: Cluster, tmp_path: Path, mode: str) -> None:
+    """Workers 1 and 2 die together and come back together: each rejoin is configured while
+    the other one is still down, and each must still end up sending to and applying from the
+    other."""
+    out = tmp_path / "out"
+    cluster.start(3, mode=mode, **faulty(out, time_budget=3 * BUDGET))
+    assert cluster.coordinator is not None
+    addresses = {}
+    for proc in cluster.workers:
+        match = proc.wait_for(ADVERTISED, 60)
+        addresses[int(match.group(1))] = (proc, match.group(2), int(match.group(3)))
+    cluster.coordinator.wait_for(PROGRESS_ROW, 60)
+    port_of = {"coordinator_address": _coordinator_address(cluster)}
+    for wid in (1, 2):
+        addresses[wid][0].proc.send_signal(signal.SIGKILL)
+    for wid in (1, 2):
+        addresses[wid][0].wait(10)
+        cluster.coordinator.wait_for(re.compile(rf"worker {wid} dropped: "), 30)
+    again = {}
+    for wid in (1, 2):
+        _, host, port = addresses[wid]
+        again[wid] = cluster._spawn(f"worker-{wid}-again", "worker", {
+            **faulty(out, mode=mode, time_budget=3 * BUDGET), "bind_host": "127.0.0.1",
+            "workers": 3, "worker_port": port, "advertise_address": f"{host}:{port}",
+            **port_of})
+    for wid in (1, 2):
+        cluster.coordinator.wait_for(re.compile(rf"worker {wid} rejoined at round"), 60)
+    codes = {addresses[0][0].name: 0, addresses[1][0].name: -signal.SIGKILL,
+             addresses[2][0].name: -signal.SIGKILL, again[1].name: 0, again[2].name: 0}
+    metrics = _finished_well(cluster, out, tmp_path, mode, codes, "two workers restarted together")
+    states = {s["worker_id"]: s for s in metrics["worker_states"]}
+    assert sorted(states) == [0, 1, 2]
+    assert metrics["dropped_workers"] == []
+    assert states[1]["applied_from"]["2"] > 0 and states[2]["applied_from"]["1"] > 0
+    for wid in (1, 2):
+        assert again[wid].output().count(f"registered as worker {wid}") == 1, again[wid].output()
+
+
 def _coordinator_address(cluster: Cluster) -> str:
     assert cluster.coordinator is not None
     return f"127.0.0.1:{cluster.coordinator.wait_for(READY, 1).group(1)}"

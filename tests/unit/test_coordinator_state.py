@@ -68,3 +68,20 @@ def test_sealing_freezes_the_model_and_its_counters() -> None:
     with pytest.raises(StaleOrUnknown, match="after the run ended"):
         state.apply_delta(_delta(state, 1, 1))
     assert state.totals().deltas_received == 1
+
+
+def test_each_drop_is_counted_once_and_dead_workers_lists_the_ones_not_back() -> None:
+    # The coordinator announces a drop once (drops changes), not again when the dropped
+    # worker registers again, nor when a second peer reports it.
+    state = _started(3)
+    state.peer_down(state.run_id, 0, 2, 5, "silent")
+    state.peer_down(state.run_id, 1, 2, 5, "unreachable")
+    state.mark_dead(2, "again")
+    assert state.workers[2].drops == 1 and "silent" in state.workers[2].dead_reason
+    assert [r.worker_id for r in state.dead_workers()] == [2]
+    assert state.register("h:2", 1, "host", 202, verified=True) == 2  # restarted
+    assert state.workers[2].drops == 1 and [r.worker_id for r in state.dead_workers()] == [2]
+    state.rejoined(2, 9)
+    assert state.dead_workers() == []
+    state.mark_dead(2, "rejoin failed")
+    assert state.workers[2].drops == 2

@@ -171,7 +171,8 @@ class RunDriver:
         self.local: LocalShipping | None = None  # shipping local: the plan of ranges
         self.layout = Layout(0, 0, 0, 0, 0, 0)
         self._rejoin_threads: list[threading.Thread] = []
-        self._announced_dead: dict[int, int] = {}  # worker id -> incarnation announced
+        self._announced_drops: dict[int, int] = {}  # worker id -> drops announced
+        self._rejoin_lock = threading.Lock()
         self.conflicts: dict[str, Any] | None = None  # the data's conflict statistics
         self.spec = ModelSpec.linear(1)  # the run's model, set once the data is loaded
         self.plot: BackgroundPlot | None = plot  # the loss plot's helper process
@@ -517,44 +518,48 @@ class RunDriver:
             self._connect(record)
             self._wait_ready(record, self.settings.register_timeout)
             self._ship_one(record, self.shards[wid], len(self.shards))
-            peers = [r for r in self.state.live_workers() if r.worker_id != wid and not r.done]
-            # A peer that is dead now may come back later: named (down), so this worker
-            # takes it back then. Star: no peer traffic (and its averaging counts the peers).
-            named = {wid, *(r.worker_id for r in peers)}
-            down = ([r for r in self.state.dead_workers() if r.worker_id not in named]
-                    if self.settings.topology == "mesh" else [])
-            round_ = self.state.max_round()
-            config = self._run_config(record, peers, first_round=round_ + 1,
-                                      examples_base=record.examples, down=down)
-            self._call(record, "Configure", config)
-            self._load_model(record)
-            joined = pb.PeerJoinedRequest(protocol_version=PROTOCOL_VERSION,
-                                          run_id=self.state.run_id, worker_id=wid,
-                                          address=record.address)
+            # One rejoin at a time from here: each sees the ones before it live (and tells
+            # them), and names the ones after it down; two taken together saw each other
+            # as dead and told nobody. Shipping, the long part, stays in parallel.
+            with self._rejoin_lock:
+                peers = [r for r in self.state.live_workers() if r.worker_id != wid and not r.done]
+                # A peer that is dead now may come back later: named (down), so this worker
+                # takes it back then. Star: no peer traffic (and its averaging counts the peers).
+                named = {wid, *(r.worker_id for r in peers)}
+                down = ([r for r in self.state.dead_workers() if r.worker_id not in named]
+                        if self.settings.topology == "mesh" else [])
+                round_ = self.state.max_round()
+                config = self._run_config(record, peers, first_round=round_ + 1,
+                                          examples_base=record.examples, down=down)
+                self._call(record, "Configure", config)
+                self._load_model(record)
+                joined = pb.PeerJoinedRequest(protocol_version=PROTOCOL_VERSION,
+                                              run_id=self.state.run_id, worker_id=wid,
+                                              address=record.address)
 
-            def tell(peer: WorkerRecord) -> int:
-                try:
-                    return int(self._call(peer, "PeerJoined", joined).round)
-                except ClusterError as exc:
-                    log.warning("%s", exc)
-                    return 0
+                def tell(peer: WorkerRecord) -> int:
+                    try:
+                        return int(self._call(peer, "PeerJoined", joined).round)
+                    except ClusterError as exc:
+                        log.warning("%s", exc)
+                        return 0
 
-            # It starts where its peers start sending to it and waiting for it.
-            first = max([round_ + 1, *_parallel(tell, peers)])
-            self.state.rejoined(wid, first - 1)
-            self._call(record, "Start", pb.StartRequest(
-                protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id, first_round=first))
-            self._print(f"worker {wid} rejoined at round {first} (incarnation "
-                        f"{record.incarnation}, {len(peers)} peer(s) told)")
+                # It starts where its peers start sending to it and waiting for it.
+                first = max([round_ + 1, *_parallel(tell, peers)])
+                self.state.rejoined(wid, first - 1)
+                self._call(record, "Start", pb.StartRequest(
+                    protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id, first_round=first))
+                self._print(f"worker {wid} rejoined at round {first} (incarnation "
+                            f"{record.incarnation}, {len(peers)} peer(s) told)")
         except (ClusterError, HogwildError) as exc:
             log.warning("worker %d could not rejoin: %s", wid, exc)
             self.state.mark_dead(wid, f"rejoin failed: {exc}")
 
     def _announce_drops(self) -> None:
-        """Say once per incarnation that a worker was dropped, and why."""
+        """Say once that a worker was dropped, and why."""
         for record in self.state.dead_workers():
-            if self._announced_dead.get(record.worker_id) != record.incarnation:
-                self._announced_dead[record.worker_id] = record.incarnation
+            if self._announced_drops.get(record.worker_id, 0) != record.drops:
+                self._announced_drops[record.worker_id] = record.drops
                 self._print(f"worker {record.worker_id} dropped: {record.dead_reason}")
 
     def _connect(self, record: WorkerRecord) -> None:

@@ -50,6 +50,7 @@ class WorkerRecord:
     max_staleness: int = 0
     last_seen: float = field(default_factory=time.monotonic)
     incarnation: int = 0         # times it registered again during the run (restart, resync)
+    drops: int = 0               # times it was dropped (each one announced once)
     registered: bool = True      # False: known from a checkpoint, not registered again yet
 
 
@@ -340,6 +341,7 @@ class RunState:
             # In a tree a finished worker still relays: its loss matters until the end.
             if not record.dead and (not record.done or self.tree_fanout is not None):
                 record.dead = True
+                record.drops += 1
                 record.dead_reason = f"reported by worker {reporter} at round {round_}: {reason}"
             self._lock.notify_all()
 
@@ -348,6 +350,7 @@ class RunState:
             record = self.workers[worker_id]
             if not record.dead:
                 record.dead, record.dead_reason = True, reason
+                record.drops += 1
             self._lock.notify_all()
 
     def totals(self, unchanged: tuple[int, npt.NDArray[np.float64]] | None = None) -> Totals:
