@@ -146,3 +146,22 @@ def test_missing_registrations_are_named_after_the_deadline(
     coordinator_server.state.register("127.0.0.1:9", threads=1)
     with pytest.raises(ClusterError, match=r"only 1 of 2 workers.*1 missing.*127\.0\.0\.1:9"):
         coordinator_server.state.wait_for_workers(0.2)
+
+
+@pytest.mark.parametrize(("fields", "why"), [
+    ({"address": "no-port"}, "address must be host:port"),
+    ({"address": "127.0.0.1:99999"}, "address must be host:port"),
+    ({"address": "h" * 100_000 + ":1"}, "address must be host:port"),
+    ({"address": "127.0.0.1:5", "hostname": "x" * 1_000_000}, "hostname of 1000000"),
+    ({"address": "127.0.0.1:5", "threads": 1 << 20}, "threads, at most 256"),
+])
+def test_a_malformed_registration_is_refused_and_nothing_is_kept(
+        coord: CoordinatorServer, fields: dict[str, object], why: str) -> None:
+    before = dict(coord.state.workers)
+    with pytest.raises(grpc.RpcError) as info:
+        coord.stub.Register(pb.RegisterRequest(protocol_version=PROTOCOL_VERSION,
+                                               **fields), timeout=10)  # type: ignore[arg-type]
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert why in (info.value.details() or "")
+    assert len(info.value.details() or "") < 300  # the offending value is not echoed whole
+    assert coord.state.workers == before

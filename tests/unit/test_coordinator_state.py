@@ -85,3 +85,14 @@ def test_each_drop_is_counted_once_and_dead_workers_lists_the_ones_not_back() ->
     assert state.dead_workers() == []
     state.mark_dead(2, "rejoin failed")
     assert state.workers[2].drops == 2
+
+
+def test_peer_reports_are_bounded() -> None:
+    from hogwild.coordinator.state import MAX_PEER_REPORTS, MAX_REASON_LENGTH
+
+    state = _started(3)
+    for i in range(MAX_PEER_REPORTS + 50):
+        state.peer_down(state.run_id, 0, 1 + i % 2, i, "x" * 10_000)
+        state.rejoined(1 + i % 2, i)  # back, so the next report counts again
+    assert len(state.peer_reports) == MAX_PEER_REPORTS
+    assert all(len(r[3]) == MAX_REASON_LENGTH for r in state.peer_reports)

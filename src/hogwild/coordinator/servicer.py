@@ -8,7 +8,7 @@ import grpc
 
 from hogwild.coordinator.identity import register_claim
 from hogwild.coordinator.state import RunState
-from hogwild.errors import NotAllowed, StaleOrUnknown
+from hogwild.errors import InvalidMessage, NotAllowed, StaleOrUnknown
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import check_version, decode_delta
 from hogwild.protocol.security import can_serve, sender_key
@@ -16,6 +16,26 @@ from hogwild.protocol.status import translate
 
 # How long a registration may wait for the worker at a disputed address to say who it is.
 IDENTIFY_TIMEOUT = 2.0
+# What a registration may claim: a host:port or host name no longer than a DNS name allows
+# (253) with a port, and the threads a worker's settings allow. The coordinator keeps these
+# for the whole run and prints them, so a message of megabytes is refused, not stored.
+MAX_NAME_LENGTH = 300
+MAX_THREADS = 256
+
+
+def check_registration(request: pb.RegisterRequest) -> None:
+    """InvalidMessage unless the address is host:port and the other fields are in range."""
+    address = request.address
+    host, sep, port = address.rpartition(":")
+    if (len(address) > MAX_NAME_LENGTH or not sep or not host or not port.isdigit()
+            or not 0 < int(port) < 65536):
+        raise InvalidMessage(f"registration: address must be host:port, got "
+                             f"{address[:80]!r}{'...' if len(address) > 80 else ''}")
+    if len(request.hostname) > MAX_NAME_LENGTH:
+        raise InvalidMessage(f"registration: hostname of {len(request.hostname)} characters, "
+                             f"at most {MAX_NAME_LENGTH}")
+    if request.threads > MAX_THREADS:  # 0 (unset) counts as 1
+        raise InvalidMessage(f"registration: {request.threads} threads, at most {MAX_THREADS}")
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -40,6 +60,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if request.run_id and request.run_id != self.state.run_id:
             raise StaleOrUnknown(f"registration for run {request.run_id!r}, which is not "
                                  "this run")
+        check_registration(request)
         worker_id = register_claim(self.state, request, self.open_channel, IDENTIFY_TIMEOUT)
         return pb.RegisterReply(protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
                                 worker_id=worker_id, n_workers=self.state.n_workers,

@@ -28,6 +28,10 @@ from hogwild.protocol.security import same_key
 from hogwild.protocol.sequence import SequenceTracker
 from hogwild.worker.tree import ancestors
 
+# Peer reports kept for metrics.json (a drop is reported by one or two peers; a flood of
+# them from one misbehaving worker is not stored), and the length of each reason kept.
+MAX_PEER_REPORTS = 1000
+MAX_REASON_LENGTH = 500
 
 @dataclass
 class WorkerRecord:
@@ -337,7 +341,9 @@ class RunState:
             if self.check_sender(run_id, reporter, key).dead:
                 return  # a dropped worker's view of the others is out of date
             record = self.check_sender(run_id, peer)
-            self.peer_reports.append((reporter, peer, round_, reason))
+            # Kept for metrics.json: bounded, as is each reason (a worker's own words).
+            if len(self.peer_reports) < MAX_PEER_REPORTS:
+                self.peer_reports.append((reporter, peer, round_, reason[:MAX_REASON_LENGTH]))
             # In a tree a finished worker still relays: its loss matters until the end.
             if not record.dead and (not record.done or self.tree_fanout is not None):
                 record.dead = True
