@@ -145,12 +145,13 @@ def clean_accuracy(tmp_path: Path, mode: str) -> float:
 
 
 def _finished_well(cluster: Cluster, out: Path, tmp_path: Path, mode: str,
-                   codes: dict[str, int], fault: str = "") -> dict[str, Any]:
+                   codes: dict[str, int], fault: str = "",
+                   stop_reason: str = "time budget") -> dict[str, Any]:
     assert cluster.coordinator is not None
     assert cluster.coordinator.wait(120) == 0
     _all_exit(cluster, {"coordinator": 0, **codes})
     metrics = read_metrics(out)
-    assert metrics["stop_reason"] == "time budget"
+    assert metrics["stop_reason"] == stop_reason
     clean = clean_accuracy(tmp_path, mode)
     _report(fault, mode, metrics, clean, codes)
     assert metrics["test_accuracy"] >= clean - 0.01
@@ -237,6 +238,14 @@ def test_a_restarted_worker_rejoins_with_its_old_id(cluster: Cluster, tmp_path: 
     assert all(states[w]["applied_from"]["2"] > 0 for w in (0, 1))
 
 
+def _train_on_then_stop(cluster: Cluster, seconds: float = 3.0) -> None:
+    """Let the healed cluster train a while (hundreds of Reuters rounds), then end the run
+    the way an operator would (SIGTERM: final states collected, outputs written)."""
+    assert cluster.coordinator is not None
+    time.sleep(seconds)
+    cluster.coordinator.proc.send_signal(signal.SIGTERM)
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_worker_that_rejoined_while_another_was_dead_takes_it_back(
         cluster: Cluster, tmp_path: Path, mode: str) -> None:
@@ -272,9 +281,11 @@ def test_a_worker_that_rejoined_while_another_was_dead_takes_it_back(
     assert "2@" in again1.wait_for(re.compile(r"configured: .*peers .*\(down\)"), 10).group(0)
     again2 = restart(2)
     cluster.coordinator.wait_for(re.compile(r"worker 2 rejoined at round"), 30)
+    _train_on_then_stop(cluster)
     codes = {addresses[0][0].name: 0, addresses[1][0].name: -signal.SIGKILL,
              addresses[2][0].name: -signal.SIGKILL, again1.name: 0, again2.name: 0}
-    metrics = _finished_well(cluster, out, tmp_path, mode, codes, "two overlapping restarts")
+    metrics = _finished_well(cluster, out, tmp_path, mode, codes, "two overlapping restarts",
+                             stop_reason="SIGTERM")
     states = {s["worker_id"]: s for s in metrics["worker_states"]}
     assert sorted(states) == [0, 1, 2]
     assert metrics["dropped_workers"] == []
@@ -312,9 +323,11 @@ def test_two_workers_restarted_together_rejoin_as_peers_of_each_other(
             **port_of})
     for wid in (1, 2):
         cluster.coordinator.wait_for(re.compile(rf"worker {wid} rejoined at round"), 60)
+    _train_on_then_stop(cluster)
     codes = {addresses[0][0].name: 0, addresses[1][0].name: -signal.SIGKILL,
              addresses[2][0].name: -signal.SIGKILL, again[1].name: 0, again[2].name: 0}
-    metrics = _finished_well(cluster, out, tmp_path, mode, codes, "two workers restarted together")
+    metrics = _finished_well(cluster, out, tmp_path, mode, codes,
+                             "two workers restarted together", stop_reason="SIGTERM")
     states = {s["worker_id"]: s for s in metrics["worker_states"]}
     assert sorted(states) == [0, 1, 2]
     assert metrics["dropped_workers"] == []
