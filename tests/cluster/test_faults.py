@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from .helpers import READY, REGISTERED, Cluster, read_metrics, require_reuters
+from .helpers import READY, REGISTERED, Cluster, Proc, read_metrics, require_reuters
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -212,19 +212,12 @@ def test_a_restarted_worker_rejoins_with_its_old_id(cluster: Cluster, tmp_path: 
     # Room for a new process to start and rejoin inside the budget, even on a loaded machine.
     cluster.start(3, mode=mode, **faulty(out, time_budget=2 * BUDGET))
     assert cluster.coordinator is not None
-    addresses = {}
-    for proc in cluster.workers:
-        match = proc.wait_for(ADVERTISED, 60)
-        addresses[int(match.group(1))] = (proc, match.group(2), int(match.group(3)))
+    addresses = _advertised(cluster)
     cluster.coordinator.wait_for(PROGRESS_ROW, 60)
-    victim, host, port = addresses[2]
+    victim = addresses[2][0]
     victim.proc.send_signal(signal.SIGKILL)
     victim.wait(10)
-    # What a StatefulSet does: the same address, a new process.
-    port_of = {"coordinator_address": _coordinator_address(cluster)}
-    again = cluster._spawn("worker-2-again", "worker", {
-        **faulty(out, mode=mode, time_budget=2 * BUDGET), "bind_host": "127.0.0.1", "workers": 3, "worker_port": port,
-        "advertise_address": f"{host}:{port}", **port_of})
+    again = _respawn(cluster, out, mode, 2 * BUDGET, addresses, 2)
     again.wait_for(re.compile(r"registered as worker 2 of 3"), 60)
     cluster.coordinator.wait_for(re.compile(r"worker 2 rejoined at round (\d+)"), 30)
     codes = {addresses[w][0].name: 0 for w in (0, 1)} | {victim.name: -signal.SIGKILL,
@@ -236,6 +229,25 @@ def test_a_restarted_worker_rejoins_with_its_old_id(cluster: Cluster, tmp_path: 
     # It trained after it came back, and its peers applied its new deltas.
     assert states[2]["rounds"] > 0
     assert all(states[w]["applied_from"]["2"] > 0 for w in (0, 1))
+
+
+def _advertised(cluster: Cluster) -> dict[int, tuple[Proc, str, int]]:
+    """Worker id -> (process, host, port) as each worker advertised itself."""
+    addresses = {}
+    for proc in cluster.workers:
+        match = proc.wait_for(ADVERTISED, 60)
+        addresses[int(match.group(1))] = (proc, match.group(2), int(match.group(3)))
+    return addresses
+
+
+def _respawn(cluster: Cluster, out: Path, mode: str, budget: float,
+             addresses: dict[int, tuple[Proc, str, int]], wid: int) -> Proc:
+    """What a StatefulSet does: a new process at the dead worker's address."""
+    _, host, port = addresses[wid]
+    return cluster._spawn(f"worker-{wid}-again", "worker", {
+        **faulty(out, mode=mode, time_budget=budget), "bind_host": "127.0.0.1", "workers": 3,
+        "worker_port": port, "advertise_address": f"{host}:{port}",
+        "coordinator_address": _coordinator_address(cluster)})
 
 
 def _train_on_then_stop(cluster: Cluster, seconds: float = 3.0) -> None:
@@ -255,19 +267,11 @@ def test_a_worker_that_rejoined_while_another_was_dead_takes_it_back(
     out = tmp_path / "out"
     cluster.start(3, mode=mode, **faulty(out, time_budget=3 * BUDGET))
     assert cluster.coordinator is not None
-    addresses = {}
-    for proc in cluster.workers:
-        match = proc.wait_for(ADVERTISED, 60)
-        addresses[int(match.group(1))] = (proc, match.group(2), int(match.group(3)))
+    addresses = _advertised(cluster)
     cluster.coordinator.wait_for(PROGRESS_ROW, 60)
-    port_of = {"coordinator_address": _coordinator_address(cluster)}
 
-    def restart(wid: int) -> Any:
-        _, host, port = addresses[wid]
-        proc = cluster._spawn(f"worker-{wid}-again", "worker", {
-            **faulty(out, mode=mode, time_budget=3 * BUDGET), "bind_host": "127.0.0.1",
-            "workers": 3, "worker_port": port, "advertise_address": f"{host}:{port}",
-            **port_of})
+    def restart(wid: int) -> Proc:
+        proc = _respawn(cluster, out, mode, 3 * BUDGET, addresses, wid)
         proc.wait_for(re.compile(rf"registered as worker {wid} of 3"), 60)
         return proc
 
@@ -303,24 +307,14 @@ def test_two_workers_restarted_together_rejoin_as_peers_of_each_other(
     out = tmp_path / "out"
     cluster.start(3, mode=mode, **faulty(out, time_budget=3 * BUDGET))
     assert cluster.coordinator is not None
-    addresses = {}
-    for proc in cluster.workers:
-        match = proc.wait_for(ADVERTISED, 60)
-        addresses[int(match.group(1))] = (proc, match.group(2), int(match.group(3)))
+    addresses = _advertised(cluster)
     cluster.coordinator.wait_for(PROGRESS_ROW, 60)
-    port_of = {"coordinator_address": _coordinator_address(cluster)}
     for wid in (1, 2):
         addresses[wid][0].proc.send_signal(signal.SIGKILL)
     for wid in (1, 2):
         addresses[wid][0].wait(10)
         cluster.coordinator.wait_for(re.compile(rf"worker {wid} dropped: "), 30)
-    again = {}
-    for wid in (1, 2):
-        _, host, port = addresses[wid]
-        again[wid] = cluster._spawn(f"worker-{wid}-again", "worker", {
-            **faulty(out, mode=mode, time_budget=3 * BUDGET), "bind_host": "127.0.0.1",
-            "workers": 3, "worker_port": port, "advertise_address": f"{host}:{port}",
-            **port_of})
+    again = {wid: _respawn(cluster, out, mode, 3 * BUDGET, addresses, wid) for wid in (1, 2)}
     for wid in (1, 2):
         cluster.coordinator.wait_for(re.compile(rf"worker {wid} rejoined at round"), 60)
     _train_on_then_stop(cluster)

@@ -39,11 +39,13 @@ def _ship(worker: WorkerServer, data: CSRData) -> pb.ShardAck:
         shard_chunks(data, node.run_id, node.worker_id, chunk_bytes=1 << 20), timeout=30)
 
 
-def _configure(worker: WorkerServer, mode: str = "sync", **extra: object) -> None:
+def _configure(worker: WorkerServer, mode: str = "sync", peers: list[pb.Peer] | None = None,
+               **extra: object) -> None:
     node = worker.node
     worker.stub.Configure(pb.RunConfig(
         protocol_version=PROTOCOL_VERSION, run_id=node.run_id, worker_id=node.worker_id,
-        peers=[pb.Peer(worker_id=PEER, address="127.0.0.1:1", receive_key=PEER_KEY)], dim=DIM, n_features=N_FEATURES,
+        peers=peers or [pb.Peer(worker_id=PEER, address="127.0.0.1:1", receive_key=PEER_KEY)],
+        dim=DIM, n_features=N_FEATURES,
         mode=mode, staleness=-1, threads=2, round_size=100, max_rounds=3,
         train_rows=60_000, loss="hinge", learning_rate=0.1, lr_schedule="constant",
         lr_decay=0.9, power_t=0.5, l2=0.0, fit_bias=True, barrier_timeout=2.0,
@@ -316,14 +318,9 @@ def test_async_three_workers_settle_on_exactly_what_was_sent(
     # W = 3: 1/3 is not exact in float32; the part kept is settled to the last float64 bit.
     _ship(worker_server, _big_shard(2000, 4))
     node = worker_server.node
-    worker_server.stub.Configure(pb.RunConfig(
-        protocol_version=PROTOCOL_VERSION, run_id=node.run_id, worker_id=node.worker_id,
-        peers=[pb.Peer(worker_id=PEER, address="127.0.0.1:1", receive_key=PEER_KEY),
-               pb.Peer(worker_id=PEER + 1, address="127.0.0.1:2", receive_key=PEER_KEY)],
-        dim=DIM, n_features=N_FEATURES, mode="async", staleness=-1, threads=2,
-        round_size=100, max_rounds=3, train_rows=60_000, loss="hinge", learning_rate=0.1,
-        lr_schedule="constant", lr_decay=0.9, power_t=0.5, l2=0.0, fit_bias=True,
-        barrier_timeout=2.0, rpc_timeout=2.0, combine="average"), timeout=5)
+    _configure(worker_server, mode="async", combine="average", peers=[
+        pb.Peer(worker_id=PEER, address="127.0.0.1:1", receive_key=PEER_KEY),
+        pb.Peer(worker_id=PEER + 1, address="127.0.0.1:2", receive_key=PEER_KEY)])
     node.phase = Phase.RUNNING
     assert node.plan is not None
     sent = _capture_sent(node)
@@ -362,16 +359,10 @@ def test_loading_the_global_model_discards_deltas_received_before_it(
 
 
 def _configure_with_a_down_peer(worker: WorkerServer, **extra: object) -> None:
-    node = worker.node
-    worker.stub.Configure(pb.RunConfig(
-        protocol_version=PROTOCOL_VERSION, run_id=node.run_id, worker_id=node.worker_id,
-        peers=[pb.Peer(worker_id=PEER, address="127.0.0.1:1", receive_key=PEER_KEY),
-               pb.Peer(worker_id=PEER + 1, address="127.0.0.1:2", receive_key=PEER_KEY,
-                       down=True)],
-        dim=DIM, n_features=N_FEATURES, mode="sync", staleness=-1, threads=2,
-        round_size=100, max_rounds=3, train_rows=60_000, loss="hinge", learning_rate=0.1,
-        lr_schedule="constant", lr_decay=0.9, power_t=0.5, l2=0.0, fit_bias=True,
-        barrier_timeout=2.0, rpc_timeout=2.0, **extra), timeout=5)  # type: ignore[arg-type]
+    _configure(worker, peers=[
+        pb.Peer(worker_id=PEER, address="127.0.0.1:1", receive_key=PEER_KEY),
+        pb.Peer(worker_id=PEER + 1, address="127.0.0.1:2", receive_key=PEER_KEY, down=True)],
+        **extra)
 
 
 def test_a_peer_down_at_configure_is_not_waited_for_and_is_taken_back_when_it_joins(

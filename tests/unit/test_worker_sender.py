@@ -80,6 +80,15 @@ def _delta(rng: np.random.Generator, round_: int, final: bool = False) -> Outgoi
                          encode_delta_parts(header, idx, val, 1 << 20))
 
 
+def _deltas(rng: np.random.Generator, n: int) -> tuple[list[OutgoingDelta], np.ndarray]:
+    """Rounds 1..n (the last one final) and their float64 sum."""
+    deltas = [_delta(rng, r, final=(r == n)) for r in range(1, n + 1)]
+    expected = np.zeros(DIM)
+    for d in deltas:
+        expected[d.indices] += d.values.astype(np.float64)
+    return deltas, expected
+
+
 def _applied(messages: list[Any]) -> np.ndarray:
     w = np.zeros(DIM)
     for m in messages:
@@ -93,10 +102,7 @@ def test_deltas_behind_a_slow_send_are_summed_and_nothing_is_lost(coalesce: bool
     rng = np.random.default_rng(1)
     dest, stub, seqs = _destination(coalesce)
     try:
-        deltas = [_delta(rng, r, final=(r == 30)) for r in range(1, 31)]
-        expected = np.zeros(DIM)
-        for d in deltas:
-            expected[d.indices] += d.values.astype(np.float64)
+        deltas, expected = _deltas(rng, 30)
         dest.put_delta(deltas[0])
         assert stub.entered.wait(5)  # the first send is in flight and blocked
         for d in deltas[1:]:
@@ -136,10 +142,7 @@ def test_after_a_sum_the_next_deltas_go_out_as_encoded_and_the_rounding_goes_las
     rng = np.random.default_rng(2)
     dest, stub, seqs = _destination(coalesce=True)
     try:
-        deltas = [_delta(rng, r, final=(r == 10)) for r in range(1, 11)]
-        expected = np.zeros(DIM)
-        for d in deltas:
-            expected[d.indices] += d.values.astype(np.float64)
+        deltas, expected = _deltas(rng, 10)
         dest.put_delta(deltas[0])
         assert stub.entered.wait(5)
         dest.put_delta(deltas[1])
