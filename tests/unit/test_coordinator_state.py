@@ -96,3 +96,6 @@ def test_peer_reports_are_bounded() -> None:
         state.rejoined(1 + i % 2, i)  # back, so the next report counts again
     assert len(state.peer_reports) == MAX_PEER_REPORTS
     assert all(len(r[3]) == MAX_REASON_LENGTH for r in state.peer_reports)
+    state.peer_down(state.run_id, 0, 1, 99, "y" * 10_000)
+    assert "y" * MAX_REASON_LENGTH in state.workers[1].dead_reason  # as announced
+    assert len(state.workers[1].dead_reason) < MAX_REASON_LENGTH + 100

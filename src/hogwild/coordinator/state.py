@@ -33,6 +33,7 @@ from hogwild.worker.tree import ancestors
 MAX_PEER_REPORTS = 1000
 MAX_REASON_LENGTH = 500
 
+
 @dataclass
 class WorkerRecord:
     """One registered worker and what the coordinator has heard from it."""
@@ -342,8 +343,9 @@ class RunState:
                 return  # a dropped worker's view of the others is out of date
             record = self.check_sender(run_id, peer)
             # Kept for metrics.json: bounded, as is each reason (a worker's own words).
+            reason = reason[:MAX_REASON_LENGTH]
             if len(self.peer_reports) < MAX_PEER_REPORTS:
-                self.peer_reports.append((reporter, peer, round_, reason[:MAX_REASON_LENGTH]))
+                self.peer_reports.append((reporter, peer, round_, reason))
             # In a tree a finished worker still relays: its loss matters until the end.
             if not record.dead and (not record.done or self.tree_fanout is not None):
                 record.dead = True
