@@ -651,7 +651,11 @@ class RunDriver:
         """Write the checkpoint (atomically); a failure to write it is logged, not fatal."""
         t0 = time.perf_counter()
         ckpt = self.state.checkpoint(time.perf_counter() - began, self.history)
-        ckpt.early, ckpt.best_w = rules.early.state(), rules.best_weights
+        ckpt.early = rules.early.state()
+        # The best model is only saved in the end with patience or target_loss: only then is
+        # it worth a second copy of the weights in every checkpoint.
+        s = self.settings
+        ckpt.best_w = rules.best_weights if (s.patience or s.target_loss is not None) else None
         try:
             checkpoint.save(self.settings.out_dir, ckpt)
         except OSError as exc:
