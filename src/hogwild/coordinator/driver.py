@@ -413,7 +413,7 @@ class RunDriver:
         """``down``: peers dead now, named all the same (mesh) so that the worker takes
         them back when they rejoin (its PeerJoined refuses a worker that is no peer)."""
         s, lay, keys = self.settings, self.layout, self.state.keys
-        down = down or []
+        down_ids = {r.worker_id for r in down or []}
         replicate = s.shipping == "replicate"
         start_offset = (lay.train_rows * record.worker_id // lay.workers) if replicate else 0
         return pb.RunConfig(
@@ -422,9 +422,8 @@ class RunDriver:
             peers=[pb.Peer(worker_id=r.worker_id, address=r.address,
                            send_key=keys.key(record.worker_id, r.worker_id),
                            receive_key=keys.key(r.worker_id, record.worker_id),
-                           down=is_down)
-                   for r, is_down in [*((r, False) for r in peers), *((r, True) for r in down)]
-                   if r.worker_id != record.worker_id],
+                           down=r.worker_id in down_ids)
+                   for r in [*peers, *(down or [])] if r.worker_id != record.worker_id],
             dim=lay.dim, n_features=lay.n_features, mode=s.mode,
             staleness=-1 if s.staleness is None else s.staleness, threads=record.threads,
             round_size=lay.round_size, max_rounds=lay.max_rounds, train_rows=lay.train_rows,
@@ -522,12 +521,10 @@ class RunDriver:
             # them), and names the ones after it down; two taken together saw each other
             # as dead and told nobody. Shipping, the long part, stays in parallel.
             with self._rejoin_lock:
-                peers = [r for r in self.state.live_workers() if r.worker_id != wid and not r.done]
+                peers, dead = self.state.others(wid)
                 # A peer that is dead now may come back later: named (down), so this worker
                 # takes it back then. Star: no peer traffic (and its averaging counts the peers).
-                named = {wid, *(r.worker_id for r in peers)}
-                down = ([r for r in self.state.dead_workers() if r.worker_id not in named]
-                        if self.settings.topology == "mesh" else [])
+                down = dead if self.settings.topology == "mesh" else []
                 round_ = self.state.max_round()
                 config = self._run_config(record, peers, first_round=round_ + 1,
                                           examples_base=record.examples, down=down)
@@ -589,7 +586,7 @@ class RunDriver:
             # Early stopping goes on counting, and the best model so far is still the one
             # to save if nothing better comes.
             rules.early.restore(self.resume.early, self.resume.best_w)
-            if (s.patience or s.target_loss is not None) and rules.early.best_index is not None:
+            if rules.saves_best and rules.early.best_index is not None:
                 best = rules.early.best_loss
                 self._print(f"early stopping goes on: best validation loss {best:.4f}, "
                             f"{rules.early.state()['since_best']} evaluation(s) since")
@@ -652,10 +649,9 @@ class RunDriver:
         t0 = time.perf_counter()
         ckpt = self.state.checkpoint(time.perf_counter() - began, self.history)
         ckpt.early = rules.early.state()
-        # The best model is only saved in the end with patience or target_loss: only then is
-        # it worth a second copy of the weights in every checkpoint.
-        s = self.settings
-        ckpt.best_w = rules.best_weights if (s.patience or s.target_loss is not None) else None
+        # Only a run that saves the best model needs a second copy of the weights in every
+        # checkpoint.
+        ckpt.best_w = rules.best_weights if rules.saves_best else None
         try:
             checkpoint.save(self.settings.out_dir, ckpt)
         except OSError as exc:
@@ -778,7 +774,7 @@ class RunDriver:
         if metric is not None:
             rules.evaluation(float(metric), final_w)
         best = rules.best_weights
-        w = best if (best is not None and (s.patience or s.target_loss is not None)) else final_w
+        w = best if (best is not None and rules.saves_best) else final_w
         test = evaluate(splits.test, w, loss, self.spec)
         val = evaluate(splits.val, w, loss, self.spec) if splits.val.n_rows else None
         self._check_diverged(w, val.loss if val else None)

@@ -406,6 +406,14 @@ class RunState:
         with self._lock:
             return [r for r in self.workers.values() if not r.dead]
 
+    def others(self, worker_id: int) -> tuple[list[WorkerRecord], list[WorkerRecord]]:
+        """The workers other than ``worker_id`` and not finished, live and dead, read
+        together (a rejoin's peers and the ones it names as down)."""
+        with self._lock:
+            others = [r for r in self.workers.values()
+                      if r.worker_id != worker_id and not r.done]
+            return [r for r in others if not r.dead], [r for r in others if r.dead]
+
     def dead_workers(self) -> list[WorkerRecord]:
         """Workers dropped and not (yet) back, finished ones excepted."""
         with self._lock:

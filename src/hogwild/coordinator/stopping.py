@@ -48,6 +48,11 @@ class StopRules:
     def best_weights(self) -> np.ndarray | None:
         return self.early.best_weights
 
+    @property
+    def saves_best(self) -> bool:
+        """Whether the run saves the best model evaluated rather than the last one."""
+        return bool(self.early.patience) or self.early.target_loss is not None
+
 
 # A saved model whose validation loss is this many times the best one evaluated during the run
 # got worse as it trained, for a reason worth saying (the run itself did what it was asked).
