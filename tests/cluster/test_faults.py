@@ -15,7 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+
+from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 
 from .helpers import READY, REGISTERED, Cluster, Proc, read_metrics, require_reuters
 
@@ -229,6 +232,46 @@ def test_a_restarted_worker_rejoins_with_its_old_id(cluster: Cluster, tmp_path: 
     # It trained after it came back, and its peers applied its new deltas.
     assert states[2]["rounds"] > 0
     assert all(states[w]["applied_from"]["2"] > 0 for w in (0, 1))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_restarted_worker_rejoins_through_the_star_relay(cluster: Cluster, tmp_path: Path,
+                                                           mode: str) -> None:
+    """Topology star: the relay takes a restarted worker back (it used to keep relaying to
+    the dead process only, and the new one hung, never stopping). Sync: every worker, the
+    restarted one included, still ends equal to the coordinator's model."""
+    out = tmp_path / "out"
+    # Async with a staleness bound, as the star cluster test runs it (see there).
+    extra = {"topology": "star", **({"staleness": 2} if mode == "async" else {})}
+    cluster.start(3, mode=mode, **faulty(out, time_budget=2 * BUDGET, **extra))
+    assert cluster.coordinator is not None
+    addresses = _advertised(cluster)
+    cluster.coordinator.wait_for(PROGRESS_ROW, 60)
+    victim = addresses[2][0]
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    cluster.coordinator.wait_for(re.compile(r"worker 2 dropped: "), 30)
+    again = _respawn(cluster, out, mode, 2 * BUDGET, addresses, 2)
+    cluster.coordinator.wait_for(
+        re.compile(r"worker 2 rejoined at round \d+ .*through the star relay"), 60)
+    _train_on_then_stop(cluster)
+    codes = {addresses[w][0].name: 0 for w in (0, 1)} | {victim.name: -signal.SIGKILL,
+                                                        again.name: 0}
+    metrics = _finished_well(cluster, out, tmp_path, mode, codes, "kill -9 + restart worker "
+                             "(star)", stop_reason="SIGTERM")
+    states = {s["worker_id"]: s for s in metrics["worker_states"]}
+    assert sorted(states) == [0, 1, 2]
+    assert metrics["dropped_workers"] == []
+    relay = str(COORDINATOR_SENDER_ID)
+    # It trained after it came back; the relay passed its deltas on and sent it the others'.
+    assert states[2]["rounds"] > 0 and states[2]["applied_from"][relay] > 0
+    assert again.output().count("registered as worker 2") == 1, again.output()
+    if mode == "sync":
+        with np.load(out / "final_states" / "global.npz") as g:
+            global_w = g["w"]
+        for wid in states:
+            with np.load(out / "final_states" / f"worker-{wid}.npz") as f:
+                np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5)
 
 
 def _advertised(cluster: Cluster) -> dict[int, tuple[Proc, str, int]]:

@@ -12,7 +12,7 @@ import numpy as np
 from hogwild.coordinator.relay import StarRelay
 from hogwild.coordinator.state import RunState
 from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.worker.sender import OutgoingDelta
+from hogwild.worker.sender import Destination, OutgoingDelta
 
 DIM = 10
 
@@ -117,5 +117,73 @@ def test_a_dead_worker_is_not_waited_for_and_its_last_delta_still_counts() -> No
         _delta(state, 1, 2, 2, [1], [2.0])
         _wait(live, 2)
         assert sent[0][1].round == 2 and not sent[2]
+    finally:
+        relay.close()
+
+
+def test_a_worker_taken_back_gets_exactly_what_its_model_lacks(monkeypatch: Any) -> None:
+    """Sync: worker 2 dies and registers again. The model it is sent holds some deltas the
+    relay has not passed on yet (one of them told to the relay only after the copy): its
+    aggregates leave those out, wait until it holds the model, and its model plus its own
+    deltas plus its aggregates is the coordinator's model."""
+    sent: dict[int, list[OutgoingDelta]] = {w: [] for w in range(3)}
+
+    def capture(self: Destination, delta: OutgoingDelta) -> None:
+        sent[self.dest_id].append(delta)
+
+    monkeypatch.setattr(Destination, "put_delta", capture)
+    state = RunState(3)
+    for w in range(3):
+        state.register(f"127.0.0.1:{9 + w}", 1)
+    state.start_model(DIM)
+    relay = StarRelay(state, {w: f"127.0.0.1:{9 + w}" for w in range(3)}, DIM, "sync",
+                      barrier_timeout=30.0, rpc_timeout=1.0, chunk_bytes=1 << 20,
+                      open_channel=lambda wid, address: grpc.insecure_channel(address))
+    relay.start()
+    try:
+        for w in range(3):
+            _delta(state, w, 1, 1, [w], [1.0 + w])
+        _wait(sent, 1)
+        old = relay.destinations[2]
+        state.mark_dead(2, "killed")
+        _delta(state, 0, 2, 2, [3], [4.0])
+        _delta(state, 1, 2, 2, [4], [5.0])
+        _wait({w: sent[w] for w in (0, 1)}, 2)
+        _delta(state, 0, 3, 3, [5, 6], [6.0, 7.0])   # pending when worker 2 is taken back
+        state.relay = None                            # in the model, told to the relay later
+        _delta(state, 1, 3, 3, [6, 7], [8.0, 9.0])
+        late_version = state.model_version()[1]
+        state.relay = relay.offer
+        first, model = relay.take_back(2, first_round=99)
+        assert first == 3  # sync: the next aggregate's round, whose barrier waits for it now
+        assert not state.workers[2].dead and 2 not in relay.destinations
+        header = DeltaHeader(state.run_id, 1, 3, 3, DIM)
+        (message,) = encode_delta_parts(header, np.array([6, 7], np.int32),
+                                        np.array([8.0, 9.0], np.float32), dense=False)
+        relay.offer(decode_delta(message, DIM), True, late_version)
+        _delta(state, 0, 4, 3, [9], [11.0])           # after the copy: its aggregate has it
+        # The destination of the dead incarnation gives up late: that does not drop the new one.
+        old.on_down(2, "gave up")
+        assert not state.workers[2].dead
+        time.sleep(0.2)
+        assert len(sent[0]) == 2  # round 3 waits for worker 2 now
+        _delta(state, 2, 1, 3, [8], [10.0])           # its new incarnation numbers from 1
+        _wait({w: sent[w] for w in (0, 1)}, 3)
+        time.sleep(0.1)
+        assert len(sent[2]) == 1  # only the round-1 aggregate of the old incarnation
+        relay.release(2, "127.0.0.1:11")
+        _wait(sent, 2)
+        (aggregate,) = sent[2][1:]
+        assert aggregate.round == 3
+        mine = model.copy()
+        mine[8] += 10.0
+        np.testing.assert_allclose(mine + _dense(aggregate), state.model_copy(), atol=1e-12)
+        # Of the others' deltas only the one after its model's copy.
+        expected = np.zeros(DIM)
+        expected[9] = 11.0
+        np.testing.assert_array_equal(_dense(aggregate), expected)
+        # The new destination's giving up does drop it.
+        relay.destinations[2].on_down(2, "gave up")
+        assert state.workers[2].dead
     finally:
         relay.close()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import grpc
 import numpy as np
+import numpy.typing as npt
 
 from hogwild import artifacts
 from hogwild.config import Settings
@@ -470,9 +471,12 @@ class RunDriver:
         raise ClusterError(f"worker {record.worker_id} at {record.address} was not ready "
                            f"within {timeout:g}s")
 
-    def _load_model(self, record: WorkerRecord) -> None:
-        """Send a worker the global model to start from (LoadModel)."""
-        model = FinalState(worker_id=record.worker_id, weights=self.state.model_copy())
+    def _load_model(self, record: WorkerRecord,
+                    weights: npt.NDArray[np.float64] | None = None) -> None:
+        """Send a worker the model to start from (LoadModel): ``weights``, or the global
+        model now."""
+        model = FinalState(worker_id=record.worker_id,
+                           weights=self.state.model_copy() if weights is None else weights)
         try:
             self.stubs[record.worker_id].LoadModel(
                 state_chunks(model, self.state.run_id, self.settings.chunk_bytes),
@@ -529,6 +533,9 @@ class RunDriver:
                 config = self._run_config(record, peers, first_round=round_ + 1,
                                           examples_base=record.examples, down=down)
                 self._call(record, "Configure", config)
+                if self.relay is not None:
+                    self._rejoin_star(record, round_ + 1, self.relay)
+                    return
                 self._load_model(record)
                 joined = pb.PeerJoinedRequest(protocol_version=PROTOCOL_VERSION,
                                               run_id=self.state.run_id, worker_id=wid,
@@ -551,6 +558,19 @@ class RunDriver:
         except (ClusterError, HogwildError) as exc:
             log.warning("worker %d could not rejoin: %s", wid, exc)
             self.state.mark_dead(wid, f"rejoin failed: {exc}")
+
+    def _rejoin_star(self, record: WorkerRecord, first_round: int, relay: StarRelay) -> None:
+        """(Rejoin lock held, the worker configured.) Topology star: the relay is its only
+        peer. It takes the worker back and gives the model to send; the worker's aggregates
+        wait until it holds that model (they leave out what the model holds already)."""
+        wid = record.worker_id
+        first, model = relay.take_back(wid, first_round)
+        self._load_model(record, model)
+        relay.release(wid, record.address)
+        self._call(record, "Start", pb.StartRequest(
+            protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id, first_round=first))
+        self._print(f"worker {wid} rejoined at round {first} (incarnation "
+                    f"{record.incarnation}, through the star relay)")
 
     def _announce_drops(self) -> None:
         """Say once that a worker was dropped, and why."""

@@ -10,6 +10,10 @@ has that already), so nothing is applied twice: 2n messages per round instead of
 * async: every ``period`` seconds, whatever arrived since the last send.
 
 When every live worker has sent its final delta, the last aggregate goes out marked final.
+
+A worker that registers again (restarted, or refused after a freeze) is taken back: it gets
+the global model, a new destination, and aggregates that leave out what that model held
+already (each delta the relay is told of comes with the model's version once it was in).
 Aggregates are Delta messages under :data:`COORDINATOR_SENDER_ID`, sent with the
 coordinator's own credentials and sender keys through one :class:`Destination` per worker
 (its own sequence numbers, retries, float32 rounding carried to the next aggregate).
@@ -66,13 +70,21 @@ class StarRelay:
         self._open_channel = open_channel
         self._rpc_timeout = rpc_timeout
         self._half = half
+        # A worker taken back: (version of the model it was sent, the part of the pending
+        # sums that model holds already), left out of its next aggregate.
+        self._known: dict[int, tuple[int, Sparse]] = {}
+        # Aggregates for a worker taken back whose model is still on its way (sent after it:
+        # one that arrived first would be discarded with the deltas the model holds).
+        self._parked: dict[int, OutgoingDelta] = {}
+        self._generation: dict[int, int] = {}  # of each worker's destination
         self.destinations = {wid: self._destination(wid, address)
                              for wid, address in workers.items()}
         self._thread = threading.Thread(target=self._run, name="star-relay", daemon=True)
 
     def _destination(self, wid: int, address: str) -> Destination:
+        on_down = functools.partial(self._down, self._generation.setdefault(wid, 0))
         return Destination(f"worker {wid}", wid, address, pb_grpc.WorkerStub, self._rpc_timeout,
-                           max(self.barrier_timeout, self._rpc_timeout), self._down,
+                           max(self.barrier_timeout, self._rpc_timeout), on_down,
                            coalesce=self.mode == "async", encoder=self._encode, half=self._half,
                            open_channel=functools.partial(self._open_channel, wid))
 
@@ -82,8 +94,9 @@ class StarRelay:
 
     # ------------------------------------------------------------------- receiving
 
-    def offer(self, delta: DecodedDelta, complete: bool) -> None:
-        """A delta the global model took (RPC thread): add it to its sender's pending sum."""
+    def offer(self, delta: DecodedDelta, complete: bool, version: int = 0) -> None:
+        """A delta the global model took (RPC thread): add it to its sender's pending sum.
+        ``version``: the model's version once it was in (RunState.model_version)."""
         h = delta.header
         with self._cond:
             if h.worker_id not in self._pending or self._done:
@@ -92,6 +105,10 @@ class StarRelay:
                 self._first_delta = time.monotonic()
             idx, val = self._pending[h.worker_id]
             self._pending[h.worker_id] = merge_sparse(idx, val, delta.indices, delta.values)
+            for wid, (upto, known) in self._known.items():
+                # In the model a worker taken back was sent, though told only now.
+                if version <= upto and wid != h.worker_id:
+                    self._known[wid] = (upto, merge_sparse(*known, delta.indices, delta.values))
             self._examples[h.worker_id] = max(self._examples[h.worker_id], h.examples)
             if complete:
                 self._round[h.worker_id] = max(self._round[h.worker_id], h.round)
@@ -157,7 +174,18 @@ class StarRelay:
             for sender in self._own_side(wid):
                 own_idx, own_val = self._pending[sender]
                 idx, val = merge_sparse(idx, val, own_idx, -own_val)
-            self.destinations[wid].put_delta(OutgoingDelta(round_, final, examples, idx, val))
+            if wid in self._known:
+                upto, (known_idx, known_val) = self._known[wid]
+                idx, val = merge_sparse(idx, val, known_idx, -known_val)
+                self._known[wid] = (upto, _EMPTY)
+            aggregate = OutgoingDelta(round_, final, examples, idx, val)
+            dest = self.destinations.get(wid)
+            if dest is not None:
+                dest.put_delta(aggregate)
+            elif wid in self._parked:
+                self._parked[wid].absorb(aggregate)
+            else:
+                self._parked[wid] = aggregate
             self.aggregates += 1
         for wid in self._pending:
             self._pending[wid] = _EMPTY
@@ -175,8 +203,48 @@ class StarRelay:
                              round=round_, seq=1, dim=self.dim, final=final, examples=examples)
         return encode_delta_parts(header, indices, values, self.chunk_bytes)
 
-    def _down(self, wid: int, why: str) -> None:
+    def _down(self, generation: int, wid: int, why: str) -> None:
+        if generation != self._generation.get(wid):
+            return  # the destination of an incarnation the relay has since replaced
         self.state.mark_dead(wid, f"unreachable from the coordinator: {why}")
+
+    # ------------------------------------------------------------------- taking back
+
+    def take_back(self, wid: int, first_round: int) -> tuple[int, npt.NDArray[np.float64]]:
+        """A worker registered again: live from now on, its first round (sync: the next
+        aggregate's, whose barrier now waits for it; async: ``first_round``) and the global
+        model to send it. Its aggregates wait until :meth:`release`."""
+        with self._cond:
+            old = self.destinations.get(wid)
+            self._generation[wid] = self._generation.get(wid, 0) + 1
+            # A new dict: closing and counting iterate the old one undisturbed.
+            self.destinations = {k: d for k, d in self.destinations.items() if k != wid}
+            first = self._sent_round + 1 if self.mode == "sync" else first_round
+            self.state.rejoined(wid, first - 1)
+            model, version = self.state.model_version()
+            # Everything pending was in the model before this copy; its own part is left
+            # out of its aggregates anyway.
+            known = _EMPTY
+            for sender, pending in self._pending.items():
+                if sender != wid:
+                    known = merge_sparse(*known, *pending)
+            self._known[wid] = (version, known)
+            self._parked.pop(wid, None)
+            self._round[wid] = first - 1
+            self._final[wid] = False
+            self._cond.notify_all()
+        if old is not None:
+            old.abandon()  # what it still held was for the dead incarnation
+        return first, model
+
+    def release(self, wid: int, address: str) -> None:
+        """The worker taken back holds its model: send it aggregates from now on."""
+        dest = self._destination(wid, address)
+        with self._cond:
+            self.destinations = {**self.destinations, wid: dest}
+            parked = self._parked.pop(wid, None)
+            if parked is not None:
+                dest.put_delta(parked)
 
     # --------------------------------------------------------------------- closing
 

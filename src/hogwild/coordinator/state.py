@@ -104,9 +104,10 @@ class RunState:
         self.sealed = False               # the run is over: the model takes no more deltas
         self.diverged: str | None = None  # where a worker found its weights non-finite
         self._rejoins: list[int] = []     # workers that registered again during the run
-        # Topology star: called (outside the lock) with every delta applied here and whether
-        # it completed its (worker, seq); the relay forwards the sums to the other workers.
-        self.relay: Callable[[DecodedDelta, bool], None] | None = None
+        # Topology star: called (outside the lock) with every delta applied here, whether
+        # it completed its (worker, seq) and the model's version once it was in (see
+        # model_version); the relay forwards the sums to the other workers.
+        self.relay: Callable[[DecodedDelta, bool, int], None] | None = None
         # Topology tree: its fan-out. Deltas come only from the coordinator's children:
         # workers whose heap ancestors are all dead (none, at first, for 0..k-1).
         self.tree_fanout: int | None = None
@@ -306,6 +307,7 @@ class RunState:
             if result != 0:  # decode_delta checked this; a non-zero result is a bug
                 raise StaleOrUnknown(f"apply_delta refused delta {delta.key} ({result})")
             self.deltas_received += 1
+            version = self.deltas_received
             self.bytes_received += delta.nbytes
             record.deltas_applied += 1
             record.bytes_received += delta.nbytes
@@ -316,7 +318,7 @@ class RunState:
                 record.final_delta = True
             self._lock.notify_all()
         if self.relay is not None:
-            self.relay(delta, bool(fresh))
+            self.relay(delta, bool(fresh), version)
         return True
 
     def progress(self, run_id: str, worker_id: int, round_: int, examples: int,
@@ -391,6 +393,13 @@ class RunState:
         with self._lock:
             assert self.w is not None
             return self.w.copy()
+
+    def model_version(self) -> tuple[npt.NDArray[np.float64], int]:
+        """A copy of the model and its version: the count of deltas summed into it, so the
+        delta the relay is told of with version v is in the copy if and only if v <= it."""
+        with self._lock:
+            assert self.w is not None
+            return self.w.copy(), self.deltas_received
 
     def examples(self) -> int:
         with self._lock:

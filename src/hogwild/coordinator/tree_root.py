@@ -55,10 +55,10 @@ class TreeRoot(StarRelay):
             self.destinations = {**self.destinations, **{
                 c: self._destination(c, self.addresses[c]) for c in fresh}}
 
-    def offer(self, delta: DecodedDelta, complete: bool) -> None:
+    def offer(self, delta: DecodedDelta, complete: bool, version: int = 0) -> None:
         with self._cond:
             self._adopt()
-        super().offer(delta, complete)
+        super().offer(delta, complete, version)
 
     def _live(self) -> list[int]:
         self._adopt()
