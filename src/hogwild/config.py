@@ -119,7 +119,8 @@ class Settings:
                       "rounding stays in the residual", choices=DELTA_DTYPES, commands=_RC))
     # --- deadlines (seconds) --------------------------------------------------------------
     register_timeout: float = field(
-        default=120.0, metadata=_doc("how long the coordinator waits for all workers to register",
+        default=120.0, metadata=_doc("how long the coordinator waits for all workers to register "
+                                     "(resumed: then it goes on with those back)",
                                      commands=_RCW))
     barrier_timeout: float = field(
         default=10.0,

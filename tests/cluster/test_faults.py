@@ -466,3 +466,58 @@ def test_a_killed_coordinator_resumes_from_its_checkpoint(cluster: Cluster, tmp_
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) > rows_before
     assert all(a["elapsed"] <= b["elapsed"] for a, b in itertools.pairwise(rows))
+
+
+@pytest.mark.parametrize(("mode", "topology"), [("sync", "mesh"), ("async", "star")])
+def test_a_resumed_coordinator_goes_on_without_a_worker_that_died_meanwhile(
+        cluster: Cluster, tmp_path: Path, mode: str, topology: str) -> None:
+    """Two faults overlapping: a worker dies while the coordinator is down. The resumed
+    coordinator waits register_timeout for it, goes on with the others (it used to exit 1,
+    only 2 of 3 workers registered) and takes it back when it is restarted."""
+    out = tmp_path / "out"
+    extra = {"staleness": 2} if topology == "star" else {}
+    settings = faulty(out, mode=mode, topology=topology, checkpoint_interval=0.5,
+                      connect_timeout=90, time_budget=3 * BUDGET, **extra)
+    cluster.start(3, **settings)
+    assert cluster.coordinator is not None
+    first = cluster.coordinator
+    port = int(_coordinator_address(cluster).rpartition(":")[2])
+    addresses = _advertised(cluster)
+    first.wait_for(PROGRESS_ROW, 60)
+    deadline = time.monotonic() + 60
+    while not (out / "checkpoint.npz").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)
+    first.proc.send_signal(signal.SIGKILL)
+    assert first.wait(10) == -signal.SIGKILL
+    victim = addresses[2][0]
+    victim.proc.send_signal(signal.SIGKILL)
+    assert victim.wait(10) == -signal.SIGKILL
+    again = cluster._spawn("coordinator-again", "coordinator", {
+        **settings, "bind_host": "127.0.0.1", "workers": 3, "coordinator_port": port,
+        "resume": str(out), "register_timeout": 10})
+    again.wait_for(re.compile(r"worker 2 dropped: did not register again within "
+                              r"register_timeout=10s of the resume"), 90)
+    again.wait_for(re.compile(r"started 2 of 3 worker\(s\)"), 30)
+    back = _respawn(cluster, out, mode, 3 * BUDGET, addresses, 2)
+    again.wait_for(re.compile(r"worker 2 rejoined at round"), 60)
+    time.sleep(3)  # the healed cluster trains a while, then an operator ends the run
+    again.proc.send_signal(signal.SIGTERM)
+    assert again.wait(120) == 0
+    codes = {addresses[w][0].name: 0 for w in (0, 1)} | {
+        victim.name: -signal.SIGKILL, back.name: 0, "coordinator": -signal.SIGKILL,
+        "coordinator-again": 0}
+    _all_exit(cluster, codes)
+    metrics = read_metrics(out)
+    assert metrics["stop_reason"] == "SIGTERM" and metrics["resumed_at_round"] > 1
+    clean = clean_accuracy(tmp_path, mode)
+    _report(f"kill -9 coordinator and a worker, resume, restart the worker ({topology})",
+            mode, metrics, clean, codes)
+    assert metrics["test_accuracy"] >= clean - 0.01
+    states = {s["worker_id"]: s for s in metrics["worker_states"]}
+    assert sorted(states) == [0, 1, 2] and metrics["dropped_workers"] == []
+    assert states[2]["rounds"] > 0
+    if topology == "mesh":  # the others, configured with it down, took it back
+        assert states[0]["applied_from"]["2"] > 0 and states[2]["applied_from"]["1"] > 0
+    else:
+        assert states[2]["applied_from"][str(COORDINATOR_SENDER_ID)] > 0

@@ -1,5 +1,6 @@
 """The coordinator's checkpoint file: what it keeps, what a file without the newer fields gives,
-and early stopping going on across a resume exactly as without one."""
+early stopping going on across a resume exactly as without one, and how a resumed run treats
+workers that are not back (yet)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from hogwild.coordinator import checkpoint
 from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
+from hogwild.coordinator.state import RunState
+from hogwild.errors import ClusterError, NotAllowed, StaleOrUnknown
 from hogwild.stopping import EarlyStopping
 
 
@@ -69,3 +73,61 @@ def test_a_restored_state_without_any_evaluation_starts_fresh() -> None:
     again.restore(state, None)
     assert again.best_loss == float("inf") and again.best_index is None
     assert again.update(5.0) is None and again.best_loss == 5.0
+
+
+def _resumed(n: int = 3) -> RunState:
+    state = RunState(n, run_id="r1")
+    state.restore(Checkpoint(
+        run_id="r1", w=np.zeros(4), round=7, elapsed=3.5, deltas_received=12,
+        bytes_received=4096, duplicates=0, history=[],
+        workers=[WorkerEntry(w, f"127.0.0.1:{5000 + w}", 1, examples=10, round=7)
+                 for w in range(n)]))
+    return state
+
+
+def test_a_resumed_coordinator_tells_a_worker_not_back_yet_to_register_again() -> None:
+    """It issued that worker no key yet: FAILED_PRECONDITION (the worker leaves its old run
+    and registers), not PERMISSION_DENIED, which a worker only logs, training on."""
+    state = _resumed()
+    with pytest.raises(StaleOrUnknown, match="register again"):
+        state.check_sender("r1", 0, "a key of the coordinator before the crash")
+    state.register("127.0.0.1:5000", 1, "host", 42)
+    with pytest.raises(NotAllowed):
+        state.check_sender("r1", 0, "a key of the coordinator before the crash")
+    assert state.check_sender("r1", 0, state.worker_key(0)).worker_id == 0
+
+
+def test_a_resumed_run_goes_on_without_a_worker_that_does_not_come_back() -> None:
+    state = _resumed()
+    for w in (0, 2):
+        state.register(f"127.0.0.1:{5000 + w}", 1, "host", 40 + w)
+    workers = state.wait_for_workers(0.2, go_on_without=True)
+    assert [r.worker_id for r in workers] == [0, 1, 2]
+    assert [r.worker_id for r in workers if r.dead] == [1]
+    assert "did not register again within register_timeout=0.2s" in workers[1].dead_reason
+    assert state.take_rejoins() == []
+    # Back later: it rejoins like a restarted worker.
+    assert state.register("127.0.0.1:5001", 1, "host", 41) == 1
+    assert state.take_rejoins() == [1] and state.workers[1].incarnation == 1
+
+
+def test_a_worker_missing_from_a_resumed_run_is_refused_once_it_is_over() -> None:
+    state = _resumed()
+    state.register("127.0.0.1:5000", 1, "host", 40)
+    state.wait_for_workers(0.1, go_on_without=True)
+    state.start_model(4)
+    state.seal()
+    with pytest.raises(StaleOrUnknown, match="is over"):
+        state.register("127.0.0.1:5001", 1, "host", 41)
+    assert state.take_rejoins() == []
+
+
+def test_a_resumed_run_with_nobody_back_is_an_error() -> None:
+    with pytest.raises(ClusterError, match="only 0 of 3 workers registered"):
+        _resumed().wait_for_workers(0.1, go_on_without=True)
+    # Without go_on_without (a tree), one missing is an error too.
+    state = _resumed()
+    for w in (0, 1):
+        state.register(f"127.0.0.1:{5000 + w}", 1, "host", 40 + w)
+    with pytest.raises(ClusterError, match="only 2 of 3 workers registered"):
+        state.wait_for_workers(0.1)

@@ -228,7 +228,11 @@ class RunDriver:
         self._print(f"run {self.state.run_id}: waiting for {s.workers} worker(s) "
                     f"(register_timeout {s.register_timeout:g}s)")
         try:
-            workers = self.state.wait_for_workers(s.register_timeout, self.stop_event.is_set)
+            # A resumed run goes on without a worker that did not come back (it may rejoin
+            # later); a tree's edges are fixed when it is configured, so it waits for all.
+            workers = self.state.wait_for_workers(
+                s.register_timeout, self.stop_event.is_set,
+                go_on_without=self.resume is not None and s.topology != "tree")
             for record in workers:
                 self._connect(record)
             if self.stop_event.is_set():
@@ -249,7 +253,7 @@ class RunDriver:
             else:
                 shards = self.shards = shard(splits.train, len(workers), seed=s.seed,
                                              mode=s.shipping)
-            self._ship(workers, shards)
+            self._ship([r for r in workers if not r.dead], shards)
             round_size = self.round_size = self._round_size(workers)
             max_rounds = self._max_rounds(workers, self.train.n_rows, round_size)
             self.layout = Layout(dim, n_features, self.train.n_rows, max_rounds, round_size,
@@ -260,9 +264,10 @@ class RunDriver:
             counts = sorted({r.threads for r in workers})
             self.worker_threads = counts[0] if len(counts) == 1 else [r.threads for r in workers]
             each = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-            self._print(f"started {len(workers)} worker(s), {s.mode} mode, {each} "
-                        f"thread(s) each, up to {max_rounds} rounds of {round_size} "
-                        "examples per thread")
+            live = sum(1 for r in workers if not r.dead)
+            self._print(f"started {live if live == len(workers) else f'{live} of {len(workers)}'}"
+                        f" worker(s), {s.mode} mode, {each} thread(s) each, up to {max_rounds} "
+                        f"rounds of {round_size} examples per thread")
             if s.mode == "async" and s.combine == "average" and s.topology != "mesh":
                 # (mesh workers keep their change whole until the peers' round arrives)
                 log.warning("combine average in async mode with topology %s: each worker "
@@ -374,7 +379,7 @@ class RunDriver:
 
     def _ship(self, workers: list[WorkerRecord], shards: list[Any]) -> None:
         s = self.settings
-        self.shipments = _parallel(lambda r: self._ship_one(r, shards[r.worker_id], len(workers)),
+        self.shipments = _parallel(lambda r: self._ship_one(r, shards[r.worker_id], len(shards)),
                                    workers)
         total = sum(x.nbytes for x in self.shipments)
         slowest = max(x.seconds for x in self.shipments)
@@ -440,18 +445,24 @@ class RunDriver:
             combine=s.combine)
 
     def _configure(self, workers: list[WorkerRecord]) -> None:
+        """Configure and start the live workers. A dead one (a resumed run that went on
+        without it) is named down to mesh peers, who take it back if it rejoins."""
         first = 1 if self.resume is None else self.resume.round + 1
+        live = [r for r in workers if not r.dead]
+        mesh = self.settings.topology == "mesh"
+        down = [r for r in workers if r.dead] if mesh else []
 
         def configure(record: WorkerRecord) -> None:
             self._call(record, "Configure", self._run_config(
-                record, workers, first_round=first, examples_base=record.examples))
+                record, live if mesh else workers, first_round=first,
+                examples_base=record.examples, down=down))
             if self.resume is not None:  # every worker starts from the checkpointed model
                 self._load_model(record)
 
-        _parallel(configure, workers)
+        _parallel(configure, live)
         start = pb.StartRequest(protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id)
         self.started_workers = True
-        _parallel(lambda r: self._call(r, "Start", start), workers)
+        _parallel(lambda r: self._call(r, "Start", start), live)
 
     def _wait_ready(self, record: WorkerRecord, timeout: float) -> None:
         """Until the worker's health says SERVING: a new process loads its kernels after it

@@ -139,9 +139,15 @@ class RunState:
             if known is not None:
                 record = self.workers[known]
                 if not record.registered:  # back after the coordinator was resumed
+                    if self.sealed:
+                        raise StaleOrUnknown(f"run {self.run_id} is over")
                     record.registered = True
                     record.hostname, record.pid = hostname, pid
                     record.threads = max(1, threads)
+                    if self.closed and not self.sealed:
+                        # Later than the resumed run waited for it: it rejoins.
+                        record.incarnation += 1
+                        self._rejoins.append(known)
                     self._lock.notify_all()
                     return known
                 if (record.hostname, record.pid) != (hostname, pid) and not verified:
@@ -166,11 +172,14 @@ class RunState:
             return worker_id
 
     def wait_for_workers(self, timeout: float,
-                         cancelled: Callable[[], bool] = lambda: False) -> list[WorkerRecord]:
+                         cancelled: Callable[[], bool] = lambda: False,
+                         go_on_without: bool = False) -> list[WorkerRecord]:
         """Block until every expected worker registered; ClusterError naming who is missing.
 
         Returns early (registration closed, fewer workers) once ``cancelled()`` is true: the
-        caller checks it again and gives up.
+        caller checks it again and gives up. ``go_on_without`` (a resumed run): once at least
+        one worker is back, the ones missing at the deadline are dropped instead (each
+        rejoins if it registers later) and every record is returned.
         """
         deadline = time.monotonic() + timeout
         with self._lock:
@@ -182,6 +191,14 @@ class RunState:
                 self._lock.wait(min(left, 0.1))
             self.closed = True
             if cancelled():
+                return list(self.workers.values())
+            missing = [r for r in self.workers.values() if not r.registered]
+            if missing and go_on_without and len(missing) < self.n_workers:
+                for r in missing:
+                    r.dead = True
+                    r.drops += 1
+                    r.dead_reason = (f"did not register again within register_timeout="
+                                     f"{timeout:g}s of the resume")
                 return list(self.workers.values())
             if self._registered() < self.n_workers:
                 have = ", ".join(f"{r.worker_id}@{r.address}" for r in self.workers.values()
@@ -268,6 +285,11 @@ class RunState:
         record = self.workers.get(worker_id)
         if record is None:
             raise StaleOrUnknown(f"unknown worker {worker_id}")
+        if not record.registered:
+            # A resumed coordinator issued this worker no key yet: whoever calls, the worker
+            # must register again (told so, it leaves the run it had and does).
+            raise StaleOrUnknown(f"worker {worker_id} has not registered with this "
+                                 "coordinator since it was resumed: register again")
         if key is not None and not same_key(key, self.worker_key(worker_id)):
             raise NotAllowed(f"the caller is not worker {worker_id}")
         return record
