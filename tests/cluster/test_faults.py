@@ -213,13 +213,8 @@ def test_a_restarted_worker_rejoins_with_its_old_id(cluster: Cluster, tmp_path: 
                                                     mode: str) -> None:
     out = tmp_path / "out"
     # Room for a new process to start and rejoin inside the budget, even on a loaded machine.
-    cluster.start(3, mode=mode, **faulty(out, time_budget=2 * BUDGET))
+    addresses, victim = _kill_worker_2_in_training(cluster, out, mode)
     assert cluster.coordinator is not None
-    addresses = _advertised(cluster)
-    cluster.coordinator.wait_for(PROGRESS_ROW, 60)
-    victim = addresses[2][0]
-    victim.proc.send_signal(signal.SIGKILL)
-    victim.wait(10)
     again = _respawn(cluster, out, mode, 2 * BUDGET, addresses, 2)
     again.wait_for(re.compile(r"registered as worker 2 of 3"), 60)
     cluster.coordinator.wait_for(re.compile(r"worker 2 rejoined at round (\d+)"), 30)
@@ -243,13 +238,8 @@ def test_a_restarted_worker_rejoins_through_the_star_relay(cluster: Cluster, tmp
     out = tmp_path / "out"
     # Async with a staleness bound, as the star cluster test runs it (see there).
     extra = {"topology": "star", **({"staleness": 2} if mode == "async" else {})}
-    cluster.start(3, mode=mode, **faulty(out, time_budget=2 * BUDGET, **extra))
+    addresses, victim = _kill_worker_2_in_training(cluster, out, mode, **extra)
     assert cluster.coordinator is not None
-    addresses = _advertised(cluster)
-    cluster.coordinator.wait_for(PROGRESS_ROW, 60)
-    victim = addresses[2][0]
-    victim.proc.send_signal(signal.SIGKILL)
-    victim.wait(10)
     cluster.coordinator.wait_for(re.compile(r"worker 2 dropped: "), 30)
     again = _respawn(cluster, out, mode, 2 * BUDGET, addresses, 2)
     cluster.coordinator.wait_for(
@@ -272,6 +262,20 @@ def test_a_restarted_worker_rejoins_through_the_star_relay(cluster: Cluster, tmp
         for wid in states:
             with np.load(out / "final_states" / f"worker-{wid}.npz") as f:
                 np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5)
+
+
+def _kill_worker_2_in_training(cluster: Cluster, out: Path, mode: str, **extra: Any
+                               ) -> tuple[dict[int, tuple[Proc, str, int]], Proc]:
+    """Three workers with a budget of 2 x BUDGET; worker 2 killed (-9) once training is
+    under way. Returns the addresses the workers advertised and the killed process."""
+    cluster.start(3, mode=mode, **faulty(out, time_budget=2 * BUDGET, **extra))
+    assert cluster.coordinator is not None
+    addresses = _advertised(cluster)
+    cluster.coordinator.wait_for(PROGRESS_ROW, 60)
+    victim = addresses[2][0]
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    return addresses, victim
 
 
 def _advertised(cluster: Cluster) -> dict[int, tuple[Proc, str, int]]:
