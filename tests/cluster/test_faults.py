@@ -264,6 +264,49 @@ def test_a_restarted_worker_rejoins_through_the_star_relay(cluster: Cluster, tmp
                 np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_restarted_interior_tree_worker_rejoins_as_a_leaf_of_the_coordinator(
+        cluster: Cluster, tmp_path: Path, mode: str) -> None:
+    """Topology tree, 4 workers, fan-out 2: worker 0 relays for 2 and 3. Killed, its children
+    re-attach to the coordinator; restarted, it comes back as one more leaf of the
+    coordinator (it used to be told to stop, and a StatefulSet restarted it again and
+    again). Its place in the tree stays routed around."""
+    out = tmp_path / "out"
+    extra = {"topology": "tree", "tree_fanout": 2, **({"staleness": 2} if mode == "async"
+                                                     else {})}
+    cluster.start(4, mode=mode, **faulty(out, time_budget=2 * BUDGET, **extra))
+    assert cluster.coordinator is not None
+    addresses = _advertised(cluster)
+    cluster.coordinator.wait_for(PROGRESS_ROW, 60)
+    victim = addresses[0][0]
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    cluster.coordinator.wait_for(re.compile(r"worker 0 dropped: "), 30)
+    again = _respawn(cluster, out, mode, 2 * BUDGET, addresses, 0)
+    cluster.coordinator.wait_for(re.compile(r"worker 0 rejoined at round \d+ .*as a leaf of "
+                                            r"the coordinator"), 60)
+    _train_on_then_stop(cluster)
+    codes = {addresses[w][0].name: 0 for w in (1, 2, 3)} | {victim.name: -signal.SIGKILL,
+                                                           again.name: 0}
+    metrics = _finished_well(cluster, out, tmp_path, mode, codes, "kill -9 + restart an "
+                             "interior worker (tree)", stop_reason="SIGTERM")
+    states = {s["worker_id"]: s for s in metrics["worker_states"]}
+    assert sorted(states) == [0, 1, 2, 3] and metrics["dropped_workers"] == []
+    relay = str(COORDINATOR_SENDER_ID)
+    # The new process talks to the coordinator only, both ways, and the run went on around
+    # it (async with a staleness bound once stalled for good after the re-attachment).
+    assert set(states[0]["applied_from"]) == {relay} and states[0]["applied_from"][relay] >= 10
+    assert states[0]["acked_by"] == {} and states[0]["acked_by_coordinator"] > 0
+    assert again.output().count("registered as worker 0") == 1, again.output()
+    if mode == "sync":
+        # It and worker 1 (outside its old subtree) applied every delta once.
+        with np.load(out / "final_states" / "global.npz") as g:
+            global_w = g["w"]
+        for wid in (0, 1):
+            with np.load(out / "final_states" / f"worker-{wid}.npz") as f:
+                np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5)
+
+
 def _kill_worker_2_in_training(cluster: Cluster, out: Path, mode: str, **extra: Any
                                ) -> tuple[dict[int, tuple[Proc, str, int]], Proc]:
     """Three workers with a budget of 2 x BUDGET; worker 2 killed (-9) once training is

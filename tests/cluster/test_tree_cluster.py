@@ -73,16 +73,27 @@ def test_tree_reaches_the_mesh_accuracy(mode: str, extra: dict[str, Any],
         assert 2 * N * rounds <= sent <= 2 * N * (rounds + 2), (sent, rounds)
 
 
-def _killed(tmp_path: Path, cluster: Cluster, victim: int) -> tuple[Path, dict[int, Any]]:
+def _killed(tmp_path: Path, cluster: Cluster, victim: int, mode: str = "sync",
+            **extra: Any) -> tuple[Path, dict[int, Any]]:
     out = tmp_path / "out"
-    cluster.start(N, mode="sync", topology="tree", **reuters_settings(
+    cluster.start(N, mode=mode, topology="tree", **reuters_settings(
         out, epochs=1_000_000, time_budget=6, barrier_timeout=2, rpc_timeout=5,
-        eval_interval=0.3, tree_fanout=K))
+        eval_interval=0.3, tree_fanout=K, **extra))
     assert cluster.coordinator is not None
     ids = cluster.worker_ids(120)
     cluster.coordinator.wait_for(PROGRESS_ROW, 300)  # training is under way
     ids[victim].proc.send_signal(signal.SIGKILL)
     return out, ids
+
+
+def _round_at_drop(cluster: Cluster, victim: int) -> int:
+    """The global model's round when the coordinator learnt of the death (the last progress
+    row before it said so), from its output once it has exited."""
+    assert cluster.coordinator is not None
+    lines = cluster.coordinator.output().splitlines()
+    drop = next(i for i, line in enumerate(lines) if f"worker {victim} dropped: " in line)
+    return max((int(m.group(1)) for line in lines[:drop]
+                if (m := PROGRESS_ROW.search(line.partition("] ")[2]))), default=0)
 
 
 def _finished_without(tmp_path: Path, cluster: Cluster, victim: int
@@ -115,6 +126,10 @@ def test_tree_sync_run_re_attaches_the_children_of_a_killed_interior_node(
         cluster: Cluster, tmp_path: Path) -> None:
     victim = 0  # relays for workers 2 and 3, which re-attach to the coordinator
     out, ids, metrics = _finished_without(tmp_path, cluster, victim)
+    # It went on around the dead worker. (It once could stall for good: the dead worker
+    # had the coordinator's round and died with it queued for its children, who then waited
+    # for that round while the coordinator waited for their next one.)
+    assert metrics["rounds"] >= _round_at_drop(cluster, victim) + 20
     states = {s["worker_id"]: s for s in metrics["worker_states"]}
     assert sorted(states) == [1, 2, 3]
     for orphan in (2, 3):
@@ -132,3 +147,21 @@ def test_tree_sync_run_re_attaches_the_children_of_a_killed_interior_node(
     _assert_all_equal_global(out, [1], tol=1e-5)
     for orphan in (2, 3):
         assert np.isfinite(states[orphan]["max_abs_diff_to_global"])
+
+
+def test_tree_async_run_with_a_staleness_bound_goes_on_after_an_interior_node_dies(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """The orphans wait (staleness) for their new parent, the coordinator, whose aggregates
+    vouch for the smallest round of its children, the orphans included: each side waited for
+    the other's next message and the run stalled for good at the death. A new edge's first
+    message now goes at once, and the relay sends an empty aggregate when only its round moves."""
+    out, ids = _killed(tmp_path, cluster, 0, mode="async", staleness=2)
+    assert cluster.coordinator is not None
+    assert cluster.coordinator.wait(120) == 0, cluster.output()
+    at_drop = _round_at_drop(cluster, 0)
+    for wid, proc in ids.items():
+        if wid != 0:
+            assert proc.wait(30) == 0, cluster.output()
+    metrics = read_metrics(out)
+    assert metrics["dropped_workers"] == [0] and metrics["stop_reason"] == "time budget"
+    assert metrics["rounds"] >= at_drop + 20, (at_drop, metrics["rounds"])

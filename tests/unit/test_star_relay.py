@@ -11,6 +11,7 @@ import numpy as np
 
 from hogwild.coordinator.relay import StarRelay
 from hogwild.coordinator.state import RunState
+from hogwild.coordinator.tree_root import TreeRoot
 from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
 from hogwild.worker.sender import Destination, OutgoingDelta
 
@@ -187,3 +188,87 @@ def test_a_worker_taken_back_gets_exactly_what_its_model_lacks(monkeypatch: Any)
         assert state.workers[2].dead
     finally:
         relay.close()
+
+
+def test_async_an_empty_aggregate_carries_a_round_that_moved_alone(monkeypatch: Any) -> None:
+    """Workers bounded by staleness wait for the round the aggregates vouch for; when it
+    moves with nothing to pass on (empty deltas), an empty aggregate says so."""
+    sent: dict[int, list[OutgoingDelta]] = {w: [] for w in range(2)}
+
+    def capture(self: Destination, delta: OutgoingDelta) -> None:
+        sent[self.dest_id].append(delta)
+
+    monkeypatch.setattr(Destination, "put_delta", capture)
+    state = RunState(2)
+    for w in range(2):
+        state.register(f"127.0.0.1:{9 + w}", 1)
+    state.start_model(DIM)
+    relay = StarRelay(state, {w: f"127.0.0.1:{9 + w}" for w in range(2)}, DIM, "async",
+                      barrier_timeout=30.0, rpc_timeout=1.0, chunk_bytes=1 << 20,
+                      open_channel=lambda wid, address: grpc.insecure_channel(address),
+                      period=0.01)
+    relay.start()
+    try:
+        _delta(state, 0, 1, 4, [], [])
+        time.sleep(0.1)
+        assert sent == {0: [], 1: []}    # worker 1 is at round 0: the round did not move
+        _delta(state, 1, 1, 3, [], [])
+        _wait(sent, 1)
+        assert [(d.round, d.indices.shape[0]) for d in sent[0]] == [(3, 0)]
+        time.sleep(0.1)
+        assert len(sent[0]) == 1         # said once
+    finally:
+        relay.close()
+
+
+def test_a_tree_root_takes_a_worker_back_as_its_leaf(monkeypatch: Any) -> None:
+    """Tree, 4 workers, fan-out 2 (the root's children 0 and 1; 2 and 3 below 0). Worker 0
+    dies with a sum still pending at the root; 2 and 3 are adopted; 0 registers again and
+    becomes one more leaf of the root. Its old sum still goes to 1 but not back to 2 and 3
+    (it came from their side); its new deltas go to everyone; it gets everything new."""
+    sent: dict[int, list[OutgoingDelta]] = {w: [] for w in range(4)}
+
+    def capture(self: Destination, delta: OutgoingDelta) -> None:
+        sent[self.dest_id].append(delta)
+
+    monkeypatch.setattr(Destination, "put_delta", capture)
+    state = RunState(4)
+    for w in range(4):
+        state.register(f"127.0.0.1:{9 + w}", 1)
+    state.start_model(DIM)
+    state.tree_fanout = 2
+    root = TreeRoot(state, {w: f"127.0.0.1:{9 + w}" for w in range(4)}, DIM, "sync",
+                    barrier_timeout=30.0, rpc_timeout=1.0, chunk_bytes=1 << 20,
+                    open_channel=lambda wid, address: grpc.insecure_channel(address),
+                    fanout=2)
+    root.start()
+    try:
+        _delta(state, 0, 1, 1, [0], [1.0])       # 0's subtree (0, 2, 3), round 1
+        _delta(state, 1, 1, 1, [1], [2.0])
+        _wait({w: sent[w] for w in (0, 1)}, 1)
+        _delta(state, 0, 2, 2, [2], [4.0])       # pending when 0 dies
+        state.mark_dead(0, "killed")
+        first, model = root.take_back(0, first_round=99)
+        assert first == 2 and 0 in state.detached and not state.workers[0].dead
+        root.release(0, "127.0.0.1:9")
+        _delta(state, 0, 1, 2, [3], [8.0])       # its new incarnation, round 2
+        _delta(state, 1, 2, 2, [4], [16.0])
+        _delta(state, 2, 1, 2, [5], [32.0])      # adopted: below a worker now dead
+        _delta(state, 3, 1, 2, [6], [64.0])
+        _wait(sent, 1)
+        _wait({w: sent[w] for w in (0, 1)}, 2)
+        got = {w: _dense(sent[w][-1]) for w in range(4)}
+        assert all(sent[w][-1].round == 2 for w in range(4))
+        np.testing.assert_array_equal(got[0][[2, 3, 4, 5, 6]], [0, 0, 16, 32, 64])
+        np.testing.assert_array_equal(got[1][[2, 3, 4, 5, 6]], [4, 8, 0, 32, 64])
+        np.testing.assert_array_equal(got[2][[2, 3, 4, 5, 6]], [0, 8, 16, 0, 64])
+        np.testing.assert_array_equal(got[3][[2, 3, 4, 5, 6]], [0, 8, 16, 32, 0])
+        # The worker taken back: its model + its own + what it got is the global model.
+        mine = model.copy()
+        mine[3] += 8.0
+        np.testing.assert_array_equal(mine + got[0], state.model_copy())
+        # A report from an old neighbour (it still routes around 0) does not drop it.
+        state.peer_down(state.run_id, 2, 0, 2, "silent", key=state.worker_key(2))
+        assert not state.workers[0].dead
+    finally:
+        root.close()

@@ -247,3 +247,22 @@ def test_re_attachment_around_a_dead_interior_worker_keeps_the_sums_exact() -> N
         expect[[1 + (r - 1) * n + w for w in (1, 2, 3, 4)]] = 1.0
     expect[0] = 2 * 15 + 2 * (2 + 3 + 4 + 5)
     np.testing.assert_array_equal(root.model, expect)
+
+
+def test_a_new_edge_is_greeted_at_once_with_what_is_owed_and_the_round() -> None:
+    """async: after a re-attachment the first message on the new edge goes at once, empty
+    if nothing is owed, so a staleness bound at the other end sees this node's round."""
+    links = TreeLinks([0, 7])
+    links.own(np.array([1], dtype=np.int32), np.array([2.0], dtype=np.float32))
+    # The parent died before it got the own delta; the coordinator replaces it, owed what
+    # 0 never got (adopted first, as the node does, then 0 is forgotten).
+    links.adopt(COORDINATOR, [0])
+    links.remove(0)
+    first = links.greet(COORDINATOR, 12)
+    assert (first.neighbour, first.round, first.final) == (COORDINATOR, 12, False)
+    np.testing.assert_array_equal(first.indices, [1])
+    np.testing.assert_array_equal(first.values, [2.0])
+    assert links.greet(7, 12).indices.shape == (1,)  # 7 was owed the own delta too
+    again = links.greet(7, 12)           # nothing owed now: still a message, with the round
+    assert again.round == 12 and again.indices.shape == (0,)
+    assert links.greet(COORDINATOR, 3).round == 12  # a label never goes back

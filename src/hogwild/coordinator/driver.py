@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import sys
@@ -415,9 +414,11 @@ class RunDriver:
 
     def _run_config(self, record: WorkerRecord, peers: list[WorkerRecord],
                     first_round: int = 1, examples_base: int = 0,
-                    down: list[WorkerRecord] | None = None) -> pb.RunConfig:
+                    down: list[WorkerRecord] | None = None,
+                    topology: str | None = None) -> pb.RunConfig:
         """``down``: peers dead now, named all the same (mesh) so that the worker takes
-        them back when they rejoin (its PeerJoined refuses a worker that is no peer)."""
+        them back when they rejoin (its PeerJoined refuses a worker that is no peer).
+        ``topology``: this worker's, if not the run's (a tree's worker taken back: star)."""
         s, lay, keys = self.settings, self.layout, self.state.keys
         down_ids = {r.worker_id for r in down or []}
         replicate = s.shipping == "replicate"
@@ -441,7 +442,8 @@ class RunDriver:
             binary_features=self.spec.binary_features, deep_lr_scale=s.deep_lr_scale,
             first_round=first_round, examples_base=examples_base,
             delta_threshold=s.delta_threshold, delta_topk=s.delta_topk,
-            delta_dtype=s.delta_dtype, topology=s.topology, tree_fanout=s.tree_fanout,
+            delta_dtype=s.delta_dtype, topology=topology or s.topology,
+            tree_fanout=s.tree_fanout,
             combine=s.combine)
 
     def _configure(self, workers: list[WorkerRecord]) -> None:
@@ -517,17 +519,6 @@ class RunDriver:
         may differ from the global model by those (reported as max_abs_diff_to_global).
         """
         record = self.state.workers[wid]
-        if self.settings.topology == "tree":
-            # Its neighbours re-attached around it for good: it is told to stop.
-            self._print(f"worker {wid} registered again; topology tree does not take a worker "
-                        "back: told to stop")
-            self.state.mark_dead(wid, "registered again (topology tree: no rejoin)")
-            self._connect(record)
-            with contextlib.suppress(ClusterError):
-                self._call(record, "Stop", pb.StopRequest(
-                    protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
-                    reason="topology tree does not take a worker back"))
-            return
         try:
             self._connect(record)
             self._wait_ready(record, self.settings.register_timeout)
@@ -541,8 +532,11 @@ class RunDriver:
                 # takes it back then. Star: no peer traffic (and its averaging counts the peers).
                 down = dead if self.settings.topology == "mesh" else []
                 round_ = self.state.max_round()
+                # Tree: its neighbours re-attached around it for good; it comes back as a
+                # leaf of the coordinator, which is a star worker's place.
                 config = self._run_config(record, peers, first_round=round_ + 1,
-                                          examples_base=record.examples, down=down)
+                                          examples_base=record.examples, down=down,
+                                          topology="star" if self.relay else None)
                 self._call(record, "Configure", config)
                 if self.relay is not None:
                     self._rejoin_star(record, round_ + 1, self.relay)
@@ -580,8 +574,10 @@ class RunDriver:
         relay.release(wid, record.address)
         self._call(record, "Start", pb.StartRequest(
             protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id, first_round=first))
+        how = ("as a leaf of the coordinator: its place in the tree stays routed around"
+               if self.settings.topology == "tree" else "through the star relay")
         self._print(f"worker {wid} rejoined at round {first} (incarnation "
-                    f"{record.incarnation}, through the star relay)")
+                    f"{record.incarnation}, {how})")
 
     def _announce_drops(self) -> None:
         """Say once that a worker was dropped, and why."""

@@ -64,6 +64,7 @@ class StarRelay:
         self._final: dict[int, bool] = dict.fromkeys(workers, False)
         self._examples: dict[int, int] = dict.fromkeys(workers, 0)
         self._sent_round = 0
+        self._sent_label = 0                    # highest round an aggregate was labelled
         self._first_delta: float | None = None  # silence is counted from the first delta
         self._done = False
         self.aggregates = 0          # aggregate deltas queued (one per live worker per send)
@@ -77,6 +78,9 @@ class StarRelay:
         # one that arrived first would be discarded with the deltas the model holds).
         self._parked: dict[int, OutgoingDelta] = {}
         self._generation: dict[int, int] = {}  # of each worker's destination
+        # Tree: what a worker taken back had sent before it died and the relay has yet to
+        # pass on (its old subtree's sums), apart from what its new incarnation sends.
+        self._ghosts: dict[int, Sparse] = {}
         self.destinations = {wid: self._destination(wid, address)
                              for wid, address in workers.items()}
         self._thread = threading.Thread(target=self._run, name="star-relay", daemon=True)
@@ -136,7 +140,11 @@ class StarRelay:
                         if not all(self._final[w] or self._round[w] >= target for w in live):
                             self._drop_silent(live)
                             continue
-                    elif not all_final and not any(self._pending[w][0].size for w in live):
+                    elif not all_final and not any(self._pending[w][0].size for w in live) \
+                            and min((self._round[w] for w in live), default=0) <= self._sent_label:
+                        # async: nothing to pass on, and the round the aggregates vouch for
+                        # has not moved (when it has, an empty aggregate carries it: workers
+                        # bounded by staleness may be waiting for that alone)
                         continue
                     self._send(live, all_final)
                     if all_final:
@@ -163,16 +171,16 @@ class StarRelay:
         A dead worker's last deltas count too: the global model took them, so the live
         workers must as well to stay equal to it."""
         total = _EMPTY
-        for pending in self._pending.values():
+        for pending in [*self._pending.values(), *self._ghosts.values()]:
             total = merge_sparse(*total, *pending)
         rounds = [self._round[w] for w in live]
         round_ = self._sent_round + 1 if self.mode == "sync" else min(rounds, default=0)
         round_ = max(round_, 0)
+        self._sent_label = max(self._sent_label, round_)
         examples = sum(self._examples.values())
         for wid in live:
             idx, val = total
-            for sender in self._own_side(wid):
-                own_idx, own_val = self._pending[sender]
+            for own_idx, own_val in self._own_side(wid):
                 idx, val = merge_sparse(idx, val, own_idx, -own_val)
             if wid in self._known:
                 upto, (known_idx, known_val) = self._known[wid]
@@ -189,13 +197,14 @@ class StarRelay:
             self.aggregates += 1
         for wid in self._pending:
             self._pending[wid] = _EMPTY
+        self._ghosts.clear()
         if self.mode == "sync":
             self._sent_round = round_
 
-    def _own_side(self, wid: int) -> list[int]:
-        """Whose pending deltas ``wid`` has already: its own (a tree root: also those of the
-        dead workers its subtree came from)."""
-        return [wid]
+    def _own_side(self, wid: int) -> list[Sparse]:
+        """The pending sums ``wid`` has already: its own (a tree root: also those of the dead
+        workers its subtree came from)."""
+        return [self._pending[wid]]
 
     def _encode(self, indices: npt.NDArray[np.int32], values: npt.NDArray[np.floating[Any]],
                 round_: int, final: bool, examples: int) -> list[Any]:
@@ -225,7 +234,7 @@ class StarRelay:
             # Everything pending was in the model before this copy; its own part is left
             # out of its aggregates anyway.
             known = _EMPTY
-            for sender, pending in self._pending.items():
+            for sender, pending in [*self._pending.items(), *self._ghosts.items()]:
                 if sender != wid:
                     known = merge_sparse(*known, *pending)
             self._known[wid] = (version, known)

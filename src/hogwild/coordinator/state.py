@@ -111,6 +111,9 @@ class RunState:
         # Topology tree: its fan-out. Deltas come only from the coordinator's children:
         # workers whose heap ancestors are all dead (none, at first, for 0..k-1).
         self.tree_fanout: int | None = None
+        # Topology tree: workers taken back as leaves of the coordinator. Their heap places
+        # stay routed around: the layout counts them dead, the run does not.
+        self.detached: set[int] = set()
 
     # ---------------------------------------------------------------- registration
 
@@ -245,6 +248,11 @@ class RunState:
             taken, self._rejoins = self._rejoins, []
             return taken
 
+    def detach(self, worker_id: int) -> None:
+        """Topology tree: ``worker_id`` comes back as a leaf of the coordinator."""
+        with self._lock:
+            self.detached.add(worker_id)
+
     def rejoined(self, worker_id: int, round_: int) -> None:
         """A worker is back in the run from after ``round_``."""
         with self._lock:
@@ -307,9 +315,9 @@ class RunState:
                 raise StaleOrUnknown("delta received before the run started")
             if self.sealed:
                 raise StaleOrUnknown("delta received after the run ended")
-            if self.tree_fanout is not None:
+            if self.tree_fanout is not None and h.worker_id not in self.detached:
                 above = [a for a in ancestors(h.worker_id, self.tree_fanout)
-                         if not self.workers[a].dead]
+                         if not self.workers[a].dead and a not in self.detached]
                 if above:
                     raise StaleOrUnknown(f"worker {h.worker_id} is not a child of the "
                                          f"coordinator in the tree (worker {above[0]} is its "
@@ -370,8 +378,11 @@ class RunState:
             reason = reason[:MAX_REASON_LENGTH]
             if len(self.peer_reports) < MAX_PEER_REPORTS:
                 self.peer_reports.append((reporter, peer, round_, reason))
-            # In a tree a finished worker still relays: its loss matters until the end.
-            if not record.dead and (not record.done or self.tree_fanout is not None):
+            # In a tree a finished worker still relays: its loss matters until the end. A
+            # worker taken back as the coordinator's leaf is dead to its old neighbours by
+            # design: their reports do not drop it (the relay watches it).
+            if (not record.dead and peer not in self.detached
+                    and (not record.done or self.tree_fanout is not None)):
                 record.dead = True
                 record.drops += 1
                 record.dead_reason = f"reported by worker {reporter} at round {round_}: {reason}"

@@ -256,8 +256,11 @@ class WorkerNode:
         if plan.topology == "star":
             # The only sender of deltas is the coordinator, under its own id and key.
             if worker_id != COORDINATOR_SENDER_ID:
-                raise StaleOrUnknown(f"worker {worker_id}: topology star takes deltas from "
-                                     "the coordinator only")
+                # Nobody else sends in a star. A tree's worker taken back as a leaf of the
+                # coordinator hears from its old neighbours until they drop it: UNAVAILABLE
+                # makes them do so (FAILED_PRECONDITION would tell them they were dropped).
+                raise NotReady(f"worker {worker_id}: this worker takes deltas from the "
+                               "coordinator only")
             if not same_key(key, self.coordinator_key):
                 raise NotAllowed("the caller is not this worker's coordinator")
             return
@@ -317,6 +320,7 @@ class WorkerNode:
             for w in fresh:
                 self._drop_peer(w, self.rounds, reason)
             tree, k = self.tree, plan.tree_fanout
+            before = set(tree.neighbours)
             now = self._tree_neighbours(plan)
             gone = [x for x in tree.neighbours if x not in now]
             fresh_dests: dict[int, Destination] = {}
@@ -336,6 +340,10 @@ class WorkerNode:
                 # A new dict, so a thread iterating the old one is not disturbed.
                 self.destinations = {**{d: v for d, v in self.destinations.items()
                                         if d not in gone}, **fresh_dests}
+                if plan.mode == "async":
+                    for y in now:
+                        if y not in before:  # a new edge: see TreeLinks.greet
+                            self._tree_put(tree.greet(y, self.rounds))
         for dest in stale:
             dest.abandon()
         up = live_parent(plan.worker_id, k, self.tree_dead)

@@ -250,6 +250,16 @@ class TreeLinks:
             out.append(Flush(nbr, label, False, idx, val))
         return out
 
+    def greet(self, nbr: int, own_round: int) -> Flush:
+        """async: the first message on a new edge, at once and even if nothing is owed: the
+        round it vouches for lets a staleness bound at the other end go on (that end may be
+        waiting for it while this node's own bound waits for that end: neither reaches a
+        round boundary, where messages are otherwise due)."""
+        idx, val = self.take(nbr)
+        label = max(own_round, self.sent_round[nbr])
+        self.sent_round[nbr] = label
+        return Flush(nbr, label, False, idx, val)
+
     def settled(self, peers: Mapping[int, _Status]) -> bool:
         """Every neighbour sent its final (or was dropped) and got this node's final."""
         return all(nbr in self.closed and (nbr not in peers or peers[nbr].settled)
