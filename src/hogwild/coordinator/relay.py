@@ -14,6 +14,7 @@ When every live worker has sent its final delta, the last aggregate goes out mar
 A worker that registers again (restarted, or refused after a freeze) is taken back: it gets
 the global model, a new destination, and aggregates that leave out what that model held
 already (each delta the relay is told of comes with the model's version once it was in).
+
 Aggregates are Delta messages under :data:`COORDINATOR_SENDER_ID`, sent with the
 coordinator's own credentials and sender keys through one :class:`Destination` per worker
 (its own sequence numbers, retries, float32 rounding carried to the next aggregate).

@@ -112,7 +112,8 @@ class RunState:
         # workers whose heap ancestors are all dead (none, at first, for 0..k-1).
         self.tree_fanout: int | None = None
         # Topology tree: workers taken back as leaves of the coordinator. Their heap places
-        # stay routed around: the layout counts them dead, the run does not.
+        # stay routed around: the layout counts them dead, the run does not. Added under
+        # this lock and the tree root's; read under either.
         self.detached: set[int] = set()
 
     # ---------------------------------------------------------------- registration
