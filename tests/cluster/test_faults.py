@@ -213,7 +213,7 @@ def test_a_restarted_worker_rejoins_with_its_old_id(cluster: Cluster, tmp_path: 
                                                     mode: str) -> None:
     out = tmp_path / "out"
     # Room for a new process to start and rejoin inside the budget, even on a loaded machine.
-    addresses, victim = _kill_worker_2_in_training(cluster, out, mode)
+    addresses, victim = _kill_in_training(cluster, out, mode)
     assert cluster.coordinator is not None
     again = _respawn(cluster, out, mode, 2 * BUDGET, addresses, 2)
     again.wait_for(re.compile(r"registered as worker 2 of 3"), 60)
@@ -238,7 +238,7 @@ def test_a_restarted_worker_rejoins_through_the_star_relay(cluster: Cluster, tmp
     out = tmp_path / "out"
     # Async with a staleness bound, as the star cluster test runs it (see there).
     extra = {"topology": "star", **({"staleness": 2} if mode == "async" else {})}
-    addresses, victim = _kill_worker_2_in_training(cluster, out, mode, **extra)
+    addresses, victim = _kill_in_training(cluster, out, mode, **extra)
     assert cluster.coordinator is not None
     cluster.coordinator.wait_for(re.compile(r"worker 2 dropped: "), 30)
     again = _respawn(cluster, out, mode, 2 * BUDGET, addresses, 2)
@@ -274,13 +274,8 @@ def test_a_restarted_interior_tree_worker_rejoins_as_a_leaf_of_the_coordinator(
     out = tmp_path / "out"
     extra = {"topology": "tree", "tree_fanout": 2, **({"staleness": 2} if mode == "async"
                                                      else {})}
-    cluster.start(4, mode=mode, **faulty(out, time_budget=2 * BUDGET, **extra))
+    addresses, victim = _kill_in_training(cluster, out, mode, n=4, victim=0, **extra)
     assert cluster.coordinator is not None
-    addresses = _advertised(cluster)
-    cluster.coordinator.wait_for(PROGRESS_ROW, 60)
-    victim = addresses[0][0]
-    victim.proc.send_signal(signal.SIGKILL)
-    victim.wait(10)
     cluster.coordinator.wait_for(re.compile(r"worker 0 dropped: "), 30)
     again = _respawn(cluster, out, mode, 2 * BUDGET, addresses, 0)
     cluster.coordinator.wait_for(re.compile(r"worker 0 rejoined at round \d+ .*as a leaf of "
@@ -307,18 +302,18 @@ def test_a_restarted_interior_tree_worker_rejoins_as_a_leaf_of_the_coordinator(
                 np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5)
 
 
-def _kill_worker_2_in_training(cluster: Cluster, out: Path, mode: str, **extra: Any
-                               ) -> tuple[dict[int, tuple[Proc, str, int]], Proc]:
-    """Three workers with a budget of 2 x BUDGET; worker 2 killed (-9) once training is
-    under way. Returns the addresses the workers advertised and the killed process."""
-    cluster.start(3, mode=mode, **faulty(out, time_budget=2 * BUDGET, **extra))
+def _kill_in_training(cluster: Cluster, out: Path, mode: str, n: int = 3, victim: int = 2,
+                      **extra: Any) -> tuple[dict[int, tuple[Proc, str, int]], Proc]:
+    """``n`` workers with a budget of 2 x BUDGET; worker ``victim`` killed (-9) once training
+    is under way. Returns the addresses the workers advertised and the killed process."""
+    cluster.start(n, mode=mode, **faulty(out, time_budget=2 * BUDGET, **extra))
     assert cluster.coordinator is not None
     addresses = _advertised(cluster)
     cluster.coordinator.wait_for(PROGRESS_ROW, 60)
-    victim = addresses[2][0]
-    victim.proc.send_signal(signal.SIGKILL)
-    victim.wait(10)
-    return addresses, victim
+    proc = addresses[victim][0]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    return addresses, proc
 
 
 def _advertised(cluster: Cluster) -> dict[int, tuple[Proc, str, int]]:

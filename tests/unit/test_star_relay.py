@@ -27,9 +27,7 @@ def _delta(state: RunState, wid: int, seq: int, round_: int, idx: list[int],
 
 
 def _relay(state: RunState) -> tuple[StarRelay, dict[int, list[OutgoingDelta]]]:
-    relay = StarRelay(state, {w: f"127.0.0.1:{9 + w}" for w in range(3)}, DIM, "sync",
-                      barrier_timeout=30.0, rpc_timeout=1.0, chunk_bytes=1 << 20,
-                      open_channel=lambda wid, address: grpc.insecure_channel(address))
+    relay = _new_relay(StarRelay, state, "sync")
     sent: dict[int, list[OutgoingDelta]] = {w: [] for w in range(3)}
     for wid, dest in relay.destinations.items():
         # Capture instead of sending (nothing listens at these addresses).
@@ -37,6 +35,33 @@ def _relay(state: RunState) -> tuple[StarRelay, dict[int, list[OutgoingDelta]]]:
             sent[wid].append(delta)
         dest.put_delta = capture  # type: ignore[method-assign]
     return relay, sent
+
+
+def _capture_sends(monkeypatch: Any, n: int) -> dict[int, list[OutgoingDelta]]:
+    """What every destination is given, by worker, instead of sending it."""
+    sent: dict[int, list[OutgoingDelta]] = {w: [] for w in range(n)}
+
+    def capture(self: Destination, delta: OutgoingDelta) -> None:
+        sent[self.dest_id].append(delta)
+
+    monkeypatch.setattr(Destination, "put_delta", capture)
+    return sent
+
+
+def _started_state(n: int) -> RunState:
+    state = RunState(n)
+    for w in range(n):
+        state.register(f"127.0.0.1:{9 + w}", 1)
+    state.start_model(DIM)
+    return state
+
+
+def _new_relay(kind: type[StarRelay], state: RunState, mode: str, **extra: Any) -> StarRelay:
+    """A relay (star, or a tree root with ``fanout``) over every worker of ``state``."""
+    n = len(state.workers)
+    return kind(state, {w: f"127.0.0.1:{9 + w}" for w in range(n)}, DIM, mode,
+                barrier_timeout=30.0, rpc_timeout=1.0, chunk_bytes=1 << 20,
+                open_channel=lambda wid, address: grpc.insecure_channel(address), **extra)
 
 
 def _wait(sent: dict[int, list[Any]], count: int) -> None:
@@ -127,19 +152,9 @@ def test_a_worker_taken_back_gets_exactly_what_its_model_lacks(monkeypatch: Any)
     relay has not passed on yet (one of them told to the relay only after the copy): its
     aggregates leave those out, wait until it holds the model, and its model plus its own
     deltas plus its aggregates is the coordinator's model."""
-    sent: dict[int, list[OutgoingDelta]] = {w: [] for w in range(3)}
-
-    def capture(self: Destination, delta: OutgoingDelta) -> None:
-        sent[self.dest_id].append(delta)
-
-    monkeypatch.setattr(Destination, "put_delta", capture)
-    state = RunState(3)
-    for w in range(3):
-        state.register(f"127.0.0.1:{9 + w}", 1)
-    state.start_model(DIM)
-    relay = StarRelay(state, {w: f"127.0.0.1:{9 + w}" for w in range(3)}, DIM, "sync",
-                      barrier_timeout=30.0, rpc_timeout=1.0, chunk_bytes=1 << 20,
-                      open_channel=lambda wid, address: grpc.insecure_channel(address))
+    sent = _capture_sends(monkeypatch, 3)
+    state = _started_state(3)
+    relay = _new_relay(StarRelay, state, "sync")
     relay.start()
     try:
         for w in range(3):
@@ -193,20 +208,9 @@ def test_a_worker_taken_back_gets_exactly_what_its_model_lacks(monkeypatch: Any)
 def test_async_an_empty_aggregate_carries_a_round_that_moved_alone(monkeypatch: Any) -> None:
     """Workers bounded by staleness wait for the round the aggregates vouch for; when it
     moves with nothing to pass on (empty deltas), an empty aggregate says so."""
-    sent: dict[int, list[OutgoingDelta]] = {w: [] for w in range(2)}
-
-    def capture(self: Destination, delta: OutgoingDelta) -> None:
-        sent[self.dest_id].append(delta)
-
-    monkeypatch.setattr(Destination, "put_delta", capture)
-    state = RunState(2)
-    for w in range(2):
-        state.register(f"127.0.0.1:{9 + w}", 1)
-    state.start_model(DIM)
-    relay = StarRelay(state, {w: f"127.0.0.1:{9 + w}" for w in range(2)}, DIM, "async",
-                      barrier_timeout=30.0, rpc_timeout=1.0, chunk_bytes=1 << 20,
-                      open_channel=lambda wid, address: grpc.insecure_channel(address),
-                      period=0.01)
+    sent = _capture_sends(monkeypatch, 2)
+    state = _started_state(2)
+    relay = _new_relay(StarRelay, state, "async", period=0.01)
     relay.start()
     try:
         _delta(state, 0, 1, 4, [], [])
@@ -226,21 +230,11 @@ def test_a_tree_root_takes_a_worker_back_as_its_leaf(monkeypatch: Any) -> None:
     dies with a sum still pending at the root; 2 and 3 are adopted; 0 registers again and
     becomes one more leaf of the root. Its old sum still goes to 1 but not back to 2 and 3
     (it came from their side); its new deltas go to everyone; it gets everything new."""
-    sent: dict[int, list[OutgoingDelta]] = {w: [] for w in range(4)}
-
-    def capture(self: Destination, delta: OutgoingDelta) -> None:
-        sent[self.dest_id].append(delta)
-
-    monkeypatch.setattr(Destination, "put_delta", capture)
-    state = RunState(4)
-    for w in range(4):
-        state.register(f"127.0.0.1:{9 + w}", 1)
-    state.start_model(DIM)
+    sent = _capture_sends(monkeypatch, 4)
+    state = _started_state(4)
     state.tree_fanout = 2
-    root = TreeRoot(state, {w: f"127.0.0.1:{9 + w}" for w in range(4)}, DIM, "sync",
-                    barrier_timeout=30.0, rpc_timeout=1.0, chunk_bytes=1 << 20,
-                    open_channel=lambda wid, address: grpc.insecure_channel(address),
-                    fanout=2)
+    root = _new_relay(TreeRoot, state, "sync", fanout=2)
+    assert isinstance(root, TreeRoot)
     root.start()
     try:
         _delta(state, 0, 1, 1, [0], [1.0])       # 0's subtree (0, 2, 3), round 1
