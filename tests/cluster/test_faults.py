@@ -311,7 +311,7 @@ def _kill_in_training(cluster: Cluster, out: Path, mode: str, n: int = 3, victim
     addresses = _advertised(cluster)
     cluster.coordinator.wait_for(PROGRESS_ROW, 60)
     proc = addresses[victim][0]
-    proc.send_signal(signal.SIGKILL)
+    proc.proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     return addresses, proc
 

@@ -393,3 +393,19 @@ def test_a_down_peer_outside_a_mesh_is_refused(worker_server: WorkerServer) -> N
         _configure_with_a_down_peer(worker_server, topology="star")
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "peers" in (info.value.details() or "")
+
+
+def test_a_refused_progress_report_sends_the_worker_to_register_again(
+        worker_server: WorkerServer) -> None:
+    """A worker held back by its staleness bound sends the coordinator nothing but progress
+    reports: a resumed coordinator it has not registered with refuses those, and that must
+    send it back to register (it once trained on, and the resumed run waited in vain)."""
+    node = _configured_async(worker_server).node
+    node._on_rejected(COORDINATOR_ID, "ReportProgress", grpc.StatusCode.PERMISSION_DENIED,
+                      "the caller is not worker 0")
+    assert node.rejoin_reason is None  # not a sign of a coordinator that forgot it
+    node._on_rejected(COORDINATOR_ID, "ReportProgress", grpc.StatusCode.FAILED_PRECONDITION,
+                      "worker 0 has not registered with this coordinator since it was "
+                      "resumed: register again")
+    assert node.rejoin_reason is not None and "ReportProgress" in node.rejoin_reason
+    assert node.abandoned and node.stop_requested.is_set()

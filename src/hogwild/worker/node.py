@@ -1169,7 +1169,11 @@ class WorkerNode:
     def _on_rejected(self, dest_id: int, rpc: str, code: grpc.StatusCode, details: str) -> None:
         """A peer or the coordinator no longer counts this worker as a member of the run
         (it was dropped, e.g. while frozen): leave, register again, resynchronise."""
-        if code != grpc.StatusCode.FAILED_PRECONDITION or rpc not in ("PushDelta", "Heartbeat"):
+        # A progress report refused too: a worker held back by its staleness bound sends
+        # the coordinator nothing else (a resumed coordinator that it never re-registered
+        # with waited for it in vain).
+        if code != grpc.StatusCode.FAILED_PRECONDITION or rpc not in (
+                "PushDelta", "Heartbeat", "ReportProgress"):
             return
         with self._cond:
             running = self.phase == Phase.RUNNING
