@@ -252,7 +252,8 @@ class RunDriver:
             else:
                 shards = self.shards = shard(splits.train, len(workers), seed=s.seed,
                                              mode=s.shipping)
-            self._ship([r for r in workers if not r.dead], shards)
+            live = [r for r in workers if not r.dead]  # a resumed run may go on without some
+            self._ship(live, shards)
             round_size = self.round_size = self._round_size(workers)
             max_rounds = self._max_rounds(workers, self.train.n_rows, round_size)
             self.layout = Layout(dim, n_features, self.train.n_rows, max_rounds, round_size,
@@ -263,10 +264,10 @@ class RunDriver:
             counts = sorted({r.threads for r in workers})
             self.worker_threads = counts[0] if len(counts) == 1 else [r.threads for r in workers]
             each = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-            live = sum(1 for r in workers if not r.dead)
-            self._print(f"started {live if live == len(workers) else f'{live} of {len(workers)}'}"
-                        f" worker(s), {s.mode} mode, {each} thread(s) each, up to {max_rounds} "
-                        f"rounds of {round_size} examples per thread")
+            started = (str(len(live)) if len(live) == len(workers)
+                       else f"{len(live)} of {len(workers)}")
+            self._print(f"started {started} worker(s), {s.mode} mode, {each} thread(s) each, "
+                        f"up to {max_rounds} rounds of {round_size} examples per thread")
             if s.mode == "async" and s.combine == "average" and s.topology != "mesh":
                 # (mesh workers keep their change whole until the peers' round arrives)
                 log.warning("combine average in async mode with topology %s: each worker "
@@ -556,10 +557,7 @@ class RunDriver:
                 # It starts where its peers start sending to it and waiting for it.
                 first = max([round_ + 1, *_parallel(tell, peers)])
                 self.state.rejoined(wid, first - 1)
-                self._call(record, "Start", pb.StartRequest(
-                    protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id, first_round=first))
-                self._print(f"worker {wid} rejoined at round {first} (incarnation "
-                            f"{record.incarnation}, {len(peers)} peer(s) told)")
+                self._start_rejoined(record, first, f"{len(peers)} peer(s) told")
         except (ClusterError, HogwildError) as exc:
             log.warning("worker %d could not rejoin: %s", wid, exc)
             self.state.mark_dead(wid, f"rejoin failed: {exc}")
@@ -572,11 +570,15 @@ class RunDriver:
         first, model = relay.take_back(wid, first_round)
         self._load_model(record, model)
         relay.release(wid, record.address)
+        self._start_rejoined(record, first, (
+            "as a leaf of the coordinator: its place in the tree stays routed around"
+            if self.settings.topology == "tree" else "through the star relay"))
+
+    def _start_rejoined(self, record: WorkerRecord, first: int, how: str) -> None:
+        """Start a worker taken back at round ``first``, and say so."""
         self._call(record, "Start", pb.StartRequest(
             protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id, first_round=first))
-        how = ("as a leaf of the coordinator: its place in the tree stays routed around"
-               if self.settings.topology == "tree" else "through the star relay")
-        self._print(f"worker {wid} rejoined at round {first} (incarnation "
+        self._print(f"worker {record.worker_id} rejoined at round {first} (incarnation "
                     f"{record.incarnation}, {how})")
 
     def _announce_drops(self) -> None:

@@ -64,8 +64,7 @@ class StarRelay:
         self._round: dict[int, int] = dict.fromkeys(workers, 0)    # last complete round
         self._final: dict[int, bool] = dict.fromkeys(workers, False)
         self._examples: dict[int, int] = dict.fromkeys(workers, 0)
-        self._sent_round = 0
-        self._sent_label = 0                    # highest round an aggregate was labelled
+        self._sent_round = 0                    # highest round an aggregate was labelled
         self._first_delta: float | None = None  # silence is counted from the first delta
         self._done = False
         self.aggregates = 0          # aggregate deltas queued (one per live worker per send)
@@ -142,7 +141,7 @@ class StarRelay:
                             self._drop_silent(live)
                             continue
                     elif not all_final and not any(self._pending[w][0].size for w in live) \
-                            and min((self._round[w] for w in live), default=0) <= self._sent_label:
+                            and min((self._round[w] for w in live), default=0) <= self._sent_round:
                         # async: nothing to pass on, and the round the aggregates vouch for
                         # has not moved (when it has, an empty aggregate carries it: workers
                         # bounded by staleness may be waiting for that alone)
@@ -177,7 +176,6 @@ class StarRelay:
         rounds = [self._round[w] for w in live]
         round_ = self._sent_round + 1 if self.mode == "sync" else min(rounds, default=0)
         round_ = max(round_, 0)
-        self._sent_label = max(self._sent_label, round_)
         examples = sum(self._examples.values())
         for wid in live:
             idx, val = total
@@ -199,8 +197,7 @@ class StarRelay:
         for wid in self._pending:
             self._pending[wid] = _EMPTY
         self._ghosts.clear()
-        if self.mode == "sync":
-            self._sent_round = round_
+        self._sent_round = max(self._sent_round, round_)
 
     def _own_side(self, wid: int) -> list[Sparse]:
         """The pending sums ``wid`` has already: its own (a tree root: also those of the dead

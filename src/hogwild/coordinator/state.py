@@ -148,7 +148,7 @@ class RunState:
                     record.registered = True
                     record.hostname, record.pid = hostname, pid
                     record.threads = max(1, threads)
-                    if self.closed and not self.sealed:
+                    if self.closed:
                         # Later than the resumed run waited for it: it rejoins.
                         record.incarnation += 1
                         self._rejoins.append(known)
@@ -199,10 +199,8 @@ class RunState:
             missing = [r for r in self.workers.values() if not r.registered]
             if missing and go_on_without and len(missing) < self.n_workers:
                 for r in missing:
-                    r.dead = True
-                    r.drops += 1
-                    r.dead_reason = (f"did not register again within register_timeout="
-                                     f"{timeout:g}s of the resume")
+                    self._drop(r, f"did not register again within register_timeout="
+                                  f"{timeout:g}s of the resume")
                 return list(self.workers.values())
             if self._registered() < self.n_workers:
                 have = ", ".join(f"{r.worker_id}@{r.address}" for r in self.workers.values()
@@ -382,20 +380,21 @@ class RunState:
             # In a tree a finished worker still relays: its loss matters until the end. A
             # worker taken back as the coordinator's leaf is dead to its old neighbours by
             # design: their reports do not drop it (the relay watches it).
-            if (not record.dead and peer not in self.detached
-                    and (not record.done or self.tree_fanout is not None)):
-                record.dead = True
-                record.drops += 1
-                record.dead_reason = f"reported by worker {reporter} at round {round_}: {reason}"
+            if peer not in self.detached and (not record.done or self.tree_fanout is not None):
+                self._drop(record, f"reported by worker {reporter} at round {round_}: {reason}")
             self._lock.notify_all()
 
     def mark_dead(self, worker_id: int, reason: str) -> None:
         with self._lock:
-            record = self.workers[worker_id]
-            if not record.dead:
-                record.dead, record.dead_reason = True, reason
-                record.drops += 1
+            self._drop(self.workers[worker_id], reason)
             self._lock.notify_all()
+
+    def _drop(self, record: WorkerRecord, reason: str) -> None:
+        """(Lock held.) ``record`` is dead from now on, for ``reason``; a drop is counted
+        once (and announced once), however many say so."""
+        if not record.dead:
+            record.dead, record.dead_reason = True, reason
+            record.drops += 1
 
     def totals(self, unchanged: tuple[int, npt.NDArray[np.float64]] | None = None) -> Totals:
         """The model and its counters, read together (an evaluation's view).

@@ -64,7 +64,7 @@ class TreeRoot(StarRelay):
             # A new dict: closing and counting iterate the old one undisturbed.
             self.destinations = {**self.destinations, **{
                 c: self._destination(c, self.addresses[c]) for c in fresh}}
-            if self._sent_label > 0:
+            if self._sent_round > 0:
                 # An orphan may wait for a round the dead parent got from here and never
                 # passed on (sync: its sender thread had it queued when it died; async: the
                 # orphan's staleness bound), while this relay waits for the orphan's next
@@ -73,7 +73,7 @@ class TreeRoot(StarRelay):
                 # subtree, as anything else it had not forwarded).
                 for c in fresh:
                     self.destinations[c].put_delta(OutgoingDelta(
-                        self._sent_label, False, sum(self._examples.values()), *_EMPTY))
+                        self._sent_round, False, sum(self._examples.values()), *_EMPTY))
                     self.aggregates += 1
 
     def offer(self, delta: DecodedDelta, complete: bool, version: int = 0) -> None:

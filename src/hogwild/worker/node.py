@@ -320,13 +320,12 @@ class WorkerNode:
             for w in fresh:
                 self._drop_peer(w, self.rounds, reason)
             tree, k = self.tree, plan.tree_fanout
-            before = set(tree.neighbours)
             now = self._tree_neighbours(plan)
             gone = [x for x in tree.neighbours if x not in now]
             fresh_dests: dict[int, Destination] = {}
-            for y, address in now.items():
-                if y in tree.neighbours:
-                    continue
+            added = [y for y in now if y not in tree.neighbours]
+            for y in added:
+                address = now[y]
                 tree.adopt(y, [x for x in gone if tree.same_side(x, y)])
                 self.inbox.add(y, address)
                 if y != COORDINATOR_SENDER_ID and self.destinations:
@@ -341,9 +340,8 @@ class WorkerNode:
                 self.destinations = {**{d: v for d, v in self.destinations.items()
                                         if d not in gone}, **fresh_dests}
                 if plan.mode == "async":
-                    for y in now:
-                        if y not in before:  # a new edge: see TreeLinks.greet
-                            self._tree_put(tree.greet(y, self.rounds))
+                    for y in added:  # a new edge: see TreeLinks.greet
+                        self._tree_put(tree.greet(y, self.rounds))
         for dest in stale:
             dest.abandon()
         up = live_parent(plan.worker_id, k, self.tree_dead)

@@ -240,19 +240,13 @@ class TreeLinks:
     def forward(self, own_round: int) -> list[Flush]:
         """async: whatever is owed now, to each open neighbour owed something (never final:
         finals wait for :meth:`due`)."""
-        out = []
-        for nbr in self.neighbours:
-            if nbr in self.closed or not self._owed[nbr]:
-                continue
-            idx, val = self.take(nbr)
-            label = max(own_round, self.sent_round[nbr])
-            self.sent_round[nbr] = label
-            out.append(Flush(nbr, label, False, idx, val))
-        return out
+        return [self.greet(nbr, own_round) for nbr in self.neighbours
+                if nbr not in self.closed and self._owed[nbr]]
 
     def greet(self, nbr: int, own_round: int) -> Flush:
-        """async: the first message on a new edge, at once and even if nothing is owed: the
-        round it vouches for lets a staleness bound at the other end go on (that end may be
+        """async: what ``nbr`` is owed now, labelled with this node's round (never final).
+        Also the first message on a new edge, at once and even if nothing is owed: the round
+        it vouches for lets a staleness bound at the other end go on (that end may be
         waiting for it while this node's own bound waits for that end: neither reaches a
         round boundary, where messages are otherwise due)."""
         idx, val = self.take(nbr)
