@@ -324,6 +324,14 @@ def test_dense_parts_tile_the_coordinates() -> None:
     np.testing.assert_array_equal(_scatter(decoded), expected)
 
 
+def test_a_dense_delta_with_an_index_outside_the_model_is_refused_at_encoding() -> None:
+    idx, val = _delta(900)
+    for bad in (-1, DIM):  # numpy's scatter would wrap -1 onto the last coordinate
+        idx[0] = bad
+        with pytest.raises(ValueError, match="outside"):
+            encode_delta_parts(HEADER, idx, val, dense=True)
+
+
 def _dense_message(**changes: object) -> pb.Delta:
     idx, val = _delta(900)
     (m,) = encode_delta_parts(HEADER, idx, val, dense=True)

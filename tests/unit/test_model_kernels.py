@@ -326,6 +326,20 @@ def test_build_delta_emits_changed_coordinates_ascending() -> None:
     assert kernels.build_delta(w, snap, idx, val) == 0
 
 
+def test_cut_changes_matches_the_numpy_cut_from_start_on() -> None:
+    rng = np.random.default_rng(7)
+    snap = rng.normal(size=50)
+    w = snap.copy()
+    w[[3, 10, 20, 49]] += rng.normal(size=4)
+    expected = w.copy()
+    own = expected[5:] - snap[5:]
+    expected[5:] -= own * (1.0 - 1.0 / 3)
+    assert kernels.cut_changes(w, snap, 5, 1.0 - 1.0 / 3) == 3  # 10, 20, 49; 3 is before 5
+    np.testing.assert_array_equal(w, expected)  # bit for bit what numpy gives
+    assert kernels.cut_changes(w, snap[:-1], 0, 0.5) == -1
+    np.testing.assert_array_equal(w, expected)  # a short snapshot touches nothing
+
+
 def test_delta_round_trip_reproduces_model_on_receiver() -> None:
     rng = np.random.default_rng(5)
     w = np.zeros(100)

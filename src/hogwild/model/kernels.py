@@ -456,6 +456,24 @@ def build_delta(w: F64, snap: F64, idx_out: I32, val_out: F32) -> int:
 
 
 @njit(nogil=True, cache=True)
+def cut_changes(w: F64, snap: F64, start: int, cut: float) -> int:
+    """``w[i] -= (w[i] - snap[i]) * cut`` for every i >= ``start`` that changed since ``snap``;
+    returns how many changed, or -1 (nothing touched) if ``snap`` is shorter than ``w``. One
+    pass, no temporaries: in numpy the same took 0.4 ms a round for 47k weights, most of it
+    page faults of two fresh arrays."""
+    n_w = w.shape[0]
+    if snap.shape[0] != n_w:
+        return -1
+    changed = 0
+    for i in range(max(start, 0), n_w):
+        d = w[i] - snap[i]
+        if d != 0.0:
+            w[i] -= d * cut
+            changed += 1
+    return changed
+
+
+@njit(nogil=True, cache=True)
 def apply_delta(w: F64, snap: F64, idx: I32, val: F32) -> int:
     """``w[idx] += val`` (and ``snap[idx] += val`` unless ``snap`` is empty), all or nothing.
 

@@ -451,6 +451,7 @@ def warmup() -> None:
     idx = np.empty(w.shape[0], dtype=np.int32)
     val = np.empty(w.shape[0], dtype=np.float32)
     n = kernels.build_delta(w, snap, idx, val)
+    kernels.cut_changes(w, snap, 0, 0.5)
     kernels.apply_delta(w, snap, idx[:n], val[:n])
     kernels.apply_delta(w, np.empty(0, dtype=np.float64), idx[:n], val[:n])
     # Received deltas are read-only views of their messages (a type of their own to numba),

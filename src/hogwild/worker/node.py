@@ -1035,9 +1035,8 @@ class WorkerNode:
             return
         # combine average: the whole model is shared, so every weight is averaged.
         b = 0 if plan.combine == "average" else plan.spec.shared_from
-        own = self.w[b:] - self.snap[b:]
-        if own.any():
-            self.w[b:] -= own * (1.0 - 1.0 / contributing)
+        if kernels.cut_changes(self.w, self.snap, b, 1.0 - 1.0 / contributing) < 0:
+            raise InvalidMessage("averaging own changes: snapshot shorter than the model")
 
     def _barrier(self, plan: RunPlan, round_: int) -> None:
         """Sync mode: wait for every live peer's round-``round_`` delta, then apply them."""
