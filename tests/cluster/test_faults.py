@@ -464,14 +464,18 @@ def test_sigterm_to_a_worker_then_to_the_coordinator_during_training(
     assert metrics["coordinator_applied_from"]["1"] >= 1
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_a_killed_coordinator_resumes_from_its_checkpoint(cluster: Cluster, tmp_path: Path,
-                                                          mode: str) -> None:
+@pytest.mark.parametrize(("mode", "topology", "staleness"), [
+    ("sync", "mesh", None), ("async", "mesh", None), ("sync", "star", None),
+    ("async", "tree", 2)])
+def test_a_killed_coordinator_resumes_from_its_checkpoint(
+        cluster: Cluster, tmp_path: Path, mode: str, topology: str, staleness: int | None
+        ) -> None:
     out = tmp_path / "out"
     # patience: early stopping's counters and best model go on across the resume (too large
     # to stop this run, which ends on its time budget).
-    settings = faulty(out, mode=mode, checkpoint_interval=0.5, connect_timeout=90,
-                      patience=10_000)
+    bound = {} if staleness is None else {"staleness": staleness}
+    settings = faulty(out, mode=mode, topology=topology, checkpoint_interval=0.5,
+                      connect_timeout=90, patience=10_000, **bound)
     cluster.start(3, **settings)
     assert cluster.coordinator is not None
     first = cluster.coordinator
@@ -498,8 +502,11 @@ def test_a_killed_coordinator_resumes_from_its_checkpoint(cluster: Cluster, tmp_
     metrics = read_metrics(out)
     assert metrics["stop_reason"] == "time budget"
     assert metrics["resumed_at_round"] > 1
+    # Training went on after the resume (a resumed sync star once trained no more round
+    # until its time budget ran out, and still ended "time budget", exit 0).
+    assert metrics["rounds"] >= metrics["resumed_at_round"] + 20
     clean = clean_accuracy(tmp_path, mode)
-    _report("kill -9 coordinator, resume", mode, metrics, clean,
+    _report(f"kill -9 coordinator, resume ({topology})", mode, metrics, clean,
             {p.name: p.proc.returncode for p in cluster.procs})
     assert metrics["test_accuracy"] >= clean - 0.01
     assert not (out / "checkpoint.npz").exists()  # the run is complete: nothing to resume
@@ -510,12 +517,14 @@ def test_a_killed_coordinator_resumes_from_its_checkpoint(cluster: Cluster, tmp_
     assert all(a["elapsed"] <= b["elapsed"] for a, b in itertools.pairwise(rows))
 
 
-@pytest.mark.parametrize(("mode", "topology"), [("sync", "mesh"), ("async", "star")])
+@pytest.mark.parametrize(("mode", "topology", "victim"),
+                         [("sync", "mesh", 2), ("async", "star", 2), ("sync", "tree", 0)])
 def test_a_resumed_coordinator_goes_on_without_a_worker_that_died_meanwhile(
-        cluster: Cluster, tmp_path: Path, mode: str, topology: str) -> None:
+        cluster: Cluster, tmp_path: Path, mode: str, topology: str, victim: int) -> None:
     """Two faults overlapping: a worker dies while the coordinator is down. The resumed
     coordinator waits register_timeout for it, goes on with the others (it used to exit 1,
-    only 2 of 3 workers registered) and takes it back when it is restarted."""
+    only 2 of 3 workers registered) and takes it back when it is restarted. In the tree the
+    victim is worker 0, worker 2's parent: 2 is the coordinator's child from the start."""
     out = tmp_path / "out"
     extra = {"staleness": 2} if topology == "star" else {}
     settings = faulty(out, mode=mode, topology=topology, checkpoint_interval=0.5,
@@ -532,22 +541,23 @@ def test_a_resumed_coordinator_goes_on_without_a_worker_that_died_meanwhile(
     time.sleep(1)
     first.proc.send_signal(signal.SIGKILL)
     assert first.wait(10) == -signal.SIGKILL
-    victim = addresses[2][0]
-    victim.proc.send_signal(signal.SIGKILL)
-    assert victim.wait(10) == -signal.SIGKILL
+    killed = addresses[victim][0]
+    killed.proc.send_signal(signal.SIGKILL)
+    assert killed.wait(10) == -signal.SIGKILL
     again = cluster._spawn("coordinator-again", "coordinator", {
         **settings, "bind_host": "127.0.0.1", "workers": 3, "coordinator_port": port,
         "resume": str(out), "register_timeout": 10})
-    again.wait_for(re.compile(r"worker 2 dropped: did not register again within "
+    again.wait_for(re.compile(rf"worker {victim} dropped: did not register again within "
                               r"register_timeout=10s of the resume"), 90)
     again.wait_for(re.compile(r"started 2 of 3 worker\(s\)"), 30)
-    back = _respawn(cluster, out, mode, 3 * BUDGET, addresses, 2)
-    again.wait_for(re.compile(r"worker 2 rejoined at round"), 60)
+    time.sleep(2)  # the two train without it
+    back = _respawn(cluster, out, mode, 3 * BUDGET, addresses, victim)
+    again.wait_for(re.compile(rf"worker {victim} rejoined at round"), 60)
     time.sleep(3)  # the healed cluster trains a while, then an operator ends the run
     again.proc.send_signal(signal.SIGTERM)
     assert again.wait(120) == 0
-    codes = {addresses[w][0].name: 0 for w in (0, 1)} | {
-        victim.name: -signal.SIGKILL, back.name: 0, "coordinator": -signal.SIGKILL,
+    codes = {addresses[w][0].name: 0 for w in range(3) if w != victim} | {
+        killed.name: -signal.SIGKILL, back.name: 0, "coordinator": -signal.SIGKILL,
         "coordinator-again": 0}
     _all_exit(cluster, codes)
     metrics = read_metrics(out)
@@ -558,8 +568,12 @@ def test_a_resumed_coordinator_goes_on_without_a_worker_that_died_meanwhile(
     assert metrics["test_accuracy"] >= clean - 0.01
     states = {s["worker_id"]: s for s in metrics["worker_states"]}
     assert sorted(states) == [0, 1, 2] and metrics["dropped_workers"] == []
-    assert states[2]["rounds"] > 0
+    assert states[victim]["rounds"] > 0
+    assert metrics["rounds"] >= metrics["resumed_at_round"] + 20  # it trained on
+    coordinator = str(COORDINATOR_SENDER_ID)
     if topology == "mesh":  # the others, configured with it down, took it back
         assert states[0]["applied_from"]["2"] > 0 and states[2]["applied_from"]["1"] > 0
     else:
-        assert states[2]["applied_from"][str(COORDINATOR_SENDER_ID)] > 0
+        assert states[victim]["applied_from"][coordinator] > 0
+    if topology == "tree":  # its orphan took the others' sums from the coordinator
+        assert states[2]["applied_from"][coordinator] > 0

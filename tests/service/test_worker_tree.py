@@ -9,6 +9,7 @@ import pytest
 
 from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
+from hogwild.worker.node import COORDINATOR_ID
 
 from .conftest import PEER_KEY, WorkerServer
 from .test_worker_service import DIM, N_FEATURES, _big_shard, _delta, _expect, _ship
@@ -16,20 +17,41 @@ from .test_worker_service import DIM, N_FEATURES, _big_shard, _delta, _expect, _
 N = 7  # fan-out 2: the coordinator -> 0, 1; 0 -> 2, 3; 1 -> 4, 5; 2 -> 6
 
 
-@pytest.fixture
-def in_tree(worker_server: WorkerServer) -> WorkerServer:
+def _configure_in_tree(worker_server: WorkerServer, down: frozenset[int] = frozenset()
+                       ) -> WorkerServer:
     node = worker_server.node
     assert node.worker_id == 0
     _ship(worker_server, _big_shard(2000, 4))
     worker_server.stub.Configure(pb.RunConfig(
         protocol_version=PROTOCOL_VERSION, run_id=node.run_id, worker_id=0,
-        peers=[pb.Peer(worker_id=p, address=f"127.0.0.1:{p}", receive_key=PEER_KEY)
+        peers=[pb.Peer(worker_id=p, address=f"127.0.0.1:{p}", receive_key=PEER_KEY,
+                       down=p in down)
                for p in range(1, N)], dim=DIM, n_features=N_FEATURES,
         mode="sync", staleness=-1, threads=1, round_size=100, max_rounds=3, train_rows=2000,
         loss="hinge", learning_rate=0.1, lr_schedule="constant", lr_decay=0.9, power_t=0.5,
         fit_bias=True, barrier_timeout=2.0, rpc_timeout=2.0, topology="tree", tree_fanout=2),
         timeout=5)
     return worker_server
+
+
+@pytest.fixture
+def in_tree(worker_server: WorkerServer) -> WorkerServer:
+    return _configure_in_tree(worker_server)
+
+
+def test_a_peer_down_at_configure_is_routed_around_from_the_start(
+        worker_server: WorkerServer) -> None:
+    # A resumed run that went on without worker 2 (this worker's child): its children are
+    # this worker's from the start, nothing is sent to it, none of its deltas is taken.
+    node = _configure_in_tree(worker_server, down=frozenset({2})).node
+    assert node.tree is not None and node.tree_dead == {2}
+    assert sorted(node.tree.neighbours) == [3, 6, COORDINATOR_SENDER_ID]
+    assert node.inbox.peers[2].settled and not node.inbox.peers[6].settled
+    assert set(node.destinations) - {COORDINATOR_ID} == {3, 6}
+    _expect(worker_server, _delta(node.run_id, worker_id=2), grpc.StatusCode.FAILED_PRECONDITION)
+    assert not worker_server.peer_stub.PushDelta(_delta(node.run_id, worker_id=6),
+                                                 timeout=5).duplicate
+    assert node._apply_inbox() == 1
 
 
 def test_deltas_only_from_tree_neighbours(in_tree: WorkerServer) -> None:

@@ -266,3 +266,15 @@ def test_a_new_edge_is_greeted_at_once_with_what_is_owed_and_the_round() -> None
     again = links.greet(7, 12)           # nothing owed now: still a message, with the round
     assert again.round == 12 and again.indices.shape == (0,)
     assert links.greet(COORDINATOR, 3).round == 12  # a label never goes back
+
+
+def test_a_resumed_run_labels_from_the_checkpoint_round_on() -> None:
+    # Every node holds rounds <= 5 already: nothing is due until a neighbour's round 6 is in,
+    # and the first message says 6.
+    links = TreeLinks([COORDINATOR, 7], rounds_done=5)
+    peers = {COORDINATOR: _Peer(round=5), 7: _Peer(round=5)}
+    links.own(np.array([1], dtype=np.int32), np.array([2.0], dtype=np.float32))
+    assert links.due(6, False, peers, sync=True) == []
+    peers[7].round = 6
+    out = links.due(6, False, peers, sync=True)
+    assert [(f.neighbour, f.round) for f in out] == [(COORDINATOR, 6)]

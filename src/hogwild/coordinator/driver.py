@@ -228,10 +228,10 @@ class RunDriver:
                     f"(register_timeout {s.register_timeout:g}s)")
         try:
             # A resumed run goes on without a worker that did not come back (it may rejoin
-            # later); a tree's edges are fixed when it is configured, so it waits for all.
+            # later; a tree routes around its place from the start).
             workers = self.state.wait_for_workers(
                 s.register_timeout, self.stop_event.is_set,
-                go_on_without=self.resume is not None and s.topology != "tree")
+                go_on_without=self.resume is not None)
             for record in workers:
                 self._connect(record)
             if self.stop_event.is_set():
@@ -312,15 +312,17 @@ class RunDriver:
         def channel(wid: int, address: str) -> grpc.Channel:
             return security.channel(address, self.state.coordinator_key(wid))
 
+        first = 1 if self.resume is None else self.resume.round + 1
+
         if s.topology == "tree":
             self.state.tree_fanout = s.tree_fanout
             self.relay = TreeRoot(self.state, points, dim, s.mode, s.barrier_timeout,
                                   s.rpc_timeout, s.chunk_bytes, channel, s.tree_fanout,
-                                  half=s.delta_dtype == "float16")
+                                  half=s.delta_dtype == "float16", first_round=first)
         else:
             self.relay = StarRelay(self.state, points, dim, s.mode, s.barrier_timeout,
                                    s.rpc_timeout, s.chunk_bytes, channel,
-                                   half=s.delta_dtype == "float16")
+                                   half=s.delta_dtype == "float16", first_round=first)
         self.relay.start()
 
     def _conflicts(self, train: Any, load_seconds: float) -> None:
@@ -449,15 +451,16 @@ class RunDriver:
 
     def _configure(self, workers: list[WorkerRecord]) -> None:
         """Configure and start the live workers. A dead one (a resumed run that went on
-        without it) is named down to mesh peers, who take it back if it rejoins."""
+        without it) is named down: mesh peers take it back if it rejoins, tree neighbours
+        route around it (it comes back as a leaf of the coordinator)."""
         first = 1 if self.resume is None else self.resume.round + 1
         live = [r for r in workers if not r.dead]
-        mesh = self.settings.topology == "mesh"
-        down = [r for r in workers if r.dead] if mesh else []
+        named = self.settings.topology in ("mesh", "tree")
+        down = [r for r in workers if r.dead] if named else []
 
         def configure(record: WorkerRecord) -> None:
             self._call(record, "Configure", self._run_config(
-                record, live if mesh else workers, first_round=first,
+                record, live if named else workers, first_round=first,
                 examples_base=record.examples, down=down))
             if self.resume is not None:  # every worker starts from the checkpointed model
                 self._load_model(record)

@@ -52,7 +52,9 @@ class StarRelay:
     def __init__(self, state: RunState, workers: dict[int, str], dim: int, mode: str,
                  barrier_timeout: float, rpc_timeout: float, chunk_bytes: int,
                  open_channel: Callable[[int, str], grpc.Channel], half: bool = False,
-                 period: float = 0.05) -> None:
+                 period: float = 0.05, first_round: int = 1) -> None:
+        """``first_round``: the workers' first round (a resumed run's is the checkpoint's
+        next one)."""
         self.state = state
         self.dim = dim
         self.mode = mode
@@ -61,10 +63,15 @@ class StarRelay:
         self.period = period
         self._cond = threading.Condition()
         self._pending: dict[int, Sparse] = {wid: _EMPTY for wid in workers}
-        self._round: dict[int, int] = dict.fromkeys(workers, 0)    # last complete round
+        # The last complete round of each (a resumed run's: the checkpoint's, to start with).
+        self._round: dict[int, int] = dict.fromkeys(workers, first_round - 1)
         self._final: dict[int, bool] = dict.fromkeys(workers, False)
         self._examples: dict[int, int] = dict.fromkeys(workers, 0)
-        self._sent_round = 0                    # highest round an aggregate was labelled
+        # The highest round an aggregate was labelled. A resumed run's workers start at the
+        # checkpoint's next round: counting from 0, the sync relay labelled its aggregates
+        # 1, 2, ... one per period while they waited for theirs (a resumed run trained
+        # nothing more within its time budget).
+        self._sent_round = self._before_first = first_round - 1
         self._first_delta: float | None = None  # silence is counted from the first delta
         self._done = False
         self.aggregates = 0          # aggregate deltas queued (one per live worker per send)

@@ -38,13 +38,13 @@ class TreeRoot(StarRelay):
     def __init__(self, state: RunState, workers: dict[int, str], dim: int, mode: str,
                  barrier_timeout: float, rpc_timeout: float, chunk_bytes: int,
                  open_channel: Callable[[int, str], grpc.Channel], fanout: int,
-                 half: bool = False, period: float = 0.05) -> None:
+                 half: bool = False, period: float = 0.05, first_round: int = 1) -> None:
         self.fanout = fanout
         self.n = len(workers)
         self.addresses = dict(workers)
         top = {w: workers[w] for w in children(COORDINATOR, fanout, self.n)}
         super().__init__(state, top, dim, mode, barrier_timeout, rpc_timeout, chunk_bytes,
-                         open_channel, half=half, period=period)
+                         open_channel, half=half, period=period, first_round=first_round)
 
     def _adopt(self) -> None:
         """(Holding the relay's lock.) The live children of dead children are children now
@@ -56,7 +56,7 @@ class TreeRoot(StarRelay):
                  if c not in self._pending]
         for c in fresh:
             self._pending[c] = _EMPTY
-            self._round[c] = 0
+            self._round[c] = self._before_first
             self._final[c] = False
             self._examples[c] = 0
             log.warning("tree: worker %d re-attached to the coordinator", c)
@@ -64,7 +64,7 @@ class TreeRoot(StarRelay):
             # A new dict: closing and counting iterate the old one undisturbed.
             self.destinations = {**self.destinations, **{
                 c: self._destination(c, self.addresses[c]) for c in fresh}}
-            if self._sent_round > 0:
+            if self._sent_round > self._before_first:  # an aggregate went out already
                 # An orphan may wait for a round the dead parent got from here and never
                 # passed on (sync: its sender thread had it queued when it died; async: the
                 # orphan's staleness bound), while this relay waits for the orphan's next

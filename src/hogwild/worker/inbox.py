@@ -47,12 +47,16 @@ Predicate = Callable[[dict[int, PeerStatus]], bool]
 class Inbox:
     """Thread-safe queue of validated deltas plus the peer table the barriers wait on."""
 
-    def __init__(self, peers: dict[int, str]) -> None:
+    def __init__(self, peers: dict[int, str], rounds_done: int = 0) -> None:
+        """``rounds_done``: the rounds every peer has completed when this worker starts (a
+        resumed run's workers all start after the checkpoint's round; counted from 0, one
+        bounded by ``staleness`` waited for rounds nobody would send, and never started)."""
         self._cond = threading.Condition()
         self._queue: deque[DecodedDelta] = deque()
         self._seen: dict[int, SequenceTracker] = {pid: SequenceTracker() for pid in peers}
+        self._rounds_done = rounds_done
         self.peers: dict[int, PeerStatus] = {
-            pid: PeerStatus(pid, address) for pid, address in peers.items()}
+            pid: PeerStatus(pid, address, rounds_done) for pid, address in peers.items()}
         self.duplicates = 0
         self.bytes_received = 0
 
@@ -174,7 +178,7 @@ class Inbox:
         with self._cond:
             if worker_id in self.peers:
                 return
-            self.peers[worker_id] = PeerStatus(worker_id, address)
+            self.peers[worker_id] = PeerStatus(worker_id, address, self._rounds_done)
             self._seen[worker_id] = SequenceTracker()
             self._cond.notify_all()
 

@@ -427,17 +427,21 @@ class WorkerNode:
             self.w = plan.spec.initial_weights(plan.seed)
             self.snap = self.w.copy()
             self._deferred.clear()
-            self.inbox = Inbox(self._senders(plan))
+            self.inbox = Inbox(self._senders(plan), plan.first_round - 1)
             for pid in plan.down:
                 # Dead when this worker (re)joined: nobody to wait for until PeerJoined.
                 self.inbox.drop(pid)
                 self._reported_down.add(pid)
             self.tree = (TreeLinks(self._senders(plan), functools.partial(
-                _same_side, plan.worker_id, plan.tree_fanout)) if plan.topology == "tree"
-                else None)
+                _same_side, plan.worker_id, plan.tree_fanout), plan.first_round - 1)
+                if plan.topology == "tree" else None)
             self.examples = plan.examples_base
             self.rounds = plan.first_round - 1
             self.phase = Phase.CONFIGURED
+        if self.tree is not None and plan.down:
+            # A resumed run that went on without them: routed around from the start, as if
+            # they had died under way (one that comes back is the coordinator's leaf).
+            self._tree_bury(plan, sorted(plan.down), "not in the resumed run")
         # The stall watch starts once the shard is in (loading it, which may hold the GIL
         # for long stretches, is no freeze) and before training: a freeze while waiting for
         # Start is a freeze too. One node per incarnation, so one ticker.

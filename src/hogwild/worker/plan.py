@@ -56,7 +56,8 @@ class RunPlan:
     topology: str = "mesh"
     tree_fanout: int = 4        # topology tree: children per node
     combine: str = "sum"        # sum | average: how the workers' deltas of a round add up
-    down: frozenset[int] = frozenset()  # peers dead at configure time, back by PeerJoined
+    # Peers dead at configure time: a mesh takes them back by PeerJoined, a tree routes around.
+    down: frozenset[int] = frozenset()
 
     @property
     def spec(self) -> ModelSpec:
@@ -127,8 +128,8 @@ class RunPlan:
         if len(peers) != len(m.peers) or m.worker_id in peers:
             raise bad("peers", "peer ids must be unique and differ from this worker's")
         down = frozenset(int(p.worker_id) for p in m.peers if p.down)
-        if down and m.topology not in ("", "mesh"):
-            raise bad("peers", "only a mesh names peers that are down")
+        if down and m.topology not in ("", "mesh", "tree"):
+            raise bad("peers", "only a mesh or a tree names peers that are down")
         return cls(
             run_id=m.run_id, worker_id=int(m.worker_id), peers=peers, dim=int(m.dim),
             n_features=int(m.n_features), mode=m.mode,

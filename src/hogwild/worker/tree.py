@@ -149,11 +149,13 @@ class TreeLinks:
     """
 
     def __init__(self, neighbours: Iterable[int],
-                 same_side: Callable[[int, int], bool] = operator.eq) -> None:
+                 same_side: Callable[[int, int], bool] = operator.eq,
+                 rounds_done: int = 0) -> None:
+        """``rounds_done``: rounds every node holds already (a resumed run: the checkpoint's)."""
         self.same_side = same_side  # what a sender sent is not owed to its side
         self._owed: dict[int, list[tuple[npt.NDArray[np.int32], npt.NDArray[Any]]]] = {
             nbr: [] for nbr in neighbours}
-        self.sent_round: dict[int, int] = dict.fromkeys(self._owed, 0)
+        self.sent_round: dict[int, int] = dict.fromkeys(self._owed, rounds_done)
         self.closed: set[int] = set()    # final sent, or the neighbour was dropped
 
     @property
