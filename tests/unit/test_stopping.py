@@ -1,4 +1,4 @@
-"""Early stopping: patience, target loss, divergence, best weights kept."""
+"""Early stopping: patience, target loss, divergence, best weights kept; the stall warning."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from hogwild.coordinator.stopping import regression_warning
+from hogwild.coordinator.stopping import StallWatch, regression_warning
 from hogwild.stopping import EarlyStopping
 
 
@@ -49,3 +49,18 @@ def test_a_saved_model_far_worse_than_the_best_evaluated_one_is_reported() -> No
     assert regression_warning([], 1.0) is None
     assert regression_warning([None, float("nan")], 1.0) is None
     assert regression_warning([0.4], None) is None
+
+
+def test_a_stall_is_told_after_the_floor_and_far_longer_than_any_gap_then_ever_more_rarely(
+        ) -> None:
+    watch = StallWatch(floor=30.0)
+    assert watch.observe(0, 0.0) is None
+    assert watch.observe(0, 29.9) is None
+    assert watch.observe(0, 30.0) == 30.0
+    assert watch.observe(0, 59.0) is None  # the next one waits twice as long
+    assert watch.observe(0, 60.0) == 60.0
+    # Deltas again: the clock starts over, and a gap of 5 s makes 50 s of silence the limit.
+    assert watch.observe(1, 65.0) is None
+    assert watch.observe(2, 70.0) is None
+    assert watch.observe(2, 100.0) is None
+    assert watch.observe(2, 120.0) == 50.0

@@ -23,7 +23,7 @@ from hogwild.coordinator import checkpoint
 from hogwild.coordinator.checkpoint import Checkpoint
 from hogwild.coordinator.relay import StarRelay
 from hogwild.coordinator.state import RunState, Totals, WorkerRecord
-from hogwild.coordinator.stopping import StopRules, regression_warning
+from hogwild.coordinator.stopping import StallWatch, StopRules, regression_warning
 from hogwild.coordinator.trace import ModelTrace
 from hogwild.coordinator.tree_root import TreeRoot
 from hogwild.data.labels import MULTICLASS
@@ -67,6 +67,9 @@ ROUND_NNZ = 2_000_000
 # exchange cost about 9 CPU ms per worker on that machine (two deltas sent, one received, over
 # mutual TLS), as much as its 2M non-zeros of kernel work; 5M non-zeros make it a third.
 ROUND_NNZ_AVERAGE = 5_000_000
+# No delta for this long (and for 4 barrier_timeouts, and 10 times the longest gap between
+# deltas so far) is said to be a stall on the console; each later warning waits twice as long.
+STALL_WARNING_AFTER = 30.0
 
 
 def round_rule(combine: str) -> tuple[int, int]:
@@ -637,6 +640,7 @@ class RunDriver:
         evaluated_deltas = -1
         next_checkpoint = time.perf_counter() + s.checkpoint_interval
         trace = self.trace
+        stall = StallWatch(max(STALL_WARNING_AFTER, 4 * s.barrier_timeout))
         while True:
             self.alive_at = time.monotonic()
             self._check_diverged()
@@ -651,6 +655,9 @@ class RunDriver:
                 return "SIGTERM", rules
             self._start_rejoins()
             self._announce_drops()
+            silent = stall.observe(self.state.deltas_received, time.monotonic())
+            if silent is not None:
+                self._warn_stalled(silent)
             if s.checkpoint_interval and time.perf_counter() >= next_checkpoint:
                 next_checkpoint = time.perf_counter() + s.checkpoint_interval
                 self._checkpoint(began, rules)
@@ -673,6 +680,14 @@ class RunDriver:
                     decision = rules.evaluation(float(metric), self._last_w)
                     if decision is not None:
                         return decision, rules
+
+    def _warn_stalled(self, silent: float) -> None:
+        """One console line: no delta for ``silent`` seconds, and where each worker was."""
+        where = ", ".join(f"{r.worker_id} at round {r.round}"
+                          for r in sorted(self.state.live_workers(), key=lambda r: r.worker_id))
+        self._print(f"no delta from any worker for {silent:.0f}s (live: {where or 'none'}): "
+                    "training may be stalled, the workers waiting on each other; their logs "
+                    "say what each waits for (SIGTERM ends the run with the model so far)")
 
     _last_w: np.ndarray
 

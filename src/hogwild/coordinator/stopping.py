@@ -54,6 +54,34 @@ class StopRules:
         return bool(self.early.patience) or self.early.target_loss is not None
 
 
+@dataclass
+class StallWatch:
+    """Notices when no delta has reached the coordinator for far longer than a round has
+    taken so far. Workers that wait on each other while alive (heartbeats) are dropped by
+    nobody: a run stalled that way used to train nothing more, silently, until its time
+    budget ran out (or forever, without one)."""
+
+    floor: float            # never sooner than this many seconds of silence
+    factor: float = 10.0    # nor sooner than this many times the longest gap seen
+    _count: int = -1
+    _since: float = 0.0
+    _longest: float = 0.0
+    _warned: float = 0.0    # the silence last warned about (the next warning: twice as long)
+
+    def observe(self, deltas: int, now: float) -> float | None:
+        """``deltas``: received so far; returns the seconds of silence to warn about now."""
+        if deltas != self._count:
+            if self._count >= 0 and not self._warned:  # a gap warned about was no round
+                self._longest = max(self._longest, now - self._since)
+            self._count, self._since, self._warned = deltas, now, 0.0
+            return None
+        silent = now - self._since
+        if silent >= max(self.floor, self.factor * self._longest, 2.0 * self._warned):
+            self._warned = silent
+            return silent
+        return None
+
+
 # A saved model whose validation loss is this many times the best one evaluated during the run
 # got worse as it trained, for a reason worth saying (the run itself did what it was asked).
 REGRESSION_FACTOR = 1.5
