@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
@@ -271,6 +271,7 @@ class RunDriver:
                        else f"{len(live)} of {len(workers)}")
             self._print(f"started {started} worker(s), {s.mode} mode, {each} thread(s) each, "
                         f"up to {max_rounds} rounds of {round_size} examples per thread")
+            self._conflicts_as_started(live, round_size)
             if s.mode == "async" and s.combine == "average" and s.topology != "mesh":
                 # (mesh workers keep their change whole until the peers' round arrives)
                 log.warning("combine average in async mode with topology %s: each worker "
@@ -339,6 +340,31 @@ class RunDriver:
                                               round_size=rounds, distributed=True, seed=s.seed,
                                               load_seconds=load_seconds)
         self._print(line)
+
+    def _conflicts_as_started(self, live: list[WorkerRecord], round_size: int) -> None:
+        """The safe in-flight advice again, for the threads the workers registered with and
+        the round size the run uses, when they differ from what the coordinator assumed
+        before any worker registered (its own ``threads`` and ``workers`` settings): a
+        worker's thread count is its own setting, as in compose or Kubernetes."""
+        from hogwild.data.conflicts import Recommendation, advice, recommend_for
+
+        entry = self.conflicts
+        if entry is None or not live:
+            return
+        # Mixed thread counts are counted as the largest (the bound is about the most
+        # examples that may be in flight at once).
+        rec = recommend_for(entry["tau_bound"], max(r.threads for r in live), len(live),
+                            round_size)
+        before = entry["recommendation"]
+        if rec.in_flight == before["in_flight"]:
+            return
+        entry["recommendation_before_registration"] = before
+        entry["recommendation"] = asdict(rec)
+        said = advice(Recommendation(**before), distributed=True)
+        now = advice(rec, distributed=True)
+        if now != said:  # (with τ < 1 both say the same: no asynchrony is covered)
+            self._print("conflicts as started (the workers' own threads and the run's round "
+                        f"size): {now}")
 
     # ---------------------------------------------------------------- shipping
 

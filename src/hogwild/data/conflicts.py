@@ -382,8 +382,13 @@ def recommend(stats: ConflictStats, threads: int, workers: int = 1,
               round_size: int = 1) -> Recommendation:
     """Keep the configured threads and workers where the bound allows, and give the largest
     round size that keeps threads x workers x round_size <= τ (at least 1)."""
+    return recommend_for(stats.tau_bound, threads, workers, round_size)
+
+
+def recommend_for(tau: float | None, threads: int, workers: int = 1,
+                  round_size: int = 1) -> Recommendation:
+    """:func:`recommend` for a bound τ known already (None: no conflicts)."""
     in_flight = threads * workers * round_size
-    tau = stats.tau_bound
     if tau is None:
         return Recommendation(None, threads, workers, round_size, in_flight, True)
     budget = max(1, math.floor(tau))
