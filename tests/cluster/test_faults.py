@@ -465,7 +465,7 @@ def test_sigterm_to_a_worker_then_to_the_coordinator_during_training(
 
 
 @pytest.mark.parametrize(("mode", "topology", "staleness"), [
-    ("sync", "mesh", None), ("async", "mesh", None), ("sync", "star", None),
+    ("sync", "mesh", None), ("async", "mesh", None), ("async", "mesh", 2), ("sync", "star", None),
     ("async", "tree", 2)])
 def test_a_killed_coordinator_resumes_from_its_checkpoint(
         cluster: Cluster, tmp_path: Path, mode: str, topology: str, staleness: int | None
