@@ -285,7 +285,7 @@ class RunDriver:
             if self.resume is not None:  # the clock, the time budget and the history go on
                 train_began = self.train_began = train_began - self.resume.elapsed
                 self.history = list(self.resume.history)
-                self._print(f"resumed run {self.state.run_id} at round {self.resume.round + 1} "
+                self._print(f"resumed run {self.state.run_id} at round {self.first_round} "
                             f"after {self.resume.elapsed:.2f}s of training")
             # Rewritten whole (a resumed run keeps its rows); each evaluation appends one.
             artifacts.write_history(s.out_dir, self.history)
@@ -316,8 +316,7 @@ class RunDriver:
         def channel(wid: int, address: str) -> grpc.Channel:
             return security.channel(address, self.state.coordinator_key(wid))
 
-        first = 1 if self.resume is None else self.resume.round + 1
-
+        first = self.first_round
         if s.topology == "tree":
             self.state.tree_fanout = s.tree_fanout
             self.relay = TreeRoot(self.state, points, dim, s.mode, s.barrier_timeout,
@@ -423,6 +422,11 @@ class RunDriver:
         self._print(f"shipped {len(workers)} shard(s) ({s.shipping}), {total / 1e6:.1f} MB in "
                     f"{slowest:.2f}s ({total / 1e6 / max(slowest, 1e-9):.0f} MB/s)")
 
+    @property
+    def first_round(self) -> int:
+        """The workers' first round: 1, or after a resume the checkpoint's next one."""
+        return 1 if self.resume is None else self.resume.round + 1
+
     def _round_size(self, workers: list[WorkerRecord]) -> int:
         train = self.train
         combine = self.settings.combine
@@ -482,7 +486,7 @@ class RunDriver:
         """Configure and start the live workers. A dead one (a resumed run that went on
         without it) is named down: mesh peers take it back if it rejoins, tree neighbours
         route around it (it comes back as a leaf of the coordinator)."""
-        first = 1 if self.resume is None else self.resume.round + 1
+        first = self.first_round
         live = [r for r in workers if not r.dead]
         named = self.settings.topology in ("mesh", "tree")
         down = [r for r in workers if r.dead] if named else []
@@ -899,7 +903,7 @@ class RunDriver:
                              for a, b, c, d in self.state.peer_reports],
             "worker_states": workers_out, "conflicts": self.conflicts,
             "checkpoints": self.checkpoints, "checkpoint_seconds": self.checkpoint_seconds,
-            "resumed_at_round": None if self.resume is None else self.resume.round + 1,
+            "resumed_at_round": None if self.resume is None else self.first_round,
             "topology": s.topology,
             "relay_messages": self.relay.messages_sent() if self.relay else 0,
             "relay_bytes": self.relay.bytes_sent() if self.relay else 0,
