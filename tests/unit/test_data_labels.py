@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hogwild.data.labels import BINARY, MULTICLASS, REGRESSION, LabelMap, one_vs_rest
+from hogwild.data.labels import (
+    BINARY,
+    MULTICLASS,
+    REGRESSION,
+    LabelMap,
+    label_summary,
+    one_vs_rest,
+    summarize_labels,
+)
 from hogwild.errors import DataError
 
 
@@ -65,3 +73,20 @@ def test_encoding_is_vectorised_on_large_arrays() -> None:
     m = LabelMap.fit(y, classifier=True, source="f")
     out = m.encode(y, "f")
     assert out.shape == y.shape and float(out.sum()) == 0.0
+
+
+def test_label_summary_names_what_the_labels_are() -> None:
+    # Two values: the larger one is the positive class, whatever the values are.
+    assert summarize_labels(np.array([-1, 1, 1, 1], dtype=np.float32)) == "positive share 0.750"
+    assert summarize_labels(np.array([0, 1, 0, 0], dtype=np.float32)) == "positive share 0.250"
+    assert summarize_labels(np.array([1, 1], dtype=np.float32)) == "every label 1"
+    assert summarize_labels(np.array([-1, -1], dtype=np.float32)) == "every label -1"
+    # A few classes: no "positive share" of class indices; the user's own values.
+    assert summarize_labels(np.array([1, 2, 3, 5, 3, 3], dtype=np.float32)) == (
+        "4 label values, the most common 3 (share 0.500)")
+    # A real-valued target: its range.
+    assert summarize_labels(np.linspace(-2.5, 4.0, 100)) == (
+        "labels from -2.5 to 4 (100 distinct values)")
+    assert summarize_labels(np.zeros(0, dtype=np.float32)) == "no labels"
+    # From a scan's counts (shipping local), the same words as from the rows.
+    assert label_summary([0.0, 1.0], [3, 1]) == "positive share 0.250"

@@ -98,4 +98,5 @@ def test_describe() -> None:
     d = load_source("synthetic:seed000?rows=100&n_features=50&min_nnz=2&max_nnz=2")
     text = describe(d)
     assert text.startswith("100 rows x 50 features, 200 non-zeros (2.0 per row)")
-    assert "positive share" in text
+    share = float((d.labels > 0).mean())
+    assert text.endswith(f", positive share {share:.3f}") and 0 < share < 1

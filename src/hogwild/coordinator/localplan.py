@@ -17,7 +17,7 @@ import numpy as np
 
 from hogwild.config import Settings
 from hogwild.data.csr import CSRData
-from hogwild.data.labels import REGRESSION, LabelMap
+from hogwild.data.labels import REGRESSION, LabelMap, label_summary
 from hogwild.data.ranges import FilePlan, LocalSpec, plan_file
 from hogwild.data.reorder import order_from_counts, renumber
 from hogwild.data.sources import default_test_source, load_source_hashed
@@ -68,12 +68,12 @@ class LocalShipping:
         """The training set in one line (as hogwild.data.sources.describe)."""
         rows, nnz = self.plan.train_rows, self.plan.train_nnz
         if self.labels.task == REGRESSION or self.labels.classes is None:
-            pos = self.plan.positive_train
+            # (the scan keeps no distinct values of a real-valued target)
+            labels = f"{self.plan.positive_train / max(rows, 1):.3f} of the labels above 0"
         else:
-            where = np.searchsorted(self.plan.labels, self.labels.classes[-1])
-            pos = int(self.plan.label_counts[where])
+            labels = label_summary(self.plan.labels, self.plan.label_counts)
         return (f"{rows:,} rows x {int(self.order.shape[0]):,} features, {nnz:,} non-zeros "
-                f"({nnz / max(rows, 1):.1f} per row), positive share {pos / max(rows, 1):.3f} "
+                f"({nnz / max(rows, 1):.1f} per row), {labels} "
                 f"(read by the workers from {self.spec.source}; none held here)")
 
     def ranges_report(self, workers: int) -> dict[str, Any]:

@@ -112,6 +112,43 @@ def one_vs_rest(index_targets: LabelArray, k: int) -> LabelArray:
         np.float32)
 
 
+# Up to this many distinct label values are listed by their most common one; more are given
+# as a range (a real-valued target, or many classes).
+SHOWN_VALUES = 20
+
+
+def label_summary(values: npt.ArrayLike, counts: npt.ArrayLike) -> str:
+    """Labels in a few words, from their distinct ``values`` (ascending) and the rows of each
+    (``counts``): the positive share of two values (the larger one is the positive class, as
+    in :meth:`LabelMap.fit`), the most common of a few, else their range."""
+    vals = np.asarray(values, dtype=np.float64)
+    cnts = np.asarray(counts, dtype=np.int64)
+    total = int(cnts.sum())
+    if total == 0:
+        return "no labels"
+    if vals.shape[0] == 1:
+        return f"every label {_fmt(vals[0])}"
+    if vals.shape[0] == 2:
+        return f"positive share {cnts[1] / total:.3f}"
+    if vals.shape[0] <= SHOWN_VALUES:
+        top = int(np.argmax(cnts))
+        return (f"{vals.shape[0]} label values, the most common {_fmt(vals[top])} "
+                f"(share {cnts[top] / total:.3f})")
+    return f"labels from {vals[0]:.6g} to {vals[-1]:.6g} ({vals.shape[0]:,} distinct values)"
+
+
+def summarize_labels(labels: npt.ArrayLike) -> str:
+    """:func:`label_summary` of an array of labels."""
+    arr = np.asarray(labels)
+    if arr.size and bool(((arr == 1) | (arr == -1)).all()):
+        # The common case (binary labels as trained) without sorting every label.
+        positive = int(np.count_nonzero(arr == 1))
+        present = [(v, c) for v, c in ((-1.0, arr.size - positive), (1.0, positive)) if c]
+        return label_summary([v for v, _ in present], [c for _, c in present])
+    values, counts = np.unique(arr, return_counts=True)
+    return label_summary(values, counts)
+
+
 def _fmt(value: float) -> str:
     v = float(value)
     return str(int(v)) if v.is_integer() else repr(v)

@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from hogwild.data.csr import CSRData
+from hogwild.data.labels import summarize_labels
 from hogwild.data.rcv1 import RCV1_FEATURES, read_lyrl2004
 from hogwild.data.split import shuffle_order
 from hogwild.data.svmlight import read_svmlight
@@ -35,11 +36,11 @@ def default_test_source(spec: str) -> str | None:
 
 
 def describe(data: CSRData) -> str:
-    """One line: rows, features, non-zeros (and per row), share of positive labels."""
+    """One line: rows, features, non-zeros (and per row), and the labels (the positive share
+    of two classes, the most common of a few values, else their range)."""
     per_row = data.nnz / data.n_rows if data.n_rows else 0.0
-    pos = float((data.labels > 0).mean()) if data.n_rows else 0.0
     return (f"{data.n_rows:,} rows x {data.n_features:,} features, {data.nnz:,} non-zeros "
-            f"({per_row:.1f} per row), positive share {pos:.3f}")
+            f"({per_row:.1f} per row), {summarize_labels(data.labels)}")
 
 
 def load_source(spec: str, *, n_features: int | None = None, zero_based: bool = False,
