@@ -140,11 +140,15 @@ def label_summary(values: npt.ArrayLike, counts: npt.ArrayLike) -> str:
 def summarize_labels(labels: npt.ArrayLike) -> str:
     """:func:`label_summary` of an array of labels."""
     arr = np.asarray(labels)
-    if arr.size and bool(((arr == 1) | (arr == -1)).all()):
-        # The common case (binary labels as trained) without sorting every label.
-        positive = int(np.count_nonzero(arr == 1))
-        present = [(v, c) for v, c in ((-1.0, arr.size - positive), (1.0, positive)) if c]
-        return label_summary([v for v, _ in present], [c for _, c in present])
+    if arr.size:
+        # One or two values (the common case, whatever they are) counted without sorting
+        # every label, as np.unique would.
+        lo, hi = arr.min(), arr.max()
+        n_lo, n_hi = int(np.count_nonzero(arr == lo)), int(np.count_nonzero(arr == hi))
+        if lo == hi:
+            return label_summary([lo], [n_lo])
+        if n_lo + n_hi == arr.size:
+            return label_summary([lo, hi], [n_lo, n_hi])
     values, counts = np.unique(arr, return_counts=True)
     return label_summary(values, counts)
 
