@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from hogwild.certs import Bundle
-from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
+from hogwild.protocol import PROTOCOL_VERSION, health, pb, pb_grpc
 from hogwild.protocol.codec import DeltaHeader, encode_delta
 from hogwild.protocol.security import Security
 
@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 WORKER_PORT = re.compile(r"worker listening on port (\d+)")
 RUN_ID = re.compile(r"run (\w+): waiting for")
+PROBES = re.compile(r"health checks \(plain text, health only\) on port (\d+)")
 
 
 def _env() -> dict[str, str]:
@@ -68,11 +69,16 @@ def test_mtls_cluster_refuses_strangers_and_trains(cluster: Cluster, tmp_path: P
     out = tmp_path / "out"
     common = {"bind_host": "127.0.0.1", "workers": 2, "threads": 1, "epochs": 10,
               "eval_interval": 0.5, "out_dir": str(out), "register_timeout": 60,
-              "connect_timeout": 60, "data_cache": False}
+              "connect_timeout": 60, "data_cache": False, "health_port": 0}
     coordinator = cluster._spawn("coordinator", "coordinator", {
         **common, **_tls(bundle, "coordinator"), "coordinator_port": 0})
     cluster.coordinator = coordinator
+    probe_port = int(coordinator.wait_for(PROBES, 60).group(1))
     address = f"127.0.0.1:{int(coordinator.wait_for(READY, 60).group(1))}"
+    # The probe port answers health checks in plain text (Kubernetes' probes have no
+    # certificate); the main port does not answer them without one.
+    assert health.check(f"127.0.0.1:{probe_port}", timeout=10) in ("SERVING", "NOT_SERVING")
+    assert health.check(address, timeout=3) == "UNREACHABLE"
     run_id = coordinator.wait_for(RUN_ID, 60).group(1)
 
     # Before any worker: strangers cannot take a slot.
@@ -88,6 +94,7 @@ def test_mtls_cluster_refuses_strangers_and_trains(cluster: Cluster, tmp_path: P
             **common, **_tls(bundle, "worker"), "worker_port": 0,
             "coordinator_address": address}))
     ports = [int(w.wait_for(WORKER_PORT, 60).group(1)) for w in cluster.workers]
+    assert all(w.wait_for(PROBES, 1) for w in cluster.workers)
     cluster.worker_ids()
 
     # An insider (a valid client certificate and the token) without the sender keys: no

@@ -139,3 +139,10 @@ def test_index_out_of_range_is_rejected_before_the_kernels() -> None:
 def test_weights_of_the_wrong_length_are_rejected() -> None:
     with pytest.raises(DataError):
         restore_weights(np.zeros(5), identity_order(3))
+
+
+def test_count_features_skips_and_counts_out_of_range() -> None:
+    counts = np.zeros(4, dtype=np.int64)
+    bad = reorder.count_features(np.array([0, 3, 3, 4, -1, 1], dtype=np.int32), counts)
+    assert bad == 2
+    np.testing.assert_array_equal(counts, [1, 1, 0, 2])

@@ -252,13 +252,6 @@ def test_sgd_range_hot_features_see_updates_made_between_calls() -> None:
     assert loss_sum == 6.0 and w[0] == pytest.approx(-4.9)
 
 
-def test_count_features_skips_and_counts_out_of_range() -> None:
-    counts = np.zeros(4, dtype=np.int64)
-    bad = kernels.count_features(np.array([0, 3, 3, 4, -1, 1], dtype=np.int32), counts)
-    assert bad == 2
-    np.testing.assert_array_equal(counts, [1, 1, 0, 2])
-
-
 def _dense(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray) -> np.ndarray:
     x = np.zeros((len(indptr) - 1, N_FEATURES))
     for r in range(len(indptr) - 1):

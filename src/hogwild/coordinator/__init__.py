@@ -27,8 +27,8 @@ from hogwild.protocol.health import (
     COORDINATOR_SERVICE,
     HealthReporter,
     add_health_and_reflection,
-    serve_health_only,
     stall_seconds,
+    start_serving,
 )
 from hogwild.protocol.security import from_settings
 from hogwild.protocol.serving import bind, new_server
@@ -84,12 +84,7 @@ def serve(settings: Settings, out: TextIO = sys.stdout, plot: BackgroundPlot | N
 
     # Before the port is announced: from then on a SIGTERM must find its handler in place.
     sigterm = SignalWatch(signal.SIGTERM, on_sigterm).install()
-    probes = None
-    if settings.health_port is not None:
-        probes, probe_port = serve_health_only(health, settings.bind_host, settings.health_port)
-        log.info("health checks (plain text, health only) on port %d", probe_port)
-    server.start()
-    log.info("serving with %s", from_settings(settings).describe())
+    probes = start_serving(server, health, settings, log)
     print(f"{READY_PREFIX}{port}", file=out, flush=True)
     driver = RunDriver(settings, state, health, stop_event, out, resume, plot)
     health.watch(lambda: driver.alive_at, stall_seconds(settings.barrier_timeout,

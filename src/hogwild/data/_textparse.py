@@ -35,6 +35,16 @@ MESSAGES = {
     CAPACITY: "internal error: output capacity exceeded",
 }
 
+
+def describe_error(b: np.ndarray, offset: int, code: int) -> str:
+    """The message of error ``code`` with the offending token (at ``b[offset:]``) quoted."""
+    end = offset
+    while end < b.shape[0] and end - offset < 40 and b[end] not in (9, 10, 13, 32):
+        end += 1
+    token = bytes(b[offset:end]).decode("utf-8", "replace")
+    return f"{MESSAGES.get(code, f'error {code}')}: {token!r}"
+
+
 # Powers of ten exactly representable in float64: m * 10^k and m / 10^k are then correctly
 # rounded for any integer mantissa m < 2^53, which keeps results equal to strtod's.
 _POW10 = np.array([10.0 ** k for k in range(23)], dtype=np.float64)

@@ -13,8 +13,11 @@ def default_threads() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-def run_parallel(fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]) -> list[Any]:
-    """Run ``fn(*job)`` for every job, one thread each (the kernels release the GIL)."""
+def run_parallel(fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],
+                 name: str = "kernel") -> list[Any]:
+    """Run ``fn(*job)`` for every job, one thread each (the kernels release the GIL); a
+    single job runs on the calling thread. The first error raised is raised here, once every
+    thread has ended. Threads are named ``name-i`` (as profilers show them)."""
     if len(jobs) == 1:
         return [fn(*jobs[0])]
     results: list[Any] = [None] * len(jobs)
@@ -26,7 +29,8 @@ def run_parallel(fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]) -> lis
         except Exception as exc:  # noqa: BLE001 - re-raised in the calling thread below
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(jobs))]
+    threads = [threading.Thread(target=run, args=(i,), name=f"{name}-{i}", daemon=True)
+               for i in range(len(jobs))]
     for t in threads:
         t.start()
     for t in threads:

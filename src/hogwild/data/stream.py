@@ -346,7 +346,7 @@ def load_text(path: Path, *, zero_based: bool = False, n_features: int | None = 
         for i, (n_rows, _, max_i, code, offset) in enumerate(results):
             if int(code) != kp.OK:
                 line = lines_before + int(kp.count_newlines(block, int(offset))) + 1
-                raise DataFormatError(source, line, _describe(block, int(offset), int(code)))
+                raise DataFormatError(source, line, kp.describe_error(block, int(offset), int(code)))
             if int(n_rows) != info.rows[i]:
                 raise DataError(f"{source}: the file changed while it was read")
             max_index = max(max_index, int(max_i))
@@ -374,15 +374,6 @@ def load_text(path: Path, *, zero_based: bool = False, n_features: int | None = 
     if cache is not None:
         cache.max_index = max_index
     return data
-
-
-def _describe(b: np.ndarray, offset: int, code: int) -> str:
-    """The error message of ``code`` with the offending token quoted."""
-    end = offset
-    while end < b.shape[0] and end - offset < 40 and b[end] not in (9, 10, 13, 32):
-        end += 1
-    token = bytes(b[offset:end]).decode("utf-8", "replace")
-    return f"{kp.MESSAGES.get(code, f'error {code}')}: {token!r}"
 
 
 # ----------------------------------------------------------------------------- cache

@@ -115,7 +115,7 @@ def parse_text(buf: np.ndarray, *, zero_based: bool = False, n_features: int | N
     for (b, _, _, base), (_, _, _, code, offset) in zip(pieces, results):
         if int(code) != kp.OK:
             line = int(kp.count_newlines(buf, base)) + int(kp.count_newlines(b, int(offset))) + 1
-            raise DataFormatError(source, line, _describe(b, int(offset), int(code)))
+            raise DataFormatError(source, line, kp.describe_error(b, int(offset), int(code)))
 
     # Compact the pieces when a bound was loose (a no-op in the usual case).
     indptr[0] = 0
@@ -140,15 +140,6 @@ def parse_text(buf: np.ndarray, *, zero_based: bool = False, n_features: int | N
     indices = _trim(indices, nnz_at)
     values = _trim(values, nnz_at)
     return ParsedText(indptr, indices, values, labels, max_index)
-
-
-def _describe(b: np.ndarray, offset: int, code: int) -> str:
-    """The error message of ``code`` with the offending token quoted."""
-    end = offset
-    while end < b.shape[0] and end - offset < 40 and b[end] not in (9, 10, 13, 32):
-        end += 1
-    token = bytes(b[offset:end]).decode("utf-8", "replace")
-    return f"{kp.MESSAGES.get(code, f'error {code}')}: {token!r}"
 
 
 def _trim(a: np.ndarray, n: int) -> np.ndarray:

@@ -9,8 +9,8 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.data.reorder import count_features
 from hogwild.errors import DataError
-from hogwild.model import kernels
 
 
 class CSRLike(Protocol):
@@ -85,7 +85,7 @@ def feature_counts(indices: npt.NDArray[np.int32], n_features: int) -> npt.NDArr
     if hit is not None and hit[0]() is indices and hit[1].shape[0] == n_features:
         return hit[1]
     counts = np.zeros(n_features, dtype=np.int64)
-    kernels.count_features(indices, counts)
+    count_features(indices, counts)
 
     def forget(_ref: weakref.ref[np.ndarray], k: int = key) -> None:
         _counts_cache.pop(k, None)

@@ -384,21 +384,6 @@ def sgd_batch_range(
 
 
 @njit(nogil=True, cache=True)
-def count_features(indices: I32, counts: I64) -> int:
-    """``counts[j] += 1`` for every index ``j``; indices outside [0, len(counts)) are skipped
-    and their number returned."""
-    n = counts.shape[0]
-    bad = 0
-    for k in range(indices.shape[0]):
-        j = indices[k]
-        if 0 <= j < n:
-            counts[j] += 1
-        else:
-            bad += 1
-    return bad
-
-
-@njit(nogil=True, cache=True)
 def decision(indptr: I64, indices: I32, values: F32, w: F64, n_features: int, out: F64) -> None:
     """Write the margin of every row into ``out`` (length n_rows)."""
     n_rows = indptr.shape[0] - 1

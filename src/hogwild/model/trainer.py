@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.data._threads import run_parallel
+from hogwild.data.reorder import count_features
 from hogwild.model import kernels
 from hogwild.model.arrays import (
     CSRArrays,
@@ -294,17 +296,7 @@ class Trainer:
                     turns.leave(k)
 
         began = time.perf_counter()
-        if n_threads == 1:
-            work(0)
-        else:
-            threads = [
-                threading.Thread(target=work, args=(k,), name=f"sgd-{k}", daemon=True)
-                for k in range(n_threads)
-            ]
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
+        run_parallel(work, [(k,) for k in range(n_threads)], name="sgd")
         seconds = time.perf_counter() - began
         if failures:
             raise failures[0]
@@ -376,12 +368,7 @@ class Trainer:
                 barrier.abort()
 
         began = time.perf_counter()
-        threads = [threading.Thread(target=work, args=(k,), name=f"syncsgd-{k}", daemon=True)
-                   for k in range(n_threads)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+        run_parallel(work, [(k,) for k in range(n_threads)], name="syncsgd")
         seconds = time.perf_counter() - began
         if failures:
             raise failures[0]
@@ -462,7 +449,7 @@ def warmup() -> None:
     for a, b in ((ro_idx, ro_val), (idx[:n], ro_val)):
         kernels.apply_delta(w, snap, a, b)
     kernels.add_scaled(w, snap, 1.0)
-    kernels.count_features(indices, np.zeros(n_features, dtype=np.int64))
+    count_features(indices, np.zeros(n_features, dtype=np.int64))
     # The MLP's kernels too (imported here: model/mlp.py builds on this module).
     from hogwild.model.mlp import warmup as warmup_mlp
 

@@ -6,12 +6,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from hogwild.protocol import pb
+
+if TYPE_CHECKING:
+    from hogwild.config import Settings
 
 log = logging.getLogger("hogwild.protocol")
 
@@ -136,6 +140,21 @@ def serve_health_only(reporter: HealthReporter, host: str, port: int) -> tuple[g
     bound = bind(server, host, port, Security(), warn_plain=False)  # plain text on purpose
     server.start()
     return server, bound
+
+
+def start_serving(server: grpc.Server, reporter: HealthReporter, settings: Settings,
+                  role_log: logging.Logger) -> grpc.Server | None:
+    """Start ``server``, after the plain-text probe server when ``health_port`` is set (that
+    one is returned for the caller to stop), and log on ``role_log`` how both are reached."""
+    from hogwild.protocol.security import from_settings
+
+    probes = None
+    if settings.health_port is not None:
+        probes, probe_port = serve_health_only(reporter, settings.bind_host, settings.health_port)
+        role_log.info("health checks (plain text, health only) on port %d", probe_port)
+    server.start()
+    role_log.info("serving with %s", from_settings(settings).describe())
+    return probes
 
 
 def check(address: str, timeout: float = 3.0, service: str = "",

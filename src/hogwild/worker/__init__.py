@@ -16,8 +16,8 @@ from hogwild.protocol.health import (
     WORKER_SERVICE,
     HealthReporter,
     add_health_and_reflection,
-    serve_health_only,
     stall_seconds,
+    start_serving,
 )
 from hogwild.protocol.security import from_settings
 from hogwild.protocol.serving import bind, new_server
@@ -58,12 +58,7 @@ def serve(settings: Settings) -> int:
     the coordinator gives it its old id, its shard and the current global model.
     """
     server, port, servicer, health = _build(settings, None)
-    probes = None
-    if settings.health_port is not None:
-        probes, probe_port = serve_health_only(health, settings.bind_host, settings.health_port)
-        log.info("health checks (plain text, health only) on port %d", probe_port)
-    server.start()
-    log.info("serving with %s", from_settings(settings).describe())
+    probes = start_serving(server, health, settings, log)
     print(f"worker listening on port {port}", flush=True)
 
     def on_sigterm() -> None:  # SIGTERM: NOT_SERVING, stop training, final delta, exit 0
