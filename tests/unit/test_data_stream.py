@@ -243,3 +243,18 @@ def test_row_caps_counts_colons_of_data_rows_8_bytes_at_a_time() -> None:
         caps = np.full(16, -1, dtype=np.int64)
         n_rows, n_lines = kp.row_caps(buf, pad, pad + len(text), caps, 3)
         assert (list(caps[3:3 + int(n_rows)]), int(n_lines)) == _caps_by_hand(text), text
+
+
+@pytest.mark.parametrize("read", ["whole", "blocks"])
+def test_an_unreadable_path_is_one_line_naming_it_whichever_reader(tmp_path: Path,
+                                                                  read: str) -> None:
+    from hogwild.data.svmlight import read_bytes
+
+    def load(path: Path) -> object:
+        return read_bytes(path) if read == "whole" else list(stream.text_blocks(path))
+
+    missing = tmp_path / "none.svm"
+    with pytest.raises(DataError, match=f"^data file not found: {missing}$"):
+        load(missing)
+    with pytest.raises(DataError, match=f"^data path is a directory, not a file: {tmp_path}$"):
+        load(tmp_path)

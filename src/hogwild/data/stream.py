@@ -19,6 +19,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,13 +46,26 @@ _GZIP_STEP = 1 << 20  # compressed bytes read at a time
 
 # ----------------------------------------------------------------------------- text blocks
 
+@contextmanager
+def data_file_errors(path: Path) -> Iterator[None]:
+    """Turn an OSError of reading ``path`` (missing, a directory, not allowed, ...) into one
+    DataError line naming it."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise DataError(f"data file not found: {path}") from exc
+    except IsADirectoryError as exc:
+        raise DataError(f"data path is a directory, not a file: {path}") from exc
+    except PermissionError as exc:
+        raise DataError(f"cannot read data file {path}: permission denied") from exc
+    except OSError as exc:
+        raise DataError(f"cannot read data file {path}: {exc.strerror or exc}") from exc
+
+
 def is_gzip(path: Path) -> bool:
     """Whether ``path`` starts with the gzip magic bytes."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(2) == _GZIP_MAGIC
-    except OSError as exc:
-        raise DataError(f"cannot read data file {path}: {exc}") from exc
+    with data_file_errors(path), open(path, "rb") as f:
+        return f.read(2) == _GZIP_MAGIC
 
 
 def _aligned(fill: Callable[[np.ndarray, int, int], int], block: int) -> Iterator[np.ndarray]:
@@ -180,7 +194,7 @@ class _Gunzipper:
 
 def text_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[np.ndarray]:
     """The text of ``path`` (gunzipped if it is gzip data) in line-aligned blocks."""
-    try:
+    with data_file_errors(path):
         if is_gzip(path):
             g = _Gunzipper(path)
             try:
@@ -190,12 +204,6 @@ def text_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[np.ndarr
         else:
             with open(path, "rb", buffering=0) as f:
                 yield from _aligned(_plain_fill(f), block_bytes)
-    except FileNotFoundError as exc:
-        raise DataError(f"data file not found: {path}") from exc
-    except IsADirectoryError as exc:
-        raise DataError(f"data path is a directory, not a file: {path}") from exc
-    except PermissionError as exc:
-        raise DataError(f"cannot read data file {path}: permission denied") from exc
 
 
 # ----------------------------------------------------------------------------- the result

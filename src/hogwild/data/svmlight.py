@@ -18,7 +18,7 @@ from hogwild.data import _textparse as kp
 from hogwild.data._threads import default_threads, run_parallel
 from hogwild.data.cache import CacheWriter, cache_path, find_cached
 from hogwild.data.csr import CSRData
-from hogwild.data.stream import load_cached, load_text
+from hogwild.data.stream import data_file_errors, load_cached, load_text
 from hogwild.errors import DataError, DataFormatError
 
 __all__ = [
@@ -167,33 +167,26 @@ def parse_svmlight_buffer(buf: np.ndarray, *, zero_based: bool = False,
 def read_bytes(path: PathLike) -> np.ndarray:
     """The text contents of ``path`` as a uint8 array, gunzipped if it is gzip data."""
     path = Path(path)
-    try:
-        with open(path, "rb", buffering=0) as f:
-            head = f.read(2)
-            if head == _GZIP_MAGIC:
-                f.seek(0)
-                raw = f.read()
-                try:
-                    return np.frombuffer(gzip.decompress(raw), dtype=np.uint8)
-                except (OSError, EOFError, ValueError) as exc:
-                    raise DataError(f"{path}: cannot decompress: {exc}") from exc
-            size = os.fstat(f.fileno()).st_size
-            buf = np.empty(size, dtype=np.uint8)
-            buf[:len(head)] = np.frombuffer(head, dtype=np.uint8)
-            view = buf.data
-            got = len(head)
-            while got < size:
-                k = f.readinto(view[got:])
-                if not k:
-                    break
-                got += k
-            return buf[:got]
-    except FileNotFoundError as exc:
-        raise DataError(f"data file not found: {path}") from exc
-    except IsADirectoryError as exc:
-        raise DataError(f"data path is a directory, not a file: {path}") from exc
-    except PermissionError as exc:
-        raise DataError(f"cannot read data file {path}: permission denied") from exc
+    with data_file_errors(path), open(path, "rb", buffering=0) as f:
+        head = f.read(2)
+        if head == _GZIP_MAGIC:
+            f.seek(0)
+            raw = f.read()
+            try:
+                return np.frombuffer(gzip.decompress(raw), dtype=np.uint8)
+            except (OSError, EOFError, ValueError) as exc:
+                raise DataError(f"{path}: cannot decompress: {exc}") from exc
+        size = os.fstat(f.fileno()).st_size
+        buf = np.empty(size, dtype=np.uint8)
+        buf[:len(head)] = np.frombuffer(head, dtype=np.uint8)
+        view = buf.data
+        got = len(head)
+        while got < size:
+            k = f.readinto(view[got:])
+            if not k:
+                break
+            got += k
+        return buf[:got]
 
 
 def read_svmlight(path: PathLike, *, n_features: int | None = None, zero_based: bool = False,
