@@ -208,6 +208,31 @@ def test_a_frozen_worker_resynchronises_and_nobody_fails(cluster: Cluster, tmp_p
     assert all(r["peer"] == 1 for r in metrics["peer_reports"])
 
 
+def test_a_frozen_star_worker_is_refused_and_rejoins_through_the_relay(cluster: Cluster,
+                                                                      tmp_path: Path) -> None:
+    """Topology star, sync: a worker frozen past barrier_timeout is dropped by the relay; once
+    awake, its next message to the coordinator (a delta or a progress report) is refused, it
+    registers again and the relay takes it back. The run ends with all three workers."""
+    out = tmp_path / "out"
+    cluster.start(3, mode="sync", **faulty(out, topology="star", time_budget=2 * BUDGET))
+    ids = cluster.worker_ids()
+    assert cluster.coordinator is not None
+    cluster.coordinator.wait_for(PROGRESS_ROW, 60)
+    frozen = ids[1]
+    frozen.proc.send_signal(signal.SIGSTOP)
+    cluster.coordinator.wait_for(re.compile(r"worker 1 dropped: "), 30)
+    time.sleep(1)
+    frozen.proc.send_signal(signal.SIGCONT)
+    cluster.coordinator.wait_for(
+        re.compile(r"worker 1 rejoined at round \d+ .*through the star relay"), 30)
+    _train_on_then_stop(cluster)
+    metrics = _finished_well(cluster, out, tmp_path, "sync", {p.name: 0 for p in ids.values()},
+                             "SIGSTOP worker (star)", stop_reason="SIGTERM")
+    assert "was frozen for" in frozen.output()
+    assert sorted(s["worker_id"] for s in metrics["worker_states"]) == [0, 1, 2]
+    assert metrics["dropped_workers"] == []
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_restarted_worker_rejoins_with_its_old_id(cluster: Cluster, tmp_path: Path,
                                                     mode: str) -> None:

@@ -52,11 +52,18 @@ def test_a_dropped_worker_is_refused_until_it_rejoins_and_its_reports_are_ignore
     state.peer_down(state.run_id, 0, 1, 5, "silent")
     with pytest.raises(StaleOrUnknown, match="dropped from the run"):
         state.apply_delta(_delta(state, 1, 1))
+    # Its progress too: a relay's worker waiting for the next aggregate sends nothing else,
+    # and only a refusal tells it to register again.
+    with pytest.raises(StaleOrUnknown, match=r"worker 1 was dropped from the run \(reported"):
+        state.progress(state.run_id, 1, 9, 900, 0.5, False, 0)
+    assert state.workers[1].round == 0 and state.workers[1].examples == 0
     state.peer_down(state.run_id, 1, 2, 5, "a stale view")  # from a dropped reporter
     assert not state.workers[2].dead
     state.rejoined(1, 7)
     assert state.apply_delta(_delta(state, 1, 2))
     assert state.workers[1].round == 7
+    state.progress(state.run_id, 1, 8, 800, 0.5, False, 0)
+    assert state.workers[1].round == 8
 
 
 def test_sealing_freezes_the_model_and_its_counters() -> None:

@@ -357,6 +357,12 @@ class RunState:
             record = self.check_sender(run_id, worker_id, key)
             if diverged and self.diverged is None:
                 self.diverged = f"worker {worker_id}, round {round_}"
+            if record.dead:
+                # Alive after all (frozen, or cut off from a peer): refused, it registers
+                # again and resynchronises. A star or tree worker waiting on the relay may
+                # send nothing else (one was seen idling, dropped, until the run ended).
+                raise StaleOrUnknown(f"worker {worker_id} was dropped from the run "
+                                     f"({record.dead_reason})")
             record.round = max(record.round, round_)
             record.examples = max(record.examples, examples)
             if not math.isnan(train_loss):
