@@ -23,20 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .helpers import Cluster, Proc, read_metrics
-from .test_faults import PROGRESS_ROW, _advertised, _coordinator_address, faulty
+from .helpers import Cluster, read_metrics
+from .test_faults import PROGRESS_ROW, _advertised, _respawn, faulty
 
 # Faults stop this long before the time budget, so the last frozen or restarted worker is
 # back (or dropped for good) before the run ends.
 QUIET_END = 12.0
-
-
-def _restart(cluster: Cluster, settings: dict[str, Any], n: int, host: str, port: int,
-             name: str) -> Proc:
-    """What a StatefulSet does: a new process at the dead worker's address."""
-    return cluster._spawn(name, "worker", {
-        **settings, "bind_host": "127.0.0.1", "workers": n, "worker_port": port,
-        "advertise_address": f"{host}:{port}", "coordinator_address": _coordinator_address(cluster)})
 
 
 def run(mode: str, topology: str, seed: int, n: int, budget: float, workdir: Path) -> dict[str, Any]:
@@ -77,9 +69,8 @@ def run(mode: str, topology: str, seed: int, n: int, budget: float, workdir: Pat
                 proc.wait(10)
                 killed.add(proc.name)
                 time.sleep(rng.uniform(0.5, 3.0))
-                _, host, port = advertised[wid]
-                current[wid] = _restart(cluster, settings, n, host, port,
-                                        f"worker-{wid}-restart-{len(killed)}")
+                current[wid] = _respawn(cluster, out, mode, budget, advertised, wid,
+                                        workers=n, name=f"worker-{wid}-restart-{len(killed)}")
                 label[current[wid].name] = f"worker {wid}, restart {len(killed)}"
                 events.append(f"killed and restarted worker {wid}")
         codes: dict[str, int | None] = {}

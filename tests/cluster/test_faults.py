@@ -351,11 +351,13 @@ def _advertised(cluster: Cluster) -> dict[int, tuple[Proc, str, int]]:
 
 
 def _respawn(cluster: Cluster, out: Path, mode: str, budget: float,
-             addresses: dict[int, tuple[Proc, str, int]], wid: int) -> Proc:
+             addresses: dict[int, tuple[Proc, str, int]], wid: int, workers: int = 3,
+             name: str | None = None) -> Proc:
     """What a StatefulSet does: a new process at the dead worker's address."""
     _, host, port = addresses[wid]
-    return cluster._spawn(f"worker-{wid}-again", "worker", {
-        **faulty(out, mode=mode, time_budget=budget), "bind_host": "127.0.0.1", "workers": 3,
+    return cluster._spawn(name or f"worker-{wid}-again", "worker", {
+        **faulty(out, mode=mode, time_budget=budget), "bind_host": "127.0.0.1",
+        "workers": workers,
         "worker_port": port, "advertise_address": f"{host}:{port}",
         "coordinator_address": _coordinator_address(cluster)})
 
