@@ -51,7 +51,7 @@ _SLOW_READ_BYTES_PER_S = 5e6
 # Every epoch has at least this many exchange rounds: a round is how stale a worker's view of
 # the others' updates can get, and summing deltas computed from a point too many examples old
 # overshoots. Measured on Reuters earn, 2 workers, before the bias was averaged (see
-# WorkerNode._average_bias): round = 1/2 epoch gave test accuracy 0.6-0.98, 1/8 epoch
+# worker/averaging.py): round = 1/2 epoch gave test accuracy 0.6-0.98, 1/8 epoch
 # 0.955-0.985, 1/16 epoch 0.986-0.988. With the bias averaged, rounds of 1/4 epoch gave
 # 0.986-0.989 on Reuters (sync 2 workers, async 3 workers; 1/8: 0.982-0.988) and the
 # in-process test accuracy (0.88) on 280k synthetic RCV1-like rows.

@@ -18,8 +18,8 @@ Threads of a running worker:
 
 A delta sums the worker's own updates except the bias (and the MLP's dense layers; every
 weight with ``combine: average``), whose change is averaged over the contributing workers
-before it is sent (:meth:`WorkerNode._average_bias`; in async mesh mode the cut to 1/W waits
-for the peers' deltas of the same round, :meth:`WorkerNode._defer_average`). Where the time goes
+before it is sent (averaging.py; in async mesh mode the cut to 1/W waits for the peers'
+deltas of the same round, :meth:`averaging.OwnAverage.defer`). Where the time goes
 (training, waiting, building, encoding, applying, RPCs) is accumulated in ``timers`` and
 returned with the final state.
 """
@@ -32,7 +32,6 @@ import logging
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from typing import Any
@@ -72,8 +71,10 @@ from hogwild.protocol.streams import (
     receive_state,
     state_chunks,
 )
+from hogwild.worker.averaging import OwnAverage, defers
 from hogwild.worker.inbox import Inbox, PeerStatus
 from hogwild.worker.plan import RunPlan
+from hogwild.worker.registration import register_with, routable_host
 from hogwild.worker.sender import Destination, OutgoingDelta
 from hogwild.worker.timing import Timers
 from hogwild.worker.training import ThreadCursor, make_cursors, train_round
@@ -85,9 +86,6 @@ log = logging.getLogger("hogwild.worker")
 COORDINATOR_ID = -1
 PROGRESS_EVERY = 0.5  # seconds between progress reports to the coordinator
 TICK = 0.1            # the stall watch's period (see WorkerNode._note_stall)
-# Async mesh: own rounds whose averaged part is kept in full until the peers' deltas of the
-# same round arrive (WorkerNode._defer_average); beyond this many the oldest is settled anyway.
-MAX_DEFERRED_ROUNDS = 4
 
 
 class Phase(Enum):
@@ -98,21 +96,6 @@ class Phase(Enum):
     RUNNING = "running"
     FINISHING = "finishing"
     DONE = "done"
-
-
-def routable_host(coordinator: str) -> str:
-    """The local IP address that routes to ``coordinator`` (host:port): what peers can reach."""
-    host, _, port = coordinator.rpartition(":")
-    host = host.strip("[]")
-    if host in ("localhost", "127.0.0.1", "::1"):
-        return "127.0.0.1"
-    try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.connect((host, int(port)))  # UDP connect: picks a route, sends nothing
-            return str(probe.getsockname()[0])
-    except OSError:
-        return socket.gethostbyname(socket.gethostname())
 
 
 class WorkerNode:
@@ -178,9 +161,7 @@ class WorkerNode:
         self._tick_lock = threading.Lock()
         self.stalls: list[float] = []     # seconds this process was frozen, each time
         self._peer_addresses: dict[int, str] = {}
-        # Async mesh: (round, indices, -(part kept beyond 1/W), float64 rounding) of own
-        # rounds sent averaged but still held in full in w (see _defer_average).
-        self._deferred: deque[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = deque()
+        self.averaging = OwnAverage()  # own changes to the averaged part, cut to 1/W
 
     # ------------------------------------------------------------------ registration
 
@@ -192,33 +173,9 @@ class WorkerNode:
         request = pb.RegisterRequest(protocol_version=PROTOCOL_VERSION, address=self.address,
                                      threads=s.threads, hostname=socket.gethostname(),
                                      pid=_pid())
-        deadline = time.monotonic() + s.connect_timeout
-        backoff = 0.1
-        with self.security.channel(s.coordinator_address) as channel:
-            stub = pb_grpc.CoordinatorStub(channel)  # type: ignore[no-untyped-call]
-            while True:
-                try:
-                    reply = stub.Register(request, timeout=s.rpc_timeout)
-                    break
-                except grpc.RpcError as exc:
-                    code = exc.code()
-                    if code in (grpc.StatusCode.FAILED_PRECONDITION,
-                                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                grpc.StatusCode.INVALID_ARGUMENT,
-                                grpc.StatusCode.UNAUTHENTICATED,
-                                grpc.StatusCode.PERMISSION_DENIED,
-                                grpc.StatusCode.ALREADY_EXISTS):
-                        raise ClusterError(f"the coordinator at {s.coordinator_address} refused "
-                                           f"the registration: {exc.details()}") from None
-                    if self.stop_requested.is_set():
-                        return False
-                    if time.monotonic() + backoff > deadline:
-                        raise ClusterError(
-                            f"cannot reach the coordinator at {s.coordinator_address} within "
-                            f"connect_timeout={s.connect_timeout:g}s ({code.name}: "
-                            f"{exc.details()})") from None
-                    self.stop_requested.wait(backoff)
-                    backoff = min(backoff * 2, 2.0)
+        reply = register_with(s, self.security, request, self.stop_requested)
+        if reply is None:
+            return False
         check_version(reply.protocol_version, "register reply")
         with self._cond:
             self.run_id = reply.run_id
@@ -426,7 +383,7 @@ class WorkerNode:
             # linear model, the seeded initialisation for the MLP.
             self.w = plan.spec.initial_weights(plan.seed)
             self.snap = self.w.copy()
-            self._deferred.clear()
+            self.averaging.clear()
             self.inbox = Inbox(self._senders(plan), plan.first_round - 1)
             for pid in plan.down:
                 # Dead when this worker (re)joined: nobody to wait for until PeerJoined.
@@ -469,7 +426,7 @@ class WorkerNode:
             # Both: the loaded weights are nobody's new update, so no delta is built from them.
             self.w[:] = state.weights
             self.snap[:] = state.weights
-            self._deferred.clear()
+            self.averaging.clear()
             # Deltas that reached this process before: the global model holds them already.
             stale = self.inbox.drain()
         if stale:
@@ -839,8 +796,8 @@ class WorkerNode:
         with self._exchange_lock:  # never beside build_delta, nor another apply
             items = self.inbox.drain()
             applied = self._apply_items(items) if items else 0
-            if self.plan is not None:
-                self._settle_deferred(self.plan)
+            if self.averaging.deferred:
+                self.averaging.settle(self.w, self.snap, self.inbox.snapshot())
             return applied
 
     def _apply_items(self, items: list[DecodedDelta]) -> int:
@@ -867,11 +824,11 @@ class WorkerNode:
     def _exchange_locked(self, plan: RunPlan, round_: int, final: bool) -> None:
         self._apply_inbox()
         t0 = time.perf_counter()
-        deferring = self._defers(plan) and not final
+        deferring = defers(plan) and not final
         if not deferring:
             # The final delta settles everything: the model then ends as its peers' do.
-            self._settle_deferred(plan, everything=True)
-            self._average_bias(plan)
+            self.averaging.settle(self.w, self.snap, self.inbox.snapshot(), everything=True)
+            self.averaging.cut(plan, self.w, self.snap, self.inbox.snapshot())
         # O(dim), like build_delta: a diverged model is reported, never sent on.
         if not is_finite(self.w):
             self._diverged(plan, round_)
@@ -884,7 +841,8 @@ class WorkerNode:
             self._diverged(plan, round_)
         sent_idx, sent_val = self._compress(plan, idx[:n], val[:n], final)
         if deferring:
-            self._defer_average(plan, round_, sent_idx, sent_val)
+            self.averaging.defer(plan, round_, sent_idx, sent_val, self.w, self.snap,
+                                 self.inbox.snapshot())
         if self.tree is not None:
             self.timers.add("build_delta", time.perf_counter() - t0)
             with self._tree_lock:
@@ -948,99 +906,6 @@ class WorkerNode:
                 max_staleness=self.max_staleness, diverged=True))
             coordinator.flush(plan.rpc_timeout)
         raise TrainingDiverged(f"worker {self.worker_id}, round {round_}", plan.learning_rate)
-
-    def _defers(self, plan: RunPlan) -> bool:
-        """Whether the averaged part of own changes is settled late (async mesh only)."""
-        return plan.mode == "async" and plan.topology == "mesh"
-
-    def _contributing(self, plan: RunPlan) -> int:
-        """This worker and the peers still sending deltas (a finished or dropped one sends
-        no more)."""
-        contributing = 1 + sum(1 for p in self.inbox.snapshot().values() if not p.settled)
-        if plan.topology in ("star", "tree"):
-            # The relay (the tree) hides the peers: count them all (after a drop this
-            # under-corrects, which is stable, where over-counting would overshoot).
-            contributing = 1 + len(plan.peers) if contributing > 1 else 1
-        return contributing
-
-    def _defer_average(self, plan: RunPlan, round_: int, idx: np.ndarray,
-                       val: np.ndarray) -> None:
-        """Async mesh: send 1/W of the averaged part of this round's change (the bias; every
-        weight with ``combine: average``) but keep all of it in ``w`` until every live peer's
-        delta of the same round has arrived, then take the rest out (_settle_deferred).
-
-        The sync way (cut ``w`` to 1/W at once, see _average_bias) leaves an async worker
-        training from a model that lacks (W-1)/W of its own round until its peers' deltas
-        arrive, a round later or more when the exchange takes as long as a round: an async
-        run needed 1.2-1.9 epochs where a sync one needed 0.95. Kept in full meanwhile, the
-        worker trains on its own progress, and once settled its model is what its peers and
-        the coordinator add up. ``val`` (what is sent) is scaled in place.
-        """
-        contributing = self._contributing(plan)
-        if contributing <= 1:
-            return
-        b = 0 if plan.combine == "average" else plan.spec.shared_from
-        k = int(np.searchsorted(idx, b))  # ascending indices: the averaged part is the tail
-        if k >= idx.size:
-            return
-        full = val[k:].astype(np.float64)
-        val[k:] = (full / contributing).astype(np.float32)
-        kept = full - val[k:].astype(np.float64)  # exact: a difference of two float32 values
-        kept32 = kept.astype(np.float32)
-        rounding = kept - kept32.astype(np.float64)  # all zero when W is a power of two
-        self._deferred.append((round_, idx[k:].copy(), -kept32, rounding))
-        if len(self._deferred) > MAX_DEFERRED_ROUNDS:
-            self._settle_deferred(plan)
-
-    def _settle_deferred(self, plan: RunPlan, everything: bool = False) -> None:
-        """Take out of ``w`` the part of own deferred rounds that was not sent, for every
-        round all live peers have also sent (all of them with ``everything``, and the oldest
-        beyond MAX_DEFERRED_ROUNDS). Called under the exchange lock."""
-        if not self._deferred:
-            return
-        peers = [p.round for p in self.inbox.snapshot().values() if not p.settled]
-        caught_up = min(peers) if peers else None
-        while self._deferred:
-            round_, idx, minus, rounding = self._deferred[0]
-            if not (everything or caught_up is None or caught_up >= round_
-                    or len(self._deferred) > MAX_DEFERRED_ROUNDS):
-                return
-            self._deferred.popleft()
-            # w and snap both move, so w - snap (own changes not sent yet) is untouched and
-            # w ends on what was sent, exactly: the float32 part, then what float32 lost.
-            if kernels.apply_delta(self.w, self.snap, idx, minus) != 0:
-                raise InvalidMessage("settling a deferred average: indices outside the model")
-            lost = np.flatnonzero(rounding)
-            if lost.size:
-                self.w[idx[lost]] -= rounding[lost]
-                self.snap[idx[lost]] -= rounding[lost]
-
-    def _average_bias(self, plan: RunPlan) -> None:
-        """Send 1/W of this round's own bias change instead of all of it.
-
-        Every example of every worker touches the bias, so in one round each worker's bias
-        change is a full correction towards the same balance point; summing the changes of
-        the W contributing workers overshoots W-fold and the bias oscillates (measured:
-        synthetic RCV1-like data, 2 workers, sync rounds of 8,750 examples, test accuracy
-        0.63 instead of 0.88). Averaging them is stable at any round size, in both modes.
-        Sparse feature weights, each touched by a few examples per round, keep the plain sum.
-        The same holds for every parameter of the MLP after its first layer (the dense layers
-        and b1, all touched by every example): they are averaged, W1's rows are summed
-        (``plan.spec.shared_from`` is where the averaged part starts). With ``combine``
-        average every weight is averaged: periodic model averaging, which stays stable with
-        rounds far larger than summing tolerates (see choose_round_size).
-        The change is made in ``w`` itself before the delta is built, so this worker, its
-        peers and the coordinator add the same value. (In async mode a training thread may
-        update the bias during this read-modify-write and lose that one step, as any two
-        Hogwild threads may.)
-        """
-        contributing = self._contributing(plan)
-        if contributing <= 1:
-            return
-        # combine average: the whole model is shared, so every weight is averaged.
-        b = 0 if plan.combine == "average" else plan.spec.shared_from
-        if kernels.cut_changes(self.w, self.snap, b, 1.0 - 1.0 / contributing) < 0:
-            raise InvalidMessage("averaging own changes: snapshot shorter than the model")
 
     def _barrier(self, plan: RunPlan, round_: int) -> None:
         """Sync mode: wait for every live peer's round-``round_`` delta, then apply them."""

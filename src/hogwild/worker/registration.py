@@ -1,0 +1,63 @@
+"""A worker's registration with its coordinator: the address it advertises, and the retries."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import grpc
+
+from hogwild.config import Settings
+from hogwild.errors import ClusterError
+from hogwild.protocol import pb, pb_grpc
+from hogwild.protocol.security import Security
+
+# Answers that no retry changes: the coordinator saw the request and refused it.
+_REFUSALS = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED,
+             grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED,
+             grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.ALREADY_EXISTS)
+
+
+def routable_host(coordinator: str) -> str:
+    """The local IP address that routes to ``coordinator`` (host:port): what peers can reach."""
+    host, _, port = coordinator.rpartition(":")
+    host = host.strip("[]")
+    if host in ("localhost", "127.0.0.1", "::1"):
+        return "127.0.0.1"
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, int(port)))  # UDP connect: picks a route, sends nothing
+            return str(probe.getsockname()[0])
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+
+
+def register_with(settings: Settings, security: Security, request: pb.RegisterRequest,
+                  stop: threading.Event) -> pb.RegisterReply | None:
+    """The coordinator's answer to ``request``, retried with backoff (the coordinator may
+    still be starting) until connect_timeout; None if ``stop`` was set first (SIGTERM).
+    ClusterError if it refused, or could not be reached in time."""
+    address = settings.coordinator_address
+    deadline = time.monotonic() + settings.connect_timeout
+    backoff = 0.1
+    with security.channel(address) as channel:
+        stub = pb_grpc.CoordinatorStub(channel)  # type: ignore[no-untyped-call]
+        while True:
+            try:
+                reply: pb.RegisterReply = stub.Register(request, timeout=settings.rpc_timeout)
+                return reply
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if code in _REFUSALS:
+                    raise ClusterError(f"the coordinator at {address} refused the "
+                                       f"registration: {exc.details()}") from None
+                if stop.is_set():
+                    return None
+                if time.monotonic() + backoff > deadline:
+                    raise ClusterError(
+                        f"cannot reach the coordinator at {address} within connect_timeout="
+                        f"{settings.connect_timeout:g}s ({code.name}: {exc.details()})") from None
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
