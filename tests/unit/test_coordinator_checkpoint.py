@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hogwild import artifacts
 from hogwild.coordinator import checkpoint
 from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
 from hogwild.coordinator.state import RunState
-from hogwild.errors import ClusterError, NotAllowed, StaleOrUnknown
+from hogwild.errors import ClusterError, ConfigError, NotAllowed, StaleOrUnknown
 from hogwild.stopping import EarlyStopping
 
 
@@ -22,7 +23,7 @@ def _ckpt(**extra: object) -> Checkpoint:
     return Checkpoint(run_id="r1", w=np.arange(5, dtype=np.float64), round=7, elapsed=3.5,
                       deltas_received=12, bytes_received=4096, duplicates=1,
                       workers=[WorkerEntry(0, "127.0.0.1:5000", 2, examples=100, round=7)],
-                      history=[{"elapsed": 1.0, "val_loss": 0.5}], **extra)  # type: ignore[arg-type]
+                      **{"history": [{"elapsed": 1.0, "val_loss": 0.5}], **extra})  # type: ignore[arg-type]
 
 
 def test_round_trip_keeps_early_stopping_and_the_best_model(tmp_path: Path) -> None:
@@ -41,12 +42,77 @@ def test_a_file_without_early_stopping_fields_loads_with_none(tmp_path: Path) ->
     # What the previous version wrote: no best_w array, no "early" in the metadata.
     meta = {"run_id": "r1", "round": 2, "elapsed": 1.0, "deltas_received": 3,
             "bytes_received": 10, "duplicates": 0, "workers": [], "history": [],
-            "format_version": checkpoint.FORMAT_VERSION}
+            "format_version": 1}
     buffer = io.BytesIO()
     np.savez(buffer, w=np.zeros(3), meta=np.array(json.dumps(meta)))
     (tmp_path / checkpoint.CHECKPOINT_FILE).write_bytes(buffer.getvalue())
     got = checkpoint.load(tmp_path)
     assert got is not None and got.early == {} and got.best_w is None
+
+
+def _history(n: int) -> list[dict[str, object]]:
+    return [{"elapsed": 0.25 * i, "round": i, "val_loss": 1.0 / (i + 1), "val_accuracy": None}
+            for i in range(n)]
+
+
+def test_the_evaluations_are_counted_in_the_checkpoint_and_read_back_from_metrics_jsonl(
+        tmp_path: Path) -> None:
+    rows = _history(5)
+    artifacts.write_history(tmp_path, [*rows, {"elapsed": 9.0, "round": 99}])  # one after it
+    checkpoint.save(tmp_path, _ckpt(history=rows))
+    with np.load(tmp_path / checkpoint.CHECKPOINT_FILE) as archive:
+        meta = json.loads(str(archive["meta"]))
+    assert "history" not in meta and meta["history_rows"] == 5
+    got = checkpoint.load(tmp_path)
+    assert got is not None and got.history == rows  # the evaluation after it is not resumed
+
+
+def test_a_checkpoint_does_not_grow_with_the_run(tmp_path: Path) -> None:
+    short, long = tmp_path / "short", tmp_path / "long"
+    for where, n in ((short, 1), (long, 20_000)):
+        where.mkdir()
+        checkpoint.save(where, _ckpt(history=_history(n)))
+    size = [(d / checkpoint.CHECKPOINT_FILE).stat().st_size for d in (short, long)]
+    assert size[1] - size[0] < 64, size  # the count's 4 more digits, not 20,000 rows
+
+
+def test_evaluations_missing_from_metrics_jsonl_are_said_and_the_run_goes_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    rows = _history(4)
+    checkpoint.save(tmp_path, _ckpt(history=rows))
+    # Cut short mid-line, as by a crash of the machine after the checkpoint was written.
+    text = "".join(json.dumps(r) + "\n" for r in rows[:2]) + json.dumps(rows[2])[:10]
+    (tmp_path / artifacts.HISTORY_FILE).write_text(text, encoding="utf-8")
+    with caplog.at_level("WARNING", logger="hogwild.coordinator"):
+        got = checkpoint.load(tmp_path)
+    assert got is not None and got.history == rows[:2] and got.w.shape == (5,)
+    assert "holds 2 of the checkpoint's 4 evaluations (line 3 is not JSON)" in caplog.text
+    (tmp_path / artifacts.HISTORY_FILE).unlink()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hogwild.coordinator"):
+        got = checkpoint.load(tmp_path)
+    assert got is not None and got.history == []
+    assert "holds 0 of the checkpoint's 4 evaluations (cannot read it" in caplog.text
+
+
+def test_a_version_1_checkpoint_with_its_evaluations_inline_still_loads(tmp_path: Path) -> None:
+    meta = {"run_id": "r1", "round": 2, "elapsed": 1.0, "deltas_received": 3,
+            "bytes_received": 10, "duplicates": 0, "workers": [], "history": _history(3),
+            "early": {}, "format_version": 1}
+    buffer = io.BytesIO()
+    np.savez(buffer, w=np.zeros(3), meta=np.array(json.dumps(meta)))
+    (tmp_path / checkpoint.CHECKPOINT_FILE).write_bytes(buffer.getvalue())
+    got = checkpoint.load(tmp_path)
+    assert got is not None and got.history == _history(3)
+
+
+def test_a_checkpoint_of_an_unknown_format_version_is_refused_naming_the_key(
+        tmp_path: Path) -> None:
+    buffer = io.BytesIO()
+    np.savez(buffer, w=np.zeros(3), meta=np.array(json.dumps({"format_version": 9})))
+    (tmp_path / checkpoint.CHECKPOINT_FILE).write_bytes(buffer.getvalue())
+    with pytest.raises(ConfigError, match="resume.*format version 9, this hogwild reads 1, 2"):
+        checkpoint.load(tmp_path)
 
 
 def test_early_stopping_goes_on_across_a_resume_as_without_one() -> None:

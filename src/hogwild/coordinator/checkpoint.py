@@ -2,13 +2,18 @@
 
 Written atomically (temp file + rename) every ``checkpoint_interval`` seconds, so a killed
 coordinator leaves the last complete one; ``resume`` reads it back. One ``.npz`` holds the
-weights and, as a JSON string, everything else, so the two can never disagree.
+weights and, as a JSON string, everything else, so the two can never disagree. The evaluations
+are the exception: the checkpoint counts them, and they are read back from ``metrics.jsonl``
+beside it, where each was appended as it happened. Held inline, they made every checkpoint
+cost time in proportion to the run's length (measured: 0.42 s per checkpoint after an hour of
+evaluations every 0.25 s, 4.7 s and a 137 MB file after ten hours, every 10 s).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +25,11 @@ from hogwild import artifacts
 from hogwild.errors import ConfigError
 
 CHECKPOINT_FILE = "checkpoint.npz"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Version 1 held the evaluations inline; it is still read.
+READS_VERSIONS = (1, 2)
+
+log = logging.getLogger("hogwild.coordinator")
 
 
 @dataclass
@@ -50,6 +59,7 @@ class Checkpoint:
     bytes_received: int
     duplicates: int
     workers: list[WorkerEntry] = field(default_factory=list)
+    # The evaluations so far; saved as their count (they are in metrics.jsonl already).
     history: list[dict[str, Any]] = field(default_factory=list)
     # Early stopping's counters and the best model so far: a resumed run keeps counting
     # (`patience`) and still saves the best model when it was evaluated before the crash.
@@ -57,9 +67,16 @@ class Checkpoint:
     best_w: npt.NDArray[np.float64] | None = None
 
 
+# Saved as they are; the weights go in arrays of their own, the evaluations as their count.
+_SAVED = ("run_id", "round", "elapsed", "deltas_received", "bytes_received", "duplicates",
+          "early")
+
+
 def save(out_dir: str | Path, ckpt: Checkpoint) -> Path:
     """Write ``out_dir/checkpoint.npz`` atomically."""
-    meta = {key: value for key, value in asdict(ckpt).items() if key not in ("w", "best_w")}
+    meta = {key: getattr(ckpt, key) for key in _SAVED}
+    meta["workers"] = [asdict(entry) for entry in ckpt.workers]
+    meta["history_rows"] = len(ckpt.history)
     meta["format_version"] = FORMAT_VERSION
     arrays: dict[str, Any] = {"w": np.asarray(ckpt.w, dtype=np.float64),
                               "meta": np.array(artifacts.dumps(meta))}
@@ -89,12 +106,46 @@ def load(directory: str | Path) -> Checkpoint | None:
             meta = json.loads(str(archive["meta"]))
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError("resume", f"cannot read {path}: {exc}") from None
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") not in READS_VERSIONS:
         raise ConfigError("resume", f"{path} has format version {meta.get('format_version')}, "
-                                    f"this hogwild reads {FORMAT_VERSION}")
+                                    f"this hogwild reads {', '.join(map(str, READS_VERSIONS))}")
+    if "history" in meta:  # version 1
+        history = list(meta["history"])
+    else:
+        history = _read_history(Path(directory), int(meta["history_rows"]))
     return Checkpoint(
         run_id=str(meta["run_id"]), w=w, round=int(meta["round"]),
         elapsed=float(meta["elapsed"]), deltas_received=int(meta["deltas_received"]),
         bytes_received=int(meta["bytes_received"]), duplicates=int(meta["duplicates"]),
         workers=[WorkerEntry(**entry) for entry in meta["workers"]],
-        history=list(meta["history"]), early=dict(meta.get("early") or {}), best_w=best_w)
+        history=history, early=dict(meta.get("early") or {}), best_w=best_w)
+
+
+def _read_history(directory: Path, rows: int) -> list[dict[str, Any]]:
+    """The first ``rows`` evaluations of ``metrics.jsonl`` in ``directory``. Fewer (a file
+    lost or cut short with the machine) only thin the loss curve before the resume: the model
+    and counters are in the checkpoint. The run goes on with what is there, and says so."""
+    path = directory / artifacts.HISTORY_FILE
+    history: list[dict[str, Any]] = []
+    problem = ""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if len(history) == rows:
+                    break
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    problem = f"line {number} is not JSON"
+                    break
+                if not isinstance(row, dict):
+                    problem = f"line {number} is not an evaluation"
+                    break
+                history.append(row)
+    except OSError as exc:
+        problem = f"cannot read it: {exc.strerror or exc}"
+    if len(history) < rows:
+        log.warning("%s holds %d of the checkpoint's %d evaluations (%s): the resumed run's "
+                    "loss curve and metrics.jsonl lack the rest; the model is unaffected",
+                    path, len(history), rows, problem or "the file ends early")
+    return history

@@ -173,7 +173,6 @@ class RunDriver:
         self.train = TrainShape(0, 0, 0)
         self.local: LocalShipping | None = None  # shipping local: the plan of ranges
         self.layout = Layout(0, 0, 0, 0, 0, 0)
-        self._rejoin_threads: list[threading.Thread] = []
         self._announced_drops: dict[int, int] = {}  # worker id -> drops announced
         self._rejoin_lock = threading.Lock()
         self.conflicts: dict[str, Any] | None = None  # the data's conflict statistics
@@ -542,10 +541,8 @@ class RunDriver:
         """Bring back every worker that registered again (restarted, or resynchronising after
         its peers dropped it), each on its own thread so evaluations go on meanwhile."""
         for wid in self.state.take_rejoins():
-            thread = threading.Thread(target=self._rejoin, args=(wid,), name=f"rejoin-{wid}",
-                                      daemon=True)
-            self._rejoin_threads.append(thread)
-            thread.start()
+            threading.Thread(target=self._rejoin, args=(wid,), name=f"rejoin-{wid}",
+                             daemon=True).start()
 
     def _rejoin(self, wid: int) -> None:
         """Ship the worker its shard again, configure it to start after the current round

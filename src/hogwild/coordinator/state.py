@@ -236,7 +236,7 @@ class RunState:
             return Checkpoint(
                 run_id=self.run_id, w=totals.w, round=totals.rounds, elapsed=elapsed,
                 deltas_received=totals.deltas_received, bytes_received=totals.bytes_received,
-                duplicates=totals.duplicates, history=list(history),
+                duplicates=totals.duplicates, history=history,
                 workers=[WorkerEntry(r.worker_id, r.address, r.threads, r.hostname, r.pid,
                                      r.examples, r.round, r.deltas_applied, r.bytes_received)
                          for r in self.workers.values()])

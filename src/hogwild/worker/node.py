@@ -159,7 +159,6 @@ class WorkerNode:
         self.abandoned = False            # leaving without sending anything more
         self._tick = time.monotonic()
         self._tick_lock = threading.Lock()
-        self.stalls: list[float] = []     # seconds this process was frozen, each time
         self._peer_addresses: dict[int, str] = {}
         self.averaging = OwnAverage()  # own changes to the averaged part, cut to 1/W
 
@@ -679,7 +678,6 @@ class WorkerNode:
             gap = now - self._tick
             self._tick = now
             if gap > limit:
-                self.stalls.append(gap)
                 self.inbox.touch_all()
                 log.warning("this worker was frozen for %.1fs; restarting its peers' silence "
                             "clocks instead of dropping them", gap)
