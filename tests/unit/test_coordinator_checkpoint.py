@@ -51,7 +51,9 @@ def test_a_file_without_early_stopping_fields_loads_with_none(tmp_path: Path) ->
 
 
 def _history(n: int) -> list[dict[str, object]]:
-    return [{"elapsed": 0.25 * i, "round": i, "val_loss": 1.0 / (i + 1), "val_accuracy": None}
+    """Rows as the coordinator writes them, all before the checkpoint's 3.5 s (n <= 14)."""
+    return [{"elapsed": 0.25 * i, "round": i, "examples": 100 * i, "val_loss": 1.0 / (i + 1),
+             "val_accuracy": None, "train_loss": None, "deltas_received": 2 * i}
             for i in range(n)]
 
 
@@ -93,6 +95,33 @@ def test_evaluations_missing_from_metrics_jsonl_are_said_and_the_run_goes_on(
         got = checkpoint.load(tmp_path)
     assert got is not None and got.history == []
     assert "holds 0 of the checkpoint's 4 evaluations (cannot read it" in caplog.text
+
+
+def test_rows_that_are_not_this_runs_evaluations_are_not_resumed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    rows = _history(3)
+    checkpoint.save(tmp_path, _ckpt(history=rows))
+    # metrics.jsonl written since by `hogwild train` (its rows are epochs), or by a later run
+    # (taken after the checkpoint's 3.5 s of training): neither is the curve to go on from.
+    for foreign in ({"epoch": 1, "train_loss": 0.3, "val_loss": 0.2, "seconds": 0.1},
+                    {**rows[1], "elapsed": 99.0}, {**rows[1], "val_loss": "low"}):
+        artifacts.write_history(tmp_path, [rows[0], foreign, rows[2]])
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="hogwild.coordinator"):
+            got = checkpoint.load(tmp_path)
+        assert got is not None and got.history == rows[:1], foreign
+        assert "holds 1 of the checkpoint's 3 evaluations (line 2 is not an evaluation of " \
+               "this run)" in caplog.text
+
+
+def test_a_damaged_checkpoint_is_refused_naming_the_key(tmp_path: Path) -> None:
+    meta = {"run_id": "r1", "round": 2, "elapsed": 1.0, "deltas_received": 3,
+            "bytes_received": 10, "duplicates": 0, "workers": [], "format_version": 2}
+    buffer = io.BytesIO()
+    np.savez(buffer, w=np.zeros(3), meta=np.array(json.dumps(meta)))
+    (tmp_path / checkpoint.CHECKPOINT_FILE).write_bytes(buffer.getvalue())
+    with pytest.raises(ConfigError, match="resume.*is damaged: it lacks 'history_rows'"):
+        checkpoint.load(tmp_path)
 
 
 def test_a_version_1_checkpoint_with_its_evaluations_inline_still_loads(tmp_path: Path) -> None:

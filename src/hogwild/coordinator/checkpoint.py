@@ -109,22 +109,30 @@ def load(directory: str | Path) -> Checkpoint | None:
     if meta.get("format_version") not in READS_VERSIONS:
         raise ConfigError("resume", f"{path} has format version {meta.get('format_version')}, "
                                     f"this hogwild reads {', '.join(map(str, READS_VERSIONS))}")
-    if "history" in meta:  # version 1
-        history = list(meta["history"])
-    else:
-        history = _read_history(Path(directory), int(meta["history_rows"]))
-    return Checkpoint(
-        run_id=str(meta["run_id"]), w=w, round=int(meta["round"]),
-        elapsed=float(meta["elapsed"]), deltas_received=int(meta["deltas_received"]),
-        bytes_received=int(meta["bytes_received"]), duplicates=int(meta["duplicates"]),
-        workers=[WorkerEntry(**entry) for entry in meta["workers"]],
-        history=history, early=dict(meta.get("early") or {}), best_w=best_w)
+    try:
+        elapsed = float(meta["elapsed"])
+        if "history" in meta:  # version 1
+            history = list(meta["history"])
+        else:
+            history = _read_history(Path(directory), int(meta["history_rows"]), elapsed)
+        return Checkpoint(
+            run_id=str(meta["run_id"]), w=w, round=int(meta["round"]), elapsed=elapsed,
+            deltas_received=int(meta["deltas_received"]),
+            bytes_received=int(meta["bytes_received"]), duplicates=int(meta["duplicates"]),
+            workers=[WorkerEntry(**entry) for entry in meta["workers"]],
+            history=history, early=dict(meta.get("early") or {}), best_w=best_w)
+    except KeyError as exc:
+        raise ConfigError("resume", f"{path} is damaged: it lacks {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError("resume", f"{path} is damaged: {exc}") from None
 
 
-def _read_history(directory: Path, rows: int) -> list[dict[str, Any]]:
-    """The first ``rows`` evaluations of ``metrics.jsonl`` in ``directory``. Fewer (a file
-    lost or cut short with the machine) only thin the loss curve before the resume: the model
-    and counters are in the checkpoint. The run goes on with what is there, and says so."""
+def _read_history(directory: Path, rows: int, elapsed: float) -> list[dict[str, Any]]:
+    """The first ``rows`` evaluations of ``metrics.jsonl`` in ``directory``, none of them
+    later than ``elapsed`` (the checkpoint's training clock). Fewer (a file lost or cut short
+    with the machine, or written since by another command) only thin the loss curve before
+    the resume: the model and counters are in the checkpoint. The run goes on with what is
+    there, and says so."""
     path = directory / artifacts.HISTORY_FILE
     history: list[dict[str, Any]] = []
     problem = ""
@@ -138,8 +146,8 @@ def _read_history(directory: Path, rows: int) -> list[dict[str, Any]]:
                 except ValueError:
                     problem = f"line {number} is not JSON"
                     break
-                if not isinstance(row, dict):
-                    problem = f"line {number} is not an evaluation"
+                if not _is_evaluation(row, elapsed):
+                    problem = f"line {number} is not an evaluation of this run"
                     break
                 history.append(row)
     except OSError as exc:
@@ -149,3 +157,19 @@ def _read_history(directory: Path, rows: int) -> list[dict[str, Any]]:
                     "loss curve and metrics.jsonl lack the rest; the model is unaffected",
                     path, len(history), rows, problem or "the file ends early")
     return history
+
+
+def _is_evaluation(row: Any, elapsed: float) -> bool:
+    """A row as the coordinator writes it, taken no later than ``elapsed`` seconds in."""
+    if not isinstance(row, dict) or not _ROW_KEYS <= row.keys():
+        return False
+    numbers = [row[key] for key in _ROW_KEYS]
+    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+               for v in numbers):
+        return False
+    return isinstance(row["elapsed"], (int, float)) and row["elapsed"] <= elapsed
+
+
+# What every evaluation row of a coordinator holds (driver._evaluate), and the end of run uses.
+_ROW_KEYS = frozenset({"elapsed", "round", "examples", "val_loss", "train_loss",
+                       "deltas_received"})
