@@ -83,6 +83,10 @@ class ClusterError(HogwildError):
     """The cluster cannot continue: peers missing, coordinator unreachable, run aborted."""
 
 
+class OutputError(HogwildError):
+    """The run's outputs (model, metrics, history) could not be written."""
+
+
 class ModelError(HogwildError):
     """A saved model cannot be read or used (missing file, bad contents, wrong use)."""
 

@@ -20,7 +20,7 @@ from hogwild.data.labels import MULTICLASS, LabelMap
 from hogwild.data.reorder import frequency_order, renumber, restore_weights
 from hogwild.data.sources import default_test_source, describe, load_source_hashed
 from hogwild.data.split import split_shuffled
-from hogwild.errors import DataError, TrainingDiverged
+from hogwild.errors import DataError, OutputError, TrainingDiverged
 from hogwild.model.evaluation import evaluate_model, is_finite, predict
 from hogwild.model.losses import get_loss
 from hogwild.model.ovr import OneVsRest
@@ -311,6 +311,20 @@ def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
     caller draws it later)."""
     if not is_finite(w):
         raise TrainingDiverged("final model", settings.learning_rate)
+    try:
+        return _write_outputs(settings, w, metrics, history, feature_order, task, classes,
+                              spec, hashing, plot, draw_plot)
+    except OSError as exc:  # a full disk, a directory made read-only under way
+        where = f": {exc.filename}" if exc.filename else ""
+        raise OutputError(f"cannot write the outputs to {settings.out_dir} "
+                          f"({exc.strerror or exc}{where})") from None
+
+
+def _write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
+                   history: list[dict[str, Any]], feature_order: np.ndarray | None,
+                   task: str | None, classes: Sequence[float] | None, spec: ModelSpec | None,
+                   hashing: Mapping[str, Any] | None, plot: BackgroundPlot | None,
+                   draw_plot: bool) -> Path:
     out_dir = Path(settings.out_dir)
     if task is None:
         task, default_classes = default_task(settings.loss)

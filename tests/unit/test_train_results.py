@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 from dataclasses import replace
@@ -133,3 +134,20 @@ def test_a_wider_test_file_is_warned_about(tmp_path: Path,
         assert _train(tmp_path / "out", train, test) == 0
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("900 features" in m and "7" in m and str(test) in m for m in warnings), warnings
+
+
+def test_outputs_that_cannot_be_written_are_one_line_not_a_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    # The disk fills up between the start (where out_dir is checked) and the end of training.
+    def full(out_dir: str | Path, metrics: object) -> Path:
+        raise OSError(errno.ENOSPC, "No space left on device", str(Path(out_dir) / "metrics.json"))
+
+    monkeypatch.setattr(artifacts, "write_metrics", full)
+    out = tmp_path / "out"
+    code = _train(out, "bundled:spamassassin/train", "bundled:spamassassin/test")
+    err = capsys.readouterr().err
+    assert code == 1
+    assert (f"hogwild train: error: cannot write the outputs to {out} (No space left on device: "
+            f"{out / 'metrics.json'})") in err
+    assert "Traceback" not in err

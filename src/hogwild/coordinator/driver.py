@@ -27,7 +27,7 @@ from hogwild.coordinator.stopping import StallWatch, StopRules, regression_warni
 from hogwild.coordinator.trace import ModelTrace
 from hogwild.coordinator.tree_root import TreeRoot
 from hogwild.data.labels import MULTICLASS
-from hogwild.errors import ClusterError, DataError, HogwildError, TrainingDiverged
+from hogwild.errors import ClusterError, DataError, HogwildError, OutputError, TrainingDiverged
 from hogwild.model.evaluation import evaluate, is_finite
 from hogwild.model.losses import get_loss
 from hogwild.model.spec import ModelSpec
@@ -182,6 +182,7 @@ class RunDriver:
         self.checkpoints = 0
         self.checkpoint_seconds = 0.0
         self.relay: StarRelay | None = None  # topology star: relays the sums of deltas
+        self._history_behind = False  # metrics.jsonl lacks rows (an append failed)
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -301,7 +302,22 @@ class RunDriver:
             self._stop_workers("coordinator shutting down", quiet=True)
             if self.relay is not None:
                 self.relay.close()
-        return self._finish(splits, rules, reason, train_seconds, load_seconds, began)
+        try:
+            return self._finish(splits, rules, reason, train_seconds, load_seconds, began)
+        except (OSError, OutputError) as exc:  # a full disk, a directory gone read-only
+            raise self._outputs_failed(exc) from None
+
+    def _outputs_failed(self, exc: OSError | OutputError) -> OutputError:
+        """One line for outputs that could not be written, and where the run can go on."""
+        out = self.settings.out_dir
+        text = (str(exc) if isinstance(exc, OutputError) else
+                f"cannot write the outputs to {out} ({exc.strerror or exc}"
+                + (f": {exc.filename})" if exc.filename else ")"))
+        if (Path(out) / checkpoint.CHECKPOINT_FILE).exists():
+            text += (f"; the last checkpoint is kept: once there is room, `hogwild coordinator "
+                     f"--resume {out}` with the same settings (and its workers started again) "
+                     "goes on from it")
+        return OutputError(text)
 
     def _start_relay(self, workers: list[WorkerRecord], dim: int) -> None:
         """Topology star (tree): start relaying deltas before any worker can send one. The
@@ -718,9 +734,33 @@ class RunDriver:
 
     _last_w: np.ndarray
 
+    def _append_history(self, row: dict[str, Any]) -> None:
+        """Add the row to metrics.jsonl. A failure (a full disk) is said once and costs no
+        training: the rows stay in memory, and the file is rewritten whole at the next
+        checkpoint and at the end of the run."""
+        try:
+            artifacts.append_history(self.settings.out_dir, row)
+        except OSError as exc:
+            if not self._history_behind:
+                log.warning("cannot add to %s (%s): training goes on; the file is rewritten "
+                            "whole at the next checkpoint and at the end", artifacts.HISTORY_FILE,
+                            exc.strerror or exc)
+            self._history_behind = True
+
     def _checkpoint(self, began: float, rules: StopRules) -> None:
         """Write the checkpoint (atomically); a failure to write it is logged, not fatal."""
         t0 = time.perf_counter()
+        if self._history_behind:
+            # The checkpoint counts the rows of metrics.jsonl: they must all be there first.
+            # Else the last checkpoint written stays, consistent with the file as it is.
+            try:
+                artifacts.write_history(self.settings.out_dir, self.history)
+            except OSError as exc:
+                log.warning("checkpoint not written: cannot rewrite %s (%s)",
+                            artifacts.HISTORY_FILE, exc.strerror or exc)
+                return
+            self._history_behind = False
+            log.info("%s is whole again (%d rows)", artifacts.HISTORY_FILE, len(self.history))
         ckpt = self.state.checkpoint(time.perf_counter() - began, self.history)
         ckpt.early = rules.early.state()
         # Only a run that saves the best model needs a second copy of the weights in every
@@ -767,7 +807,7 @@ class RunDriver:
                "bytes_received": totals.bytes_received,
                "max_staleness": self.state.max_staleness()}
         self.history.append(row)
-        artifacts.append_history(self.settings.out_dir, row)
+        self._append_history(row)
         self._print(f"{row['elapsed']:>7.2f}s {row['round']:>6} {examples:>10} "
                     f"{row['epochs']:>7.2f} {_fmt(row['val_loss']):>9} "
                     f"{_fmt(row['val_accuracy']):>8} {row['deltas_received']:>7} "

@@ -1,0 +1,104 @@
+"""The coordinator's disk fills up: a full disk for a while costs no training and no evaluation
+row; one still full at the end gives a one-line error and keeps the last checkpoint.
+
+The out_dir is a small tmpfs mounted for the test (root only; skipped, saying why, elsewhere).
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import json
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hogwild.coordinator import checkpoint
+
+from .helpers import Cluster, read_metrics, reuters_settings
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
+
+PROGRESS_ROW = re.compile(r"^\s*\d+\.\d+s\s+(\d+)\s+\d+")
+APPEND_FAILED = re.compile(r"cannot add to metrics\.jsonl \(No space left on device\)")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MB tmpfs: room for a Reuters run's outputs, and quick to fill."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(disk: Path) -> Path:
+    """Write a file until the disk is full; returns it (delete it to make room again)."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as handle:  # unbuffered: nothing left to flush
+        try:
+            while True:
+                handle.write(b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+    return filler
+
+
+def test_a_disk_full_for_a_while_costs_no_training_and_no_evaluation(
+        cluster: Cluster, small_disk: Path) -> None:
+    out = small_disk / "out"
+    cluster.start(2, **reuters_settings(out, epochs=1_000_000, time_budget=8,
+                                        eval_interval=0.1, checkpoint_interval=0.5))
+    coordinator = cluster.coordinator
+    assert coordinator is not None
+    coordinator.wait_for(PROGRESS_ROW, 60)
+    filler = _fill(small_disk)
+    coordinator.wait_for(APPEND_FAILED, 10)
+    coordinator.wait_for(re.compile(r"checkpoint not written: cannot rewrite metrics\.jsonl"),
+                         10)
+    filler.unlink()
+    coordinator.wait_for(re.compile(r"metrics\.jsonl is whole again \(\d+ rows\)"), 10)
+    assert coordinator.wait(120) == 0
+    assert all(w.wait(30) == 0 for w in cluster.workers), cluster.output()
+    metrics = read_metrics(out)
+    assert metrics["stop_reason"] == "time budget" and metrics["test_accuracy"] > 0.97
+    # Said once, not at every evaluation of the full stretch.
+    assert len([ln for ln in coordinator.lines if APPEND_FAILED.search(ln)]) == 1
+    # Every evaluation is in the file, the full stretch's too (kept in memory, then rewritten).
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == metrics["evaluations"]
+    gaps = [b["elapsed"] - a["elapsed"] for a, b in itertools.pairwise(rows)]
+    assert min(gaps) >= 0 and max(gaps) < 1.0, max(gaps)
+
+
+def test_a_disk_still_full_at_the_end_is_one_line_and_keeps_the_checkpoint(
+        cluster: Cluster, small_disk: Path) -> None:
+    out = small_disk / "out"
+    cluster.start(2, **reuters_settings(out, epochs=1_000_000, time_budget=5,
+                                        eval_interval=0.1, checkpoint_interval=0.5))
+    coordinator = cluster.coordinator
+    assert coordinator is not None
+    coordinator.wait_for(re.compile(r"^\s*[1-9]\.\d+s\s+\d+\s+\d+"), 60)  # past 1 s
+    _fill(small_disk)
+    assert coordinator.wait(120) == 1
+    text = "\n".join(coordinator.lines)
+    assert "Traceback" not in text
+    error = [ln for ln in coordinator.lines if ln.startswith("hogwild coordinator: error:")]
+    assert len(error) == 1, text
+    assert (f"cannot write the outputs to {out} (No space left on device" in error[0]
+            and f"the last checkpoint is kept: once there is room, `hogwild coordinator "
+                f"--resume {out}`" in error[0]), error[0]
+    # The checkpoint written before the disk filled is whole, and the rows it counts are in
+    # metrics.jsonl (later rows may not be: the file was never rewritten).
+    kept = checkpoint.load(out)
+    assert kept is not None and kept.round > 0 and len(kept.history) >= 1
+    assert not (out / "model.npz").exists()
