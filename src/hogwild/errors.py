@@ -86,6 +86,13 @@ class ClusterError(HogwildError):
 class OutputError(HogwildError):
     """The run's outputs (model, metrics, history) could not be written."""
 
+    @classmethod
+    def writing(cls, out_dir: object, exc: OSError) -> OutputError:
+        """The error for ``exc``, raised while writing into ``out_dir`` (a full disk, a
+        directory made read-only under way)."""
+        where = f": {exc.filename}" if exc.filename else ""
+        return cls(f"cannot write the outputs to {out_dir} ({exc.strerror or exc}{where})")
+
 
 class ModelError(HogwildError):
     """A saved model cannot be read or used (missing file, bad contents, wrong use)."""

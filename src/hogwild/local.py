@@ -314,10 +314,8 @@ def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
     try:
         return _write_outputs(settings, w, metrics, history, feature_order, task, classes,
                               spec, hashing, plot, draw_plot)
-    except OSError as exc:  # a full disk, a directory made read-only under way
-        where = f": {exc.filename}" if exc.filename else ""
-        raise OutputError(f"cannot write the outputs to {settings.out_dir} "
-                          f"({exc.strerror or exc}{where})") from None
+    except OSError as exc:
+        raise OutputError.writing(settings.out_dir, exc) from None
 
 
 def _write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],

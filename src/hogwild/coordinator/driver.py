@@ -310,9 +310,7 @@ class RunDriver:
     def _outputs_failed(self, exc: OSError | OutputError) -> OutputError:
         """One line for outputs that could not be written, and where the run can go on."""
         out = self.settings.out_dir
-        text = (str(exc) if isinstance(exc, OutputError) else
-                f"cannot write the outputs to {out} ({exc.strerror or exc}"
-                + (f": {exc.filename})" if exc.filename else ")"))
+        text = str(exc if isinstance(exc, OutputError) else OutputError.writing(out, exc))
         if (Path(out) / checkpoint.CHECKPOINT_FILE).exists():
             text += (f"; the last checkpoint is kept: once there is room, `hogwild coordinator "
                      f"--resume {out}` with the same settings (and its workers started again) "
