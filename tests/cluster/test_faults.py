@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hogwild.coordinator import checkpoint
+from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 
 from .helpers import READY, REGISTERED, Cluster, Proc, read_metrics, require_reuters
@@ -547,6 +549,30 @@ def test_a_killed_coordinator_resumes_from_its_checkpoint(
     kept = next((i for i, (a, b) in enumerate(zip(lines, before)) if a != b), rows_before)
     assert kept >= 1, (lines[:3], before[:3])
     assert all(a["elapsed"] <= b["elapsed"] for a, b in itertools.pairwise(rows))
+
+
+def test_a_resume_on_other_rows_is_refused_before_any_worker_is_waited_for(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """A checkpoint remembers a fingerprint of the rows it was taken on; resuming it on other
+    ones (here: rows it never saw) would train its model on them and exit 0."""
+    out = tmp_path / "out"
+    settings = {**reuters(out, workers=2), "bind_host": "127.0.0.1", "coordinator_port": 0}
+    workers = [WorkerEntry(w, f"127.0.0.1:{40000 + w}", 1) for w in range(2)]
+    checkpoint.save(out, Checkpoint(run_id="r1", w=np.zeros(3), round=5, elapsed=1.0,
+                                    deltas_received=0, bytes_received=0, duplicates=0,
+                                    workers=workers, data="0" * 32))
+    refused = cluster._spawn("refused", "coordinator", {**settings, "resume": str(out)})
+    assert refused.wait(60) == 2
+    refused.wait_for(re.compile(r"hogwild coordinator: error: setting 'resume': the checkpoint "
+                                r"in .* was taken on other training or validation rows than "
+                                r"these"), 1)
+    assert not any("waiting for" in line for line in refused.lines)
+    # A checkpoint that does not say (the previous format) is not refused for it.
+    checkpoint.save(out, Checkpoint(run_id="r1", w=np.zeros(3), round=5, elapsed=1.0,
+                                    deltas_received=0, bytes_received=0, duplicates=0,
+                                    workers=workers))
+    taken = cluster._spawn("taken", "coordinator", {**settings, "resume": str(out)})
+    taken.wait_for(re.compile(r"waiting for 2 worker\(s\)"), 60)
 
 
 @pytest.mark.parametrize(("mode", "topology", "victim"),

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from hogwild import artifacts
-from hogwild.coordinator import checkpoint
+from hogwild.coordinator import checkpoint, fingerprint
 from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
 from hogwild.coordinator.state import RunState
+from hogwild.data.csr import CSRData
 from hogwild.errors import ClusterError, ConfigError, NotAllowed, StaleOrUnknown
 from hogwild.stopping import EarlyStopping
 
@@ -226,3 +227,37 @@ def test_a_resumed_run_with_nobody_back_is_an_error() -> None:
         state.register(f"127.0.0.1:{5000 + w}", 1, "host", 40 + w)
     with pytest.raises(ClusterError, match="only 2 of 3 workers registered"):
         state.wait_for_workers(0.1)
+
+
+def _rows(seed: int, n: int = 50) -> CSRData:
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(1, 6, n)
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    indices = np.concatenate([np.sort(rng.choice(40, c, replace=False)) for c in counts])
+    return CSRData(indptr, indices, rng.random(indptr[-1]), np.sign(rng.random(n) - 0.5), 40)
+
+
+def test_the_data_fingerprint_is_the_rows_own() -> None:
+    train, val = _rows(1), _rows(2)
+    again = fingerprint.of_splits(CSRData(train.indptr.copy(), train.indices.copy(),
+                                          train.values.copy(), train.labels.copy(), 40), val)
+    assert fingerprint.of_splits(train, val) == again  # the same rows: the same print
+    changed_value = train.values.copy()
+    changed_value[7] += 0.5
+    flipped = train.labels.copy()
+    flipped[3] = -flipped[3]
+    others = [
+        (CSRData(train.indptr, train.indices, changed_value, train.labels, 40), val),
+        (CSRData(train.indptr, train.indices, train.values, flipped, 40), val),
+        (train, _rows(3)),                       # another validation split
+        (val, train),                            # the split the other way round
+        (CSRData(train.indptr, train.indices, train.values, train.labels, 41), val),
+    ]
+    prints = {fingerprint.of_splits(t, v) for t, v in others}
+    assert len(prints) == len(others) and again not in prints
+
+
+def test_a_checkpoint_keeps_the_data_fingerprint(tmp_path: Path) -> None:
+    checkpoint.save(tmp_path, _ckpt(data="0f" * 16))
+    got = checkpoint.load(tmp_path)
+    assert got is not None and got.data == "0f" * 16

@@ -316,3 +316,22 @@ def test_label_values_are_those_of_the_rows_as_float32(tmp_path: Path) -> None:
     spec = LocalSpec(str(path), plan.file_size, 50, False, 0, 0.2)
     got = read_ranges(spec, plan.worker_ranges(0))
     assert set(got.labels.tolist()) <= {float(np.float32(0.1)), float(np.float32(0.7))}
+
+
+def test_the_plans_fingerprint_changes_with_the_file_the_seed_and_the_split(
+        tmp_path: Path, text_file: Path) -> None:
+    from hogwild.coordinator import fingerprint
+
+    def printed(path: Path, seed: int = 0, val: float = 0.1) -> str:
+        plan = plan_file(str(path), workers=2, seed=seed, val_fraction=val, test_fraction=0.0)
+        return fingerprint.of_plan(plan, plan.val)
+
+    text = bytearray(text_file.read_bytes())
+    at = text.index(b":", len(text) // 2) + 1  # one digit, the size unchanged
+    text[at] = ord("7") if text[at] != ord("7") else ord("3")
+    other = tmp_path / "other.svm"
+    other.write_bytes(bytes(text))
+    first = printed(text_file)
+    assert printed(text_file) == first
+    assert len({first, printed(other), printed(text_file, seed=1),
+                printed(text_file, val=0.2)}) == 4

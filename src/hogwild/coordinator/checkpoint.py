@@ -65,11 +65,13 @@ class Checkpoint:
     # (`patience`) and still saves the best model when it was evaluated before the crash.
     early: dict[str, Any] = field(default_factory=dict)
     best_w: npt.NDArray[np.float64] | None = None
+    # The data it was taken on (coordinator.fingerprint); "" when unknown (version 1).
+    data: str = ""
 
 
 # Saved as they are; the weights go in arrays of their own, the evaluations as their count.
 _SAVED = ("run_id", "round", "elapsed", "deltas_received", "bytes_received", "duplicates",
-          "early")
+          "early", "data")
 
 
 def save(out_dir: str | Path, ckpt: Checkpoint) -> Path:
@@ -120,7 +122,8 @@ def load(directory: str | Path) -> Checkpoint | None:
             deltas_received=int(meta["deltas_received"]),
             bytes_received=int(meta["bytes_received"]), duplicates=int(meta["duplicates"]),
             workers=[WorkerEntry(**entry) for entry in meta["workers"]],
-            history=history, early=dict(meta.get("early") or {}), best_w=best_w)
+            history=history, early=dict(meta.get("early") or {}), best_w=best_w,
+            data=str(meta.get("data") or ""))
     except KeyError as exc:
         raise ConfigError("resume", f"{path} is damaged: it lacks {exc}") from None
     except (TypeError, ValueError) as exc:

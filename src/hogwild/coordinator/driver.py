@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from hogwild import artifacts
 from hogwild.config import Settings
-from hogwild.coordinator import checkpoint
+from hogwild.coordinator import checkpoint, fingerprint
 from hogwild.coordinator.checkpoint import Checkpoint
 from hogwild.coordinator.relay import StarRelay
 from hogwild.coordinator.state import RunState, Totals, WorkerRecord
@@ -27,7 +27,14 @@ from hogwild.coordinator.stopping import StallWatch, StopRules, regression_warni
 from hogwild.coordinator.trace import ModelTrace
 from hogwild.coordinator.tree_root import TreeRoot
 from hogwild.data.labels import MULTICLASS
-from hogwild.errors import ClusterError, DataError, HogwildError, OutputError, TrainingDiverged
+from hogwild.errors import (
+    ClusterError,
+    ConfigError,
+    DataError,
+    HogwildError,
+    OutputError,
+    TrainingDiverged,
+)
 from hogwild.model.evaluation import evaluate, is_finite
 from hogwild.model.losses import get_loss
 from hogwild.model.spec import ModelSpec
@@ -183,6 +190,7 @@ class RunDriver:
         self.checkpoint_seconds = 0.0
         self.relay: StarRelay | None = None  # topology star: relays the sums of deltas
         self._history_behind = False  # metrics.jsonl lacks rows (an append failed)
+        self.data_fingerprint = ""  # of the rows trained on, kept in every checkpoint
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -216,6 +224,7 @@ class RunDriver:
             raise DataError(f"{s.data}: labels {{{classes}}} are {splits.labels.n_classes} "
                             "classes; the cluster trains binary and regression models only "
                             "(`hogwild train` trains multiclass one-vs-rest)")
+        self._check_same_data(splits)
         train_line = self.local.describe() if self.local else describe(splits.train)
         self._print(f"data: train {train_line}")
         self._print(f"      validation {describe(splits.val)}")
@@ -316,6 +325,23 @@ class RunDriver:
                      f"--resume {out}` with the same settings (and its workers started again) "
                      "goes on from it")
         return OutputError(text)
+
+    def _check_same_data(self, splits: Any) -> None:
+        """Fingerprint the rows the checkpoints will be taken on; a resume refuses other ones
+        (another file, seed, fraction, hashing...) before any worker is waited for."""
+        s = self.settings
+        if not s.checkpoint_interval and self.resume is None:
+            return
+        self.data_fingerprint = (fingerprint.of_plan(self.local.plan, splits.val)
+                                 if self.local is not None
+                                 else fingerprint.of_splits(splits.train, splits.val))
+        taken_on = self.resume.data if self.resume is not None else ""
+        if taken_on and taken_on != self.data_fingerprint:
+            raise ConfigError("resume", f"the checkpoint in {s.resume} was taken on other "
+                              "training or validation rows than these (another data file, "
+                              "seed, val_fraction, test_fraction, shipping or feature hashing): "
+                              "resume with the run's own data and settings, or start anew "
+                              "without resume")
 
     def _start_relay(self, workers: list[WorkerRecord], dim: int) -> None:
         """Topology star (tree): start relaying deltas before any worker can send one. The
@@ -761,6 +787,7 @@ class RunDriver:
             log.info("%s is whole again (%d rows)", artifacts.HISTORY_FILE, len(self.history))
         ckpt = self.state.checkpoint(time.perf_counter() - began, self.history)
         ckpt.early = rules.early.state()
+        ckpt.data = self.data_fingerprint
         # Only a run that saves the best model needs a second copy of the weights in every
         # checkpoint.
         ckpt.best_w = rules.best_weights if rules.saves_best else None
