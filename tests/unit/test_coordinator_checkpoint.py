@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from hogwild import artifacts
+from hogwild.config import Settings
 from hogwild.coordinator import checkpoint, fingerprint
 from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
 from hogwild.coordinator.state import RunState
@@ -261,3 +263,27 @@ def test_a_checkpoint_keeps_the_data_fingerprint(tmp_path: Path) -> None:
     checkpoint.save(tmp_path, _ckpt(data="0f" * 16))
     got = checkpoint.load(tmp_path)
     assert got is not None and got.data == "0f" * 16
+
+
+def test_a_resume_under_other_model_settings_is_refused_naming_the_setting(
+        tmp_path: Path) -> None:
+    taken = Settings(loss="hinge", resume=str(tmp_path))
+    checkpoint.save(tmp_path, _ckpt(model=checkpoint.model_settings(taken)))
+    got = checkpoint.load(tmp_path)
+    assert got is not None and got.model["loss"] == "hinge"
+    checkpoint.check_model_settings(got, taken)  # the same: goes on
+    checkpoint.check_model_settings(got, replace(taken, learning_rate=0.5, time_budget=9.0,
+                                                 hidden=(8,)))  # (a linear model's: unused)
+    for changed, key in ((replace(taken, loss="logistic"), "loss"),
+                         (replace(taken, model="mlp", hidden=(8,)), "model"),
+                         (replace(taken, fit_bias=False), "fit_bias")):
+        with pytest.raises(ConfigError, match=f"setting '{key}': the checkpoint in .* was "
+                                              f"taken with {key}="):
+            checkpoint.check_model_settings(got, changed)
+    mlp = replace(taken, model="mlp", hidden=(16, 8))
+    with pytest.raises(ConfigError, match="setting 'hidden': .* taken with hidden=\\[16, 8\\], "
+                                          "these settings say \\[16\\]"):
+        checkpoint.check_model_settings(_ckpt(model=checkpoint.model_settings(mlp)),
+                                        replace(mlp, hidden=(16,)))
+    older = _ckpt()  # a checkpoint that does not say: not refused for it
+    checkpoint.check_model_settings(older, replace(taken, loss="logistic"))

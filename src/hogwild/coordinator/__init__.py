@@ -72,6 +72,7 @@ def serve(settings: Settings, out: TextIO = sys.stdout, plot: BackgroundPlot | N
         if len(resume.workers) != settings.workers:
             raise ConfigError("workers", f"the checkpoint in {settings.resume} is of a run "
                                          f"with {len(resume.workers)} workers")
+        checkpoint.check_model_settings(resume, settings)
         state.restore(resume)
     elif settings.resume:
         log.info("no checkpoint in %s: starting a new run", settings.resume)

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild import artifacts
+from hogwild.config import Settings
 from hogwild.errors import ConfigError
 
 CHECKPOINT_FILE = "checkpoint.npz"
@@ -67,11 +68,16 @@ class Checkpoint:
     best_w: npt.NDArray[np.float64] | None = None
     # The data it was taken on (coordinator.fingerprint); "" when unknown (version 1).
     data: str = ""
+    # The settings that say what the weights mean (MODEL_SETTINGS); empty when unknown.
+    model: dict[str, Any] = field(default_factory=dict)
 
 
 # Saved as they are; the weights go in arrays of their own, the evaluations as their count.
 _SAVED = ("run_id", "round", "elapsed", "deltas_received", "bytes_received", "duplicates",
-          "early", "data")
+          "early", "data", "model")
+# What the weights mean: a resume under other values would go on training them as another
+# model (hinge weights read as log-loss probabilities, say) and exit 0.
+MODEL_SETTINGS = ("model", "hidden", "binary_features", "loss", "fit_bias")
 
 
 def save(out_dir: str | Path, ckpt: Checkpoint) -> Path:
@@ -123,7 +129,7 @@ def load(directory: str | Path) -> Checkpoint | None:
             bytes_received=int(meta["bytes_received"]), duplicates=int(meta["duplicates"]),
             workers=[WorkerEntry(**entry) for entry in meta["workers"]],
             history=history, early=dict(meta.get("early") or {}), best_w=best_w,
-            data=str(meta.get("data") or ""))
+            data=str(meta.get("data") or ""), model=dict(meta.get("model") or {}))
     except KeyError as exc:
         raise ConfigError("resume", f"{path} is damaged: it lacks {exc}") from None
     except (TypeError, ValueError) as exc:
@@ -176,3 +182,22 @@ def _is_evaluation(row: Any, elapsed: float) -> bool:
 # What every evaluation row of a coordinator holds (driver._evaluate), and the end of run uses.
 _ROW_KEYS = frozenset({"elapsed", "round", "examples", "val_loss", "train_loss",
                        "deltas_received"})
+
+
+def model_settings(settings: Settings) -> dict[str, Any]:
+    """The MODEL_SETTINGS of ``settings`` that apply to its model, as the checkpoint keeps
+    them (JSON values; ``hidden`` and ``binary_features`` are the MLP's only)."""
+    keys = MODEL_SETTINGS if settings.model == "mlp" else ("model", "loss", "fit_bias")
+    return {key: (list(value) if isinstance(value, tuple) else value)
+            for key in keys for value in [getattr(settings, key)]}
+
+
+def check_model_settings(ckpt: Checkpoint, settings: Settings) -> None:
+    """ConfigError naming the first model setting that differs from the checkpoint's."""
+    now = model_settings(settings)
+    for key in MODEL_SETTINGS:
+        then = ckpt.model.get(key)
+        if key in ckpt.model and now.get(key) != then:
+            raise ConfigError(key, f"the checkpoint in {settings.resume} was taken with "
+                                   f"{key}={then!r}, these settings say {now.get(key)!r}: a resumed "
+                                   "run goes on training the same model")

@@ -788,6 +788,7 @@ class RunDriver:
         ckpt = self.state.checkpoint(time.perf_counter() - began, self.history)
         ckpt.early = rules.early.state()
         ckpt.data = self.data_fingerprint
+        ckpt.model = checkpoint.model_settings(self.settings)
         # Only a run that saves the best model needs a second copy of the weights in every
         # checkpoint.
         ckpt.best_w = rules.best_weights if rules.saves_best else None
