@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import json
+import logging
 import os
+import socket
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -15,6 +19,8 @@ import numpy as np
 
 from hogwild.errors import ConfigError
 
+log = logging.getLogger("hogwild")
+
 MODEL_FILE = "model.npz"
 MODEL_META_FILE = "model.json"
 METRICS_FILE = "metrics.json"
@@ -22,6 +28,7 @@ HISTORY_FILE = "metrics.jsonl"
 TRACE_FILE = "trace.jsonl"
 PLOT_FILE = "loss.png"
 PROBE_PREFIX = ".hogwild-write-probe-"
+LOCK_FILE = ".hogwild.lock"
 
 
 @contextlib.contextmanager
@@ -190,3 +197,41 @@ def check_out_dir(out_dir: str | Path) -> Path:
             with contextlib.suppress(OSError):
                 os.unlink(probe)
     return path
+
+
+@contextlib.contextmanager
+def out_dir_held(out_dir: str | Path, command: str) -> Iterator[None]:
+    """Hold ``out_dir`` for this process while it may write there.
+
+    Two commands writing one directory at once would leave the files of two runs mixed (the
+    model of one beside the metrics of the other), each exiting 0. The second is refused:
+    ConfigError naming ``out_dir`` and the command, process and host that hold it. The lock
+    is the kernel's (flock on LOCK_FILE), so it goes with its process: a killed coordinator
+    leaves none behind for its resume. A file system without locks (some network mounts) is
+    said at debug level and not guarded.
+    """
+    path = Path(out_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise ConfigError("out_dir", f"cannot create {str(path)!r}: "
+                                     f"{exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
+            raise ConfigError("out_dir", f"{str(out_dir)!r} is being written by "
+                                         f"{holder or 'another hogwild process'}: give this "
+                                         "run an out_dir of its own, or wait for that one to "
+                                         "end") from None
+        except OSError as exc:
+            log.debug("%s: no lock (%s): not guarded against a second writer", path, exc)
+        else:
+            note = (f"hogwild {command} (pid {os.getpid()} on {socket.gethostname()}, since "
+                    f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n").encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, note, 0)
+        yield
+    finally:
+        os.close(fd)

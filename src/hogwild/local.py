@@ -150,12 +150,13 @@ def train_job(settings: Settings, out: TextIO | None = None,
     started = time.perf_counter()
     # A bad out_dir (a file, read-only) is found now, not after training.
     artifacts.check_out_dir(settings.out_dir)
-    if plot is None:
-        plot = BackgroundPlot()  # imports matplotlib in its own process while the data loads
-    try:
-        return _train(settings, out, started, plot)
-    finally:
-        plot.close()
+    with artifacts.out_dir_held(settings.out_dir, "train"):
+        if plot is None:
+            plot = BackgroundPlot()  # imports matplotlib in its own process meanwhile
+        try:
+            return _train(settings, out, started, plot)
+        finally:
+            plot.close()
 
 
 def _train(settings: Settings, out: TextIO, started: float,

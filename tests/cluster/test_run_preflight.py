@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from .helpers import Cluster, flags, require_reuters, reuters_settings
 from .helpers import _env as child_env
-from .helpers import flags
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
@@ -41,3 +42,25 @@ def test_hogwild_run_reports_the_bad_out_dir(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "out_dir" in proc.stdout + proc.stderr
     assert "registered as worker" not in proc.stdout
+
+
+def test_a_second_writer_of_a_busy_out_dir_is_refused_and_the_first_run_is_untouched(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """A coordinator waiting for its workers holds its out_dir: `hogwild train` and a second
+    coordinator into the same directory exit 2 naming the holder, and write nothing there."""
+    out = tmp_path / "out"
+    train, test = require_reuters()
+    cluster.start(0, **reuters_settings(out, workers=2, register_timeout=600))
+    assert cluster.coordinator is not None
+    cluster.coordinator.wait_for(re.compile(r"waiting for 2 worker\(s\)"), 60)
+    pid = cluster.coordinator.proc.pid
+    trained = _run(tmp_path, "train", f"--data={train}", f"--test={test}", f"--out={out}",
+                   "--epochs=1", "--data-cache=false")
+    second = _run(tmp_path, "coordinator", *flags(bind_host="127.0.0.1", coordinator_port=0,
+                                                  workers=2, out_dir=out, data=str(train)))
+    for proc in (trained, second):
+        assert proc.returncode == 2, proc.stderr
+        assert (f"setting 'out_dir': '{out}' is being written by hogwild coordinator "
+                f"(pid {pid} on ") in proc.stderr, proc.stderr
+    assert not (out / "model.npz").exists() and not (out / "metrics.json").exists()
+    assert cluster.coordinator.proc.poll() is None  # the first one is still waiting, unharmed

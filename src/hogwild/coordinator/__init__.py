@@ -15,7 +15,7 @@ from hogwild.announce import READY_PREFIX
 from hogwild.config import Settings
 from hogwild.coordinator import checkpoint
 from hogwild.coordinator.driver import Interrupted, RunDriver
-from hogwild.coordinator.preflight import check_out_dir
+from hogwild.coordinator.preflight import check_out_dir, out_dir_held
 from hogwild.coordinator.servicer import CoordinatorServicer
 from hogwild.coordinator.state import RunState
 from hogwild.errors import ConfigError
@@ -64,6 +64,11 @@ def serve(settings: Settings, out: TextIO = sys.stdout, plot: BackgroundPlot | N
     the loss plot's helper, if the caller has started it already.
     """
     check_out_dir(settings.out_dir)
+    with out_dir_held(settings.out_dir, "coordinator"):
+        return _serve(settings, out, plot)
+
+
+def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None) -> int:
     resume = checkpoint.load(settings.resume) if settings.resume else None
     state = None
     if resume is not None:
