@@ -1,4 +1,4 @@
-"""Run outputs written atomically: model (.npz + JSON metadata), metrics JSON/JSONL, loss plot."""
+"""Run outputs written atomically (model, metrics, loss plot); one writer per output directory."""
 
 from __future__ import annotations
 
