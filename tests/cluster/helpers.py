@@ -24,6 +24,8 @@ REUTERS_TRAIN = DATA / "reuters21578_modapte_earn.train.libsvm.gz"
 REUTERS_TEST = DATA / "reuters21578_modapte_earn.test.libsvm.gz"
 READY = re.compile(r"coordinator listening on port (\d+)")
 REGISTERED = re.compile(r"registered as worker (\d+) of")
+# A row of the coordinator's progress table: elapsed, round, examples, ...
+PROGRESS_ROW = re.compile(r"^\s*\d+\.\d+s\s+(\d+)\s+\d+")
 
 
 def require_reuters() -> tuple[Path, Path]:

@@ -18,11 +18,10 @@ import pytest
 
 from hogwild.coordinator import checkpoint
 
-from .helpers import Cluster, read_metrics, reuters_settings
+from .helpers import PROGRESS_ROW, Cluster, Proc, read_metrics, reuters_settings
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
-PROGRESS_ROW = re.compile(r"^\s*\d+\.\d+s\s+(\d+)\s+\d+")
 APPEND_FAILED = re.compile(r"cannot add to metrics\.jsonl \(No space left on device\)")
 
 
@@ -53,13 +52,19 @@ def _fill(disk: Path) -> Path:
     return filler
 
 
+def _start(cluster: Cluster, disk: Path, time_budget: float) -> tuple[Path, Proc]:
+    """Two workers on Reuters until ``time_budget``, evaluating and checkpointing often, the
+    outputs on ``disk``."""
+    out = disk / "out"
+    cluster.start(2, **reuters_settings(out, epochs=1_000_000, time_budget=time_budget,
+                                        eval_interval=0.1, checkpoint_interval=0.5))
+    assert cluster.coordinator is not None
+    return out, cluster.coordinator
+
+
 def test_a_disk_full_for_a_while_costs_no_training_and_no_evaluation(
         cluster: Cluster, small_disk: Path) -> None:
-    out = small_disk / "out"
-    cluster.start(2, **reuters_settings(out, epochs=1_000_000, time_budget=8,
-                                        eval_interval=0.1, checkpoint_interval=0.5))
-    coordinator = cluster.coordinator
-    assert coordinator is not None
+    out, coordinator = _start(cluster, small_disk, time_budget=8)
     coordinator.wait_for(PROGRESS_ROW, 60)
     filler = _fill(small_disk)
     coordinator.wait_for(APPEND_FAILED, 10)
@@ -82,11 +87,7 @@ def test_a_disk_full_for_a_while_costs_no_training_and_no_evaluation(
 
 def test_a_disk_still_full_at_the_end_is_one_line_and_keeps_the_checkpoint(
         cluster: Cluster, small_disk: Path) -> None:
-    out = small_disk / "out"
-    cluster.start(2, **reuters_settings(out, epochs=1_000_000, time_budget=5,
-                                        eval_interval=0.1, checkpoint_interval=0.5))
-    coordinator = cluster.coordinator
-    assert coordinator is not None
+    out, coordinator = _start(cluster, small_disk, time_budget=5)
     coordinator.wait_for(re.compile(r"^\s*[1-9]\.\d+s\s+\d+\s+\d+"), 60)  # past 1 s
     _fill(small_disk)
     assert coordinator.wait(120) == 1

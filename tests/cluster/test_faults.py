@@ -7,6 +7,7 @@ and, when the run completes, its accuracy.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -22,14 +23,13 @@ from hogwild.coordinator import checkpoint
 from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 
-from .helpers import READY, REGISTERED, Cluster, Proc, read_metrics, require_reuters
+from .helpers import PROGRESS_ROW, READY, REGISTERED, Cluster, Proc, read_metrics, require_reuters
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 DONE_LINE = re.compile(r"done \((.+?)\): ([\d.]+) epochs, (\d+) rounds in .*?; "
                        r"(\d+) deltas, ([\d.]+) MB received")
 WAITING = re.compile(r"waiting for \d+ worker")
-PROGRESS_ROW = re.compile(r"^\s*\d+\.\d+s\s+(\d+)\s+\d+")
 
 
 def reuters(out: Path, **extra: Any) -> dict[str, Any]:
@@ -558,9 +558,9 @@ def test_a_resume_on_other_rows_is_refused_before_any_worker_is_waited_for(
     out = tmp_path / "out"
     settings = {**reuters(out, workers=2), "bind_host": "127.0.0.1", "coordinator_port": 0}
     workers = [WorkerEntry(w, f"127.0.0.1:{40000 + w}", 1) for w in range(2)]
-    checkpoint.save(out, Checkpoint(run_id="r1", w=np.zeros(3), round=5, elapsed=1.0,
-                                    deltas_received=0, bytes_received=0, duplicates=0,
-                                    workers=workers, data="0" * 32))
+    unknown = Checkpoint(run_id="r1", w=np.zeros(3), round=5, elapsed=1.0, deltas_received=0,
+                         bytes_received=0, duplicates=0, workers=workers)
+    checkpoint.save(out, dataclasses.replace(unknown, data="0" * 32))
     refused = cluster._spawn("refused", "coordinator", {**settings, "resume": str(out)})
     assert refused.wait(60) == 2
     refused.wait_for(re.compile(r"hogwild coordinator: error: setting 'resume': the checkpoint "
@@ -568,9 +568,7 @@ def test_a_resume_on_other_rows_is_refused_before_any_worker_is_waited_for(
                                 r"these"), 1)
     assert not any("waiting for" in line for line in refused.lines)
     # A checkpoint that does not say (the previous format) is not refused for it.
-    checkpoint.save(out, Checkpoint(run_id="r1", w=np.zeros(3), round=5, elapsed=1.0,
-                                    deltas_received=0, bytes_received=0, duplicates=0,
-                                    workers=workers))
+    checkpoint.save(out, unknown)
     taken = cluster._spawn("taken", "coordinator", {**settings, "resume": str(out)})
     taken.wait_for(re.compile(r"waiting for 2 worker\(s\)"), 60)
 

@@ -17,11 +17,10 @@ import pytest
 
 from hogwild.data.ranges import split_u
 
-from .helpers import READY, Cluster, read_metrics, require_reuters
+from .helpers import PROGRESS_ROW, READY, Cluster, read_metrics, require_reuters
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
-PROGRESS_ROW = re.compile(r"^\s*\d+\.\d+s\s+(\d+)\s+\d+")
 ADVERTISED = re.compile(r"registered as worker (\d+) of \d+ in run \w+ "
                         r"\(advertising ([\d.]+):(\d+)\)")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -16,11 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .helpers import REPO, Cluster, read_metrics, require_reuters
+from .helpers import PROGRESS_ROW, REPO, Cluster, read_metrics, require_reuters
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
-PROGRESS_ROW = re.compile(r"^\s*\d+\.\d+s\s+(\d+)\s+\d+")
 
 
 def _reuters_settings(out: Path, **extra: Any) -> dict[str, Any]:

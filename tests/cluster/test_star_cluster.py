@@ -5,7 +5,6 @@ worker is dropped by the relay and the others finish."""
 
 from __future__ import annotations
 
-import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -15,11 +14,10 @@ import pytest
 
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 
-from .helpers import Cluster, finished_run, read_metrics, reuters_settings
+from .helpers import PROGRESS_ROW, Cluster, finished_run, read_metrics, reuters_settings
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
-PROGRESS_ROW = re.compile(r"^\s*\d+\.\d+s\s+(\d+)\s+\d+")
 RELAY = str(COORDINATOR_SENDER_ID)
 
 

@@ -7,7 +7,6 @@ and the run finishes."""
 
 from __future__ import annotations
 
-import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -17,11 +16,10 @@ import pytest
 
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 
-from .helpers import Cluster, finished_run, read_metrics, reuters_settings
+from .helpers import PROGRESS_ROW, Cluster, finished_run, read_metrics, reuters_settings
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
-PROGRESS_ROW = re.compile(r"^\s*\d+\.\d+s\s+(\d+)\s+\d+")
 RELAY = str(COORDINATOR_SENDER_ID)
 N, K = 4, 2
 NEIGHBOURS = {0: {RELAY, "2", "3"}, 1: {RELAY}, 2: {"0"}, 3: {"0"}}

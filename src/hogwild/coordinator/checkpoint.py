@@ -195,9 +195,9 @@ def model_settings(settings: Settings) -> dict[str, Any]:
 def check_model_settings(ckpt: Checkpoint, settings: Settings) -> None:
     """ConfigError naming the first model setting that differs from the checkpoint's."""
     now = model_settings(settings)
-    for key in MODEL_SETTINGS:
-        then = ckpt.model.get(key)
-        if key in ckpt.model and now.get(key) != then:
+    for key in (k for k in MODEL_SETTINGS if k in ckpt.model):
+        then = ckpt.model[key]
+        if now.get(key) != then:
             raise ConfigError(key, f"the checkpoint in {settings.resume} was taken with "
                                    f"{key}={then!r}, these settings say {now.get(key)!r}: a resumed "
                                    "run goes on training the same model")

@@ -825,8 +825,9 @@ class WorkerNode:
         deferring = defers(plan) and not final
         if not deferring:
             # The final delta settles everything: the model then ends as its peers' do.
-            self.averaging.settle(self.w, self.snap, self.inbox.snapshot(), everything=True)
-            self.averaging.cut(plan, self.w, self.snap, self.inbox.snapshot())
+            peers = self.inbox.snapshot()  # one copy of the peer table for both
+            self.averaging.settle(self.w, self.snap, peers, everything=True)
+            self.averaging.cut(plan, self.w, self.snap, peers)
         # O(dim), like build_delta: a diverged model is reported, never sent on.
         if not is_finite(self.w):
             self._diverged(plan, round_)
