@@ -299,7 +299,8 @@ def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
                   task: str | None = None, classes: Sequence[float] | None = None,
                   spec: ModelSpec | None = None,
                   hashing: Mapping[str, Any] | None = None,
-                  plot: BackgroundPlot | None = None, draw_plot: bool = True) -> Path:
+                  plot: BackgroundPlot | None = None, draw_plot: bool = True,
+                  history_on_disk: bool = False) -> Path:
     """Model (format 2, see hogwild.model.saved), metrics.json, metrics.jsonl and the loss
     plot, all atomically.
 
@@ -309,12 +310,13 @@ def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
     of another model kind (the MLP) is laid out; its named arrays are saved instead of ``w``.
     A model that is not finite is never written. The plot is drawn by ``plot`` (a
     BackgroundPlot) when given, else in this process; with ``draw_plot=False`` not at all (the
-    caller draws it later)."""
+    caller draws it later). With ``history_on_disk`` metrics.jsonl is the caller's, written
+    already, and ``history`` only what the plot shows."""
     if not is_finite(w):
         raise TrainingDiverged("final model", settings.learning_rate)
     try:
         return _write_outputs(settings, w, metrics, history, feature_order, task, classes,
-                              spec, hashing, plot, draw_plot)
+                              spec, hashing, plot, draw_plot, history_on_disk)
     except OSError as exc:
         raise OutputError.writing(settings.out_dir, exc) from None
 
@@ -323,14 +325,14 @@ def _write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
                    history: list[dict[str, Any]], feature_order: np.ndarray | None,
                    task: str | None, classes: Sequence[float] | None, spec: ModelSpec | None,
                    hashing: Mapping[str, Any] | None, plot: BackgroundPlot | None,
-                   draw_plot: bool) -> Path:
+                   draw_plot: bool, history_on_disk: bool) -> Path:
     out_dir = Path(settings.out_dir)
     if task is None:
         task, default_classes = default_task(settings.loss)
         classes = default_classes if classes is None else classes
     if spec is not None and spec.is_mlp:
         return _write_mlp_outputs(settings, spec, w, metrics, history, feature_order, hashing,
-                                  task, classes)
+                                  task, classes, plot, draw_plot, history_on_disk)
     if feature_order is not None:
         w = (restore_weights(w, feature_order) if np.ndim(w) == 1
              else np.stack([restore_weights(row, feature_order) for row in w]))
@@ -339,7 +341,7 @@ def _write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
     SavedModel(w=w, loss=settings.loss, task=task,
                classes=None if classes is None else tuple(classes),
                fit_bias=settings.fit_bias, meta=meta, hashing=hashing).save(out_dir)
-    _write_run_files(settings, out_dir, metrics, history, plot, draw_plot)
+    _write_run_files(settings, out_dir, metrics, history, plot, draw_plot, history_on_disk)
     return out_dir
 
 
@@ -348,7 +350,8 @@ def _write_mlp_outputs(settings: Settings, spec: ModelSpec, w: np.ndarray,
                        feature_order: np.ndarray | None,
                        hashing: Mapping[str, Any] | None = None, task: str = "binary",
                        classes: Sequence[float] | None = (-1, 1),
-                       plot: BackgroundPlot | None = None, draw_plot: bool = True) -> Path:
+                       plot: BackgroundPlot | None = None, draw_plot: bool = True,
+                       history_on_disk: bool = False) -> Path:
     """The MLP's model (W1, b1, ... in the input files' ids, see hogwild.model.spec) and the
     same run files as the linear model's."""
     out_dir = Path(settings.out_dir)
@@ -360,14 +363,15 @@ def _write_mlp_outputs(settings: Settings, spec: ModelSpec, w: np.ndarray,
                classes=None if classes is None else tuple(classes), fit_bias=settings.fit_bias,
                model="mlp", meta=meta, arrays=spec.arrays(w),
                hashing=hashing).save(out_dir)
-    _write_run_files(settings, out_dir, metrics, history, plot, draw_plot)
+    _write_run_files(settings, out_dir, metrics, history, plot, draw_plot, history_on_disk)
     return out_dir
 
 
 def _write_run_files(settings: Settings, out_dir: Path, metrics: dict[str, Any],
                      history: list[dict[str, Any]], plot: BackgroundPlot | None,
-                     draw_plot: bool) -> None:
-    artifacts.write_history(out_dir, history)
+                     draw_plot: bool, history_on_disk: bool) -> None:
+    if not history_on_disk:
+        artifacts.write_history(out_dir, history)
     if draw_plot and plot is not None:
         plot.finish(out_dir, history, title=plot_title(settings, metrics["command"]))
     elif draw_plot:

@@ -26,7 +26,7 @@ def _ckpt(**extra: object) -> Checkpoint:
     return Checkpoint(run_id="r1", w=np.arange(5, dtype=np.float64), round=7, elapsed=3.5,
                       deltas_received=12, bytes_received=4096, duplicates=1,
                       workers=[WorkerEntry(0, "127.0.0.1:5000", 2, examples=100, round=7)],
-                      **{"history": [{"elapsed": 1.0, "val_loss": 0.5}], **extra})  # type: ignore[arg-type]
+                      **{"history_rows": 1, **extra})  # type: ignore[arg-type]
 
 
 def test_round_trip_keeps_early_stopping_and_the_best_model(tmp_path: Path) -> None:
@@ -64,19 +64,23 @@ def test_the_evaluations_are_counted_in_the_checkpoint_and_read_back_from_metric
         tmp_path: Path) -> None:
     rows = _history(5)
     artifacts.write_history(tmp_path, [*rows, {"elapsed": 9.0, "round": 99}])  # one after it
-    checkpoint.save(tmp_path, _ckpt(history=rows))
+    checkpoint.save(tmp_path, _ckpt(history_rows=len(rows)))
     with np.load(tmp_path / checkpoint.CHECKPOINT_FILE) as archive:
         meta = json.loads(str(archive["meta"]))
     assert "history" not in meta and meta["history_rows"] == 5
     got = checkpoint.load(tmp_path)
-    assert got is not None and got.history == rows  # the evaluation after it is not resumed
+    assert got is not None and got.history.rows.rows() == rows  # not the evaluation after it
+    assert got.history_rows == 5
+    # Where the five rows end in the file: the resumed run cuts it there and appends.
+    text = (tmp_path / artifacts.HISTORY_FILE).read_bytes()
+    assert got.history.end == len(b"".join(text.splitlines(keepends=True)[:5]))
 
 
 def test_a_checkpoint_does_not_grow_with_the_run(tmp_path: Path) -> None:
     short, long = tmp_path / "short", tmp_path / "long"
     for where, n in ((short, 1), (long, 20_000)):
         where.mkdir()
-        checkpoint.save(where, _ckpt(history=_history(n)))
+        checkpoint.save(where, _ckpt(history_rows=n))
     size = [(d / checkpoint.CHECKPOINT_FILE).stat().st_size for d in (short, long)]
     assert size[1] - size[0] < 64, size  # the count's 4 more digits, not 20,000 rows
 
@@ -84,26 +88,26 @@ def test_a_checkpoint_does_not_grow_with_the_run(tmp_path: Path) -> None:
 def test_evaluations_missing_from_metrics_jsonl_are_said_and_the_run_goes_on(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     rows = _history(4)
-    checkpoint.save(tmp_path, _ckpt(history=rows))
+    checkpoint.save(tmp_path, _ckpt(history_rows=len(rows)))
     # Cut short mid-line, as by a crash of the machine after the checkpoint was written.
     text = "".join(json.dumps(r) + "\n" for r in rows[:2]) + json.dumps(rows[2])[:10]
     (tmp_path / artifacts.HISTORY_FILE).write_text(text, encoding="utf-8")
     with caplog.at_level("WARNING", logger="hogwild.coordinator"):
         got = checkpoint.load(tmp_path)
-    assert got is not None and got.history == rows[:2] and got.w.shape == (5,)
-    assert "holds 2 of the checkpoint's 4 evaluations (line 3 is not JSON)" in caplog.text
+    assert got is not None and got.history.rows.rows() == rows[:2] and got.w.shape == (5,)
+    assert "holds 2 of the checkpoint's 4 evaluations (line 3 is cut short)" in caplog.text
     (tmp_path / artifacts.HISTORY_FILE).unlink()
     caplog.clear()
     with caplog.at_level("WARNING", logger="hogwild.coordinator"):
         got = checkpoint.load(tmp_path)
-    assert got is not None and got.history == []
+    assert got is not None and got.history.rows.rows() == [] and got.history.end == 0
     assert "holds 0 of the checkpoint's 4 evaluations (cannot read it" in caplog.text
 
 
 def test_rows_that_are_not_this_runs_evaluations_are_not_resumed(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     rows = _history(3)
-    checkpoint.save(tmp_path, _ckpt(history=rows))
+    checkpoint.save(tmp_path, _ckpt(history_rows=len(rows)))
     # metrics.jsonl written since by `hogwild train` (its rows are epochs), or by a later run
     # (taken after the checkpoint's 3.5 s of training): neither is the curve to go on from.
     for foreign in ({"epoch": 1, "train_loss": 0.3, "val_loss": 0.2, "seconds": 0.1},
@@ -112,7 +116,7 @@ def test_rows_that_are_not_this_runs_evaluations_are_not_resumed(
         caplog.clear()
         with caplog.at_level("WARNING", logger="hogwild.coordinator"):
             got = checkpoint.load(tmp_path)
-        assert got is not None and got.history == rows[:1], foreign
+        assert got is not None and got.history.rows.rows() == rows[:1], foreign
         assert "holds 1 of the checkpoint's 3 evaluations (line 2 is not an evaluation of " \
                "this run)" in caplog.text
 
@@ -135,7 +139,8 @@ def test_a_version_1_checkpoint_with_its_evaluations_inline_still_loads(tmp_path
     np.savez(buffer, w=np.zeros(3), meta=np.array(json.dumps(meta)))
     (tmp_path / checkpoint.CHECKPOINT_FILE).write_bytes(buffer.getvalue())
     got = checkpoint.load(tmp_path)
-    assert got is not None and got.history == _history(3)
+    assert got is not None and got.history.rows.rows() == _history(3)
+    assert got.history.inline == _history(3) and got.history_rows == 3
 
 
 def test_a_checkpoint_of_an_unknown_format_version_is_refused_naming_the_key(
@@ -177,7 +182,7 @@ def _resumed(n: int = 3) -> RunState:
     state = RunState(n, run_id="r1")
     state.restore(Checkpoint(
         run_id="r1", w=np.zeros(4), round=7, elapsed=3.5, deltas_received=12,
-        bytes_received=4096, duplicates=0, history=[],
+        bytes_received=4096, duplicates=0,
         workers=[WorkerEntry(w, f"127.0.0.1:{5000 + w}", 1, examples=10, round=7)
                  for w in range(n)]))
     return state

@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from hogwild import artifacts
 from hogwild.config import Settings
+from hogwild.coordinator.history import ReadBack, read_back
 from hogwild.errors import ConfigError
 
 CHECKPOINT_FILE = "checkpoint.npz"
@@ -60,8 +61,10 @@ class Checkpoint:
     bytes_received: int
     duplicates: int
     workers: list[WorkerEntry] = field(default_factory=list)
-    # The evaluations so far; saved as their count (they are in metrics.jsonl already).
-    history: list[dict[str, Any]] = field(default_factory=list)
+    # The evaluations so far: saved as their count (they are in metrics.jsonl already), and
+    # once loaded, read back from there (thinned, see coordinator.history).
+    history_rows: int = 0
+    history: ReadBack = field(default_factory=ReadBack)
     # Early stopping's counters and the best model so far: a resumed run keeps counting
     # (`patience`) and still saves the best model when it was evaluated before the crash.
     early: dict[str, Any] = field(default_factory=dict)
@@ -84,7 +87,7 @@ def save(out_dir: str | Path, ckpt: Checkpoint) -> Path:
     """Write ``out_dir/checkpoint.npz`` atomically."""
     meta = {key: getattr(ckpt, key) for key in _SAVED}
     meta["workers"] = [asdict(entry) for entry in ckpt.workers]
-    meta["history_rows"] = len(ckpt.history)
+    meta["history_rows"] = ckpt.history_rows
     meta["format_version"] = FORMAT_VERSION
     arrays: dict[str, Any] = {"w": np.asarray(ckpt.w, dtype=np.float64),
                               "meta": np.array(artifacts.dumps(meta))}
@@ -120,7 +123,7 @@ def load(directory: str | Path) -> Checkpoint | None:
     try:
         elapsed = float(meta["elapsed"])
         if "history" in meta:  # version 1
-            history = list(meta["history"])
+            history = ReadBack.of_rows(meta["history"])
         else:
             history = _read_history(Path(directory), int(meta["history_rows"]), elapsed)
         return Checkpoint(
@@ -128,7 +131,8 @@ def load(directory: str | Path) -> Checkpoint | None:
             deltas_received=int(meta["deltas_received"]),
             bytes_received=int(meta["bytes_received"]), duplicates=int(meta["duplicates"]),
             workers=[WorkerEntry(**entry) for entry in meta["workers"]],
-            history=history, early=dict(meta.get("early") or {}), best_w=best_w,
+            history_rows=history.count, history=history,
+            early=dict(meta.get("early") or {}), best_w=best_w,
             data=str(meta.get("data") or ""), model=dict(meta.get("model") or {}))
     except KeyError as exc:
         raise ConfigError("resume", f"{path} is damaged: it lacks {exc}") from None
@@ -136,35 +140,18 @@ def load(directory: str | Path) -> Checkpoint | None:
         raise ConfigError("resume", f"{path} is damaged: {exc}") from None
 
 
-def _read_history(directory: Path, rows: int, elapsed: float) -> list[dict[str, Any]]:
+def _read_history(directory: Path, rows: int, elapsed: float) -> ReadBack:
     """The first ``rows`` evaluations of ``metrics.jsonl`` in ``directory``, none of them
     later than ``elapsed`` (the checkpoint's training clock). Fewer (a file lost or cut short
     with the machine, or written since by another command) only thin the loss curve before
     the resume: the model and counters are in the checkpoint. The run goes on with what is
     there, and says so."""
     path = directory / artifacts.HISTORY_FILE
-    history: list[dict[str, Any]] = []
-    problem = ""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if len(history) == rows:
-                    break
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    problem = f"line {number} is not JSON"
-                    break
-                if not _is_evaluation(row, elapsed):
-                    problem = f"line {number} is not an evaluation of this run"
-                    break
-                history.append(row)
-    except OSError as exc:
-        problem = f"cannot read it: {exc.strerror or exc}"
-    if len(history) < rows:
+    history, problem = read_back(path, rows, lambda row: _is_evaluation(row, elapsed))
+    if history.count < rows:
         log.warning("%s holds %d of the checkpoint's %d evaluations (%s): the resumed run's "
                     "loss curve and metrics.jsonl lack the rest; the model is unaffected",
-                    path, len(history), rows, problem or "the file ends early")
+                    path, history.count, rows, problem)
     return history
 
 

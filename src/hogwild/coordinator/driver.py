@@ -21,6 +21,7 @@ from hogwild import artifacts
 from hogwild.config import Settings
 from hogwild.coordinator import checkpoint, fingerprint
 from hogwild.coordinator.checkpoint import Checkpoint
+from hogwild.coordinator.history import EvalHistory
 from hogwild.coordinator.relay import StarRelay
 from hogwild.coordinator.state import RunState, Totals, WorkerRecord
 from hogwild.coordinator.stopping import StallWatch, StopRules, regression_warning
@@ -164,7 +165,7 @@ class RunDriver:
         self.out = out
         self.channels: dict[int, grpc.Channel] = {}
         self.stubs: dict[int, Any] = {}
-        self.history: list[dict[str, Any]] = []
+        self.history = EvalHistory(settings.out_dir)
         self.shipments: list[Shipment] = []
         self.final_states: dict[int, FinalState] = {}
         self.started_workers = False
@@ -189,7 +190,6 @@ class RunDriver:
         self.checkpoints = 0
         self.checkpoint_seconds = 0.0
         self.relay: StarRelay | None = None  # topology star: relays the sums of deltas
-        self._history_behind = False  # metrics.jsonl lacks rows (an append failed)
         self.data_fingerprint = ""  # of the rows trained on, kept in every checkpoint
 
     def _print(self, text: str) -> None:
@@ -293,11 +293,10 @@ class RunDriver:
             cpu_began = time.process_time()
             if self.resume is not None:  # the clock, the time budget and the history go on
                 train_began = self.train_began = train_began - self.resume.elapsed
-                self.history = list(self.resume.history)
                 self._print(f"resumed run {self.state.run_id} at round {self.first_round} "
                             f"after {self.resume.elapsed:.2f}s of training")
-            # Rewritten whole (a resumed run keeps its rows); each evaluation appends one.
-            artifacts.write_history(s.out_dir, self.history)
+            # Started anew, or cut after a resumed run's rows; each evaluation appends one.
+            self.history.begin(self.resume.history if self.resume is not None else None)
             reason, rules = self._monitor(splits, train_began)
             self._check_diverged()  # a report that came with the last progress messages
             self._stop_workers(reason)
@@ -758,34 +757,17 @@ class RunDriver:
 
     _last_w: np.ndarray
 
-    def _append_history(self, row: dict[str, Any]) -> None:
-        """Add the row to metrics.jsonl. A failure (a full disk) is said once and costs no
-        training: the rows stay in memory, and the file is rewritten whole at the next
-        checkpoint and at the end of the run."""
-        try:
-            artifacts.append_history(self.settings.out_dir, row)
-        except OSError as exc:
-            if not self._history_behind:
-                log.warning("cannot add to %s (%s): training goes on; the file is rewritten "
-                            "whole at the next checkpoint and at the end", artifacts.HISTORY_FILE,
-                            exc.strerror or exc)
-            self._history_behind = True
-
     def _checkpoint(self, began: float, rules: StopRules) -> None:
         """Write the checkpoint (atomically); a failure to write it is logged, not fatal."""
         t0 = time.perf_counter()
-        if self._history_behind:
-            # The checkpoint counts the rows of metrics.jsonl: they must all be there first.
-            # Else the last checkpoint written stays, consistent with the file as it is.
-            try:
-                artifacts.write_history(self.settings.out_dir, self.history)
-            except OSError as exc:
-                log.warning("checkpoint not written: cannot rewrite %s (%s)",
-                            artifacts.HISTORY_FILE, exc.strerror or exc)
-                return
-            self._history_behind = False
-            log.info("%s is whole again (%d rows)", artifacts.HISTORY_FILE, len(self.history))
-        ckpt = self.state.checkpoint(time.perf_counter() - began, self.history)
+        # The checkpoint counts the rows of metrics.jsonl: they must all be there first.
+        # Else the last checkpoint written stays, consistent with the file as it is.
+        if not self.history.catch_up():
+            log.warning("checkpoint not written: %s still lacks %d evaluation(s)",
+                        artifacts.HISTORY_FILE, self.history.count - self.history.written
+                        - self.history.lost)
+            return
+        ckpt = self.state.checkpoint(time.perf_counter() - began, self.history.written)
         ckpt.early = rules.early.state()
         ckpt.data = self.data_fingerprint
         ckpt.model = checkpoint.model_settings(self.settings)
@@ -832,8 +814,7 @@ class RunDriver:
                "deltas_received": totals.deltas_received,
                "bytes_received": totals.bytes_received,
                "max_staleness": self.state.max_staleness()}
-        self.history.append(row)
-        self._append_history(row)
+        self.history.add(row)
         self._print(f"{row['elapsed']:>7.2f}s {row['round']:>6} {examples:>10} "
                     f"{row['epochs']:>7.2f} {_fmt(row['val_loss']):>9} "
                     f"{_fmt(row['val_accuracy']):>8} {row['deltas_received']:>7} "
@@ -919,11 +900,12 @@ class RunDriver:
         val = evaluate(splits.val, w, loss, self.spec) if splits.val.n_rows else None
         self._check_diverged(w, val.loss if val else None)
         warnings = [text for text in [regression_warning(
-            (r["val_loss"] for r in self.history), val.loss if val else None)] if text]
+            [self.history.rows.best_val_loss], val.loss if val else None)] if text]
         for text in warnings:
             log.warning("%s", text)
+        plotted = self.history.rows.rows()
         if self.plot is not None:  # the history is final: drawn while the outputs are written
-            self.plot.start(s.out_dir, self.history, plot_title(s, "run"))
+            self.plot.start(s.out_dir, plotted, plot_title(s, "run"))
         trace_rows = self._score_trace(splits, loss)
         examples = totals.examples
         workers_out = self._write_worker_states(final_w, splits.feature_order)
@@ -948,7 +930,7 @@ class RunDriver:
                                  default=0),
             "coordinator_round_gap": self.state.max_staleness(),
             "coordinator_apply_seconds": self.state.apply_seconds, "round_size": self.round_size,
-            "eval_seconds": self.eval_seconds, "evaluations": len(self.history),
+            "eval_seconds": self.eval_seconds, "evaluations": self.history.count,
             "coordinator_cpu_seconds": self.train_cpu_seconds,
             "trace_snapshots": trace_rows, "warnings": warnings,
             "shipped_bytes": shipped, "ship_seconds": ship_seconds,
@@ -973,9 +955,12 @@ class RunDriver:
         }
         metrics.update(test_quality(splits.test, w, s.loss, self.spec, splits.labels.task,
                                     splits.labels.classes))
-        write_outputs(s, w, metrics, self.history, splits.feature_order, spec=self.spec,
+        if not self.history.catch_up():  # every evaluation in metrics.jsonl, or none of this
+            assert self.history.error is not None
+            raise OutputError.writing(s.out_dir, self.history.error)
+        write_outputs(s, w, metrics, plotted, splits.feature_order, spec=self.spec,
                       hashing=splits.hashing, task=splits.labels.task,
-                      classes=splits.labels.classes, plot=self.plot)
+                      classes=splits.labels.classes, plot=self.plot, history_on_disk=True)
         # The run is complete: nothing to resume any more (a later run in out_dir starts anew).
         checkpoint.remove(s.out_dir)
         acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"

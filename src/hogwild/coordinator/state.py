@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -229,14 +228,15 @@ class RunState:
             self.bytes_received = ckpt.bytes_received
             self.duplicates = ckpt.duplicates
 
-    def checkpoint(self, elapsed: float, history: list[dict[str, Any]]) -> Checkpoint:
-        """The model, counters and workers, read together, as a checkpoint."""
+    def checkpoint(self, elapsed: float, history_rows: int) -> Checkpoint:
+        """The model, counters and workers, read together, as a checkpoint (``history_rows``:
+        the evaluations metrics.jsonl holds)."""
         with self._lock:
             totals = self.totals()
             return Checkpoint(
                 run_id=self.run_id, w=totals.w, round=totals.rounds, elapsed=elapsed,
                 deltas_received=totals.deltas_received, bytes_received=totals.bytes_received,
-                duplicates=totals.duplicates, history=history,
+                duplicates=totals.duplicates, history_rows=history_rows,
                 workers=[WorkerEntry(r.worker_id, r.address, r.threads, r.hostname, r.pid,
                                      r.examples, r.round, r.deltas_applied, r.bytes_received)
                          for r in self.workers.values()])
