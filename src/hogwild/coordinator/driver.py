@@ -7,7 +7,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,6 +23,8 @@ from hogwild.coordinator import checkpoint, fingerprint
 from hogwild.coordinator.checkpoint import Checkpoint
 from hogwild.coordinator.history import EvalHistory
 from hogwild.coordinator.relay import StarRelay
+from hogwild.coordinator.rounds import choose_round_size, fit_round_size, max_rounds, round_rule
+from hogwild.coordinator.shipping import SLOW_LINK_BYTES_PER_S, Shipment, ship
 from hogwild.coordinator.state import RunState, Totals, WorkerRecord
 from hogwild.coordinator.stopping import StallWatch, StopRules, regression_warning
 from hogwild.coordinator.trace import ModelTrace
@@ -43,7 +45,7 @@ from hogwild.plotter import BackgroundPlot
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.health import HealthReporter
 from hogwild.protocol.security import from_settings
-from hogwild.protocol.streams import FinalState, receive_state, shard_chunks, state_chunks
+from hogwild.protocol.streams import FinalState, receive_state, state_chunks
 
 if TYPE_CHECKING:
     from hogwild.coordinator.localplan import LocalShipping
@@ -51,71 +53,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("hogwild.coordinator")
 
 T = TypeVar("T")
-# Shipping and final-state deadlines grow with the payload (loopback does ~1 GB/s; allow 10 MB/s).
-_SLOW_LINK_BYTES_PER_S = 10e6
-# shipping local: a worker reads and parses its rows within this rate (parsing runs at
-# 100+ MB/s per core; gzip inflates at 200+ MB/s).
-_SLOW_READ_BYTES_PER_S = 5e6
-# Every epoch has at least this many exchange rounds: a round is how stale a worker's view of
-# the others' updates can get, and summing deltas computed from a point too many examples old
-# overshoots. Measured on Reuters earn, 2 workers, before the bias was averaged (see
-# worker/averaging.py): round = 1/2 epoch gave test accuracy 0.6-0.98, 1/8 epoch
-# 0.955-0.985, 1/16 epoch 0.986-0.988. With the bias averaged, rounds of 1/4 epoch gave
-# 0.986-0.989 on Reuters (sync 2 workers, async 3 workers; 1/8: 0.982-0.988) and the
-# in-process test accuracy (0.88) on 280k synthetic RCV1-like rows.
-MIN_ROUNDS_PER_EPOCH = 4
-# On big data a round is raised to this many non-zeros of kernel work per thread (~10 ms):
-# a round's fixed costs (a delta of up to dim entries built, sent and applied, an RPC round
-# trip of 2-5 ms on a busy 2-core machine, the barrier in sync mode) then stay a small share.
-# Measured on 280k synthetic RCV1-like rows, 2 workers x 1 thread, sync: rounds of 1,000 rows
-# spent 0.6 ms training and 7 ms waiting per round (8.7x the in-process time to accuracy);
-# rounds of 26,646 rows (this rule) ~8 ms training, ~6 ms waiting, 1.0-1.4x.
-ROUND_NNZ = 2_000_000
-# With combine average rounds may be longer (see choose_round_size), and are: a round's
-# exchange cost about 9 CPU ms per worker on that machine (two deltas sent, one received, over
-# mutual TLS), as much as its 2M non-zeros of kernel work; 5M non-zeros make it a third.
-ROUND_NNZ_AVERAGE = 5_000_000
 # No delta for this long (and for 4 barrier_timeouts, and 10 times the longest gap between
 # deltas so far) is said to be a stall on the console; each later warning waits twice as long.
 STALL_WARNING_AFTER = 30.0
-
-
-def round_rule(combine: str) -> tuple[int, int]:
-    """(non-zeros of work per thread for an automatic round, the fewest rounds per epoch)
-    for deltas summed or averaged (``combine``); the reasons are in choose_round_size."""
-    if combine == "average":
-        return ROUND_NNZ_AVERAGE, 1
-    return ROUND_NNZ, MIN_ROUNDS_PER_EPOCH
-
-
-def choose_round_size(configured: int | None, train_rows: int, train_nnz: int,
-                      total_threads: int, combine: str = "sum") -> int:
-    """Examples per thread per round: ``configured``, or when it is None enough rows for
-    ROUND_NNZ (combine average: ROUND_NNZ_AVERAGE) non-zeros of work; never more than
-    1/MIN_ROUNDS_PER_EPOCH of an epoch when the deltas are summed, nor more than an epoch
-    when they are averaged."""
-    work, per_epoch = round_rule(combine)
-    if configured is None:
-        per_row = train_nnz / max(1, train_rows)
-        configured = math.ceil(work / max(per_row, 1.0))
-    # Averaged deltas (model averaging) do not overshoot however old their starting point:
-    # simulated on 280k synthetic RCV1-like rows, 2 and 4 workers, rounds of 1/2 and 1 epoch
-    # reached 0.88-0.89 validation accuracy after one epoch, where summing reached 0.85-0.88
-    # (2 workers) and 0.67-0.83 (4). (On Reuters earn and SpamAssassin summing did as well or
-    # better, hence it stays the default.)
-    cap = max(1, train_rows // (max(1, total_threads) * per_epoch))
-    return max(1, min(configured, cap))
-
-
-def fit_round_size(size: int, train_rows: int, total_threads: int, epochs: float) -> int:
-    """The largest round size up to ``size`` whose whole rounds add up to ``epochs`` (to
-    within one example per thread and round) rather than overrun them by up to a round: with
-    rounds of half an epoch, 8 epochs would otherwise become 8.09, and 3 with 4 workers 3.81."""
-    per_thread = epochs * train_rows / max(1, total_threads)
-    if size <= 0 or per_thread <= 0:
-        return max(1, size)
-    rounds = math.ceil(per_thread / size)
-    return max(1, min(size, math.ceil(per_thread / rounds)))
 
 
 @dataclass
@@ -137,15 +77,6 @@ class TrainShape:
     n_rows: int
     nnz: int
     n_features: int
-
-
-@dataclass
-class Shipment:
-    worker_id: int
-    rows: int
-    nbytes: int
-    seconds: float
-    plan_bytes: int = 0  # shipping local: the ranges and feature order sent instead of rows
 
 
 class Interrupted(Exception):
@@ -260,12 +191,11 @@ class RunDriver:
                 initial = self.resume.w
             self.state.start_model(dim, initial)
             if self.local is not None:
-                shards = self.shards = [self.local.source(w) for w in range(len(workers))]
+                self.shards = [self.local.source(w) for w in range(len(workers))]
             else:
-                shards = self.shards = shard(splits.train, len(workers), seed=s.seed,
-                                             mode=s.shipping)
+                self.shards = shard(splits.train, len(workers), seed=s.seed, mode=s.shipping)
             live = [r for r in workers if not r.dead]  # a resumed run may go on without some
-            self._ship(live, shards)
+            self._ship(live)
             round_size = self.round_size = self._round_size(workers)
             max_rounds = self._max_rounds(workers, self.train.n_rows, round_size)
             self.layout = Layout(dim, n_features, self.train.n_rows, max_rounds, round_size,
@@ -405,50 +335,14 @@ class RunDriver:
 
     # ---------------------------------------------------------------- shipping
 
-    def _ship_one(self, record: WorkerRecord, data: Any, count: int) -> Shipment:
+    def _ship_to(self, record: WorkerRecord) -> Shipment:
+        """Worker ``record``'s shard (or plan of ranges), shipped and checked."""
+        return ship(self.stubs[record.worker_id], record, self.shards[record.worker_id],
+                    len(self.shards), self.settings, self.state.run_id, self.local)
+
+    def _ship(self, workers: list[WorkerRecord]) -> None:
         s = self.settings
-        closing: list[pb.ShardChunk] = []
-        wid = record.worker_id
-        if self.local is not None:  # a plan of ranges: the worker reads (and checks) them
-            from hogwild.protocol.localstream import local_chunks
-
-            stream = local_chunks(data, self.local.order, self.state.run_id, wid,
-                                  s.chunk_bytes, wid, count)
-            timeout = s.rpc_timeout + self.local.text_bytes(wid) / _SLOW_READ_BYTES_PER_S
-        else:
-            stream = shard_chunks(data, self.state.run_id, wid, s.chunk_bytes, wid, count)
-            timeout = s.rpc_timeout + data.nbytes / _SLOW_LINK_BYTES_PER_S
-
-        def chunks() -> Iterator[pb.ShardChunk]:
-            for chunk in stream:
-                if chunk.is_last:
-                    closing.append(chunk)
-                yield chunk
-
-        t0 = time.perf_counter()
-        try:
-            ack = self.stubs[wid].ReceiveShard(chunks(), timeout=timeout)
-        except grpc.RpcError as exc:
-            if self.local is not None:
-                raise ClusterError(f"worker {wid} at {record.address} cannot load its rows: "
-                                   f"{exc.code().name} {exc.details()}") from None
-            raise ClusterError(f"cannot ship shard {wid} to {record.address}: "
-                               f"{exc.code().name} {exc.details()}") from None
-        seconds = time.perf_counter() - t0
-        if not closing or ack.shard_digest != closing[0].shard_digest:
-            raise ClusterError(f"worker {wid} received a different shard (digest mismatch)")
-        if self.local is not None:
-            rows, nnz = self.local.train_rows(wid), self.local.train_nnz(wid)
-            if (int(ack.n_rows), int(ack.nnz)) != (rows, nnz):
-                raise ClusterError(f"worker {wid} loaded {ack.n_rows} rows with {ack.nnz} "
-                                   f"non-zeros, planned {rows} with {nnz}")
-            return Shipment(wid, rows, 0, seconds, plan_bytes=int(ack.bytes_received))
-        return Shipment(wid, data.n_rows, int(ack.bytes_received), seconds)
-
-    def _ship(self, workers: list[WorkerRecord], shards: list[Any]) -> None:
-        s = self.settings
-        self.shipments = _parallel(lambda r: self._ship_one(r, shards[r.worker_id], len(shards)),
-                                   workers)
+        self.shipments = _parallel(self._ship_to, workers)
         total = sum(x.nbytes for x in self.shipments)
         slowest = max(x.seconds for x in self.shipments)
         if self.local is not None:
@@ -483,8 +377,8 @@ class RunDriver:
         return size
 
     def _max_rounds(self, workers: list[WorkerRecord], train_rows: int, round_size: int) -> int:
-        per_round = sum(r.threads for r in workers) * round_size
-        return max(1, math.ceil(self.settings.epochs * train_rows / per_round))
+        return max_rounds(self.settings.epochs, train_rows, sum(r.threads for r in workers),
+                          round_size)
 
     def _run_config(self, record: WorkerRecord, peers: list[WorkerRecord],
                     first_round: int = 1, examples_base: int = 0,
@@ -569,7 +463,7 @@ class RunDriver:
             self.stubs[record.worker_id].LoadModel(
                 state_chunks(model, self.state.run_id, self.settings.chunk_bytes),
                 timeout=self.settings.rpc_timeout + self.layout.dim * 8
-                / _SLOW_LINK_BYTES_PER_S)
+                / SLOW_LINK_BYTES_PER_S)
         except grpc.RpcError as exc:
             raise ClusterError(f"LoadModel to worker {record.worker_id} failed: "
                                f"{exc.code().name} {exc.details()}") from None
@@ -595,7 +489,7 @@ class RunDriver:
         try:
             self._connect(record)
             self._wait_ready(record, self.settings.register_timeout)
-            self._ship_one(record, self.shards[wid], len(self.shards))
+            self._ship_to(record)
             # One rejoin at a time from here: each sees the ones before it live (and tells
             # them), and names the ones after it down; two taken together saw each other
             # as dead and told nobody. Shipping, the long part, stays in parallel.
@@ -860,7 +754,7 @@ class RunDriver:
         request = pb.FinalStateRequest(protocol_version=PROTOCOL_VERSION,
                                        run_id=self.state.run_id)
         # A worker first waits (up to barrier_timeout) for its peers' final deltas.
-        timeout = s.barrier_timeout + 2 * s.rpc_timeout + dim * 8 / _SLOW_LINK_BYTES_PER_S
+        timeout = s.barrier_timeout + 2 * s.rpc_timeout + dim * 8 / SLOW_LINK_BYTES_PER_S
 
         def collect(record: WorkerRecord) -> FinalState | None:
             try:

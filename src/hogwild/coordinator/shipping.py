@@ -1,0 +1,77 @@
+"""Shipping a worker its training rows: a shard streamed in chunks, or (shipping local) the
+plan of its ranges, which the worker reads itself; either way checked by digest."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from hogwild.config import Settings
+from hogwild.coordinator.state import WorkerRecord
+from hogwild.errors import ClusterError
+from hogwild.protocol import pb
+from hogwild.protocol.streams import shard_chunks
+
+if TYPE_CHECKING:
+    from hogwild.coordinator.localplan import LocalShipping
+
+# Shipping and final-state deadlines grow with the payload (loopback does ~1 GB/s; allow 10 MB/s).
+SLOW_LINK_BYTES_PER_S = 10e6
+# shipping local: a worker reads and parses its rows within this rate (parsing runs at
+# 100+ MB/s per core; gzip inflates at 200+ MB/s).
+SLOW_READ_BYTES_PER_S = 5e6
+
+
+@dataclass
+class Shipment:
+    worker_id: int
+    rows: int
+    nbytes: int
+    seconds: float
+    plan_bytes: int = 0  # shipping local: the ranges and feature order sent instead of rows
+
+
+def ship(stub: Any, record: WorkerRecord, data: Any, count: int, settings: Settings,
+         run_id: str, local: LocalShipping | None) -> Shipment:
+    """Send worker ``record`` its part ``data`` (a shard, or with ``local`` its ranges) of
+    ``count`` through ``stub``; ClusterError if it fails or arrives otherwise than sent."""
+    closing: list[pb.ShardChunk] = []
+    wid = record.worker_id
+    if local is not None:  # a plan of ranges: the worker reads (and checks) them
+        from hogwild.protocol.localstream import local_chunks
+
+        stream = local_chunks(data, local.order, run_id, wid, settings.chunk_bytes, wid, count)
+        timeout = settings.rpc_timeout + local.text_bytes(wid) / SLOW_READ_BYTES_PER_S
+    else:
+        stream = shard_chunks(data, run_id, wid, settings.chunk_bytes, wid, count)
+        timeout = settings.rpc_timeout + data.nbytes / SLOW_LINK_BYTES_PER_S
+
+    def chunks() -> Iterator[pb.ShardChunk]:
+        for chunk in stream:
+            if chunk.is_last:
+                closing.append(chunk)
+            yield chunk
+
+    t0 = time.perf_counter()
+    try:
+        ack = stub.ReceiveShard(chunks(), timeout=timeout)
+    except grpc.RpcError as exc:
+        if local is not None:
+            raise ClusterError(f"worker {wid} at {record.address} cannot load its rows: "
+                               f"{exc.code().name} {exc.details()}") from None
+        raise ClusterError(f"cannot ship shard {wid} to {record.address}: "
+                           f"{exc.code().name} {exc.details()}") from None
+    seconds = time.perf_counter() - t0
+    if not closing or ack.shard_digest != closing[0].shard_digest:
+        raise ClusterError(f"worker {wid} received a different shard (digest mismatch)")
+    if local is not None:
+        rows, nnz = local.train_rows(wid), local.train_nnz(wid)
+        if (int(ack.n_rows), int(ack.nnz)) != (rows, nnz):
+            raise ClusterError(f"worker {wid} loaded {ack.n_rows} rows with {ack.nnz} "
+                               f"non-zeros, planned {rows} with {nnz}")
+        return Shipment(wid, rows, 0, seconds, plan_bytes=int(ack.bytes_received))
+    return Shipment(wid, data.n_rows, int(ack.bytes_received), seconds)
