@@ -105,6 +105,7 @@ def test_rows_wait_while_the_disk_is_full_and_a_cut_line_is_removed(
         for i in range(1, 4):
             history.add(_row(i))
         assert history.behind and history.written == 1 and history.error is not None
+        assert history.waiting == 3
         assert not history.catch_up()
         disk.on = False
         assert history.catch_up()
@@ -168,3 +169,16 @@ def test_reading_back_stops_at_a_line_that_is_not_json(tmp_path: Path) -> None:
                     encoding="utf-8")
     back, problem = read_back(path, 3, lambda row: True)
     assert back.count == 1 and problem == "line 2 is not JSON"
+
+
+def test_a_file_removed_while_the_disk_was_full_is_started_again_not_padded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    history = EvalHistory(tmp_path)
+    history.begin()
+    history.add(_row(0))
+    disk = FullDisk(monkeypatch)
+    history.add(_row(1))
+    (tmp_path / artifacts.HISTORY_FILE).unlink()  # an operator freeing room
+    disk.on = False
+    assert history.catch_up()
+    assert _file_rows(tmp_path) == [_row(1)]  # no NUL bytes where row 0 was

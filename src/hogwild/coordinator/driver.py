@@ -658,8 +658,7 @@ class RunDriver:
         # Else the last checkpoint written stays, consistent with the file as it is.
         if not self.history.catch_up():
             log.warning("checkpoint not written: %s still lacks %d evaluation(s)",
-                        artifacts.HISTORY_FILE, self.history.count - self.history.written
-                        - self.history.lost)
+                        artifacts.HISTORY_FILE, self.history.waiting)
             return
         ckpt = self.state.checkpoint(time.perf_counter() - began, self.history.written)
         ckpt.early = rules.early.state()

@@ -141,6 +141,11 @@ class EvalHistory:
         return self.rows.count
 
     @property
+    def waiting(self) -> int:
+        """Rows not in the file yet (it could not be written)."""
+        return len(self._pending)
+
+    @property
     def behind(self) -> bool:
         return bool(self._pending)
 
@@ -184,7 +189,9 @@ class EvalHistory:
         was_behind = self.error is not None
         try:
             with open(self.path, "ab") as handle:
-                if was_behind:  # a row the failure cut short must not stay in the file
+                # A row a failure cut short must not stay in the file. (A file shorter than
+                # that, recreated meanwhile, is appended to: never padded.)
+                if was_behind and handle.seek(0, 2) > self._good:
                     handle.truncate(self._good)
                 handle.write("".join(self._pending).encode("utf-8"))
                 handle.flush()
