@@ -21,6 +21,7 @@ from hogwild.data.reorder import frequency_order, renumber, restore_weights
 from hogwild.data.sources import default_test_source, describe, load_source_hashed
 from hogwild.data.split import split_shuffled
 from hogwild.errors import DataError, OutputError, TrainingDiverged
+from hogwild.history import EvalHistory
 from hogwild.model.evaluation import evaluate_model, is_finite, predict
 from hogwild.model.losses import get_loss
 from hogwild.model.ovr import OneVsRest
@@ -137,6 +138,10 @@ def make_trainer(settings: Settings, spec: ModelSpec) -> Trainer:
                       deep_lr_scale=settings.deep_lr_scale)
 
 
+# metrics.jsonl of a `hogwild train` while it runs (then renamed over metrics.jsonl).
+_HISTORY_PART = ".metrics.jsonl.part"
+
+
 def _fmt(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -196,7 +201,13 @@ def _train(settings: Settings, out: TextIO, started: float,
         model_w = trainer.w
     stopper = EarlyStopping(patience=settings.patience, min_delta=settings.min_delta,
                             target_loss=settings.target_loss)
-    history: list[dict[str, Any]] = []
+    # Each epoch's row is appended as it is made, under a name of its own until the run ends
+    # (the previous run's metrics.jsonl stays whole till then); memory keeps a bounded copy.
+    history = EvalHistory(settings.out_dir, name=_HISTORY_PART)
+    try:
+        history.begin()
+    except OSError as exc:
+        raise OutputError.writing(settings.out_dir, exc) from None
     stop_reason = "max epochs"
     train_started = time.perf_counter()
     print(f"{'epoch':>5} {'elapsed':>8} {'train_loss':>10} {'val_loss':>9} {'val_acc':>8}",
@@ -216,7 +227,7 @@ def _train(settings: Settings, out: TextIO, started: float,
                "train_loss": stats.train_loss, "examples": stats.examples,
                "val_loss": val.loss if val else None,
                "val_accuracy": val.accuracy if val else None}
-        history.append(row)
+        history.add(row)
         print(f"{row['epoch']:>5} {elapsed:>7.2f}s {stats.train_loss:>10.4f} "
               f"{_fmt(row['val_loss']):>9} {_fmt(row['val_accuracy']):>8}", file=out, flush=True)
         # Without a validation set the training loss stands in for early stopping.
@@ -243,12 +254,13 @@ def _train(settings: Settings, out: TextIO, started: float,
     if not (is_finite(w) and np.isfinite(test.loss)):
         raise TrainingDiverged("test loss", settings.learning_rate)
     # The history is final and the model sound: the helper draws while the outputs are written.
-    plot.start(settings.out_dir, history, title=plot_title(settings, "train"))
+    plotted = history.rows.rows()
+    plot.start(settings.out_dir, plotted, title=plot_title(settings, "train"))
     metrics: dict[str, Any] = {
         "command": "train", "test_loss": test.loss, "test_accuracy": test.accuracy,
         "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
-        "epochs": len(history), "best_epoch": (stopper.best_index + 1) if stopper.best_index
-        is not None else len(history), "seconds": train_seconds,
+        "epochs": history.count, "best_epoch": (stopper.best_index + 1) if stopper.best_index
+        is not None else history.count, "seconds": train_seconds,
         "load_seconds": loaded - started, "total_seconds": time.perf_counter() - started,
         "stop_reason": stop_reason, "threads": settings.threads, "trainer": settings.trainer,
         "batch_size": settings.batch_size,
@@ -258,15 +270,19 @@ def _train(settings: Settings, out: TextIO, started: float,
     }
     metrics.update(test_quality(splits.test, w, settings.loss, spec, splits.labels.task,
                                 splits.labels.classes))
-    write_outputs(settings, w, metrics, history, splits.feature_order, spec=spec,
+    try:
+        history.publish()
+    except OSError as exc:
+        raise OutputError.writing(settings.out_dir, exc) from None
+    write_outputs(settings, w, metrics, plotted, splits.feature_order, spec=spec,
                   hashing=splits.hashing, task=splits.labels.task,
-                  classes=splits.labels.classes, draw_plot=False)
+                  classes=splits.labels.classes, draw_plot=False, history_on_disk=True)
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
-    print(f"done ({stop_reason}): {len(history)} epochs in {train_seconds:.2f}s, "
+    print(f"done ({stop_reason}): {history.count} epochs in {train_seconds:.2f}s, "
           f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {settings.out_dir}",
           file=out, flush=True)
     # The plot last, off the path to the results above; the process ends once it is written.
-    plot.finish(settings.out_dir, history, title=plot_title(settings, metrics["command"]))
+    plot.finish(settings.out_dir, plotted, title=plot_title(settings, metrics["command"]))
     return metrics
 
 

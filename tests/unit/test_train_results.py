@@ -151,3 +151,38 @@ def test_outputs_that_cannot_be_written_are_one_line_not_a_traceback(
     assert (f"hogwild train: error: cannot write the outputs to {out} (No space left on device: "
             f"{out / 'metrics.json'})") in err
     assert "Traceback" not in err
+
+
+def test_epoch_rows_are_written_as_they_come_and_replace_the_last_runs_at_the_end(
+        tmp_path: Path) -> None:
+    from hogwild.config import Settings
+    from hogwild.local import train_job
+
+    out = tmp_path / "out"
+    out.mkdir()
+    before = '{"epoch": 1, "from": "the run before"}\n'
+    (out / artifacts.HISTORY_FILE).write_text(before, encoding="utf-8")
+    part = out / ".metrics.jsonl.part"
+    seen: list[tuple[str, int]] = []
+
+    class Console:
+        """The job's progress output: at every epoch row, what the out_dir holds."""
+
+        def write(self, text: str) -> int:
+            if text.lstrip()[:1].isdigit():
+                seen.append(((out / artifacts.HISTORY_FILE).read_text(encoding="utf-8"),
+                             len(part.read_text(encoding="utf-8").splitlines())))
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    settings = Settings(data="bundled:spamassassin/train", test_data="bundled:spamassassin/test",
+                        threads=1, epochs=6, patience=0, data_cache=False, out_dir=str(out))
+    metrics = train_job(settings, out=Console())  # type: ignore[arg-type]
+    # While it trained: the last run's metrics.jsonl untouched, this run's rows one per epoch.
+    assert seen == [(before, k) for k in range(1, 7)]
+    rows = [json.loads(line) for line in
+            (out / artifacts.HISTORY_FILE).read_text(encoding="utf-8").splitlines()]
+    assert [r["epoch"] for r in rows] == list(range(1, 7)) == list(range(1, metrics["epochs"] + 1))
+    assert not part.exists() and (out / "loss.png").is_file()

@@ -23,8 +23,8 @@ import numpy.typing as npt
 
 from hogwild import artifacts
 from hogwild.config import Settings
-from hogwild.coordinator.history import ReadBack, read_back
 from hogwild.errors import ConfigError
+from hogwild.history import ReadBack, read_back
 
 CHECKPOINT_FILE = "checkpoint.npz"
 FORMAT_VERSION = 2
@@ -62,7 +62,7 @@ class Checkpoint:
     duplicates: int
     workers: list[WorkerEntry] = field(default_factory=list)
     # The evaluations so far: saved as their count (they are in metrics.jsonl already), and
-    # once loaded, read back from there (thinned, see coordinator.history).
+    # once loaded, read back from there (thinned, see hogwild.history).
     history_rows: int = 0
     history: ReadBack = field(default_factory=ReadBack)
     # Early stopping's counters and the best model so far: a resumed run keeps counting

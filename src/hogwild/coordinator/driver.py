@@ -21,7 +21,6 @@ from hogwild import artifacts
 from hogwild.config import Settings
 from hogwild.coordinator import checkpoint, fingerprint
 from hogwild.coordinator.checkpoint import Checkpoint
-from hogwild.coordinator.history import EvalHistory
 from hogwild.coordinator.relay import StarRelay
 from hogwild.coordinator.rounds import choose_round_size, fit_round_size, max_rounds, round_rule
 from hogwild.coordinator.shipping import SLOW_LINK_BYTES_PER_S, Shipment, ship
@@ -38,6 +37,7 @@ from hogwild.errors import (
     OutputError,
     TrainingDiverged,
 )
+from hogwild.history import EvalHistory
 from hogwild.model.evaluation import evaluate, is_finite
 from hogwild.model.losses import get_loss
 from hogwild.model.spec import ModelSpec

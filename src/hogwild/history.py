@@ -1,4 +1,4 @@
-"""The coordinator's evaluations: each one appended to metrics.jsonl, a bounded copy in memory."""
+"""A run's evaluations: each appended to metrics.jsonl as it is made; a bounded copy in memory."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from typing import Any
 
 from hogwild import artifacts
 
-log = logging.getLogger("hogwild.coordinator")
+log = logging.getLogger("hogwild.history")
 
 # Rows kept in memory for the loss plot: evenly spaced over the whole run. A plot of 4,096
-# points is as legible as one of a million, and a run of days at the default eval_interval
-# (0.25 s) makes about a million rows (0.5 KB each: 500 MB if all were kept).
+# points is as legible as one of a million, and a coordinator running for days at the default
+# eval_interval (0.25 s) makes about a million rows (0.5 KB each: 500 MB if all were kept), as
+# does `hogwild train` of a million short epochs.
 PLOT_ROWS = 4096
 # Rows kept while metrics.jsonl cannot be appended to (a full disk): at 0.25 s an evaluation,
 # about 80 minutes of them. Past that the oldest are dropped, counted and said.
@@ -115,7 +116,7 @@ def read_back(path: Path, rows: int, accept: Callable[[Any], bool]) -> tuple[Rea
 
 class EvalHistory:
     """The run's evaluations as they are made: each one is appended to ``metrics.jsonl`` (so
-    a coordinator that dies keeps them), and memory holds only a thinned copy for the plot,
+    a run that dies keeps them), and memory holds only a thinned copy for the plot,
     the count and the best validation loss, so it does not grow with the run.
 
     A failed append (a full disk) costs no training: the row waits, with any later ones, and
@@ -125,8 +126,8 @@ class EvalHistory:
     """
 
     def __init__(self, out_dir: str | Path, cap: int = PLOT_ROWS,
-                 pending_limit: int = PENDING_ROWS) -> None:
-        self.path = Path(out_dir) / artifacts.HISTORY_FILE
+                 pending_limit: int = PENDING_ROWS, name: str = artifacts.HISTORY_FILE) -> None:
+        self.path = Path(out_dir) / name
         self.rows = Thinned(cap)
         self.pending_limit = pending_limit
         self.written = 0           # rows in the file
@@ -153,10 +154,11 @@ class EvalHistory:
         """Start the file: empty, or holding a resumed run's rows (cut after the last row the
         checkpoint counted); OSError if it cannot be written."""
         if resumed is None:
-            artifacts.write_history(self.path.parent, [])
+            artifacts.atomic_write_text(self.path, "")
             self._good = 0
         elif resumed.inline is not None:
-            self._good = artifacts.write_history(self.path.parent, resumed.inline).stat().st_size
+            text = "".join(artifacts.dumps(dict(row)) + "\n" for row in resumed.inline)
+            self._good = artifacts.atomic_write_text(self.path, text).stat().st_size
         else:
             with open(self.path, "ab") as handle:
                 if handle.seek(0, 2) > resumed.end:  # rows after the checkpoint's go
@@ -178,6 +180,19 @@ class EvalHistory:
                             "dropped from the file from now on (counted in the log when it is "
                             "written again)", self.path, self.pending_limit)
         self._write()
+
+    def publish(self) -> Path:
+        """Write what waits (OSError if it cannot) and move the file to ``metrics.jsonl``
+        beside it: a run that writes its rows under another name until it ends replaces the
+        outputs of the run before it all at once."""
+        if not self.catch_up():
+            assert self.error is not None
+            raise self.error
+        final = self.path.with_name(artifacts.HISTORY_FILE)
+        if final != self.path:
+            self.path.replace(final)
+            self.path = final
+        return final
 
     def catch_up(self) -> bool:
         """Write the rows that wait, if any; True if the file then holds every row kept."""
