@@ -115,9 +115,10 @@ def read_back(path: Path, rows: int, accept: Callable[[Any], bool]) -> tuple[Rea
 
 
 class EvalHistory:
-    """The run's evaluations as they are made: each one is appended to ``metrics.jsonl`` (so
-    a run that dies keeps them), and memory holds only a thinned copy for the plot,
-    the count and the best validation loss, so it does not grow with the run.
+    """The run's evaluations as they are made: each one is appended to the file ``name`` in
+    ``out_dir`` (``metrics.jsonl`` unless :meth:`publish` is to move it there at the end), so a
+    run that dies keeps them, and memory holds only a thinned copy for the plot, the count and
+    the best validation loss, so it does not grow with the run.
 
     A failed append (a full disk) costs no training: the row waits, with any later ones, and
     they are all written at the next row or :meth:`catch_up` that can, after the file is cut
