@@ -249,10 +249,16 @@ def test_a_tree_root_takes_a_worker_back_as_its_leaf(monkeypatch: Any) -> None:
         _delta(state, 1, 2, 2, [4], [16.0])
         _delta(state, 2, 1, 2, [5], [32.0])      # adopted: below a worker now dead
         _delta(state, 3, 1, 2, [6], [64.0])
-        _wait(sent, 1)
-        _wait({w: sent[w] for w in (0, 1)}, 2)
+        # The relay thread hands round 2 to 0, 1, 2, 3 in turn: wait for the last of them.
+        deadline = time.monotonic() + 10
+        while (any(not v or v[-1].round < 2 for v in sent.values())
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
         got = {w: _dense(sent[w][-1]) for w in range(4)}
         assert all(sent[w][-1].round == 2 for w in range(4))
+        # The adopted got round 1 vouched for at once, empty (their dead parent held it).
+        for w in (2, 3):
+            assert [(d.round, d.indices.shape[0]) for d in sent[w]] == [(1, 0), (2, 3)]
         np.testing.assert_array_equal(got[0][[2, 3, 4, 5, 6]], [0, 0, 16, 32, 64])
         np.testing.assert_array_equal(got[1][[2, 3, 4, 5, 6]], [4, 8, 0, 32, 64])
         np.testing.assert_array_equal(got[2][[2, 3, 4, 5, 6]], [0, 8, 16, 0, 64])
