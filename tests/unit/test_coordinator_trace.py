@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-from test_coordinator_state import DIM, _delta, _started  # (tests/unit is on sys.path)
 
 from hogwild.coordinator.trace import ModelTrace
 from hogwild.data.csr import CSRData
 from hogwild.model.losses import get_loss
 from hogwild.model.spec import ModelSpec
+
+from .test_coordinator_state import DIM, _delta, _started
 
 
 def test_a_snapshot_without_a_new_delta_shares_the_previous_copy() -> None:

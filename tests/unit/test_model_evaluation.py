@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
 from hogwild.errors import DataError
 from hogwild.model import check_weights, csr_arrays, evaluate, get_loss, new_weights, predict
 
-
-@dataclass(frozen=True, eq=False)
-class Rows:
-    """Stand-in with the fields of hogwild.data.csr.CSRData."""
-
-    indptr: np.ndarray
-    indices: np.ndarray
-    values: np.ndarray
-    labels: np.ndarray
-    n_features: int
+from .rows import Rows
 
 
 def rows(dense: np.ndarray, labels: list[float]) -> Rows:

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
 from hogwild.model import Trainer, TrainParams, evaluate, get_loss, kernels
 from hogwild.model.arrays import csr_arrays
 
-
-@dataclass(frozen=True, eq=False)
-class Rows:
-    """Stand-in with the fields of hogwild.data.csr.CSRData."""
-
-    indptr: np.ndarray
-    indices: np.ndarray
-    values: np.ndarray
-    labels: np.ndarray
-    n_features: int
+from .rows import Rows
 
 
 def tiny(n_rows: int, n_features: int, seed: int) -> Rows:

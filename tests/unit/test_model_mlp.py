@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,7 @@ from hogwild.model.spec import ModelSpec
 from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.worker.plan import RunPlan
 
-
-@dataclass(frozen=True, eq=False)
-class Rows:
-    """Stand-in with the fields of hogwild.data.csr.CSRData."""
-
-    indptr: np.ndarray
-    indices: np.ndarray
-    values: np.ndarray
-    labels: np.ndarray
-    n_features: int
+from .rows import Rows
 
 
 def xor_rows(n_rows: int = 2000, seed: int = 0) -> Rows:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +17,9 @@ from hogwild.model.trainer import (
     choose_hot_features,
 )
 
+from .rows import Rows
+
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-
-
-@dataclass(frozen=True, eq=False)
-class Rows:
-    """Stand-in with the fields of hogwild.data.csr.CSRData."""
-
-    indptr: np.ndarray
-    indices: np.ndarray
-    values: np.ndarray
-    labels: np.ndarray
-    n_features: int
 
 
 def tiny(n_rows: int = 60, n_features: int = 12, seed: int = 0) -> Rows:

@@ -77,10 +77,7 @@ def _dense(delta: OutgoingDelta) -> np.ndarray:
 
 
 def test_each_worker_gets_the_others_sum_per_round_then_a_final() -> None:
-    state = RunState(3)
-    for w in range(3):
-        state.register(f"127.0.0.1:{9 + w}", 1)
-    state.start_model(DIM)
+    state = _started_state(3)
     relay, sent = _relay(state)
     relay.start()
     try:
@@ -121,10 +118,7 @@ def test_each_worker_gets_the_others_sum_per_round_then_a_final() -> None:
 
 
 def test_a_dead_worker_is_not_waited_for_and_its_last_delta_still_counts() -> None:
-    state = RunState(3)
-    for w in range(3):
-        state.register(f"127.0.0.1:{9 + w}", 1)
-    state.start_model(DIM)
+    state = _started_state(3)
     relay, sent = _relay(state)
     relay.start()
     try:
