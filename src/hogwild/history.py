@@ -147,10 +147,6 @@ class EvalHistory:
         """Rows not in the file yet (it could not be written)."""
         return len(self._pending)
 
-    @property
-    def behind(self) -> bool:
-        return bool(self._pending)
-
     def begin(self, resumed: ReadBack | None = None) -> None:
         """Start the file: empty, or holding a resumed run's rows (cut after the last row the
         checkpoint counted); OSError if it cannot be written."""
@@ -186,14 +182,19 @@ class EvalHistory:
         """Write what waits (OSError if it cannot) and move the file to ``metrics.jsonl``
         beside it: a run that writes its rows under another name until it ends replaces the
         outputs of the run before it all at once."""
-        if not self.catch_up():
-            assert self.error is not None
-            raise self.error
+        self.write_all()
         final = self.path.with_name(artifacts.HISTORY_FILE)
         if final != self.path:
             self.path.replace(final)
             self.path = final
         return final
+
+    def write_all(self) -> None:
+        """Write the rows that wait, if any; the OSError of the last attempt if they still
+        cannot be written."""
+        if not self.catch_up():
+            assert self.error is not None
+            raise self.error
 
     def catch_up(self) -> bool:
         """Write the rows that wait, if any; True if the file then holds every row kept."""

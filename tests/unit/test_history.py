@@ -57,7 +57,7 @@ def test_every_row_goes_to_the_file_while_memory_keeps_few(tmp_path: Path) -> No
     for i in range(1_000):
         history.add(_row(i))
     assert _file_rows(tmp_path) == [_row(i) for i in range(1_000)]
-    assert history.count == history.written == 1_000 and not history.behind
+    assert history.count == history.written == 1_000 and not history.waiting
     assert len(history.rows.rows()) <= 17
 
 
@@ -104,13 +104,13 @@ def test_rows_wait_while_the_disk_is_full_and_a_cut_line_is_removed(
     with caplog.at_level("INFO", logger="hogwild.history"):
         for i in range(1, 4):
             history.add(_row(i))
-        assert history.behind and history.written == 1 and history.error is not None
+        assert history.waiting and history.written == 1 and history.error is not None
         assert history.waiting == 3
         assert not history.catch_up()
         disk.on = False
         assert history.catch_up()
     assert _file_rows(tmp_path) == [_row(i) for i in range(4)]  # no half row left behind
-    assert history.written == 4 and history.error is None and not history.behind
+    assert history.written == 4 and history.error is None and not history.waiting
     assert caplog.text.count("cannot add to") == 1  # said once, not per row
     assert "metrics.jsonl is whole again (4 rows)" in caplog.text
 
@@ -123,7 +123,7 @@ def test_rows_waiting_past_the_bound_are_dropped_oldest_first_and_said(
     with caplog.at_level("INFO", logger="hogwild.history"):
         for i in range(5):
             history.add(_row(i))
-        assert history.lost == 2 and history.behind
+        assert history.lost == 2 and history.waiting
         assert "more than 3 evaluations wait to be written" in caplog.text
         disk.on = False
         assert history.catch_up()

@@ -848,9 +848,10 @@ class RunDriver:
         }
         metrics.update(test_quality(splits.test, w, s.loss, self.spec, splits.labels.task,
                                     splits.labels.classes))
-        if not self.history.catch_up():  # every evaluation in metrics.jsonl, or none of this
-            assert self.history.error is not None
-            raise OutputError.writing(s.out_dir, self.history.error)
+        try:  # every evaluation in metrics.jsonl, or none of this
+            self.history.write_all()
+        except OSError as exc:
+            raise OutputError.writing(s.out_dir, exc) from None
         write_outputs(s, w, metrics, plotted, splits.feature_order, spec=self.spec,
                       hashing=splits.hashing, task=splits.labels.task,
                       classes=splits.labels.classes, plot=self.plot, history_on_disk=True)
