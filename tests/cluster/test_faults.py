@@ -201,8 +201,11 @@ def test_a_frozen_worker_resynchronises_and_nobody_fails(cluster: Cluster, tmp_p
     time.sleep(10)  # five barrier_timeouts: its peers drop it
     frozen.proc.send_signal(signal.SIGCONT)
     cluster.coordinator.wait_for(re.compile(r"worker 1 rejoined"), 30)
+    # Ended by an operator once healed: the time budget's end after a fault is the killed
+    # worker's test (a budget long enough for the freeze took 35 s a test).
+    _train_on_then_stop(cluster)
     metrics = _finished_well(cluster, out, tmp_path, mode, {p.name: 0 for p in ids.values()},
-                             "SIGSTOP worker 10 s")
+                             "SIGSTOP worker 10 s", stop_reason="SIGTERM")
     assert "was frozen for" in frozen.output()
     # It came back: its final state was collected, and no healthy worker was dropped for it.
     assert sorted(s["worker_id"] for s in metrics["worker_states"]) == [0, 1, 2]
@@ -245,9 +248,11 @@ def test_a_restarted_worker_rejoins_with_its_old_id(cluster: Cluster, tmp_path: 
     again = _respawn(cluster, out, mode, 2 * BUDGET, addresses, 2)
     again.wait_for(re.compile(r"registered as worker 2 of 3"), 60)
     cluster.coordinator.wait_for(re.compile(r"worker 2 rejoined at round (\d+)"), 30)
+    _train_on_then_stop(cluster)
     codes = {addresses[w][0].name: 0 for w in (0, 1)} | {victim.name: -signal.SIGKILL,
                                                         again.name: 0}
-    metrics = _finished_well(cluster, out, tmp_path, mode, codes, "kill -9 + restart worker")
+    metrics = _finished_well(cluster, out, tmp_path, mode, codes, "kill -9 + restart worker",
+                             stop_reason="SIGTERM")
     states = {s["worker_id"]: s for s in metrics["worker_states"]}
     assert sorted(states) == [0, 1, 2]
     assert 2 not in metrics["dropped_workers"]

@@ -9,6 +9,7 @@ import gzip
 import itertools
 import re
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +144,7 @@ def test_a_restarted_worker_rereads_its_ranges_and_rejoins(cluster: Cluster,
                                                            tmp_path: Path) -> None:
     out = tmp_path / "out"
     train, _ = require_reuters()
-    settings = reuters(out, train, shipping="local", epochs=1_000_000, time_budget=24,
+    settings = reuters(out, train, shipping="local", epochs=1_000_000, time_budget=60,
                        rpc_timeout=2, barrier_timeout=2)
     cluster.start(2, **settings)
     assert cluster.coordinator is not None
@@ -163,10 +164,14 @@ def test_a_restarted_worker_rereads_its_ranges_and_rejoins(cluster: Cluster,
     again.wait_for(re.compile(r"read [\d,]+ training rows .* each checked against the "
                               r"coordinator's digest"), 60)
     cluster.coordinator.wait_for(re.compile(r"worker 1 rejoined at round (\d+)"), 60)
+    # It trains on a while, then an operator ends the run (the budget is only a bound).
+    time.sleep(3)
+    cluster.coordinator.proc.send_signal(signal.SIGTERM)
     assert cluster.coordinator.wait(120) == 0, cluster.output()
     assert addresses[0][0].wait(60) == 0 and again.wait(60) == 0
     metrics = read_metrics(out)
     states = {s["worker_id"]: s for s in metrics["worker_states"]}
     assert sorted(states) == [0, 1] and 1 not in metrics["dropped_workers"]
     assert states[1]["rounds"] > 0 and states[0]["applied_from"]["1"] > 0
+    assert metrics["stop_reason"] == "SIGTERM"
     assert metrics["shipped_bytes"] == 0 and metrics["test_accuracy"] >= 0.97
