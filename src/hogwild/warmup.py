@@ -6,6 +6,7 @@ import contextlib
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -57,18 +58,22 @@ def warmup() -> float:
     return time.perf_counter() - started
 
 
-def preload_in_background() -> threading.Thread:
-    """Start loading the training kernels from numba's cache on a daemon thread, while the
-    data is parsed (the parser's kernels release the GIL). The plotting library is imported
-    by the plot's own helper process (hogwild.plotter). Errors are left for the real calls
-    to report."""
+def preload_in_background(load: Callable[[], object] | None = None) -> threading.Thread:
+    """Start loading kernels from numba's cache on a daemon thread, while the data is parsed
+    (the parser's kernels release the GIL): ``load`` when given (a job that knows which
+    kernels it will call), else every training and conflict kernel. The plotting library is
+    imported by the plot's own helper process (hogwild.plotter). Errors are left for the
+    real calls to report."""
 
-    def load() -> None:
+    def load_all() -> None:
+        warmup_model()
+        warmup_conflicts()
+
+    def run() -> None:
         with contextlib.suppress(Exception):
-            warmup_model()
-            warmup_conflicts()
+            (load or load_all)()
 
-    thread = threading.Thread(target=load, name="hogwild-preload", daemon=True)
+    thread = threading.Thread(target=run, name="hogwild-preload", daemon=True)
     thread.start()
     return thread
 

@@ -139,3 +139,51 @@ def test_numpy_imported_after_the_setting_runs_one_blas_thread() -> None:
             "print(sorted({p['num_threads'] for p in threadpool_info() "
             "if p['internal_api'] == 'openblas'}))")
     assert _blas_run(code) == "[1]"
+
+
+_KERNELS_LOADED = """
+import json, sys
+import numba
+from hogwild import config
+from hogwild.local import train_job, warm_kernels
+from hogwild.model import kernels, mlp_kernels
+
+def loaded():
+    return {f"{m.__name__}.{name}": sorted(str(sig) for sig in obj.overloads)
+            for m in (kernels, mlp_kernels) for name, obj in vars(m).items()
+            if isinstance(obj, numba.core.registry.CPUDispatcher) and obj.overloads}
+
+settings = config.load(flags=json.loads(sys.argv[1]))
+warm_kernels(settings)
+warmed = loaded()
+train_job(settings, out=open("/dev/null", "w"))
+print(json.dumps({"warmed": warmed, "job": loaded()}))
+"""
+
+
+@pytest.mark.parametrize("flags", [{}, {"model": "mlp", "hidden": [8]}, {"batch_size": 8},
+                                   {"loss": "logistic", "threads": 1}])
+def test_a_train_job_preloads_its_own_kernels_and_no_others(tmp_path: Path,
+                                                          flags: dict[str, object]) -> None:
+    """`hogwild train` loads, on a thread while it parses, the model kernels it will call
+    (found by running its own trainer on four rows), and only those."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    args = {"threads": 2, "epochs": 2, "out_dir": str(tmp_path / "out"), "data_cache": False,
+            **flags}
+    out = subprocess.run([sys.executable, "-c", _KERNELS_LOADED, json.dumps(args)],
+                         check=False, capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    # The job called no model kernel, and no variant of one, that the warm-up left out...
+    assert seen["job"] == seen["warmed"]
+    # ...and the warm-up loaded one training kernel: the job's own.
+    mlp = flags.get("model") == "mlp"
+    trainers = {"hogwild.model.mlp_kernels.mlp_sgd_range"} if mlp else {
+        "hogwild.model.kernels.sgd_batch_range" if "batch_size" in flags
+        else "hogwild.model.kernels.sgd_range"}
+    assert {k for k in seen["warmed"] if "sgd" in k} == trainers
+    assert all(len(sigs) == 1 for sigs in seen["warmed"].values()), seen["warmed"]
+    assert not {"hogwild.model.kernels.build_delta", "hogwild.model.kernels.apply_delta"} \
+        & set(seen["warmed"])
