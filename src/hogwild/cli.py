@@ -387,6 +387,8 @@ _HEAVY_MODULES = {
 # Commands that draw the loss plot: as the whole process they start its helper before their
 # own imports, so that it imports matplotlib while this process is busy on one core.
 _PLOTTING = ("train", "coordinator")
+# Commands that train: a run goes on when its standard output's reader goes away.
+_TRAINING = ("train", "coordinator", "worker", "run", "experiment")
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -421,6 +423,10 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None,
     parser = build_parser()
     try:  # a plot helper handed in is closed whatever happens, a bad command line included
         args = parser.parse_args(argv)
+        if whole_process and args.command in _TRAINING:
+            from hogwild.startup import outlive_stdout
+
+            outlive_stdout(args.command)
         if plot is None and whole_process and args.command in _PLOTTING:
             from hogwild.plotter import BackgroundPlot
 

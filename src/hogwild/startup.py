@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import gc
 import importlib
+import io
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 BLAS_THREADS_VARIABLE = "OPENBLAS_NUM_THREADS"
@@ -60,3 +62,60 @@ def before_exit() -> None:
     are still released; cyclic garbage is left to the operating system (the command closes
     its files and servers itself)."""
     gc.freeze()
+
+
+class _DiscardWhenGone(io.RawIOBase):
+    """File descriptor ``fd`` for writing until its reader goes away (EPIPE); from then on
+    every write is accepted and dropped, and ``gone`` is called once."""
+
+    def __init__(self, fd: int, gone: Callable[[], None]) -> None:
+        super().__init__()
+        self._fd = fd
+        self._gone = gone
+        self.dropping = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        size = memoryview(data).nbytes
+        if not self.dropping:
+            try:
+                return os.write(self._fd, data)
+            except BrokenPipeError:
+                self.dropping = True
+                self._gone()
+        return size
+
+    def close(self) -> None:
+        # The descriptor is the process's standard output: it stays open.
+        super().close()
+
+
+def outlive_stdout(command: str) -> None:
+    """Let a training command go on when whoever reads its standard output goes away
+    (`hogwild train ... | head`, a terminal closed, a launcher killed): its progress lines are
+    then dropped, with one line on stderr, and the run still ends with its outputs written.
+    Without this the first progress line after it raised BrokenPipeError and the run ended
+    with a traceback and nothing written."""
+    stream = sys.stdout
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real descriptor (captured, or none): nothing to guard
+    stream.flush()
+
+    def gone() -> None:
+        print(f"hogwild {command}: standard output was closed (broken pipe): progress lines "
+              "are no longer printed; the run goes on and writes its outputs",
+              file=sys.stderr, flush=True)
+
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_DiscardWhenGone(fd, gone)),
+                                  encoding=stream.encoding, errors=stream.errors,
+                                  line_buffering=bool(getattr(stream, "line_buffering", False)))

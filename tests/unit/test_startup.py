@@ -187,3 +187,29 @@ def test_a_train_job_preloads_its_own_kernels_and_no_others(tmp_path: Path,
     assert all(len(sigs) == 1 for sigs in seen["warmed"].values()), seen["warmed"]
     assert not {"hogwild.model.kernels.build_delta", "hogwild.model.kernels.apply_delta"} \
         & set(seen["warmed"])
+
+
+def test_a_training_command_outlives_its_stdout_reader(tmp_path: Path) -> None:
+    """`hogwild train ... | head`: the reader is gone before the first progress line; the run
+    still ends with exit 0 and its outputs, with one line on stderr saying so (it used to
+    end on BrokenPipeError with a traceback and nothing written)."""
+    data = tmp_path / "d.svm"
+    data.write_text("".join(f"{1 if i % 2 else -1} {1 + i % 5}:1 {7 + i % 3}:0.5\n"
+                            for i in range(200)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    read, write = os.pipe()
+    os.close(read)  # nobody will ever read what the command prints
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "hogwild.cli", "train", "--data", str(data), "--epochs", "3",
+             "--out", str(tmp_path / "out"), "--data-cache", "false"],
+            stdout=write, stderr=subprocess.PIPE, text=True, env=env, timeout=300,
+            check=False)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("standard output was closed (broken pipe)") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert (tmp_path / "out" / "model.npz").is_file()
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["epochs"] == 3
