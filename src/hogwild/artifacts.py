@@ -157,7 +157,9 @@ def plot_loss(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str
         ax2.set_ylabel("accuracy")
     ax.set_xlabel("elapsed seconds")
     ax.set_ylabel("loss")
-    ax.set_title(title or "loss vs time")
+    # A fixed title height: left to matplotlib it is placed clear of the tick labels, which
+    # measures them all once more (0.03 of a 0.12 s plot); nothing sits above the axes here.
+    ax.set_title(title or "loss vs time", y=1.0, pad=6.0)
     ax.grid(alpha=0.3)
     # One legend for both axes, under the plot, where it cannot hide a curve. Fixed margins
     # rather than bbox_inches="tight", which lays the figure out twice: 0.17 s against 0.29 s
@@ -167,7 +169,8 @@ def plot_loss(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str
     if handles:
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
+    # zlib level 1: the same pixels, a file a little larger, encoded in a third of the time.
+    fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})
     return atomic_write_bytes(Path(out_dir) / PLOT_FILE, buffer.getvalue())
 
 
