@@ -18,6 +18,7 @@ unless the user set ``OPENBLAS_NUM_THREADS``; its children inherit the setting.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import io
@@ -25,6 +26,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TextIO, cast
 
 BLAS_THREADS_VARIABLE = "OPENBLAS_NUM_THREADS"
 
@@ -64,15 +66,45 @@ def before_exit() -> None:
     gc.freeze()
 
 
-class _DiscardWhenGone(io.RawIOBase):
-    """File descriptor ``fd`` for writing until its reader goes away (EPIPE); from then on
-    every write is accepted and dropped, and ``gone`` is called once."""
+class _OutlivingStream(io.TextIOBase):
+    """A text stream that writes to ``stream`` (buffered as it was) until the reader of its
+    descriptor goes away (EPIPE); from then on the descriptor points at /dev/null, every
+    write is accepted and dropped, and ``gone`` has been called once."""
 
-    def __init__(self, fd: int, gone: Callable[[], None]) -> None:
+    def __init__(self, stream: TextIO, gone: Callable[[], None]) -> None:
         super().__init__()
-        self._fd = fd
+        self._stream = stream
+        self._fd = stream.fileno()
         self._gone = gone
         self.dropping = False
+
+    def write(self, text: str) -> int:
+        if not self.dropping:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.dropping:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def _drop(self) -> None:
+        self.dropping = True
+        # What the stream still holds, and the interpreter's flush at exit, then go nowhere
+        # instead of failing again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._fd)
+        finally:
+            os.close(devnull)
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.flush()
+        self._gone()
 
     def writable(self) -> bool:
         return True
@@ -81,21 +113,19 @@ class _DiscardWhenGone(io.RawIOBase):
         return self._fd
 
     def isatty(self) -> bool:
-        return os.isatty(self._fd)
+        return self._stream.isatty()
 
-    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
-        size = memoryview(data).nbytes
-        if not self.dropping:
-            try:
-                return os.write(self._fd, data)
-            except BrokenPipeError:
-                self.dropping = True
-                self._gone()
-        return size
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self._stream.encoding
 
-    def close(self) -> None:
-        # The descriptor is the process's standard output: it stays open.
-        super().close()
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return self._stream.errors
+
+    @property
+    def line_buffering(self) -> bool:
+        return bool(getattr(self._stream, "line_buffering", False))
 
 
 def outlive_stdout(command: str) -> None:
@@ -103,19 +133,17 @@ def outlive_stdout(command: str) -> None:
     (`hogwild train ... | head`, a terminal closed, a launcher killed): its progress lines are
     then dropped, with one line on stderr, and the run still ends with its outputs written.
     Without this the first progress line after it raised BrokenPipeError and the run ended
-    with a traceback and nothing written."""
+    with a traceback and nothing written. The stream keeps its buffering (line by line under
+    a launcher, which sets PYTHONUNBUFFERED)."""
     stream = sys.stdout
     try:
-        fd = stream.fileno()
+        stream.fileno()
     except (AttributeError, OSError, ValueError):
         return  # not a real descriptor (captured, or none): nothing to guard
-    stream.flush()
 
     def gone() -> None:
         print(f"hogwild {command}: standard output was closed (broken pipe): progress lines "
               "are no longer printed; the run goes on and writes its outputs",
               file=sys.stderr, flush=True)
 
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_DiscardWhenGone(fd, gone)),
-                                  encoding=stream.encoding, errors=stream.errors,
-                                  line_buffering=bool(getattr(stream, "line_buffering", False)))
+    sys.stdout = cast(TextIO, _OutlivingStream(stream, gone))
