@@ -424,9 +424,9 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None,
     try:  # a plot helper handed in is closed whatever happens, a bad command line included
         args = parser.parse_args(argv)
         if whole_process and args.command in _TRAINING:
-            from hogwild.startup import outlive_stdout
+            from hogwild.startup import outlive_console
 
-            outlive_stdout(args.command)
+            outlive_console(args.command)
         if plot is None and whole_process and args.command in _PLOTTING:
             from hogwild.plotter import BackgroundPlot
 

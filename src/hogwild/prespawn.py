@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import sys
+import threading
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -44,6 +48,7 @@ def run(role: str, plot: BackgroundPlot | None = None) -> int:
     started for it; else the coordinator starts its own."""
     from hogwild.startup import import_long_lived
 
+    stop_when_orphaned(os.getppid())
     if role == "coordinator" and plot is None:
         # Started first, as `hogwild coordinator` itself does: matplotlib imports meanwhile.
         from hogwild.plotter import BackgroundPlot
@@ -65,6 +70,30 @@ def run(role: str, plot: BackgroundPlot | None = None) -> int:
     finally:
         if plot is not None:
             plot.close()
+
+
+# How often a child looks whether its launcher is still there.
+ORPHAN_CHECK_SECONDS = 0.5
+
+
+def stop_when_orphaned(launcher: int, every: float = ORPHAN_CHECK_SECONDS) -> threading.Thread:
+    """SIGTERM to this process once ``launcher`` (its parent) is gone, e.g. killed -9 or by
+    the OOM killer: the run then stops as on SIGTERM (the coordinator collects the final
+    states and writes its outputs; a worker sends its final delta) instead of going on
+    with nobody to show its output or stop it. A watch on a daemon thread (a parent's death
+    signal would need the launcher's fork and exec paths to set it up each, and Linux)."""
+
+    def watch() -> None:
+        while os.getppid() == launcher:
+            time.sleep(every)
+        with contextlib.suppress(OSError, ValueError):  # its output went with the launcher
+            print("hogwild run: the launcher is gone: stopping as on SIGTERM",
+                  file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=watch, name="launcher-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def load_worker_kernels() -> None:

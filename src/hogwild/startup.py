@@ -128,22 +128,25 @@ class _OutlivingStream(io.TextIOBase):
         return bool(getattr(self._stream, "line_buffering", False))
 
 
-def outlive_stdout(command: str) -> None:
-    """Let a training command go on when whoever reads its standard output goes away
-    (`hogwild train ... | head`, a terminal closed, a launcher killed): its progress lines are
-    then dropped, with one line on stderr, and the run still ends with its outputs written.
-    Without this the first progress line after it raised BrokenPipeError and the run ended
-    with a traceback and nothing written. The stream keeps its buffering (line by line under
-    a launcher, which sets PYTHONUNBUFFERED)."""
-    stream = sys.stdout
-    try:
-        stream.fileno()
-    except (AttributeError, OSError, ValueError):
-        return  # not a real descriptor (captured, or none): nothing to guard
+def outlive_console(command: str) -> None:
+    """Let a training command go on when whoever reads its standard output or error goes
+    away (`hogwild train ... | head`, a terminal closed, a launcher killed): what it prints
+    there is then dropped, with one line on stderr when stdout went first, and the run still
+    ends with its outputs written. Without this the next progress line raised
+    BrokenPipeError and the run ended with a traceback and nothing written. Each stream keeps
+    its buffering (line by line under a launcher, which sets PYTHONUNBUFFERED)."""
 
-    def gone() -> None:
+    def guarded(stream: TextIO, gone: Callable[[], None]) -> TextIO:
+        try:
+            stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            return stream  # not a real descriptor (captured, or none): nothing to guard
+        return cast(TextIO, _OutlivingStream(stream, gone))
+
+    def stdout_gone() -> None:
         print(f"hogwild {command}: standard output was closed (broken pipe): progress lines "
               "are no longer printed; the run goes on and writes its outputs",
               file=sys.stderr, flush=True)
 
-    sys.stdout = cast(TextIO, _OutlivingStream(stream, gone))
+    sys.stderr = guarded(sys.stderr, lambda: None)
+    sys.stdout = guarded(sys.stdout, stdout_gone)

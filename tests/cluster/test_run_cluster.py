@@ -3,12 +3,14 @@ a worker killed mid-run, and `hogwild run` end to end."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -221,6 +223,61 @@ def test_sigterm_stops_a_worker_and_then_the_coordinator_gracefully(
     assert metrics["epochs"] < 1_000_000
     # The worker that left sent its final delta: the coordinator applied all it sent.
     assert metrics["coordinator_applied_from"]["1"] >= 1
+    assert (out / "model.npz").is_file()
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (from /proc)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_a_killed_launcher_stops_the_run_as_sigterm_would(tmp_path: Path) -> None:
+    """`hogwild run` killed -9 (or by the OOM killer): its children notice that their parent
+    is gone and stop as on SIGTERM, the coordinator writing its outputs. They used to run on
+    unattended to their own end (here a 120 s time budget)."""
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "hogwild.cli", "run", "--workers=2", "--threads=1",
+            f"--out={out}", "--epochs=1000000", "--time-budget=120", "--eval-interval=0.3",
+            "--patience=0"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOGWILD_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
+    launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, cwd=tmp_path, env=env, start_new_session=True)
+    children: list[int] = []
+    try:
+        assert launcher.stdout is not None
+        for line in launcher.stdout:  # bounded by the test's timeout
+            if line.startswith("[coordinator]") and PROGRESS_ROW.match(line.split("]", 1)[1]):
+                break
+        children = [c for c in _children(launcher.pid) if _running(c)]
+        assert len(children) >= 3, children  # the coordinator, two workers (and a plot helper)
+        launcher.kill()
+        launcher.wait(10)
+        deadline = time.monotonic() + 90
+        while any(_running(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_running(c) for c in children), "children outlived their launcher"
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(10)
+    metrics = read_metrics(out)
+    assert metrics["stop_reason"] == "SIGTERM"
+    assert metrics["test_accuracy"] is not None and metrics["test_accuracy"] > 0.9
     assert (out / "model.npz").is_file()
 
 
