@@ -244,8 +244,9 @@ def _running(pid: int) -> bool:
 
 def test_a_killed_launcher_stops_the_run_as_sigterm_would(tmp_path: Path) -> None:
     """`hogwild run` killed -9 (or by the OOM killer): its children notice that their parent
-    is gone and stop as on SIGTERM, the coordinator writing its outputs. They used to run on
-    unattended to their own end (here a 120 s time budget)."""
+    is gone and stop as on SIGTERM, the coordinator writing its outputs. The coordinator used
+    to die at its next line of output (BrokenPipeError, no model written) and the workers to
+    run on without it."""
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "hogwild.cli", "run", "--workers=2", "--threads=1",
             f"--out={out}", "--epochs=1000000", "--time-budget=120", "--eval-interval=0.3",
