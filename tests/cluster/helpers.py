@@ -149,6 +149,14 @@ class Cluster:
             proc.reap()
 
 
+def train_on_then_stop(cluster: Cluster, seconds: float = 3.0) -> None:
+    """Let the healed cluster train a while (hundreds of Reuters rounds), then end the run
+    the way an operator would (SIGTERM: final states collected, outputs written)."""
+    assert cluster.coordinator is not None
+    time.sleep(seconds)
+    cluster.coordinator.proc.send_signal(signal.SIGTERM)
+
+
 def read_metrics(out_dir: Path) -> dict[str, Any]:
     return dict(json.loads((out_dir / "metrics.json").read_text()))
 

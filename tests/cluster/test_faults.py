@@ -23,7 +23,16 @@ from hogwild.coordinator import checkpoint
 from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 
-from .helpers import PROGRESS_ROW, READY, REGISTERED, Cluster, Proc, read_metrics, require_reuters
+from .helpers import (
+    PROGRESS_ROW,
+    READY,
+    REGISTERED,
+    Cluster,
+    Proc,
+    read_metrics,
+    require_reuters,
+    train_on_then_stop,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -203,7 +212,7 @@ def test_a_frozen_worker_resynchronises_and_nobody_fails(cluster: Cluster, tmp_p
     cluster.coordinator.wait_for(re.compile(r"worker 1 rejoined"), 30)
     # Ended by an operator once healed: the time budget's end after a fault is the killed
     # worker's test (a budget long enough for the freeze took 35 s a test).
-    _train_on_then_stop(cluster)
+    train_on_then_stop(cluster)
     metrics = _finished_well(cluster, out, tmp_path, mode, {p.name: 0 for p in ids.values()},
                              "SIGSTOP worker 10 s", stop_reason="SIGTERM")
     assert "was frozen for" in frozen.output()
@@ -230,7 +239,7 @@ def test_a_frozen_star_worker_is_refused_and_rejoins_through_the_relay(cluster: 
     frozen.proc.send_signal(signal.SIGCONT)
     cluster.coordinator.wait_for(
         re.compile(r"worker 1 rejoined at round \d+ .*through the star relay"), 30)
-    _train_on_then_stop(cluster)
+    train_on_then_stop(cluster)
     metrics = _finished_well(cluster, out, tmp_path, "sync", {p.name: 0 for p in ids.values()},
                              "SIGSTOP worker (star)", stop_reason="SIGTERM")
     assert "was frozen for" in frozen.output()
@@ -248,7 +257,7 @@ def test_a_restarted_worker_rejoins_with_its_old_id(cluster: Cluster, tmp_path: 
     again = _respawn(cluster, out, mode, 2 * BUDGET, addresses, 2)
     again.wait_for(re.compile(r"registered as worker 2 of 3"), 60)
     cluster.coordinator.wait_for(re.compile(r"worker 2 rejoined at round (\d+)"), 30)
-    _train_on_then_stop(cluster)
+    train_on_then_stop(cluster)
     codes = {addresses[w][0].name: 0 for w in (0, 1)} | {victim.name: -signal.SIGKILL,
                                                         again.name: 0}
     metrics = _finished_well(cluster, out, tmp_path, mode, codes, "kill -9 + restart worker",
@@ -276,7 +285,7 @@ def test_a_restarted_worker_rejoins_through_the_star_relay(cluster: Cluster, tmp
     again = _respawn(cluster, out, mode, 2 * BUDGET, addresses, 2)
     cluster.coordinator.wait_for(
         re.compile(r"worker 2 rejoined at round \d+ .*through the star relay"), 60)
-    _train_on_then_stop(cluster)
+    train_on_then_stop(cluster)
     codes = {addresses[w][0].name: 0 for w in (0, 1)} | {victim.name: -signal.SIGKILL,
                                                         again.name: 0}
     metrics = _finished_well(cluster, out, tmp_path, mode, codes, "kill -9 + restart worker "
@@ -312,7 +321,7 @@ def test_a_restarted_interior_tree_worker_rejoins_as_a_leaf_of_the_coordinator(
     again = _respawn(cluster, out, mode, 2 * BUDGET, addresses, 0)
     cluster.coordinator.wait_for(re.compile(r"worker 0 rejoined at round \d+ .*as a leaf of "
                                             r"the coordinator"), 60)
-    _train_on_then_stop(cluster)
+    train_on_then_stop(cluster)
     codes = {addresses[w][0].name: 0 for w in (1, 2, 3)} | {victim.name: -signal.SIGKILL,
                                                            again.name: 0}
     metrics = _finished_well(cluster, out, tmp_path, mode, codes, "kill -9 + restart an "
@@ -369,14 +378,6 @@ def _respawn(cluster: Cluster, out: Path, mode: str, budget: float,
         "coordinator_address": _coordinator_address(cluster)})
 
 
-def _train_on_then_stop(cluster: Cluster, seconds: float = 3.0) -> None:
-    """Let the healed cluster train a while (hundreds of Reuters rounds), then end the run
-    the way an operator would (SIGTERM: final states collected, outputs written)."""
-    assert cluster.coordinator is not None
-    time.sleep(seconds)
-    cluster.coordinator.proc.send_signal(signal.SIGTERM)
-
-
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_worker_that_rejoined_while_another_was_dead_takes_it_back(
         cluster: Cluster, tmp_path: Path, mode: str) -> None:
@@ -404,7 +405,7 @@ def test_a_worker_that_rejoined_while_another_was_dead_takes_it_back(
     assert "2@" in again1.wait_for(re.compile(r"configured: .*peers .*\(down\)"), 10).group(0)
     again2 = restart(2)
     cluster.coordinator.wait_for(re.compile(r"worker 2 rejoined at round"), 30)
-    _train_on_then_stop(cluster)
+    train_on_then_stop(cluster)
     codes = {addresses[0][0].name: 0, addresses[1][0].name: -signal.SIGKILL,
              addresses[2][0].name: -signal.SIGKILL, again1.name: 0, again2.name: 0}
     metrics = _finished_well(cluster, out, tmp_path, mode, codes, "two overlapping restarts",
@@ -436,7 +437,7 @@ def test_two_workers_restarted_together_rejoin_as_peers_of_each_other(
     again = {wid: _respawn(cluster, out, mode, 3 * BUDGET, addresses, wid) for wid in (1, 2)}
     for wid in (1, 2):
         cluster.coordinator.wait_for(re.compile(rf"worker {wid} rejoined at round"), 60)
-    _train_on_then_stop(cluster)
+    train_on_then_stop(cluster)
     codes = {addresses[0][0].name: 0, addresses[1][0].name: -signal.SIGKILL,
              addresses[2][0].name: -signal.SIGKILL, again[1].name: 0, again[2].name: 0}
     metrics = _finished_well(cluster, out, tmp_path, mode, codes,

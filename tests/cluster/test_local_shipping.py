@@ -9,7 +9,6 @@ import gzip
 import itertools
 import re
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 
 from hogwild.data.ranges import split_u
 
-from .helpers import PROGRESS_ROW, READY, Cluster, read_metrics, require_reuters
+from .helpers import PROGRESS_ROW, READY, Cluster, read_metrics, require_reuters, train_on_then_stop
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -164,9 +163,7 @@ def test_a_restarted_worker_rereads_its_ranges_and_rejoins(cluster: Cluster,
     again.wait_for(re.compile(r"read [\d,]+ training rows .* each checked against the "
                               r"coordinator's digest"), 60)
     cluster.coordinator.wait_for(re.compile(r"worker 1 rejoined at round (\d+)"), 60)
-    # It trains on a while, then an operator ends the run (the budget is only a bound).
-    time.sleep(3)
-    cluster.coordinator.proc.send_signal(signal.SIGTERM)
+    train_on_then_stop(cluster)  # the budget is only a bound
     assert cluster.coordinator.wait(120) == 0, cluster.output()
     assert addresses[0][0].wait(60) == 0 and again.wait(60) == 0
     metrics = read_metrics(out)

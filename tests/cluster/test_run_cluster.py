@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .helpers import PROGRESS_ROW, REPO, Cluster, read_metrics, require_reuters
+from .helpers import PROGRESS_ROW, Cluster, read_metrics, require_reuters
+from .helpers import _env as child_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
@@ -177,9 +178,7 @@ def test_hogwild_run_end_to_end_on_the_bundled_data(tmp_path: Path) -> None:
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "hogwild.cli", "run", "--workers=2", "--threads=1",
             f"--out={out}", "--epochs=10", "--eval-interval=0.5"]
-    env_path = str(REPO / "src")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOGWILD_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env_path, env.get("PYTHONPATH")]))
+    env = child_env()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             cwd=tmp_path, env=env, start_new_session=True)
     try:
@@ -251,8 +250,7 @@ def test_a_killed_launcher_stops_the_run_as_sigterm_would(tmp_path: Path) -> Non
     argv = [sys.executable, "-m", "hogwild.cli", "run", "--workers=2", "--threads=1",
             f"--out={out}", "--epochs=1000000", "--time-budget=120", "--eval-interval=0.3",
             "--patience=0"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOGWILD_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
+    env = child_env()
     launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, cwd=tmp_path, env=env, start_new_session=True)
     children: list[int] = []
@@ -285,8 +283,7 @@ def test_a_killed_launcher_stops_the_run_as_sigterm_would(tmp_path: Path) -> Non
 def test_hogwild_run_fails_cleanly_on_bad_data(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "hogwild.cli", "run", "--workers=2",
             f"--data={tmp_path / 'missing.svm'}", f"--out={tmp_path / 'out'}"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOGWILD_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
+    env = child_env()
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env,
                           timeout=90, check=False)
     assert proc.returncode != 0

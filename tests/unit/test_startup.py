@@ -15,10 +15,16 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 HEAVY = ("numba", "grpc", "matplotlib")
 
 
-def loaded_after(code: str) -> list[str]:
-    """The heavy modules present in sys.modules after running ``code`` in a fresh Python."""
+def _env() -> dict[str, str]:
+    """This environment, with the source tree first on PYTHONPATH."""
     env = dict(os.environ)
     env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def loaded_after(code: str) -> list[str]:
+    """The heavy modules present in sys.modules after running ``code`` in a fresh Python."""
+    env = _env()
     probe = (f"{code}\nimport json, sys\n"
              f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
@@ -77,16 +83,14 @@ def test_the_whole_process_freezes_before_exit(tmp_path: Path) -> None:
             f"sys.argv = ['hogwild', 'gen-data', 'rcv1', '--rows', '20', '--out', "
             f"{str(tmp_path / 'x.svm')!r}]\n"
             "assert main() == 0\nassert gc.isenabled()\nprint(gc.get_freeze_count())")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = _env()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=120, check=True).stdout
     assert int(out.strip().splitlines()[-1]) > 10_000
 
 
 def _run(code: str) -> str:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = _env()
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=300, check=True).stdout
 
@@ -115,8 +119,8 @@ def test_blas_probe_is_left_alone_once_scipy_linalg_is_loaded() -> None:
 
 
 def _blas_run(code: str, **env_extra: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = _env()
+    env.pop("OPENBLAS_NUM_THREADS", None)
     env.update(env_extra)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=120, check=True).stdout.strip().splitlines()[-1]
@@ -167,8 +171,7 @@ def test_a_train_job_preloads_its_own_kernels_and_no_others(tmp_path: Path,
                                                           flags: dict[str, object]) -> None:
     """`hogwild train` loads, on a thread while it parses, the model kernels it will call
     (found by running its own trainer on four rows), and only those."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = _env()
     args = {"threads": 2, "epochs": 2, "out_dir": str(tmp_path / "out"), "data_cache": False,
             **flags}
     out = subprocess.run([sys.executable, "-c", _KERNELS_LOADED, json.dumps(args)],
@@ -196,8 +199,7 @@ def test_a_training_command_outlives_its_stdout_reader(tmp_path: Path) -> None:
     data = tmp_path / "d.svm"
     data.write_text("".join(f"{1 if i % 2 else -1} {1 + i % 5}:1 {7 + i % 3}:0.5\n"
                             for i in range(200)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = _env()
     read, write = os.pipe()
     os.close(read)  # nobody will ever read what the command prints
     try:
