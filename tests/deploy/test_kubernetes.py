@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,8 +29,11 @@ EXTRAS = sorted((K8S / "extras").glob("*.yaml"))
 # Validated against the oldest release with native gRPC probes on by default that is still
 # commonly run, and the newest schema kubernetes-validate ships.
 K8S_VERSIONS = ["1.27.0", "latest"]
-# Sample downward-API values for expanding $(POD_NAME)-style references.
-DOWNWARD = {"metadata.name": "hogwild-worker-0", "metadata.namespace": "hogwild"}
+# The annotation an Indexed Job's controller puts on each pod: its completion index.
+INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+# Sample downward-API values for expanding $(POD_NAMESPACE)-style references.
+DOWNWARD = {"metadata.name": "hogwild-worker-0-x7k2q", "metadata.namespace": "hogwild",
+            INDEX_FIELD: "0"}
 
 Obj = dict[str, Any]
 
@@ -83,7 +88,7 @@ def test_renders_the_expected_objects(rendered: list[Obj]) -> None:
     cm = _settings_configmap(rendered)["metadata"]["name"]
     assert kinds == sorted([
         ("Namespace", "hogwild"), ("ConfigMap", cm), ("PersistentVolumeClaim", "hogwild-runs"),
-        ("Service", "hogwild-workers"), ("StatefulSet", "hogwild-worker"),
+        ("Service", "hogwild-workers"), ("Job", "hogwild-worker"),
         ("Service", "hogwild-coordinator"), ("Job", "hogwild-coordinator")])
     for obj in rendered:
         assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "hogwild"
@@ -132,13 +137,18 @@ def test_generated_configmap_holds_settings_and_is_referenced(rendered: list[Obj
 
 
 def _with_count(count: int, tmp_path: Path) -> list[Obj]:
+    """The kustomization rendered after editing the one worker count, `completions:`."""
     root = tmp_path / "k8s"
     shutil.copytree(K8S, root)
-    kust = yaml.safe_load((root / "kustomization.yaml").read_text())
-    (entry,) = [r for r in kust["replicas"] if r["name"] == "hogwild-worker"]
-    entry["count"] = count
-    (root / "kustomization.yaml").write_text(yaml.safe_dump(kust))
+    docs = list(yaml.safe_load_all((root / "workers.yaml").read_text()))
+    (job,) = [d for d in docs if d["kind"] == "Job"]
+    job["spec"]["completions"] = count
+    (root / "workers.yaml").write_text(yaml.safe_dump_all(docs))
     return kustomize_lite.build(root)
+
+
+def _workers(objects: list[Obj]) -> Obj:
+    return _one(objects, "Job", "hogwild-worker")
 
 
 def _coordinator_env(objects: list[Obj]) -> dict[str, Any]:
@@ -147,21 +157,22 @@ def _coordinator_env(objects: list[Obj]) -> dict[str, Any]:
     return {e["name"]: e.get("value") for e in container["env"]}
 
 
-def test_one_replicas_entry_sets_workers_and_what_the_coordinator_waits_for(
+def test_one_count_sets_workers_their_parallelism_and_what_the_coordinator_waits_for(
         rendered: list[Obj], tmp_path: Path) -> None:
-    kust = kustomize_lite.load_kustomization(K8S)
-    (entry,) = kust["replicas"]
-    assert _one(rendered, "StatefulSet", "hogwild-worker")["spec"]["replicas"] == entry["count"]
-    assert _coordinator_env(rendered)["HOGWILD_WORKERS"] == str(entry["count"])
+    spec = _workers(rendered)["spec"]
+    assert spec["parallelism"] == spec["completions"] == 2
+    assert _coordinator_env(rendered)["HOGWILD_WORKERS"] == "2"
     for count in (1, 5):
         objects = _with_count(count, tmp_path / str(count))
-        assert _one(objects, "StatefulSet", "hogwild-worker")["spec"]["replicas"] == count
+        spec = _workers(objects)["spec"]
+        # Fewer pods at once than indexes would start some workers only after others end.
+        assert (spec["completions"], spec["parallelism"]) == (count, count)
         value = _coordinator_env(objects)["HOGWILD_WORKERS"]
         assert value == str(count), "env values must stay strings"
 
 
-def test_sixty_four_workers_form_a_tree_by_the_replicas_entry(tmp_path: Path) -> None:
-    """64 replicas and `topology: tree` (set on the coordinator, which ships it to the
+def test_sixty_four_workers_form_a_tree_by_the_worker_count(tmp_path: Path) -> None:
+    """64 workers and `topology: tree` (set on the coordinator, which ships it to the
     workers): the settings load, and every worker reaches its tree neighbours at names of
     the headless Service that the workers' wildcard certificate covers."""
     objects = _with_count(64, tmp_path)
@@ -172,15 +183,14 @@ def test_sixty_four_workers_form_a_tree_by_the_replicas_entry(tmp_path: Path) ->
     env = {**_container_env(coordinator), "HOGWILD_TOPOLOGY": "tree", "HOGWILD_TREE_FANOUT": "4"}
     loaded = deploycheck.load_with(env, settings_file, coordinator["args"])
     assert (loaded.workers, loaded.topology, loaded.tree_fanout) == (64, "tree", 4)
-    sts = _one(objects, "StatefulSet", "hogwild-worker")
-    assert sts["spec"]["replicas"] == 64
-    (worker,) = sts["spec"]["template"]["spec"]["containers"]
+    workers = _workers(objects)
+    assert workers["spec"]["completions"] == workers["spec"]["parallelism"] == 64
+    (worker,) = workers["spec"]["template"]["spec"]["containers"]
     namespace = DOWNWARD["metadata.namespace"]
-    advertised = [_container_env(worker, {"metadata.name": f"hogwild-worker-{i}",
-                                          "metadata.namespace": namespace})
+    advertised = [_container_env(worker, {**DOWNWARD, INDEX_FIELD: str(i)})
                   ["HOGWILD_ADVERTISE_ADDRESS"] for i in range(64)]
     assert len(set(advertised)) == 64
-    wildcard = f".{sts['spec']['serviceName']}.{namespace}.svc.cluster.local"
+    wildcard = f".{workers['spec']['template']['spec']['subdomain']}.{namespace}.svc.cluster.local"
     for i in range(64):
         for j in [parent(i, 4), *children(i, 4, 64)]:
             if j < 0:
@@ -224,8 +234,7 @@ def test_commands_and_settings_are_valid_for_each_role(rendered: list[Obj],
         loaded = deploycheck.load_with(env, settings_file, container["args"])
         if args.command == "coordinator":
             assert any(loaded.out_dir.startswith(p + "/") for p in mounts), "out_dir not mounted"
-            assert loaded.workers == _one(rendered, "StatefulSet",
-                                          "hogwild-worker")["spec"]["replicas"]
+            assert loaded.workers == _workers(rendered)["spec"]["completions"]
     assert roles == set(deploycheck.ROLES)
 
 
@@ -253,32 +262,75 @@ def test_ports_probes_and_addresses_agree_with_settings(rendered: list[Obj]) -> 
 
 
 def test_workers_advertise_stable_names_from_the_headless_service(rendered: list[Obj]) -> None:
-    sts = _one(rendered, "StatefulSet", "hogwild-worker")
-    svc = _one(rendered, "Service", sts["spec"]["serviceName"])
+    """An Indexed Job names each pod's host <job name>-<completion index>, and a pod with a
+    subdomain that is a headless Service gets <host>.<subdomain>.<namespace>.svc... in DNS:
+    the name each worker must advertise, whatever random suffix its pod name has."""
+    job = _workers(rendered)
+    assert job["spec"]["completionMode"] == "Indexed"
+    pod = job["spec"]["template"]["spec"]
+    svc = _one(rendered, "Service", pod["subdomain"])
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["publishNotReadyAddresses"] is True
-    (container,) = sts["spec"]["template"]["spec"]["containers"]
-    env = _container_env(container)
+    (container,) = pod["containers"]
     namespace = DOWNWARD["metadata.namespace"]
-    assert env["HOGWILD_ADVERTISE_ADDRESS"] == (
-        f"hogwild-worker-0.{svc['metadata']['name']}.{namespace}.svc.cluster.local:"
-        f"{deploycheck.settings().worker_port}")
+    port = deploycheck.settings().worker_port
+    for index in (0, 3):
+        env = _container_env(container, {**DOWNWARD, INDEX_FIELD: str(index)})
+        assert env["HOGWILD_ADVERTISE_ADDRESS"] == (
+            f"{job['metadata']['name']}-{index}.{svc['metadata']['name']}.{namespace}"
+            f".svc.cluster.local:{port}")
 
 
-def test_service_selectors_match_their_pods(rendered: list[Obj]) -> None:
-    templates = {("StatefulSet", "hogwild-workers"), ("Job", "hogwild-coordinator")}
-    for kind, service in templates:
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _worker_exit_code(*args: str, env: dict[str, str] | None = None) -> int:
+    done = subprocess.run([sys.executable, "-m", "hogwild.cli", "worker", *args],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, **(env or {})})
+    return done.returncode
+
+
+def test_worker_job_fails_at_once_only_where_a_new_pod_cannot_help(rendered: list[Obj]) -> None:
+    """The worker Job's podFailurePolicy, against the exit codes of a real `hogwild worker`:
+    a bad setting fails the Job at once; a worker that lost its coordinator (exit 1, what a
+    worker does while the coordinator pod is replaced for longer than connect_timeout) is
+    replaced by a new pod of the same index, which registers again."""
+    spec = _workers(rendered)["spec"]
+    assert spec["backoffLimit"] >= 1
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"  # podFailurePolicy needs it
+    rules = spec["podFailurePolicy"]["rules"]
+    (fail_job,) = [r for r in rules if r["action"] == "FailJob"]
+    assert fail_job["onExitCodes"]["containerName"] == "worker"
+    assert fail_job["onExitCodes"]["operator"] == "In"
+    fail_at_once = set(fail_job["onExitCodes"]["values"])
+    (ignore,) = [r for r in rules if r["action"] == "Ignore"]
+    assert ignore["onPodConditions"] == [{"type": "DisruptionTarget", "status": "True"}]
+
+    bad_setting = _worker_exit_code(env={"HOGWILD_WORKER_PORT": "not-a-port"})
+    lost_coordinator = _worker_exit_code(
+        "--coordinator", f"127.0.0.1:{_free_port()}", "--connect-timeout", "1",
+        "--port", "0")
+    assert bad_setting in fail_at_once
+    assert lost_coordinator != 0 and lost_coordinator not in fail_at_once
+
+
+def test_service_selectors_match_their_pods_and_only_those(rendered: list[Obj]) -> None:
+    for job, service in [("hogwild-worker", "hogwild-workers"),
+                         ("hogwild-coordinator", "hogwild-coordinator")]:
         svc = _one(rendered, "Service", service)
-        selector = svc["spec"]["selector"]
-        pods = [o for o in _by_kind(rendered, kind)]
-        labels = pods[0]["spec"]["template"]["metadata"]["labels"]
-        assert selector.items() <= labels.items(), f"{service} selects no pod"
+        selector = svc["spec"]["selector"].items()
+        template = _one(rendered, "Job", job)["spec"]["template"]
+        assert selector <= template["metadata"]["labels"].items(), f"{service} selects no pod"
+        others = [o for o in _by_kind(rendered, "Job") if o["metadata"]["name"] != job]
+        for other in others:
+            assert not selector <= other["spec"]["template"]["metadata"]["labels"].items(), \
+                f"{service} also selects the pods of {other['metadata']['name']}"
         assert svc["spec"]["ports"][0]["targetPort"] in {
-            p["name"] for c in pods[0]["spec"]["template"]["spec"]["containers"]
-            for p in c["ports"]}
-    sts = _one(rendered, "StatefulSet", "hogwild-worker")
-    assert sts["spec"]["selector"]["matchLabels"].items() <= \
-        sts["spec"]["template"]["metadata"]["labels"].items()
+            p["name"] for c in template["spec"]["containers"] for p in c["ports"]}
 
 
 def test_pods_are_hardened_bounded_and_drain_on_sigterm(rendered: list[Obj]) -> None:
@@ -299,8 +351,8 @@ def test_pods_are_hardened_bounded_and_drain_on_sigterm(rendered: list[Obj]) -> 
                 assert "/tmp" in {m["mountPath"] for m in container["volumeMounts"]}
     for obj, spec, _ in _hogwild_containers(rendered):
         assert spec["terminationGracePeriodSeconds"] >= 30
-    job = _one(rendered, "Job", "hogwild-coordinator")
-    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    for job in _by_kind(rendered, "Job"):
+        assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
 
 def test_extras_target_the_rendered_namespace_and_volume(rendered: list[Obj]) -> None:
