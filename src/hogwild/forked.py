@@ -60,10 +60,11 @@ class ForkedProcess:
     output)."""
 
     def __init__(self, role: str, env: Mapping[str, str], foreign_fds: Sequence[int] = (),
-                 plot: BackgroundPlot | None = None) -> None:
+                 plot: BackgroundPlot | None = None, secrets_dir: str | None = None) -> None:
         """Fork now. ``env``: the child's environment. ``foreign_fds``: this process's ends
         of earlier children's pipes, which the new child closes (else a child's stdin would
-        not reach its end). ``plot``: a plot helper the child takes over (the coordinator)."""
+        not reach its end). ``plot``: a plot helper the child takes over (the coordinator).
+        ``secrets_dir``: as for hogwild.prespawn."""
         out_r, out_w = os.pipe()
         in_r, in_w = os.pipe()
         for stream in (sys.stdout, sys.stderr):
@@ -71,7 +72,7 @@ class ForkedProcess:
                 stream.flush()  # else the child would write this process's buffered text again
         pid = os.fork()
         if pid == 0:
-            _child(role, env, in_r, out_w, [*foreign_fds, out_r, in_w], plot)
+            _child(role, env, in_r, out_w, [*foreign_fds, out_r, in_w], plot, secrets_dir)
         os.close(out_w)
         os.close(in_r)
         self.pid = pid
@@ -118,7 +119,8 @@ class ForkedProcess:
 
 
 def _child(role: str, env: Mapping[str, str], stdin_fd: int, out_fd: int,
-           foreign_fds: Sequence[int], plot: BackgroundPlot | None) -> NoReturn:
+           foreign_fds: Sequence[int], plot: BackgroundPlot | None,
+           secrets_dir: str | None) -> NoReturn:
     """The child's whole life: become a process of its own, run the role, and leave with
     ``os._exit`` (returning would run the launcher's code in the child)."""
     code = 1
@@ -143,7 +145,7 @@ def _child(role: str, env: Mapping[str, str], stdin_fd: int, out_fd: int,
         os.environ.update(env)  # as an exec'd child's; its own children inherit it
         from hogwild.prespawn import run
 
-        code = run(role, plot=plot)
+        code = run(role, plot=plot, secrets_dir=secrets_dir)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except KeyboardInterrupt:

@@ -230,14 +230,17 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
         # Every process starts now, with its libraries loaded or loading, while this one
         # writes the credentials; each gets its command line when it is known: the
         # coordinator's at once, the workers' once the coordinator's port is.
+        # Each child is told the credentials' directory, to remove it should this process
+        # be killed (-9, out of memory) and leave keys and the run token behind.
         if fork and can_fork():
-            plot = _fork_children(settings.workers, out, children)
+            plot = _fork_children(settings.workers, out, children, str(secrets_dir))
         else:
             children.append(Child("coordinator", [sys.executable, "-m", "hogwild.prespawn",
-                                                  "coordinator"], out,
+                                                  "coordinator", str(secrets_dir)], out,
                                   watch_prefix=READY_PREFIX, takes_arguments=True))
             children.extend(Child(f"worker-{i}", [sys.executable, "-m", "hogwild.prespawn",
-                                                  "worker"], out, takes_arguments=True)
+                                                  "worker", str(secrets_dir)], out,
+                                  takes_arguments=True)
                             for i in range(settings.workers))
         coordinator, workers = children[0], children[1:]
         base, worker_base = _secure(base, secrets_dir, insecure)
@@ -272,10 +275,11 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
             signal.signal(signal.SIGTERM, previous)
 
 
-def _fork_children(workers: int, out: TextIO, children: list[Child]) -> BackgroundPlot:
+def _fork_children(workers: int, out: TextIO, children: list[Child],
+                   secrets_dir: str) -> BackgroundPlot:
     """Load the children's libraries and kernels here, once, then fork the coordinator and
     ``workers`` workers into ``children``; returns the coordinator's plot helper, which this
-    process reaps at the end."""
+    process reaps at the end. ``secrets_dir``: as for hogwild.prespawn."""
     from hogwild.forked import preload
     from hogwild.plotter import BackgroundPlot
     from hogwild.startup import single_blas_thread
@@ -288,11 +292,12 @@ def _fork_children(workers: int, out: TextIO, children: list[Child]) -> Backgrou
     try:
         preload()
         loaded = time.perf_counter() - began
-        forked.append(ForkedProcess("coordinator", env, plot=plot))
+        forked.append(ForkedProcess("coordinator", env, plot=plot, secrets_dir=secrets_dir))
         plot.handed_over()
         for _ in range(workers):
             forked.append(ForkedProcess(
-                "worker", env, foreign_fds=[fd for proc in forked for fd in proc.parent_fds]))
+                "worker", env, foreign_fds=[fd for proc in forked for fd in proc.parent_fds],
+                secrets_dir=secrets_dir))
     except BaseException:
         for proc in forked:  # each waits for its command line: an empty one ends it
             if proc.stdin is not None:

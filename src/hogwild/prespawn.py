@@ -1,6 +1,7 @@
 """A process of `hogwild run` started before its command line is known.
 
-Started as ``python -m hogwild.prespawn ROLE`` (the launcher inside a larger program), it
+Started as ``python -m hogwild.prespawn ROLE [SECRETS_DIR]`` (the launcher inside a larger
+program), it
 imports its libraries while the launcher writes the run's throw-away certificates (the
 coordinator) or learns the coordinator's port (the workers): the coordinator role starts the
 loss plot's helper and imports numpy, numba and grpc; the worker role (the default) loads its
@@ -8,7 +9,9 @@ compiled kernels too. A child forked by a whole `hogwild run` (hogwild.forked) e
 :func:`run` with all of that loaded already. Either way it then reads its `hogwild` arguments
 (one JSON list) from stdin and runs them like ``python -m hogwild.cli ARGS`` would.
 Arguments never appear on a command line; an empty stdin (the launcher gave up) ends the
-process with 0.
+process with 0. ``SECRETS_DIR``: the launcher's directory of throw-away credentials, which
+the child removes if the launcher dies without doing so (each process has read its own
+credentials by then: they are read once per process).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -32,23 +36,26 @@ def main(argv: list[str] | None = None) -> int:
     """Import (and, for a worker, load) now, then run the command line that arrives on stdin."""
     args = sys.argv[1:] if argv is None else argv
     role = args[0] if args else "worker"
-    if role not in ROLES:
-        print(f"hogwild.prespawn: role must be one of {', '.join(ROLES)}, not {role!r}",
-              file=sys.stderr)
+    problem = (f"role must be one of {', '.join(ROLES)}, not {role!r}" if role not in ROLES
+               else "too many arguments" if len(args) > 2 else "")
+    if problem:
+        print(f"hogwild.prespawn: {problem} (usage: python -m hogwild.prespawn ROLE "
+              "[SECRETS_DIR])", file=sys.stderr)
         return 2
     from hogwild.startup import single_blas_thread
 
     single_blas_thread()  # before anything imports numpy
-    return run(role)
+    return run(role, secrets_dir=args[1] if len(args) == 2 else None)
 
 
-def run(role: str, plot: BackgroundPlot | None = None) -> int:
+def run(role: str, plot: BackgroundPlot | None = None, secrets_dir: str | None = None) -> int:
     """The process of ``role`` from here on (also a child forked by `hogwild run`, whose
     libraries are loaded already). ``plot``: the coordinator's plot helper, if one was
-    started for it; else the coordinator starts its own."""
+    started for it; else the coordinator starts its own. ``secrets_dir``: removed if the
+    launcher dies (see the module's docstring)."""
     from hogwild.startup import import_long_lived
 
-    stop_when_orphaned(os.getppid())
+    stop_when_orphaned(os.getppid(), remove=secrets_dir)
     if role == "coordinator" and plot is None:
         # Started first, as `hogwild coordinator` itself does: matplotlib imports meanwhile.
         from hogwild.plotter import BackgroundPlot
@@ -76,18 +83,24 @@ def run(role: str, plot: BackgroundPlot | None = None) -> int:
 ORPHAN_CHECK_SECONDS = 0.5
 
 
-def stop_when_orphaned(launcher: int, every: float = ORPHAN_CHECK_SECONDS) -> threading.Thread:
+def stop_when_orphaned(launcher: int, every: float = ORPHAN_CHECK_SECONDS,
+                       remove: str | None = None) -> threading.Thread:
     """SIGTERM to this process once ``launcher`` (its parent) is gone, e.g. killed -9 or by
     the OOM killer: the run then stops as on SIGTERM (the coordinator collects the final
     states and writes its outputs; a worker sends its final delta) instead of going on
     with nobody to show its output or stop it. A watch on a daemon thread (a parent's death
-    signal would need the launcher's fork and exec paths to set it up each, and Linux)."""
+    signal would need the launcher's fork and exec paths to set it up each, and Linux).
+    ``remove``: a directory to delete first, the launcher's throw-away credentials, which
+    would otherwise stay behind (every sibling removes it: whichever comes first wins)."""
 
     def watch() -> None:
         while os.getppid() == launcher:
             time.sleep(every)
+        if remove:
+            shutil.rmtree(remove, ignore_errors=True)
         with contextlib.suppress(OSError, ValueError):  # its output went with the launcher
-            print("hogwild run: the launcher is gone: stopping as on SIGTERM",
+            print("hogwild run: the launcher is gone: stopping as on SIGTERM"
+                  + (" (its throw-away credentials removed)" if remove else ""),
                   file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGTERM)
 

@@ -250,7 +250,9 @@ def test_a_killed_launcher_stops_the_run_as_sigterm_would(tmp_path: Path) -> Non
     argv = [sys.executable, "-m", "hogwild.cli", "run", "--workers=2", "--threads=1",
             f"--out={out}", "--epochs=1000000", "--time-budget=120", "--eval-interval=0.3",
             "--patience=0"]
-    env = child_env()
+    scratch = tmp_path / "tmp"  # where the launcher writes its throw-away credentials
+    scratch.mkdir()
+    env = {**child_env(), "TMPDIR": str(scratch)}
     launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, cwd=tmp_path, env=env, start_new_session=True)
     children: list[int] = []
@@ -261,6 +263,8 @@ def test_a_killed_launcher_stops_the_run_as_sigterm_would(tmp_path: Path) -> Non
                 break
         children = [c for c in _children(launcher.pid) if _running(c)]
         assert len(children) >= 3, children  # the coordinator, two workers (and a plot helper)
+        (secrets,) = scratch.glob("hogwild-secrets-*")
+        assert {p.name for p in secrets.iterdir()} >= {"ca.crt", "run-token"}
         launcher.kill()
         launcher.wait(10)
         deadline = time.monotonic() + 90
@@ -278,6 +282,8 @@ def test_a_killed_launcher_stops_the_run_as_sigterm_would(tmp_path: Path) -> Non
     assert metrics["stop_reason"] == "SIGTERM"
     assert metrics["test_accuracy"] is not None and metrics["test_accuracy"] > 0.9
     assert (out / "model.npz").is_file()
+    # The keys and the run token do not outlive the run (they used to stay in /tmp).
+    assert not secrets.exists()
 
 
 def test_hogwild_run_fails_cleanly_on_bad_data(tmp_path: Path) -> None:
