@@ -109,3 +109,10 @@ class TrainingDiverged(HogwildError):
         super().__init__(f"training diverged ({where}): the weights or the loss are no longer "
                          f"finite numbers, so no model was saved; try a smaller learning_rate "
                          f"(now {learning_rate:g})")
+
+
+# Exit code of a worker that left a run still under way because it was sent SIGTERM (after
+# its final delta): 128 + SIGTERM, as a shell reports a process the signal ended. Not 0, so
+# that a supervisor that restarts failed workers (a Kubernetes Job: an evicted pod) starts
+# it again and it rejoins; a run's own end, or the coordinator's Stop, gives 0.
+EXIT_LEFT = 143

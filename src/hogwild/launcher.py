@@ -36,7 +36,7 @@ from typing import IO, TYPE_CHECKING, Any, TextIO
 from hogwild import config
 from hogwild.announce import READY_PREFIX
 from hogwild.config import Settings
-from hogwild.errors import ClusterError
+from hogwild.errors import EXIT_LEFT, ClusterError
 from hogwild.forked import ForkedProcess, can_fork
 
 if TYPE_CHECKING:
@@ -326,6 +326,10 @@ def _supervise(coordinator: Child, workers: list[Child], keep_going: bool, out: 
             wcode = worker.poll()
             if wcode not in (None, 0) and worker.name not in reported:
                 reported.add(worker.name)
+                if wcode == EXIT_LEFT:  # sent SIGTERM: it left after its final delta
+                    print(f"[run] {worker.name} left the run (SIGTERM); the others go on",
+                          file=out, flush=True)
+                    continue
                 print(f"[run] {worker.name} exited with code {wcode}", file=out, flush=True)
                 if not keep_going:
                     failed = worker.name

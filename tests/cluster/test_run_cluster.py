@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+
+from hogwild.errors import EXIT_LEFT
 
 from .helpers import PROGRESS_ROW, Cluster, read_metrics, require_reuters
 from .helpers import _env as child_env
@@ -213,7 +216,7 @@ def test_sigterm_stops_a_worker_and_then_the_coordinator_gracefully(
     ids = cluster.worker_ids()
     cluster.coordinator.wait_for(PROGRESS_ROW, 60)
     ids[1].proc.send_signal(signal.SIGTERM)
-    assert ids[1].wait(30) == 0  # graceful: final delta sent, exit 0
+    assert ids[1].wait(30) == EXIT_LEFT  # graceful: final delta sent, left a run that goes on
     cluster.coordinator.proc.send_signal(signal.SIGTERM)
     assert cluster.coordinator.wait(60) == 0
     assert ids[0].wait(30) == 0
@@ -284,6 +287,60 @@ def test_a_killed_launcher_stops_the_run_as_sigterm_would(tmp_path: Path) -> Non
     assert (out / "model.npz").is_file()
     # The keys and the run token do not outlive the run (they used to stay in /tmp).
     assert not secrets.exists()
+
+
+def _listener(port: int, candidates: list[int]) -> int:
+    """Which of ``candidates`` listens on TCP ``port`` (from /proc: its socket's inode)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            if int(fields[1].rpartition(":")[2], 16) == port and fields[3] == "0A":  # LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    for pid in candidates:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) in inodes:
+                    return pid
+    raise AssertionError(f"no process of {candidates} listens on port {port}")
+
+
+def test_a_worker_sent_sigterm_leaves_and_the_run_goes_on(tmp_path: Path) -> None:
+    """SIGTERM to one worker of `hogwild run`: it sends its final delta and exits 143 (it
+    left a run still under way); the launcher reports that and does not stop the run, which
+    ends at its time budget with exit 0, the worker's final delta applied."""
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "hogwild.cli", "run", "--workers=2", "--threads=1",
+            f"--out={out}", "--epochs=1000000", "--time-budget=5", "--eval-interval=0.3",
+            "--patience=0"]
+    launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, cwd=tmp_path, env=child_env(), start_new_session=True)
+    lines: list[str] = []
+    try:
+        assert launcher.stdout is not None
+        port = None
+        for line in launcher.stdout:  # bounded by the test's timeout
+            lines.append(line)
+            if line.startswith("[worker-1] worker listening on port "):
+                port = int(line.rsplit(" ", 1)[1])
+            if line.startswith("[coordinator]") and PROGRESS_ROW.match(line.split("]", 1)[1]):
+                break
+        assert port is not None, "".join(lines)
+        os.kill(_listener(port, _children(launcher.pid)), signal.SIGTERM)
+        lines.extend(launcher.stdout)
+        assert launcher.wait(60) == 0, "".join(lines)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait(10)
+    output = "".join(lines)
+    assert "[run] worker-1 left the run (SIGTERM); the others go on" in output, output
+    assert "stopping the run" not in output
+    metrics = read_metrics(out)
+    assert metrics["stop_reason"] == "time budget"
+    worker_1 = int(re.search(r"\[worker-1\].*registered as worker (\d+)", output)[1])  # type: ignore[index]
+    assert metrics["coordinator_applied_from"][str(worker_1)] >= 1
+    assert metrics["test_accuracy"] is not None and metrics["test_accuracy"] > 0.9
 
 
 def test_hogwild_run_fails_cleanly_on_bad_data(tmp_path: Path) -> None:

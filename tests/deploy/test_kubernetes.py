@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hogwild.errors import EXIT_LEFT
 from hogwild.worker.tree import children, parent
 
 try:  # imported as a package module or as a rootdir-relative script
@@ -287,18 +289,32 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _worker_exit_code(*args: str, env: dict[str, str] | None = None) -> int:
-    done = subprocess.run([sys.executable, "-m", "hogwild.cli", "worker", *args],
-                          capture_output=True, text=True, timeout=120, check=False,
-                          env={**os.environ, **(env or {})})
-    return done.returncode
+def _worker_exit_code(*args: str, env: dict[str, str] | None = None,
+                      sigterm_when: str = "") -> int:
+    """The exit code of a real `hogwild worker`; with ``sigterm_when``, SIGTERM it once a
+    line of its output contains that text."""
+    with subprocess.Popen([sys.executable, "-m", "hogwild.cli", "worker", *args],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, **(env or {})}) as proc:
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:  # bounded: the worker gives up after connect_timeout
+                if sigterm_when and sigterm_when in line:
+                    proc.send_signal(signal.SIGTERM)
+                    sigterm_when = ""
+            return proc.wait(120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def test_worker_job_fails_at_once_only_where_a_new_pod_cannot_help(rendered: list[Obj]) -> None:
     """The worker Job's podFailurePolicy, against the exit codes of a real `hogwild worker`:
     a bad setting fails the Job at once; a worker that lost its coordinator (exit 1, what a
-    worker does while the coordinator pod is replaced for longer than connect_timeout) is
-    replaced by a new pod of the same index, which registers again."""
+    worker does while the coordinator pod is replaced for longer than connect_timeout) or
+    was sent SIGTERM before the run ended (an evicted pod) is replaced by a new pod of the
+    same index, which registers again. Only the end of the run may exit 0: a pod that
+    exits 0 is complete and never replaced."""
     spec = _workers(rendered)["spec"]
     assert spec["backoffLimit"] >= 1
     assert spec["template"]["spec"]["restartPolicy"] == "Never"  # podFailurePolicy needs it
@@ -314,8 +330,12 @@ def test_worker_job_fails_at_once_only_where_a_new_pod_cannot_help(rendered: lis
     lost_coordinator = _worker_exit_code(
         "--coordinator", f"127.0.0.1:{_free_port()}", "--connect-timeout", "1",
         "--port", "0")
+    evicted = _worker_exit_code(
+        "--coordinator", f"127.0.0.1:{_free_port()}", "--connect-timeout", "60",
+        "--port", "0", sigterm_when="worker listening on port")
     assert bad_setting in fail_at_once
     assert lost_coordinator != 0 and lost_coordinator not in fail_at_once
+    assert evicted == EXIT_LEFT and evicted not in fail_at_once
 
 
 def test_service_selectors_match_their_pods_and_only_those(rendered: list[Obj]) -> None:

@@ -8,7 +8,7 @@ import signal
 import grpc
 
 from hogwild.config import Settings
-from hogwild.errors import ClusterError
+from hogwild.errors import EXIT_LEFT, ClusterError
 from hogwild.model.trainer import warmup
 from hogwild.protocol import pb_grpc
 from hogwild.protocol.codec import warmup as codec_warmup
@@ -51,7 +51,8 @@ def _build(settings: Settings, node: WorkerNode | None
 
 
 def serve(settings: Settings) -> int:
-    """Run one worker to completion; 0 after a clean finish or SIGTERM.
+    """Run one worker to completion; 0 when the run ends (its own end or the coordinator's
+    Stop), EXIT_LEFT when SIGTERM made it leave a run still under way (final delta sent).
 
     A worker that loses its place in the run (the coordinator went away, or its peers dropped
     it while it was frozen) registers again with a fresh node, on the same server and address:
@@ -59,14 +60,15 @@ def serve(settings: Settings) -> int:
     """
     server, port, servicer, health = _build(settings, None)
     probes = start_serving(server, health, settings, log)
-    print(f"worker listening on port {port}", flush=True)
 
-    def on_sigterm() -> None:  # SIGTERM: NOT_SERVING, stop training, final delta, exit 0
+    def on_sigterm() -> None:  # SIGTERM: NOT_SERVING, stop training, final delta, leave
         health.set(False)
         servicer.node.request_stop("SIGTERM", leave=True)
         servicer.node.started.set()  # wake a worker still waiting for the run to start
 
+    # Before the port is announced: whoever reads it may send SIGTERM at once.
     sigterm = SignalWatch(signal.SIGTERM, on_sigterm).install()
+    print(f"worker listening on port {port}", flush=True)
     health.watch(lambda: servicer.node.alive_at,
                  stall_seconds(settings.barrier_timeout, settings.rpc_timeout))
     try:
@@ -77,7 +79,7 @@ def serve(settings: Settings) -> int:
         while True:
             node = servicer.node
             if not node.register(port):
-                return 0  # SIGTERM before the coordinator answered
+                return EXIT_LEFT  # SIGTERM before the coordinator answered
             if not warmed:
                 warmup()
                 codec_warmup()
@@ -96,6 +98,11 @@ def serve(settings: Settings) -> int:
                 and not node.wait_collected(settings.connect_timeout)):
             log.warning("the coordinator did not collect the final state (gone, or not within "
                         "connect_timeout=%.0fs)", settings.connect_timeout)
+        # SIGTERM first, or while registering again: this worker left a run that goes on.
+        if sigterm.received and (node.stop_reason == "SIGTERM" or node.rejoin_reason is not None):
+            log.info("left the run on SIGTERM (exit %d: a supervisor may start it again, and it "
+                     "rejoins)", EXIT_LEFT)
+            return EXIT_LEFT
         return 0
     finally:
         health.set(False)
