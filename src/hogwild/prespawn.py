@@ -1,15 +1,14 @@
 """A process of `hogwild run` started before its command line is known.
 
 Started as ``python -m hogwild.prespawn ROLE [SECRETS_DIR]`` (the launcher inside a larger
-program), it
-imports its libraries while the launcher writes the run's throw-away certificates (the
-coordinator) or learns the coordinator's port (the workers): the coordinator role starts the
-loss plot's helper and imports numpy, numba and grpc; the worker role (the default) loads its
-compiled kernels too. A child forked by a whole `hogwild run` (hogwild.forked) enters at
-:func:`run` with all of that loaded already. Either way it then reads its `hogwild` arguments
-(one JSON list) from stdin and runs them like ``python -m hogwild.cli ARGS`` would.
-Arguments never appear on a command line; an empty stdin (the launcher gave up) ends the
-process with 0. ``SECRETS_DIR``: the launcher's directory of throw-away credentials, which
+program), it imports its libraries while the launcher writes the run's throw-away
+certificates (the coordinator) or learns the coordinator's port (the workers): the
+coordinator role starts the loss plot's helper and imports numpy, numba and grpc; the worker
+role (the default) loads its compiled kernels too. A child forked by a whole `hogwild run`
+(hogwild.forked) enters at :func:`run` with all of that loaded already. Either way it then
+reads its `hogwild` arguments (one JSON list) from stdin and runs them like
+``python -m hogwild.cli ARGS`` would. Arguments never appear on a command line; an empty
+stdin (the launcher gave up) ends the process with 0. ``SECRETS_DIR``: the launcher's directory of throw-away credentials, which
 the child removes if the launcher dies without doing so (each process has read its own
 credentials by then: they are read once per process).
 """
