@@ -28,9 +28,9 @@ except ImportError:
 REPO = deploycheck.REPO
 K8S = REPO / "k8s"
 EXTRAS = sorted((K8S / "extras").glob("*.yaml"))
-# Validated against the oldest release with native gRPC probes on by default that is still
-# commonly run, and the newest schema kubernetes-validate ships.
-K8S_VERSIONS = ["1.27.0", "latest"]
+# Validated against the oldest release the worker Job needs (backoffLimitPerIndex: 1.29,
+# beta and on by default) and the newest schema kubernetes-validate ships.
+K8S_VERSIONS = ["1.29.0", "latest"]
 # The annotation an Indexed Job's controller puts on each pod: its completion index.
 INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 # Sample downward-API values for expanding $(POD_NAMESPACE)-style references.
@@ -118,7 +118,7 @@ def test_strict_validation_rejects_typos_and_numbers_in_env(rendered: list[Obj],
     broken = yaml.safe_load(yaml.safe_dump(job))
     broken["spec"]["template"]["spec"]["containers"][0][field] = value
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(broken, "1.27.0", strict=True)
+        kubernetes_validate.validate(broken, K8S_VERSIONS[0], strict=True)
 
 
 def test_generated_configmap_holds_settings_and_is_referenced(rendered: list[Obj]) -> None:
@@ -316,7 +316,9 @@ def test_worker_job_fails_at_once_only_where_a_new_pod_cannot_help(rendered: lis
     same index, which registers again. Only the end of the run may exit 0: a pod that
     exits 0 is complete and never replaced."""
     spec = _workers(rendered)["spec"]
-    assert spec["backoffLimit"] >= 1
+    # Per index: a limit for the whole Job would let one failure of each of many workers
+    # (all of them, when the coordinator pod is replaced) end the run.
+    assert spec["backoffLimitPerIndex"] >= 1 and "backoffLimit" not in spec
     assert spec["template"]["spec"]["restartPolicy"] == "Never"  # podFailurePolicy needs it
     rules = spec["podFailurePolicy"]["rules"]
     (fail_job,) = [r for r in rules if r["action"] == "FailJob"]
