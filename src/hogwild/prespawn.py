@@ -8,9 +8,10 @@ role (the default) loads its compiled kernels too. A child forked by a whole `ho
 (hogwild.forked) enters at :func:`run` with all of that loaded already. Either way it then
 reads its `hogwild` arguments (one JSON list) from stdin and runs them like
 ``python -m hogwild.cli ARGS`` would. Arguments never appear on a command line; an empty
-stdin (the launcher gave up) ends the process with 0. ``SECRETS_DIR``: the launcher's directory of throw-away credentials, which
-the child removes if the launcher dies without doing so (each process has read its own
-credentials by then: they are read once per process).
+stdin (the launcher gave up) ends the process with 0. ``SECRETS_DIR``: the launcher's
+directory of throw-away credentials, which the child removes if the launcher dies without
+doing so (each process has read its own credentials by then: they are read once per
+process).
 """
 
 from __future__ import annotations

@@ -244,26 +244,39 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
+def _start_long_run(tmp_path: Path, budget: float, env: dict[str, str]) -> subprocess.Popen[str]:
+    """`hogwild run` with 2 workers on the bundled data, ended by its time budget only."""
+    argv = [sys.executable, "-m", "hogwild.cli", "run", "--workers=2", "--threads=1",
+            f"--out={tmp_path / 'out'}", "--epochs=1000000", f"--time-budget={budget:g}",
+            "--eval-interval=0.3", "--patience=0"]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=tmp_path, env=env, start_new_session=True)
+
+
+def _read_until_training(launcher: subprocess.Popen[str]) -> list[str]:
+    """The launcher's lines up to the coordinator's first progress row (bounded by the
+    test's timeout)."""
+    assert launcher.stdout is not None
+    lines = []
+    for line in launcher.stdout:
+        lines.append(line)
+        if line.startswith("[coordinator]") and PROGRESS_ROW.match(line.split("]", 1)[1]):
+            break
+    return lines
+
+
 def test_a_killed_launcher_stops_the_run_as_sigterm_would(tmp_path: Path) -> None:
     """`hogwild run` killed -9 (or by the OOM killer): its children notice that their parent
     is gone and stop as on SIGTERM, the coordinator writing its outputs. The coordinator used
     to die at its next line of output (BrokenPipeError, no model written) and the workers to
     run on without it."""
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "hogwild.cli", "run", "--workers=2", "--threads=1",
-            f"--out={out}", "--epochs=1000000", "--time-budget=120", "--eval-interval=0.3",
-            "--patience=0"]
     scratch = tmp_path / "tmp"  # where the launcher writes its throw-away credentials
     scratch.mkdir()
-    env = {**child_env(), "TMPDIR": str(scratch)}
-    launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, cwd=tmp_path, env=env, start_new_session=True)
+    launcher = _start_long_run(tmp_path, 120, {**child_env(), "TMPDIR": str(scratch)})
     children: list[int] = []
     try:
-        assert launcher.stdout is not None
-        for line in launcher.stdout:  # bounded by the test's timeout
-            if line.startswith("[coordinator]") and PROGRESS_ROW.match(line.split("]", 1)[1]):
-                break
+        _read_until_training(launcher)
         children = [c for c in _children(launcher.pid) if _running(c)]
         assert len(children) >= 3, children  # the coordinator, two workers (and a plot helper)
         (secrets,) = scratch.glob("hogwild-secrets-*")
@@ -310,23 +323,15 @@ def test_a_worker_sent_sigterm_leaves_and_the_run_goes_on(tmp_path: Path) -> Non
     left a run still under way); the launcher reports that and does not stop the run, which
     ends at its time budget with exit 0, the worker's final delta applied."""
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "hogwild.cli", "run", "--workers=2", "--threads=1",
-            f"--out={out}", "--epochs=1000000", "--time-budget=5", "--eval-interval=0.3",
-            "--patience=0"]
-    launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, cwd=tmp_path, env=child_env(), start_new_session=True)
+    launcher = _start_long_run(tmp_path, 5, child_env())
     lines: list[str] = []
     try:
+        lines = _read_until_training(launcher)
+        ports = [int(line.rsplit(" ", 1)[1]) for line in lines
+                 if line.startswith("[worker-1] worker listening on port ")]
+        assert len(ports) == 1, "".join(lines)
+        os.kill(_listener(ports[0], _children(launcher.pid)), signal.SIGTERM)
         assert launcher.stdout is not None
-        port = None
-        for line in launcher.stdout:  # bounded by the test's timeout
-            lines.append(line)
-            if line.startswith("[worker-1] worker listening on port "):
-                port = int(line.rsplit(" ", 1)[1])
-            if line.startswith("[coordinator]") and PROGRESS_ROW.match(line.split("]", 1)[1]):
-                break
-        assert port is not None, "".join(lines)
-        os.kill(_listener(port, _children(launcher.pid)), signal.SIGTERM)
         lines.extend(launcher.stdout)
         assert launcher.wait(60) == 0, "".join(lines)
     finally:

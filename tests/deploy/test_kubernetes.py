@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -283,10 +282,8 @@ def test_workers_advertise_stable_names_from_the_headless_service(rendered: list
             f".svc.cluster.local:{port}")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+# A coordinator address where nothing listens (a privileged port): connections are refused.
+NOBODY = "127.0.0.1:1"
 
 
 def _worker_exit_code(*args: str, env: dict[str, str] | None = None,
@@ -330,10 +327,10 @@ def test_worker_job_fails_at_once_only_where_a_new_pod_cannot_help(rendered: lis
 
     bad_setting = _worker_exit_code(env={"HOGWILD_WORKER_PORT": "not-a-port"})
     lost_coordinator = _worker_exit_code(
-        "--coordinator", f"127.0.0.1:{_free_port()}", "--connect-timeout", "1",
+        "--coordinator", NOBODY, "--connect-timeout", "1",
         "--port", "0")
     evicted = _worker_exit_code(
-        "--coordinator", f"127.0.0.1:{_free_port()}", "--connect-timeout", "60",
+        "--coordinator", NOBODY, "--connect-timeout", "60",
         "--port", "0", sigterm_when="worker listening on port")
     assert bad_setting in fail_at_once
     assert lost_coordinator != 0 and lost_coordinator not in fail_at_once
