@@ -26,6 +26,7 @@ TRAINER_MODES = ("hogwild", "locked", "serial", "syncsgd")
 MODEL_KINDS = ("linear", "mlp")
 MULTICLASS_MODES = ("ovr",)
 LOG_LEVELS = ("debug", "info", "warning", "error")
+SIGTERM_ACTIONS = ("finish", "checkpoint")
 
 
 # The subcommands that read settings. A field's ``commands`` metadata names the ones that use
@@ -307,6 +308,13 @@ class Settings:
         default=10.0,
         metadata=_doc("seconds between the coordinator's checkpoints (global model, counters, "
                       "evaluations) in out_dir/checkpoint.npz; 0 = none", commands=_RC))
+    on_sigterm: str = field(
+        default="finish",
+        metadata=_doc("what SIGTERM makes a coordinator do while training: finish = stop the "
+                      "workers, write the outputs, exit 0; checkpoint = write a checkpoint, "
+                      "tell the workers to register again and exit 143, for a supervisor to "
+                      "start a coordinator with `resume` that goes on (Kubernetes); SIGUSR1 "
+                      "always finishes", choices=SIGTERM_ACTIONS, commands=_C))
     resume: str = field(
         default="",
         metadata=_doc("continue the run checkpointed in this directory (its checkpoint.npz); "

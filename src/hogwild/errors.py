@@ -111,8 +111,9 @@ class TrainingDiverged(HogwildError):
                          f"(now {learning_rate:g})")
 
 
-# Exit code of a worker that left a run still under way because it was sent SIGTERM (after
-# its final delta): 128 + SIGTERM, as a shell reports a process the signal ended. Not 0, so
-# that a supervisor that restarts failed workers (a Kubernetes Job: an evicted pod) starts
-# it again and it rejoins; a run's own end, or the coordinator's Stop, gives 0.
+# Exit code of a process that left a run still under way because it was sent SIGTERM: a
+# worker after its final delta, a coordinator with `on_sigterm: checkpoint` after its
+# checkpoint. 128 + SIGTERM, as a shell reports a process the signal ended. Not 0, so that
+# a supervisor that restarts failed processes (a Kubernetes Job: an evicted pod) starts it
+# again, and it rejoins or resumes; a run's own end, or the coordinator's Stop, gives 0.
 EXIT_LEFT = 143

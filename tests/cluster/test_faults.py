@@ -117,6 +117,36 @@ def test_sigterm_while_loading_data_exits_at_once(cluster: Cluster, tmp_path: Pa
     assert not (out / "metrics.json").exists()
 
 
+def test_sigterm_before_the_run_with_on_sigterm_checkpoint_sends_workers_to_register_again(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """Handing over before training: the registered worker is not stopped (a Job would count
+    it complete and never start it again) but registers with the successor."""
+    out = tmp_path / "out"
+    settings = reuters(out, workers=2, register_timeout=300, connect_timeout=90,
+                       on_sigterm="checkpoint")
+    cluster.start(1, **settings)
+    assert cluster.coordinator is not None
+    port = int(_coordinator_address(cluster).rpartition(":")[2])
+    cluster.workers[0].wait_for(REGISTERED, 60)
+    cluster.coordinator.proc.send_signal(signal.SIGTERM)
+    assert cluster.coordinator.wait(20) == EXIT_LEFT
+    assert "before the run started: left to a successor" in cluster.coordinator.output()
+    cluster.workers[0].wait_for(re.compile(r"leaving the run to register again: the "
+                                           r"coordinator was sent SIGTERM"), 10)
+    assert cluster.workers[0].proc.poll() is None
+    # The successor (here as a Job would start it: resume, nothing to resume yet) gets it.
+    again = cluster._spawn("coordinator-again", "coordinator", {
+        **settings, "bind_host": "127.0.0.1", "coordinator_port": port, "resume": str(out),
+        "epochs": 2})
+    cluster.workers.append(cluster._spawn("worker-1", "worker", {
+        **settings, "bind_host": "127.0.0.1", "worker_port": 0,
+        "coordinator_address": f"127.0.0.1:{port}"}))
+    assert again.wait(120) == 0
+    _all_exit(cluster, {"coordinator": EXIT_LEFT, "coordinator-again": 0, "worker-0": 0,
+                        "worker-1": 0})
+    assert read_metrics(out)["test_accuracy"] >= 0.95
+
+
 def test_workers_exit_when_the_coordinator_dies_before_start(cluster: Cluster,
                                                              tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -557,6 +587,56 @@ def test_a_killed_coordinator_resumes_from_its_checkpoint(
     kept = next((i for i, (a, b) in enumerate(zip(lines, before)) if a != b), rows_before)
     assert kept >= 1, (lines[:3], before[:3])
     assert all(a["elapsed"] <= b["elapsed"] for a, b in itertools.pairwise(rows))
+
+
+@pytest.mark.parametrize(("mode", "topology"), [("sync", "mesh"), ("async", "star")])
+def test_sigterm_with_on_sigterm_checkpoint_hands_the_run_to_a_resumed_coordinator(
+        cluster: Cluster, tmp_path: Path, mode: str, topology: str) -> None:
+    """An evicted coordinator pod: it writes a checkpoint, tells the workers to register
+    again and exits 143 (a Job starts it again); its successor resumes at the checkpoint's
+    round and the workers never leave. No periodic checkpoints: the one resumed from is the
+    hand-over's. SIGUSR1 then ends the resumed run the way SIGTERM otherwise would."""
+    out = tmp_path / "out"
+    settings = faulty(out, mode=mode, topology=topology, checkpoint_interval=0,
+                      connect_timeout=90, time_budget=120, on_sigterm="checkpoint")
+    cluster.start(3, **settings)
+    assert cluster.coordinator is not None
+    first = cluster.coordinator
+    port = int(_coordinator_address(cluster).rpartition(":")[2])
+    first.wait_for(PROGRESS_ROW, 60)
+    time.sleep(2)
+    first.proc.send_signal(signal.SIGTERM)
+    assert first.wait(30) == EXIT_LEFT
+    handed = first.wait_for(re.compile(r"the run was left to a successor at round (\d+)"), 1)
+    assert (out / "checkpoint.npz").exists()
+    assert not (out / "metrics.json").exists() and not (out / "model.npz").exists()
+    for worker in cluster.workers:
+        worker.wait_for(re.compile(r"leaving the run to register again: the coordinator was "
+                                   r"sent SIGTERM"), 10)
+        assert worker.proc.poll() is None  # waiting for the successor, not gone
+    again = cluster._spawn("coordinator-again", "coordinator", {
+        **settings, "bind_host": "127.0.0.1", "workers": 3, "coordinator_port": port,
+        "resume": str(out)})
+    resumed = again.wait_for(re.compile(r"resumed run \w+ at round (\d+)"), 90)
+    # The successor goes on from the round the hand-over reached, not from an older one.
+    assert int(resumed.group(1)) == int(handed.group(1)) + 1
+    again.wait_for(PROGRESS_ROW, 30)
+    time.sleep(3)
+    again.proc.send_signal(signal.SIGUSR1)  # ends the run, outputs written, exit 0
+    assert again.wait(60) == 0
+    _all_exit(cluster, {p.name: 0 for p in cluster.workers} | {"coordinator": EXIT_LEFT,
+                                                                 "coordinator-again": 0})
+    metrics = read_metrics(out)
+    assert metrics["stop_reason"] == "SIGUSR1"
+    assert metrics["resumed_at_round"] == int(resumed.group(1))
+    assert metrics["rounds"] >= metrics["resumed_at_round"] + 20  # it trained on
+    clean = clean_accuracy(tmp_path, mode)
+    _report(f"SIGTERM coordinator with on_sigterm checkpoint, resume ({topology})", mode,
+            metrics, clean, {p.name: p.proc.returncode for p in cluster.procs})
+    assert metrics["test_accuracy"] >= clean - 0.01
+    assert sorted(s["worker_id"] for s in metrics["worker_states"]) == [0, 1, 2]
+    assert metrics["dropped_workers"] == []
+    assert not (out / "checkpoint.npz").exists()
 
 
 def test_a_resume_on_other_rows_is_refused_before_any_worker_is_waited_for(

@@ -337,6 +337,56 @@ def test_worker_job_fails_at_once_only_where_a_new_pod_cannot_help(rendered: lis
     assert evicted == EXIT_LEFT and evicted not in fail_at_once
 
 
+def _coordinator_exit_code(env: dict[str, str], tmp_path: Path, *args: str,
+                           signum: int = 0) -> int:
+    """The exit code of a real `hogwild coordinator` with the pod's hogwild settings from
+    ``env`` (on loopback, port 0, outputs in ``tmp_path``); with ``signum``, sent that signal
+    once it waits for its workers, by the shell command the README gives for it."""
+    own = {k: v for k, v in env.items() if k in ("HOGWILD_ON_SIGTERM", "HOGWILD_RESUME")}
+    argv = [sys.executable, "-m", "hogwild.cli", "coordinator", "--port", "0",
+            "--bind-host", "127.0.0.1", "--out", str(tmp_path / "out"), "--workers", "2",
+            "--register-timeout", "60", *args]
+    if "HOGWILD_RESUME" in own:
+        own["HOGWILD_RESUME"] = str(tmp_path / "out")  # the pod's volume, here
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, **own}, cwd=tmp_path) as proc:
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:  # bounded: register_timeout
+                if signum and "waiting for 2 worker(s)" in line:
+                    name = signal.Signals(signum).name.removeprefix("SIG")
+                    subprocess.run(["sh", "-c", f"kill -{name} {proc.pid}"], check=True)
+                    signum = 0
+            return proc.wait(120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def test_coordinator_job_resumes_where_a_new_pod_can_and_fails_where_it_cannot(
+        rendered: list[Obj], tmp_path: Path) -> None:
+    """The coordinator Job's podFailurePolicy, against a real `hogwild coordinator` with the
+    pod's settings: SIGTERM (an eviction, a deleted pod) hands the run over and exits 143,
+    which gets a new pod that resumes (evictions not even counted); a bad setting fails the
+    Job at once; SIGUSR1, the README's way to end a run early, does not hand over."""
+    spec = _one(rendered, "Job", "hogwild-coordinator")["spec"]
+    rules = spec["podFailurePolicy"]["rules"]
+    (fail_job,) = [r for r in rules if r["action"] == "FailJob"]
+    fail_at_once = set(fail_job["onExitCodes"]["values"])
+    (ignore,) = [r for r in rules if r["action"] == "Ignore"]
+    assert ignore["onPodConditions"] == [{"type": "DisruptionTarget", "status": "True"}]
+    env = _coordinator_env(rendered)
+    assert env["HOGWILD_ON_SIGTERM"] == "checkpoint" and env["HOGWILD_RESUME"]
+
+    evicted = _coordinator_exit_code(env, tmp_path, signum=signal.SIGTERM)
+    assert evicted == EXIT_LEFT and evicted not in fail_at_once
+    bad_setting = _coordinator_exit_code({**env, "HOGWILD_ON_SIGTERM": "resume"}, tmp_path)
+    assert bad_setting in fail_at_once
+    # Before training there is nothing to write either way; SIGUSR1 is the finishing signal.
+    ended = _coordinator_exit_code(env, tmp_path, signum=signal.SIGUSR1)
+    assert ended not in (0, EXIT_LEFT) and ended not in fail_at_once
+
+
 def test_service_selectors_match_their_pods_and_only_those(rendered: list[Obj]) -> None:
     for job, service in [("hogwild-worker", "hogwild-workers"),
                          ("hogwild-coordinator", "hogwild-coordinator")]:

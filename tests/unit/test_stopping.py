@@ -1,4 +1,5 @@
-"""Early stopping: patience, target loss, divergence, best weights kept; the stall warning."""
+"""Early stopping: patience, target loss, divergence, best weights kept; the stall warning;
+the signal that ends a run."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 
 import numpy as np
 
-from hogwild.coordinator.stopping import StallWatch, regression_warning
+from hogwild.coordinator.stopping import StallWatch, StopSignal, regression_warning
 from hogwild.stopping import EarlyStopping
 
 
@@ -64,3 +65,17 @@ def test_a_stall_is_told_after_the_floor_and_far_longer_than_any_gap_then_ever_m
     assert watch.observe(2, 70.0) is None
     assert watch.observe(2, 100.0) is None
     assert watch.observe(2, 120.0) == 50.0
+
+
+def test_the_first_signal_decides_how_the_run_ends() -> None:
+    # A SIGUSR1 after the SIGTERM of a hand-over must not turn it into a finish (or back).
+    stop = StopSignal()
+    assert not stop.is_set() and not stop.wait(0.0)
+    stop.set("SIGTERM", hand_over=True)
+    stop.set("SIGUSR1")
+    assert stop.is_set() and stop.wait(0.0)
+    assert (stop.name, stop.hand_over) == ("SIGTERM", True)
+    finish = StopSignal()
+    finish.set("SIGUSR1")
+    finish.set("SIGTERM", hand_over=True)
+    assert (finish.name, finish.hand_over) == ("SIGUSR1", False)

@@ -14,11 +14,12 @@ import grpc
 from hogwild.announce import READY_PREFIX
 from hogwild.config import Settings
 from hogwild.coordinator import checkpoint
-from hogwild.coordinator.driver import Interrupted, RunDriver
+from hogwild.coordinator.driver import HandedOver, Interrupted, RunDriver
 from hogwild.coordinator.preflight import check_out_dir, out_dir_held
 from hogwild.coordinator.servicer import CoordinatorServicer
 from hogwild.coordinator.state import RunState
-from hogwild.errors import ConfigError
+from hogwild.coordinator.stopping import StopSignal
+from hogwild.errors import EXIT_LEFT, ConfigError
 from hogwild.model.trainer import warmup
 from hogwild.plotter import BackgroundPlot
 from hogwild.protocol import pb_grpc
@@ -82,17 +83,24 @@ def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None) -> int:
     elif settings.resume:
         log.info("no checkpoint in %s: starting a new run", settings.resume)
     server, port, state, health = create_server(settings, state)
-    stop_event = threading.Event()
+    stop = StopSignal()
 
-    def on_sigterm() -> None:  # SIGTERM: NOT_SERVING, stop the workers, write outputs, exit 0
+    def on_sigterm() -> None:
+        # finish: NOT_SERVING, stop the workers, write outputs, exit 0. checkpoint: leave the
+        # run to a successor that resumes it (a Kubernetes Job's next pod), exit 143.
         health.set(False)
-        stop_event.set()
+        stop.set("SIGTERM", hand_over=settings.on_sigterm == "checkpoint")
+
+    def on_sigusr1() -> None:  # always finish: how to end a run early where SIGTERM hands over
+        health.set(False)
+        stop.set("SIGUSR1")
 
     # Before the port is announced: from then on a SIGTERM must find its handler in place.
     sigterm = SignalWatch(signal.SIGTERM, on_sigterm).install()
+    sigusr1 = SignalWatch(signal.SIGUSR1, on_sigusr1).install()
     probes = start_serving(server, health, settings, log)
     print(f"{READY_PREFIX}{port}", file=out, flush=True)
-    driver = RunDriver(settings, state, health, stop_event, out, resume, plot)
+    driver = RunDriver(settings, state, health, stop, out, resume, plot)
     health.watch(lambda: driver.alive_at, stall_seconds(settings.barrier_timeout,
                                                           settings.rpc_timeout))
     # Compiled kernels load on another thread while the data loads and the workers start;
@@ -104,6 +112,9 @@ def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None) -> int:
     except Interrupted as exc:
         print(f"coordinator: {exc}", file=sys.stderr, flush=True)
         return INTERRUPTED
+    except HandedOver as exc:
+        print(f"coordinator: {exc}", file=sys.stderr, flush=True)
+        return EXIT_LEFT
     finally:
         health.set(False)
         health.shutdown()
@@ -111,6 +122,7 @@ def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None) -> int:
         # Give in-flight deltas and final-state streams a moment; never wait forever.
         server.stop(grace=2.0).wait(5.0)
         sigterm.restore()
+        sigusr1.restore()
         if probes is not None:
             probes.stop(grace=None)
 

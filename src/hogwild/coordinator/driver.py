@@ -25,7 +25,7 @@ from hogwild.coordinator.relay import StarRelay
 from hogwild.coordinator.rounds import choose_round_size, fit_round_size, max_rounds, round_rule
 from hogwild.coordinator.shipping import SLOW_LINK_BYTES_PER_S, Shipment, ship
 from hogwild.coordinator.state import RunState, Totals, WorkerRecord
-from hogwild.coordinator.stopping import StallWatch, StopRules, regression_warning
+from hogwild.coordinator.stopping import StallWatch, StopRules, StopSignal, regression_warning
 from hogwild.coordinator.trace import ModelTrace
 from hogwild.coordinator.tree_root import TreeRoot
 from hogwild.data.labels import MULTICLASS
@@ -83,16 +83,22 @@ class Interrupted(Exception):
     """SIGTERM before training began: the coordinator exits 130 without writing outputs."""
 
 
+class HandedOver(Exception):
+    """SIGTERM under ``on_sigterm: checkpoint``: the run is left to a successor that resumes
+    it (checkpoint written, workers told to register again); the coordinator exits 143."""
+
+
 class RunDriver:
     """Drives one distributed run over a :class:`RunState` that the servicer also updates."""
 
     def __init__(self, settings: Settings, state: RunState, health: HealthReporter,
-                 stop_event: threading.Event, out: TextIO = sys.stdout,
+                 stop: StopSignal, out: TextIO = sys.stdout,
                  resume: Checkpoint | None = None, plot: BackgroundPlot | None = None) -> None:
         self.settings = settings
         self.state = state
         self.health = health
-        self.stop_event = stop_event
+        self.stop = stop
+        self.handed_over = False  # the workers were told to register with a successor
         self.out = out
         self.channels: dict[int, grpc.Channel] = {}
         self.stubs: dict[int, Any] = {}
@@ -173,13 +179,18 @@ class RunDriver:
             # A resumed run goes on without a worker that did not come back (it may rejoin
             # later; a tree routes around its place from the start).
             workers = self.state.wait_for_workers(
-                s.register_timeout, self.stop_event.is_set,
+                s.register_timeout, self.stop.is_set,
                 go_on_without=self.resume is not None)
             for record in workers:
                 self._connect(record)
-            if self.stop_event.is_set():
+            if self.stop.is_set():
                 # Nothing trained, nothing to write: tell whoever registered, then leave.
-                raise Interrupted("SIGTERM before the run started: no outputs written")
+                if self.stop.hand_over:
+                    self._hand_workers_over()
+                    raise HandedOver(f"{self.stop.name} before the run started: left to a "
+                                     "successor; the workers register again")
+                raise Interrupted(f"{self.stop.name} before the run started: no outputs "
+                                  "written")
             n_features = self.train.n_features
             spec = self.spec = model_spec(s, n_features)
             dim = spec.dim
@@ -229,6 +240,8 @@ class RunDriver:
             self.history.begin(self.resume.history if self.resume is not None else None)
             reason, rules = self._monitor(splits, train_began)
             self._check_diverged()  # a report that came with the last progress messages
+            if self.stop.hand_over:
+                self._hand_over(train_began, rules)  # raises HandedOver once it is done
             self._stop_workers(reason)
             train_seconds = time.perf_counter() - train_began
             # Receiving, applying and evaluating while the workers trained (on a shared
@@ -237,7 +250,8 @@ class RunDriver:
             self.health.set(False)  # draining: no new work is accepted from here on
             self._collect_final_states(dim)
         finally:
-            self._stop_workers("coordinator shutting down", quiet=True)
+            if not self.handed_over:  # (else they are registering with the successor)
+                self._stop_workers("coordinator shutting down", quiet=True)
             if self.relay is not None:
                 self.relay.close()
         try:
@@ -259,7 +273,7 @@ class RunDriver:
         """Fingerprint the rows the checkpoints will be taken on; a resume refuses other ones
         (another file, seed, fraction, hashing...) before any worker is waited for."""
         s = self.settings
-        if not s.checkpoint_interval and self.resume is None:
+        if not s.checkpoint_interval and s.on_sigterm != "checkpoint" and self.resume is None:
             return
         self.data_fingerprint = (fingerprint.of_plan(self.local.plan, splits.val)
                                  if self.local is not None
@@ -442,7 +456,7 @@ class RunDriver:
 
         stub = health_pb2_grpc.HealthStub(self.channels[record.worker_id])
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self.stop_event.is_set():
+        while time.monotonic() < deadline and not self.stop.is_set():
             try:
                 reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
@@ -611,8 +625,8 @@ class RunDriver:
             # sooner: an eval_interval below 50 ms used to be stretched to the turn.
             due = next_eval if trace is None or trace.full else min(
                 next_eval, began + trace.next_at)
-            if self.stop_event.wait(min(0.05, max(0.0, due - time.perf_counter()))):
-                return "SIGTERM", rules
+            if self.stop.wait(min(0.05, max(0.0, due - time.perf_counter()))):
+                return self.stop.name, rules
             self._start_rejoins()
             self._announce_drops()
             silent = stall.observe(self.state.deltas_received, time.monotonic())
@@ -651,15 +665,16 @@ class RunDriver:
 
     _last_w: np.ndarray
 
-    def _checkpoint(self, began: float, rules: StopRules) -> None:
-        """Write the checkpoint (atomically); a failure to write it is logged, not fatal."""
+    def _checkpoint(self, began: float, rules: StopRules) -> Checkpoint | None:
+        """Write the checkpoint (atomically) and return it; a failure to write it is logged,
+        not fatal (None)."""
         t0 = time.perf_counter()
         # The checkpoint counts the rows of metrics.jsonl: they must all be there first.
         # Else the last checkpoint written stays, consistent with the file as it is.
         if not self.history.catch_up():
             log.warning("checkpoint not written: %s still lacks %d evaluation(s)",
                         artifacts.HISTORY_FILE, self.history.waiting)
-            return
+            return None
         ckpt = self.state.checkpoint(time.perf_counter() - began, self.history.written)
         ckpt.early = rules.early.state()
         ckpt.data = self.data_fingerprint
@@ -671,9 +686,51 @@ class RunDriver:
             checkpoint.save(self.settings.out_dir, ckpt)
         except OSError as exc:
             log.warning("checkpoint not written: %s", exc)
-            return
+            return None
         self.checkpoint_seconds += time.perf_counter() - t0
         self.checkpoints += 1
+        return ckpt
+
+    def _hand_over(self, began: float, rules: StopRules) -> None:
+        """Leave the run to a successor started with ``resume``: a checkpoint of every delta
+        received, then the workers told to register again (they stop training at once and
+        will start from the checkpoint's model), then HandedOver. If the checkpoint cannot be
+        written this returns, and the run ends as SIGTERM ends it without the setting
+        (workers stopped, outputs written): nothing is left to a successor with nothing to
+        resume from."""
+        ckpt = self._checkpoint(began, rules)
+        if ckpt is None:
+            log.warning("%s with on_sigterm checkpoint, but the checkpoint could not be "
+                        "written: finishing the run here instead (outputs written)",
+                        self.stop.name)
+            return
+        self.state.hand_over()  # a worker registering again must wait for the successor
+        self._hand_workers_over()
+        raise HandedOver(
+            f"{self.stop.name}: the run was left to a successor at round {ckpt.round} "
+            f"after {ckpt.elapsed:.2f}s of training; checkpoint written to "
+            f"{Path(self.settings.out_dir) / checkpoint.CHECKPOINT_FILE}: `hogwild coordinator "
+            f"--resume {self.settings.out_dir}` with the same settings goes on from it, and the "
+            "workers register with it")
+
+    def _hand_workers_over(self) -> None:
+        """Tell every live worker to leave the run and register again (with a successor)."""
+        self.handed_over = True
+        request = pb.StopRequest(
+            protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id, register_again=True,
+            reason=f"the coordinator was sent {self.stop.name} and hands the run over to a "
+                   "successor that resumes it: register again")
+
+        def tell(record: WorkerRecord) -> None:
+            try:
+                self.stubs[record.worker_id].Stop(request, timeout=self.settings.rpc_timeout)
+            except grpc.RpcError as exc:  # it finds the coordinator gone and registers again
+                log.warning("Stop (register again) to worker %d failed: %s", record.worker_id,
+                            exc.code().name)
+
+        live = [r for r in self.state.live_workers() if r.worker_id in self.stubs]
+        if live:
+            _parallel(tell, live, swallow=True)
 
     def _check_diverged(self, w: np.ndarray | None = None, val_loss: float | None = None) -> None:
         """TrainingDiverged if a worker reported non-finite weights, or if the global model or

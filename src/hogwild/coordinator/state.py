@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
-from hogwild.errors import ClusterError, NotAllowed, StaleOrUnknown
+from hogwild.errors import ClusterError, NotAllowed, NotReady, StaleOrUnknown
 from hogwild.model import kernels
 from hogwild.protocol.codec import DecodedDelta
 from hogwild.protocol.keys import COORDINATOR, KeyRing
@@ -101,6 +101,7 @@ class RunState:
         self.apply_seconds = 0.0         # time spent adding deltas to the global model
         self.peer_reports: list[tuple[int, int, int, str]] = []  # (reporter, peer, round, why)
         self.sealed = False               # the run is over: the model takes no more deltas
+        self.handed_over = False          # left to a successor: registrations wait for it
         self.diverged: str | None = None  # where a worker found its weights non-finite
         self._rejoins: list[int] = []     # workers that registered again during the run
         # Topology star: called (outside the lock) with every delta applied here, whether
@@ -130,6 +131,9 @@ class RunState:
         if not address:
             raise StaleOrUnknown("registration without an address")
         with self._lock:
+            if self.handed_over:  # UNAVAILABLE: the worker retries, and finds the successor
+                raise NotReady(f"the coordinator is handing run {self.run_id} over to a "
+                               "successor that resumes it: register with that one")
             known = self._by_address.get(address)
             if known is None and not self.closed:
                 # Resuming: a worker of the checkpoint at a new address takes a free place.
@@ -418,6 +422,11 @@ class RunState:
                 applied_from={r.worker_id: r.deltas_applied for r in self.workers.values()},
                 examples=sum(r.examples for r in self.workers.values()),
                 rounds=max((r.round for r in self.workers.values()), default=0))
+
+    def hand_over(self) -> None:
+        """Refuse registrations from now on: they are for the coordinator resuming the run."""
+        with self._lock:
+            self.handed_over = True
 
     def seal(self) -> Totals:
         """End the run: refuse every later delta and return the model with the counters that

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -10,6 +11,27 @@ import numpy as np
 
 from hogwild.config import Settings
 from hogwild.stopping import EarlyStopping
+
+
+class StopSignal:
+    """A signal that ends the run: which one, and whether the run is handed to a successor
+    (checkpoint, workers told to register again) instead of finished. The first one counts."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.name = ""
+        self.hand_over = False
+
+    def set(self, name: str, hand_over: bool = False) -> None:
+        if not self.event.is_set():
+            self.name, self.hand_over = name, hand_over
+            self.event.set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        return self.event.wait(timeout)
 
 
 @dataclass

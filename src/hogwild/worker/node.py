@@ -534,6 +534,11 @@ class WorkerNode:
 
     def stop(self, message: pb.StopRequest) -> None:
         self._check_run(message.protocol_version, message.run_id, "stop")
+        if message.register_again:
+            # The coordinator hands the run over to a successor that resumes it from the
+            # checkpoint it has just written: what this worker trained since is superseded.
+            self._leave_to_rejoin(message.reason or "the coordinator is being replaced")
+            return
         self.request_stop(message.reason or "coordinator asked to stop")
 
     def final_state(self, message: pb.FinalStateRequest, timeout: float) -> Iterator[pb.StateChunk]:
@@ -603,7 +608,8 @@ class WorkerNode:
         Called from the thread that owns the exchange; returns once the final state is ready.
         """
         plan, arrays = self.plan, self.arrays
-        if plan is None or arrays is None or not self.started.is_set():
+        if (plan is None or arrays is None or not self.started.is_set()
+                or self.rejoin_reason is not None):  # left before Start: register again
             return
         self.inbox.touch_all()  # (the destinations were opened by configure)
         beating = threading.Thread(target=self._heartbeat_loop, args=(plan,), name="heartbeat",
