@@ -310,11 +310,12 @@ class Settings:
                       "evaluations) in out_dir/checkpoint.npz; 0 = none", commands=_RC))
     on_sigterm: str = field(
         default="finish",
-        metadata=_doc("what SIGTERM makes a coordinator do while training: finish = stop the "
-                      "workers, write the outputs, exit 0; checkpoint = write a checkpoint, "
-                      "tell the workers to register again and exit 143, for a supervisor to "
-                      "start a coordinator with `resume` that goes on (Kubernetes); SIGUSR1 "
-                      "always finishes", choices=SIGTERM_ACTIONS, commands=_C))
+        metadata=_doc("what SIGTERM makes the coordinator do: finish = stop the workers, "
+                      "write the outputs, exit 0 (130 before training: nothing to write); "
+                      "checkpoint = write a checkpoint, send the workers to register again, "
+                      "exit 143, for a supervisor that starts a coordinator with `resume` "
+                      "(Kubernetes); SIGUSR1 always finishes", choices=SIGTERM_ACTIONS,
+                      commands=_C))
     resume: str = field(
         default="",
         metadata=_doc("continue the run checkpointed in this directory (its checkpoint.npz); "
