@@ -10,6 +10,7 @@ import errno
 import itertools
 import json
 import re
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,3 +104,25 @@ def test_a_disk_still_full_at_the_end_is_one_line_and_keeps_the_checkpoint(
     kept = checkpoint.load(out)
     assert kept is not None and kept.round > 0 and kept.history_rows >= 1
     assert not (out / "model.npz").exists()
+
+
+def test_a_hand_over_whose_checkpoint_cannot_be_written_finishes_the_run_instead(
+        cluster: Cluster, small_disk: Path) -> None:
+    """on_sigterm checkpoint with no room for the checkpoint: the workers are stopped, not
+    sent to a successor that would have nothing to resume, and the run ends as without the
+    setting (here: one line, since the outputs find no room either)."""
+    out = small_disk / "out"
+    cluster.start(2, **reuters_settings(out, epochs=1_000_000, time_budget=120,
+                                        eval_interval=0.1, checkpoint_interval=0,
+                                        on_sigterm="checkpoint"))
+    coordinator = cluster.coordinator
+    assert coordinator is not None
+    coordinator.wait_for(PROGRESS_ROW, 60)
+    _fill(small_disk)
+    coordinator.proc.send_signal(signal.SIGTERM)
+    assert coordinator.wait(120) == 1
+    coordinator.wait_for(re.compile(r"SIGTERM with on_sigterm checkpoint, but the checkpoint "
+                                    r"could not be written: finishing the run here instead"), 1)
+    assert all(w.wait(30) == 0 for w in cluster.workers), cluster.output()
+    assert not any("register again" in line for w in cluster.workers for line in w.lines)
+    assert not (out / "checkpoint.npz").exists() and not (out / "model.npz").exists()

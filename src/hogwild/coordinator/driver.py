@@ -698,13 +698,15 @@ class RunDriver:
         written this returns, and the run ends as SIGTERM ends it without the setting
         (workers stopped, outputs written): nothing is left to a successor with nothing to
         resume from."""
+        # From here a worker registering (a rejoin) must wait for the successor: one taken in
+        # now would be neither in the checkpoint's run nor told to register again.
+        self.state.hand_over()
         ckpt = self._checkpoint(began, rules)
         if ckpt is None:
             log.warning("%s with on_sigterm checkpoint, but the checkpoint could not be "
                         "written: finishing the run here instead (outputs written)",
                         self.stop.name)
             return
-        self.state.hand_over()  # a worker registering again must wait for the successor
         self._hand_workers_over()
         raise HandedOver(
             f"{self.stop.name}: the run was left to a successor at round {ckpt.round} "
