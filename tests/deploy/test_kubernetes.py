@@ -286,23 +286,33 @@ def test_workers_advertise_stable_names_from_the_headless_service(rendered: list
 NOBODY = "127.0.0.1:1"
 
 
-def _worker_exit_code(*args: str, env: dict[str, str] | None = None,
-                      sigterm_when: str = "") -> int:
-    """The exit code of a real `hogwild worker`; with ``sigterm_when``, SIGTERM it once a
-    line of its output contains that text."""
-    with subprocess.Popen([sys.executable, "-m", "hogwild.cli", "worker", *args],
+def _exit_code(argv: list[str], env: dict[str, str], when: str = "",
+               signum: int = signal.SIGTERM, cwd: Path | None = None) -> int:
+    """The exit code of a real `hogwild` process (``argv`` after `hogwild`, ``env`` on top
+    of this one's); with ``when``, sent ``signum`` once a line of its output contains that
+    text, by the shell command the README gives for signalling one (`kill -NAME PID`). Each
+    process given here ends on its own (a timeout of its settings)."""
+    with subprocess.Popen([sys.executable, "-m", "hogwild.cli", *argv],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env={**os.environ, **(env or {})}) as proc:
+                          env={**os.environ, **env}, cwd=cwd) as proc:
         try:
             assert proc.stdout is not None
-            for line in proc.stdout:  # bounded: the worker gives up after connect_timeout
-                if sigterm_when and sigterm_when in line:
-                    proc.send_signal(signal.SIGTERM)
-                    sigterm_when = ""
+            for line in proc.stdout:
+                if when and when in line:
+                    name = signal.Signals(signum).name.removeprefix("SIG")
+                    subprocess.run(["sh", "-c", f"kill -{name} {proc.pid}"], check=True)
+                    when = ""
             return proc.wait(120)
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def _worker_exit_code(*args: str, env: dict[str, str] | None = None,
+                      sigterm_when: str = "") -> int:
+    """The exit code of a real `hogwild worker`; with ``sigterm_when``, SIGTERM it once a
+    line of its output contains that text (bounded: it gives up after connect_timeout)."""
+    return _exit_code(["worker", *args], env or {}, sigterm_when)
 
 
 def test_worker_job_fails_at_once_only_where_a_new_pod_cannot_help(rendered: list[Obj]) -> None:
@@ -343,24 +353,13 @@ def _coordinator_exit_code(env: dict[str, str], tmp_path: Path, *args: str,
     ``env`` (on loopback, port 0, outputs in ``tmp_path``); with ``signum``, sent that signal
     once it waits for its workers, by the shell command the README gives for it."""
     own = {k: v for k, v in env.items() if k in ("HOGWILD_ON_SIGTERM", "HOGWILD_RESUME")}
-    argv = [sys.executable, "-m", "hogwild.cli", "coordinator", "--port", "0",
-            "--bind-host", "127.0.0.1", "--out", str(tmp_path / "out"), "--workers", "2",
-            "--register-timeout", "60", *args]
     if "HOGWILD_RESUME" in own:
         own["HOGWILD_RESUME"] = str(tmp_path / "out")  # the pod's volume, here
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env={**os.environ, **own}, cwd=tmp_path) as proc:
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:  # bounded: register_timeout
-                if signum and "waiting for 2 worker(s)" in line:
-                    name = signal.Signals(signum).name.removeprefix("SIG")
-                    subprocess.run(["sh", "-c", f"kill -{name} {proc.pid}"], check=True)
-                    signum = 0
-            return proc.wait(120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    argv = ["coordinator", "--port", "0", "--bind-host", "127.0.0.1", "--out",
+            str(tmp_path / "out"), "--workers", "2", "--register-timeout", "60", *args]
+    # Bounded: it gives up after register_timeout.
+    return _exit_code(argv, own, "waiting for 2 worker(s)" if signum else "",
+                      signum or signal.SIGTERM, cwd=tmp_path)
 
 
 def test_coordinator_job_resumes_where_a_new_pod_can_and_fails_where_it_cannot(

@@ -699,7 +699,8 @@ class RunDriver:
         (workers stopped, outputs written): nothing is left to a successor with nothing to
         resume from."""
         # From here a worker registering (a rejoin) must wait for the successor: one taken in
-        # now would be neither in the checkpoint's run nor told to register again.
+        # now would be neither in the checkpoint's run nor told to register again. (Said
+        # again when the workers are sent away; needed first for the checkpoint's time.)
         self.state.hand_over()
         ckpt = self._checkpoint(began, rules)
         if ckpt is None:
@@ -716,23 +717,15 @@ class RunDriver:
             "workers register with it")
 
     def _hand_workers_over(self) -> None:
-        """Tell every live worker to leave the run and register again (with a successor)."""
+        """Tell every live worker to leave the run and register again (with a successor);
+        from now on this coordinator refuses their registrations, which are the successor's
+        (before training too, where nothing else would send them away from here)."""
+        self.state.hand_over()
         self.handed_over = True
-        request = pb.StopRequest(
-            protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id, register_again=True,
-            reason=f"the coordinator was sent {self.stop.name} and hands the run over to a "
-                   "successor that resumes it: register again")
-
-        def tell(record: WorkerRecord) -> None:
-            try:
-                self.stubs[record.worker_id].Stop(request, timeout=self.settings.rpc_timeout)
-            except grpc.RpcError as exc:  # it finds the coordinator gone and registers again
-                log.warning("Stop (register again) to worker %d failed: %s", record.worker_id,
-                            exc.code().name)
-
-        live = [r for r in self.state.live_workers() if r.worker_id in self.stubs]
-        if live:
-            _parallel(tell, live, swallow=True)
+        # One that misses it finds the coordinator gone and registers again all the same.
+        self._stop_workers(f"the coordinator was sent {self.stop.name} and hands the run over "
+                           "to a successor that resumes it: register again",
+                           register_again=True)
 
     def _check_diverged(self, w: np.ndarray | None = None, val_loss: float | None = None) -> None:
         """TrainingDiverged if a worker reported non-finite weights, or if the global model or
@@ -787,19 +780,23 @@ class RunDriver:
 
     # ---------------------------------------------------------------- stopping
 
-    def _stop_workers(self, reason: str, quiet: bool = False) -> None:
-        if not self.started_workers and not quiet:
+    def _stop_workers(self, reason: str, quiet: bool = False,
+                      register_again: bool = False) -> None:
+        """Stop every live worker. ``quiet``: only those whose final state was not collected,
+        failures not logged. ``register_again``: see :meth:`_hand_workers_over`."""
+        if not self.started_workers and not quiet and not register_again:
             return
         request = pb.StopRequest(protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
-                                 reason=reason)
+                                 reason=reason, register_again=register_again)
 
         def stop(record: WorkerRecord) -> None:
             try:
                 self.stubs[record.worker_id].Stop(request, timeout=self.settings.rpc_timeout)
             except grpc.RpcError as exc:
                 if not quiet:
-                    log.warning("Stop to worker %d failed: %s", record.worker_id,
-                                exc.code().name)
+                    log.warning("Stop%s to worker %d failed: %s",
+                                " (register again)" if register_again else "",
+                                record.worker_id, exc.code().name)
 
         live = [r for r in self.state.live_workers() if r.worker_id in self.stubs]
         if quiet:
