@@ -164,7 +164,7 @@ def test_workers_exit_when_the_coordinator_dies_before_start(cluster: Cluster,
 
 ADVERTISED = re.compile(r"registered as worker (\d+) of \d+ in run \w+ \(advertising ([\d.]+):(\d+)\)")
 # Long enough for every fault below to land mid-run and for the run to recover from it.
-BUDGET = 16
+BUDGET = 10
 _CLEAN: dict[str, float] = {}
 
 
