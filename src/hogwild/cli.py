@@ -223,12 +223,23 @@ def ignored_flags(args: argparse.Namespace) -> list[str]:
     return warnings
 
 
-def _ignored_settings(settings: Settings, command: str) -> list[str]:
+def _ignored_settings(settings: Settings, args: argparse.Namespace) -> list[str]:
+    """Settings from a file or HOGWILD_* that this run will not follow (flags are named by
+    ignored_flags)."""
+    command = args.command
+    warnings = []
     if (config.used_by("staleness", command) and settings.mode == "sync"
             and settings.staleness is not None):
-        return [(f"setting 'staleness' ({settings.staleness}) applies to async mode only; "
-                 "ignored in sync mode")]
-    return []
+        warnings.append(f"setting 'staleness' ({settings.staleness}) applies to async mode "
+                        "only; ignored in sync mode")
+    # `run` owns its coordinator: no supervisor would start a successor to resume a
+    # hand-over, so SIGTERM (or Ctrl-C) must end the run with its outputs.
+    if (command == "run" and settings.on_sigterm != "finish"
+            and getattr(args, "setting_on_sigterm", None) is None):
+        warnings.append(f"setting 'on_sigterm' ({settings.on_sigterm}) is for a coordinator "
+                        "that a supervisor starts again; `hogwild run` ignores it: SIGTERM "
+                        "or Ctrl-C ends the run and writes its outputs")
+    return warnings
 
 
 def _setup_logging(level: str) -> None:
@@ -464,7 +475,7 @@ def _run_command(args: argparse.Namespace, env: Mapping[str, str],
             return _cmd_experiment(args, env)
         settings = settings_from_args(args, env)
         _setup_logging(settings.log_level)
-        for warning in ignored_flags(args) + _ignored_settings(settings, args.command):
+        for warning in ignored_flags(args) + _ignored_settings(settings, args):
             log.warning(warning)
         if args.command == "train":
             return _cmd_train(settings, plot)

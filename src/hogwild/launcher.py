@@ -218,9 +218,10 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
     text and no token unless the settings ask for them. ``fork``: this is a whole process
     of its own, which may load the children's libraries once and fork them (done only
     while it has no other thread)."""
-    # staleness is dropped in sync mode: the warning about it was given once, here.
+    # staleness is dropped in sync mode, and on_sigterm is always finish (this process is
+    # the coordinator's only supervisor and starts no successor): the CLI warned about both.
     base = settings.replace(bind_host="127.0.0.1", coordinator_port=0, worker_port=0,
-                            advertise_address="", health_port=None,
+                            advertise_address="", health_port=None, on_sigterm="finish",
                             staleness=settings.staleness if settings.mode == "async" else None)
     children: list[Child] = []
     plot: BackgroundPlot | None = None

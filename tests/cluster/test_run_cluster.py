@@ -302,6 +302,32 @@ def test_a_killed_launcher_stops_the_run_as_sigterm_would(tmp_path: Path) -> Non
     assert not secrets.exists()
 
 
+def test_sigterm_to_hogwild_run_writes_the_outputs_whatever_on_sigterm_says(
+        tmp_path: Path) -> None:
+    """A settings file or environment shared with a Kubernetes deployment may say
+    ``on_sigterm: checkpoint``; `hogwild run` starts no successor, so its coordinator must
+    still finish on SIGTERM (it used to hand the run over and exit 143: no model)."""
+    out = tmp_path / "out"
+    launcher = _start_long_run(tmp_path, 120, {**child_env(), "HOGWILD_ON_SIGTERM": "checkpoint"})
+    try:
+        lines = _read_until_training(launcher)
+        launcher.send_signal(signal.SIGTERM)
+        rest, _ = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(10)
+    output = "".join(lines) + rest
+    assert launcher.returncode == 130, output
+    assert "setting 'on_sigterm' (checkpoint) is for a coordinator that a supervisor starts " \
+           "again; `hogwild run` ignores it" in output, output
+    assert "left to a successor" not in output, output
+    metrics = read_metrics(out)
+    assert metrics["stop_reason"] == "SIGTERM"
+    assert (out / "model.npz").is_file()
+    assert not (out / "checkpoint.npz").exists()
+
+
 def _listener(port: int, candidates: list[int]) -> int:
     """Which of ``candidates`` listens on TCP ``port`` (from /proc: its socket's inode)."""
     inodes = set()
