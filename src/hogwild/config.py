@@ -446,8 +446,11 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "workers": (lambda v: 1 <= v <= 1024, "must be between 1 and 1024"),
     "threads": (lambda v: 1 <= v <= 256, "must be between 1 and 256"),
     "batch_size": (lambda v: 1 <= v <= 1 << 20, "must be between 1 and 1048576"),
-    "staleness": (lambda v: v >= 1, "must be at least 1 (or null for unbounded)"),
-    "round_size": (lambda v: v >= 1, "must be at least 1 (or null for auto)"),
+    # Upper bounds are those of the wire (int32 staleness, uint64 counts and seed) and of
+    # the 32-bit feature ids: beyond them a run would fail later with a traceback.
+    "staleness": (lambda v: 1 <= v < 1 << 31,
+                  "must be between 1 and 2147483647 (or null for unbounded)"),
+    "round_size": (lambda v: 1 <= v < 1 << 63, "must be at least 1 (or null for auto)"),
     "register_timeout": (lambda v: v > 0, "must be positive"),
     "barrier_timeout": (lambda v: v > 0, "must be positive"),
     "rpc_timeout": (lambda v: v > 0, "must be positive"),
@@ -464,11 +467,13 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "eval_interval": (lambda v: v > 0, "must be positive"),
     "trace_interval": (lambda v: 0 <= v < float("inf"), "must be 0 (off) or positive"),
     "checkpoint_interval": (lambda v: 0 <= v < float("inf"), "must be 0 (off) or positive"),
-    "n_features": (lambda v: v >= 1, "must be at least 1 (or null to infer)"),
+    "n_features": (lambda v: 1 <= v <= 1 << 31,
+                   "must be between 1 and 2147483648 (feature ids are 32-bit; or null to infer)"),
+    "seed": (lambda v: 0 <= v < 1 << 64, "must be between 0 and 2**64 - 1"),
     "val_fraction": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
     "test_fraction": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
     "delta_threshold": (lambda v: 0 <= v < float("inf"), "must be non-negative and finite"),
-    "delta_topk": (lambda v: v >= 0, "must be non-negative (0 = off)"),
+    "delta_topk": (lambda v: 0 <= v < 1 << 63, "must be non-negative (0 = off)"),
     "tree_fanout": (lambda v: 2 <= v <= 64, "must be between 2 and 64"),
     "chunk_bytes": (lambda v: 4096 <= v <= (1 << 20), "must be between 4096 and 1048576"),
     "data": (lambda v: bool(v.strip()), "must not be empty"),
@@ -521,6 +526,48 @@ def _check_security(clean: Mapping[str, Any]) -> None:
         raise ConfigError("auth_token_file", "set auth_token or auth_token_file, not both")
 
 
+class _DuplicateKey(yaml.YAMLError):
+    """A key given twice in one mapping of a settings file."""
+
+    def __init__(self, key: str, first: int, again: int) -> None:
+        super().__init__(f"{key!r} given twice")
+        self.key, self.first, self.again = key, first, again
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping: PyYAML keeps the last
+    silently, so a setting added at the top of a full settings.yaml would be overridden by the
+    default further down."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # "<<: *base" merges another mapping in: later keys override it
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try:
+            first = seen.setdefault(key, line)
+        except TypeError:
+            continue  # an unhashable key: construct_mapping names that error itself
+        if first != line:
+            raise _DuplicateKey(str(key), first, line)
+    return loader.construct_mapping(node, deep=True)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line: where the parser stopped and why (PyYAML's own text spans several lines and
+    quotes the document as "<unicode string>")."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+    return " ".join(str(exc).split())
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """The mapping in a settings file; a missing file or a non-mapping is a ConfigError."""
     path = Path(path)
@@ -529,9 +576,12 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError("config", f"cannot read {path}: {exc.strerror}") from None
     try:
-        loaded = yaml.safe_load(text)
+        loaded = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+    except _DuplicateKey as exc:
+        raise ConfigError(exc.key, f"given twice in {path} (lines {exc.first} and "
+                                   f"{exc.again}); the file must say it once") from None
     except yaml.YAMLError as exc:
-        raise ConfigError("config", f"{path} is not valid YAML: {exc}") from None
+        raise ConfigError("config", f"{path} is not valid YAML: {_yaml_problem(exc)}") from None
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):

@@ -79,8 +79,13 @@ def test_unknown_env_variable_is_named() -> None:
     ("fit_bias", "yes please", "true or false"),
     ("coordinator_address", "nohost", "host:port"),
     ("chunk_bytes", 8 << 20, "1048576"),
-    ("staleness", 0, "at least 1"),
+    ("staleness", 0, "between 1 and 2147483647"),
     ("epochs", None, "must be set"),
+    # the wire's and the kernels' ranges: beyond them a run failed later with a traceback
+    ("seed", -1, "between 0 and 2**64 - 1"),
+    ("seed", 1 << 64, "between 0 and 2**64 - 1"),
+    ("staleness", 1 << 31, "between 1 and 2147483647"),
+    ("n_features", 1 << 33, "feature ids are 32-bit"),
 ])
 def test_bad_values_name_the_key(tmp_path: Path, key: str, value: object, fragment: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -120,6 +125,31 @@ def test_not_a_mapping_and_missing_file(tmp_path: Path) -> None:
         config.load(write(tmp_path, "- a\n- b\n"))
     with pytest.raises(ConfigError, match="cannot read"):
         config.load(tmp_path / "absent.yaml")
+
+
+def test_a_key_given_twice_in_the_file_is_refused_with_both_lines(tmp_path: Path) -> None:
+    # A setting put at the top of a full settings.yaml: PyYAML alone keeps the last value,
+    # the default further down, and the run silently ignores what the user wrote.
+    text = "epochs: 1\n" + (ROOT / "settings.yaml").read_text()
+    with pytest.raises(ConfigError) as err:
+        config.load(write(tmp_path, text))
+    assert err.value.key == "epochs"
+    line = 1 + next(i for i, row in enumerate(text.splitlines()) if i and row.startswith("epochs:"))
+    assert f"given twice in {tmp_path / 'settings.yaml'} (lines 1 and {line})" in str(err.value)
+    # A merge key ("<<") is not a repetition: the keys after it override the merged ones.
+    merged = "base: &b {epochs: 3}\n"
+    loaded = yaml.load(merged + "run:\n  <<: *b\n  epochs: 4\n",
+                       Loader=config._UniqueKeyLoader)
+    assert loaded["run"] == {"epochs": 4}
+    assert config.read_yaml(write(tmp_path, "epochs: 2\n# epochs: 5\n")) == {"epochs": 2}
+
+
+def test_invalid_yaml_is_one_line_naming_where(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        config.load(write(tmp_path, "threads: [1\n"))
+    text = str(err.value)
+    assert err.value.key == "config" and "\n" not in text
+    assert "is not valid YAML: line 2, column 1: expected ',' or ']'" in text
 
 
 def test_replace_validates() -> None:
