@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any, TextIO
@@ -18,9 +19,40 @@ from hogwild.data.conflicts import (
     without_top_features,
 )
 from hogwild.data.sources import describe, load_source
+from hogwild.errors import DataError
 
 # The "without the most frequent features" line removes this many.
 TOP_REMOVED = 100
+
+
+# Bytes the analysis holds per feature id at its peak: a few int64/float64 arrays as long as
+# the largest id (document frequencies, their shares and order, the graph's column pointers);
+# measured 23.4 (peak RSS less the baseline, rows with ids up to 1e8).
+BYTES_PER_FEATURE = 24
+
+
+def physical_memory() -> int | None:
+    """This machine's RAM in bytes (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
+
+
+def too_many_features(spec: str, n_features: int, zero_based: bool, need: int,
+                      what: str) -> DataError:
+    """The one line for data whose largest feature id alone needs more memory than there is:
+    the arrays kept per feature id are as long as the largest id, however few ids are used."""
+    largest = n_features - (1 if zero_based else 0)
+    ram = physical_memory()
+    have = f", more than this machine's {_size(ram)}" if ram and need > ram else ""
+    return DataError(f"{spec}: the largest feature id is {largest:,}: {what} need "
+                     f"{_size(need)}{have}; renumber the ids, or hash the columns into fewer "
+                     "features (`hogwild hash`, `hash_bits`)")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _pct(x: float) -> str:
@@ -84,14 +116,30 @@ def analyze_command(spec: str, *, threads: int = 2, workers: int = 1, round_size
     t0 = time.perf_counter()
     data = load_source(spec, n_features=n_features, zero_based=zero_based)
     loaded = time.perf_counter() - t0
-    stats = analyze_conflicts(data, exact_budget=exact_budget, sample_rows=sample_rows,
-                              partners=partners, seed=seed)
+    if data.n_rows == 0:
+        # Zero rows share no feature, which would read as "any parallelism is safe".
+        raise DataError(f"{spec}: no rows, so no conflicts to analyse")
+    need = data.n_features * BYTES_PER_FEATURE
+    ram = physical_memory()
+    if ram is not None and need > ram:
+        raise too_many_features(spec, data.n_features, zero_based, need,
+                                "the counts the analysis keeps per feature id")
+    try:
+        stats = analyze_conflicts(data, exact_budget=exact_budget, sample_rows=sample_rows,
+                                  partners=partners, seed=seed)
+        # The same graph without the most frequent features: are a few of them the story?
+        trimmed, share = without_top_features(data, TOP_REMOVED)
+        rest = analyze_conflicts(trimmed, exact_budget=exact_budget, sample_rows=sample_rows,
+                                 partners=partners, seed=seed)
+    except MemoryError:
+        # Below the RAM but beyond a memory limit (ulimit -v, a container's): blame the ids
+        # when their arrays outweigh the rows' own (12 bytes per non-zero).
+        if need <= 12 * data.nnz:
+            raise
+        raise too_many_features(spec, data.n_features, zero_based, need,
+                                "the counts the analysis keeps per feature id") from None
     result = stats.to_json()
     result["load_seconds"] = loaded
-    # The same graph without the most frequent features: are a few of them the whole story?
-    trimmed, share = without_top_features(data, TOP_REMOVED)
-    rest = analyze_conflicts(trimmed, exact_budget=exact_budget, sample_rows=sample_rows,
-                             partners=partners, seed=seed)
     result[f"without_top_{TOP_REMOVED}"] = {**rest.to_json(), "nnz_share_removed": share}
     if as_json:
         print(json.dumps(result, sort_keys=True), file=out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import io
 import json
@@ -17,7 +18,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from hogwild.errors import ConfigError
+from hogwild.errors import ConfigError, OutputError
 
 log = logging.getLogger("hogwild")
 
@@ -200,6 +201,49 @@ def check_out_dir(out_dir: str | Path) -> Path:
             with contextlib.suppress(OSError):
                 os.unlink(probe)
     return path
+
+
+def check_out_file(path: str | Path, key: str = "out") -> Path:
+    """Prove that a file can be written at ``path``, before the work that produces it.
+
+    Output files are written at the end (:func:`atomic_open`); without this check a
+    directory given as the file, a path under a file or a read-only directory would be found
+    only once every row has been scored or hashed. Nothing is created: the probe file goes
+    into the nearest directory that exists (atomic_open makes the missing ones). ConfigError
+    (naming ``key``, the path and the reason) otherwise.
+    """
+    path = Path(path)
+    where = f"cannot create or write {str(path)!r}"
+    probe: str | None = None
+    try:
+        if path.is_dir():
+            raise ConfigError(key, f"{where}: {os.strerror(errno.EISDIR)}")
+        parent = path.parent
+        while not parent.exists():  # "/" and "." always exist
+            parent = parent.parent
+        if not parent.is_dir():
+            raise ConfigError(key, f"{where}: {str(parent)!r} is not a directory")
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=PROBE_PREFIX, suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+        probe = None
+    except OSError as exc:
+        raise ConfigError(key, f"{where}: {exc.strerror or type(exc).__name__}") from None
+    finally:
+        if probe is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(probe)
+    return path
+
+
+@contextlib.contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """An OSError raised in the block (a full disk, a directory removed or made read-only
+    under way) as one OutputError naming ``path``; atomic_open has left nothing behind."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 @contextlib.contextmanager

@@ -274,32 +274,41 @@ def _cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_gen_data(args: argparse.Namespace) -> int:
+    from hogwild import artifacts
     from hogwild.data import make_rcv1_like, make_seed000, write_svmlight
     from hogwild.data.sources import describe
 
     if args.rows < 1 or args.test_rows < 0:
         raise ConfigError("rows", "must be at least 1 (and --test-rows non-negative)")
+    # The files are written once every row is made: prove them writable before that.
+    artifacts.check_out_file(args.out)
+    test_path = _test_twin(args.out) if args.test_rows else None
+    if test_path is not None:
+        artifacts.check_out_file(test_path)
     total = args.rows + args.test_rows
     options: dict[str, Any] = {"seed": args.seed}
     if args.features is not None:
         options["n_features"] = args.features
     if args.noise is not None:
         options["noise"] = args.noise
-    if args.kind == "rcv1":
-        data = make_rcv1_like(total, **options)
-    else:
+    if args.kind != "rcv1":
         if args.min_nnz is not None:
             options["min_nnz"] = args.min_nnz
         if args.max_nnz is not None:
             options["max_nnz"] = args.max_nnz
-        data = make_seed000(total, binary=args.binary, **options)
+    try:
+        data = (make_rcv1_like(total, **options) if args.kind == "rcv1"
+                else make_seed000(total, binary=args.binary, **options))
+    except ValueError as exc:  # flags that do not fit together: a usage error, exit 2
+        raise ConfigError("gen-data", str(exc)) from None
     train = data.slice(0, args.rows)
-    write_svmlight(train, args.out)
+    with artifacts.writing(args.out):
+        write_svmlight(train, args.out)
     print(f"wrote {args.out}: {describe(train)}")
-    if args.test_rows:
-        test_path = _test_twin(args.out)
+    if test_path is not None:
         test = data.slice(args.rows, total)
-        write_svmlight(test, test_path)
+        with artifacts.writing(test_path):
+            write_svmlight(test, test_path)
         print(f"wrote {test_path}: {describe(test)}")
     return 0
 

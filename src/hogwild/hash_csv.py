@@ -18,7 +18,7 @@ from hogwild.data.hashing import (
 )
 from hogwild.data.sources import describe
 from hogwild.data.svmlight import write_svmlight
-from hogwild.errors import DataError
+from hogwild.errors import DataError, OutputError
 
 
 def params_path(out: str | Path) -> Path:
@@ -30,6 +30,10 @@ def hash_command(source: str, out: str, options: HashOptions, *, params_file: st
                  stream: TextIO = sys.stdout) -> dict[str, Any]:
     """Hash ``source`` (fitting the parameters, or applying ``params_file``), write the
     svmlight file (and, when fitted, its parameters); return the parameters."""
+    # Both outputs are written after the whole file is hashed: prove them writable first.
+    artifacts.check_out_file(out)
+    if params_file is None:
+        artifacts.check_out_file(params_path(out))
     started = time.perf_counter()
     if params_file is not None:
         try:
@@ -44,14 +48,22 @@ def hash_command(source: str, out: str, options: HashOptions, *, params_file: st
         data, params = fit_hashing(source, options)
     seconds = time.perf_counter() - started
     size = Path(source).stat().st_size
-    write_svmlight(data, out)
+    with artifacts.writing(out):
+        write_svmlight(data, out)
+    if params_file is None:
+        try:
+            with artifacts.writing(params_path(out)):
+                artifacts.atomic_write_text(params_path(out), json.dumps(params, indent=1) + "\n")
+        except OutputError:
+            # Rows without their parameters cannot be reproduced on new files: keep neither.
+            Path(out).unlink(missing_ok=True)
+            raise
     print(f"hashed {source}: {describe(data)}", file=stream)
     print(f"  in {seconds:.2f}s ({data.n_rows / max(seconds, 1e-9):,.0f} rows/s, "
           f"{size / 1e6 / max(seconds, 1e-9):.1f} MB/s of text)", file=stream)
     for line in column_summary(params):
         print(line, file=stream)
     if params_file is None:
-        artifacts.atomic_write_text(params_path(out), json.dumps(params, indent=1) + "\n")
         print(f"wrote {out} and {params_path(out)} (pass it as --params to hash other files "
               "the same way)", file=stream)
     else:

@@ -193,9 +193,9 @@ def _train(settings: Settings, out: TextIO, started: float,
         return outofcore.train_job(settings, out, started, plot)
     splits = load_splits(settings)
     loaded = time.perf_counter()
-    print(f"data: train {describe(splits.train)}", file=out)
-    print(f"      validation {describe(splits.val)}", file=out)
-    print(f"      test {describe(splits.test)}", file=out)
+    print(f"data: train {describe(splits.train, splits.labels)}", file=out)
+    print(f"      validation {describe(splits.val, splits.labels)}", file=out)
+    print(f"      test {describe(splits.test, splits.labels)}", file=out)
     conflicts_line, conflicts = startup_report(splits.train, threads=settings.threads,
                                                load_seconds=loaded - started, seed=settings.seed)
     print(conflicts_line, file=out)

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild import artifacts
+from hogwild.data.labels import as_written
 from hogwild.errors import DataError, ModelError
 from hogwild.model.saved import SavedModel
 
@@ -87,21 +88,24 @@ def score_file(model: SavedModel, spec: str, *, threads: int | None = None,
     if not np.isfinite(m).all():
         raise DataError(f"{spec}: a margin overflowed (feature values too large for the model)")
     labels = model.labels_from_margins(m)
-    y_internal, known = model.encode_labels(data.labels)
+    # Against a classifier's classes the parsed float32 labels count as written (0.1, not
+    # the float32 nearest to it, which no class equals).
+    y_user = data.labels if model.classes is None else as_written(data.labels)
+    y_internal, known = model.encode_labels(y_user)
     note = ""
     report: dict[str, Any] | None = None
-    missing = np.isnan(data.labels)
+    missing = np.isnan(y_user)
     if missing.all():
         note = "the data has no labels: no metrics"
     elif missing.any():
         note = f"{int(missing.sum()):,} of {missing.shape[0]:,} rows have no label: no metrics"
     elif not known.all():
-        unknown = np.unique(data.labels[~known])
+        unknown = np.unique(y_user[~known])
         shown = ", ".join(f"{x:g}" for x in unknown[:5]) + (", ..." if unknown.size > 5 else "")
         note = (f"{int((~known).sum()):,} of {known.shape[0]:,} labels are not among the "
                 f"model's classes {list(model.classes or [])} ({shown}): no metrics")
     elif data.n_rows:
-        report = quality.report(model.task, model.loss, model.classes, m, data.labels, labels,
+        report = quality.report(model.task, model.loss, model.classes, m, y_user, labels,
                                 y_internal)
     return Scored(model=model, margins=m, labels=labels, metrics=report,
                   dropped_entries=dropped, data_features=data.n_features, note=note,
@@ -172,13 +176,16 @@ def predict_command(model_path: str, data: str, *, out: str | None = None,
     stderr = sys.stderr if stderr is None else stderr
     if output not in OUTPUTS:
         raise ValueError(f"output must be one of {OUTPUTS}")
+    if out:
+        # Before the model is loaded and every row scored, not after.
+        artifacts.check_out_file(out)
     model = SavedModel.load(model_path)
     if output == "proba" and (model.loss != "logistic" or not model.is_classifier):
         raise ModelError(f"--proba needs a model trained with the logistic loss; this one "
                          f"uses {model.loss} ({model.task})")
     scored = score_file(model, data, threads=threads, zero_based=zero_based, warn=stderr)
     if out:
-        with artifacts.atomic_open(Path(out)) as handle:
+        with artifacts.writing(out), artifacts.atomic_open(Path(out)) as handle:
             for chunk in prediction_chunks(scored, output):
                 handle.write(chunk)
         report_to = stdout
@@ -212,7 +219,9 @@ def eval_command(model_path: str, data: str, *, as_json: bool = False,
     scored = score_file(model, data, threads=threads, zero_based=zero_based, warn=stderr,
                         prog="hogwild eval")
     if scored.metrics is None:
-        raise DataError(f"{data}: {scored.note or 'no rows to evaluate'}")
+        # Zero rows have no labels either: say which it is.
+        rows = scored.margins.shape[0]
+        raise DataError(f"{data}: {scored.note if rows else 'no rows to evaluate'}")
     if as_json:
         doc = {"model": str(model_path), "data": data, "task": model.task, **scored.metrics}
         print(json.dumps(doc, sort_keys=True), file=stdout)

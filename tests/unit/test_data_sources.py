@@ -100,3 +100,16 @@ def test_describe() -> None:
     assert text.startswith("100 rows x 50 features, 200 non-zeros (2.0 per row)")
     share = float((d.labels > 0).mean())
     assert text.endswith(f", positive share {share:.3f}") and 0 < share < 1
+
+
+def test_describe_names_the_users_classes_of_multiclass_rows() -> None:
+    from hogwild.data.csr import CSRData
+    from hogwild.data.labels import LabelMap
+
+    raw = np.array([5, 6, 7, 7, 7], dtype=np.float32)
+    labels = LabelMap.fit(raw, classifier=True, source="t")
+    rows = CSRData(np.arange(6, dtype=np.int64), np.zeros(5, dtype=np.int32),
+                   np.ones(5, dtype=np.float32), labels.encode(raw, "t"), 1)
+    # The rows hold class indices 0..2; the line names label 7, not index 2.
+    assert describe(rows, labels).endswith("3 label values, the most common 7 (share 0.600)")
+    assert describe(rows).endswith("the most common 2 (share 0.600)")

@@ -372,3 +372,30 @@ def test_gzip_truncated_or_trailing_garbage(tmp_path: Path) -> None:
     padded = tmp_path / "pad.svm.gz"
     padded.write_bytes(blob + b"\0" * 100)
     assert read_svmlight(padded, cache=False).n_rows == 500
+
+
+# --- line endings ----------------------------------------------------------------------------
+@pytest.mark.parametrize("text", ["1 1:0.5\r-1 1:0.2\r", "1 1:0.5\r1 2:0.2\r",
+                                  "1 1:1\n1 1:0.5\r-1 1:0.2\n"])
+def test_cr_only_line_endings_are_named_as_the_cause(tmp_path: Path, text: str) -> None:
+    path = write_text(tmp_path / "cr.svm", text)
+    line = text.count("\n") + (not text.endswith("\n"))
+    cause = ("a carriage return inside a line (old Mac line endings?): convert the file to "
+             "\\n line endings (parsing stopped at ")
+    # The streamed file loader, and an in-memory buffer (whose last line lacks a newline).
+    with pytest.raises(DataFormatError) as info:
+        read_svmlight(path, cache=False)
+    assert str(info.value).startswith(f"{path}:{line}: {cause}"), str(info.value)
+    with pytest.raises(DataFormatError) as info:
+        parse(text)
+    assert str(info.value).startswith(f"<buffer>:{line}: {cause}"), str(info.value)
+
+
+def test_crlf_files_still_parse_and_their_errors_are_not_blamed_on_cr(tmp_path: Path) -> None:
+    path = write_text(tmp_path / "crlf.svm", "1 1:0.5\r\n-1 2:0.2\r\n")
+    d = read_svmlight(path, cache=False)
+    assert d.labels.tolist() == [1.0, -1.0] and d.indices.tolist() == [0, 1]
+    bad = write_text(tmp_path / "bad.svm", "1 1:0.5\r\n-1 2:x\r\n")
+    with pytest.raises(DataFormatError) as info:
+        read_svmlight(bad, cache=False)
+    assert str(info.value) == f"{bad}:2: bad token (expected index:value): '2:x'"

@@ -36,13 +36,35 @@ MESSAGES = {
 }
 
 
+BARE_CR = ("a carriage return inside a line (old Mac line endings?): convert the file to "
+           "\\n line endings")
+
+
 def describe_error(b: np.ndarray, offset: int, code: int) -> str:
-    """The message of error ``code`` with the offending token (at ``b[offset:]``) quoted."""
+    """The message of error ``code`` with the offending token (at ``b[offset:]``) quoted.
+
+    A line holding a bare CR (not followed by LF) is said to first: the kernels take CR for
+    a blank, so a file with CR-only line endings reads as one long line whose first error
+    (often the next row's label taken for a negative index) hides the cause."""
     end = offset
     while end < b.shape[0] and end - offset < 40 and b[end] not in (9, 10, 13, 32):
         end += 1
     token = bytes(b[offset:end]).decode("utf-8", "replace")
-    return f"{MESSAGES.get(code, f'error {code}')}: {token!r}"
+    message = f"{MESSAGES.get(code, f'error {code}')}: {token!r}"
+    if _has_bare_cr(b, offset):
+        return f"{BARE_CR} (parsing stopped at {message})"
+    return message
+
+
+def _has_bare_cr(b: np.ndarray, offset: int) -> bool:
+    """Whether the line holding ``b[offset]`` has a CR that is not its CRLF ending (numpy
+    scans of that line, on the error path only: good data never pays for it)."""
+    before = np.flatnonzero(b[:offset] == 10)
+    start = int(before[-1]) + 1 if before.size else 0
+    after = np.flatnonzero(b[offset:] == 10)
+    end = offset + int(after[0]) if after.size else b.shape[0]
+    # The line's last byte may be the CR of a CRLF ending; any CR before it is bare.
+    return bool(np.any(b[start:end - 1] == 13))
 
 
 # Powers of ten exactly representable in float64: m * 10^k and m / 10^k are then correctly

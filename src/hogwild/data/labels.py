@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -52,7 +53,7 @@ class LabelMap:
                             f"{_fmt(values[0])}, {_fmt(values[1])}); a real-valued target needs "
                             "loss: squared")
         task = BINARY if values.shape[0] == 2 else MULTICLASS
-        return cls(task, tuple(float(v) for v in values))
+        return cls(task, tuple(_as_written(v) for v in values))
 
     @property
     def n_classes(self) -> int:
@@ -62,8 +63,15 @@ class LabelMap:
         """Index in ``classes`` of every label; DataError naming ``source`` and the labels the
         training data did not have."""
         assert self.classes is not None
-        known = np.asarray(self.classes, dtype=np.float64)
-        y = np.asarray(labels, dtype=np.float64)
+        y = np.asarray(labels)
+        known: npt.NDArray[np.floating[Any]] = np.asarray(self.classes, dtype=np.float64)
+        narrow = known.astype(np.float32)
+        if y.dtype == np.float32 and np.all(narrow[1:] > narrow[:-1]):
+            # Parsed labels are float32 and the classes their shortest decimals (0.1, not
+            # 0.10000000149011612): compared as the float32 values both stand for.
+            known = narrow
+        else:
+            y = y.astype(np.float64)
         pos = np.minimum(np.searchsorted(known, y), known.shape[0] - 1)
         bad = known[pos] != y
         if np.any(bad):
@@ -151,6 +159,28 @@ def summarize_labels(labels: npt.ArrayLike) -> str:
             return label_summary([lo, hi], [n_lo, n_hi])
     values, counts = np.unique(arr, return_counts=True)
     return label_summary(values, counts)
+
+
+def as_written(labels: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """Labels as float64 holding what the user wrote: float32 labels (what the parser keeps)
+    become the shortest decimal of each (0.1 for the float32 nearest to 0.1), so that they
+    compare equal to a model's classes; wider labels are only widened."""
+    y = np.asarray(labels)
+    if y.dtype != np.float32:
+        return y.astype(np.float64)
+    values, inverse = np.unique(y, return_inverse=True)
+    written = np.array([_as_written(v) for v in values], dtype=np.float64)
+    out: npt.NDArray[np.float64] = written[inverse.reshape(y.shape)]
+    return out
+
+
+def _as_written(value: np.generic) -> float:
+    """A class value as the user wrote it: a float32 label (what the parser keeps) becomes the
+    shortest decimal that reads back as the same float32, e.g. 0.1 rather than the
+    0.10000000149011612 the float32 holds; wider values are kept exactly."""
+    if isinstance(value, np.float32):
+        return float(str(value))
+    return float(value)
 
 
 def _fmt(value: float) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from hogwild.data.csr import CSRData
-from hogwild.data.labels import summarize_labels
+from hogwild.data.labels import MULTICLASS, LabelMap, summarize_labels
 from hogwild.data.rcv1 import RCV1_FEATURES, read_lyrl2004
 from hogwild.data.split import shuffle_order
 from hogwild.data.svmlight import read_svmlight
@@ -35,12 +35,15 @@ def default_test_source(spec: str) -> str | None:
     return None
 
 
-def describe(data: CSRData) -> str:
+def describe(data: CSRData, labels: LabelMap | None = None) -> str:
     """One line: rows, features, non-zeros (and per row), and the labels (the positive share
-    of two classes, the most common of a few values, else their range)."""
+    of two classes, the most common of a few values, else their range). ``labels``: the map
+    the labels were encoded with, so that multiclass rows (holding class indices) are
+    described by the user's own label values."""
     per_row = data.nnz / data.n_rows if data.n_rows else 0.0
+    y = data.labels if labels is None or labels.task != MULTICLASS else labels.decode(data.labels)
     return (f"{data.n_rows:,} rows x {data.n_features:,} features, {data.nnz:,} non-zeros "
-            f"({per_row:.1f} per row), {summarize_labels(data.labels)}")
+            f"({per_row:.1f} per row), {summarize_labels(y)}")
 
 
 def load_source(spec: str, *, n_features: int | None = None, zero_based: bool = False,

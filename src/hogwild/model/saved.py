@@ -51,6 +51,11 @@ def label_value(value: Any) -> Label:
         raise ModelError(f"class label {value!r} is not a finite number")
     if x.is_integer() and abs(x) < 2.0**53:
         return int(x)
+    narrow = np.float32(x)
+    if float(narrow) == x:
+        # A parsed (float32) label, as models before the classes were kept as written saved
+        # it: 0.10000000149011612 stands for the 0.1 the data said.
+        return float(str(narrow))
     return x
 
 
