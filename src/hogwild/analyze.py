@@ -111,8 +111,9 @@ def analyze_command(spec: str, *, threads: int = 2, workers: int = 1, round_size
                     zero_based: bool = False, n_features: int | None = None,
                     exact_budget: int = EXACT_BUDGET, sample_rows: int = SAMPLE_ROWS,
                     partners: int = PARTNERS, seed: int = 0, as_json: bool = False,
-                    out: TextIO = sys.stdout) -> dict[str, Any]:
+                    out: TextIO | None = None) -> dict[str, Any]:
     """Load ``spec``, print the report (or JSON) and return the statistics as a dict."""
+    out = sys.stdout if out is None else out
     t0 = time.perf_counter()
     data = load_source(spec, n_features=n_features, zero_based=zero_based)
     loaded = time.perf_counter() - t0

@@ -27,9 +27,10 @@ def params_path(out: str | Path) -> Path:
 
 
 def hash_command(source: str, out: str, options: HashOptions, *, params_file: str | None = None,
-                 stream: TextIO = sys.stdout) -> dict[str, Any]:
+                 stream: TextIO | None = None) -> dict[str, Any]:
     """Hash ``source`` (fitting the parameters, or applying ``params_file``), write the
     svmlight file (and, when fitted, its parameters); return the parameters."""
+    stream = sys.stdout if stream is None else stream
     # Both outputs are written after the whole file is hashed: prove them writable first.
     artifacts.check_out_file(out)
     if params_file is None:

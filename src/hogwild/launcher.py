@@ -212,12 +212,13 @@ def _secure(base: Settings, secrets_dir: Path, insecure: bool
 
 
 def run_local(settings: Settings, config_path: str | None = None, keep_going: bool = False,
-              out: TextIO = sys.stdout, insecure: bool = False, fork: bool = False) -> int:
+              out: TextIO | None = None, insecure: bool = False, fork: bool = False) -> int:
     """Run a whole training job as local processes; returns the coordinator's exit code
     (1 if a worker failed and ``keep_going`` is off, 130 on Ctrl-C). ``insecure``: plain
     text and no token unless the settings ask for them. ``fork``: this is a whole process
     of its own, which may load the children's libraries once and fork them (done only
     while it has no other thread)."""
+    out = sys.stdout if out is None else out
     # staleness is dropped in sync mode, and on_sigterm is always finish (this process is
     # the coordinator's only supervisor and starts no successor): the CLI warned about both.
     base = settings.replace(bind_host="127.0.0.1", coordinator_port=0, worker_port=0,

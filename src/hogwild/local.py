@@ -17,7 +17,7 @@ from hogwild.config import Settings
 from hogwild.data import CSRData
 from hogwild.data.conflicts import startup_report
 from hogwild.data.conflicts import warmup as warmup_conflicts
-from hogwild.data.labels import MULTICLASS, LabelMap
+from hogwild.data.labels import MULTICLASS, LabelMap, check_class_labels
 from hogwild.data.reorder import frequency_order, renumber, restore_weights
 from hogwild.data.sources import default_test_source, describe, load_source_hashed
 from hogwild.data.split import split_shuffled
@@ -76,8 +76,11 @@ def load_splits(settings: Settings) -> Splits:
     else:
         test = None
         test_fraction = settings.test_fraction
-    labels = LabelMap.fit(data.labels, classifier=get_loss(settings.loss).is_classifier,
-                          source=settings.data)
+    classifier = get_loss(settings.loss).is_classifier
+    labels = LabelMap.fit(data.labels, classifier=classifier, source=settings.data,
+                          label_note=data.label_note)
+    if classifier and test is not None:
+        check_class_labels(test.label_note)
     data = replace(data, labels=labels.encode(data.labels, settings.data))
     if test is not None:
         test = replace(test, labels=labels.encode(test.labels, str(test_spec)))

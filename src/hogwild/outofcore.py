@@ -95,7 +95,7 @@ class BlockSource:
             all_labels = np.fromfile(f, dtype=np.float32, count=n)
         self.source = str(settings.data)
         self.labels = LabelMap.fit(all_labels, classifier=get_loss(settings.loss).is_classifier,
-                                   source=self.source)
+                                   source=self.source, label_note=found.label_note)
         del all_labels
         if self.labels.task == MULTICLASS:
             raise ConfigError("out_of_core", "trains binary classifiers and regression only; "

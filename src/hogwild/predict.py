@@ -99,6 +99,8 @@ def score_file(model: SavedModel, spec: str, *, threads: int | None = None,
         note = "the data has no labels: no metrics"
     elif missing.any():
         note = f"{int(missing.sum()):,} of {missing.shape[0]:,} rows have no label: no metrics"
+    elif model.classes is not None and data.label_note is not None:
+        note = f"{data.label_note}, so the labels cannot be told apart as written: no metrics"
     elif not known.all():
         unknown = np.unique(y_user[~known])
         shown = ", ".join(f"{x:g}" for x in unknown[:5]) + (", ..." if unknown.size > 5 else "")

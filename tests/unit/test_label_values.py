@@ -10,7 +10,11 @@ import numpy as np
 import pytest
 
 from hogwild.cli import main
+from hogwild.data.labelcheck import LabelWatch
 from hogwild.data.labels import LabelMap, as_written
+from hogwild.data.ranges import plan_file
+from hogwild.data.stream import load_text
+from hogwild.data.svmlight import parse_svmlight_buffer, read_svmlight
 from hogwild.model.saved import label_value
 
 
@@ -49,3 +53,64 @@ def test_train_and_predict_with_decimal_labels(tmp_path: Path,
                  str(predictions), "--metrics"], environ={}) == 0
     assert "accuracy 1.0000" in capsys.readouterr().out
     assert predictions.read_text().split()[:4] == ["0.1", "0.2", "0.1", "0.2"]
+
+
+# ----------------------------------------------------------------- labels float32 cannot keep
+
+def test_the_watch_names_the_first_label_float32_changes() -> None:
+    watch = LabelWatch()
+    watch.add(np.array([1.0, -1.0, 0.5, 0.1, 0.1234567, 16_777_216.0]), 0)
+    assert watch.note("f") is None  # small integers, up to 6-7 digits: kept as written
+    # 100000010 is stored as 100000008, whose shortest decimal is 1.0000001e8: still the
+    # value written; 100000001 becomes 1e8, which it is not.
+    watch.add(np.array([3.0, 100_000_010.0, 100_000_001.0]), 6)
+    assert watch.note("f") == ("f: data row 9: label 100000001 is stored as 100000000 "
+                               "(32-bit float)")
+    # real-valued targets: thousands of inexact values are looked at once, then no more
+    targets = LabelWatch()
+    rng = np.random.default_rng(0)
+    for block in range(4):
+        targets.add(rng.normal(size=5000), 5000 * block)
+    assert targets.row is None or targets.row < 5000
+
+
+def test_parsers_and_the_cache_carry_the_note(tmp_path: Path) -> None:
+    path = tmp_path / "ids.svm"
+    path.write_text("# product ids as classes\n5 1:1\n" * 300 + "100000001 2:1\n")
+    for data in (read_svmlight(path, cache=False),
+                 read_svmlight(path, cache=True, cache_dir=tmp_path / "c"),
+                 read_svmlight(path, cache=True, cache_dir=tmp_path / "c"),  # from the cache
+                 load_text(path, block_bytes=4096),  # several blocks
+                 parse_svmlight_buffer(np.frombuffer(path.read_bytes(), dtype=np.uint8),
+                                       source=str(path))):
+        assert data.label_note == f"{path}: data row 301: label 100000001 is stored as " \
+                                  "100000000 (32-bit float)"
+    plan = plan_file(str(path), workers=1, seed=0, val_fraction=0.1, test_fraction=0.0,
+                     zero_based=False, n_features=None, classifier=True)
+    assert plan.label_note is not None and "label 100000001" in plan.label_note
+
+
+def test_classes_float32_cannot_keep_are_refused_and_targets_are_not(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "d.svm"
+    # Three classes that float32 would merge into two (100000000 and 100000008).
+    data.write_text("100000001 1:1\n100000002 2:1\n100000010 3:1\n" * 10)
+    argv = ["train", "--data", str(data), "--test", str(data), "--epochs", "1", "--threads",
+            "1", "--data-cache", "false", "--out", str(tmp_path / "out")]
+    assert main(argv, environ={}) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{data}: data row 1: label 100000001 is stored as 100000000" \
+        in err[0] and "renumber the classes" in err[0], err
+    assert not (tmp_path / "out" / "model.npz").exists()
+    assert main([*argv, "--loss", "squared"], environ={}) == 0  # targets: rounding is fine
+    # A classifier trained elsewhere scores such rows, but measures nothing against them.
+    good = tmp_path / "good.svm"
+    good.write_text("1 1:1\n2 2:1\n" * 10)
+    model = tmp_path / "m"
+    assert main(["train", "--data", str(good), "--test", str(good), "--epochs", "1",
+                 "--threads", "1", "--data-cache", "false", "--out", str(model)],
+                environ={}) == 0
+    capsys.readouterr()
+    assert main(["predict", "--model", str(model), "--data", str(data), "--metrics"],
+                environ={}) == 0
+    assert "cannot be told apart as written: no metrics" in capsys.readouterr().err

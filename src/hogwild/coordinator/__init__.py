@@ -58,7 +58,8 @@ def create_server(settings: Settings, state: RunState | None = None
     return server, port, state, health
 
 
-def serve(settings: Settings, out: TextIO = sys.stdout, plot: BackgroundPlot | None = None) -> int:
+def serve(settings: Settings, out: TextIO | None = None,
+          plot: BackgroundPlot | None = None) -> int:
     """Run the coordinator to the end of the run; 0 once outputs are written.
 
     ConfigError before any port is bound if out_dir cannot be created or written. ``plot``:
@@ -66,7 +67,7 @@ def serve(settings: Settings, out: TextIO = sys.stdout, plot: BackgroundPlot | N
     """
     check_out_dir(settings.out_dir)
     with out_dir_held(settings.out_dir, "coordinator"):
-        return _serve(settings, out, plot)
+        return _serve(settings, sys.stdout if out is None else out, plot)
 
 
 def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None) -> int:

@@ -92,14 +92,15 @@ class RunDriver:
     """Drives one distributed run over a :class:`RunState` that the servicer also updates."""
 
     def __init__(self, settings: Settings, state: RunState, health: HealthReporter,
-                 stop: StopSignal, out: TextIO = sys.stdout,
+                 stop: StopSignal, out: TextIO | None = None,
                  resume: Checkpoint | None = None, plot: BackgroundPlot | None = None) -> None:
         self.settings = settings
+        # sys.stdout at call time, not at import (a test may have replaced it since)
+        self.out = sys.stdout if out is None else out
         self.state = state
         self.health = health
         self.stop = stop
         self.handed_over = False  # the workers were told to register with a successor
-        self.out = out
         self.channels: dict[int, grpc.Channel] = {}
         self.stubs: dict[int, Any] = {}
         self.history = EvalHistory(settings.out_dir)

@@ -111,7 +111,10 @@ def load_local(settings: Settings) -> tuple[Splits, LocalShipping]:
                          n_features=n_features, classifier=classifier)
     except ValueError as exc:
         raise ConfigError("workers", str(exc)) from None
-    labels = LabelMap.fit(plan.labels, classifier=classifier, source=s.data)
+    # plan.labels are float32 values (as the rows hold them): fitted as such, the classes
+    # are kept as written.
+    labels = LabelMap.fit(plan.labels.astype(np.float32), classifier=classifier,
+                          source=s.data, label_note=plan.label_note)
     if plan.train_rows == 0:
         raise DataError(f"no training rows left in {s.data!r} after the split")
     for w in range(s.workers):

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 CACHE_SUFFIX = ".hwcache"
 # Bump when the stored layout or the parser's output changes: older caches are then ignored.
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: meta.json says whether a label did not survive float32
 ARRAYS: dict[str, Any] = {"indptr": np.int64, "indices": np.int32, "values": np.float32,
                           "labels": np.float32}
 # Every .npy header is padded to this many bytes, so the data offset is known before the
@@ -80,6 +80,7 @@ class CachedArrays:
     nnz: int
     max_index: int
     offsets: dict[str, int]
+    label_note: str | None = None  # see hogwild.data.labelcheck
 
     def open(self, name: str) -> io.BufferedReader:
         return open(self.where / f"{name}.npy", "rb")
@@ -94,6 +95,9 @@ def find_cached(source: Path, where: Path, *, zero_based: bool) -> CachedArrays 
         if meta.get("key") != source_key(source, zero_based):
             return None
         n_rows, nnz, max_index = int(meta["n_rows"]), int(meta["nnz"]), int(meta["max_index"])
+        label_note = meta["label_note"]
+        if label_note is not None and not isinstance(label_note, str):
+            return None
         offsets = {}
         for name, dtype in ARRAYS.items():
             with open(where / f"{name}.npy", "rb") as f:
@@ -111,7 +115,7 @@ def find_cached(source: Path, where: Path, *, zero_based: bool) -> CachedArrays 
         if not isinstance(exc, FileNotFoundError):
             log.debug("ignoring unusable cache %s: %s", where, exc)
         return None
-    return CachedArrays(where, n_rows, nnz, max_index, offsets)
+    return CachedArrays(where, n_rows, nnz, max_index, offsets, label_note)
 
 
 class CacheWriter:
@@ -123,6 +127,7 @@ class CacheWriter:
         self.where = where
         self.ok = True
         self.max_index = -1  # largest feature id written (set by the loader)
+        self.label_note: str | None = None  # set by the loader, see hogwild.data.labelcheck
         self._files: dict[str, BinaryIO] = {}
         self._nnz = 0
         self._rows = 0
@@ -174,7 +179,7 @@ class CacheWriter:
                 os.fsync(f.fileno())
                 f.close()
             meta = {"key": self._key, "n_rows": self._rows, "nnz": self._nnz,
-                    "max_index": int(self.max_index)}
+                    "max_index": int(self.max_index), "label_note": self.label_note}
             (self._tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
             # A directory cannot replace a non-empty one: move the old cache aside first.
             old = None

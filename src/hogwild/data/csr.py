@@ -74,6 +74,9 @@ class CSRData:
     values: np.ndarray
     labels: np.ndarray
     n_features: int
+    # Set by the text parsers when a label does not survive float32 as written (see
+    # hogwild.data.labelcheck): a classifier refuses such data, a regression ignores it.
+    label_note: str | None = None
 
     def __post_init__(self) -> None:
         # Coercion is a no-op (no copy) when the arrays already have the contract's dtypes.
@@ -154,7 +157,7 @@ class CSRData:
         if self.nnz and int(self.indices.max()) >= n:
             raise DataError(f"feature index {int(self.indices.max())} does not fit "
                             f"n_features={n}")
-        return CSRData(self.indptr, self.indices, self.values, self.labels, n)
+        return CSRData(self.indptr, self.indices, self.values, self.labels, n, self.label_note)
 
     def max_index(self) -> int:
         """Largest stored feature index, or -1 if there are no non-zeros."""

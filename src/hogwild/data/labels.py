@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.data.labelcheck import refusal
 from hogwild.errors import DataError
 
 BINARY = "binary"
@@ -37,11 +38,14 @@ class LabelMap:
     classes: tuple[float, ...] | None = None
 
     @classmethod
-    def fit(cls, labels: npt.ArrayLike, *, classifier: bool, source: str) -> LabelMap:
+    def fit(cls, labels: npt.ArrayLike, *, classifier: bool, source: str,
+            label_note: str | None = None) -> LabelMap:
         """The map for training labels; DataError (naming ``source``) when a classifier gets a
-        single class or more than MAX_CLASSES values."""
+        single class or more than MAX_CLASSES values, or labels the parser could not keep
+        as written (``label_note``, see hogwild.data.labelcheck)."""
         if not classifier:
             return cls(REGRESSION)
+        check_class_labels(label_note)
         values = np.unique(np.asarray(labels))
         if values.shape[0] == 0:
             raise DataError(f"{source}: no rows, so no labels to learn")
@@ -112,6 +116,12 @@ class LabelMap:
         if self.classes is None:
             return None
         return [int(v) if float(v).is_integer() else float(v) for v in self.classes]
+
+
+def check_class_labels(label_note: str | None) -> None:
+    """DataError when the labels of a classifier's data did not survive float32 as written."""
+    if label_note is not None:
+        raise DataError(refusal(label_note))
 
 
 def one_vs_rest(index_targets: LabelArray, k: int) -> LabelArray:

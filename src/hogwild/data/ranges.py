@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from hogwild.data._threads import default_threads
 from hogwild.data.csr import CSRData
+from hogwild.data.labelcheck import LabelWatch
 from hogwild.data.stream import BLOCK_BYTES
 from hogwild.data.svmlight import parse_text
 from hogwild.data.textsource import TextFile, new_digest
@@ -139,6 +140,7 @@ class FilePlan:
     val: CSRData                       # held-out rows, raw labels, file order
     test: CSRData
     seconds: float = 0.0
+    label_note: str | None = None      # a label float32 does not keep (see data.labelcheck)
 
     @property
     def train_rows(self) -> int:
@@ -310,6 +312,7 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
         label_counts = np.zeros(0, dtype=np.int64)
         positive = 0
         max_index = -1
+        watch = LabelWatch()
         val, test = _Parts(), _Parts()
         limit = None if n_features is None else int(n_features)
         row_at = lines_before = pos = 0
@@ -324,6 +327,7 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
                 raise DataFormatError(name, exc.line + lines_before, message) from None
             k = int(p.labels.shape[0])
             max_index = max(max_index, p.max_index)
+            watch.add(p.labels, row_at)
             offsets = np.empty(k, dtype=np.int64)
             if int(_row_starts(block, block.shape[0], offsets)) != k:  # pragma: no cover
                 raise DataError(f"{name}: row boundaries disagree with the parser")
@@ -387,7 +391,7 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
             source=name, file_size=f.size, gzip=f.gzip, text_bytes=pos, total_rows=total,
             max_index=max_index, ranges=ranges, assignment=deal(len(ranges), workers, seed),
             df=df, labels=labels, label_counts=label_counts, positive_train=positive,
-            val=val.build(width), test=test.build(width))
+            val=val.build(width), test=test.build(width), label_note=watch.note(name))
     plan.seconds = time.perf_counter() - t0
     log.info("%s: planned %d ranges over %s rows (%s text bytes) in %.2fs", name, len(ranges),
              f"{total:,}", f"{pos:,}", plan.seconds)

@@ -30,6 +30,7 @@ from hogwild.data import _textparse as kp
 from hogwild.data._threads import default_threads, run_parallel
 from hogwild.data.cache import CachedArrays, CacheWriter
 from hogwild.data.csr import CSRData, _check_structure
+from hogwild.data.labelcheck import LabelWatch
 from hogwild.data.split import shuffle_order
 from hogwild.errors import DataError, DataFormatError
 
@@ -253,7 +254,7 @@ class _Target:
         if sum(int(b) for b in bad):
             raise DataError(f"{source}: the file changed while it was read")
 
-    def finish(self, n_features: int) -> CSRData:
+    def finish(self, n_features: int, label_note: str | None = None) -> CSRData:
         """The CSR result (gaps left by loose bounds closed, arrays trimmed in place)."""
         indptr, indices, values = self.start, self.indices, self.values
         nnz = int(indptr[-1])
@@ -262,7 +263,7 @@ class _Target:
             # shrink in place (realloc): the arrays own their memory and nothing views them
             indices.resize(nnz, refcheck=False)
             values.resize(nnz, refcheck=False)
-        return CSRData(indptr, indices, values, self.labels, n_features)
+        return CSRData(indptr, indices, values, self.labels, n_features, label_note)
 
 
 # ----------------------------------------------------------------------------- text
@@ -339,6 +340,7 @@ def load_text(path: Path, *, zero_based: bool = False, n_features: int | None = 
     s_indices = np.empty(scratch_nnz, dtype=np.int32)
     s_values = np.empty(scratch_nnz, dtype=np.float32)
     s_labels = np.empty(scratch_rows + 1, dtype=np.float64)
+    watch = LabelWatch()
     it = text_blocks(path, block_bytes)
     for info in blocks:
         block = next(it, None)
@@ -368,6 +370,7 @@ def load_text(path: Path, *, zero_based: bool = False, n_features: int | None = 
             indptr = s_indptr[r0:r0 + rows_i + 1].copy()
             indptr[0] = z0
             labels = s_labels[r0:r0 + rows_i]
+            watch.add(labels, row_at)  # as read (float64), before float32 keeps them
             target.put(indptr, s_indices, s_values, labels, row_at, source)
             if cache is not None:
                 cache.append(np.diff(indptr), s_indices[z0:z0 + int(nnz_i)],
@@ -377,10 +380,12 @@ def load_text(path: Path, *, zero_based: bool = False, n_features: int | None = 
     if next(it, None) is not None:
         raise DataError(f"{source}: the file changed while it was read")
     nf = int(n_features) if n_features is not None else max_index + 1
-    data = target.finish(nf)
+    note = watch.note(source)
+    data = target.finish(nf, note)
     log.debug("%s: parsed %d rows in %.2fs", source, data.n_rows, time.perf_counter() - t0)
     if cache is not None:
         cache.max_index = max_index
+        cache.label_note = note
     return data
 
 
@@ -456,7 +461,7 @@ def load_cached(found: CachedArrays, *, seed: int | None = None, threads: int | 
     except DataError as exc:
         log.debug("ignoring unusable cache %s: %s", found.where, exc)
         return None
-    return target.finish(found.max_index + 1)
+    return target.finish(found.max_index + 1, found.label_note)
 
 
 def parse_to_cache(path: Path, cache: CacheWriter, *, zero_based: bool = False,
@@ -468,18 +473,21 @@ def parse_to_cache(path: Path, cache: CacheWriter, *, zero_based: bool = False,
     source = str(path)
     rows = 0
     lines_before = 0
+    watch = LabelWatch()
     for block in text_blocks(path, block_bytes):
         try:
             p = parse_text(block, zero_based=zero_based, threads=threads, source=source)
         except DataFormatError as exc:
             message = str(exc)[len(f"{exc.path}:{exc.line}: "):]
             raise DataFormatError(source, exc.line + lines_before, message) from None
+        watch.add(p.labels, rows)
         cache.append(np.diff(p.indptr), p.indices, p.values, p.labels)
         cache.max_index = max(cache.max_index, p.max_index)
         rows += p.labels.shape[0]
         lines_before += int(np.count_nonzero(block == 10))
     if not cache.ok:
         raise DataError(f"{source}: could not write the parsed-array cache {cache.where}")
+    cache.label_note = watch.note(source)
     return rows
 
 

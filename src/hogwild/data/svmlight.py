@@ -18,6 +18,7 @@ from hogwild.data import _textparse as kp
 from hogwild.data._threads import default_threads, run_parallel
 from hogwild.data.cache import CacheWriter, cache_path, find_cached
 from hogwild.data.csr import CSRData
+from hogwild.data.labelcheck import LabelWatch
 from hogwild.data.stream import data_file_errors, load_cached, load_text
 from hogwild.errors import DataError, DataFormatError
 
@@ -161,7 +162,9 @@ def parse_svmlight_buffer(buf: np.ndarray, *, zero_based: bool = False,
     if labels.shape[0] and not np.isfinite(labels).all():  # pragma: no cover - kernel checks
         raise DataError(f"{source}: a label does not fit float32")
     nf = int(n_features) if n_features is not None else p.max_index + 1
-    return CSRData(p.indptr, p.indices, p.values, labels, nf)
+    watch = LabelWatch()
+    watch.add(p.labels, 0)
+    return CSRData(p.indptr, p.indices, p.values, labels, nf, watch.note(source))
 
 
 def read_bytes(path: PathLike) -> np.ndarray:
