@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from typing import Any, TextIO
@@ -18,6 +17,7 @@ from hogwild.data.conflicts import (
     recommend,
     without_top_features,
 )
+from hogwild.data.memory import ids_outweigh_rows, physical_memory, too_many_features
 from hogwild.data.sources import describe, load_source
 from hogwild.errors import DataError
 
@@ -29,30 +29,6 @@ TOP_REMOVED = 100
 # the largest id (document frequencies, their shares and order, the graph's column pointers);
 # measured 23.4 (peak RSS less the baseline, rows with ids up to 1e8).
 BYTES_PER_FEATURE = 24
-
-
-def physical_memory() -> int | None:
-    """This machine's RAM in bytes (None where the system does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return None
-
-
-def too_many_features(spec: str, n_features: int, zero_based: bool, need: int,
-                      what: str) -> DataError:
-    """The one line for data whose largest feature id alone needs more memory than there is:
-    the arrays kept per feature id are as long as the largest id, however few ids are used."""
-    largest = n_features - (1 if zero_based else 0)
-    ram = physical_memory()
-    have = f", more than this machine's {_size(ram)}" if ram and need > ram else ""
-    return DataError(f"{spec}: the largest feature id is {largest:,}: {what} need "
-                     f"{_size(need)}{have}; renumber the ids, or hash the columns into fewer "
-                     "features (`hogwild hash`, `hash_bits`)")
-
-
-def _size(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _pct(x: float) -> str:
@@ -124,7 +100,7 @@ def analyze_command(spec: str, *, threads: int = 2, workers: int = 1, round_size
     ram = physical_memory()
     if ram is not None and need > ram:
         raise too_many_features(spec, data.n_features, zero_based, need,
-                                "the counts the analysis keeps per feature id")
+                                "the counts the analysis keeps per feature id", ram)
     try:
         stats = analyze_conflicts(data, exact_budget=exact_budget, sample_rows=sample_rows,
                                   partners=partners, seed=seed)
@@ -135,10 +111,10 @@ def analyze_command(spec: str, *, threads: int = 2, workers: int = 1, round_size
     except MemoryError:
         # Below the RAM but beyond a memory limit (ulimit -v, a container's): blame the ids
         # when their arrays outweigh the rows' own (12 bytes per non-zero).
-        if need <= 12 * data.nnz:
+        if not ids_outweigh_rows(need, data.nnz):
             raise
         raise too_many_features(spec, data.n_features, zero_based, need,
-                                "the counts the analysis keeps per feature id") from None
+                                "the counts the analysis keeps per feature id", None) from None
     result = stats.to_json()
     result["load_seconds"] = loaded
     result[f"without_top_{TOP_REMOVED}"] = {**rest.to_json(), "nnz_share_removed": share}

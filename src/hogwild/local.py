@@ -18,6 +18,7 @@ from hogwild.data import CSRData
 from hogwild.data.conflicts import startup_report
 from hogwild.data.conflicts import warmup as warmup_conflicts
 from hogwild.data.labels import MULTICLASS, LabelMap, check_class_labels
+from hogwild.data.memory import ids_outweigh_rows, physical_memory, too_many_features
 from hogwild.data.reorder import frequency_order, renumber, restore_weights
 from hogwild.data.sources import default_test_source, describe, load_source_hashed
 from hogwild.data.split import split_shuffled
@@ -56,6 +57,28 @@ class Splits:
     labels: LabelMap = PLUS_MINUS_ONE
 
 
+# Bytes a job keeps per feature id besides the weights: document frequency (int64), the
+# renumbering and its inverse (int32 each).
+BYTES_PER_FEATURE = 16
+
+
+def feature_memory(settings: Settings, n_features: int, n_classes: int) -> int:
+    """Bytes the arrays kept per feature id take: the weights (float64, one vector per class
+    of a one-vs-rest model, the first layer of an MLP) and the renumbering's."""
+    per = 8 * max(1, n_classes) if settings.model == "linear" else 8 * settings.hidden[0]
+    return n_features * (BYTES_PER_FEATURE + per)
+
+
+def check_feature_memory(settings: Settings, n_features: int, n_classes: int = 1) -> None:
+    """DataError naming the largest feature id when its arrays alone exceed the machine's
+    RAM (they are as long as the largest id however few ids are used: a stray huge id)."""
+    need = feature_memory(settings, n_features, n_classes)
+    ram = physical_memory()
+    if ram is not None and need > ram:
+        raise too_many_features(settings.data, n_features, settings.zero_based, need,
+                                "the weights and counts kept per feature id", ram)
+
+
 def load_splits(settings: Settings) -> Splits:
     """Load data (and test data, or split it off), map the labels to training targets, widen
     to one feature count, split validation.
@@ -72,15 +95,32 @@ def load_splits(settings: Settings) -> Splits:
         test, _ = load_source_hashed(test_spec, n_features=settings.n_features,
                                      zero_based=settings.zero_based, cache=settings.data_cache,
                                      hashing=hashing)
-        test_fraction = 0.0
     else:
         test = None
-        test_fraction = settings.test_fraction
     classifier = get_loss(settings.loss).is_classifier
     labels = LabelMap.fit(data.labels, classifier=classifier, source=settings.data,
                           label_note=data.label_note)
     if classifier and test is not None:
         check_class_labels(test.label_note)
+    width = max(data.n_features, 0 if test is None else test.n_features)
+    vectors = labels.n_classes if labels.task == MULTICLASS else 1  # one-vs-rest: one each
+    check_feature_memory(settings, width, vectors)
+    try:
+        return _split_and_renumber(settings, data, test, test_spec, labels, hashing)
+    except MemoryError:
+        # Below the RAM but beyond a limit (ulimit -v, a container's): blame the ids when
+        # their arrays outweigh the rows'.
+        need = feature_memory(settings, width, vectors)
+        if not ids_outweigh_rows(need, data.nnz + (0 if test is None else test.nnz)):
+            raise
+        raise too_many_features(settings.data, width, settings.zero_based, need,
+                                "the weights and counts kept per feature id", None) from None
+
+
+def _split_and_renumber(settings: Settings, data: CSRData, test: CSRData | None,
+                        test_spec: str | None, labels: LabelMap,
+                        hashing: Any) -> Splits:
+    """The rest of load_splits: encode, widen, split, renumber by frequency."""
     data = replace(data, labels=labels.encode(data.labels, settings.data))
     if test is not None:
         test = replace(test, labels=labels.encode(test.labels, str(test_spec)))
@@ -96,6 +136,7 @@ def load_splits(settings: Settings) -> Splits:
                         test_spec, test.n_features, settings.data, data.n_features)
         width = max(test.n_features, data.n_features)
         data, test = data.with_n_features(width), test.with_n_features(width)
+    test_fraction = settings.test_fraction if test is None else 0.0
     split = {"val_fraction": settings.val_fraction, "test_fraction": test_fraction}
     train, _, _ = split_shuffled(data, **split)
     if train.n_rows == 0:

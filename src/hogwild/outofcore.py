@@ -30,7 +30,7 @@ from hogwild.data.sources import load_source
 from hogwild.data.split import shuffle_order, split_sizes
 from hogwild.data.stream import cached_blocks, parse_to_cache, read_cached_indptr
 from hogwild.errors import ConfigError, DataError
-from hogwild.local import _fmt, test_quality, train_params, write_outputs
+from hogwild.local import _fmt, check_feature_memory, test_quality, train_params, write_outputs
 from hogwild.model.evaluation import Metrics, evaluate
 from hogwild.model.losses import get_loss
 from hogwild.model.trainer import EpochStats, Trainer
@@ -81,6 +81,8 @@ class BlockSource:
                 raise DataError(f"{settings.data}: feature id {found.max_index} does not fit "
                                 f"n_features={settings.n_features}")
             self.n_features = settings.n_features
+        # Out of core the rows stream, but the arrays per feature id are still whole.
+        check_feature_memory(settings, self.n_features)
         n_val, n_test = split_sizes(n, settings.val_fraction,
                                     settings.test_fraction if test_held_out else 0.0)
         order = shuffle_order(n, settings.seed)

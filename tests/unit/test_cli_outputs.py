@@ -245,8 +245,8 @@ def test_analyze_names_a_feature_id_too_large_for_memory(
     stdout, err = _one_line(capsys)
     assert stdout == ""
     assert err == (f"hogwild analyze: error: {data}: the largest feature id is 2,000,000: the "
-                   "counts the analysis keeps per feature id need 45.8 MiB, more than this "
-                   "machine's 16.0 MiB; renumber the ids, or hash the columns into fewer "
+                   "counts the analysis keeps per feature id need 45.8 MiB, more than the "
+                   "16.0 MiB this machine allows; renumber the ids, or hash the columns into fewer "
                    "features (`hogwild hash`, `hash_bits`)")
 
 

@@ -114,3 +114,39 @@ def test_classes_float32_cannot_keep_are_refused_and_targets_are_not(
     assert main(["predict", "--model", str(model), "--data", str(data), "--metrics"],
                 environ={}) == 0
     assert "cannot be told apart as written: no metrics" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------- feature ids too large for memory
+
+def test_train_names_a_feature_id_whose_weights_cannot_fit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import hogwild.local
+
+    data = tmp_path / "wide.svm"
+    data.write_text("1 1:0.5\n-1 2:1\n" * 5 + "1 3000000:1\n")
+    # A machine of 64 MiB: 3e6 ids x (8 bytes of weight + 16 of counts and renumbering).
+    monkeypatch.setattr(hogwild.local, "physical_memory", lambda: 64 << 20)
+    argv = ["train", "--data", str(data), "--epochs", "1", "--threads", "1",
+            "--data-cache", "false", "--out", str(tmp_path / "out")]
+    assert main(argv, environ={}) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"hogwild train: error: {data}: the largest feature id is 3,000,000: the "
+                   "weights and counts kept per feature id need 68.7 MiB, more than the 64.0 "
+                   "MiB this machine allows; renumber the ids, or hash the columns into fewer "
+                   "features (`hogwild hash`, `hash_bits`)"], err
+    # Out of core the rows stream, but the per-id arrays do not.
+    assert main([*argv, "--out-of-core", "true"], environ={}) == 1
+    assert "the largest feature id is 3,000,000" in capsys.readouterr().err
+    # Under a limit below the RAM (ulimit -v): the MemoryError is blamed on the ids.
+    monkeypatch.setattr(hogwild.local, "physical_memory", lambda: None)
+
+    def no_memory(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(hogwild.local, "frequency_order", no_memory)
+    assert main(argv, environ={}) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"hogwild train: error: {data}: the largest feature id is "
+                              "3,000,000: the weights and counts kept per feature id need "
+                              "68.7 MiB; renumber the ids"), err
