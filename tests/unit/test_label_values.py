@@ -38,14 +38,18 @@ def test_a_saved_float32_class_reads_back_as_written() -> None:
     assert label_value(2.0) == 2 and isinstance(label_value(2.0), int)
 
 
+def _train(data: Path, out: Path, *extra: str) -> int:
+    """`hogwild train` on ``data`` (also its test set), 1 thread, no data cache."""
+    return main(["train", "--data", str(data), "--test", str(data), "--threads", "1",
+                 "--data-cache", "false", "--out", str(out), *extra], environ={})
+
+
 def test_train_and_predict_with_decimal_labels(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "d.svm"
     data.write_text("0.1 1:1\n0.2 2:1\n0.1 1:1 3:0.5\n0.2 2:1 3:0.5\n" * 5)
     out = tmp_path / "out"
-    assert main(["train", "--data", str(data), "--test", str(data), "--epochs", "3",
-                 "--threads", "1", "--data-cache", "false", "--out", str(out)],
-                environ={}) == 0
+    assert _train(data, out, "--epochs", "3") == 0
     assert json.loads((out / "model.json").read_text())["classes"] == [0.1, 0.2]
     capsys.readouterr()
     predictions = tmp_path / "p.txt"
@@ -95,21 +99,17 @@ def test_classes_float32_cannot_keep_are_refused_and_targets_are_not(
     data = tmp_path / "d.svm"
     # Three classes that float32 would merge into two (100000000 and 100000008).
     data.write_text("100000001 1:1\n100000002 2:1\n100000010 3:1\n" * 10)
-    argv = ["train", "--data", str(data), "--test", str(data), "--epochs", "1", "--threads",
-            "1", "--data-cache", "false", "--out", str(tmp_path / "out")]
-    assert main(argv, environ={}) == 1
+    assert _train(data, tmp_path / "out", "--epochs", "1") == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{data}: data row 1: label 100000001 is stored as 100000000" \
         in err[0] and "renumber the classes" in err[0], err
     assert not (tmp_path / "out" / "model.npz").exists()
-    assert main([*argv, "--loss", "squared"], environ={}) == 0  # targets: rounding is fine
+    assert _train(data, tmp_path / "out", "--epochs", "1", "--loss", "squared") == 0  # targets
     # A classifier trained elsewhere scores such rows, but measures nothing against them.
     good = tmp_path / "good.svm"
     good.write_text("1 1:1\n2 2:1\n" * 10)
     model = tmp_path / "m"
-    assert main(["train", "--data", str(good), "--test", str(good), "--epochs", "1",
-                 "--threads", "1", "--data-cache", "false", "--out", str(model)],
-                environ={}) == 0
+    assert _train(good, model, "--epochs", "1") == 0
     capsys.readouterr()
     assert main(["predict", "--model", str(model), "--data", str(data), "--metrics"],
                 environ={}) == 0
@@ -131,10 +131,10 @@ def test_train_names_a_feature_id_whose_weights_cannot_fit(
             "--data-cache", "false", "--out", str(tmp_path / "out")]
     assert main(argv, environ={}) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"hogwild train: error: {data}: the largest feature id is 3,000,000: the "
+    assert err == [(f"hogwild train: error: {data}: the largest feature id is 3,000,000: the "
                    "weights and counts kept per feature id need 68.7 MiB, more than the 64.0 "
                    "MiB this machine allows; renumber the ids, or hash the columns into fewer "
-                   "features (`hogwild hash`, `hash_bits`)"], err
+                   "features (`hogwild hash`, `hash_bits`)")], err
     # Out of core the rows stream, but the per-id arrays do not.
     assert main([*argv, "--out-of-core", "true"], environ={}) == 1
     assert "the largest feature id is 3,000,000" in capsys.readouterr().err
