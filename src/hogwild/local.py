@@ -17,6 +17,7 @@ from hogwild.config import Settings
 from hogwild.data import CSRData
 from hogwild.data.conflicts import startup_report
 from hogwild.data.conflicts import warmup as warmup_conflicts
+from hogwild.data.featurespace import frequent_features
 from hogwild.data.labels import MULTICLASS, LabelMap, check_class_labels
 from hogwild.data.memory import ids_outweigh_rows, physical_memory, too_many_features
 from hogwild.data.reorder import frequency_order, renumber, restore_weights
@@ -416,8 +417,7 @@ def _write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
     if feature_order is not None:
         w = (restore_weights(w, feature_order) if np.ndim(w) == 1
              else np.stack([restore_weights(row, feature_order) for row in w]))
-    meta = {"hogwild_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "metrics": metrics, "settings": asdict(settings)}
+    meta = _model_meta(settings, metrics, feature_order)
     SavedModel(w=w, loss=settings.loss, task=task,
                classes=None if classes is None else tuple(classes),
                fit_bias=settings.fit_bias, meta=meta, hashing=hashing).save(out_dir)
@@ -437,14 +437,25 @@ def _write_mlp_outputs(settings: Settings, spec: ModelSpec, w: np.ndarray,
     out_dir = Path(settings.out_dir)
     if feature_order is not None:
         w = spec.restore(w, feature_order)
-    meta = {"hogwild_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "metrics": metrics, "settings": asdict(settings)}
+    meta = _model_meta(settings, metrics, feature_order)
     SavedModel(w=w, loss=settings.loss, task=task,
                classes=None if classes is None else tuple(classes), fit_bias=settings.fit_bias,
                model="mlp", meta=meta, arrays=spec.arrays(w),
                hashing=hashing).save(out_dir)
     _write_run_files(settings, out_dir, metrics, history, plot, draw_plot, history_on_disk)
     return out_dir
+
+
+def _model_meta(settings: Settings, metrics: dict[str, Any],
+                feature_order: np.ndarray | None) -> dict[str, Any]:
+    """model.json's own keys beside the format's: version, time, metrics, settings and the
+    training data's most frequent features (predict checks new data against them)."""
+    meta: dict[str, Any] = {"hogwild_version": __version__,
+                            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                            "metrics": metrics, "settings": asdict(settings)}
+    if feature_order is not None:
+        meta["frequent_features"] = frequent_features(feature_order)
+    return meta
 
 
 def _write_run_files(settings: Settings, out_dir: Path, metrics: dict[str, Any],

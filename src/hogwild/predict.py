@@ -67,6 +67,14 @@ def score_file(model: SavedModel, spec: str, *, threads: int | None = None,
     else:
         data = load_source(spec, zero_based=zero_based)
     loaded = time.perf_counter()
+    frequent = model.meta.get("frequent_features")
+    if isinstance(frequent, list) and all(isinstance(i, int) for i in frequent):
+        from hogwild.data.featurespace import foreign_space_warning
+
+        foreign = foreign_space_warning(data, frequent, spec)
+        if foreign is not None:
+            print(f"{prog}: warning: {foreign}", file=sys.stderr if warn is None else warn,
+                  flush=True)
     d = model.n_features
     dropped = 0
     if data.n_features > d:

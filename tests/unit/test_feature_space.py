@@ -1,0 +1,68 @@
+"""A model remembers its training data's most frequent features; predict and eval warn when
+new data shares few of them (another vocabulary or hashing), on real data sets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hogwild.cli import main
+from hogwild.data.csr import CSRData
+from hogwild.data.featurespace import foreign_space_warning, frequent_features, shared_frequent
+from hogwild.data.reorder import frequency_order
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+SPAM = (DATA / "spamassassin.train.libsvm.gz", DATA / "spamassassin.test.libsvm.gz")
+REUTERS_TEST = DATA / "reuters21578_modapte_earn.test.libsvm.gz"
+
+
+def _rows(ids_per_row: list[list[int]], n_features: int) -> CSRData:
+    indptr = np.cumsum([0] + [len(r) for r in ids_per_row]).astype(np.int64)
+    indices = np.array([i for r in ids_per_row for i in r], dtype=np.int32)
+    return CSRData(indptr, indices, np.ones(indices.shape[0], dtype=np.float32),
+                   np.ones(len(ids_per_row), dtype=np.float32), n_features)
+
+
+def test_the_most_frequent_features_and_what_data_shares_of_them() -> None:
+    train = _rows([[0, 5, 7], [5, 7], [5], [2, 9]], 10)
+    # by document frequency: 5 (3 rows), 7 (2), then 0, 2, 9 by id
+    assert frequent_features(frequency_order(train), kept=5) == [5, 7, 0, 2, 9]
+    other = _rows([[1, 3], [3, 4], [3], [5]], 10)
+    assert shared_frequent(other, [5, 7], looked_up=3) == (0, 3)  # its top 3: 3, 1, 4
+    assert shared_frequent(other, [5, 7], looked_up=10) == (1, 4)  # only 4 ids occur
+    # too few distinct features to judge: no warning either way
+    assert foreign_space_warning(other, [5, 7], "f") is None
+
+
+def test_a_wide_foreign_file_is_named_and_a_matching_one_is_not() -> None:
+    rng = np.random.default_rng(0)
+    rows = [sorted(rng.choice(40, size=5, replace=False).tolist()) for _ in range(200)]
+    frequent = frequent_features(frequency_order(_rows(rows, 1000)))
+    assert foreign_space_warning(_rows(rows, 1000), frequent, "same") is None
+    shifted = [[i + 500 for i in r] for r in rows]  # the same shape, other ids
+    text = foreign_space_warning(_rows(shifted, 1000), frequent, "other.svm")
+    assert text is not None and text.startswith("other.svm: only 0 of its 40 most frequent "
+                                                "features are among the 256 most frequent")
+
+
+def test_predict_and_eval_warn_on_data_from_another_feature_space(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if not (SPAM[0].exists() and REUTERS_TEST.exists()):
+        pytest.skip(f"shared data sets not found in {DATA}")
+    model = tmp_path / "spam"
+    assert main(["train", "--data", str(SPAM[0]), "--test", str(SPAM[1]), "--epochs", "1",
+                 "--threads", "1", "--data-cache", "false", "--out", str(model)],
+                environ={}) == 0
+    kept = json.loads((model / "model.json").read_text())["frequent_features"]
+    assert len(kept) == 256 and len(set(kept)) == 256
+    capsys.readouterr()
+    assert main(["predict", "--model", str(model), "--data", str(SPAM[1]), "--out",
+                 str(tmp_path / "p.txt")], environ={}) == 0
+    assert "feature space" not in capsys.readouterr().err
+    assert main(["eval", "--model", str(model), "--data", str(REUTERS_TEST)], environ={}) == 0
+    err = capsys.readouterr().err
+    assert (f"hogwild eval: warning: {REUTERS_TEST}: only 0 of its 64 most frequent features "
+            "are among the 256 most frequent of the model's training data") in err, err
