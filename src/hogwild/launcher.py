@@ -164,11 +164,21 @@ class Child:
         self._reader.join(timeout=2.0)
 
 
-def teardown(children: Sequence[Child], grace: float = GRACE_SECONDS) -> None:
-    """SIGTERM every running child, then SIGKILL what is still there after ``grace``."""
+def teardown(children: Sequence[Child], grace: float = GRACE_SECONDS,
+             first: Child | None = None) -> None:
+    """SIGTERM ``first`` (the coordinator) and wait for it, then every child still running,
+    then SIGKILL what is still there after ``grace``.
+
+    The coordinator first: sent SIGTERM it stops the workers itself, collects their final
+    states and writes the outputs, as at the end of a run. Signalled together, a worker left
+    mid-exchange and its peer's retries toward it outlasted the grace, so the coordinator
+    was killed waiting for that peer's final state and no model was written (1 run in 6)."""
+    deadline = time.monotonic() + grace
+    if first is not None:
+        first.terminate()
+        first.wait(max(0.0, deadline - time.monotonic()))
     for child in children:
         child.terminate()
-    deadline = time.monotonic() + grace
     for child in children:
         child.wait(max(0.0, deadline - time.monotonic()))
     for child in children:
@@ -266,10 +276,10 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
         return _supervise(coordinator, workers, keep_going, out)
     except KeyboardInterrupt:
         print("[run] interrupted: stopping every process", file=out, flush=True)
-        teardown(children)
+        teardown(children, first=children[0] if children else None)
         return 130
     finally:
-        teardown(children)
+        teardown(children, first=children[0] if children else None)
         if plot is not None:
             plot.reap()
         shutil.rmtree(secrets_dir, ignore_errors=True)
@@ -338,7 +348,7 @@ def _supervise(coordinator: Child, workers: list[Child], keep_going: bool, out: 
         if failed is not None:
             print(f"[run] stopping the run because {failed} failed (use --keep-going to "
                   "continue without it)", file=out, flush=True)
-            teardown([coordinator, *workers])
+            teardown([coordinator, *workers], first=coordinator)
             return 1
         time.sleep(0.1)
     if code != 0:

@@ -129,6 +129,7 @@ class WorkerNode:
         self.stop_requested = threading.Event()
         self.stop_reason = ""
         self.leaving = False              # SIGTERM: finish without waiting for peers
+        self.ended_by_coordinator = False  # a Stop (not a hand-over): the run is over
         self.started = threading.Event()
         self.done = threading.Event()
         self.state_served = threading.Event()
@@ -539,6 +540,7 @@ class WorkerNode:
             # checkpoint it has just written: what this worker trained since is superseded.
             self._leave_to_rejoin(message.reason or "the coordinator is being replaced")
             return
+        self.ended_by_coordinator = True
         self.request_stop(message.reason or "coordinator asked to stop")
 
     def final_state(self, message: pb.FinalStateRequest, timeout: float) -> Iterator[pb.StateChunk]:
@@ -1033,6 +1035,12 @@ class WorkerNode:
 
     def _on_destination_down(self, dest_id: int, why: str) -> None:
         if dest_id == COORDINATOR_ID:
+            if self.ended_by_coordinator:
+                # It ended the run (a failure such as divergence may end it at once, without
+                # collecting): nothing to register again for. This worker used to wait
+                # connect_timeout for a successor that nobody starts.
+                log.info("the coordinator that ended the run is gone (%s): finishing", why)
+                return
             self._leave_to_rejoin(f"the coordinator is unreachable ({why})")
             return
         self._drop_peer(dest_id, self.rounds, f"unreachable: {why}")
