@@ -55,7 +55,10 @@ def run(role: str, plot: BackgroundPlot | None = None, secrets_dir: str | None =
     launcher dies (see the module's docstring)."""
     from hogwild.startup import import_long_lived
 
-    stop_when_orphaned(os.getppid(), remove=secrets_dir)
+    # A worker gives its coordinator (orphaned too) the time to stop it as at the end of a
+    # run, as the launcher's own teardown does; it stops itself only if nobody did.
+    stop_when_orphaned(os.getppid(), remove=secrets_dir,
+                       delay=ORPHANED_WORKER_WAIT if role == "worker" else 0.0)
     if role == "coordinator" and plot is None:
         # Started first, as `hogwild coordinator` itself does: matplotlib imports meanwhile.
         from hogwild.plotter import BackgroundPlot
@@ -81,23 +84,28 @@ def run(role: str, plot: BackgroundPlot | None = None, secrets_dir: str | None =
 
 # How often a child looks whether its launcher is still there.
 ORPHAN_CHECK_SECONDS = 0.5
+# How long an orphaned worker waits for its coordinator to stop it (the launcher's grace).
+ORPHANED_WORKER_WAIT = 10.0
 
 
 def stop_when_orphaned(launcher: int, every: float = ORPHAN_CHECK_SECONDS,
-                       remove: str | None = None) -> threading.Thread:
+                       remove: str | None = None, delay: float = 0.0) -> threading.Thread:
     """SIGTERM to this process once ``launcher`` (its parent) is gone, e.g. killed -9 or by
     the OOM killer: the run then stops as on SIGTERM (the coordinator collects the final
     states and writes its outputs; a worker sends its final delta) instead of going on
     with nobody to show its output or stop it. A watch on a daemon thread (a parent's death
     signal would need the launcher's fork and exec paths to set it up each, and Linux).
     ``remove``: a directory to delete first, the launcher's throw-away credentials, which
-    would otherwise stay behind (every sibling removes it: whichever comes first wins)."""
+    would otherwise stay behind (every sibling removes it: whichever comes first wins).
+    ``delay``: seconds to wait after noticing before the SIGTERM (the process may be ended
+    otherwise meanwhile)."""
 
     def watch() -> None:
         while os.getppid() == launcher:
             time.sleep(every)
         if remove:
             shutil.rmtree(remove, ignore_errors=True)
+        time.sleep(delay)
         with contextlib.suppress(OSError, ValueError):  # its output went with the launcher
             print("hogwild run: the launcher is gone: stopping as on SIGTERM"
                   + (" (its throw-away credentials removed)" if remove else ""),
