@@ -17,7 +17,7 @@ from hogwild.data.conflicts import (
     recommend,
     without_top_features,
 )
-from hogwild.data.memory import ids_outweigh_rows, physical_memory, too_many_features
+from hogwild.data.memory import check_fits, ids_blamed, physical_memory
 from hogwild.data.sources import describe, load_source
 from hogwild.errors import DataError
 
@@ -97,24 +97,15 @@ def analyze_command(spec: str, *, threads: int = 2, workers: int = 1, round_size
         # Zero rows share no feature, which would read as "any parallelism is safe".
         raise DataError(f"{spec}: no rows, so no conflicts to analyse")
     need = data.n_features * BYTES_PER_FEATURE
-    ram = physical_memory()
-    if ram is not None and need > ram:
-        raise too_many_features(spec, data.n_features, zero_based, need,
-                                "the counts the analysis keeps per feature id", ram)
-    try:
+    what = "the counts the analysis keeps per feature id"
+    check_fits(spec, data.n_features, zero_based, need, what, physical_memory())
+    with ids_blamed(spec, data.n_features, zero_based, need, what, data.nnz):
         stats = analyze_conflicts(data, exact_budget=exact_budget, sample_rows=sample_rows,
                                   partners=partners, seed=seed)
         # The same graph without the most frequent features: are a few of them the story?
         trimmed, share = without_top_features(data, TOP_REMOVED)
         rest = analyze_conflicts(trimmed, exact_budget=exact_budget, sample_rows=sample_rows,
                                  partners=partners, seed=seed)
-    except MemoryError:
-        # Below the RAM but beyond a memory limit (ulimit -v, a container's): blame the ids
-        # when their arrays outweigh the rows' own (12 bytes per non-zero).
-        if not ids_outweigh_rows(need, data.nnz):
-            raise
-        raise too_many_features(spec, data.n_features, zero_based, need,
-                                "the counts the analysis keeps per feature id", None) from None
     result = stats.to_json()
     result["load_seconds"] = loaded
     result[f"without_top_{TOP_REMOVED}"] = {**rest.to_json(), "nnz_share_removed": share}

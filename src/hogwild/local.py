@@ -19,7 +19,7 @@ from hogwild.data.conflicts import startup_report
 from hogwild.data.conflicts import warmup as warmup_conflicts
 from hogwild.data.featurespace import frequent_features
 from hogwild.data.labels import MULTICLASS, LabelMap, check_class_labels
-from hogwild.data.memory import ids_outweigh_rows, physical_memory, too_many_features
+from hogwild.data.memory import check_fits, ids_blamed, physical_memory
 from hogwild.data.reorder import frequency_order, renumber, restore_weights
 from hogwild.data.sources import default_test_source, describe, load_source_hashed
 from hogwild.data.split import split_shuffled
@@ -70,14 +70,14 @@ def feature_memory(settings: Settings, n_features: int, n_classes: int) -> int:
     return n_features * (BYTES_PER_FEATURE + per)
 
 
+PER_ID = "the weights and counts kept per feature id"
+
+
 def check_feature_memory(settings: Settings, n_features: int, n_classes: int = 1) -> None:
     """DataError naming the largest feature id when its arrays alone exceed the machine's
     RAM (they are as long as the largest id however few ids are used: a stray huge id)."""
-    need = feature_memory(settings, n_features, n_classes)
-    ram = physical_memory()
-    if ram is not None and need > ram:
-        raise too_many_features(settings.data, n_features, settings.zero_based, need,
-                                "the weights and counts kept per feature id", ram)
+    check_fits(settings.data, n_features, settings.zero_based,
+               feature_memory(settings, n_features, n_classes), PER_ID, physical_memory())
 
 
 def load_splits(settings: Settings) -> Splits:
@@ -106,16 +106,10 @@ def load_splits(settings: Settings) -> Splits:
     width = max(data.n_features, 0 if test is None else test.n_features)
     vectors = labels.n_classes if labels.task == MULTICLASS else 1  # one-vs-rest: one each
     check_feature_memory(settings, width, vectors)
-    try:
+    with ids_blamed(settings.data, width, settings.zero_based,
+                    feature_memory(settings, width, vectors), PER_ID,
+                    data.nnz + (0 if test is None else test.nnz)):
         return _split_and_renumber(settings, data, test, test_spec, labels, hashing)
-    except MemoryError:
-        # Below the RAM but beyond a limit (ulimit -v, a container's): blame the ids when
-        # their arrays outweigh the rows'.
-        need = feature_memory(settings, width, vectors)
-        if not ids_outweigh_rows(need, data.nnz + (0 if test is None else test.nnz)):
-            raise
-        raise too_many_features(settings.data, width, settings.zero_based, need,
-                                "the weights and counts kept per feature id", None) from None
 
 
 def _split_and_renumber(settings: Settings, data: CSRData, test: CSRData | None,

@@ -15,6 +15,13 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+
+def float32_as_written(value: float) -> float:
+    """The shortest decimal that reads back as the float32 nearest ``value``: what a user wrote
+    for a label the parser keeps as float32 (0.1, not the 0.10000000149011612 it holds)."""
+    return float(str(np.float32(value)))
+
+
 # Distinct inexact values looked at before the watch stops: more than a classifier's
 # MAX_CLASSES means real-valued targets (refused as classes anyway), whose rounding is fine.
 TRACKED = 4096
@@ -42,7 +49,7 @@ class LabelWatch:
             if value in self._seen:
                 continue
             self._seen.add(value)
-            if float(str(np.float32(value))) != value and (worst is None or at < worst):
+            if float32_as_written(value) != value and (worst is None or at < worst):
                 worst = at
                 self.value = value
             if len(self._seen) > TRACKED:

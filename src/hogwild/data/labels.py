@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.data.labelcheck import refusal
+from hogwild.data.labelcheck import float32_as_written, refusal
 from hogwild.errors import DataError
 
 BINARY = "binary"
@@ -189,7 +189,7 @@ def _as_written(value: np.generic) -> float:
     shortest decimal that reads back as the same float32, e.g. 0.1 rather than the
     0.10000000149011612 the float32 holds; wider values are kept exactly."""
     if isinstance(value, np.float32):
-        return float(str(value))
+        return float32_as_written(float(value))
     return float(value)
 
 

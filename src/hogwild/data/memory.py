@@ -6,7 +6,9 @@ the largest id, however few ids are used: one stray id of 2,000,000,000 asks for
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 from hogwild.errors import DataError
 
@@ -50,7 +52,22 @@ def too_many_features(spec: str, n_features: int, zero_based: bool, need: int, w
                      "fewer features (`hogwild hash`, `hash_bits`)")
 
 
-def ids_outweigh_rows(need: int, nnz: int) -> bool:
-    """Whether a MemoryError is the ids' fault: their arrays outweigh the rows' own (12 bytes
-    per non-zero), as for a stray huge id."""
-    return need > 12 * nnz
+def check_fits(spec: str, n_features: int, zero_based: bool, need: int, what: str,
+               ram: int | None) -> None:
+    """DataError (see too_many_features) when ``need`` bytes of per-id arrays exceed ``ram``."""
+    if ram is not None and need > ram:
+        raise too_many_features(spec, n_features, zero_based, need, what, ram)
+
+
+@contextlib.contextmanager
+def ids_blamed(spec: str, n_features: int, zero_based: bool, need: int, what: str,
+               nnz: int) -> Iterator[None]:
+    """A MemoryError in the block (below the RAM but beyond a limit: ``ulimit -v``, a
+    container's) as too_many_features when the ids' arrays outweigh the rows' own (12 bytes
+    per non-zero), as for a stray huge id; any other MemoryError as it is."""
+    try:
+        yield
+    except MemoryError:
+        if need <= 12 * nnz:
+            raise
+        raise too_many_features(spec, n_features, zero_based, need, what, None) from None

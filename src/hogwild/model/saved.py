@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild import __version__, artifacts
+from hogwild.data.labelcheck import float32_as_written
 from hogwild.errors import ModelError, ModelFormatError
 from hogwild.model.losses import LOSS_NAMES
 from hogwild.model.spec import ModelSpec
@@ -51,11 +52,10 @@ def label_value(value: Any) -> Label:
         raise ModelError(f"class label {value!r} is not a finite number")
     if x.is_integer() and abs(x) < 2.0**53:
         return int(x)
-    narrow = np.float32(x)
-    if float(narrow) == x:
+    if float(np.float32(x)) == x:
         # A parsed (float32) label, as models before the classes were kept as written saved
         # it: 0.10000000149011612 stands for the 0.1 the data said.
-        return float(str(narrow))
+        return float32_as_written(x)
     return x
 
 
