@@ -60,6 +60,11 @@ def hash_command(source: str, out: str, options: HashOptions, *, params_file: st
             Path(out).unlink(missing_ok=True)
             raise
     print(f"hashed {source}: {describe(data)}", file=stream)
+    if data.label_note is not None:
+        # The rows are written as they are held (32-bit labels); training a classifier on
+        # them refuses the file, so say here what happened and what to do.
+        print(f"hogwild hash: warning: {data.label_note}, and is written so: as class labels "
+              "such values may merge; renumber the classes (e.g. 0..K-1)", file=sys.stderr)
     print(f"  in {seconds:.2f}s ({data.n_rows / max(seconds, 1e-9):,.0f} rows/s, "
           f"{size / 1e6 / max(seconds, 1e-9):.1f} MB/s of text)", file=stream)
     for line in column_summary(params):

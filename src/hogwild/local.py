@@ -19,7 +19,7 @@ from hogwild.data.conflicts import startup_report
 from hogwild.data.conflicts import warmup as warmup_conflicts
 from hogwild.data.featurespace import frequent_features
 from hogwild.data.labels import MULTICLASS, LabelMap, check_class_labels
-from hogwild.data.memory import check_fits, ids_blamed, physical_memory
+from hogwild.data.memory import PER_ID, check_fits, ids_blamed, physical_memory
 from hogwild.data.reorder import frequency_order, renumber, restore_weights
 from hogwild.data.sources import default_test_source, describe, load_source_hashed
 from hogwild.data.split import split_shuffled
@@ -68,9 +68,6 @@ def feature_memory(settings: Settings, n_features: int, n_classes: int) -> int:
     of a one-vs-rest model, the first layer of an MLP) and the renumbering's."""
     per = 8 * max(1, n_classes) if settings.model == "linear" else 8 * settings.hidden[0]
     return n_features * (BYTES_PER_FEATURE + per)
-
-
-PER_ID = "the weights and counts kept per feature id"
 
 
 def check_feature_memory(settings: Settings, n_features: int, n_classes: int = 1) -> None:

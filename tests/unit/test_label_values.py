@@ -13,6 +13,7 @@ from hogwild.cli import main
 from hogwild.data.labelcheck import LabelWatch
 from hogwild.data.labels import LabelMap, as_written
 from hogwild.data.ranges import plan_file
+from hogwild.data.sources import load_source
 from hogwild.data.stream import load_text
 from hogwild.data.svmlight import parse_svmlight_buffer, read_svmlight
 from hogwild.model.saved import label_value
@@ -114,6 +115,53 @@ def test_classes_float32_cannot_keep_are_refused_and_targets_are_not(
     assert main(["predict", "--model", str(model), "--data", str(data), "--metrics"],
                 environ={}) == 0
     assert "cannot be told apart as written: no metrics" in capsys.readouterr().err
+
+
+def test_csv_labels_float32_changes_are_refused_as_classes_and_noted_by_hash(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    table = tmp_path / "ids.csv"
+    table.write_text("y,colour\n" + "100000001,red\n100000002,blue\n3,red\n" * 10)
+    source = f"csv:{table}?label=y&categorical=colour"
+    data = load_source(source, shuffle_seed=7)  # shuffled rows keep the note
+    assert data.label_note == f"{table}: data row 1: label 100000001 is stored as 100000000 " \
+                              "(32-bit float)"
+    assert data.slice(0, 5).label_note == data.label_note
+    assert _train_source(source, tmp_path / "out", "--epochs", "1") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "label 100000001 is stored as 100000000" in err[0] \
+        and "renumber the classes" in err[0], err
+    assert not (tmp_path / "out" / "model.npz").exists()
+    assert _train_source(source, tmp_path / "out", "--epochs", "1", "--loss", "squared") == 0
+    # `hash` writes the rows as held and says so; exact labels pass without a word.
+    assert main(["hash", str(table), "--label", "y", "--categorical", "colour", "--out",
+                 str(tmp_path / "h.svm")], environ={}) == 0
+    err = capsys.readouterr().err
+    assert "warning: " in err and "label 100000001 is stored as 100000000" in err, err
+    small = tmp_path / "small.csv"
+    small.write_text("y,colour\n" + "0,red\n1,blue\n" * 10)
+    assert main(["hash", str(small), "--label", "y", "--categorical", "colour", "--out",
+                 str(tmp_path / "s.svm")], environ={}) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def _train_source(source: str, out: Path, *extra: str) -> int:
+    return main(["train", "--data", source, "--threads", "1", "--data-cache", "false",
+                 "--out", str(out), *extra], environ={})
+
+
+def test_the_data_lines_name_two_classes_by_the_users_labels(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "d.svm"
+    data.write_text("0 1:1\n" * 30 + "5 2:1\n" * 10)
+    test = tmp_path / "t.svm"
+    test.write_text("0 1:1\n" * 4)
+    assert main(["train", "--data", str(data), "--test", str(test), "--threads", "1",
+                 "--epochs", "1", "--data-cache", "false", "--out", str(tmp_path / "out")],
+                environ={}) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # the labels are encoded -1/+1 for training; the data lines speak of 0 and 5
+    assert any(line.strip().startswith("test 4 rows") and line.endswith("every label 0")
+               for line in lines), lines
 
 
 # ----------------------------------------------------------- feature ids too large for memory

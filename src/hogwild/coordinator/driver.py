@@ -163,10 +163,10 @@ class RunDriver:
                             "classes; the cluster trains binary and regression models only "
                             "(`hogwild train` trains multiclass one-vs-rest)")
         self._check_same_data(splits)
-        train_line = self.local.describe() if self.local else describe(splits.train)
+        train_line = self.local.describe() if self.local else describe(splits.train, splits.labels)
         self._print(f"data: train {train_line}")
-        self._print(f"      validation {describe(splits.val)}")
-        self._print(f"      test {describe(splits.test)}")
+        self._print(f"      validation {describe(splits.val, splits.labels)}")
+        self._print(f"      test {describe(splits.test, splits.labels)}")
         load_seconds = time.perf_counter() - began
         if self.local is None:
             self._conflicts(splits.train, load_seconds)

@@ -23,7 +23,7 @@ from hogwild.data.reorder import order_from_counts, renumber
 from hogwild.data.sources import default_test_source, load_source_hashed
 from hogwild.data.textsource import bundled_features, canonical, local_source_error
 from hogwild.errors import ConfigError, DataError
-from hogwild.local import Splits
+from hogwild.local import Splits, feature_memory
 from hogwild.model.losses import get_loss
 from hogwild.protocol import pb
 from hogwild.protocol.localstream import local_source
@@ -108,7 +108,8 @@ def load_local(settings: Settings) -> tuple[Splits, LocalShipping]:
     try:
         plan = plan_file(source, workers=s.workers, seed=s.seed, val_fraction=s.val_fraction,
                          test_fraction=test_fraction, zero_based=s.zero_based,
-                         n_features=n_features, classifier=classifier)
+                         n_features=n_features, classifier=classifier,
+                         bytes_per_id=feature_memory(s, 1, 1))
     except ValueError as exc:
         raise ConfigError("workers", str(exc)) from None
     # plan.labels are float32 values (as the rows hold them): fitted as such, the classes

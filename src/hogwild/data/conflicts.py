@@ -353,7 +353,7 @@ def without_top_features(data: CSRData, k: int) -> tuple[CSRData, float]:
     np.cumsum(np.bincount(rows[keep], minlength=data.n_rows), out=indptr[1:])
     share = 1.0 - float(keep.mean()) if data.nnz else 0.0
     return CSRData(indptr, data.indices[keep], data.values[keep], data.labels,
-                   data.n_features), share
+                   data.n_features, data.label_note), share
 
 
 def quick_conflicts(data: CSRData, seed: int = 0,

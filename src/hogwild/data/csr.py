@@ -138,7 +138,8 @@ class CSRData:
         out_values = np.empty(nnz, dtype=VALUE_DTYPE)
         _gather_rows(self.indptr, self.indices, self.values, rows, new_indptr,
                      out_indices, out_values)
-        return CSRData(new_indptr, out_indices, out_values, self.labels[rows], self.n_features)
+        return CSRData(new_indptr, out_indices, out_values, self.labels[rows], self.n_features,
+                       self.label_note)
 
     def slice(self, start: int, stop: int) -> CSRData:
         """Contiguous rows ``start:stop`` (Python slice rules); arrays are views, indptr rebased."""
@@ -147,7 +148,7 @@ class CSRData:
         a = int(self.indptr[start])
         b = int(self.indptr[stop])
         return CSRData(self.indptr[start:stop + 1] - a, self.indices[a:b], self.values[a:b],
-                       self.labels[start:stop], self.n_features)
+                       self.labels[start:stop], self.n_features, self.label_note)
 
     def with_n_features(self, n: int) -> CSRData:
         """The same rows declared over ``n`` features; DataError if an index is ``>= n``."""

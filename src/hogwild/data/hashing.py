@@ -47,6 +47,7 @@ import numpy.typing as npt
 import xxhash
 
 from hogwild.data.csr import CSRData
+from hogwild.data.labelcheck import LabelWatch
 from hogwild.errors import DataError, DataFormatError
 
 FORMAT = "hogwild-hashing"
@@ -457,7 +458,7 @@ def fit_table(table: Table, options: HashOptions) -> tuple[CSRData, dict[str, An
     params = {"format": FORMAT, "version": VERSION, "hash": HASH, "seed": options.seed,
               "label": options.label, "sep": table.sep, "n_features": offset,
               "columns": specs}
-    return _assemble(blocks, labels, table.n_rows, offset), params
+    return _assemble(blocks, labels, table.n_rows, offset, table.path), params
 
 
 def check_params(params: Mapping[str, Any]) -> None:
@@ -494,7 +495,7 @@ def apply_hashing(params: Mapping[str, Any], path: str | Path,
     # Without the label column the labels are NaN: no metrics can be computed against them.
     labels = (_numeric(table, label, required=True)[0] if label and label in table.columns
               else np.full(table.n_rows, np.nan))
-    return _assemble(blocks, labels, table.n_rows, int(params["n_features"]))
+    return _assemble(blocks, labels, table.n_rows, int(params["n_features"]), table.path)
 
 
 def _apply_sep(path: str, params: Mapping[str, Any]) -> str:
@@ -507,16 +508,24 @@ def _apply_sep(path: str, params: Mapping[str, Any]) -> str:
     return str(params.get("sep") or ",")
 
 
-def _assemble(blocks: Sequence[_Block], labels: F64, n_rows: int, n_features: int) -> CSRData:
+def _assemble(blocks: Sequence[_Block], labels: F64, n_rows: int, n_features: int,
+              source: str | Path) -> CSRData:
     """CSR rows from the blocks' entries (repeated (row, feature) pairs, e.g. a word twice in
-    a cell, are summed)."""
+    a cell, are summed); labels that float32 changes are noted as the svmlight parser notes
+    them (a classifier refuses them)."""
     import scipy.sparse as sp
 
     rows = np.concatenate([b.rows for b in blocks]) if blocks else np.zeros(0, np.int64)
     cols = np.concatenate([b.cols for b in blocks]) if blocks else np.zeros(0, np.int64)
     vals = np.concatenate([b.vals for b in blocks]) if blocks else np.zeros(0)
     matrix = sp.csr_matrix((vals, (rows, cols)), shape=(n_rows, n_features))
-    return CSRData.from_scipy(matrix, labels)
+    data = CSRData.from_scipy(matrix, labels)
+    watch = LabelWatch()
+    watch.add(np.asarray(labels, dtype=np.float64), 0)
+    note = watch.note(source)
+    if note is None:
+        return data
+    return CSRData(data.indptr, data.indices, data.values, data.labels, data.n_features, note)
 
 
 # ---------------------------------------------------------------------------- source strings

@@ -37,6 +37,10 @@ def physical_memory() -> int | None:
     return ram
 
 
+# What a refusal names: the arrays a job keeps per feature id, as long as the largest id.
+PER_ID = "the weights and counts kept per feature id"
+
+
 def size_text(n: int) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 

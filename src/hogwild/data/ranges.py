@@ -35,6 +35,7 @@ import numpy.typing as npt
 from hogwild.data._threads import default_threads
 from hogwild.data.csr import CSRData
 from hogwild.data.labelcheck import LabelWatch
+from hogwild.data.memory import PER_ID, check_fits, ids_blamed, physical_memory
 from hogwild.data.stream import BLOCK_BYTES
 from hogwild.data.svmlight import parse_text
 from hogwild.data.textsource import TextFile, new_digest
@@ -289,14 +290,20 @@ def range_digest(chunk_digests: bytes) -> bytes:
 def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
               test_fraction: float, zero_based: bool = False, n_features: int | None = None,
               classifier: bool = True, threads: int | None = None,
-              block_bytes: int = BLOCK_BYTES, checkpoint_cap: int | None = None) -> FilePlan:
+              block_bytes: int = BLOCK_BYTES, checkpoint_cap: int | None = None,
+              bytes_per_id: int = 0) -> FilePlan:
     """Scan ``source`` (see hogwild.data.textsource) once and plan its ranges for ``workers``.
 
     ``n_features`` (if given) must exceed every id, else DataFormatError names the line; a
     malformed line likewise. Range boundaries fall on every G-th row (G = 1 up to
     ``checkpoint_cap`` rows, default 64 per range and at least 65,536; then a power of two),
-    so ranges are equal to within G rows."""
+    so ranges are equal to within G rows. ``bytes_per_id``: what the job will keep per feature
+    id besides the plan's own counts; an id whose arrays exceed the RAM is refused as soon as
+    it is read (DataError naming it), before anything that large is allocated."""
     t0 = time.perf_counter()
+    ram = physical_memory()
+    # The counts grow by concatenation (old and new side by side): 16 bytes per id at most.
+    per_id = 16 + max(0, bytes_per_id)
     n_threads = max(1, threads if threads is not None else default_threads())
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
@@ -340,10 +347,16 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
             test.add(p.indptr, p.indices, p.values, p.labels, is_test)
             lengths = np.diff(p.indptr)
             kept = p.indices[np.repeat(train, lengths)]
+            if p.max_index >= df.shape[0]:
+                # A stray huge id makes every per-id array that long: refused here, by name,
+                # rather than a machine swapping or a generic out-of-memory later.
+                check_fits(name, p.max_index + 1, zero_based, per_id * (p.max_index + 1),
+                           PER_ID, ram)
             if kept.shape[0]:
                 top = int(kept.max()) + 1
                 if top > df.shape[0]:
-                    df = np.concatenate([df, np.zeros(top - df.shape[0], dtype=np.int64)])
+                    with ids_blamed(name, top, zero_based, per_id * top, PER_ID, nnz_total):
+                        df = _grown(df, top)
                 df += np.bincount(kept, minlength=df.shape[0])
             # Labels as every CSRData holds them (float32), so that the classes found here
             # match the rows' labels wherever they are compared.
@@ -396,6 +409,11 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
     log.info("%s: planned %d ranges over %s rows (%s text bytes) in %.2fs", name, len(ranges),
              f"{total:,}", f"{pos:,}", plan.seconds)
     return plan
+
+
+def _grown(counts: npt.NDArray[np.int64], size: int) -> npt.NDArray[np.int64]:
+    """``counts`` extended with zeros to ``size`` entries."""
+    return np.concatenate([counts, np.zeros(size - counts.shape[0], dtype=np.int64)])
 
 
 def _merge_labels(values: np.ndarray, counts: np.ndarray, labels: np.ndarray,

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from hogwild.data.csr import CSRData
-from hogwild.data.labels import MULTICLASS, LabelMap, summarize_labels
+from hogwild.data.labels import LabelMap, summarize_labels
 from hogwild.data.rcv1 import RCV1_FEATURES, read_lyrl2004
 from hogwild.data.split import shuffle_order
 from hogwild.data.svmlight import read_svmlight
@@ -38,10 +38,10 @@ def default_test_source(spec: str) -> str | None:
 def describe(data: CSRData, labels: LabelMap | None = None) -> str:
     """One line: rows, features, non-zeros (and per row), and the labels (the positive share
     of two classes, the most common of a few values, else their range). ``labels``: the map
-    the labels were encoded with, so that multiclass rows (holding class indices) are
-    described by the user's own label values."""
+    the labels were encoded with, so that encoded rows (class indices, or -1/+1 for two
+    classes) are described by the user's own label values."""
     per_row = data.nnz / data.n_rows if data.n_rows else 0.0
-    y = data.labels if labels is None or labels.task != MULTICLASS else labels.decode(data.labels)
+    y = data.labels if labels is None or labels.classes is None else labels.decode(data.labels)
     return (f"{data.n_rows:,} rows x {data.n_features:,} features, {data.nnz:,} non-zeros "
             f"({per_row:.1f} per row), {summarize_labels(y)}")
 
