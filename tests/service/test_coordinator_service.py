@@ -6,13 +6,16 @@ import grpc
 import numpy as np
 import pytest
 
-from hogwild.protocol import PROTOCOL_VERSION, pb
+from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import DeltaHeader, encode_delta
 from hogwild.protocol.health import check
 
-from .conftest import CoordinatorServer
+from hogwild.protocol.security import Security
+
+from .conftest import CoordinatorServer, WorkerServer
 
 DIM = 501
+SECRET = b"a test worker's secret"
 
 
 @pytest.fixture
@@ -22,10 +25,11 @@ def coord(coordinator_server: CoordinatorServer) -> CoordinatorServer:
     return coordinator_server
 
 
-def _delta(run_id: str, worker_id: int = 0, seq: int = 1) -> pb.Delta:
+def _delta(run_id: str, worker_id: int = 0, seq: int = 1, round_: int = 1) -> pb.Delta:
     idx = np.array([0, 7, 99, DIM - 1], dtype=np.int32)
     val = np.array([0.5, -1.25, 2.0, 0.125], dtype=np.float32)
-    return encode_delta(DeltaHeader(run_id, worker_id, round=1, seq=seq, dim=DIM), idx, val)
+    return encode_delta(DeltaHeader(run_id, worker_id, round=round_, seq=seq, dim=DIM), idx,
+                        val)
 
 
 def _weights(coord: CoordinatorServer) -> bytes:
@@ -102,7 +106,8 @@ def test_duplicate_seq_is_acknowledged_but_applied_once(coord: CoordinatorServer
 def test_registration_is_idempotent_and_bounded(coord: CoordinatorServer) -> None:
     def register(address: str) -> pb.RegisterReply:
         return coord.stub.Register(pb.RegisterRequest(
-            protocol_version=PROTOCOL_VERSION, address=address, threads=2), timeout=5)
+            protocol_version=PROTOCOL_VERSION, address=address, threads=2,
+            process_secret=SECRET), timeout=5)
 
     a = register("127.0.0.1:2")
     assert register("127.0.0.1:2").worker_id == a.worker_id == 1
@@ -154,14 +159,60 @@ def test_missing_registrations_are_named_after_the_deadline(
     ({"address": "h" * 100_000 + ":1"}, "address must be host:port"),
     ({"address": "127.0.0.1:5", "hostname": "x" * 1_000_000}, "hostname of 1000000"),
     ({"address": "127.0.0.1:5", "threads": 1 << 20}, "threads, at most 256"),
+    ({"address": "127.0.0.1:5", "process_secret": b""}, "a process secret of 16..64 bytes"),
+    ({"address": "127.0.0.1:5", "process_secret": b"x" * 65}, "a process secret of 16..64"),
 ])
 def test_a_malformed_registration_is_refused_and_nothing_is_kept(
         coord: CoordinatorServer, fields: dict[str, object], why: str) -> None:
     before = dict(coord.state.workers)
     with pytest.raises(grpc.RpcError) as info:
         coord.stub.Register(pb.RegisterRequest(protocol_version=PROTOCOL_VERSION,
-                                               **fields), timeout=10)  # type: ignore[arg-type]
+                                               **{"process_secret": SECRET, **fields}),
+                            timeout=10)  # type: ignore[arg-type]
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert why in (info.value.details() or "")
     assert len(info.value.details() or "") < 300  # the offending value is not echoed whole
     assert coord.state.workers == before
+
+
+def test_a_registration_with_a_workers_host_and_pid_but_not_its_secret_gets_nothing(
+        worker_server: WorkerServer) -> None:
+    """Host, pid and address are anyone's for the asking (Identify); a registration that
+    copies them gets neither the worker's id nor its keys, and the worker keeps its place."""
+    node = worker_server.node
+    stub = pb_grpc.CoordinatorStub(Security().channel(node.settings.coordinator_address))
+    who = pb_grpc.WorkerStub(Security().channel(worker_server.address)).Identify(
+        pb.IdentifyRequest(protocol_version=PROTOCOL_VERSION), timeout=5)
+    assert who.secret_digest and who.address == worker_server.address
+    forged = pb.RegisterRequest(protocol_version=PROTOCOL_VERSION, address=who.address,
+                                hostname=who.hostname, pid=who.pid, threads=1,
+                                process_secret=b"not the worker's secret!")
+    with pytest.raises(grpc.RpcError) as info:
+        stub.Register(forged, timeout=10)
+    assert info.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert "still answers there" in (info.value.details() or "")
+    assert node.worker_key not in (info.value.details() or "")
+    # The worker itself (its own secret) registering again is the same worker.
+    again = stub.Register(pb.RegisterRequest(
+        protocol_version=PROTOCOL_VERSION, address=who.address, hostname=who.hostname,
+        pid=who.pid, threads=1, process_secret=node._secret), timeout=10)
+    assert again.worker_id == node.worker_id and again.worker_key == node.worker_key
+
+
+@pytest.mark.parametrize("field", ["round", "examples", "max_staleness"])
+def test_a_progress_report_with_an_absurd_count_is_refused_and_kept_nowhere(
+        coord: CoordinatorServer, field: str) -> None:
+    """A round of 2**64-1 would sit in the checkpoint and break every resume from it."""
+    record = coord.state.workers[0]
+    before = (record.round, record.examples, record.max_staleness)
+    report = pb.Progress(protocol_version=PROTOCOL_VERSION, run_id=coord.state.run_id,
+                         worker_id=0, round=3, examples=30, train_loss=0.5)
+    setattr(report, field, (1 << 64) - 1)
+    with pytest.raises(grpc.RpcError) as info:
+        coord.stub.ReportProgress(report, timeout=5)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (record.round, record.examples, record.max_staleness) == before
+    with pytest.raises(grpc.RpcError) as info:
+        coord.stub.PushDelta(_delta(coord.state.run_id, seq=1, round_=(1 << 64) - 1), timeout=5)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert coord.state.deltas_received == 0

@@ -408,7 +408,8 @@ def test_plain_text_beyond_loopback_is_a_warning(host: str, warned: bool,
 
 def test_a_client_only_certificate_cannot_take_a_worker_slot(secured: Secured,
                                                             bundle: Bundle) -> None:
-    register = pb.RegisterRequest(protocol_version=PROTOCOL_VERSION, address="10.9.9.9:1")
+    register = pb.RegisterRequest(protocol_version=PROTOCOL_VERSION, address="10.9.9.9:1",
+                                  process_secret=b"0123456789abcdef")
     with _client(bundle, "client").channel(secured.address) as channel:
         err = _refused(lambda: pb_grpc.CoordinatorStub(channel).Register(register, timeout=5))
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED

@@ -292,3 +292,26 @@ def test_a_resume_under_other_model_settings_is_refused_naming_the_setting(
                                         replace(mlp, hidden=(16,)))
     older = _ckpt()  # a checkpoint that does not say: not refused for it
     checkpoint.check_model_settings(older, replace(taken, loss="logistic"))
+
+
+def test_a_resumed_coordinator_gives_a_place_back_only_to_the_process_that_held_it(
+        tmp_path: Path) -> None:
+    """The checkpoint keeps each worker's secret digest: after a resume the same process
+    registers again as before, another one claiming its address must prove it serves it."""
+    from hogwild.coordinator.state import AddressClaimed
+
+    before = RunState(2, run_id="r1")
+    before.register("127.0.0.1:5000", 1, "host", 40, secret=b"secret of worker 0")
+    before.register("127.0.0.1:5001", 1, "host", 41, secret=b"secret of worker 1")
+    before.start_model(4)
+    checkpoint.save(tmp_path, before.checkpoint(1.0, 0))
+    saved = checkpoint.load(tmp_path)
+    assert saved is not None
+    state = RunState(2, run_id="r1")
+    state.restore(saved)
+    with pytest.raises(AddressClaimed):  # host and pid copied, not the secret
+        state.register("127.0.0.1:5000", 1, "host", 40, secret=b"a guess")
+    assert not state.workers[0].registered
+    assert state.register("127.0.0.1:5000", 1, "host", 40, secret=b"secret of worker 0") == 0
+    # a restarted process proven to serve the address (verified) takes the place
+    assert state.register("127.0.0.1:5001", 1, "host", 77, secret=b"new", verified=True) == 1

@@ -47,6 +47,9 @@ class WorkerEntry:
     round: int = 0
     deltas_applied: int = 0
     bytes_received: int = 0
+    # SHA-256 of the process's registration secret (hex): the same process registers again
+    # after a resume, another one claiming its address must prove it serves it.
+    secret_digest: str = ""
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Callable
 
 import grpc
@@ -31,13 +33,18 @@ def register_claim(state: RunState, request: pb.RegisterRequest,
     and the new one takes its place; if the registered process still answers (two workers
     advertising one address) or nobody does, the registration is refused (Conflict)."""
     try:
-        return state.register(request.address, request.threads, request.hostname, request.pid)
+        return state.register(request.address, request.threads, request.hostname, request.pid,
+                              secret=request.process_secret)
     except AddressClaimed as claimed:
         identity = identify(request.address, open_channel, timeout)
+        # The process at the address proves it is the registrant by the digest of the secret
+        # only the registrant sent: host and pid are no proof (a peer can ask for them).
+        digest = hashlib.sha256(request.process_secret).digest()
         if (identity is not None and identity.pid == request.pid
-                and identity.hostname == request.hostname):
+                and identity.hostname == request.hostname
+                and hmac.compare_digest(identity.secret_digest, digest)):
             return state.register(request.address, request.threads, request.hostname,
-                                  request.pid, verified=True)
+                                  request.pid, verified=True, secret=request.process_secret)
         if identity is None:
             why = "and nothing answers there"
         else:

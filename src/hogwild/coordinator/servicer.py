@@ -23,6 +23,25 @@ MAX_NAME_LENGTH = 300
 MAX_THREADS = 256
 
 
+# A worker's registration secret (hogwild.worker.node draws 32 random bytes).
+MIN_SECRET, MAX_SECRET = 16, 64
+
+
+# Counters a worker reports about itself: far above any real run (a round a microsecond for
+# twelve days; examples exact in a double), far below where they overflow a checkpoint, a
+# round number sent on (uint64) or a sum of them.
+MAX_ROUND = 1 << 40
+MAX_EXAMPLES = 1 << 53
+
+
+def check_counts(what: str, round_: int, examples: int = 0, staleness: int = 0) -> None:
+    """InvalidMessage when a reported round, example count or staleness is out of range."""
+    if round_ > MAX_ROUND or staleness > MAX_ROUND:
+        raise InvalidMessage(f"{what}: round or staleness above {MAX_ROUND}")
+    if examples > MAX_EXAMPLES:
+        raise InvalidMessage(f"{what}: example count above {MAX_EXAMPLES}")
+
+
 def check_registration(request: pb.RegisterRequest) -> None:
     """InvalidMessage unless the address is host:port and the other fields are in range."""
     address = request.address
@@ -34,6 +53,9 @@ def check_registration(request: pb.RegisterRequest) -> None:
     if len(request.hostname) > MAX_NAME_LENGTH:
         raise InvalidMessage(f"registration: hostname of {len(request.hostname)} characters, "
                              f"at most {MAX_NAME_LENGTH}")
+    if not MIN_SECRET <= len(request.process_secret) <= MAX_SECRET:
+        raise InvalidMessage(f"registration: a process secret of {MIN_SECRET}..{MAX_SECRET} "
+                             f"bytes is required, got {len(request.process_secret)}")
     if request.threads > MAX_THREADS:  # 0 (unset) counts as 1
         raise InvalidMessage(f"registration: {request.threads} threads, at most {MAX_THREADS}")
 
@@ -73,6 +95,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         # Who before what: an unknown run or sender, or a caller without that sender's key,
         # fails before the payload is even read.
         self.state.check_sender(request.run_id, request.worker_id, sender_key(context))
+        check_counts("delta", request.round, request.examples)
         dim = self.state.dim
         if dim is None:
             raise StaleOrUnknown("delta received before the run started")
@@ -82,6 +105,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @translate
     def ReportProgress(self, request: pb.Progress, context: grpc.ServicerContext) -> pb.Ack:
         check_version(request.protocol_version, "progress")
+        check_counts("progress", request.round, request.examples, request.max_staleness)
         self.state.progress(request.run_id, request.worker_id, request.round, request.examples,
                             request.train_loss, request.done, request.max_staleness,
                             request.diverged, key=sender_key(context))
@@ -90,6 +114,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @translate
     def ReportPeerDown(self, request: pb.PeerDown, context: grpc.ServicerContext) -> pb.Ack:
         check_version(request.protocol_version, "peer report")
+        check_counts("peer report", request.round)
         self.state.peer_down(request.run_id, request.worker_id, request.peer_id, request.round,
                              request.reason, key=sender_key(context))
         return self._ack()

@@ -8,6 +8,8 @@ reads snapshots of it. The global model is the sum of every delta received (each
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import math
 import threading
 import time
@@ -56,6 +58,7 @@ class WorkerRecord:
     incarnation: int = 0         # times it registered again during the run (restart, resync)
     drops: int = 0               # times it was dropped (each one announced once)
     registered: bool = True      # False: known from a checkpoint, not registered again yet
+    secret_digest: bytes = b""   # SHA-256 of the registering process's secret
 
 
 class AddressClaimed(StaleOrUnknown):
@@ -119,15 +122,18 @@ class RunState:
     # ---------------------------------------------------------------- registration
 
     def register(self, address: str, threads: int, hostname: str = "", pid: int = 0,
-                 verified: bool = False) -> int:
+                 verified: bool = False, secret: bytes = b"") -> int:
         """The worker id for ``address``.
 
-        The same process registering again gets its id again. Another process claiming a
-        registered address raises AddressClaimed unless ``verified`` (the caller checked that
-        this process is the one answering at the address now: the old one is gone). Once the
-        run is under way, a known address registering again is a worker rejoining (restarted,
-        or resynchronising): it keeps its id and is queued for :meth:`take_rejoins`.
+        The same process (host, pid and ``secret``: its registration secret) registering
+        again gets its id again. Another process claiming a registered address raises
+        AddressClaimed unless ``verified`` (the caller checked that this process is the one
+        answering at the address now: the old one is gone). Host and pid alone prove nothing:
+        any worker can ask a peer for them. Once the run is under way, a known address
+        registering again is a worker rejoining (restarted, or resynchronising): it keeps its
+        id and is queued for :meth:`take_rejoins`.
         """
+        digest = hashlib.sha256(secret).digest() if secret else b""
         if not address:
             raise StaleOrUnknown("registration without an address")
         with self._lock:
@@ -148,8 +154,12 @@ class RunState:
                 if not record.registered:  # back after the coordinator was resumed
                     if self.sealed:
                         raise StaleOrUnknown(f"run {self.run_id} is over")
+                    if (record.secret_digest and not verified
+                            and not hmac.compare_digest(record.secret_digest, digest)):
+                        raise AddressClaimed(record)  # not the process the checkpoint knew
                     record.registered = True
                     record.hostname, record.pid = hostname, pid
+                    record.secret_digest = digest
                     record.threads = max(1, threads)
                     if self.closed:
                         # Later than the resumed run waited for it: it rejoins.
@@ -157,9 +167,12 @@ class RunState:
                         self._rejoins.append(known)
                     self._lock.notify_all()
                     return known
-                if (record.hostname, record.pid) != (hostname, pid) and not verified:
+                same = ((record.hostname, record.pid) == (hostname, pid)
+                        and hmac.compare_digest(record.secret_digest, digest))
+                if not same and not verified:
                     raise AddressClaimed(record)
                 record.hostname, record.pid, record.threads = hostname, pid, max(1, threads)
+                record.secret_digest = digest
                 if self.closed:
                     if self.sealed:
                         raise StaleOrUnknown(f"run {self.run_id} is over")
@@ -172,7 +185,7 @@ class RunState:
                 raise StaleOrUnknown("this run already has all its workers")
             worker_id = len(self.workers)
             self.workers[worker_id] = WorkerRecord(worker_id, address, max(1, threads),
-                                                   hostname, pid)
+                                                   hostname, pid, secret_digest=digest)
             self._seen[worker_id] = SequenceTracker()
             self._by_address[address] = worker_id
             self._lock.notify_all()
@@ -225,7 +238,8 @@ class RunState:
                 self.workers[e.worker_id] = WorkerRecord(
                     e.worker_id, e.address, e.threads, e.hostname, e.pid, round=e.round,
                     examples=e.examples, deltas_applied=e.deltas_applied,
-                    bytes_received=e.bytes_received, registered=False)
+                    bytes_received=e.bytes_received, registered=False,
+                    secret_digest=bytes.fromhex(e.secret_digest))
                 self._by_address[e.address] = e.worker_id
                 self._seen[e.worker_id] = SequenceTracker()
             self.deltas_received = ckpt.deltas_received
@@ -242,7 +256,8 @@ class RunState:
                 deltas_received=totals.deltas_received, bytes_received=totals.bytes_received,
                 duplicates=totals.duplicates, history_rows=history_rows,
                 workers=[WorkerEntry(r.worker_id, r.address, r.threads, r.hostname, r.pid,
-                                     r.examples, r.round, r.deltas_applied, r.bytes_received)
+                                     r.examples, r.round, r.deltas_applied, r.bytes_received,
+                                     r.secret_digest.hex())
                          for r in self.workers.values()])
 
     def take_rejoins(self) -> list[int]:
@@ -359,14 +374,15 @@ class RunState:
                  diverged: bool = False, key: str | None = None) -> None:
         with self._lock:
             record = self.check_sender(run_id, worker_id, key)
-            if diverged and self.diverged is None:
-                self.diverged = f"worker {worker_id}, round {round_}"
             if record.dead:
                 # Alive after all (frozen, or cut off from a peer): refused, it registers
                 # again and resynchronises. A star or tree worker waiting on the relay may
                 # send nothing else (one was seen idling, dropped, until the run ended).
+                # Refused means refused: not even its divergence ends the run.
                 raise StaleOrUnknown(f"worker {worker_id} was dropped from the run "
                                      f"({record.dead_reason})")
+            if diverged and self.diverged is None:
+                self.diverged = f"worker {worker_id}, round {round_}"
             record.round = max(record.round, round_)
             record.examples = max(record.examples, examples)
             if not math.isnan(train_loss):

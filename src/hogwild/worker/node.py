@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import logging
+import secrets
 import socket
 import threading
 import time
@@ -162,6 +164,9 @@ class WorkerNode:
         self._tick_lock = threading.Lock()
         self._peer_addresses: dict[int, str] = {}
         self.averaging = OwnAverage()  # own changes to the averaged part, cut to 1/W
+        # Sent to the coordinator only: what makes a registration this process's (anyone
+        # may learn the host and pid, see identify).
+        self._secret = secrets.token_bytes(32)
 
     # ------------------------------------------------------------------ registration
 
@@ -172,7 +177,7 @@ class WorkerNode:
         self.address = s.advertise_address or f"{routable_host(s.coordinator_address)}:{bound_port}"
         request = pb.RegisterRequest(protocol_version=PROTOCOL_VERSION, address=self.address,
                                      threads=s.threads, hostname=socket.gethostname(),
-                                     pid=_pid())
+                                     pid=_pid(), process_secret=self._secret)
         reply = register_with(s, self.security, request, self.stop_requested)
         if reply is None:
             return False
@@ -467,7 +472,8 @@ class WorkerNode:
 
     def identify(self) -> pb.Identity:
         return pb.Identity(protocol_version=PROTOCOL_VERSION, pid=_pid(),
-                           hostname=socket.gethostname(), address=self.address)
+                           hostname=socket.gethostname(), address=self.address,
+                           secret_digest=hashlib.sha256(self._secret).digest())
 
     def start(self, message: pb.StartRequest) -> None:
         self._check_run(message.protocol_version, message.run_id, "start")
