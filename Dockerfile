@@ -36,7 +36,9 @@ ARG UID=10001
 ARG GID=10001
 
 # NUMBA_CACHE_DIR holds the kernels compiled below, writable by any uid (compose may run the
-# coordinator as the host user). XDG_CACHE_HOME (parsed-data cache, numba's fallback) and
+# coordinator as the host user): numba uses no cache directory it cannot write to, so under a
+# read-only root filesystem (k8s/) an init container copies it to /tmp and the pod points
+# NUMBA_CACHE_DIR there. XDG_CACHE_HOME (parsed-data cache, numba's fallback) and
 # MPLCONFIGDIR point at /tmp so a read-only root filesystem still works.
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

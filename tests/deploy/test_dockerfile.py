@@ -304,7 +304,17 @@ def test_compose_and_kubernetes_use_this_image_by_its_entrypoint() -> None:
     for service in composefile.load({})["services"].values():
         assert isinstance(service["command"], list) and "entrypoint" not in service
     for obj in kustomize_lite.build(REPO / "k8s"):
-        for container in kustomize_lite.containers(obj):
-            assert "command" not in container and container["args"][0] in deploycheck.ROLES
+        for spec in kustomize_lite.pod_specs(obj):
+            for container in spec["containers"]:
+                assert "command" not in container and container["args"][0] in deploycheck.ROLES
+            # The one other command: the kernels compiled into the image, copied to where a
+            # read-only root filesystem lets numba use them (NUMBA_CACHE_DIR of the pod).
+            for init in spec.get("initContainers", []):
+                assert init["command"] == ["cp", "-R", "/opt/hogwild/numba-cache/.",
+                                           "/tmp/numba-cache"]
+                (main,) = spec["containers"]
+                env = {e["name"]: e.get("value") for e in main["env"]}
+                assert env["NUMBA_CACHE_DIR"] == "/tmp/numba-cache"
+                assert {m["mountPath"] for m in init["volumeMounts"]} == {"/tmp"}
     assert yaml.safe_load((REPO / "k8s/kustomization.yaml").read_text())["images"][0][
         "name"] == "hogwild"
