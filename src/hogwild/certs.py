@@ -170,17 +170,26 @@ def write_bundle(directory: str | Path, hosts: Sequence[str] = (), days: int = 3
     ca_name = _name("hogwild development CA")
     ca_cert = _certificate("hogwild development CA", ca_name, ca_key, ca_key, days, ca=True)
     bundle = Bundle(out)
-    _write(bundle.ca, _pem_cert(ca_cert), 0o644)
-    both = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)
-    for role in ROLES:
-        key = ec.generate_private_key(ec.SECP256R1())
-        server = role != "client"
-        cert = _certificate(f"hogwild-{role}", ca_name, ca_key, key, days, ca=False,
-                            hosts=names if server else (),
-                            usages=both if server else (ExtendedKeyUsageOID.CLIENT_AUTH,))
-        _write(bundle.key(role), _pem_key(key), 0o600)
-        _write(bundle.cert(role), _pem_cert(cert), 0o644)
-    _write(bundle.token, (secrets.token_urlsafe(32) + "\n").encode(), 0o600)
+    try:
+        _write(bundle.ca, _pem_cert(ca_cert), 0o644)
+        both = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)
+        for role in ROLES:
+            key = ec.generate_private_key(ec.SECP256R1())
+            server = role != "client"
+            cert = _certificate(f"hogwild-{role}", ca_name, ca_key, key, days, ca=False,
+                                hosts=names if server else (),
+                                usages=both if server else (ExtendedKeyUsageOID.CLIENT_AUTH,))
+            _write(bundle.key(role), _pem_key(key), 0o600)
+            _write(bundle.cert(role), _pem_cert(cert), 0o644)
+        _write(bundle.token, (secrets.token_urlsafe(32) + "\n").encode(), 0o600)
+    except OSError as exc:
+        # e.g. a directory Docker created for a bind mount: root's, not this user's.
+        # A CA without its certificates is of no use: nothing partial stays behind.
+        for name in FILES:
+            if not overwrite:
+                (out / name).unlink(missing_ok=True)
+        raise ConfigError("out", f"cannot write credentials to {out}: "
+                                 f"{exc.strerror or exc}") from None
     return bundle
 
 

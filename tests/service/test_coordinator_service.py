@@ -9,7 +9,6 @@ import pytest
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import DeltaHeader, encode_delta
 from hogwild.protocol.health import check
-
 from hogwild.protocol.security import Security
 
 from .conftest import CoordinatorServer, WorkerServer

@@ -64,3 +64,26 @@ def test_cli_writes_every_file(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == sorted(FILES)
     assert "tls_ca=" in capsys.readouterr().out
     assert main(["certs", "--out", str(tmp_path / "c")]) == 2  # exists: one line, exit 2
+
+
+def test_a_directory_it_cannot_write_is_one_line_and_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import hogwild.certs
+
+    written = []
+    write = hogwild.certs._write
+
+    def refuse_after_two(path: Path, data: bytes, mode: int) -> None:
+        if len(written) == 2:  # as in a root-owned directory Docker made for a bind mount
+            raise PermissionError(13, "Permission denied", str(path))
+        written.append(path)
+        write(path, data, mode)
+
+    monkeypatch.setattr(hogwild.certs, "_write", refuse_after_two)
+    out = tmp_path / "secrets"
+    assert main(["certs", "--out", str(out), "--hosts", "hogwild"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [(f"hogwild certs: error: setting 'out': cannot write credentials to {out}: "
+                    "Permission denied")], err
+    assert list(out.iterdir()) == []  # no CA without its certificates
