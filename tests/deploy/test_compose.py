@@ -202,7 +202,8 @@ def test_worker_count_drives_replicas_and_the_coordinator_together() -> None:
         services = _services({"HOGWILD_WORKERS": count})
         replicas = int(services["worker"]["deploy"]["replicas"])
         waits_for = composefile.environment(services["coordinator"])["HOGWILD_WORKERS"]
-        assert replicas == int(waits_for) == int(count)
+        sized_for = composefile.environment(services["worker"])["HOGWILD_WORKERS"]
+        assert replicas == int(waits_for) == int(sized_for) == int(count)
     default = _services({})
     assert int(default["worker"]["deploy"]["replicas"]) == int(
         composefile.environment(default["coordinator"])["HOGWILD_WORKERS"])

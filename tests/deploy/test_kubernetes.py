@@ -170,6 +170,9 @@ def test_one_count_sets_workers_their_parallelism_and_what_the_coordinator_waits
         assert (spec["completions"], spec["parallelism"]) == (count, count)
         value = _coordinator_env(objects)["HOGWILD_WORKERS"]
         assert value == str(count), "env values must stay strings"
+        # The workers get it too: each sizes its server's threads by it.
+        (worker,) = _workers(objects)["spec"]["template"]["spec"]["containers"]
+        assert _container_env(worker)["HOGWILD_WORKERS"] == str(count)
 
 
 def test_sixty_four_workers_form_a_tree_by_the_worker_count(tmp_path: Path) -> None:
