@@ -35,8 +35,9 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.coordinator.state import RunState
+from hogwild.errors import InvalidMessage
 from hogwild.protocol import pb_grpc
-from hogwild.protocol.codec import DecodedDelta, DeltaHeader, encode_delta_parts
+from hogwild.protocol.codec import MAX_EXAMPLES, DecodedDelta, DeltaHeader, encode_delta_parts
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 from hogwild.worker.sender import Destination, OutgoingDelta, merge_sparse
 
@@ -44,6 +45,12 @@ log = logging.getLogger("hogwild.coordinator")
 
 Sparse = tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]
 _EMPTY: Sparse = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64))
+
+# Sync: how many rounds past the last aggregate a worker's delta may be labelled. A worker
+# builds round r + 1 only once its barrier has the aggregate of round r, which goes out
+# after the relay labelled it (a worker taken back, a tree's orphan and a resumed run start
+# at the next aggregate's round too), so r + 1 is the most; the rest is slack.
+SYNC_ROUNDS_AHEAD = 1 + 4
 
 
 class StarRelay:
@@ -100,14 +107,28 @@ class StarRelay:
                            open_channel=functools.partial(self._open_channel, wid))
 
     def start(self) -> None:
+        self.state.relay_check = self.check_round
         self.state.relay = self.offer
         self._thread.start()
 
     # ------------------------------------------------------------------- receiving
 
+    def check_round(self, worker_id: int, round_: int) -> None:
+        """InvalidMessage if a delta of ``worker_id`` cannot be labelled ``round_`` (sync:
+        more than SYNC_ROUNDS_AHEAD past the last aggregate). Async workers are bounded by
+        their staleness setting, which the relay is not told; codec.MAX_ROUND bounds them."""
+        with self._cond:
+            if self.mode != "sync" or worker_id not in self._pending:
+                return
+            limit = self._sent_round + SYNC_ROUNDS_AHEAD
+        if round_ > limit:
+            raise InvalidMessage(f"delta round {round_} is ahead of the rounds this relay "
+                                 f"let start (at most {limit})")
+
     def offer(self, delta: DecodedDelta, complete: bool, version: int = 0) -> None:
         """A delta the global model took (RPC thread): add it to its sender's pending sum.
-        ``version``: the model's version once it was in (RunState.model_version)."""
+        ``version``: the model's version once it was in (RunState.model_version). Its
+        round passed :meth:`check_round` before the model took it."""
         h = delta.header
         with self._cond:
             if h.worker_id not in self._pending or self._done:
@@ -213,8 +234,11 @@ class StarRelay:
 
     def _encode(self, indices: npt.NDArray[np.int32], values: npt.NDArray[np.floating[Any]],
                 round_: int, final: bool, examples: int) -> list[Any]:
+        # The workers' counts summed: each is at most MAX_EXAMPLES (decode_delta), their sum
+        # need not be, and the workers refuse a larger one.
         header = DeltaHeader(run_id=self.state.run_id, worker_id=COORDINATOR_SENDER_ID,
-                             round=round_, seq=1, dim=self.dim, final=final, examples=examples)
+                             round=round_, seq=1, dim=self.dim, final=final,
+                             examples=min(examples, MAX_EXAMPLES))
         return encode_delta_parts(header, indices, values, self.chunk_bytes)
 
     def _down(self, generation: int, wid: int, why: str) -> None:

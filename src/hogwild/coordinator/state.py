@@ -111,6 +111,12 @@ class RunState:
         # it completed its (worker, seq) and the model's version once it was in (see
         # model_version); the relay forwards the sums to the other workers.
         self.relay: Callable[[DecodedDelta, bool, int], None] | None = None
+        # Topology star: called (outside the lock, before anything is recorded) with a
+        # delta's sender and round; raises InvalidMessage for a round the relay never let
+        # start, so such a delta leaves the global model untouched. Outside the lock since
+        # the relay calls into this state under its own lock; its bound only grows, so a
+        # delta that passed is still within it when applied.
+        self.relay_check: Callable[[int, int], None] | None = None
         # Topology tree: its fan-out. Deltas come only from the coordinator's children:
         # workers whose heap ancestors are all dead (none, at first, for 0..k-1).
         self.tree_fanout: int | None = None
@@ -327,6 +333,8 @@ class RunState:
     def apply_delta(self, delta: DecodedDelta) -> bool:
         """Add a validated delta to the global model; False if it was a duplicate."""
         h = delta.header
+        if self.relay_check is not None:
+            self.relay_check(h.worker_id, h.round)
         with self._lock:
             record = self.check_sender(h.run_id, h.worker_id)
             if self.w is None:

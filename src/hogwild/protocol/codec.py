@@ -27,6 +27,16 @@ from hogwild.jit import njit
 from hogwild.protocol import PROTOCOL_VERSION, pb
 
 MAX_CHUNK_BYTES = 1 << 20
+# The smallest payload a part of a split delta carries (encode_delta_parts refuses to cut
+# finer; nodes cut at chunk_bytes, which settings keep at 4096 or more): a delta therefore
+# never has more than max_delta_parts(dim) parts, and a receiver refuses a larger count.
+MIN_DELTA_CHUNK_BYTES = 1 << 10
+# Rounds and example counts in a delta are compared, summed and sent on (uint64 on the
+# wire). No run comes near these: 2**40 rounds are 35 years of 1 ms rounds, 2**53 examples
+# 2.8 years at 10**8 a second; beyond them a label could only be a sender's lie, and near
+# 2**64 one overflows what the receiver sends on (a relay's summed example counts).
+MAX_ROUND = 1 << 40
+MAX_EXAMPLES = 1 << 53
 
 _DTYPES: dict[int, np.dtype[Any]] = {
     pb.DTYPE_INT32: np.dtype("<i4"),
@@ -265,6 +275,13 @@ def delta_entries_per_part(chunk_bytes: int) -> int:
     return max(1, min(chunk_bytes, MAX_CHUNK_BYTES) // 8)
 
 
+def max_delta_parts(dim: int) -> int:
+    """The most parts a delta of a ``dim``-long model is cut into: at least
+    MIN_DELTA_CHUNK_BYTES of payload per part, and a sparse entry (8 bytes) is the largest
+    per coordinate (a dense part holds twice or four times as many)."""
+    return max(1, -(-dim // delta_entries_per_part(MIN_DELTA_CHUNK_BYTES)))
+
+
 def dense_pays(entries: int, dim: int) -> bool:
     """True when all ``dim`` float32 values take fewer bytes than ``entries`` (int32, float32)
     pairs, i.e. more than half the coordinates changed."""
@@ -298,6 +315,9 @@ def encode_delta_parts(header: DeltaHeader, indices: npt.NDArray[Any],
     even when empty: an empty delta still marks the round as done). Dense parts are sent
     instead of (index, value) pairs when ``dense`` is True, or, by default, when that is
     smaller (:func:`dense_pays`)."""
+    if chunk_bytes < MIN_DELTA_CHUNK_BYTES:
+        raise ValueError(f"delta parts of {chunk_bytes} bytes: at least "
+                         f"{MIN_DELTA_CHUNK_BYTES} (receivers refuse finer cuts)")
     n = int(np.asarray(indices).shape[0])
     if dense if dense is not None else dense_pays(n, header.dim):
         return _encode_dense_parts(header, indices, values, chunk_bytes, codec)
@@ -351,7 +371,9 @@ def decode_delta(message: pb.Delta, dim: int | None = None) -> DecodedDelta:
 
     ``dim`` is the receiver's weight-vector length; the message must declare the same one.
     Raises StaleOrUnknown on a protocol version mismatch and InvalidMessage on any content
-    fault (dim, dtype, lengths, part numbering, index >= dim or < 0, non-finite value).
+    fault (dim, dtype, lengths, part numbering, index >= dim or < 0, non-finite value, a
+    round or example count no run reaches). How far ahead of the receiver a round may be is
+    the receiver's to judge (it knows its own round).
     """
     check_version(message.protocol_version, "delta")
     declared = int(message.dim)
@@ -361,8 +383,16 @@ def decode_delta(message: pb.Delta, dim: int | None = None) -> DecodedDelta:
         raise InvalidMessage(f"delta declares dim {declared}")
     if message.parts < 1 or message.part >= message.parts:
         raise InvalidMessage(f"delta part {message.part} of {message.parts}")
+    if message.parts > max_delta_parts(declared):
+        # Each part counts as a delta and takes a place in the receiver's dedup window.
+        raise InvalidMessage(f"delta cut into {message.parts} parts, more than its model "
+                             "size allows")
     if message.seq < 1:
         raise InvalidMessage("delta seq must be at least 1")
+    if message.round > MAX_ROUND:
+        raise InvalidMessage(f"delta round {message.round} is beyond any run's")
+    if message.examples > MAX_EXAMPLES:
+        raise InvalidMessage(f"delta example count {message.examples} is beyond any run's")
     if message.dense:
         if message.HasField("indices"):  # must be empty
             decode_array(message.indices, np.int32, "delta indices", max_length=0)
@@ -376,6 +406,10 @@ def decode_delta(message: pb.Delta, dim: int | None = None) -> DecodedDelta:
         val = _decode_values(message.values, max_length=declared)
     if idx.shape[0] != val.shape[0]:
         raise InvalidMessage(f"delta has {idx.shape[0]} indices but {val.shape[0]} values")
+    if val.shape[0] == 0 and message.parts > 1:
+        # A delta is only split when its entries overflow one part, and every part then
+        # carries some; empty ones would only fill the receiver's dedup window.
+        raise InvalidMessage(f"empty part {message.part} of a delta in {message.parts} parts")
     code, pos = _scan_delta(idx, val, declared)
     if code == 1:
         raise InvalidMessage(f"delta index {int(idx[pos])} at position {pos} outside [0, {declared})")

@@ -2,7 +2,9 @@
 
 Dedup keeps, per peer, a high-water mark and a small window (protocol/sequence.py), so its
 memory does not grow with the run, and a delta numbered far ahead of the peer's last one is
-refused.
+refused. So is a delta labelled with a round further ahead than the protocol lets a peer
+run (the node works out how far): its round would stand in for deltas never sent, and
+release barriers and staleness bounds that should wait for them.
 
 Receiving (RPC threads) and applying (the one exchange thread) are decoupled: a validated
 delta is queued here and acknowledged; the exchange thread drains the queue with apply_delta,
@@ -18,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hogwild.errors import StaleOrUnknown
+from hogwild.errors import InvalidMessage, StaleOrUnknown
 from hogwild.protocol.codec import DecodedDelta
 from hogwild.protocol.sequence import SequenceTracker
 
@@ -62,10 +64,11 @@ class Inbox:
 
     # -------------------------------------------------------------- receiving side
 
-    def offer(self, delta: DecodedDelta) -> bool:
+    def offer(self, delta: DecodedDelta, max_round: int | None = None) -> bool:
         """Queue ``delta``; False (and nothing queued) if this (sender, seq, part) was seen.
 
-        StaleOrUnknown if the sender is not a peer of this run or was dropped.
+        StaleOrUnknown if the sender is not a peer of this run or was dropped;
+        InvalidMessage if its round is above ``max_round`` (nothing recorded then).
         """
         h = delta.header
         with self._cond:
@@ -74,6 +77,9 @@ class Inbox:
                 raise StaleOrUnknown(f"delta from worker {h.worker_id}, not a peer of this run")
             if peer.dropped:
                 raise StaleOrUnknown(f"delta from worker {h.worker_id}, which was dropped")
+            if max_round is not None and h.round > max_round:
+                raise InvalidMessage(f"delta round {h.round} is further ahead of this worker "
+                                     f"than a peer can be (at most {max_round})")
             complete = self._seen[h.worker_id].admit(h.seq, h.part, h.parts)
             if complete is None:
                 self.duplicates += 1

@@ -80,7 +80,15 @@ from hogwild.worker.registration import register_with, routable_host
 from hogwild.worker.sender import Destination, OutgoingDelta
 from hogwild.worker.timing import Timers
 from hogwild.worker.training import ThreadCursor, make_cursors, train_round
-from hogwild.worker.tree import Flush, TreeLinks, between, live_children, live_parent, same_side
+from hogwild.worker.tree import (
+    Flush,
+    TreeLinks,
+    between,
+    depth,
+    live_children,
+    live_parent,
+    same_side,
+)
 from hogwild.worker.watch import CoordinatorWatch
 
 log = logging.getLogger("hogwild.worker")
@@ -88,6 +96,12 @@ log = logging.getLogger("hogwild.worker")
 COORDINATOR_ID = -1
 PROGRESS_EVERY = 0.5  # seconds between progress reports to the coordinator
 TICK = 0.1            # the stall watch's period (see WorkerNode._note_stall)
+# How far ahead of this worker a sender's round may be, per hop between them (see
+# WorkerNode.round_limit), and the slack added to every bound: too low a bound would refuse
+# a legitimate delta, which loses it (the sender does not retry a refusal) and then stalls
+# that sender's sequence; too high only lets a lying peer skip a few more barriers.
+SYNC_ROUNDS_AHEAD = 2
+ROUND_SLACK = 4
 
 
 class Phase(Enum):
@@ -210,11 +224,18 @@ class WorkerNode:
             raise NotAllowed("only this worker's coordinator may make this call")
 
     def check_peer(self, worker_id: int, key: str) -> None:
-        """NotAllowed unless ``key`` is the one peer ``worker_id`` presents to this worker."""
+        """NotAllowed unless ``key`` is the one peer ``worker_id`` presents to this worker.
+
+        The key is compared first: a caller whose key is none of those this worker knows is
+        refused alike whatever it names, so that it learns nothing of the run (which ids are
+        peers, the topology). Only a member of the run hears why else it is refused (a
+        dropped peer must learn that it was dropped, and leaves and registers again)."""
         plan = self.plan
         if plan is None:
             # This process is (re)starting: not a sign that the caller was dropped.
             raise NotReady("call from a peer before the run config")
+        if not self._known_key(plan, worker_id, key):
+            raise NotAllowed("the caller's key is not one this worker accepts")
         if plan.topology == "star":
             # The only sender of deltas is the coordinator, under its own id and key.
             if worker_id != COORDINATOR_SENDER_ID:
@@ -234,6 +255,16 @@ class WorkerNode:
             raise StaleOrUnknown(f"worker {worker_id} is not a peer of this worker")
         if not same_key(key, expected):
             raise NotAllowed(f"the caller is not worker {worker_id}")
+
+    def _known_key(self, plan: RunPlan, worker_id: int, key: str) -> bool:
+        """Whether ``key`` is one a sender presents to this worker: the named sender's (the
+        usual case, compared first) or another's (a member naming a sender it is not)."""
+        named = (self.coordinator_key if worker_id == COORDINATOR_SENDER_ID
+                 else plan.receive_keys.get(worker_id))
+        if named is not None and same_key(key, named):
+            return True
+        return same_key(key, self.coordinator_key) or any(
+            same_key(key, other) for other in plan.receive_keys.values())
 
     def _check_tree_sender(self, plan: RunPlan, worker_id: int, key: str) -> None:
         """Topology tree: deltas and heartbeats from the parent and the children only (the
@@ -492,6 +523,34 @@ class WorkerNode:
             self.phase = Phase.RUNNING
         self.started.set()
 
+    def round_limit(self, plan: RunPlan, sender: int) -> int:
+        """The highest round a delta from ``sender`` may be labelled now.
+
+        While this worker trains, its peers wait for it: sync, a sender starts round r + 1
+        only once this worker's round-r delta arrived (which goes out just before
+        ``self.rounds`` says r: so r + 2 at most); with staleness s, once its round is
+        r + 1 - s (r + s + 2 at most). In a tree every hop between the two (a neighbour
+        re-attached around dead workers is several) adds as much: each end waits for its
+        nearer neighbour only. Unbounded async waits for nobody, and before Start (a
+        rejoin: the peers go on) or once finishing (its final delta settles it for the
+        others) this worker holds nobody back: then no round beyond the run's last (a
+        star relay labels its final aggregate one past it)."""
+        ceiling = plan.max_rounds + 1 + ROUND_SLACK
+        if self.phase is not Phase.RUNNING:
+            return ceiling
+        if plan.mode == "sync":
+            ahead = SYNC_ROUNDS_AHEAD
+        elif plan.staleness is not None:
+            ahead = plan.staleness + 2
+        else:
+            return ceiling
+        hops = 1
+        if self.tree is not None:
+            k = plan.tree_fanout
+            there = 0 if sender == COORDINATOR_SENDER_ID else depth(sender, k)
+            hops = max(1, abs(depth(plan.worker_id, k) - there))
+        return self.rounds + hops * ahead + ROUND_SLACK
+
     def push_delta(self, message: pb.Delta) -> bool:
         """Validate and queue a peer's delta; returns True if it was a duplicate."""
         self._check_run(message.protocol_version, message.run_id, "delta")
@@ -503,14 +562,15 @@ class WorkerNode:
                                  f"worker {self.worker_id}")
         with self.timers.timed("decode"):
             delta = decode_delta(message, plan.dim)
+        limit = self.round_limit(plan, delta.header.worker_id)
         if self.tree is None:
-            if not self.inbox.offer(delta):
+            if not self.inbox.offer(delta, limit):
                 return True
             if plan.mode == "async" and self.phase is Phase.RUNNING:
                 self._apply_arrived()
             return False
         with self._tree_lock:
-            if not self.inbox.offer(delta):
+            if not self.inbox.offer(delta, limit):
                 return True
             self.tree.received(delta.header.worker_id, delta.indices, delta.values)
             # On at once (no hop waits for a round boundary), once the destinations are
