@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import grpc
@@ -9,12 +10,14 @@ import numpy as np
 import pytest
 
 from hogwild.data.csr import CSRData
-from hogwild.protocol import PROTOCOL_VERSION, pb
+from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import DeltaHeader, encode_delta
 from hogwild.protocol.health import check
+from hogwild.protocol.security import Security
 from hogwild.protocol.streams import FinalState, shard_chunks, state_chunks
 from hogwild.worker.averaging import MAX_DEFERRED_ROUNDS, contributing
-from hogwild.worker.node import COORDINATOR_ID, Phase, WorkerNode
+from hogwild.worker.node import COORDINATOR_ID, QUEUED_MODELS, Phase, WorkerNode
+from hogwild.worker.sender import Destination
 
 from .conftest import PEER_KEY, WorkerServer
 
@@ -410,3 +413,63 @@ def test_a_refused_progress_report_sends_the_worker_to_register_again(
                       "resumed: register again")
     assert node.rejoin_reason is not None and "ReportProgress" in node.rejoin_reason
     assert node.abandoned and node.stop_requested.is_set()
+
+
+def _wide_delta(run_id: str, seq: int, width: int = 6000) -> pb.Delta:
+    """A sparse delta of ``width`` coordinates (every other weight), each +0.001."""
+    idx = np.arange(0, 2 * width, 2, dtype=np.int32)
+    return encode_delta(DeltaHeader(run_id, PEER, round=1, seq=seq, dim=DIM), idx,
+                        np.full(width, 0.001, dtype=np.float32))
+
+
+def test_a_peer_flooding_a_sync_worker_is_held_back_not_queued_without_end(
+        configured: WorkerServer) -> None:
+    """Sync: deltas wait for the round boundary. A member sending numbered deltas faster is
+    refused with RESOURCE_EXHAUSTED once QUEUED_MODELS models' worth of its coordinates wait;
+    nothing of the refused delta is recorded, and it is taken once the queue was drained."""
+    node = configured.node
+    node.phase = Phase.RUNNING
+    cap = QUEUED_MODELS * DIM
+    seq = 0
+    with pytest.raises(grpc.RpcError) as refused:
+        for seq in range(1, cap // 6000 + 3):
+            configured.peer_stub.PushDelta(_wide_delta(node.run_id, seq), timeout=5)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert seq == cap // 6000 + 1                      # the first beyond the bound
+    assert node.inbox.queued() == seq - 1 and node.inbox.refused_busy == 1
+    assert not node.w.any()                             # sync: nothing applied before the barrier
+    # An earlier message retried is still a duplicate (acknowledged), not refused.
+    assert configured.peer_stub.PushDelta(_wide_delta(node.run_id, 1), timeout=5).duplicate
+    node.inbox.drain()                                  # the round boundary
+    assert not configured.peer_stub.PushDelta(_wide_delta(node.run_id, seq), timeout=5).duplicate
+    assert node.inbox.queued() == 1
+
+
+def test_a_sender_refused_as_busy_retries_until_the_delta_is_taken(
+        configured: WorkerServer) -> None:
+    """The real sender against a full inbox: it retries the same seq (RESOURCE_EXHAUSTED is
+    no rejection) and the delta arrives once the worker drains; nothing is lost or doubled."""
+    node = configured.node
+    node.phase = Phase.RUNNING
+    node.inbox.max_queued = 6000                        # room for exactly one wide delta
+    downs: list[str] = []
+    dest = Destination("worker under test", 0, configured.address, pb_grpc.WorkerStub,
+                       rpc_timeout=2.0, give_up_after=20.0,
+                       on_down=lambda _id, why: downs.append(why),
+                       open_channel=lambda address: Security().channel(address,
+                                                                       sender_key=PEER_KEY))
+    try:
+        for seq in (1, 2):
+            dest.put("PushDelta", _wide_delta(node.run_id, seq))
+        deadline = time.monotonic() + 10
+        while node.inbox.refused_busy == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert node.inbox.refused_busy >= 1 and node.inbox.queued() == 1
+        first = node.inbox.drain()
+        assert [d.header.seq for d in first] == [1]
+        assert dest.flush(10) and not downs
+        second = node.inbox.drain()
+        assert [d.header.seq for d in second] == [2] and node.inbox.duplicates == 0
+        assert dest.acked == {"PushDelta": 2} and dest.rejected == 0
+    finally:
+        dest.close(timeout=1.0)

@@ -62,3 +62,13 @@ def test_parts_count_must_agree_within_a_seq() -> None:
     t.admit(1, 0, 2)
     with pytest.raises(InvalidMessage, match="parts"):
         t.admit(1, 1, 3)
+
+
+def test_seen_answers_as_admit_would_without_recording() -> None:
+    t = SequenceTracker(window=4)
+    assert t.admit(1, 0, 1) is True
+    assert t.admit(2, 1, 3) is False                    # part 1 of 3 early
+    assert t.seen(1, 0) and t.seen(2, 1)
+    assert not t.seen(2, 0) and not t.seen(3, 0) and not t.seen(9, 0)
+    assert t.held == 2                                  # asking recorded nothing
+    assert t.admit(2, 0, 3) is False and t.seen(2, 0)

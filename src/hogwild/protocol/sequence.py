@@ -94,6 +94,13 @@ class SequenceTracker:
             self.complete += 1
         return entry.whole
 
+    def seen(self, seq: int, part: int) -> bool:
+        """Whether (seq, part) arrived already (admit would call it a duplicate)."""
+        if seq <= self.complete:
+            return True
+        entry = self._open.get(seq)
+        return entry is not None and entry.seen(part)
+
     @property
     def pending(self) -> int:
         """Seqs above the mark with parts recorded (at most ``window``)."""

@@ -4,7 +4,11 @@ Dedup keeps, per peer, a high-water mark and a small window (protocol/sequence.p
 memory does not grow with the run, and a delta numbered far ahead of the peer's last one is
 refused. So is a delta labelled with a round further ahead than the protocol lets a peer
 run (the node works out how far): its round would stand in for deltas never sent, and
-release barriers and staleness bounds that should wait for them.
+release barriers and staleness bounds that should wait for them. What waits to be applied
+is bounded per sender (``max_queued`` coordinates): beyond it a delta is refused as Busy
+(RESOURCE_EXHAUSTED, which a sender retries with the same seq, so nothing is lost), else a
+peer sending numbered deltas faster than this worker drains them (a sync worker drains once
+a round) would grow the queue without end.
 
 Receiving (RPC threads) and applying (the one exchange thread) are decoupled: a validated
 delta is queued here and acknowledged; the exchange thread drains the queue with apply_delta,
@@ -20,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hogwild.errors import InvalidMessage, StaleOrUnknown
+from hogwild.errors import Busy, InvalidMessage, StaleOrUnknown
 from hogwild.protocol.codec import DecodedDelta
 from hogwild.protocol.sequence import SequenceTracker
 
@@ -49,12 +53,18 @@ Predicate = Callable[[dict[int, PeerStatus]], bool]
 class Inbox:
     """Thread-safe queue of validated deltas plus the peer table the barriers wait on."""
 
-    def __init__(self, peers: dict[int, str], rounds_done: int = 0) -> None:
+    def __init__(self, peers: dict[int, str], rounds_done: int = 0,
+                 max_queued: int | None = None) -> None:
         """``rounds_done``: the rounds every peer has completed when this worker starts (a
         resumed run's workers all start after the checkpoint's round; counted from 0, one
-        bounded by ``staleness`` waited for rounds nobody would send, and never started)."""
+        bounded by ``staleness`` waited for rounds nobody would send, and never started).
+        ``max_queued``: the most coordinates of one sender's deltas queued at once (None:
+        no bound)."""
         self._cond = threading.Condition()
         self._queue: deque[DecodedDelta] = deque()
+        self.max_queued = max_queued
+        self._queued_from: dict[int, int] = dict.fromkeys(peers, 0)
+        self.refused_busy = 0
         self._seen: dict[int, SequenceTracker] = {pid: SequenceTracker() for pid in peers}
         self._rounds_done = rounds_done
         self.peers: dict[int, PeerStatus] = {
@@ -68,7 +78,8 @@ class Inbox:
         """Queue ``delta``; False (and nothing queued) if this (sender, seq, part) was seen.
 
         StaleOrUnknown if the sender is not a peer of this run or was dropped;
-        InvalidMessage if its round is above ``max_round`` (nothing recorded then).
+        InvalidMessage if its round is above ``max_round``; Busy if the sender's queued
+        deltas would exceed ``max_queued`` coordinates (nothing recorded in either case).
         """
         h = delta.header
         with self._cond:
@@ -80,11 +91,19 @@ class Inbox:
             if max_round is not None and h.round > max_round:
                 raise InvalidMessage(f"delta round {h.round} is further ahead of this worker "
                                      f"than a peer can be (at most {max_round})")
+            size = int(delta.values.shape[0])
+            queued = self._queued_from.get(h.worker_id, 0)
+            if (self.max_queued is not None and queued + size > self.max_queued
+                    and not self._seen[h.worker_id].seen(h.seq, h.part)):
+                self.refused_busy += 1
+                raise Busy(f"{queued:,} coordinates from worker {h.worker_id} wait to be "
+                           "applied already; retry")
             complete = self._seen[h.worker_id].admit(h.seq, h.part, h.parts)
             if complete is None:
                 self.duplicates += 1
                 return False
             self._queue.append(delta)
+            self._queued_from[h.worker_id] = queued + size
             self.bytes_received += delta.nbytes
             peer.last_seen = time.monotonic()
             if complete:
@@ -101,6 +120,7 @@ class Inbox:
         with self._cond:
             items = list(self._queue)
             self._queue.clear()
+            self._queued_from = dict.fromkeys(self._queued_from, 0)
         return items
 
     def count_applied(self, deltas: list[DecodedDelta]) -> None:

@@ -102,6 +102,12 @@ TICK = 0.1            # the stall watch's period (see WorkerNode._note_stall)
 # that sender's sequence; too high only lets a lying peer skip a few more barriers.
 SYNC_ROUNDS_AHEAD = 2
 ROUND_SLACK = 4
+# How many whole models' worth of one sender's delta coordinates may wait to be applied.
+# A sync peer has at most about three deltas queued (its round, the next, a final's float32
+# rest); async ones are applied as they arrive, except before Start and in a tree, where
+# they wait for this worker's round boundary. Beyond the bound a delta is refused as Busy,
+# which its sender retries (summing what it queues meanwhile): flow control, not a loss.
+QUEUED_MODELS = 32
 
 
 class Phase(Enum):
@@ -420,7 +426,8 @@ class WorkerNode:
             self.w = plan.spec.initial_weights(plan.seed)
             self.snap = self.w.copy()
             self.averaging.clear()
-            self.inbox = Inbox(self._senders(plan), plan.first_round - 1)
+            self.inbox = Inbox(self._senders(plan), plan.first_round - 1,
+                               max_queued=QUEUED_MODELS * plan.dim)
             for pid in plan.down:
                 # Dead when this worker (re)joined: nobody to wait for until PeerJoined.
                 self.inbox.drop(pid)

@@ -317,8 +317,11 @@ class Destination:
                 now = time.monotonic()
                 if first_failure is None:
                     first_failure = now
-                    log.warning("%s at %s unreachable (%s); retrying for up to %.1fs",
-                                self.name, self.address, code.name, self.give_up_after)
+                    # RESOURCE_EXHAUSTED: it answers but holds too much of ours already.
+                    how = ("busy" if code == grpc.StatusCode.RESOURCE_EXHAUSTED
+                           else "unreachable")
+                    log.warning("%s at %s %s (%s); retrying for up to %.1fs", self.name,
+                                self.address, how, code.name, self.give_up_after)
                 if now - first_failure >= self.give_up_after:
                     self._mark_down(f"{code.name} for {now - first_failure:.1f}s")
                     return
