@@ -154,7 +154,9 @@ def plot_loss(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str
     if acc:
         ax2 = ax.twinx()
         xs, ys = zip(*acc)
-        ax2.plot(xs, ys, color="tab:green", linestyle="--", label="validation accuracy")
+        # Markers as on the losses: a single evaluation is a point, not an invisible line.
+        ax2.plot(xs, ys, color="tab:green", linestyle="--", marker="s", markersize=3,
+                 label="validation accuracy")
         ax2.set_ylabel("accuracy")
     ax.set_xlabel("elapsed seconds")
     ax.set_ylabel("loss")

@@ -203,7 +203,39 @@ def test_hogwild_run_end_to_end_on_the_bundled_data(tmp_path: Path) -> None:
     assert metrics["threads"] == 1  # the workers' setting, reported by them
     for name in ("model.npz", "model.json", "metrics.jsonl", "loss.png"):
         assert (out / name).is_file(), name
-    assert (out / "metrics.jsonl").read_text().count("\n") >= 1
+    # Training (~0.25 s) ends before the first evaluation is due (0.5 s): the learning curve
+    # is the coordinator's cheap curve points and the closing evaluation, of which only the
+    # closing one is printed as a progress row.
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    printed = [line for line in output.splitlines() if line.startswith("[coordinator]")
+               and PROGRESS_ROW.search(line.partition("] ")[2])]
+    assert len(rows) == metrics["evaluations"] >= 3, rows
+    assert len(printed) < len(rows), printed
+    assert all(a["elapsed"] < b["elapsed"] for a, b in itertools.pairwise(rows))
+    assert all(a["deltas_received"] <= b["deltas_received"] for a, b in itertools.pairwise(rows))
+    assert rows[-1]["train_loss"] is not None and rows[-1]["val_loss"] is not None
+    # The workers report their training loss every half second: rows between two reports
+    # leave it empty rather than repeat the last one.
+    assert any(r["train_loss"] is None for r in rows[1:-1]), rows
+
+
+def test_curve_points_do_not_count_towards_patience(cluster: Cluster, tmp_path: Path) -> None:
+    """patience 1 with a min_delta no evaluation can meet: the run stops at the second
+    periodic evaluation (2 x eval_interval), not at the second of the curve points that
+    come every few ms in between."""
+    out = tmp_path / "out"
+    cluster.start(2, mode="sync", **_reuters_settings(
+        out, epochs=1_000_000, eval_interval=0.4, patience=1, min_delta=100.0,
+        time_budget=30))
+    assert cluster.coordinator is not None
+    assert cluster.coordinator.wait(90) == 0
+    for worker in cluster.workers:
+        assert worker.wait(30) == 0
+    metrics = read_metrics(out)
+    assert metrics["stop_reason"] == "early stopping", metrics["stop_reason"]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-2]["elapsed"] >= 0.7, [r["elapsed"] for r in rows]
+    assert len(rows) > 3  # curve points were taken, and did not stop the run
 
 
 def test_sigterm_stops_a_worker_and_then_the_coordinator_gracefully(
@@ -384,3 +416,24 @@ def test_hogwild_run_fails_cleanly_on_bad_data(tmp_path: Path) -> None:
     assert "missing.svm" in proc.stdout + proc.stderr
     assert not (tmp_path / "out" / "metrics.json").exists()
 
+
+
+def test_without_validation_rows_early_stopping_counts_each_training_loss_once(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """No validation set: early stopping watches the workers' training loss, reported every
+    half second. Evaluations every 0.1 s in between used to count the same value again as
+    an evaluation without progress, so patience 2 ran out after 0.3 s; it takes three
+    reports (the first sets the best), at least a second."""
+    out = tmp_path / "out"
+    cluster.start(2, mode="sync", **_reuters_settings(
+        out, epochs=1_000_000, eval_interval=0.1, patience=2, min_delta=100.0,
+        val_fraction=0.0, time_budget=30))
+    assert cluster.coordinator is not None
+    assert cluster.coordinator.wait(90) == 0
+    for worker in cluster.workers:
+        assert worker.wait(30) == 0
+    metrics = read_metrics(out)
+    assert metrics["stop_reason"] == "early stopping", metrics["stop_reason"]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["val_loss"] is None for r in rows)
+    assert rows[-2]["elapsed"] >= 0.9, [(r["elapsed"], r["train_loss"]) for r in rows]

@@ -56,6 +56,17 @@ T = TypeVar("T")
 # No delta for this long (and for 4 barrier_timeouts, and 10 times the longest gap between
 # deltas so far) is said to be a stall on the console; each later warning waits twice as long.
 STALL_WARNING_AFTER = 30.0
+# Between the periodic evaluations (eval_interval apart, the ones printed and counted by
+# early stopping) the learning curve gets extra points while scoring the validation set is
+# cheap: at least CURVE_MIN_GAP seconds apart, CURVE_COST_SHARE times as long as the last
+# evaluation took (so they take at most 1/20 of the coordinator's time), and CURVE_GROWTH of
+# the time trained so far (so a run gets about 200 of them in all, then none once that gap
+# passes eval_interval). Without them a short run (the bundled demo trains 0.25 s) plotted
+# one or two points. They go to metrics.jsonl and the plot like any evaluation, but are not
+# printed, and `patience` keeps counting evaluations eval_interval apart.
+CURVE_MIN_GAP = 0.01
+CURVE_COST_SHARE = 20.0
+CURVE_GROWTH = 0.02
 
 
 @dataclass
@@ -111,6 +122,11 @@ class RunDriver:
         # time.monotonic() of the monitor loop's last turn; None outside it (liveness watch).
         self.alive_at: float | None = None
         self.eval_seconds = 0.0          # validation evaluations during training
+        self._last_eval_cost = 0.0       # seconds the last of them took (curve points)
+        self._loss_reports_seen = -1     # state.loss_reports at the last evaluation
+        self._deltas_at_last_eval = -1   # state.deltas_received at the last evaluation
+        self._eval_reports = 0           # the last evaluation's loss_reports and training loss
+        self._eval_train_loss: float | None = None
         self.train_cpu_seconds = 0.0     # this process's CPU while the workers trained
         self.trace: ModelTrace | None = None  # trace_interval's copies of the model
         self.round_size = 0              # examples per thread per round, as configured
@@ -613,19 +629,23 @@ class RunDriver:
                       next_eval: float) -> tuple[str, StopRules]:
         s = self.settings
         evaluated_deltas = -1
+        reports_at_eval = -1  # state.loss_reports at the last periodic evaluation
         next_checkpoint = time.perf_counter() + s.checkpoint_interval
         trace = self.trace
         stall = StallWatch(max(STALL_WARNING_AFTER, 4 * s.barrier_timeout))
+        next_curve = time.perf_counter() + CURVE_MIN_GAP
         while True:
             self.alive_at = time.monotonic()
             self._check_diverged()
             elapsed = time.perf_counter() - began
             if trace is not None and trace.due(elapsed):
                 trace.take(self.state.totals(unchanged=trace.latest()), elapsed)
-            # Turn at least every 50 ms, and on time for an evaluation (or a trace copy) due
-            # sooner: an eval_interval below 50 ms used to be stretched to the turn.
-            due = next_eval if trace is None or trace.full else min(
-                next_eval, began + trace.next_at)
+            # Turn at least every 50 ms, and on time for an evaluation (a curve point, a
+            # trace copy) due sooner: an eval_interval below 50 ms used to be stretched to
+            # the turn.
+            due = min(next_eval, next_curve)
+            if trace is not None and not trace.full:
+                due = min(due, began + trace.next_at)
             if self.stop.wait(min(0.05, max(0.0, due - time.perf_counter()))):
                 return self.stop.name, rules
             self._start_rejoins()
@@ -641,12 +661,23 @@ class RunDriver:
                                   self.state.all_finished(), len(self.state.live_workers()))
             if reason is not None:
                 return reason, rules
+            if now < next_eval and now >= next_curve:
+                # A model no delta changed since the last row adds nothing to the curve.
+                if self.state.deltas_received != self._deltas_at_last_eval:
+                    self._evaluate(splits, loss, began, announce=False)
+                next_curve = self._next_curve(began)
             if now >= next_eval:
                 row = self._evaluate(splits, loss, began)
                 # Counted from the evaluation's end: one slower than eval_interval never
                 # runs back to back with the next, taking a core from the workers.
                 next_eval = time.perf_counter() + s.eval_interval
-                metric = row["val_loss"] if row["val_loss"] is not None else row["train_loss"]
+                next_curve = self._next_curve(began)
+                metric = row["val_loss"]
+                if metric is None and self._eval_reports != reports_at_eval:
+                    # No validation set: the training loss, if a worker reported one since
+                    # the previous evaluation (repeated, it counted as no progress each time).
+                    metric = self._eval_train_loss
+                reports_at_eval = self._eval_reports
                 # The same model as at the last evaluation (no delta since: a round longer
                 # than eval_interval, e.g. the MLP's) says nothing about progress, so it does
                 # not count towards `patience`.
@@ -739,8 +770,18 @@ class RunDriver:
         if where is not None:
             raise TrainingDiverged(where, self.settings.learning_rate)
 
+    def _next_curve(self, began: float) -> float:
+        """When the next curve point is due (see CURVE_MIN_GAP), counted from now."""
+        now = time.perf_counter()
+        return now + max(CURVE_MIN_GAP, CURVE_COST_SHARE * self._last_eval_cost,
+                         CURVE_GROWTH * (now - began))
+
     def _evaluate(self, splits: Any, loss: Any, began: float,
-                  totals: Totals | None = None) -> dict[str, Any]:
+                  totals: Totals | None = None, announce: bool = True,
+                  closing: bool = False) -> dict[str, Any]:
+        """Score the global model on the validation set and record the row in the history;
+        ``announce``: print it as a progress row too (the periodic evaluations);
+        ``closing``: the run's last evaluation."""
         t0 = time.perf_counter()
         if totals is None:
             totals = self.state.totals()
@@ -748,9 +789,21 @@ class RunDriver:
         self._last_w = w
         val = evaluate(splits.val, w, loss, self.spec) if splits.val.n_rows else None
         self._check_diverged(w, val.loss if val else None)
-        self.eval_seconds += time.perf_counter() - t0
+        self._last_eval_cost = time.perf_counter() - t0
+        self.eval_seconds += self._last_eval_cost
         examples = totals.examples
+        # The workers report their training loss every half second or so: a row between two
+        # reports would repeat the last one, which the plot drew as a flat line. Such a row
+        # has none; the closing one always has the last reported. (Early stopping on the
+        # training loss takes it from _eval_train_loss, see _monitor_loop.)
+        reports = self.state.loss_reports
+        fresh = closing or reports != self._loss_reports_seen
+        self._loss_reports_seen = self._eval_reports = reports
+        self._deltas_at_last_eval = totals.deltas_received
         losses = [r.train_loss for r in self.state.workers.values() if r.train_loss is not None]
+        self._eval_train_loss = float(np.mean(losses)) if losses else None
+        if not fresh:
+            losses = []
         # The row describes the model taken at t0; training went on while it was evaluated.
         row: dict[str, Any] = {"elapsed": t0 - began, "round": totals.rounds,
                "examples": examples, "epochs": examples / max(1, self.train.n_rows),
@@ -761,6 +814,8 @@ class RunDriver:
                "bytes_received": totals.bytes_received,
                "max_staleness": self.state.max_staleness()}
         self.history.add(row)
+        if not announce:
+            return row
         self._print(f"{row['elapsed']:>7.2f}s {row['round']:>6} {examples:>10} "
                     f"{row['epochs']:>7.2f} {_fmt(row['val_loss']):>9} "
                     f"{_fmt(row['val_accuracy']):>8} {row['deltas_received']:>7} "
@@ -840,7 +895,7 @@ class RunDriver:
         totals = self.state.seal()
         final_w = totals.w
         # The last evaluation sees every delta, final ones included.
-        row = self._evaluate(splits, loss, self.train_began, totals)
+        row = self._evaluate(splits, loss, self.train_began, totals, closing=True)
         metric = row["val_loss"] if row["val_loss"] is not None else row["train_loss"]
         if metric is not None:
             rules.evaluation(float(metric), final_w)

@@ -99,6 +99,7 @@ class RunState:
         self._empty = np.zeros(0, dtype=np.float64)
         self._seen: dict[int, SequenceTracker] = {}  # per worker: (seq, part) dedup
         self.deltas_received = 0
+        self.loss_reports = 0  # training losses the workers reported (to tell a fresh one)
         self.duplicates = 0
         self.bytes_received = 0
         self.apply_seconds = 0.0         # time spent adding deltas to the global model
@@ -395,6 +396,7 @@ class RunState:
             record.examples = max(record.examples, examples)
             if not math.isnan(train_loss):
                 record.train_loss = train_loss
+                self.loss_reports += 1
             record.done = record.done or done
             record.max_staleness = max(record.max_staleness, max_staleness)
             record.last_seen = time.monotonic()
