@@ -219,21 +219,25 @@ def test_hogwild_run_end_to_end_on_the_bundled_data(tmp_path: Path) -> None:
     assert any(r["train_loss"] is None for r in rows[1:-1]), rows
 
 
-def test_curve_points_do_not_count_towards_patience(cluster: Cluster, tmp_path: Path) -> None:
-    """patience 1 with a min_delta no evaluation can meet: the run stops at the second
-    periodic evaluation (2 x eval_interval), not at the second of the curve points that
-    come every few ms in between."""
-    out = tmp_path / "out"
+def _early_stopped(cluster: Cluster, out: Path, **settings: Any) -> list[dict[str, Any]]:
+    """A sync run of 2 workers on Reuters with a min_delta no evaluation meets, which early
+    stopping must end; its metrics.jsonl rows."""
     cluster.start(2, mode="sync", **_reuters_settings(
-        out, epochs=1_000_000, eval_interval=0.4, patience=1, min_delta=100.0,
-        time_budget=30))
+        out, epochs=1_000_000, min_delta=100.0, time_budget=30, **settings))
     assert cluster.coordinator is not None
     assert cluster.coordinator.wait(90) == 0
     for worker in cluster.workers:
         assert worker.wait(30) == 0
     metrics = read_metrics(out)
     assert metrics["stop_reason"] == "early stopping", metrics["stop_reason"]
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_curve_points_do_not_count_towards_patience(cluster: Cluster, tmp_path: Path) -> None:
+    """patience 1 with a min_delta no evaluation can meet: the run stops at the second
+    periodic evaluation (2 x eval_interval), not at the second of the curve points that
+    come every few ms in between."""
+    rows = _early_stopped(cluster, tmp_path / "out", eval_interval=0.4, patience=1)
     assert rows[-2]["elapsed"] >= 0.7, [r["elapsed"] for r in rows]
     assert len(rows) > 3  # curve points were taken, and did not stop the run
 
@@ -424,16 +428,7 @@ def test_without_validation_rows_early_stopping_counts_each_training_loss_once(
     half second. Evaluations every 0.1 s in between used to count the same value again as
     an evaluation without progress, so patience 2 ran out after 0.3 s; it takes three
     reports (the first sets the best), at least a second."""
-    out = tmp_path / "out"
-    cluster.start(2, mode="sync", **_reuters_settings(
-        out, epochs=1_000_000, eval_interval=0.1, patience=2, min_delta=100.0,
-        val_fraction=0.0, time_budget=30))
-    assert cluster.coordinator is not None
-    assert cluster.coordinator.wait(90) == 0
-    for worker in cluster.workers:
-        assert worker.wait(30) == 0
-    metrics = read_metrics(out)
-    assert metrics["stop_reason"] == "early stopping", metrics["stop_reason"]
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = _early_stopped(cluster, tmp_path / "out", eval_interval=0.1, patience=2,
+                          val_fraction=0.0)
     assert all(r["val_loss"] is None for r in rows)
     assert rows[-2]["elapsed"] >= 0.9, [(r["elapsed"], r["train_loss"]) for r in rows]
