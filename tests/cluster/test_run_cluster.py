@@ -134,6 +134,10 @@ def test_averaged_sync_run_with_a_trace_and_frequent_evaluations(
     # (the last row is the closing evaluation, made whenever training ends)
     gaps = [b["elapsed"] - a["elapsed"] for a, b in itertools.pairwise(history[:-1])]
     assert gaps and min(gaps) < 0.045, gaps
+    # With a trace, trace.jsonl is the fine curve: no curve points between the evaluations,
+    # so every row of metrics.jsonl was printed as a progress row.
+    printed = [line for line in cluster.coordinator.lines if PROGRESS_ROW.search(line)]
+    assert len(printed) == len(history), (len(printed), len(history))
 
 
 def test_async_run_with_three_workers_finishes_accurately(cluster: Cluster,

@@ -633,7 +633,9 @@ class RunDriver:
         next_checkpoint = time.perf_counter() + s.checkpoint_interval
         trace = self.trace
         stall = StallWatch(max(STALL_WARNING_AFTER, 4 * s.barrier_timeout))
-        next_curve = time.perf_counter() + CURVE_MIN_GAP
+        # With a trace the fine curve is trace.jsonl, scored after training: no CPU is taken
+        # from the workers for curve points then.
+        next_curve = time.perf_counter() + CURVE_MIN_GAP if trace is None else math.inf
         while True:
             self.alive_at = time.monotonic()
             self._check_diverged()
@@ -771,7 +773,10 @@ class RunDriver:
             raise TrainingDiverged(where, self.settings.learning_rate)
 
     def _next_curve(self, began: float) -> float:
-        """When the next curve point is due (see CURVE_MIN_GAP), counted from now."""
+        """When the next curve point is due (see CURVE_MIN_GAP), counted from now; never
+        with a trace."""
+        if self.trace is not None:
+            return math.inf
         now = time.perf_counter()
         return now + max(CURVE_MIN_GAP, CURVE_COST_SHARE * self._last_eval_cost,
                          CURVE_GROWTH * (now - began))
