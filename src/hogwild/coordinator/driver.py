@@ -125,8 +125,7 @@ class RunDriver:
         self._last_eval_cost = 0.0       # seconds the last of them took (curve points)
         self._loss_reports_seen = -1     # state.loss_reports at the last evaluation
         self._deltas_at_last_eval = -1   # state.deltas_received at the last evaluation
-        self._eval_reports = 0           # the last evaluation's loss_reports and training loss
-        self._eval_train_loss: float | None = None
+        self._eval_train_loss: float | None = None  # the last evaluation's training loss
         self.train_cpu_seconds = 0.0     # this process's CPU while the workers trained
         self.trace: ModelTrace | None = None  # trace_interval's copies of the model
         self.round_size = 0              # examples per thread per round, as configured
@@ -633,9 +632,7 @@ class RunDriver:
         next_checkpoint = time.perf_counter() + s.checkpoint_interval
         trace = self.trace
         stall = StallWatch(max(STALL_WARNING_AFTER, 4 * s.barrier_timeout))
-        # With a trace the fine curve is trace.jsonl, scored after training: no CPU is taken
-        # from the workers for curve points then.
-        next_curve = time.perf_counter() + CURVE_MIN_GAP if trace is None else math.inf
+        next_curve = self._next_curve(began)
         while True:
             self.alive_at = time.monotonic()
             self._check_diverged()
@@ -675,11 +672,11 @@ class RunDriver:
                 next_eval = time.perf_counter() + s.eval_interval
                 next_curve = self._next_curve(began)
                 metric = row["val_loss"]
-                if metric is None and self._eval_reports != reports_at_eval:
+                if metric is None and self._loss_reports_seen != reports_at_eval:
                     # No validation set: the training loss, if a worker reported one since
                     # the previous evaluation (repeated, it counted as no progress each time).
                     metric = self._eval_train_loss
-                reports_at_eval = self._eval_reports
+                reports_at_eval = self._loss_reports_seen
                 # The same model as at the last evaluation (no delta since: a round longer
                 # than eval_interval, e.g. the MLP's) says nothing about progress, so it does
                 # not count towards `patience`.
@@ -773,8 +770,9 @@ class RunDriver:
             raise TrainingDiverged(where, self.settings.learning_rate)
 
     def _next_curve(self, began: float) -> float:
-        """When the next curve point is due (see CURVE_MIN_GAP), counted from now; never
-        with a trace."""
+        """When the next curve point is due (see CURVE_MIN_GAP), counted from now. Never with
+        a trace: trace.jsonl, scored after training, is the fine curve then, and takes no CPU
+        from the workers for it."""
         if self.trace is not None:
             return math.inf
         now = time.perf_counter()
@@ -803,7 +801,7 @@ class RunDriver:
         # training loss takes it from _eval_train_loss, see _monitor_loop.)
         reports = self.state.loss_reports
         fresh = closing or reports != self._loss_reports_seen
-        self._loss_reports_seen = self._eval_reports = reports
+        self._loss_reports_seen = reports
         self._deltas_at_last_eval = totals.deltas_received
         losses = [r.train_loss for r in self.state.workers.values() if r.train_loss is not None]
         self._eval_train_loss = float(np.mean(losses)) if losses else None
