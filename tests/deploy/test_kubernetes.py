@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from hogwild.engine.tree import children, parent
 from hogwild.errors import EXIT_LEFT
-from hogwild.worker.tree import children, parent
 
 try:  # imported as a package module or as a rootdir-relative script
     from . import deploycheck, kustomize_lite

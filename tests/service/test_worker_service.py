@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from hogwild.data.csr import CSRData
+from hogwild.engine.averaging import MAX_DEFERRED_ROUNDS
+from hogwild.engine.rules import contributing
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import DeltaHeader, encode_delta
 from hogwild.protocol.health import check
 from hogwild.protocol.security import Security
 from hogwild.protocol.streams import FinalState, shard_chunks, state_chunks
-from hogwild.worker.averaging import MAX_DEFERRED_ROUNDS, contributing
 from hogwild.worker.node import COORDINATOR_ID, QUEUED_MODELS, Phase, WorkerNode
 from hogwild.worker.sender import Destination
 
@@ -311,10 +312,10 @@ def test_async_deferred_rounds_are_bounded(worker_server: WorkerServer) -> None:
     for r in range(1, MAX_DEFERRED_ROUNDS + 3):  # a peer that never catches up
         node.w[5] += 2.0
         node._exchange(node.plan, r, final=False)
-        assert len(node.averaging.deferred) <= MAX_DEFERRED_ROUNDS
+        assert len(node.engine.averaging.deferred) <= MAX_DEFERRED_ROUNDS
     # The settled rounds count at 1 each (half of 2), the deferred ones at 2 still.
-    settled = MAX_DEFERRED_ROUNDS + 2 - len(node.averaging.deferred)
-    assert node.w[5] == settled * 1.0 + len(node.averaging.deferred) * 2.0
+    settled = MAX_DEFERRED_ROUNDS + 2 - len(node.engine.averaging.deferred)
+    assert node.w[5] == settled * 1.0 + len(node.engine.averaging.deferred) * 2.0
 
 
 def test_async_three_workers_settle_on_exactly_what_was_sent(
@@ -330,7 +331,7 @@ def test_async_three_workers_settle_on_exactly_what_was_sent(
     sent = _capture_sent(node)
     node.w[5] = np.float32(0.7)  # a float32 value: build_delta sends all of it
     node._exchange(node.plan, 1, final=False)
-    node.averaging.settle(node.w, node.snap, node.inbox.snapshot(), everything=True)
+    node.engine.averaging.settle(node.w, node.snap, node.inbox.snapshot(), everything=True)
     (idx, val), = sent
     assert idx.tolist() == [5] and val[0] == np.float32(np.float32(0.7) / 3)
     assert node.w[5] == node.snap[5] == np.float64(val[0])
@@ -380,7 +381,7 @@ def test_a_peer_down_at_configure_is_not_waited_for_and_is_taken_back_when_it_jo
     assert node.plan is not None and node.plan.down == frozenset({PEER + 1})
     assert node.inbox.peers[PEER + 1].settled and not node.inbox.peers[PEER].settled
     assert set(node.destinations) == {PEER, COORDINATOR_ID}
-    assert contributing(node.plan, node.inbox.snapshot()) == 2
+    assert contributing(node.plan.rules, node.inbox.snapshot()) == 2
     first = worker_server.stub.PeerJoined(pb.PeerJoinedRequest(
         protocol_version=PROTOCOL_VERSION, run_id=node.run_id, worker_id=PEER + 1,
         address="127.0.0.1:3"), timeout=5).round
@@ -388,7 +389,7 @@ def test_a_peer_down_at_configure_is_not_waited_for_and_is_taken_back_when_it_jo
     assert not node.inbox.peers[PEER + 1].settled
     assert set(node.destinations) == {PEER, PEER + 1, COORDINATOR_ID}
     assert node.destinations[PEER + 1].address == "127.0.0.1:3"
-    assert contributing(node.plan, node.inbox.snapshot()) == 3
+    assert contributing(node.plan.rules, node.inbox.snapshot()) == 3
 
 
 def test_a_down_peer_outside_a_mesh_is_refused(worker_server: WorkerServer) -> None:

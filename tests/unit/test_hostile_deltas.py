@@ -16,6 +16,8 @@ from hogwild import config
 from hogwild.coordinator.relay import SYNC_ROUNDS_AHEAD as RELAY_AHEAD
 from hogwild.coordinator.relay import StarRelay
 from hogwild.coordinator.state import RunState
+from hogwild.engine.round import RoundEngine
+from hogwild.engine.tree import TreeLinks
 from hogwild.errors import InvalidMessage, NotAllowed, NotReady, StaleOrUnknown
 from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.protocol.codec import (
@@ -34,7 +36,6 @@ from hogwild.worker.inbox import Inbox
 from hogwild.worker.node import ROUND_SLACK, SYNC_ROUNDS_AHEAD, Phase, WorkerNode, _same_side
 from hogwild.worker.plan import RunPlan
 from hogwild.worker.sender import Destination, OutgoingDelta
-from hogwild.worker.tree import TreeLinks
 
 N_FEATURES = 1000
 DIM = N_FEATURES + 1
@@ -72,8 +73,7 @@ def _node(me: int = 0, n: int = 3, mode: str = "sync", staleness: int = -1,
         barrier_timeout=2.0, rpc_timeout=2.0, topology=topology, tree_fanout=2))
     node.run_id, node.worker_id, node.coordinator_key = RUN, me, COORDINATOR_KEY
     node.plan = plan
-    node.w = np.zeros(plan.dim)
-    node.snap = node.w.copy()
+    node.engine = RoundEngine(plan.rules, np.zeros(plan.dim))
     node.inbox = Inbox(node._senders(plan), plan.first_round - 1)
     if topology == "tree":
         node.tree = TreeLinks(node._senders(plan),

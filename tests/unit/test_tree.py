@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from hogwild.worker.tree import (
+from hogwild.engine.tree import (
     COORDINATOR,
     TreeLinks,
     ancestors,

@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hogwild.engine.sparse import merge_sparse
 from hogwild.protocol import pb
 from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.worker.sender import Destination, OutgoingDelta, merge_sparse
+from hogwild.worker.sender import Destination, OutgoingDelta
 
 DIM = 1_000
 

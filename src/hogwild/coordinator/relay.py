@@ -35,11 +35,12 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.coordinator.state import RunState
+from hogwild.engine.sparse import merge_sparse
 from hogwild.errors import InvalidMessage
 from hogwild.protocol import pb_grpc
 from hogwild.protocol.codec import MAX_EXAMPLES, DecodedDelta, DeltaHeader, encode_delta_parts
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
-from hogwild.worker.sender import Destination, OutgoingDelta, merge_sparse
+from hogwild.worker.sender import Destination, OutgoingDelta
 
 log = logging.getLogger("hogwild.coordinator")
 

@@ -27,7 +27,7 @@ from hogwild.protocol.codec import DecodedDelta
 from hogwild.protocol.keys import COORDINATOR, KeyRing
 from hogwild.protocol.security import same_key
 from hogwild.protocol.sequence import SequenceTracker
-from hogwild.worker.tree import ancestors
+from hogwild.engine.tree import ancestors
 
 # Peer reports kept for metrics.json (a drop is reported by one or two peers; a flood of
 # them from one misbehaving worker is not stored), and the length of each reason kept.

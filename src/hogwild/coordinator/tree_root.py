@@ -25,9 +25,10 @@ import numpy.typing as npt
 
 from hogwild.coordinator.relay import _EMPTY, Sparse, StarRelay
 from hogwild.coordinator.state import RunState
+from hogwild.engine.sparse import merge_sparse
+from hogwild.engine.tree import COORDINATOR, between, children, live_children
 from hogwild.protocol.codec import DecodedDelta
-from hogwild.worker.sender import OutgoingDelta, merge_sparse
-from hogwild.worker.tree import COORDINATOR, between, children, live_children
+from hogwild.worker.sender import OutgoingDelta
 
 log = logging.getLogger("hogwild.coordinator")
 

@@ -42,6 +42,18 @@ import grpc
 import numpy as np
 
 from hogwild.config import Settings
+from hogwild.engine.round import ModelNotFinite, RoundEngine
+from hogwild.engine.rules import ExchangeRules, barrier_ready, lag, may_start
+from hogwild.engine.training import ThreadCursor, make_cursors, train_round
+from hogwild.engine.tree import (
+    Flush,
+    TreeLinks,
+    between,
+    depth,
+    live_children,
+    live_parent,
+    same_side,
+)
 from hogwild.errors import (
     ClusterError,
     DataError,
@@ -51,10 +63,7 @@ from hogwild.errors import (
     StaleOrUnknown,
     TrainingDiverged,
 )
-from hogwild.model import kernels
 from hogwild.model.arrays import CSRArrays, csr_arrays
-from hogwild.model.compression import compress_delta
-from hogwild.model.evaluation import is_finite
 from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, choose_hot_features
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import (
@@ -73,22 +82,11 @@ from hogwild.protocol.streams import (
     receive_state,
     state_chunks,
 )
-from hogwild.worker.averaging import OwnAverage, defers
 from hogwild.worker.inbox import Inbox, PeerStatus
 from hogwild.worker.plan import RunPlan
 from hogwild.worker.registration import register_with, routable_host
 from hogwild.worker.sender import Destination, OutgoingDelta
 from hogwild.worker.timing import Timers
-from hogwild.worker.training import ThreadCursor, make_cursors, train_round
-from hogwild.worker.tree import (
-    Flush,
-    TreeLinks,
-    between,
-    depth,
-    live_children,
-    live_parent,
-    same_side,
-)
 from hogwild.worker.watch import CoordinatorWatch
 
 log = logging.getLogger("hogwild.worker")
@@ -138,8 +136,8 @@ class WorkerNode:
         self.plan: RunPlan | None = None
         self.arrays: CSRArrays | None = None
         self.hot = 0  # features each training thread buffers (kernels.sgd_range's `hot`)
-        self.w = np.zeros(0, dtype=np.float64)
-        self.snap = np.zeros(0, dtype=np.float64)
+        # The weights and the exchange arithmetic (engine/round.py); replaced at configure.
+        self.engine = RoundEngine(ExchangeRules(), np.zeros(0, dtype=np.float64))
         self.inbox = Inbox({})
         self.destinations: dict[int, Destination] = {}
         self.tree: TreeLinks | None = None  # topology tree: what each tree neighbour is owed
@@ -183,10 +181,19 @@ class WorkerNode:
         self._tick = time.monotonic()
         self._tick_lock = threading.Lock()
         self._peer_addresses: dict[int, str] = {}
-        self.averaging = OwnAverage()  # own changes to the averaged part, cut to 1/W
         # Sent to the coordinator only: what makes a registration this process's (anyone
         # may learn the host and pid, see identify).
         self._secret = secrets.token_bytes(32)
+
+    @property
+    def w(self) -> np.ndarray:
+        """The worker's weights (the engine's, shared with its training threads)."""
+        return self.engine.w
+
+    @property
+    def snap(self) -> np.ndarray:
+        """What the peers and the coordinator hold of this worker's weights."""
+        return self.engine.snap
 
     # ------------------------------------------------------------------ registration
 
@@ -423,9 +430,7 @@ class WorkerNode:
                 plan.round_size)
             # Every node (and the coordinator) starts from the same vector: zeros for the
             # linear model, the seeded initialisation for the MLP.
-            self.w = plan.spec.initial_weights(plan.seed)
-            self.snap = self.w.copy()
-            self.averaging.clear()
+            self.engine = RoundEngine(plan.rules, plan.spec.initial_weights(plan.seed))
             self.inbox = Inbox(self._senders(plan), plan.first_round - 1,
                                max_queued=QUEUED_MODELS * plan.dim)
             for pid in plan.down:
@@ -467,9 +472,7 @@ class WorkerNode:
             if self.phase != Phase.CONFIGURED:
                 raise StaleOrUnknown(f"model received while {self.phase.value}")
             # Both: the loaded weights are nobody's new update, so no delta is built from them.
-            self.w[:] = state.weights
-            self.snap[:] = state.weights
-            self.averaging.clear()
+            self.engine.load(state.weights)
             # Deltas that reached this process before: the global model holds them already.
             stale = self.inbox.drain()
         if stale:
@@ -630,7 +633,7 @@ class WorkerNode:
         peers = self.inbox.snapshot()
         coordinator = self.destinations.get(COORDINATOR_ID)
         return FinalState(
-            worker_id=self.worker_id, weights=self.w.copy(), rounds=self.rounds,
+            worker_id=self.worker_id, weights=self.engine.w.copy(), rounds=self.rounds,
             examples=self.examples, deltas_sent=self.deltas_sent,
             applied_from={pid: p.applied for pid, p in peers.items()},
             acked_by={dest_id: d.acked.get("PushDelta", 0)
@@ -785,7 +788,7 @@ class WorkerNode:
                     break
                 t1 = time.perf_counter()
                 c1 = time.thread_time()
-                loss_sum, rows = train_round(arrays, self.w, plan, cursor, self.hot)
+                loss_sum, rows = train_round(arrays, self.engine.w, plan, cursor, self.hot)
                 timers.add("wait_to_start_round", t1 - t0)
                 timers.add("train", time.perf_counter() - t1)
                 timers.add("train_cpu", time.thread_time() - c1)
@@ -817,9 +820,9 @@ class WorkerNode:
             slack = plan.staleness
             # Once round r is done this worker is r rounds in; a peer more than `slack` rounds
             # behind that holds us back until it catches up or falls silent for barrier_timeout.
+            rules = self.engine.rules
             while not self.inbox.wait(
-                    lambda peers: self.stop_requested.is_set() or all(
-                        p.settled or p.round >= r - slack for p in peers.values()),
+                    lambda peers: self.stop_requested.is_set() or may_start(rules, r, peers),
                     min(0.25, plan.barrier_timeout)):
                 self._drop_silent(plan, r - 1, f"more than {slack} rounds behind")
         return not self.stop_requested.is_set()
@@ -875,20 +878,12 @@ class WorkerNode:
         with self._exchange_lock:  # never beside build_delta, nor another apply
             items = self.inbox.drain()
             applied = self._apply_items(items) if items else 0
-            if self.averaging.deferred:
-                self.averaging.settle(self.w, self.snap, self.inbox.snapshot())
+            self.engine.settle(self.inbox.snapshot())
             return applied
 
     def _apply_items(self, items: list[DecodedDelta]) -> int:
         t0 = time.perf_counter()
-        empty = np.zeros(0, dtype=np.float64)
-        for d in items:
-            # The kernel re-checks lengths and bounds; decode_delta already did, so a non-zero
-            # result would be a bug, never silently ignored.
-            result = kernels.apply_delta(self.w, self.snap if self.snap.size else empty,
-                                         d.indices, d.values)
-            if result != 0:
-                raise InvalidMessage(f"delta {d.key} rejected by apply_delta ({result})")
+        self.engine.apply((d.indices, d.values) for d in items)
         self.inbox.count_applied(items)
         self.timers.add("apply", time.perf_counter() - t0, len(items))
         return len(items)
@@ -903,26 +898,10 @@ class WorkerNode:
     def _exchange_locked(self, plan: RunPlan, round_: int, final: bool) -> None:
         self._apply_inbox()
         t0 = time.perf_counter()
-        deferring = defers(plan) and not final
-        if not deferring:
-            # The final delta settles everything: the model then ends as its peers' do.
-            peers = self.inbox.snapshot()  # one copy of the peer table for both
-            self.averaging.settle(self.w, self.snap, peers, everything=True)
-            self.averaging.cut(plan, self.w, self.snap, peers)
-        # O(dim), like build_delta: a diverged model is reported, never sent on.
-        if not is_finite(self.w):
+        try:
+            sent_idx, sent_val = self.engine.build(round_, final, self.inbox.snapshot)
+        except ModelNotFinite:
             self._diverged(plan, round_)
-        idx = np.empty(plan.dim, dtype=np.int32)
-        val = np.empty(plan.dim, dtype=np.float32)
-        n = int(kernels.build_delta(self.w, self.snap, idx, val))
-        if n < 0:
-            raise InvalidMessage("build_delta: buffers shorter than the model")
-        if not np.isfinite(val[:n]).all():  # finite in float64, beyond float32's range
-            self._diverged(plan, round_)
-        sent_idx, sent_val = self._compress(plan, idx[:n], val[:n], final)
-        if deferring:
-            self.averaging.defer(plan, round_, sent_idx, sent_val, self.w, self.snap,
-                                 self.inbox.snapshot())
         if self.tree is not None:
             self.timers.add("build_delta", time.perf_counter() - t0)
             with self._tree_lock:
@@ -940,19 +919,7 @@ class WorkerNode:
                 round_, final, self.examples, sent_idx, sent_val, messages))
         self.deltas_sent += len(messages)
         self.rounds = max(self.rounds, round_)
-        peers = self.inbox.snapshot()
-        live = [p.round for p in peers.values() if not p.settled]
-        if live:
-            self.max_staleness = max(self.max_staleness, round_ - min(live))
-
-    def _compress(self, plan: RunPlan, idx: np.ndarray, val: np.ndarray,
-                  final: bool) -> tuple[np.ndarray, np.ndarray]:
-        """The part of this round's delta to send (delta_threshold / delta_topk /
-        delta_dtype); the rest stays in the residual. The final delta sends everything, in
-        float32, so that every model ends with the same sum."""
-        if final or not plan.compression.active:
-            return idx, val
-        return compress_delta(idx, val, self.snap, plan.compression)
+        self.max_staleness = max(self.max_staleness, lag(round_, self.inbox.snapshot()))
 
     def _senders(self, plan: RunPlan) -> dict[int, str]:
         """Who sends this worker deltas: every peer (mesh), or the coordinator alone, under
@@ -991,8 +958,7 @@ class WorkerNode:
         """Sync mode: wait for every live peer's round-``round_`` delta, then apply them."""
 
         def ready(peers: dict[int, PeerStatus]) -> bool:
-            return self.stop_requested.is_set() or all(
-                p.settled or p.round >= round_ for p in peers.values())
+            return self.stop_requested.is_set() or barrier_ready(round_, peers)
 
         # A peer that is alive but itself waiting (heartbeats) is waited for; one silent for
         # barrier_timeout is dropped, so the barrier never hangs on a dead peer.

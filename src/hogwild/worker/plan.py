@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from hogwild.engine.rules import ExchangeRules
 from hogwild.errors import InvalidMessage
 from hogwild.model import kernels
 from hogwild.model.compression import Compression
@@ -63,6 +64,15 @@ class RunPlan:
     def spec(self) -> ModelSpec:
         """The model's kind and layout (validated when the plan was built)."""
         return ModelSpec(self.model, self.n_features, self.hidden, self.binary_features)
+
+    @property
+    def rules(self) -> ExchangeRules:
+        """The exchange rules the round engine follows (engine/rules.py)."""
+        return ExchangeRules(
+            mode=self.mode, staleness=self.staleness, combine=self.combine,
+            topology=self.topology,
+            averaged_from=0 if self.combine == "average" else self.spec.shared_from,
+            n_peers=len(self.peers), compression=self.compression)
 
     @property
     def loss_code(self) -> int:

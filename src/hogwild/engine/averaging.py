@@ -8,50 +8,29 @@ workers, sync rounds of 8,750 examples, test accuracy 0.63 instead of 0.88). Ave
 is stable at any round size, in both modes. Sparse feature weights, each touched by a few
 examples per round, keep the plain sum. The same holds for every parameter of the MLP after
 its first layer (the dense layers and b1, all touched by every example): they are averaged,
-W1's rows are summed (``plan.spec.shared_from`` is where the averaged part starts). With
+W1's rows are summed (``ExchangeRules.averaged_from``, the spec's ``shared_from``, is where the averaged part starts). With
 ``combine: average`` every weight is averaged: periodic model averaging, which stays stable
 with rounds far larger than summing tolerates (see coordinator.rounds.choose_round_size).
 
 The change is made in ``w`` itself before the delta is built, so a worker, its peers and the
-coordinator add the same value. All of it runs on the exchange thread, under the node's
-exchange lock.
+coordinator add the same value. A worker runs all of it on its exchange thread, under its
+exchange lock (round.RoundEngine).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 
 import numpy as np
 
+from hogwild.engine.rules import ExchangeRules, PeerView, contributing
 from hogwild.errors import InvalidMessage
 from hogwild.model import kernels
-from hogwild.worker.inbox import PeerStatus
-from hogwild.worker.plan import RunPlan
 
 # Async mesh: own rounds whose averaged part is kept in full until the peers' deltas of the
 # same round arrive (OwnAverage.defer); beyond this many the oldest is settled anyway.
 MAX_DEFERRED_ROUNDS = 4
-
-
-def contributing(plan: RunPlan, peers: dict[int, PeerStatus]) -> int:
-    """This worker and the peers still sending deltas (a finished or dropped one sends no
-    more)."""
-    count = 1 + sum(1 for p in peers.values() if not p.settled)
-    if plan.topology in ("star", "tree"):
-        # The relay (the tree) hides the peers: count them all (after a drop this
-        # under-corrects, which is stable, where over-counting would overshoot).
-        count = 1 + len(plan.peers) if count > 1 else 1
-    return count
-
-
-def defers(plan: RunPlan) -> bool:
-    """Whether the averaged part of own changes is settled late (async mesh only)."""
-    return plan.mode == "async" and plan.topology == "mesh"
-
-
-def _averaged_from(plan: RunPlan) -> int:
-    """The first weight of the averaged part (every weight with ``combine: average``)."""
-    return 0 if plan.combine == "average" else plan.spec.shared_from
 
 
 class OwnAverage:
@@ -66,22 +45,22 @@ class OwnAverage:
         """Forget the deferred rounds (new weights were loaded: nothing is owed on them)."""
         self.deferred.clear()
 
-    def cut(self, plan: RunPlan, w: np.ndarray, snap: np.ndarray,
-            peers: dict[int, PeerStatus]) -> None:
+    def cut(self, rules: ExchangeRules, w: np.ndarray, snap: np.ndarray,
+            peers: Mapping[int, PeerView]) -> None:
         """Keep 1/W of this round's own change to the averaged part, in ``w`` (W: the
         contributing workers).
 
         (In async mode a training thread may update the bias during this read-modify-write
         and lose that one step, as any two Hogwild threads may.)
         """
-        workers = contributing(plan, peers)
+        workers = contributing(rules, peers)
         if workers <= 1:
             return
-        if kernels.cut_changes(w, snap, _averaged_from(plan), 1.0 - 1.0 / workers) < 0:
+        if kernels.cut_changes(w, snap, rules.averaged_from, 1.0 - 1.0 / workers) < 0:
             raise InvalidMessage("averaging own changes: snapshot shorter than the model")
 
-    def defer(self, plan: RunPlan, round_: int, idx: np.ndarray, val: np.ndarray,
-              w: np.ndarray, snap: np.ndarray, peers: dict[int, PeerStatus]) -> None:
+    def defer(self, rules: ExchangeRules, round_: int, idx: np.ndarray, val: np.ndarray,
+              w: np.ndarray, snap: np.ndarray, peers: Mapping[int, PeerView]) -> None:
         """Async mesh: send 1/W of the averaged part of this round's change but keep all of
         it in ``w`` until every live peer's delta of the same round has arrived, then take
         the rest out (settle). ``val`` (what is sent) is scaled in place.
@@ -92,10 +71,10 @@ class OwnAverage:
         where a sync one needed 0.95. Kept in full meanwhile, the worker trains on its own
         progress, and once settled its model is what its peers and the coordinator add up.
         """
-        workers = contributing(plan, peers)
+        workers = contributing(rules, peers)
         if workers <= 1:
             return
-        k = int(np.searchsorted(idx, _averaged_from(plan)))  # ascending: the tail is averaged
+        k = int(np.searchsorted(idx, rules.averaged_from))  # ascending: the tail is averaged
         if k >= idx.size:
             return
         full = val[k:].astype(np.float64)
@@ -107,7 +86,7 @@ class OwnAverage:
         if len(self.deferred) > MAX_DEFERRED_ROUNDS:
             self.settle(w, snap, peers)
 
-    def settle(self, w: np.ndarray, snap: np.ndarray, peers: dict[int, PeerStatus],
+    def settle(self, w: np.ndarray, snap: np.ndarray, peers: Mapping[int, PeerView],
                everything: bool = False) -> None:
         """Take out of ``w`` the part of own deferred rounds that was not sent, for every
         round all live peers have also sent (all of them with ``everything``, and the oldest

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.worker.sender import merge_sparse
+from hogwild.engine.sparse import merge_sparse
 
 COORDINATOR = -1   # the root of the tree, as a parent index
 

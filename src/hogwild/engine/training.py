@@ -1,4 +1,4 @@
-"""The in-node part of a worker's round: T threads run the SGD kernel on one shared w, no lock.
+"""One worker's part of a round: T threads run the SGD kernel on one shared w, no lock.
 
 The kernel is the linear model's or the sparse-input MLP's (``plan.spec``); both update the
 one flat parameter vector ``w`` in place.
@@ -12,6 +12,7 @@ size by ``lr_decay`` per pass, the inverse one divides it by 1 + the passes done
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -19,8 +20,39 @@ import numpy.typing as npt
 from hogwild.model import kernels, mlp_kernels
 from hogwild.model.arrays import CSRArrays
 from hogwild.model.mlp import BUFFERED_FLUSH_ROWS
+from hogwild.model.spec import ModelSpec
 from hogwild.model.trainer import kernel_schedule
-from hogwild.worker.plan import RunPlan
+
+
+class ThreadPlan(Protocol):
+    """What a training thread reads of the run (the worker's RunPlan, the simulator's plan)."""
+
+    @property
+    def spec(self) -> ModelSpec: ...
+    @property
+    def loss_code(self) -> int: ...
+    @property
+    def round_size(self) -> int: ...
+    @property
+    def threads(self) -> int: ...
+    @property
+    def n_features(self) -> int: ...
+    @property
+    def lr_schedule(self) -> str: ...
+    @property
+    def learning_rate(self) -> float: ...
+    @property
+    def lr_decay(self) -> float: ...
+    @property
+    def power_t(self) -> float: ...
+    @property
+    def l2(self) -> float: ...
+    @property
+    def fit_bias(self) -> bool: ...
+    @property
+    def thread_buffer(self) -> bool: ...
+    @property
+    def deep_lr_scale(self) -> float: ...
 
 
 @dataclass
@@ -46,7 +78,7 @@ def make_cursors(n_rows: int, threads: int, start_fraction: float = 0.0) -> list
     return cursors
 
 
-def train_round(arrays: CSRArrays, w: npt.NDArray[np.float64], plan: RunPlan,
+def train_round(arrays: CSRArrays, w: npt.NDArray[np.float64], plan: ThreadPlan,
                 cursor: ThreadCursor, hot: int = 0) -> tuple[float, int]:
     """``round_size`` SGD steps for one thread (fewer only if its block is empty);
     returns (sum of pre-update losses, rows processed). Safe to run from T threads at once."""
