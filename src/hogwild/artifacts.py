@@ -8,6 +8,7 @@ import fcntl
 import io
 import json
 import logging
+import math
 import os
 import socket
 import tempfile
@@ -78,8 +79,29 @@ def _json_default(value: Any) -> Any:
 
 
 def dumps(value: Any, indent: int | None = None) -> str:
-    """JSON text that also accepts numpy scalars/arrays and paths."""
-    return json.dumps(value, default=_json_default, sort_keys=True, indent=indent)
+    """JSON text that also accepts numpy scalars/arrays and paths. A number that is not
+    finite (a loss that overflowed, a metric not measured) is written as null: JSON has no
+    Infinity or NaN, and strict readers (jq, JavaScript, most languages' parsers) refuse
+    the whole file over one."""
+    try:
+        return json.dumps(value, default=_json_default, sort_keys=True, indent=indent,
+                          allow_nan=False)
+    except ValueError:  # rare: only then is the value walked
+        return json.dumps(_finite(value), default=_json_default, sort_keys=True,
+                          indent=indent, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite number replaced by None (numpy values as Python's)."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        value = value.tolist()  # a numpy scalar's tolist() is its Python value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def save_weights(path: str | Path, w: np.ndarray) -> Path:
@@ -93,8 +115,7 @@ def save_model(out_dir: str | Path, w: np.ndarray, meta: Mapping[str, Any]) -> P
     """Write ``model.npz`` (weights; ``w[-1]`` is the bias) and ``model.json`` (metadata)."""
     out = Path(out_dir)
     path = save_weights(out / MODEL_FILE, w)
-    atomic_write_text(out / MODEL_META_FILE,
-                      json.dumps(dict(meta), default=_json_default, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(out / MODEL_META_FILE, dumps(dict(meta), indent=2) + "\n")
     return path
 
 
@@ -109,7 +130,7 @@ def load_model(out_dir: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
 
 def write_metrics(out_dir: str | Path, metrics: Mapping[str, Any]) -> Path:
     """``metrics.json``: the final summary of a run (test_accuracy, test_loss, epochs, seconds, ...)."""
-    text = json.dumps(dict(metrics), default=_json_default, indent=2, sort_keys=True) + "\n"
+    text = dumps(dict(metrics), indent=2) + "\n"
     return atomic_write_text(Path(out_dir) / METRICS_FILE, text)
 
 

@@ -14,12 +14,16 @@ from __future__ import annotations
 import io
 import json
 import logging
+import struct
+import zipfile
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.npyio import NpzFile
 
 from hogwild import artifacts
 from hogwild.config import Settings
@@ -81,6 +85,8 @@ class Checkpoint:
 # Saved as they are; the weights go in arrays of their own, the evaluations as their count.
 _SAVED = ("run_id", "round", "elapsed", "deltas_received", "bytes_received", "duplicates",
           "early", "data", "model")
+# The arrays a checkpoint holds (best_w only once early stopping has a best model).
+_ARRAYS = frozenset({"w", "best_w", "meta"})
 # What the weights mean: a resume under other values would go on training them as another
 # model (hinge weights read as log-loss probabilities, say) and exit 0.
 MODEL_SETTINGS = ("model", "hidden", "binary_features", "loss", "fit_bias")
@@ -92,10 +98,13 @@ def save(out_dir: str | Path, ckpt: Checkpoint) -> Path:
     meta["workers"] = [asdict(entry) for entry in ckpt.workers]
     meta["history_rows"] = ckpt.history_rows
     meta["format_version"] = FORMAT_VERSION
-    arrays: dict[str, Any] = {"w": np.asarray(ckpt.w, dtype=np.float64),
-                              "meta": np.array(artifacts.dumps(meta))}
+    arrays: dict[str, Any] = {"w": np.asarray(ckpt.w, dtype=np.float64)}
     if ckpt.best_w is not None:
         arrays["best_w"] = np.asarray(ckpt.best_w, dtype=np.float64)
+    # Which arrays there are, where a damaged zip directory cannot drop one unseen: the zip
+    # reader takes the entries it finds and does not check their count.
+    meta["arrays"] = sorted(arrays)
+    arrays["meta"] = np.array(artifacts.dumps(meta))
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return artifacts.atomic_write_bytes(Path(out_dir) / CHECKPOINT_FILE, buffer.getvalue())
@@ -108,18 +117,16 @@ def remove(out_dir: str | Path) -> None:
 
 def load(directory: str | Path) -> Checkpoint | None:
     """The checkpoint in ``directory``, None if it has none; ConfigError (key ``resume``) if
-    the file cannot be read or is of another format version."""
+    the file cannot be read, is damaged or is of another format version."""
     path = Path(directory) / CHECKPOINT_FILE
     if not path.exists():
         return None
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            w = np.array(archive["w"], dtype=np.float64)
-            best_w = (np.array(archive["best_w"], dtype=np.float64)
-                      if "best_w" in archive.files else None)
-            meta = json.loads(str(archive["meta"]))
-    except (OSError, ValueError, KeyError) as exc:
-        raise ConfigError("resume", f"cannot read {path}: {exc}") from None
+        handle = path.open("rb")
+    except OSError as exc:
+        raise ConfigError("resume", f"cannot read {path}: {exc.strerror or exc}") from None
+    with handle:
+        w, best_w, meta = _read_archive(path, handle)
     if meta.get("format_version") not in READS_VERSIONS:
         raise ConfigError("resume", f"{path} has format version {meta.get('format_version')}, "
                                     f"this hogwild reads {', '.join(map(str, READS_VERSIONS))}")
@@ -138,9 +145,77 @@ def load(directory: str | Path) -> Checkpoint | None:
             early=dict(meta.get("early") or {}), best_w=best_w,
             data=str(meta.get("data") or ""), model=dict(meta.get("model") or {}))
     except KeyError as exc:
-        raise ConfigError("resume", f"{path} is damaged: it lacks {exc}") from None
+        raise _damaged(path, f"it lacks {exc}") from None
     except (TypeError, ValueError) as exc:
-        raise ConfigError("resume", f"{path} is damaged: {exc}") from None
+        raise _damaged(path, str(exc)) from None
+
+
+# What reading a damaged archive raises, from the zip layer (a cut file: BadZipFile, EOFError;
+# a flipped byte: "Bad CRC-32", a bad header, an unknown compression method, a member marked
+# encrypted: RuntimeError) and from numpy's array headers (ValueError, TypeError for a dtype it
+# does not know, pickled data it refuses). Each member's CRC-32 is checked as it is read to its
+# end, so an archive read without one of these holds exactly the bytes that were written.
+_ZIP_MAGIC = b"PK\x03\x04"  # how a .npz (a zip file) with at least one member begins
+_DAMAGE = (zipfile.BadZipFile, EOFError, OSError, ValueError, TypeError, KeyError,
+           NotImplementedError, RuntimeError, OverflowError, zlib.error, struct.error)
+
+
+def _read_archive(path: Path, handle: BinaryIO) -> tuple[npt.NDArray[np.float64],
+                                                         npt.NDArray[np.float64] | None,
+                                                         dict[str, Any]]:
+    """The weights, the best weights (if kept) and the metadata of the open checkpoint
+    ``path``; ConfigError saying it is damaged if it cannot be read as one."""
+    try:
+        start = handle.read(4)
+        if not start:
+            raise ValueError("it is empty")
+        if start != _ZIP_MAGIC:  # else numpy would take it for a lone array or a pickle
+            raise ValueError("it is not a .npz archive")
+        handle.seek(0)
+        archive = np.load(handle, allow_pickle=False)
+        if not isinstance(archive, NpzFile):
+            raise TypeError("it is not a .npz archive")
+        with archive:
+            # A name damaged in the archive's directory would otherwise drop that array
+            # silently (a resume without the best model so far).
+            unknown = sorted(set(archive.files) - _ARRAYS)
+            if unknown:
+                raise ValueError(f"it holds an array named {unknown[0]!r}")
+            w = np.array(archive["w"], dtype=np.float64)
+            best_w = (np.array(archive["best_w"], dtype=np.float64)
+                      if "best_w" in archive.files else None)
+            meta = json.loads(str(archive["meta"]))
+    except _DAMAGE as exc:
+        raise _damaged(path, _why(exc)) from None
+    if not isinstance(meta, dict):
+        raise _damaged(path, "its metadata is not a JSON object")
+    # Written since the list was kept (older checkpoints: the names checked above only).
+    listed = meta.get("arrays")
+    if isinstance(listed, list) and (best_w is not None) != ("best_w" in listed):
+        raise _damaged(path, "it lacks the array 'best_w'" if best_w is None
+                       else "it holds an array named 'best_w' its metadata does not list")
+    return w, best_w, meta
+
+
+def _why(exc: BaseException) -> str:
+    """What is wrong with the archive, in words a user can act on."""
+    text = str(exc).rstrip(".")
+    if "pickled" in text:  # numpy's advice (allow_pickle=True) is not for a checkpoint
+        return "an array in it is not one of numbers"
+    if isinstance(exc, zipfile.BadZipFile) and text == "File is not a zip file":
+        return "the zip directory at its end is missing (the file is cut short)"
+    if isinstance(exc, OSError) and exc.strerror:  # a seek outside the file: an offset damaged
+        return f"{exc.strerror.lower()} ({type(exc).__name__})"
+    if isinstance(exc, KeyError):  # numpy's own words: "w is not a file in the archive"
+        return str(exc.args[0]) if exc.args else "it lacks an array"
+    return text or f"{type(exc).__name__}: the file ends early"
+
+
+def _damaged(path: Path, why: str) -> ConfigError:
+    """The error of a checkpoint that cannot be resumed from (and how to go on)."""
+    return ConfigError("resume", f"the checkpoint {path} is damaged: {why}; it cannot be "
+                                 "resumed: start the run anew without resume, or resume from "
+                                 "an intact copy of the file")
 
 
 def _read_history(directory: Path, rows: int, elapsed: float) -> ReadBack:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import grpc
@@ -40,6 +41,14 @@ def check_counts(what: str, round_: int, examples: int = 0, staleness: int = 0) 
         raise InvalidMessage(f"{what}: round or staleness above {MAX_ROUND}")
     if examples > MAX_EXAMPLES:
         raise InvalidMessage(f"{what}: example count above {MAX_EXAMPLES}")
+
+
+def check_loss(what: str, loss: float) -> None:
+    """InvalidMessage when a reported loss is infinite. NaN is the protocol's "no loss yet"
+    (a worker before its first round, or one reporting its divergence) and is taken."""
+    if math.isinf(loss):
+        raise InvalidMessage(f"{what}: train_loss must be a finite number (or NaN for none), "
+                             f"got {loss}")
 
 
 def check_registration(request: pb.RegisterRequest) -> None:
@@ -106,6 +115,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def ReportProgress(self, request: pb.Progress, context: grpc.ServicerContext) -> pb.Ack:
         check_version(request.protocol_version, "progress")
         check_counts("progress", request.round, request.examples, request.max_staleness)
+        # A worker's own number, kept for the evaluations' rows: infinite, it would be
+        # averaged into metrics.jsonl's train_loss (and JSON has no infinity).
+        check_loss("progress", request.train_loss)
         self.state.progress(request.run_id, request.worker_id, request.round, request.examples,
                             request.train_loss, request.done, request.max_staleness,
                             request.diverged, key=sender_key(context))

@@ -2,12 +2,15 @@
 
 One directory per source file, ``<cache root>/<hash of the absolute path>-<name>.hwcache/``,
 holding ``indptr.npy``, ``indices.npy``, ``values.npy``, ``labels.npy`` (the rows in file
-order) and ``meta.json`` (absolute path, size, mtime, zero_based, layout version). The cache
-root is ``cache_dir`` when given, else ``$XDG_CACHE_HOME/hogwild`` or ``~/.cache/hogwild``:
-nothing is written beside the user's data. A cache whose key does not match its source
-(another size, mtime or zero_based) is ignored and replaced. The arrays are written while
-the text is parsed (appended block by block, never held twice) and read back block by block,
-so neither direction needs more memory than the result.
+order) and ``meta.json`` (absolute path, size, mtime, zero_based, layout version, and an xxh3
+checksum of each array's data). The cache root is ``cache_dir`` when given, else
+``$XDG_CACHE_HOME/hogwild`` or ``~/.cache/hogwild``: nothing is written beside the user's data.
+A cache whose key does not match its source (another size, mtime or zero_based, or an older
+layout) is ignored and replaced; so is one whose arrays no longer match their checksums (a
+flipped label or a scaled value that would still pass every structural check), with a warning
+naming the file: the text is parsed again. The arrays are written while the text is parsed
+(appended block by block, never held twice, hashed as they are written) and read back block by
+block, so neither direction needs more memory than the result.
 """
 
 from __future__ import annotations
@@ -25,17 +28,22 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
+import xxhash
 
 log = logging.getLogger(__name__)
 
 CACHE_SUFFIX = ".hwcache"
 # Bump when the stored layout or the parser's output changes: older caches are then ignored.
-CACHE_VERSION = 3  # 3: meta.json says whether a label did not survive float32
+CACHE_VERSION = 4  # 3: meta.json says whether a label did not survive float32; 4: checksums
 ARRAYS: dict[str, Any] = {"indptr": np.int64, "indices": np.int32, "values": np.float32,
                           "labels": np.float32}
 # Every .npy header is padded to this many bytes, so the data offset is known before the
 # final length is (the header is rewritten with the real length at the end).
 _HEADER_BYTES = 128
+# The checksum of each array's data (after its header), as meta.json names it. xxh3 hashes
+# several GB/s, against the parse's tens to hundreds of MB/s of text (bench/NOTES.md).
+CHECKSUM = "xxh3_64"
+_HASH_CHUNK = 8 << 20
 
 
 def user_cache_dir() -> Path:
@@ -92,7 +100,14 @@ def find_cached(source: Path, where: Path, *, zero_based: bool) -> CachedArrays 
     read, see hogwild.data.stream)."""
     try:
         meta = json.loads((where / "meta.json").read_text())
-        if meta.get("key") != source_key(source, zero_based):
+        key = meta.get("key") if isinstance(meta, dict) else None
+        if key != source_key(source, zero_based):
+            if isinstance(key, dict) and key.get("version") != CACHE_VERSION:
+                log.info("the data cache %s is of an older layout (%s, without content "
+                         "checksums): parsing %s again", where, key.get("version"), source)
+            return None
+        checksums = meta["checksums"]
+        if meta["checksum"] != CHECKSUM or not isinstance(checksums, dict):
             return None
         n_rows, nnz, max_index = int(meta["n_rows"]), int(meta["nnz"]), int(meta["max_index"])
         label_note = meta["label_note"]
@@ -111,11 +126,28 @@ def find_cached(source: Path, where: Path, *, zero_based: bool) -> CachedArrays 
                 offsets[name] = f.tell()
                 if os.fstat(f.fileno()).st_size != offsets[name] + length * got.itemsize:
                     return None
+                # The content itself: damage that keeps the shape (a label flipped, values
+                # scaled) passes every check of the rows and would train silently.
+                if _hash_rest(f) != checksums.get(name):
+                    log.warning("the data cache %s is damaged (its data does not match the "
+                                "checksum in %s): parsing %s again", where / f"{name}.npy",
+                                where / "meta.json", source)
+                    return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         if not isinstance(exc, FileNotFoundError):
             log.debug("ignoring unusable cache %s: %s", where, exc)
         return None
     return CachedArrays(where, n_rows, nnz, max_index, offsets, label_note)
+
+
+def _hash_rest(f: io.BufferedReader) -> str:
+    """The checksum of what is left in ``f`` from where it stands."""
+    hasher = xxhash.xxh3_64()
+    buffer = bytearray(_HASH_CHUNK)
+    view = memoryview(buffer)
+    while n := f.readinto(view):
+        hasher.update(view[:n])
+    return hasher.hexdigest()
 
 
 class CacheWriter:
@@ -129,6 +161,7 @@ class CacheWriter:
         self.max_index = -1  # largest feature id written (set by the loader)
         self.label_note: str | None = None  # set by the loader, see hogwild.data.labelcheck
         self._files: dict[str, BinaryIO] = {}
+        self._hashers = {name: xxhash.xxh3_64() for name in ARRAYS}
         self._nnz = 0
         self._rows = 0
         self._tmp: Path | None = None
@@ -140,9 +173,14 @@ class CacheWriter:
                 f = open(self._tmp / f"{name}.npy", "wb")  # noqa: SIM115 - closed in commit/abort
                 self._files[name] = f
                 f.write(b"\0" * _HEADER_BYTES)
-            self._files["indptr"].write(np.zeros(1, dtype=np.int64).tobytes())
+            self._write("indptr", np.zeros(1, dtype=np.int64))
         except OSError as exc:
             self._fail(exc)
+
+    def _write(self, name: str, array: np.ndarray) -> None:
+        """Append ``array``'s bytes to the file of ``name`` and to its checksum."""
+        self._files[name].write(array.data)
+        self._hashers[name].update(array.data)
 
     def _fail(self, exc: OSError) -> None:
         log.warning("could not write data cache %s: %s", self.where, exc)
@@ -156,10 +194,10 @@ class CacheWriter:
         try:
             ends = np.cumsum(lengths, dtype=np.int64)
             ends += self._nnz
-            self._files["indptr"].write(ends.data)
-            self._files["indices"].write(np.ascontiguousarray(indices, np.int32).data)
-            self._files["values"].write(np.ascontiguousarray(values, np.float32).data)
-            self._files["labels"].write(np.ascontiguousarray(labels, np.float32).data)
+            self._write("indptr", ends)
+            self._write("indices", np.ascontiguousarray(indices, np.int32))
+            self._write("values", np.ascontiguousarray(values, np.float32))
+            self._write("labels", np.ascontiguousarray(labels, np.float32))
             self._nnz += int(indices.shape[0])
             self._rows += int(lengths.shape[0])
         except OSError as exc:
@@ -179,8 +217,11 @@ class CacheWriter:
                 os.fsync(f.fileno())
                 f.close()
             meta = {"key": self._key, "n_rows": self._rows, "nnz": self._nnz,
-                    "max_index": int(self.max_index), "label_note": self.label_note}
-            (self._tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+                    "max_index": int(self.max_index), "label_note": self.label_note,
+                    "checksum": CHECKSUM,
+                    "checksums": {name: h.hexdigest() for name, h in self._hashers.items()}}
+            (self._tmp / "meta.json").write_text(json.dumps(meta, indent=1, allow_nan=False)
+                                                 + "\n")
             # A directory cannot replace a non-empty one: move the old cache aside first.
             old = None
             if self.where.exists():
