@@ -133,6 +133,8 @@ def bench_shipping(n_rows: int, per_row: int, tls: bool = False
     if tls:
         worker_tls += [f"--tls-cert={Path(secrets.name) / 'worker.crt'}",
                        f"--tls-key={Path(secrets.name) / 'worker.key'}"]
+    else:
+        worker_tls.append("--insecure")  # the plain-text baseline, asked for
     worker = subprocess.Popen(
         [sys.executable, "-m", "hogwild.cli", "worker", "--bind-host=127.0.0.1",
          "--worker-port=0", f"--coordinator-address=127.0.0.1:{port}", "--log-level=warning",

@@ -78,6 +78,23 @@ def _san(hosts: Iterable[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(entries)
 
 
+def host_names(hosts: Iterable[str]) -> list[str]:
+    """``hosts`` then localhost and 127.0.0.1, each name once (DNS names compared without
+    case, IP addresses by value), in the order first given."""
+    names: list[str] = []
+    seen: set[str] = set()
+    for host in [*hosts, *DEFAULT_HOSTS]:
+        bare = host.strip().strip("[]")
+        try:
+            key = str(ipaddress.ip_address(bare))
+        except ValueError:
+            key = bare.lower()
+        if bare and key not in seen:
+            seen.add(key)
+            names.append(host.strip())
+    return names
+
+
 def _check_hosts(hosts: Sequence[str]) -> None:
     for host in hosts:
         bare = host.strip().strip("[]")
@@ -165,7 +182,7 @@ def write_bundle(directory: str | Path, hosts: Sequence[str] = (), days: int = 3
         out.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
         raise ConfigError("out", f"cannot create {out}: {exc.strerror}") from None
-    names = [*hosts, *DEFAULT_HOSTS]
+    names = host_names(hosts)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name("hogwild development CA")
     ca_cert = _certificate("hogwild development CA", ca_name, ca_key, ca_key, days, ca=True)
@@ -198,7 +215,7 @@ def main(out: str, hosts: str, days: int, force: bool) -> int:
     names = [h for h in (part.strip() for part in hosts.split(",")) if h]
     bundle = write_bundle(out, names, days=days, overwrite=force)
     print(f"wrote a CA, coordinator/worker/client certificates and a token to {bundle.directory}"
-          f" (valid {days} days; names: {', '.join([*names, *DEFAULT_HOSTS])})")
+          f" (valid {days} days; names: {', '.join(host_names(names))})")
     print(f"  coordinator: tls_ca={bundle.ca} tls_cert={bundle.cert('coordinator')} "
           f"tls_key={bundle.key('coordinator')} auth_token_file={bundle.token}")
     print(f"  worker:      tls_ca={bundle.ca} tls_cert={bundle.cert('worker')} "

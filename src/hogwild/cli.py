@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -11,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from hogwild import __version__, config
 from hogwild.config import Settings
-from hogwild.errors import ConfigError, DataError, HogwildError
+from hogwild.engine.network import DEFAULT_SPEED, LATENCIES, Network
+from hogwild.errors import ConfigError, DataError, HogwildError, UsageError
 
 if TYPE_CHECKING:
     from hogwild.plotter import BackgroundPlot
@@ -22,6 +24,7 @@ log = logging.getLogger("hogwild")
 _ALIASES: dict[str, dict[str, str]] = {
     "train": {"--test": "test_data", "--out": "out_dir"},
     "run": {"--test": "test_data", "--out": "out_dir"},
+    "simulate": {"--test": "test_data", "--out": "out_dir"},
     "coordinator": {"--port": "coordinator_port", "--test": "test_data", "--out": "out_dir"},
     "worker": {"--port": "worker_port", "--advertise": "advertise_address",
                "--coordinator": "coordinator_address"},
@@ -32,7 +35,71 @@ _DESCRIPTIONS = {
     "run": "start a coordinator and N workers as local processes on loopback and train",
     "coordinator": "serve the coordinator: load and split data, ship shards, evaluate, stop",
     "worker": "serve a worker: register, receive a shard, train, exchange deltas with peers",
+    "simulate": "simulate `run` with W virtual workers in one process: simulated machine "
+                "speeds and network delays, the same round engine, deterministic for a seed",
 }
+# The settings a command follows are those of another (simulate: a run's).
+_SETTINGS_OF = {"simulate": "run"}
+
+
+_YES, _NO = ("true", "yes", "on"), ("false", "no", "off")
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """--help shows each option's default, unless its text already says it or there is none
+    to show (None, a bare switch that is off)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        default = action.default
+        if (not text or text is argparse.SUPPRESS or not action.option_strings
+                or "default" in text or default in (None, "") or default is argparse.SUPPRESS
+                or (action.nargs == 0 and default is False)):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser (and, through add_subparsers, every subcommand's) that takes no
+    abbreviations (``--epoch`` is not ``--epochs``) and shows defaults in --help.
+
+    Switches are ``--name`` / ``--no-name``; ``--name true|false`` (or ``--name=false``),
+    the spelling of earlier versions and of command lines that pass settings as text, is
+    read as one of the two."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(self._switch_values(words), namespace)
+
+    def _switch_values(self, words: list[str]) -> list[str]:
+        switches = {flag for action in self._actions
+                    if isinstance(action, argparse.BooleanOptionalAction)
+                    for flag in action.option_strings if not flag.startswith("--no-")}
+        out: list[str] = []
+        i = 0
+        while i < len(words):
+            word = words[i]
+            if word == "--":
+                out += words[i:]
+                break
+            flag, eq, value = word.partition("=")
+            if flag in switches:
+                if not eq and i + 1 < len(words) and words[i + 1].lower() in _YES + _NO:
+                    eq, value = "=", words[i + 1]
+                    i += 1
+                if eq:
+                    if value.lower() not in _YES + _NO:
+                        self.error(f"argument {flag}: expected true or false, got {value!r} "
+                                   f"(or write {flag} / --no-{flag[2:]})")
+                    word = flag if value.lower() in _YES else f"--no-{flag[2:]}"
+            out.append(word)
+            i += 1
+        return out
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
@@ -44,48 +111,80 @@ def _add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
                         help="settings file (default: $HOGWILD_CONFIG, else ./settings.yaml "
                              "if present, else built-in defaults)")
     aliases = {key: flag for flag, key in _ALIASES.get(command, {}).items()}
+    command = _SETTINGS_OF.get(command, command)
     group = parser.add_argument_group("settings (override settings.yaml and HOGWILD_* variables)")
     for key in config.KEYS:
         flags = [f"--{key.replace('_', '-')}"]
         if key in aliases:
             flags.insert(0, aliases[key])
         allowed = config.choices(key)
-        shown = config.help_text(key) if config.used_by(key, command) else argparse.SUPPRESS
+        shown = (f"{config.help_text(key)} (default: {config.default_text(key)})"
+                 if config.used_by(key, command) else argparse.SUPPRESS)
+        if config.is_switch(key):
+            # --name / --no-name; None when not given, so that the file and HOGWILD_* apply.
+            group.add_argument(*flags, dest=f"setting_{key}", default=None, help=shown,
+                               action=argparse.BooleanOptionalAction)
+            continue
         group.add_argument(*flags, dest=f"setting_{key}", metavar=key.upper() if not allowed
                            else "{" + ",".join(allowed) + "}", help=shown)
 
 
+def _add_simulation_flags(parser: argparse.ArgumentParser) -> None:
+    """The simulated machines and network (the run's own settings come from the schema)."""
+    net = Network()
+    group = parser.add_argument_group("simulated machines and network")
+    group.add_argument("--speed", type=float, default=DEFAULT_SPEED, metavar="NNZ_PER_S",
+                       help="non-zeros one training thread processes per second")
+    group.add_argument("--speeds", default="", metavar="LIST",
+                       help="one speed per worker, comma-separated (overrides --speed)")
+    group.add_argument("--speed-spread", type=float, default=0.0, metavar="SIGMA",
+                       help="scatter the workers' speeds log-normally with this sigma "
+                            "(seeded): stragglers")
+    group.add_argument("--latency", type=float, default=net.latency, metavar="SECONDS",
+                       help="mean time a message is in flight, per hop")
+    group.add_argument("--jitter", choices=LATENCIES, default=net.jitter,
+                       help="latency distribution: fixed, exponential, or uniform on "
+                            "[0, 2 x latency]")
+    group.add_argument("--overhead", type=float, default=net.overhead, metavar="SECONDS",
+                       help="sender time per message (encoding, TLS, the RPC)")
+    group.add_argument("--bandwidth", type=float, default=net.bandwidth, metavar="BYTES_PER_S",
+                       help="bytes per second out of one node")
+    group.add_argument("--slices", type=int, default=4, metavar="N",
+                       help="steps per round between which arrived deltas are applied")
+    group.add_argument("--evals-per-epoch", type=float, default=4.0, metavar="N",
+                       help="validation evaluations of the coordinator's model per epoch")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (also used by tests to check deployment command lines)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="hogwild",
         description="Sparse linear models trained with HOGWILD! lock-free SGD, "
                     "on one machine or across many over gRPC.")
     parser.add_argument("--version", action="version", version=f"hogwild {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in ("train", "run", "coordinator", "worker"):
+    for command in ("train", "run", "coordinator", "worker", "simulate"):
         cmd = sub.add_parser(command, help=_DESCRIPTIONS[command],
                              description=_DESCRIPTIONS[command])
         _add_setting_flags(cmd, command)
         if command == "run":
             cmd.add_argument("--keep-going", action="store_true",
                              help="do not stop the other processes when a worker fails")
-            cmd.add_argument("--insecure", action="store_true",
-                             help="plain-text gRPC without a token (default without tls_* "
-                                  "settings: throw-away certificates and a random token)")
+        if command == "simulate":
+            _add_simulation_flags(cmd)
 
     gen = sub.add_parser("gen-data", help="write a synthetic data set as svmlight text",
                          description="write a synthetic data set as svmlight text (.gz by suffix)")
     gen.add_argument("kind", choices=("rcv1", "seed000"),
                      help="rcv1: RCV1-shaped tf-idf rows; seed000: uniform sparse rows")
-    gen.add_argument("--rows", type=int, default=100_000, help="number of rows (default 100000)")
+    gen.add_argument("--rows", type=int, default=100_000, help="number of rows")
     gen.add_argument("--features", type=int, default=None,
                      help="feature count (default 47236 for rcv1, 1000000 for seed000)")
     gen.add_argument("--noise", type=float, default=None, help="share of flipped labels")
     gen.add_argument("--min-nnz", type=int, default=None, help="seed000: fewest non-zeros per row")
     gen.add_argument("--max-nnz", type=int, default=None, help="seed000: most non-zeros per row")
     gen.add_argument("--binary", action="store_true", help="seed000: all values 1.0")
-    gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gen.add_argument("--seed", type=int, default=0, help="random seed")
     gen.add_argument("--test-rows", type=int, default=0,
                      help="also write this many test rows (same separator) to OUT's .test twin")
     gen.add_argument("--out", required=True, metavar="FILE", help="output file (.gz to compress)")
@@ -95,18 +194,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="feature popularity, the row conflict graph (Ω, Δ, ρ) and the safe number "
                     "of examples in flight, τ <= n/(2Δ), as threads x workers x round size")
     analyze.add_argument("data", metavar="DATA", help="a data source, as the `data` setting")
-    analyze.add_argument("--threads", type=int, default=2, help="threads per worker (default 2)")
-    analyze.add_argument("--workers", type=int, default=1, help="workers (default 1)")
+    analyze.add_argument("--threads", type=int, default=2, help="threads per worker")
+    analyze.add_argument("--workers", type=int, default=1, help="workers")
     analyze.add_argument("--round-size", type=int, default=1,
-                         help="examples per thread between exchanges (default 1)")
-    analyze.add_argument("--zero-based", action="store_true", help="svmlight ids start at 0")
+                         help="examples per thread between exchanges")
+    analyze.add_argument("--zero-based", action=argparse.BooleanOptionalAction, default=None,
+                         help="svmlight ids start at 0 (default: off)")
     analyze.add_argument("--exact-budget", type=int, default=None,
                          help="largest Σ df(f)² for an exact conflict graph (default 4e8)")
     analyze.add_argument("--sample-rows", type=int, default=None,
                          help="rows whose degree is estimated when sampling (default 1000)")
     analyze.add_argument("--partners", type=int, default=None,
                          help="rows each sampled row is checked against (default 4096)")
-    analyze.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    analyze.add_argument("--seed", type=int, default=0, help="sampling seed")
     analyze.add_argument("--json", action="store_true", help="print the statistics as JSON")
 
     from hogwild.experiment.command import add_arguments as experiment_arguments
@@ -139,10 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
     hsh.add_argument("--onehot-max", type=int, default=64,
                      help="one-hot for categorical columns with at most this many values")
     hsh.add_argument("--scale", choices=("maxabs", "none"), default="maxabs",
-                     help="numeric columns divided by their largest magnitude (default)")
+                     help="maxabs: numeric columns divided by their largest magnitude; "
+                          "none: as they are")
     hsh.add_argument("--sep", default=None,
                      help="field separator (default: tab for .tsv/.tab, else comma)")
-    hsh.add_argument("--seed", type=int, default=0, help="hash seed (default 0)")
+    hsh.add_argument("--seed", type=int, default=0, help="hash seed")
     hsh.add_argument("--params", default=None, metavar="JSON",
                      help="hash with these parameters (OUT.hashing.json of an earlier run, or "
                           "a model.json) instead of fitting new ones")
@@ -165,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     certs.add_argument("--hosts", default="", metavar="H1,H2,...",
                        help="names (DNS, *.wildcard, or IP) the coordinator and workers are "
                             "reached by; localhost and 127.0.0.1 are always added")
-    certs.add_argument("--days", type=int, default=365, help="validity (default 365)")
+    certs.add_argument("--days", type=int, default=365, help="validity in days")
     certs.add_argument("--force", action="store_true", help="replace existing files")
     _add_model_commands(sub)
     return parser
@@ -188,7 +289,7 @@ def _add_model_commands(sub: Any) -> None:
                          help="svmlight file (.gz ok) or bundled:NAME[/test], synthetic:...")
         cmd.add_argument("--threads", type=int, default=None,
                          help="scoring threads (default: one per core, at most 8)")
-        cmd.add_argument("--zero-based", choices=("true", "false"), default=None,
+        cmd.add_argument("--zero-based", action=argparse.BooleanOptionalAction, default=None,
                          help="feature ids start at 0 (default: as when the model was trained)")
     predict.add_argument("--out", metavar="FILE", default=None,
                          help="write the predictions here (default: standard output)")
@@ -212,13 +313,14 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
 def ignored_flags(args: argparse.Namespace) -> list[str]:
     """One warning per setting given as a flag that ``args.command`` does not use, plus
     staleness given in sync mode (it bounds async runs only)."""
-    command = args.command
+    command = _SETTINGS_OF.get(args.command, args.command)
     warnings = []
     for key in config.KEYS:
         if getattr(args, f"setting_{key}", None) is None or config.used_by(key, command):
             continue
         users = ", ".join(config.commands(key))
-        warnings.append(f"setting '{key}' is not used by `hogwild {command}` (only by {users}); "
+        warnings.append(f"setting '{key}' is not used by `hogwild {args.command}` (only by "
+                        f"{users}); "
                         "ignored")
     return warnings
 
@@ -226,7 +328,7 @@ def ignored_flags(args: argparse.Namespace) -> list[str]:
 def _ignored_settings(settings: Settings, args: argparse.Namespace) -> list[str]:
     """Settings from a file or HOGWILD_* that this run will not follow (flags are named by
     ignored_flags)."""
-    command = args.command
+    command = _SETTINGS_OF.get(args.command, args.command)
     warnings = []
     if (config.used_by("staleness", command) and settings.mode == "sync"
             and settings.staleness is not None):
@@ -258,7 +360,28 @@ def _cmd_run(settings: Settings, args: argparse.Namespace, whole_process: bool) 
     from hogwild.launcher import run_local
 
     return run_local(settings, config_path=args.config, keep_going=args.keep_going,
-                     insecure=args.insecure, fork=whole_process)
+                     insecure=settings.insecure, fork=whole_process)
+
+
+def _cmd_simulate(settings: Settings, args: argparse.Namespace) -> int:
+    from hogwild.commands.simulate import SimOptions, simulate_job
+
+    try:
+        speeds = tuple(float(x) for x in args.speeds.split(",") if x.strip())
+        options = SimOptions(
+            speeds=speeds, speed=args.speed, spread=args.speed_spread,
+            network=Network(latency=args.latency, jitter=args.jitter,
+                            overhead=args.overhead, bandwidth=args.bandwidth),
+            slices=args.slices, evals_per_epoch=args.evals_per_epoch)
+        if not all(math.isfinite(v) and v > 0 for v in (*speeds, args.speed)):
+            raise ValueError("--speed and --speeds must be positive numbers")
+        if args.speed_spread < 0 or args.slices < 1 or not args.evals_per_epoch > 0:
+            raise ValueError("--speed-spread must be >= 0, --slices and --evals-per-epoch "
+                             "positive")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    simulate_job(settings, options)
+    return 0
 
 
 def _cmd_coordinator(settings: Settings, plot: BackgroundPlot | None = None) -> int:
@@ -329,7 +452,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
                                              ("sample_rows", args.sample_rows),
                                              ("partners", args.partners)) if value is not None}
     analyze_command(args.data, threads=args.threads, workers=args.workers,
-                    round_size=args.round_size, zero_based=args.zero_based, seed=args.seed,
+                    round_size=args.round_size, zero_based=bool(args.zero_based), seed=args.seed,
                     as_json=args.json, **options)
     return 0
 
@@ -387,7 +510,7 @@ def _cmd_model(args: argparse.Namespace) -> int:
 
     if args.threads is not None and args.threads < 1:
         raise ConfigError("threads", f"must be at least 1, got {args.threads}")
-    zero_based = None if args.zero_based is None else args.zero_based == "true"
+    zero_based: bool | None = args.zero_based
     if args.command == "eval":
         eval_command(args.model, args.data, as_json=args.json, threads=args.threads,
                      zero_based=zero_based)
@@ -488,12 +611,18 @@ def _run_command(args: argparse.Namespace, env: Mapping[str, str],
             log.warning(warning)
         if args.command == "train":
             return _cmd_train(settings, plot)
+        if args.command in ("coordinator", "worker"):
+            from hogwild.protocol.security import require_tls
+
+            require_tls(settings, args.command)  # before any port is bound
         if args.command == "coordinator":
             return _cmd_coordinator(settings, plot)
         if args.command == "run":
             return _cmd_run(settings, args, whole_process)
+        if args.command == "simulate":
+            return _cmd_simulate(settings, args)
         return _cmd_worker(settings, args)  # the last of the four commands with settings
-    except ConfigError as exc:
+    except (ConfigError, UsageError) as exc:
         print(f"hogwild {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except HogwildError as exc:
@@ -501,7 +630,7 @@ def _run_command(args: argparse.Namespace, env: Mapping[str, str],
         return 1
     except MemoryError:
         print(f"hogwild {args.command}: error: out of memory (for data larger than memory: "
-              "hogwild train --out-of-core true)", file=sys.stderr)
+              "hogwild train --out-of-core)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"hogwild {args.command}: interrupted", file=sys.stderr)

@@ -283,6 +283,13 @@ class Settings:
         metadata=_doc("name a server's certificate must carry (empty = the host of the address "
                       "dialled); set it when peers are reached by IP addresses the certificates "
                       "do not list", commands=_RCW))
+    insecure: bool = field(
+        default=False,
+        metadata=_doc("let `hogwild coordinator` and `hogwild worker` serve plain text when no "
+                      "tls_* files are set (they refuse to start otherwise: anyone who reaches "
+                      "a plain-text port can register and learn the run's keys); `hogwild run` "
+                      "then uses no throw-away credentials either. No effect with TLS files",
+                      commands=_RCW))
     auth_token: str = field(
         default="",
         metadata=_doc("shared run token every call must carry (empty = none); prefer "
@@ -353,6 +360,21 @@ def choices(key: str) -> tuple[str, ...] | None:
     """The allowed values of a setting with a closed set of values, else None."""
     value = _FIELDS[key].metadata.get("choices")
     return tuple(value) if value is not None else None
+
+
+def is_switch(key: str) -> bool:
+    """Whether a setting is true/false (a --name / --no-name flag)."""
+    return _base_type(key)[0] is bool
+
+
+def default_text(key: str) -> str:
+    """A setting's built-in default as settings.yaml writes it (true, null, [64], "")."""
+    value = _FIELDS[key].default
+    if isinstance(value, tuple):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    if value == "":
+        return '""'
+    return str(yaml.safe_dump(value, default_flow_style=True)).removesuffix("\n...\n").strip()
 
 
 def _base_type(key: str) -> tuple[type, bool]:

@@ -29,6 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("hogwild's estimators need scikit-learn >= 1.6: "
                       "pip install 'hogwild[sklearn]'") from exc
 
+from hogwild.config import Settings
 from hogwild.data.csr import CSRData
 from hogwild.errors import ModelError
 from hogwild.model.saved import SavedModel, label_value, ovr_proba
@@ -37,6 +38,13 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 F64 = npt.NDArray[np.float64]
+
+# The estimators' defaults are the settings' (``hogwild train``'s): one schema, read here.
+_SCHEMA = Settings()
+# The regressor's own defaults, where the schema's (made for classification) do not fit the
+# squared loss: its steps grow with |x|^2 and the targets' scale, so the schema's rate 0.5
+# diverges on unscaled inputs (standard normal features of 15 columns already).
+_REGRESSOR_DEFAULTS: dict[str, Any] = {"loss": "squared", "learning_rate": 0.05}
 
 # X is converted to these dtypes; the kernels read float32 values (the project's CSR contract).
 _DTYPES = (np.float64, np.float32)
@@ -54,11 +62,15 @@ class _HogwildModel(BaseEstimator):
 
     _task_kind = ""
 
-    def __init__(self, *, loss: str = "hinge", learning_rate: float = 0.5,
-                 lr_schedule: str = "constant", lr_decay: float = 0.9, power_t: float = 0.5,
-                 l2: float = 1e-5, epochs: int = 10, threads: int = 2, fit_bias: bool = True,
-                 seed: int = 0, trainer: str = "hogwild", thread_buffer: bool = True,
-                 batch_size: int = 1, shuffle: bool = True) -> None:
+    def __init__(self, *, loss: str = _SCHEMA.loss,
+                 learning_rate: float = _SCHEMA.learning_rate,
+                 lr_schedule: str = _SCHEMA.lr_schedule, lr_decay: float = _SCHEMA.lr_decay,
+                 power_t: float = _SCHEMA.power_t, l2: float = _SCHEMA.l2,
+                 epochs: int = _SCHEMA.epochs, threads: int = _SCHEMA.threads,
+                 fit_bias: bool = _SCHEMA.fit_bias, seed: int = _SCHEMA.seed,
+                 trainer: str = _SCHEMA.trainer, thread_buffer: bool = _SCHEMA.thread_buffer,
+                 batch_size: int = _SCHEMA.batch_size, shuffle: bool = True,
+                 epoch_rows: int | None = None) -> None:
         self.loss = loss
         self.learning_rate = learning_rate
         self.lr_schedule = lr_schedule
@@ -73,6 +85,7 @@ class _HogwildModel(BaseEstimator):
         self.thread_buffer = thread_buffer
         self.batch_size = batch_size
         self.shuffle = shuffle
+        self.epoch_rows = epoch_rows
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -102,20 +115,52 @@ class _HogwildModel(BaseEstimator):
                              f"got {epochs!r}")
         return int(epochs)
 
-    def _train(self, data: CSRData, targets: F64, weights: F64, epochs: int) -> None:
-        """``epochs`` passes of the Hogwild trainer for each row of ``targets`` (one label
-        vector per model), updating ``weights`` (K, d + 1) in the data's feature ids."""
+    def _stream_params(self, params: Any, seen: int, n_rows: int) -> tuple[Any, float]:
+        """partial_fit's step sizes: (TrainParams, the trainer's first step counter) that
+        continue the schedule from the ``seen`` examples before, whatever the calls' sizes.
+
+        The schedule counts examples, so it needs an epoch's length: ``epoch_rows``, else the
+        rows of the last fit, else every example seen by the end of this call (a stream makes
+        one pass). The trainer's epochs count calls; it is given the plain step this call
+        needs instead (``constant`` at the epoch's rate, or ``invscaling`` with the
+        schedule's rate, power and counter)."""
+        from dataclasses import replace
+
+        from hogwild.model.kernels import CONSTANT
+        from hogwild.model.trainer import kernel_schedule
+
+        unit = self._epoch_length(seen + n_rows)
+        code, lr0, power_t, t_shift = kernel_schedule(
+            params.lr_schedule, params.learning_rate, params.lr_decay, params.power_t,
+            seen // max(unit, 1), unit)
+        plain = replace(params, lr_schedule="constant" if code == CONSTANT else "invscaling",
+                        learning_rate=lr0, lr_decay=1.0, power_t=power_t)
+        return plain, seen + 1.0 + t_shift
+
+    def _epoch_length(self, seen: int) -> int:
+        """Rows per epoch of partial_fit's schedule, ``seen`` the examples after this call."""
+        rows = self.epoch_rows
+        if rows is None:
+            return int(getattr(self, "_epoch_rows", 0) or seen)
+        if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
+            raise ValueError(f"{type(self).__name__}: epoch_rows must be an integer >= 1 or "
+                             f"None, got {rows!r}")
+        return int(rows)
+
+    def _train(self, data: CSRData, targets: F64, weights: F64, epochs: int | None) -> None:
+        """``epochs`` passes of the Hogwild trainer from the first step (fit), or None: one
+        pass continuing the step-size schedule after the examples seen before (partial_fit),
+        for each row of ``targets`` (one label vector per model), updating ``weights``
+        (K, d + 1) in the data's feature ids."""
         from hogwild.data.reorder import frequency_order, renumber, restore_weights, to_internal
         from hogwild.model.trainer import Trainer
 
-        first_epoch = int(getattr(self, "_epochs_done", 0))
-        steps = getattr(self, "_steps", None)
-        if steps is None or len(steps) != targets.shape[0]:
-            steps = [1.0] * targets.shape[0]
+        calls = int(getattr(self, "_calls", 0))
+        seen = int(getattr(self, "_seen", 0)) if epochs is None else 0
         if self.shuffle and data.n_rows > 1:
             # The project streams rows in one fixed random order (permuted once per call):
             # sequential memory access, and the order still varies with the seed.
-            rng = np.random.default_rng([int(self.seed), first_epoch])
+            rng = np.random.default_rng([int(self.seed), calls])
             perm = rng.permutation(data.n_rows)
             data = data.take(perm)
             targets = targets[:, perm]
@@ -126,23 +171,27 @@ class _HogwildModel(BaseEstimator):
         if order is not None:
             data = renumber(data, order)
         params = self._params(d, renumbered)
+        first_t = 1.0
+        if epochs is None:
+            params, first_t = self._stream_params(params, seen, data.n_rows)
         for k in range(targets.shape[0]):
             rows = CSRData(data.indptr, data.indices, data.values, targets[k], d)
             w = to_internal(weights[k], order) if order is not None else weights[k].copy()
             model = Trainer(d, params, w=w)
-            model.t = steps[k]
-            for e in range(epochs):
-                model.fit_epoch(rows, first_epoch + e)
+            model.t = first_t
+            for e in range(epochs or 1):
+                model.fit_epoch(rows, e)
             if not np.isfinite(model.w).all():
                 raise ValueError(f"{type(self).__name__}: training diverged (weights are not "
                                  f"finite); lower learning_rate (now {self.learning_rate})")
             weights[k] = restore_weights(model.w, order) if order is not None else model.w
-            steps[k] = model.t
-        self._steps = steps
-        self._epochs_done = first_epoch + epochs
+        self._calls = calls + 1
+        self._seen = seen + (epochs or 1) * data.n_rows
+        if epochs is not None:
+            self._epoch_rows = data.n_rows
 
     def _forget(self) -> None:
-        for name in ("_steps", "_epochs_done"):
+        for name in ("_calls", "_seen", "_epoch_rows"):
             if hasattr(self, name):
                 delattr(self, name)
 
@@ -196,14 +245,41 @@ class _HogwildModel(BaseEstimator):
     def _adopt(self, model: SavedModel) -> None:
         raise NotImplementedError
 
+    def _meta(self) -> dict[str, Any]:
+        """model.json's own keys: the estimator, its parameters, and where the step-size
+        schedule stands (so that partial_fit after load continues it)."""
+        meta: dict[str, Any] = {"estimator": type(self).__name__, "params": self.get_params(),
+                                "n_iter": self.n_iter_}
+        for key, name in (("examples_seen", "_seen"), ("epoch_rows_fitted", "_epoch_rows")):
+            if hasattr(self, name):
+                meta[key] = int(getattr(self, name))
+        return meta
+
+    def _resume_schedule(self, meta: Mapping[str, Any]) -> None:
+        """Where a saved model's schedule stood: this estimator's keys, or for a model of
+        ``hogwild train`` its epochs over its training rows."""
+        seen, rows = meta.get("examples_seen"), meta.get("epoch_rows_fitted")
+        metrics = meta.get("metrics")
+        if seen is None and isinstance(metrics, Mapping):
+            rows, epochs = metrics.get("train_rows"), metrics.get("epochs")
+            if isinstance(rows, int) and isinstance(epochs, int):
+                seen = rows * epochs
+        self._forget()
+        if isinstance(seen, int) and seen >= 0:
+            self._seen = seen
+        if isinstance(rows, int) and rows > 0:
+            self._epoch_rows = rows
+
 
 class HogwildClassifier(ClassifierMixin, _HogwildModel):
     """Linear classifier (hinge = SVM, or logistic) trained by lock-free Hogwild threads.
 
-    Parameters mirror the settings of ``hogwild train`` (``loss``, ``learning_rate``,
-    ``lr_schedule``, ``lr_decay``, ``power_t``, ``l2``, ``epochs``, ``threads``, ``fit_bias``,
-    ``seed``, ``trainer``, ``thread_buffer``, ``batch_size``); ``shuffle`` permutes the rows
-    once per fit.
+    Parameters are the settings of ``hogwild train``, with the same defaults (``loss``,
+    ``learning_rate``, ``lr_schedule``, ``lr_decay``, ``power_t``, ``l2``, ``epochs``,
+    ``threads``, ``fit_bias``, ``seed``, ``trainer``, ``thread_buffer``, ``batch_size``);
+    ``shuffle`` permutes the rows once per call. ``epoch_rows``: the rows of one pass, for
+    the step-size schedule of ``partial_fit``, which counts examples, not calls (None: the
+    rows of the last ``fit``, else all the examples seen so far, as one pass of a stream).
     After fit: ``classes_``, ``coef_`` (1, d) or (K, d), ``intercept_``, ``n_iter_``,
     ``n_features_in_`` and ``weights_`` (the rows of ``w`` as saved, bias last).
     """
@@ -249,7 +325,7 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
         if unknown.size:
             raise ValueError(f"labels {unknown.tolist()} are not in classes "
                              f"{self.classes_.tolist()}")
-        self._train(_csr_data(X), self._targets(y), weights, 1)
+        self._train(_csr_data(X), self._targets(y), weights, None)
         self._set_weights(weights, getattr(self, "n_iter_", 0) + 1 if not first else 1)
         return self
 
@@ -309,8 +385,7 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
         return SavedModel(w=self.weights_[0] if binary else self.weights_, loss=self.loss,
                           task="binary" if binary else "multiclass", classes=classes,
                           fit_bias=bool(self.fit_bias),
-                          meta={"estimator": type(self).__name__, "params": self.get_params(),
-                                "n_iter": self.n_iter_})
+                          meta=self._meta())
 
     def _adopt(self, model: SavedModel) -> None:
         if not model.is_classifier or model.classes is None:
@@ -320,28 +395,34 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
         n_iter = model.meta.get("n_iter")
         self._set_weights(np.atleast_2d(model.w),
                           n_iter if isinstance(n_iter, int) else int(self.epochs))
+        self._resume_schedule(model.meta)
 
 
 class HogwildRegressor(RegressorMixin, _HogwildModel):
     """Linear least-squares regression trained by lock-free Hogwild threads.
 
-    The same parameters as HogwildClassifier (``loss`` is ``squared``); by default a smaller
-    step that decays as 1/sqrt(t), since squared-loss steps grow with the targets' scale.
+    The same parameters and defaults as HogwildClassifier, but ``loss`` is ``squared`` and
+    ``learning_rate`` 0.05 by default, since squared-loss steps grow with |x|^2 and the
+    targets' scale.
     After fit: ``coef_`` (d,), ``intercept_`` (1,), ``n_iter_``, ``weights_``.
     """
 
     _task_kind = "regressor"
 
-    def __init__(self, *, loss: str = "squared", learning_rate: float = 0.01,
-                 lr_schedule: str = "invscaling", lr_decay: float = 0.9, power_t: float = 0.25,
-                 l2: float = 1e-5, epochs: int = 10, threads: int = 2, fit_bias: bool = True,
-                 seed: int = 0, trainer: str = "hogwild", thread_buffer: bool = True,
-                 batch_size: int = 1, shuffle: bool = True) -> None:
+    def __init__(self, *, loss: str = _REGRESSOR_DEFAULTS["loss"],
+                 learning_rate: float = _REGRESSOR_DEFAULTS["learning_rate"],
+                 lr_schedule: str = _SCHEMA.lr_schedule, lr_decay: float = _SCHEMA.lr_decay,
+                 power_t: float = _SCHEMA.power_t, l2: float = _SCHEMA.l2,
+                 epochs: int = _SCHEMA.epochs, threads: int = _SCHEMA.threads,
+                 fit_bias: bool = _SCHEMA.fit_bias, seed: int = _SCHEMA.seed,
+                 trainer: str = _SCHEMA.trainer, thread_buffer: bool = _SCHEMA.thread_buffer,
+                 batch_size: int = _SCHEMA.batch_size, shuffle: bool = True,
+                 epoch_rows: int | None = None) -> None:
         super().__init__(loss=loss, learning_rate=learning_rate, lr_schedule=lr_schedule,
                          lr_decay=lr_decay, power_t=power_t, l2=l2, epochs=epochs,
                          threads=threads, fit_bias=fit_bias, seed=seed, trainer=trainer,
                          thread_buffer=thread_buffer, batch_size=batch_size,
-                         shuffle=shuffle)
+                         shuffle=shuffle, epoch_rows=epoch_rows)
 
     def _check_loss(self) -> None:
         if self.loss != "squared":
@@ -369,7 +450,7 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
             weights = np.zeros((1, X.shape[1] + 1), dtype=np.float64)
         else:
             weights = self.weights_.copy()
-        self._train(_csr_data(X), np.asarray(y, dtype=np.float64)[None, :], weights, 1)
+        self._train(_csr_data(X), np.asarray(y, dtype=np.float64)[None, :], weights, None)
         self._set_weights(weights, 1 if first else self.n_iter_ + 1)
         return self
 
@@ -385,8 +466,7 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
         check_is_fitted(self, "weights_")
         return SavedModel(w=self.weights_[0], loss=self.loss, task="regression", classes=None,
                           fit_bias=bool(self.fit_bias),
-                          meta={"estimator": type(self).__name__, "params": self.get_params(),
-                                "n_iter": self.n_iter_})
+                          meta=self._meta())
 
     def _adopt(self, model: SavedModel) -> None:
         if model.task != "regression":
@@ -395,6 +475,7 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
         n_iter = model.meta.get("n_iter")
         self._set_weights(np.atleast_2d(model.w),
                           n_iter if isinstance(n_iter, int) else int(self.epochs))
+        self._resume_schedule(model.meta)
 
 
 def run_cluster(X: Any, y: Any = None, *, workers: int = 2, threads: int = 1,

@@ -67,7 +67,9 @@ def hash_command(source: str, out: str, options: HashOptions, *, params_file: st
               "such values may merge; renumber the classes (e.g. 0..K-1)", file=sys.stderr)
     print(f"  in {seconds:.2f}s ({data.n_rows / max(seconds, 1e-9):,.0f} rows/s, "
           f"{size / 1e6 / max(seconds, 1e-9):.1f} MB/s of text)", file=stream)
-    for line in column_summary(params):
+    # The ranges are given as the written file numbers its features: 1-based svmlight ids.
+    print(f"  columns (feature ids as in {out}, from 1):", file=stream)
+    for line in column_summary(params, first_id=1):
         print(line, file=stream)
     if params_file is None:
         print(f"wrote {out} and {params_path(out)} (pass it as --params to hash other files "

@@ -218,6 +218,8 @@ def _secure(base: Settings, secrets_dir: Path, insecure: bool
             handle.write(token + "\n")
         moved = {"auth_token": "", "auth_token_file": str(path)}
         coordinator, worker = coordinator.replace(**moved), worker.replace(**moved)
+    if not coordinator.tls_ca:  # plain text was asked for: the children must not refuse it
+        coordinator, worker = coordinator.replace(insecure=True), worker.replace(insecure=True)
     return coordinator, worker
 
 

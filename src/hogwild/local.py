@@ -183,6 +183,12 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def duration(seconds: float) -> str:
+    """A wall time for a progress line: 1.25s, or in milliseconds below 10 ms (3.4ms),
+    where two decimals of a second would print 0.00s."""
+    return f"{seconds:.2f}s" if seconds >= 0.01 else f"{seconds * 1e3:.2g}ms"
+
+
 def train_job(settings: Settings, out: TextIO | None = None,
               plot: BackgroundPlot | None = None) -> dict[str, Any]:
     """Run `hogwild train`: print a progress row per epoch (to ``out``, default the current
@@ -334,7 +340,7 @@ def _train(settings: Settings, out: TextIO, started: float,
                   hashing=splits.hashing, task=splits.labels.task,
                   classes=splits.labels.classes, draw_plot=False, history_on_disk=True)
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
-    print(f"done ({stop_reason}): {history.count} epochs in {train_seconds:.2f}s, "
+    print(f"done ({stop_reason}): {history.count} epochs in {duration(train_seconds)}, "
           f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {settings.out_dir}",
           file=out, flush=True)
     # The plot last, off the path to the results above; the process ends once it is written.

@@ -30,7 +30,14 @@ from hogwild.data.sources import load_source
 from hogwild.data.split import shuffle_order, split_sizes
 from hogwild.data.stream import cached_blocks, parse_to_cache, read_cached_indptr
 from hogwild.errors import ConfigError, DataError
-from hogwild.local import _fmt, check_feature_memory, test_quality, train_params, write_outputs
+from hogwild.local import (
+    _fmt,
+    check_feature_memory,
+    duration,
+    test_quality,
+    train_params,
+    write_outputs,
+)
 from hogwild.model.evaluation import Metrics, evaluate
 from hogwild.model.losses import get_loss
 from hogwild.model.trainer import EpochStats, Trainer
@@ -250,7 +257,7 @@ def train_job(settings: Settings, out: TextIO, started: float,
     write_outputs(settings, w, metrics, history, source.order, task=source.labels.task,
                   classes=source.labels.classes, draw_plot=False)
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
-    print(f"done ({stop_reason}): {len(history)} epochs in {train_seconds:.2f}s, "
+    print(f"done ({stop_reason}): {len(history)} epochs in {duration(train_seconds)}, "
           f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {settings.out_dir}",
           file=out, flush=True)
     plot.finish(settings.out_dir, history, title=f"hogwild train (out of core): {settings.data}")

@@ -132,6 +132,8 @@ class Cluster:
                 **common, "worker_port": 0, "coordinator_address": f"127.0.0.1:{port}"}))
 
     def _spawn(self, name: str, role: str, settings: dict[str, Any]) -> Proc:
+        if not settings.get("tls_ca"):  # plain text on loopback, asked for as a user must
+            settings = {"insecure": True, **settings}
         argv = [sys.executable, "-m", "hogwild.cli", role, *flags(**settings)]
         proc = Proc(name, argv, self.workdir)
         self.procs.append(proc)

@@ -12,16 +12,19 @@ import itertools
 import json
 import re
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 
 from hogwild.coordinator import checkpoint
 from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
 from hogwild.errors import EXIT_LEFT
+from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 
 from .helpers import (
@@ -505,6 +508,65 @@ def test_a_second_worker_advertising_a_taken_address_is_refused(cluster: Cluster
     assert cluster.coordinator.wait(120) == 0
     _all_exit(cluster, {"coordinator": 0, "worker-0": 0, "worker-1": 0, "impostor": 1})
     assert read_metrics(out)["test_accuracy"] >= 0.97
+
+
+GIVEN_BACK = re.compile(r"worker (\d+) at \S+ did not answer: .*: its place goes to the next "
+                        r"worker that registers")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_worker_killed_after_registering_gives_its_place_to_the_next(
+        cluster: Cluster, tmp_path: Path, mode: str) -> None:
+    """A worker dies between its registration and its shipment (a pod crashing at start-up;
+    a registration by someone who serves nothing is the same). Its place goes back, in one
+    line, to the next worker that registers, which is shipped the same part: the run
+    completes. It used to end at once, `cannot ship shard`, exit 1, nothing written."""
+    out = tmp_path / "out"
+    cluster.start(0, **reuters(out, workers=2, mode=mode, epochs=3))
+    assert cluster.coordinator is not None
+    common = {**reuters(out, workers=2, mode=mode, epochs=3), "bind_host": "127.0.0.1",
+              "worker_port": 0, "coordinator_address": _coordinator_address(cluster)}
+    doomed = cluster._spawn("doomed", "worker", common)
+    doomed_id = int(doomed.wait_for(REGISTERED, 60).group(1))
+    doomed.proc.send_signal(signal.SIGKILL)
+    assert doomed.wait(10) == -signal.SIGKILL
+    cluster._spawn("worker-a", "worker", common).wait_for(REGISTERED, 60)
+    given = cluster.coordinator.wait_for(GIVEN_BACK, 60)
+    assert int(given.group(1)) == doomed_id
+    late = cluster._spawn("worker-b", "worker", common)
+    assert int(late.wait_for(REGISTERED, 60).group(1)) == doomed_id
+    assert cluster.coordinator.wait(120) == 0, cluster.output()
+    _all_exit(cluster, {"worker-a": 0, "worker-b": 0})
+    assert cluster.coordinator.output().count("its place goes to the next worker") == 1
+    metrics = read_metrics(out)
+    assert metrics["workers"] == 2 and metrics["dropped_workers"] == []
+    assert metrics["test_accuracy"] >= 0.95
+
+
+def test_a_place_nobody_takes_again_fails_the_run_in_one_line(cluster: Cluster,
+                                                              tmp_path: Path) -> None:
+    """A stranger registers with a plain-text coordinator, giving an address where nothing
+    listens: its place goes back, and when no worker takes it within register_timeout the
+    run fails with one line, exit 1."""
+    out = tmp_path / "out"
+    cluster.start(0, **reuters(out, workers=1, register_timeout=3))
+    assert cluster.coordinator is not None
+    with socket.socket() as closed:  # a port that was free a moment ago: nothing listens
+        closed.bind(("127.0.0.1", 0))
+        nowhere = f"127.0.0.1:{closed.getsockname()[1]}"
+    with grpc.insecure_channel(_coordinator_address(cluster)) as channel:
+        reply = pb_grpc.CoordinatorStub(channel).Register(pb.RegisterRequest(
+            protocol_version=PROTOCOL_VERSION, address=nowhere, threads=1,
+            hostname="stranger", pid=1, process_secret=b"s" * 32), timeout=30)
+    assert reply.worker_id == 0
+    assert cluster.coordinator.wait(120) == 1
+    errors = [ln for ln in cluster.coordinator.lines if ln.startswith("hogwild coordinator:")]
+    said = ("hogwild coordinator: error: no worker registered for the place of worker(s) 0 "
+            "within register_timeout=3s after its holder did not answer (start another worker "
+            "sooner, or raise register_timeout)")
+    assert errors == [said], cluster.output()
+    assert cluster.coordinator.output().count(f"worker 0 at {nowhere} did not answer") == 1
+    assert not (out / "metrics.json").exists()
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

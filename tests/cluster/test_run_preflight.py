@@ -26,7 +26,7 @@ def test_coordinator_refuses_an_out_dir_it_cannot_write(tmp_path: Path) -> None:
     # register_timeout is long: a coordinator that waited for workers would hit the timeout.
     proc = _run(tmp_path, "coordinator", *flags(bind_host="127.0.0.1", coordinator_port=0,
                                                 workers=2, register_timeout=600,
-                                                out_dir=blocker / "out"))
+                                                out_dir=blocker / "out", insecure=True))
     assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     assert len(errors) == 1, proc.stderr
@@ -57,7 +57,8 @@ def test_a_second_writer_of_a_busy_out_dir_is_refused_and_the_first_run_is_untou
     trained = _run(tmp_path, "train", f"--data={train}", f"--test={test}", f"--out={out}",
                    "--epochs=1", "--data-cache=false")
     second = _run(tmp_path, "coordinator", *flags(bind_host="127.0.0.1", coordinator_port=0,
-                                                  workers=2, out_dir=out, data=str(train)))
+                                                  workers=2, out_dir=out, data=str(train),
+                                                  insecure=True))
     for proc in (trained, second):
         assert proc.returncode == 2, proc.stderr
         assert (f"setting 'out_dir': '{out}' is being written by hogwild coordinator "

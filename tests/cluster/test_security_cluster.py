@@ -37,9 +37,11 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, cwd: Path, timeout: float = 60,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "hogwild.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, env=_env(), timeout=timeout, check=False)
+                          text=True, cwd=cwd, env={**_env(), **(env or {})}, timeout=timeout,
+                          check=False)
 
 
 def _tls(bundle: Bundle, role: str) -> dict[str, Any]:
@@ -133,7 +135,7 @@ def test_busy_port_is_one_line_and_exit_1(tmp_path: Path, role: str) -> None:
         port = holder.getsockname()[1]
         extra = ([f"--coordinator-port={port}", f"--out={tmp_path / 'out'}"]
                  if role == "coordinator" else [f"--worker-port={port}", "--connect-timeout=5"])
-        done = _cli(role, "--bind-host=127.0.0.1", *extra, cwd=tmp_path)
+        done = _cli(role, "--bind-host=127.0.0.1", "--insecure", *extra, cwd=tmp_path)
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 1, done.stderr
     assert len(lines) == 1 and str(port) in lines[0] and "Traceback" not in done.stderr, lines
@@ -144,6 +146,64 @@ def test_second_coordinator_on_the_same_port_fails(tmp_path: Path, cluster: Clus
         "bind_host": "127.0.0.1", "coordinator_port": 0, "out_dir": str(tmp_path / "a")})
     port = int(first.wait_for(READY, 60).group(1))
     second = _cli("coordinator", "--bind-host=127.0.0.1", f"--coordinator-port={port}",
-                  f"--out={tmp_path / 'b'}", cwd=tmp_path)
+                  f"--out={tmp_path / 'b'}", "--insecure", cwd=tmp_path)
     assert second.returncode == 1
     assert str(port) in second.stderr and "Traceback" not in second.stderr
+
+
+@pytest.mark.parametrize("role", ["coordinator", "worker"])
+def test_plain_text_is_refused_unless_asked_for(tmp_path: Path, role: str) -> None:
+    """Without TLS files a terminal command serves nothing: anyone reaching a plain-text port
+    could register and receive the run's keys. One line says how to make credentials or ask
+    for plain text; exit 2 (a setting), before any port is bound or out_dir is made."""
+    extra = {"coordinator": ["--coordinator-port=0", f"--out={tmp_path / 'out'}"],
+             "worker": ["--worker-port=0", "--connect-timeout=5"]}[role]
+    done = _cli(role, "--bind-host=0.0.0.0", *extra, cwd=tmp_path)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and "Traceback" not in done.stderr, lines
+    assert lines[0].startswith(f"hogwild {role}: error: setting 'insecure':"), lines
+    assert "hogwild certs --out DIR --hosts" in lines[0] and "--insecure" in lines[0]
+    assert "listening on port" not in done.stdout and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("how", ["flag", "setting", "environment"])
+def test_plain_text_asked_for_starts(tmp_path: Path, how: str) -> None:
+    """`--insecure`, `insecure: true` in the settings file or HOGWILD_INSECURE: the coordinator
+    and a worker serve plain text, and the worker registers."""
+    extra: list[str] = []
+    env = _env()
+    if how == "flag":
+        extra = ["--insecure"]
+    elif how == "setting":
+        (tmp_path / "settings.yaml").write_text("insecure: true\n")
+    else:
+        env["HOGWILD_INSECURE"] = "true"
+    common = ["--bind-host=127.0.0.1", "--workers=2", "--register-timeout=60", *extra]
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(role: str, *args: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, "-m", "hogwild.cli", role, *common, *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                cwd=tmp_path, env=env, start_new_session=True)
+        procs.append(proc)
+        return proc
+
+    def line(proc: subprocess.Popen[str], pattern: re.Pattern[str]) -> re.Match[str]:
+        assert proc.stdout is not None
+        seen = []
+        for text in proc.stdout:  # ends when the process does (the module's timeout guards)
+            seen.append(text)
+            if match := pattern.search(text):
+                return match
+        raise AssertionError("".join(seen))
+
+    try:
+        coordinator = start("coordinator", "--coordinator-port=0", f"--out={tmp_path / 'out'}")
+        port = line(coordinator, READY).group(1)
+        worker = start("worker", "--worker-port=0", f"--coordinator=127.0.0.1:{port}")
+        line(worker, re.compile(r"registered as worker 0 of 2"))
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(10)

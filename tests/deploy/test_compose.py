@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from hogwild.protocol.security import require_tls
+
 try:  # imported as a package module or as a rootdir-relative script
     from . import composefile, deploycheck
 except ImportError:
@@ -186,6 +188,9 @@ def test_environment_is_valid_settings_for_every_role_and_scale() -> None:
             environ = composefile.environment(service)
             settings_path = composefile.host_path(service, environ["HOGWILD_CONFIG"])
             loaded = deploycheck.load_with(environ, settings_path, service["command"])
+            # Mutual TLS, not plain text asked for: the role starts (it refuses plain text).
+            require_tls(loaded, name)
+            assert loaded.tls_ca and not loaded.insecure
             if name == "worker":
                 # advertise_address left empty: each container announces its own address.
                 assert loaded.advertise_address == ""

@@ -17,6 +17,7 @@ import yaml
 
 from hogwild.engine.tree import children, parent
 from hogwild.errors import EXIT_LEFT
+from hogwild.protocol.security import require_tls
 
 try:  # imported as a package module or as a rootdir-relative script
     from . import deploycheck, kustomize_lite
@@ -236,6 +237,9 @@ def test_commands_and_settings_are_valid_for_each_role(rendered: list[Obj],
         mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
         assert str(Path(env["HOGWILD_CONFIG"]).parent) in mounts
         loaded = deploycheck.load_with(env, settings_file, container["args"])
+        # Mutual TLS, not plain text asked for: the role starts (it refuses plain text).
+        require_tls(loaded, args.command)
+        assert loaded.tls_ca and not loaded.insecure
         if args.command == "coordinator":
             assert any(loaded.out_dir.startswith(p + "/") for p in mounts), "out_dir not mounted"
             assert loaded.workers == _workers(rendered)["spec"]["completions"]
@@ -315,7 +319,8 @@ def _worker_exit_code(*args: str, env: dict[str, str] | None = None,
                       sigterm_when: str = "") -> int:
     """The exit code of a real `hogwild worker`; with ``sigterm_when``, SIGTERM it once a
     line of its output contains that text (bounded: it gives up after connect_timeout)."""
-    return _exit_code(["worker", *args], env or {}, sigterm_when)
+    # Plain text on loopback, asked for: the pods' TLS files are not this test's subject.
+    return _exit_code(["worker", "--insecure", *args], env or {}, sigterm_when)
 
 
 def test_worker_job_fails_at_once_only_where_a_new_pod_cannot_help(rendered: list[Obj]) -> None:
@@ -359,7 +364,8 @@ def _coordinator_exit_code(env: dict[str, str], tmp_path: Path, *args: str,
     if "HOGWILD_RESUME" in own:
         own["HOGWILD_RESUME"] = str(tmp_path / "out")  # the pod's volume, here
     argv = ["coordinator", "--port", "0", "--bind-host", "127.0.0.1", "--out",
-            str(tmp_path / "out"), "--workers", "2", "--register-timeout", "60", *args]
+            str(tmp_path / "out"), "--workers", "2", "--register-timeout", "60", "--insecure",
+            *args]
     # Bounded: it gives up after register_timeout.
     return _exit_code(argv, own, "waiting for 2 worker(s)" if signum else "",
                       signum or signal.SIGTERM, cwd=tmp_path)

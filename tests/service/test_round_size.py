@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hogwild.coordinator.rounds import (
+from hogwild.engine.rounds import (
     MIN_ROUNDS_PER_EPOCH,
     ROUND_NNZ,
     ROUND_NNZ_AVERAGE,

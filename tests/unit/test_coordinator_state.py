@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hogwild.coordinator.state import AddressClaimed, RunState
-from hogwild.errors import StaleOrUnknown
+from hogwild.errors import ClusterError, NotAllowed, StaleOrUnknown
 from hogwild.protocol.codec import DecodedDelta, DeltaHeader, decode_delta, encode_delta
 
 DIM = 8
@@ -110,3 +110,38 @@ def test_peer_reports_are_bounded() -> None:
     state.peer_down(state.run_id, 0, 1, 99, "y" * 10_000)
     assert "y" * MAX_REASON_LENGTH in state.workers[1].dead_reason  # as announced
     assert len(state.workers[1].dead_reason) < MAX_REASON_LENGTH + 100
+
+
+def test_a_place_given_back_goes_to_the_next_registration_with_new_keys() -> None:
+    state = RunState(2)
+    for i in range(2):
+        state.register(f"h:{i}", 1, "host", 100 + i)
+    state.wait_for_workers(1.0)
+    old_worker, old_coordinator = state.worker_key(0), state.coordinator_key(0)
+    kept = state.worker_key(1)
+    state.release(0)  # its holder did not answer the shipment
+    assert [r.worker_id for r in state.workers.values()] == [1]
+    assert state.register("h:9", 2, "other", 7) == 0  # the place is free, though registration closed
+    assert [r.worker_id for r in state.workers.values()] == [0, 1]  # in id order
+    assert state.wait_for_places([0], 1.0)[0].address == "h:9"
+    # Whatever the old holder was told no longer counts; the other worker's keys stay.
+    assert state.worker_key(0) != old_worker and state.coordinator_key(0) != old_coordinator
+    assert state.worker_key(1) == kept
+    with pytest.raises(NotAllowed):
+        state.check_sender(state.run_id, 0, old_worker)
+    state.check_sender(state.run_id, 0, state.worker_key(0))
+    # The old holder's address is nobody's now, and no place is left for it.
+    with pytest.raises(StaleOrUnknown, match="all its workers"):
+        state.register("h:0", 1, "host", 100)
+
+
+def test_a_place_nobody_takes_fails_after_the_deadline_naming_it() -> None:
+    state = RunState(2)
+    for i in range(2):
+        state.register(f"h:{i}", 1, "host", 100 + i)
+    state.wait_for_workers(1.0)
+    state.release(1)
+    with pytest.raises(ClusterError, match=r"place of worker\(s\) 1 within register_timeout"):
+        state.wait_for_places([1], 0.2)
+    # Cancelled (SIGTERM): back at once with what was taken.
+    assert state.wait_for_places([1], 5.0, cancelled=lambda: True) == []

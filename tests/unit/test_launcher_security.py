@@ -37,3 +37,9 @@ def test_insecure_without_a_token_is_plain(tmp_path: Path) -> None:
     coordinator, worker = _secure(_base(), tmp_path, insecure=True)
     assert not coordinator.tls_ca and not worker.auth_token_file and not worker.auth_token
     assert not list(tmp_path.iterdir())
+    # The children are `hogwild coordinator` and `worker`, which serve plain text only when
+    # it is asked for: the launcher asks for them.
+    for role, name in ((coordinator, "coordinator"), (worker, "worker")):
+        assert role.insecure and "--insecure=true" in setting_flags(role, name)
+    secured, _ = _secure(_base(), tmp_path, insecure=False)
+    assert secured.tls_ca and not secured.insecure

@@ -22,13 +22,13 @@ from hogwild.config import Settings
 from hogwild.coordinator import checkpoint, fingerprint
 from hogwild.coordinator.checkpoint import Checkpoint
 from hogwild.coordinator.relay import StarRelay
-from hogwild.coordinator.rounds import choose_round_size, fit_round_size, max_rounds, round_rule
-from hogwild.coordinator.shipping import SLOW_LINK_BYTES_PER_S, Shipment, ship
+from hogwild.coordinator.shipping import SLOW_LINK_BYTES_PER_S, NoAnswer, Shipment, ship
 from hogwild.coordinator.state import RunState, Totals, WorkerRecord
 from hogwild.coordinator.stopping import StallWatch, StopRules, StopSignal, regression_warning
 from hogwild.coordinator.trace import ModelTrace
 from hogwild.coordinator.tree_root import TreeRoot
 from hogwild.data.labels import MULTICLASS
+from hogwild.engine.rounds import choose_round_size, fit_round_size, max_rounds, round_rule
 from hogwild.errors import (
     ClusterError,
     ConfigError,
@@ -199,14 +199,7 @@ class RunDriver:
                 go_on_without=self.resume is not None)
             for record in workers:
                 self._connect(record)
-            if self.stop.is_set():
-                # Nothing trained, nothing to write: tell whoever registered, then leave.
-                if self.stop.hand_over:
-                    self._hand_workers_over()
-                    raise HandedOver(f"{self.stop.name} before the run started: left to a "
-                                     "successor; the workers register again")
-                raise Interrupted(f"{self.stop.name} before the run started: no outputs "
-                                  "written")
+            self._leave_if_stopped()
             n_features = self.train.n_features
             spec = self.spec = model_spec(s, n_features)
             dim = spec.dim
@@ -221,8 +214,10 @@ class RunDriver:
                 self.shards = [self.local.source(w) for w in range(len(workers))]
             else:
                 self.shards = shard(splits.train, len(workers), seed=s.seed, mode=s.shipping)
-            live = [r for r in workers if not r.dead]  # a resumed run may go on without some
-            self._ship(live)
+            # A resumed run may go on without some; a place whose holder does not answer
+            # goes to another worker (or, resumed, is dropped).
+            workers = self._ship([r for r in workers if not r.dead])
+            live = [r for r in workers if not r.dead]
             round_size = self.round_size = self._round_size(workers)
             max_rounds = self._max_rounds(workers, self.train.n_rows, round_size)
             self.layout = Layout(dim, n_features, self.train.n_rows, max_rounds, round_size,
@@ -370,19 +365,71 @@ class RunDriver:
         return ship(self.stubs[record.worker_id], record, self.shards[record.worker_id],
                     len(self.shards), self.settings, self.state.run_id, self.local)
 
-    def _ship(self, workers: list[WorkerRecord]) -> None:
+    def _ship(self, live: list[WorkerRecord]) -> list[WorkerRecord]:
+        """Ship every live worker its part; the run's workers then (dead ones included).
+
+        A worker whose address does not answer as that worker (a process that crashed after
+        it registered, a registration by someone who serves nothing) gives its place back,
+        said in one line; the next worker to register takes it and is shipped the same part,
+        until register_timeout, when the run fails. A resumed run drops it instead (it
+        rejoins if it registers again) and goes on with the others."""
         s = self.settings
-        self.shipments = _parallel(self._ship_to, workers)
+        shipped: dict[int, Shipment] = {}
+        pending = live
+        while pending:
+            results = _parallel(self._ship_or_no_answer, pending)
+            silent = [(r, why) for r, why in zip(pending, results) if isinstance(why, str)]
+            shipped.update((r.worker_id, x) for r, x in zip(pending, results)
+                           if isinstance(x, Shipment))
+            if not silent:
+                break
+            for record, why in silent:
+                if self.resume is not None:  # announced with the other drops
+                    self.state.mark_dead(record.worker_id, why)
+                    continue
+                self._print(f"{why}: its place goes to the next worker that registers "
+                            f"(within register_timeout={s.register_timeout:g}s)")
+                self.state.release(record.worker_id)
+            if self.resume is not None:
+                if not shipped:
+                    raise ClusterError("no worker of the resumed run answered its shipment")
+                break
+            pending = self.state.wait_for_places([r.worker_id for r, _ in silent],
+                                                 s.register_timeout, self.stop.is_set)
+            for record in pending:
+                self._connect(record)
+            self._leave_if_stopped()
+        self.shipments = [shipped[wid] for wid in sorted(shipped)]
+        workers = list(self.state.workers.values())
         total = sum(x.nbytes for x in self.shipments)
         slowest = max(x.seconds for x in self.shipments)
         if self.local is not None:
             planned = sum(x.plan_bytes for x in self.shipments)
-            self._print(f"{len(workers)} worker(s) read their own rows (local), each range "
+            self._print(f"{len(self.shipments)} worker(s) read their own rows (local), each range "
                         f"checked against its digest, in {slowest:.2f}s; 0 rows shipped "
                         f"({planned / 1e6:.2f} MB of plans and feature order)")
+            return workers
+        self._print(f"shipped {len(self.shipments)} shard(s) ({s.shipping}), {total / 1e6:.1f} "
+                    f"MB in {slowest:.2f}s ({total / 1e6 / max(slowest, 1e-9):.0f} MB/s)")
+        return workers
+
+    def _ship_or_no_answer(self, record: WorkerRecord) -> Shipment | str:
+        """The worker's shipment, or why nobody of this run answered at its address."""
+        try:
+            return self._ship_to(record)
+        except NoAnswer as exc:
+            return str(exc)
+
+    def _leave_if_stopped(self) -> None:
+        """Before the run started: nothing trained, nothing to write; tell whoever
+        registered (Interrupted, or HandedOver to a successor), then leave."""
+        if not self.stop.is_set():
             return
-        self._print(f"shipped {len(workers)} shard(s) ({s.shipping}), {total / 1e6:.1f} MB in "
-                    f"{slowest:.2f}s ({total / 1e6 / max(slowest, 1e-9):.0f} MB/s)")
+        if self.stop.hand_over:
+            self._hand_workers_over()
+            raise HandedOver(f"{self.stop.name} before the run started: left to a "
+                             "successor; the workers register again")
+        raise Interrupted(f"{self.stop.name} before the run started: no outputs written")
 
     @property
     def first_round(self) -> int:

@@ -24,6 +24,20 @@ SLOW_LINK_BYTES_PER_S = 10e6
 # shipping local: a worker reads and parses its rows within this rate (parsing runs at
 # 100+ MB/s per core; gzip inflates at 200+ MB/s).
 SLOW_READ_BYTES_PER_S = 5e6
+# A shipment failing with one of these found no worker of this run at the address: nothing
+# listens (a process that died after it registered), it does not answer in time, it serves
+# something else, or the process there is not the registrant (no key, no token of this run).
+# Its place can go to another worker. Any other code came from the registered worker itself
+# (e.g. its copy of the data differs): another worker would not fare better.
+NO_ANSWER = frozenset({
+    grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED, grpc.StatusCode.UNIMPLEMENTED,
+    grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
+})
+
+
+class NoAnswer(ClusterError):
+    """The registered worker's address did not answer the shipment as that worker."""
 
 
 @dataclass
@@ -38,7 +52,8 @@ class Shipment:
 def ship(stub: Any, record: WorkerRecord, data: Any, count: int, settings: Settings,
          run_id: str, local: LocalShipping | None) -> Shipment:
     """Send worker ``record`` its part ``data`` (a shard, or with ``local`` its ranges) of
-    ``count`` through ``stub``; ClusterError if it fails or arrives otherwise than sent."""
+    ``count`` through ``stub``; ClusterError if it fails or arrives otherwise than sent
+    (NoAnswer when nobody of this run answers at its address)."""
     closing: list[pb.ShardChunk] = []
     wid = record.worker_id
     if local is not None:  # a plan of ranges: the worker reads (and checks) them
@@ -60,6 +75,9 @@ def ship(stub: Any, record: WorkerRecord, data: Any, count: int, settings: Setti
     try:
         ack = stub.ReceiveShard(chunks(), timeout=timeout)
     except grpc.RpcError as exc:
+        if exc.code() in NO_ANSWER:
+            raise NoAnswer(f"worker {wid} at {record.address} did not answer: "
+                           f"{exc.code().name} {exc.details()}") from None
         if local is not None:
             raise ClusterError(f"worker {wid} at {record.address} cannot load its rows: "
                                f"{exc.code().name} {exc.details()}") from None

@@ -21,13 +21,13 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
+from hogwild.engine.tree import ancestors
 from hogwild.errors import ClusterError, NotAllowed, NotReady, StaleOrUnknown
 from hogwild.model import kernels
 from hogwild.protocol.codec import DecodedDelta
 from hogwild.protocol.keys import COORDINATOR, KeyRing
 from hogwild.protocol.security import same_key
 from hogwild.protocol.sequence import SequenceTracker
-from hogwild.engine.tree import ancestors
 
 # Peer reports kept for metrics.json (a drop is reported by one or two peers; a flood of
 # them from one misbehaving worker is not stored), and the length of each reason kept.
@@ -94,7 +94,13 @@ class RunState:
         self._lock = threading.Condition()
         self.workers: dict[int, WorkerRecord] = {}
         self._by_address: dict[str, int] = {}
-        self.closed = False               # no more registrations
+        self.closed = False               # no more registrations (but for free places)
+        # Places given back before the run started (their holder did not answer when its
+        # rows were shipped): the next new registrations take them, lowest id first.
+        self._free: list[int] = []
+        # Times each place was given back: a new holder gets keys of its own, so the one
+        # before it (a crashed pod, or a stranger) holds none that still count.
+        self._generation: dict[int, int] = {}
         self.w: npt.NDArray[np.float64] | None = None
         self._empty = np.zeros(0, dtype=np.float64)
         self._seen: dict[int, SequenceTracker] = {}  # per worker: (seq, part) dedup
@@ -188,11 +194,14 @@ class RunState:
                         self._rejoins.append(known)
                     self._lock.notify_all()
                 return known
-            if self.closed or len(self.workers) >= self.n_workers:
+            if not self._free and (self.closed or len(self.workers) >= self.n_workers):
                 raise StaleOrUnknown("this run already has all its workers")
-            worker_id = len(self.workers)
-            self.workers[worker_id] = WorkerRecord(worker_id, address, max(1, threads),
-                                                   hostname, pid, secret_digest=digest)
+            worker_id = self._free.pop(0) if self._free else len(self.workers)
+            record = WorkerRecord(worker_id, address, max(1, threads), hostname, pid,
+                                  secret_digest=digest)
+            # A new mapping in id order (a place given back comes before later ids): readers
+            # that iterate the old one unlocked are not disturbed.
+            self.workers = dict(sorted({**self.workers, worker_id: record}.items()))
             self._seen[worker_id] = SequenceTracker()
             self._by_address[address] = worker_id
             self._lock.notify_all()
@@ -233,6 +242,40 @@ class RunState:
                     f"register_timeout={timeout:g}s ({self.n_workers - self._registered()} "
                     f"missing; registered: {have or 'none'})")
             return list(self.workers.values())
+
+    def release(self, worker_id: int) -> None:
+        """Before the run starts: give ``worker_id``'s place back (its holder did not answer).
+        The next new registration takes it, with new keys: whatever the holder was told
+        counts for nothing any more."""
+        with self._lock:
+            record = self.workers[worker_id]
+            self.workers = {k: v for k, v in self.workers.items() if k != worker_id}
+            if self._by_address.get(record.address) == worker_id:
+                del self._by_address[record.address]
+            self._generation[worker_id] = self._generation.get(worker_id, 0) + 1
+            self._seen[worker_id] = SequenceTracker()
+            self._free.append(worker_id)
+            self._free.sort()
+            self._lock.notify_all()
+
+    def wait_for_places(self, places: list[int], timeout: float,
+                        cancelled: Callable[[], bool] = lambda: False) -> list[WorkerRecord]:
+        """Block until every place in ``places`` (given back by :meth:`release`) is taken;
+        their new records. Returns early, with those taken, once ``cancelled()`` is true;
+        ClusterError naming the places still free after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while any(p in self._free for p in places) and not cancelled():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    free = [p for p in places if p in self._free]
+                    raise ClusterError(
+                        f"no worker registered for the place of worker(s) "
+                        f"{', '.join(map(str, free))} within register_timeout={timeout:g}s "
+                        "after its holder did not answer (start another worker sooner, or "
+                        "raise register_timeout)")
+                self._lock.wait(min(left, 0.1))  # short waits: see wait_for_workers
+            return [self.workers[p] for p in places if p in self.workers]
 
     def _registered(self) -> int:
         return sum(1 for r in self.workers.values() if r.registered)
@@ -303,11 +346,17 @@ class RunState:
 
     def worker_key(self, worker_id: int) -> str:
         """What worker ``worker_id`` presents on its calls to the coordinator."""
-        return self.keys.key(worker_id, COORDINATOR)
+        return self.keys.key(self._holder(worker_id), COORDINATOR)
 
     def coordinator_key(self, worker_id: int) -> str:
         """What the coordinator presents on its calls to worker ``worker_id``."""
-        return self.keys.key(COORDINATOR, worker_id)
+        return self.keys.key(COORDINATOR, self._holder(worker_id))
+
+    def _holder(self, worker_id: int) -> int | str:
+        """Who holds place ``worker_id`` in the keys' terms: the id, with the number of
+        times the place was given back (keys of one holder are no keys of the next)."""
+        generation = self._generation.get(worker_id, 0)
+        return worker_id if generation == 0 else f"{worker_id}.{generation}"
 
     def check_sender(self, run_id: str, worker_id: int, key: str | None = None) -> WorkerRecord:
         """The record of a known worker of this run; StaleOrUnknown otherwise (naming neither
@@ -394,7 +443,7 @@ class RunState:
                 self.diverged = f"worker {worker_id}, round {round_}"
             record.round = max(record.round, round_)
             record.examples = max(record.examples, examples)
-            if not math.isnan(train_loss):
+            if math.isfinite(train_loss):  # NaN: none yet (the servicer refuses infinity)
                 record.train_loss = train_loss
                 self.loss_reports += 1
             record.done = record.done or done

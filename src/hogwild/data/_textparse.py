@@ -36,6 +36,9 @@ MESSAGES = {
 }
 
 
+# A CSV/TSV file given where svmlight text is read: its columns are hashed by the csv: source.
+DELIMITED = ("the file looks like CSV/TSV, not svmlight/LIBSVM text: give it as "
+             "csv:FILE?label=COLUMN (see Feature hashing in the README)")
 BARE_CR = ("a carriage return inside a line (old Mac line endings?): convert the file to "
            "\\n line endings")
 
@@ -53,7 +56,22 @@ def describe_error(b: np.ndarray, offset: int, code: int) -> str:
     message = f"{MESSAGES.get(code, f'error {code}')}: {token!r}"
     if _has_bare_cr(b, offset):
         return f"{BARE_CR} (parsing stopped at {message})"
+    if _looks_delimited(b, offset):
+        return f"{message}; {DELIMITED}"
     return message
+
+
+def _looks_delimited(b: np.ndarray, offset: int) -> bool:
+    """Whether the line holding ``b[offset]`` reads as CSV/TSV: commas or tabs between its
+    fields and no ``index:value`` token (svmlight lines may use tabs as blanks too)."""
+    start = offset
+    while start > 0 and offset - start < 4096 and b[start - 1] != 10:
+        start -= 1
+    end = offset
+    while end < b.shape[0] and end - offset < 4096 and b[end] != 10:
+        end += 1
+    line = bytes(b[start:end])
+    return (b"," in line or b"\t" in line.strip()) and b":" not in line
 
 
 def _has_bare_cr(b: np.ndarray, offset: int) -> bool:

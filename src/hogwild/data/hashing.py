@@ -591,11 +591,13 @@ def load_csv_source(rest: str, hashing: Mapping[str, Any] | None = None,
     return fit_hashing(path, options)
 
 
-def column_summary(params: Mapping[str, Any]) -> Iterator[str]:
-    """One line per column: kind, width, distinct values and full-code collisions."""
+def column_summary(params: Mapping[str, Any], first_id: int = 0) -> Iterator[str]:
+    """One line per column: kind, feature ids (counted from ``first_id``: 1 for the ids an
+    svmlight file holds), distinct values and full-code collisions."""
     for col in params["columns"]:
         kind = col["kind"]
-        line = f"  {col['name']}: {kind}, features {col['offset']}..{col['offset'] + col['width'] - 1}"
+        first = col["offset"] + first_id
+        line = f"  {col['name']}: {kind}, features {first}..{first + col['width'] - 1}"
         if kind == "onehot":
             line += f" ({col['width']} values)"
         elif kind in ("hashed", "text"):

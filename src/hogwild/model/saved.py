@@ -354,13 +354,15 @@ def model_paths(path: str | Path) -> tuple[Path, Path]:
     p = Path(path).expanduser()
     if p.is_dir():
         return p / artifacts.MODEL_FILE, p / artifacts.MODEL_META_FILE
-    if p.suffix == ".npz":
-        return p, p.with_suffix(".json")
-    if p.suffix == ".json":
-        return p.with_suffix(".npz"), p
     if not p.exists():
         raise ModelError(f"no model at {p}: give a run directory or its model.npz / model.json")
-    raise ModelError(f"{p}: expected a run directory or a model.npz / model.json file")
+    pair = (p, p.with_suffix(".json")) if p.suffix == ".npz" else (p.with_suffix(".npz"), p)
+    # Every saved model is a .json and a .npz side by side: a lone file (metrics.json, a
+    # data file) is not one, whatever it holds.
+    if p.suffix not in (".npz", ".json") or not all(f.is_file() for f in pair):
+        raise ModelError(f"{p} is not a model file: a saved model is a model.json with its "
+                         f"model.npz beside it (give the run directory or one of the two)")
+    return pair
 
 
 def check_format(doc: Mapping[str, Any], where: str | Path) -> None:

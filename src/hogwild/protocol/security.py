@@ -13,8 +13,9 @@ Every server and every channel is built here, from the same :class:`Security`:
   as ``hogwild-key`` metadata and binds a call to the sender it claims to be (checked by the
   servicers, which know who is who).
 
-Without TLS settings connections are plain text (serving.bind warns when a server listens on
-anything but loopback).
+Without TLS settings connections are plain text, which `hogwild coordinator` and `hogwild
+worker` refuse unless ``insecure`` asks for it (:func:`require_tls`); serving.bind warns when
+a plain-text server listens on anything but loopback.
 """
 
 from __future__ import annotations
@@ -137,6 +138,19 @@ def from_settings(settings: Settings) -> Security:
     the key of a file that cannot be read."""
     return _load(settings.tls_ca, settings.tls_cert, settings.tls_key, settings.tls_server_name,
                  settings.auth_token, settings.auth_token_file)
+
+
+def require_tls(settings: Settings, command: str) -> None:
+    """ConfigError (one line: how to make credentials, or how to ask for plain text) when
+    ``command`` would serve plain text without ``insecure``: in plain text anyone who reaches
+    the port can register, and receives the run id and its keys."""
+    if settings.tls_ca or settings.insecure:
+        return
+    raise ConfigError("insecure", f"`hogwild {command}` serves mutual TLS unless plain text is "
+                      "asked for, and no tls_ca, tls_cert and tls_key are set: make them with "
+                      "`hogwild certs --out DIR --hosts NAMES` (it prints the settings for each "
+                      "role), or pass --insecure (insecure: true, HOGWILD_INSECURE=true) to "
+                      "serve plain text, where anyone who reaches the port can join the run")
 
 
 def _read(key: str, path: str) -> bytes:
