@@ -33,6 +33,11 @@ class ConfigError(HogwildError):
         self.key = key
 
 
+class UsageError(HogwildError):
+    """A command-line flag outside the settings schema has a bad value (exit 2, as
+    ConfigError)."""
+
+
 class DataError(HogwildError):
     """A data set cannot be loaded or used."""
 

@@ -30,6 +30,7 @@ import dataclasses
 import functools
 import hashlib
 import logging
+import math
 import secrets
 import socket
 import threading
@@ -1151,7 +1152,11 @@ class WorkerNode:
         self._last_progress = now
         with self._cond:
             if self._round_rows:
-                self._last_train_loss = self._round_loss / self._round_rows
+                loss = self._round_loss / self._round_rows
+                # An overflowing loss is no number to report (the coordinator refuses one):
+                # NaN says "none", and a model that is no longer finite is reported as
+                # diverged by the exchange.
+                self._last_train_loss = loss if math.isfinite(loss) else float("nan")
             self._round_loss, self._round_rows = 0.0, 0
         coordinator = self.destinations.get(COORDINATOR_ID)
         if coordinator is None:

@@ -1,0 +1,1 @@
+"""The command-line verbs, one module each (cli.py assembles them)."""

@@ -1,0 +1,433 @@
+"""W virtual workers in one process: the round engine driven by a discrete-event clock.
+
+Each virtual worker is what a cluster worker is, minus the transport: its shard, its T
+training threads' cursors (engine/training.py, the same kernel), a RoundEngine (the same
+averaging, delta building and compression) and the same gates (engine/rules.py). Time is
+simulated, so 64 workers behave on 2 cores as they would on 64 machines:
+
+* a worker trains a round in ``slices`` steps; a step of R rows per thread takes
+  R x (its shard's non-zeros per row) / ``speed`` seconds (its T threads run side by side),
+  and what arrived meanwhile is applied between steps (async), as the worker's RPC threads
+  apply it while its training threads run;
+* every node (worker, coordinator) sends through one sender: a message costs ``overhead``
+  seconds plus 8 bytes per entry over ``bandwidth``, then arrives after a latency drawn
+  from ``Network``; while the sender is busy, what queues for one neighbour is summed into
+  one message (as the real senders coalesce), so a flooded worker falls behind and its
+  peers see old deltas, the staleness that many cores produce and two cores hide;
+* mesh: a worker sends to every peer and the coordinator; star and tree: to its tree
+  neighbours (star: the coordinator alone), and every node floods what it hears on to its
+  other neighbours at once (relays forward without waiting for a round);
+* the coordinator's model is the sum of everything it received; it is evaluated every
+  ``1 / evals_per_epoch`` of an epoch of examples trained, and once at the end.
+
+Deterministic for a seed: one random stream (latencies), events ordered by (time, order of
+scheduling). Hogwild threads inside one worker run one after another here, so their own
+(small) interference is not simulated; everything between workers is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from hogwild.engine.network import BYTES_PER_ENTRY, DEFAULT_SPEED, Network
+from hogwild.engine.round import ModelNotFinite, RoundEngine
+from hogwild.engine.rules import ExchangeRules, barrier_ready, lag, may_start
+from hogwild.engine.sparse import sum_sparse
+from hogwild.engine.training import ThreadCursor, make_cursors, train_round
+from hogwild.engine.tree import children, parent
+from hogwild.model import kernels
+from hogwild.model.arrays import CSRArrays
+from hogwild.model.losses import get_loss
+from hogwild.model.spec import ModelSpec
+
+COORDINATOR = -1
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """How each virtual worker's threads train (engine.training.ThreadPlan)."""
+
+    spec: ModelSpec
+    loss: str
+    round_size: int
+    threads: int
+    learning_rate: float
+    lr_schedule: str = "inverse"
+    lr_decay: float = 1.0
+    power_t: float = 1.0
+    l2: float = 0.0
+    fit_bias: bool = True
+    thread_buffer: bool = False
+    deep_lr_scale: float = 1.0
+
+    @property
+    def n_features(self) -> int:
+        return self.spec.n_features
+
+    @property
+    def loss_code(self) -> int:
+        return get_loss(self.loss).code
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A run to simulate: W workers, the exchange rules, their speeds and the network."""
+
+    workers: int
+    kernel: KernelPlan
+    rules: ExchangeRules                 # n_peers and averaged_from are filled in per run
+    max_rounds: int
+    speeds: tuple[float, ...] = ()       # non-zeros per second per thread, one per worker
+    network: Network = field(default_factory=Network)
+    tree_fanout: int = 4
+    slices: int = 4
+    evals_per_epoch: float = 4.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError("workers must be >= 1")
+        if self.speeds and len(self.speeds) != self.workers:
+            raise ValueError(f"speeds: {len(self.speeds)} given for {self.workers} workers")
+        if any(not (math.isfinite(s) and s > 0) for s in self.speeds):
+            raise ValueError("speeds must be finite and > 0")
+        if self.max_rounds < 1 or self.slices < 1 or self.evals_per_epoch <= 0:
+            raise ValueError("max_rounds, slices and evals_per_epoch must be positive")
+        if not 2 <= self.tree_fanout <= 64:
+            raise ValueError("tree_fanout must be between 2 and 64")
+
+
+@dataclass
+class SimResult:
+    """What a simulated run produced."""
+
+    weights: npt.NDArray[np.float64]            # the coordinator's model at the end
+    best_weights: npt.NDArray[np.float64]       # the best validated one (final without val)
+    history: list[dict[str, Any]]
+    best: dict[str, Any] | None                  # the history row of best_weights
+    seconds: float                               # simulated time to the last delivery
+    rounds: int
+    examples: int
+    messages: int
+    bytes: int
+    max_staleness: int
+    waited: float                                # worker-seconds spent at barriers/gates
+    diverged: bool = False
+
+
+Evaluate = Callable[[npt.NDArray[np.float64]], tuple[float, float | None]]
+
+
+@dataclass
+class _Peer:
+    """What one node knows of one worker's deltas (engine.rules.PeerView)."""
+
+    round: int = 0
+    final: bool = False
+
+    @property
+    def settled(self) -> bool:
+        return self.final
+
+
+Part = tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]
+
+
+@dataclass
+class _Packet:
+    """A message on its way to one neighbour: the deltas it sums, whose rounds it carries."""
+
+    parts: list[Part]
+    rounds: dict[int, int]
+    finals: set[int]
+
+    def merge(self, other: _Packet) -> None:
+        self.parts.extend(other.parts)  # summed once, when it is sent
+        for wid, r in other.rounds.items():
+            self.rounds[wid] = max(r, self.rounds.get(wid, 0))
+        self.finals |= other.finals
+
+    def seal(self) -> Part:
+        """The one delta this message carries, in the wire's float32."""
+        idx, val = sum_sparse(self.parts)
+        part = (idx, val.astype(np.float32))
+        self.parts = [part]
+        return part
+
+
+@dataclass
+class _Sender:
+    """One node's sender: busy until a time, and what waits per neighbour."""
+
+    busy_until: float = 0.0
+    pending: dict[int, _Packet] = field(default_factory=dict)  # insertion order = FIFO
+
+
+@dataclass
+class _Worker:
+    wid: int
+    rows: CSRArrays
+    cursors: list[ThreadCursor]
+    engine: RoundEngine
+    speed: float
+    nnz_per_row: float
+    peers: dict[int, _Peer]
+    round: int = 0
+    finished: bool = False
+    waiting_since: float | None = None
+    queued: list[tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]] = field(
+        default_factory=list)
+
+
+class Simulation:
+    """One simulated run (call :meth:`run` once)."""
+
+    def __init__(self, scenario: Scenario, shards: list[CSRArrays],
+                 evaluate: Evaluate | None = None) -> None:
+        if len(shards) != scenario.workers:
+            raise ValueError(f"{len(shards)} shards for {scenario.workers} workers")
+        self.sc = scenario
+        self.evaluate = evaluate
+        spec = scenario.kernel.spec
+        w0 = spec.initial_weights(scenario.seed)
+        rules = dataclasses.replace(
+            scenario.rules, n_peers=scenario.workers - 1,
+            averaged_from=0 if scenario.rules.combine == "average" else spec.shared_from)
+        self.rules = rules
+        self.rng = np.random.default_rng(scenario.seed)
+        self.global_w = w0.copy()
+        self.total_rows = sum(s.n_rows for s in shards)
+        self.workers: list[_Worker] = []
+        for wid, rows in enumerate(shards):
+            speed = scenario.speeds[wid] if scenario.speeds else DEFAULT_SPEED
+            nnz = float(rows.indptr[-1]) / max(1, rows.n_rows)
+            self.workers.append(_Worker(
+                wid, rows, make_cursors(rows.n_rows, scenario.kernel.threads),
+                RoundEngine(rules, w0.copy()), speed, max(nnz, 1.0),
+                {p: _Peer() for p in range(scenario.workers) if p != wid}))
+        self.senders: dict[int, _Sender] = {n: _Sender() for n in self._nodes()}
+        self.events: list[tuple[float, int, str, tuple[Any, ...]]] = []
+        self.order = 0
+        self.now = 0.0
+        self.messages = 0
+        self.bytes = 0
+        self.examples = 0
+        self.max_staleness = 0
+        self.waited = 0.0
+        self.history: list[dict[str, Any]] = []
+        self.loss_sum = 0.0
+        self.loss_rows = 0
+        self.next_eval = 0.0
+        self.best: dict[str, Any] | None = None
+        self.best_w = w0.copy()
+        self.diverged = False
+
+    # ------------------------------------------------------------------ layout
+
+    def _nodes(self) -> list[int]:
+        return [COORDINATOR, *range(self.sc.workers)]
+
+    def neighbours(self, node: int) -> list[int]:
+        """Whom ``node`` sends to directly."""
+        w, topology = self.sc.workers, self.rules.topology
+        if topology == "mesh":
+            if node == COORDINATOR:
+                return []
+            return [p for p in range(w) if p != node] + [COORDINATOR]
+        if topology == "star":
+            return list(range(w)) if node == COORDINATOR else [COORDINATOR]
+        k = self.sc.tree_fanout
+        down = children(node, k, w)
+        return down if node == COORDINATOR else [parent(node, k), *down]
+
+    # ------------------------------------------------------------------ events
+
+    def _at(self, when: float, kind: str, *args: Any) -> None:
+        self.order += 1
+        heapq.heappush(self.events, (when, self.order, kind, args))
+
+    def run(self) -> SimResult:
+        self._evaluate()  # the starting point, before any training
+        self.next_eval = self.total_rows / self.sc.evals_per_epoch
+        for wk in self.workers:
+            self._start_round(wk)
+        while self.events and not self.diverged:
+            self.now, _, kind, args = heapq.heappop(self.events)
+            getattr(self, "_on_" + kind)(*args)
+        if not self.diverged and not all(wk.finished for wk in self.workers):
+            raise RuntimeError("simulation stalled with workers waiting (a bug)")
+        self._evaluate()
+        best_w = self.best_w if self.best is not None else self.global_w
+        return SimResult(
+            weights=self.global_w, best_weights=best_w, history=self.history,
+            best=self.best, seconds=self.now, rounds=max(wk.round for wk in self.workers),
+            examples=self.examples, messages=self.messages, bytes=self.bytes,
+            max_staleness=self.max_staleness, waited=self.waited, diverged=self.diverged)
+
+    def _start_round(self, wk: _Worker) -> None:
+        if wk.waiting_since is not None:
+            self.waited += self.now - wk.waiting_since
+            wk.waiting_since = None
+        self._at(self.now, "slice", wk.wid, wk.round + 1, 0)
+
+    def _on_slice(self, wid: int, round_: int, s: int) -> None:
+        wk = self.workers[wid]
+        kernel, slices = self.sc.kernel, self.sc.slices
+        size = kernel.round_size * (s + 1) // slices - kernel.round_size * s // slices
+        rows = 0
+        if size > 0:
+            plan = dataclasses.replace(kernel, round_size=size)
+            for cursor in wk.cursors:
+                loss, n = train_round(wk.rows, wk.engine.w, plan, cursor)
+                self.loss_sum += loss
+                self.loss_rows += n
+                rows += n
+        self.examples += rows
+        per_thread = rows / max(1, kernel.threads)
+        duration = per_thread * wk.nnz_per_row / wk.speed
+        if s + 1 < slices:
+            self._at(self.now + duration, "slice", wid, round_, s + 1)
+        else:
+            self._at(self.now + duration, "round_end", wid, round_)
+
+    def _on_round_end(self, wid: int, round_: int) -> None:
+        wk = self.workers[wid]
+        wk.round = round_
+        self._apply_queued(wk)
+        self.max_staleness = max(self.max_staleness, lag(round_, wk.peers))
+        self._send_own(wk, round_, final=False)
+        if self.examples >= self.next_eval:
+            self._evaluate()
+            while self.next_eval <= self.examples:
+                self.next_eval += self.total_rows / self.sc.evals_per_epoch
+        self._advance(wk)
+
+    def _advance(self, wk: _Worker) -> None:
+        """Start the next round, finish, or wait (the barrier, the staleness gate)."""
+        if wk.finished or self.diverged:
+            return
+        r = wk.round
+        if self.rules.mode == "sync" and self.sc.workers > 1:
+            if not barrier_ready(r, wk.peers):
+                self._wait(wk)
+                return
+            self._apply_queued(wk)
+        if r >= self.sc.max_rounds:
+            self._send_own(wk, r, final=True)
+            wk.finished = True
+            return
+        if self.rules.mode == "async" and not may_start(self.rules, r + 1, wk.peers):
+            self._wait(wk)
+            return
+        self._start_round(wk)
+
+    def _wait(self, wk: _Worker) -> None:
+        if wk.waiting_since is None:
+            wk.waiting_since = self.now
+
+    def _send_own(self, wk: _Worker, round_: int, final: bool) -> None:
+        try:
+            idx, val = wk.engine.build(round_, final, lambda: wk.peers)
+        except ModelNotFinite:
+            self.diverged = True
+            return
+        packet = _Packet([(idx.copy(), val.copy())], {wk.wid: round_},
+                         {wk.wid} if final else set())
+        for n in self.neighbours(wk.wid):
+            self._queue(wk.wid, n, packet)
+
+    def _queue(self, node: int, to: int, packet: _Packet) -> None:
+        sender = self.senders[node]
+        waiting = sender.pending.get(to)
+        if waiting is None:
+            sender.pending[to] = _Packet(list(packet.parts), dict(packet.rounds),
+                                         set(packet.finals))
+        else:
+            waiting.merge(packet)
+        if sender.busy_until <= self.now:
+            self._send_next(node)
+
+    def _send_next(self, node: int) -> None:
+        sender = self.senders[node]
+        if not sender.pending or sender.busy_until > self.now:
+            return
+        to = next(iter(sender.pending))
+        packet = sender.pending.pop(to)
+        idx, _ = packet.seal()
+        took = self.sc.network.send_time(idx.size)
+        sender.busy_until = self.now + took
+        self.messages += 1
+        self.bytes += BYTES_PER_ENTRY * idx.size
+        self._at(sender.busy_until, "sent", node)
+        self._at(sender.busy_until + self.sc.network.draw_latency(self.rng), "arrive", to,
+                 node, packet)
+
+    def _on_sent(self, node: int) -> None:
+        self._send_next(node)
+
+    def _on_arrive(self, node: int, came_from: int, packet: _Packet) -> None:
+        idx, val = packet.parts[0]
+        if node == COORDINATOR:
+            if kernels.apply_delta(self.global_w, np.zeros(0), idx, val) != 0:
+                raise RuntimeError("a simulated delta outside the model (a bug)")
+        else:
+            wk = self.workers[node]
+            for source, r in packet.rounds.items():
+                if source != node:
+                    peer = wk.peers[source]
+                    peer.round = max(peer.round, r)
+                    peer.final = peer.final or source in packet.finals
+            if self.rules.mode == "async" and self.rules.topology != "tree":
+                wk.engine.apply([(idx, val)])
+                wk.engine.settle(wk.peers)
+            else:
+                wk.queued.append((idx, val))
+        if self.rules.topology != "mesh":
+            for n in self.neighbours(node):
+                if n != came_from:
+                    self._queue(node, n, packet)
+        if node != COORDINATOR:
+            wk = self.workers[node]
+            if wk.waiting_since is not None:
+                self._advance(wk)
+
+    def _apply_queued(self, wk: _Worker) -> None:
+        if wk.queued:
+            wk.engine.apply(wk.queued)
+            wk.queued = []
+        wk.engine.settle(wk.peers)
+
+    # ------------------------------------------------------------------ evaluation
+
+    def _evaluate(self) -> None:
+        row: dict[str, Any] = {
+            "elapsed": self.now, "epoch": self.examples / max(1, self.total_rows),
+            "round": min(wk.round for wk in self.workers), "examples": self.examples,
+            "train_loss": self.loss_sum / self.loss_rows if self.loss_rows else None,
+            "val_loss": None, "val_accuracy": None}
+        self.loss_sum, self.loss_rows = 0.0, 0
+        if not np.isfinite(self.global_w).all():
+            self.diverged = True
+        elif self.evaluate is not None:
+            loss, accuracy = self.evaluate(self.global_w)
+            row["val_loss"], row["val_accuracy"] = loss, accuracy
+            if math.isfinite(loss) and (self.best is None or _better(row, self.best)):
+                self.best = row
+                self.best_w = self.global_w.copy()
+        self.history.append(row)
+
+
+def _better(row: dict[str, Any], best: dict[str, Any]) -> bool:
+    """Accuracy decides where there is one (a classifier), the loss otherwise."""
+    a, b = row["val_accuracy"], best["val_accuracy"]
+    if a is not None and b is not None and a != b:
+        return bool(a > b)
+    return bool(row["val_loss"] < best["val_loss"])
