@@ -76,15 +76,18 @@ class Settings:
         metadata=_doc("sync = barrier per round; async = never wait for peers", choices=MODES,
                       commands=_RC))
     staleness: int | None = field(
-        default=None,
+        default=2,
         metadata=_doc("async only: wait when a peer is more than this many rounds behind "
-                      "(null = unbounded)", commands=_RC))
+                      "(2 = compute one round while the last one's deltas travel; null = "
+                      "unbounded, which lets fast workers finish before their peers' deltas "
+                      "arrive: a blend of models trained alone)", commands=_RC))
     round_size: int | None = field(
         default=None,
         metadata=_doc("examples each thread processes between two delta exchanges; null = "
-                      "auto (about 2M non-zeros of work per thread); never more than a "
-                      "quarter of an epoch with combine sum, since deltas summed from too old "
-                      "a point overshoot, nor more than an epoch with combine average",
+                      "auto (about 2M non-zeros of work per thread); with combine sum never "
+                      "more than 1/max(4, 2(W-1)) of an epoch over all W workers, since deltas "
+                      "summed from too old a point overshoot, nor more than an epoch with "
+                      "combine average",
                       commands=_RC))
     combine: str = field(
         default="sum",

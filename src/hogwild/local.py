@@ -340,6 +340,9 @@ def _train(settings: Settings, out: TextIO, started: float,
                   hashing=splits.hashing, task=splits.labels.task,
                   classes=splits.labels.classes, draw_plot=False, history_on_disk=True)
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
+    if metrics["best_epoch"] != history.count:
+        print(f"saved the model of epoch {metrics['best_epoch']}, the best validated one "
+              f"(validation loss {_fmt(stopper.best_loss)})", file=out)
     print(f"done ({stop_reason}): {history.count} epochs in {duration(train_seconds)}, "
           f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {settings.out_dir}",
           file=out, flush=True)

@@ -126,6 +126,7 @@ class RunDriver:
         self._loss_reports_seen = -1     # state.loss_reports at the last evaluation
         self._deltas_at_last_eval = -1   # state.deltas_received at the last evaluation
         self._eval_train_loss: float | None = None  # the last evaluation's training loss
+        self._best_row: dict[str, Any] | None = None  # the evaluation whose model is kept
         self.train_cpu_seconds = 0.0     # this process's CPU while the workers trained
         self.trace: ModelTrace | None = None  # trace_interval's copies of the model
         self.round_size = 0              # examples per thread per round, as configured
@@ -327,7 +328,7 @@ class RunDriver:
 
         s = self.settings
         rounds = choose_round_size(s.round_size, train.n_rows, train.nnz, s.workers * s.threads,
-                                   s.combine)
+                                   s.combine, s.workers)
         line, self.conflicts = startup_report(train, threads=s.threads, workers=s.workers,
                                               round_size=rounds, distributed=True, seed=s.seed,
                                               load_seconds=load_seconds)
@@ -441,8 +442,8 @@ class RunDriver:
         combine = self.settings.combine
         threads = sum(r.threads for r in workers)
         size = choose_round_size(self.settings.round_size, train.n_rows, train.nnz, threads,
-                                 combine)
-        work, at_least = round_rule(combine)
+                                 combine, len(workers))
+        work, at_least = round_rule(combine, len(workers))
         if self.settings.round_size is None:
             size = fit_round_size(size, train.n_rows, threads, self.settings.epochs)
             log.info("round_size auto: %d examples per thread (about %d non-zeros of work per "
@@ -658,7 +659,7 @@ class RunDriver:
             # Early stopping goes on counting, and the best model so far is still the one
             # to save if nothing better comes.
             rules.early.restore(self.resume.early, self.resume.best_w)
-            if rules.saves_best and rules.early.best_index is not None:
+            if rules.early.best_index is not None:
                 best = rules.early.best_loss
                 self._print(f"early stopping goes on: best validation loss {best:.4f}, "
                             f"{rules.early.state()['since_best']} evaluation(s) since")
@@ -730,6 +731,8 @@ class RunDriver:
                 if metric is not None and row["deltas_received"] != evaluated_deltas:
                     evaluated_deltas = row["deltas_received"]
                     decision = rules.evaluation(float(metric), self._last_w)
+                    if rules.took_best():
+                        self._best_row = row
                     if decision is not None:
                         return decision, rules
 
@@ -757,9 +760,7 @@ class RunDriver:
         ckpt.early = rules.early.state()
         ckpt.data = self.data_fingerprint
         ckpt.model = checkpoint.model_settings(self.settings)
-        # Only a run that saves the best model needs a second copy of the weights in every
-        # checkpoint.
-        ckpt.best_w = rules.best_weights if rules.saves_best else None
+        ckpt.best_w = rules.best_weights
         try:
             checkpoint.save(self.settings.out_dir, ckpt)
         except OSError as exc:
@@ -949,8 +950,11 @@ class RunDriver:
         metric = row["val_loss"] if row["val_loss"] is not None else row["train_loss"]
         if metric is not None:
             rules.evaluation(float(metric), final_w)
+            if rules.took_best():
+                self._best_row = row
         best = rules.best_weights
-        w = best if (best is not None and rules.saves_best) else final_w
+        w = best if best is not None else final_w
+        saved = self._best_row if best is not None else row
         test = evaluate(splits.test, w, loss, self.spec)
         val = evaluate(splits.val, w, loss, self.spec) if splits.val.n_rows else None
         self._check_diverged(w, val.loss if val else None)
@@ -1007,6 +1011,11 @@ class RunDriver:
             "topology": s.topology,
             "relay_messages": self.relay.messages_sent() if self.relay else 0,
             "relay_bytes": self.relay.bytes_sent() if self.relay else 0,
+            # Which evaluation's model was saved (the best validated one; None: a resumed
+            # run's best, evaluated before the resume).
+            "saved_model": None if saved is None else {
+                key: saved.get(key) for key in ("elapsed", "round", "epochs", "val_loss",
+                                                "val_accuracy")} | {"final": saved is row},
         }
         metrics.update(test_quality(splits.test, w, s.loss, self.spec, splits.labels.task,
                                     splits.labels.classes))
@@ -1020,6 +1029,11 @@ class RunDriver:
         # The run is complete: nothing to resume any more (a later run in out_dir starts anew).
         checkpoint.remove(s.out_dir)
         acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
+        if saved is not None and saved is not row:
+            self._print(f"saved the best validated model, from round {saved['round']} "
+                        f"(epoch {saved['epochs']:.2f}, validation loss "
+                        f"{_fmt(saved['val_loss'])}) rather than the last one "
+                        f"(validation loss {_fmt(row['val_loss'])})")
         self._print(f"done ({reason}): {metrics['epochs']:.2f} epochs, {metrics['rounds']} "
                     f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "
                     f"test loss {test.loss:.4f}, test accuracy {acc}; "

@@ -70,10 +70,14 @@ class StopRules:
     def best_weights(self) -> np.ndarray | None:
         return self.early.best_weights
 
-    @property
-    def saves_best(self) -> bool:
-        """Whether the run saves the best model evaluated rather than the last one."""
-        return bool(self.early.patience) or self.early.target_loss is not None
+    def took_best(self) -> bool:
+        """Whether the last evaluation fed in is the best so far (its model is kept).
+
+        A run saves the best model it evaluated, as `train` does, with or without patience:
+        a model that got worse after its best evaluation (a swing of summed deltas, a step
+        too large) is not the one handed to the user."""
+        return (self.early.best_index is not None
+                and self.early.best_index == self.early.evaluations - 1)
 
 
 @dataclass

@@ -12,6 +12,14 @@ import math
 # 0.986-0.989 on Reuters (sync 2 workers, async 3 workers; 1/8: 0.982-0.988) and the
 # in-process test accuracy (0.88) on 280k synthetic RCV1-like rows.
 MIN_ROUNDS_PER_EPOCH = 4
+# ... and, with deltas summed, this many rounds per epoch per worker beyond the first. What a
+# worker's delta misses of the others' is what they trained in the same round, (W - 1) / W of
+# it: with the round a fixed share of the epoch, the staleness grows with W and the sum of W
+# short trajectories from one point overshoots. Simulated on Reuters earn (engine/simulate.py,
+# 1 thread per worker, 10 epochs; test accuracy against one process with as many threads):
+# rounds of 1/4 epoch were 0.12-0.18 points behind with 2 workers, 0.5 with 16 and 0.9 with
+# 64; rounds of 8 examples per worker (1/75 and 1/19 epoch) 0.12 and none.
+ROUNDS_PER_EPOCH_PER_WORKER = 2
 # On big data a round is raised to this many non-zeros of kernel work per thread (~10 ms):
 # a round's fixed costs (a delta of up to dim entries built, sent and applied, an RPC round
 # trip of 2-5 ms on a busy 2-core machine, the barrier in sync mode) then stay a small share.
@@ -25,21 +33,22 @@ ROUND_NNZ = 2_000_000
 ROUND_NNZ_AVERAGE = 5_000_000
 
 
-def round_rule(combine: str) -> tuple[int, int]:
+def round_rule(combine: str, workers: int = 1) -> tuple[int, int]:
     """(non-zeros of work per thread for an automatic round, the fewest rounds per epoch)
-    for deltas summed or averaged (``combine``); the reasons are in choose_round_size."""
+    for deltas summed or averaged (``combine``) among ``workers``; the reasons are in
+    choose_round_size."""
     if combine == "average":
         return ROUND_NNZ_AVERAGE, 1
-    return ROUND_NNZ, MIN_ROUNDS_PER_EPOCH
+    return ROUND_NNZ, max(MIN_ROUNDS_PER_EPOCH, ROUNDS_PER_EPOCH_PER_WORKER * (workers - 1))
 
 
 def choose_round_size(configured: int | None, train_rows: int, train_nnz: int,
-                      total_threads: int, combine: str = "sum") -> int:
+                      total_threads: int, combine: str = "sum", workers: int = 1) -> int:
     """Examples per thread per round: ``configured``, or when it is None enough rows for
     ROUND_NNZ (combine average: ROUND_NNZ_AVERAGE) non-zeros of work; never more than
     1/MIN_ROUNDS_PER_EPOCH of an epoch when the deltas are summed, nor more than an epoch
     when they are averaged."""
-    work, per_epoch = round_rule(combine)
+    work, per_epoch = round_rule(combine, workers)
     if configured is None:
         per_row = train_nnz / max(1, train_rows)
         configured = math.ceil(work / max(per_row, 1.0))
