@@ -129,7 +129,7 @@ def run_hogwild(train: Path, test: Path, out: Path, *, data_cache: bool, threads
         "--val-fraction", "0", "--patience", "0", "--n-features", str(common.RCV1_FEATURES),
     ]
     seconds, _, others, cpu, rss = _run(cmd, out.with_suffix(".log"), quiet)
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = json.loads((out / "latest" / "metrics.json").read_text())
     if int(metrics["epochs"]) != EPOCHS:
         raise RuntimeError(f"hogwild ran {metrics['epochs']} epochs, expected {EPOCHS}")
     if not (out / "loss.png").is_file():

@@ -61,7 +61,7 @@ def run_once(train: Path, test: Path, shipping: str, workdir: Path,
     if proc.returncode != 0:
         raise SystemExit(f"{shipping} run failed ({proc.returncode}):\n{proc.stdout[-3000:]}"
                          f"\n{proc.stderr[-3000:]}")
-    m = json.loads((out / "metrics.json").read_text())
+    m = json.loads((out / "latest" / "metrics.json").read_text())
     return {"rss_mb": m["coordinator_peak_rss_bytes"] / 1e6, "wall": wall,
             "load_s": m["load_seconds"], "ship_s": m["ship_seconds"],
             "acc": m["test_accuracy"], "shipped_mb": m["shipped_bytes"] / 1e6,

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                 tmp / f"{name.replace(' ', '_')}.log")
             acc = "-"
             if code == 0:
-                metrics = json.loads((out_dir / "metrics.json").read_text())
+                metrics = json.loads((out_dir / "latest" / "metrics.json").read_text())
                 acc = f"{100 * metrics['test_accuracy']:.2f}%"
             rows.append((name, code, seconds, f"{rss / 1e6:.0f}", acc, last[:90]))
         caches = list((tmp / "cache" / "hogwild").glob("*.hwcache"))

@@ -113,14 +113,14 @@ def run_once(n: int, topology: str, args: argparse.Namespace, workdir: Path) -> 
         tail = "\n".join(output.splitlines()[-15:])
         raise SystemExit(f"{topology} with {n} workers failed (exit {launcher.returncode}):"
                          f"\n{tail}")
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = json.loads((out / "latest" / "metrics.json").read_text())
     states = metrics["worker_states"]
     rounds = max(1, int(metrics["rounds"]))
     to_peers = sum(sum(s["acked_by"].values()) for s in states)
     to_coordinator = sum(s["acked_by_coordinator"] for s in states)
     messages = to_peers + to_coordinator + int(metrics.get("relay_messages", 0))
     nbytes = sum(s["bytes_sent"] for s in states) + int(metrics.get("relay_bytes", 0))
-    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
+    history = [json.loads(line) for line in (out / "latest" / "metrics.jsonl").read_text().splitlines()
                if line.strip()]
     reached = next((row["elapsed"] for row in history
                     if (row.get("val_accuracy") or 0.0) >= args.target), None)

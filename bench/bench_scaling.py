@@ -64,6 +64,7 @@ def _time_to(rows: list[dict[str, Any]], target: float) -> float | None:
 
 
 def _read(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    out = out / "latest" if (out / "latest").exists() else out  # the published run
     metrics = json.loads((out / "metrics.json").read_text())
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
             if line.strip()]

@@ -316,8 +316,8 @@ def run_distributed(data: str, test: str, learning_rate: float, mode: str, worke
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"hogwild run failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
-    metrics = json.loads((out / "metrics.json").read_text())
-    curve = out / ("trace.jsonl" if trace_interval > 0 else "metrics.jsonl")
+    metrics = json.loads((out / "latest" / "metrics.json").read_text())
+    curve = out / "latest" / ("trace.jsonl" if trace_interval > 0 else "metrics.jsonl")
     rows = [json.loads(line) for line in curve.read_text().splitlines()]
     hit = next((r for r in rows
                 if r.get("val_accuracy") is not None and r["val_accuracy"] >= target), None)

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                 seconds, _ = timed(hogwild + ["run", "--workers", "2", "--threads", "1",
                                               "--data", str(train), "--test", str(test),
                                               "--out", str(out)], env)
-            m = json.loads((out / "metrics.json").read_text())
+            m = json.loads((out / "latest" / "metrics.json").read_text())
             rows.append((i + 1, seconds, CPU[-1], m["load_seconds"], m["seconds"],
                          f"{100 * m['test_accuracy']:.2f}%", f"{meter.others:.2f}"))
     common.print_table(["run", "wall s", "CPU s (all processes)", "coordinator load s",

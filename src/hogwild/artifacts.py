@@ -1,4 +1,5 @@
-"""Run outputs written atomically (model, metrics, loss plot); one writer per output directory."""
+"""Run outputs written atomically (model, metrics, loss plot), each run in a directory of its own
+under a runs root, published whole (``latest``) or not at all; one writer per run directory."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ import os
 import socket
 import tempfile
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from hogwild.errors import ConfigError, OutputError
+from hogwild.errors import ConfigError, HogwildError, OutputError
 
 log = logging.getLogger("hogwild")
 
@@ -31,6 +33,10 @@ TRACE_FILE = "trace.jsonl"
 PLOT_FILE = "loss.png"
 PROBE_PREFIX = ".hogwild-write-probe-"
 LOCK_FILE = ".hogwild.lock"
+# The link in a runs root to its last published run, and the suffix of a run's directory
+# until every file of it is written (a run that failed or was killed keeps it).
+LATEST = "latest"
+INCOMPLETE = ".incomplete"
 
 
 @contextlib.contextmanager
@@ -305,3 +311,166 @@ def out_dir_held(out_dir: str | Path, command: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def run_name(run_id: str | None = None, now: float | None = None) -> str:
+    """A run directory's name: its start in UTC, then its id (``20250131-154502-3f9a...``),
+    so that the runs of a root sort by time; ``run_id`` defaults to a fresh random one."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    return f"{stamp}-{run_id or uuid.uuid4().hex[:12]}"
+
+
+def published(root: str | Path) -> Path:
+    """Where the last complete run of the runs root ``root`` is found (``root/latest``)."""
+    return Path(root) / LATEST
+
+
+def check_runs_root(out_dir: str | Path) -> Path:
+    """:func:`check_out_dir` for a runs root, which must not be the ``latest`` link itself
+    (a run nested in the previous one's directory); ConfigError naming out_dir otherwise."""
+    path = Path(out_dir)
+    if path.name == LATEST and path.is_symlink():
+        raise ConfigError("out_dir", f"{str(path)!r} is the link to the last published run; "
+                                     f"give the runs directory it is in ({str(path.parent)!r})")
+    return check_out_dir(path)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make the entries of ``path`` (files renamed or linked there) durable; a file system
+    that cannot sync a directory is left to its own ordering."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class RunDir:
+    """One run's directory under a runs root.
+
+    It is written as ``root/NAME.incomplete``; :meth:`publish` renames it to ``root/NAME``
+    and then points ``root/latest`` at it (a symlink made under a temporary name and renamed
+    over the old one), so a reader of ``latest`` or of any directory without the suffix
+    sees every file of one complete run, and a run that fails or is killed changes neither.
+    A directory name without the suffix is the mark of a complete run (the way TensorBoard
+    and MLflow users list finished runs: ``ls runs``)."""
+
+    def __init__(self, root: Path, name: str, path: Path) -> None:
+        self.root = root
+        self.name = name
+        self.path = path          # where its files are written now
+        self.published = False
+        self.resumed = False      # an incomplete run this process goes on with
+
+    @classmethod
+    def create(cls, root: str | Path, run_id: str | None = None) -> RunDir:
+        """A new, empty ``root/NAME.incomplete`` (OutputError if it cannot be made)."""
+        root = Path(root)
+        for _ in range(100):  # a name taken (two runs in one second, one id) is drawn again
+            name = run_name(run_id)
+            path = root / f"{name}{INCOMPLETE}"
+            try:
+                path.mkdir(parents=True)
+            except FileExistsError:
+                run_id = None
+                continue
+            except OSError as exc:
+                raise OutputError.writing(root, exc) from None
+            return cls(root, name, path)
+        raise OutputError(f"cannot find a free run name in {root}")
+
+    @classmethod
+    def existing(cls, path: str | Path) -> RunDir:
+        """The incomplete run directory ``path`` (a resumed run goes on writing there)."""
+        path = Path(path)
+        run = cls(path.parent, path.name.removesuffix(INCOMPLETE), path)
+        run.resumed = True
+        return run
+
+    @property
+    def final(self) -> Path:
+        """The directory's name once it is published."""
+        return self.root / self.name
+
+    def publish(self) -> Path:
+        """Rename the finished directory to its final name and point ``latest`` at it;
+        returns the final path. OutputError if either step fails (the run's files are then
+        complete in :attr:`path`, and ``latest`` still names the run before)."""
+        if self.published:
+            return self.path
+        (self.path / LOCK_FILE).unlink(missing_ok=True)  # the flock is on the open file
+        _fsync_dir(self.path)
+        try:
+            os.rename(self.path, self.final)
+        except OSError as exc:
+            raise OutputError(f"cannot publish the run in {self.path} as {self.final}: "
+                              f"{exc.strerror or exc}") from None
+        self.path = self.final
+        self.published = True
+        try:
+            self._link_latest()
+        except OSError as exc:
+            raise OutputError(f"the run is complete in {self.final}, but "
+                              f"{published(self.root)} could not be pointed at it: "
+                              f"{exc.strerror or exc}") from None
+        _fsync_dir(self.root)
+        return self.final
+
+    def _link_latest(self) -> None:
+        latest = published(self.root)
+        if latest.is_dir() and not latest.is_symlink():
+            # The single directory older versions wrote their outputs to: kept as a run.
+            then = run_name("earlier", latest.stat().st_mtime)
+            os.rename(latest, self.root / then)
+            log.info("%s was a directory of outputs: kept as %s", latest, self.root / then)
+        tmp = self.root / f".{LATEST}.{uuid.uuid4().hex[:8]}.tmp"
+        # Relative: the root may be mounted at another path where it is read (a volume).
+        os.symlink(self.name, tmp)
+        try:
+            os.replace(tmp, latest)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def abandon(self) -> str:
+        """After a failure: remove the directory if nothing of the run was written in it,
+        else leave it incomplete. Returns one sentence saying where its files are ("" if it
+        was removed or is published, or was incomplete already: a resumed run's errors say
+        how to go on with it)."""
+        if self.published or self.resumed:
+            return ""
+        try:
+            entries = [p.name for p in self.path.iterdir()]
+        except OSError:
+            return ""
+        if all(name == LOCK_FILE or name.startswith(PROBE_PREFIX) for name in entries):
+            with contextlib.suppress(OSError):
+                for name in entries:
+                    (self.path / name).unlink()
+                self.path.rmdir()
+            return ""
+        return (f"this run's files are in {self.path}, left incomplete "
+                f"({published(self.root)} still names the last complete run)")
+
+
+@contextlib.contextmanager
+def run_held(run: RunDir, command: str) -> Iterator[RunDir]:
+    """Hold ``run``'s directory (:func:`out_dir_held`) while the block writes it. The block
+    publishes it when done; if it raises instead, or returns without publishing, the
+    directory is removed when empty or else left incomplete, which a HogwildError's one
+    line then says."""
+    with out_dir_held(run.path, command):
+        try:
+            yield run
+        except HogwildError as exc:
+            note = run.abandon()
+            if note:  # the error's own one line names the leftovers (no hogwild error
+                exc.args = (f"{exc}; {note}",)  # class words itself but through args)
+            raise
+        except BaseException:
+            run.abandon()
+            raise
+        else:
+            run.abandon()

@@ -330,8 +330,10 @@ def _ignored_settings(settings: Settings, args: argparse.Namespace) -> list[str]
     ignored_flags)."""
     command = _SETTINGS_OF.get(args.command, args.command)
     warnings = []
+    # (Its default bounds async runs; only a value someone chose is worth a word in sync.)
     if (config.used_by("staleness", command) and settings.mode == "sync"
-            and settings.staleness is not None):
+            and settings.staleness is not None
+            and settings.staleness != Settings().staleness):
         warnings.append(f"setting 'staleness' ({settings.staleness}) applies to async mode "
                         "only; ignored in sync mode")
     # `run` owns its coordinator: no supervisor would start a successor to resume a

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -27,6 +28,10 @@ MODEL_KINDS = ("linear", "mlp")
 MULTICLASS_MODES = ("ovr",)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 SIGTERM_ACTIONS = ("finish", "checkpoint")
+# The device setting: cpu, cuda (the first GPU) or cuda:N; the trainer modes a GPU runs
+# (hogwild: many warps; serial: one, the CPU kernel's serial pass).
+DEVICE_FORMAT = re.compile(r"cpu|cuda(?::(0|[1-9][0-9]{0,3}))?")
+GPU_TRAINER_MODES = ("hogwild", "serial")
 
 
 # The subcommands that read settings. A field's ``commands`` metadata names the ones that use
@@ -165,6 +170,13 @@ class Settings:
         metadata=_doc("rows per SGD step; 1 = per-example HOGWILD!, B > 1 = each thread "
                       "applies the mean gradient of B rows at once (workers always step per "
                       "example)", commands=_T))
+    device: str = field(
+        default="cpu",
+        metadata=_doc("where train runs the linear model: cpu (the trainer's threads) or cuda / "
+                      "cuda:N (a CUDA GPU, numba.cuda: a warp per example, lock-free atomic "
+                      "updates, one kernel launch per epoch; trainer hogwild or serial, "
+                      "batch_size 1, not with model mlp, multiclass data or out_of_core; "
+                      "needs pip install hogwild[gpu] and a CUDA driver)", commands=_T))
     thread_buffer: bool = field(
         default=True,
         metadata=_doc("hogwild threads buffer their writes and publish them to the shared "
@@ -312,12 +324,15 @@ class Settings:
                       commands=_CW))
     # --- output --------------------------------------------------------------------------
     out_dir: str = field(
-        default="runs/latest", metadata=_doc("directory for the model, metrics and plot",
-                                             commands=_TRC))
+        default="runs", metadata=_doc("runs directory: each run writes its model, metrics and "
+                                      "plot to a directory of its own in it (TIME-ID, "
+                                      "TIME-ID.incomplete until every file is written) and "
+                                      "then points out_dir/latest at it", commands=_TRC))
     checkpoint_interval: float = field(
         default=10.0,
         metadata=_doc("seconds between the coordinator's checkpoints (global model, counters, "
-                      "evaluations) in out_dir/checkpoint.npz; 0 = none", commands=_RC))
+                      "evaluations) in the run's directory (checkpoint.npz); 0 = none",
+                      commands=_RC))
     on_sigterm: str = field(
         default="finish",
         metadata=_doc("what SIGTERM makes the coordinator do: finish = stop the workers, "
@@ -328,8 +343,9 @@ class Settings:
                       commands=_C))
     resume: str = field(
         default="",
-        metadata=_doc("continue the run checkpointed in this directory (its checkpoint.npz); "
-                      "a directory without one starts a new run; empty = a new run",
+        metadata=_doc("continue the run checkpointed in this directory (its checkpoint.npz), "
+                      "or, given a runs directory (out_dir), its newest incomplete run that "
+                      "has one; none found starts a new run; empty = a new run",
                       commands=("coordinator",)))
     log_level: str = field(
         default="info", metadata=_doc("debug, info, warning or error", choices=LOG_LEVELS))
@@ -471,6 +487,8 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "workers": (lambda v: 1 <= v <= 1024, "must be between 1 and 1024"),
     "threads": (lambda v: 1 <= v <= 256, "must be between 1 and 256"),
     "batch_size": (lambda v: 1 <= v <= 1 << 20, "must be between 1 and 1048576"),
+    "device": (lambda v: DEVICE_FORMAT.fullmatch(v) is not None,
+               "must be cpu, cuda or cuda:N (N the GPU's index)"),
     # Upper bounds are those of the wire (int32 staleness, uint64 counts and seed) and of
     # the 32-bit feature ids: beyond them a run would fail later with a traceback.
     "staleness": (lambda v: 1 <= v < 1 << 31,
@@ -529,6 +547,8 @@ def _build(values: Mapping[str, Any], source: str) -> Settings:
         raise ConfigError("combine", "combine average does not go with delta_threshold or "
                                      "delta_topk (the unsent residual would be averaged again "
                                      "every round); use combine sum, or no compression")
+    if clean.get("device", "cpu") != "cpu":
+        _check_gpu(clean)
     if clean.get("model") == "mlp":
         # The MLP's kernel steps once per example (hogwild, locked or serial threads).
         if clean.get("batch_size", 1) != 1:
@@ -538,6 +558,21 @@ def _build(values: Mapping[str, Any], source: str) -> Settings:
             raise ConfigError("trainer", "model mlp trains with hogwild, locked or serial "
                                          "threads, not syncsgd")
     return Settings(**clean)
+
+
+def _check_gpu(clean: Mapping[str, Any]) -> None:
+    """What the GPU trainer (hogwild.model.gpu) does not train is refused before any data is
+    read: it would otherwise run on the CPU with the device setting ignored."""
+    device = clean["device"]
+    refused = {"model": clean.get("model") == "mlp",
+               "out_of_core": bool(clean.get("out_of_core")),
+               "trainer": clean.get("trainer", "hogwild") not in GPU_TRAINER_MODES,
+               "batch_size": clean.get("batch_size", 1) != 1}
+    for key, bad in refused.items():
+        if bad:
+            raise ConfigError("device", f"device {device} trains model linear with trainer "
+                                        f"hogwild or serial, batch_size 1 and in memory; "
+                                        f"got {key} {clean[key]!r}")
 
 
 def _check_security(clean: Mapping[str, Any]) -> None:

@@ -29,6 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("hogwild's estimators need scikit-learn >= 1.6: "
                       "pip install 'hogwild[sklearn]'") from exc
 
+from hogwild import artifacts
 from hogwild.config import Settings
 from hogwild.data.csr import CSRData
 from hogwild.errors import ModelError
@@ -533,7 +534,7 @@ def run_cluster(X: Any, y: Any = None, *, workers: int = 2, threads: int = 1,
             tail = "\n".join(log.getvalue().splitlines()[-15:])
             raise RuntimeError(f"hogwild run failed with exit code {code}" +
                                (f":\n{tail}" if tail else " (its output is above)"))
-        model = SavedModel.load(out)
+        model = SavedModel.load(artifacts.published(out))  # the run's directory
     if model.task == "regression":
         return HogwildRegressor.from_saved(model)
     est = HogwildClassifier.from_saved(model)

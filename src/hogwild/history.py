@@ -115,10 +115,10 @@ def read_back(path: Path, rows: int, accept: Callable[[Any], bool]) -> tuple[Rea
 
 
 class EvalHistory:
-    """The run's evaluations as they are made: each one is appended to the file ``name`` in
-    ``out_dir`` (``metrics.jsonl`` unless :meth:`publish` is to move it there at the end), so a
-    run that dies keeps them, and memory holds only a thinned copy for the plot, the count and
-    the best validation loss, so it does not grow with the run.
+    """The run's evaluations as they are made: each one is appended to ``metrics.jsonl`` in
+    ``out_dir`` (the run's own directory, see artifacts.RunDir), so a run that dies keeps
+    them, and memory holds only a thinned copy for the plot, the count and the best
+    validation loss, so it does not grow with the run.
 
     A failed append (a full disk) costs no training: the row waits, with any later ones, and
     they are all written at the next row or :meth:`catch_up` that can, after the file is cut
@@ -127,8 +127,8 @@ class EvalHistory:
     """
 
     def __init__(self, out_dir: str | Path, cap: int = PLOT_ROWS,
-                 pending_limit: int = PENDING_ROWS, name: str = artifacts.HISTORY_FILE) -> None:
-        self.path = Path(out_dir) / name
+                 pending_limit: int = PENDING_ROWS) -> None:
+        self.path = Path(out_dir) / artifacts.HISTORY_FILE
         self.rows = Thinned(cap)
         self.pending_limit = pending_limit
         self.written = 0           # rows in the file
@@ -177,17 +177,6 @@ class EvalHistory:
                             "dropped from the file from now on (counted in the log when it is "
                             "written again)", self.path, self.pending_limit)
         self._write()
-
-    def publish(self) -> Path:
-        """Write what waits (OSError if it cannot) and move the file to ``metrics.jsonl``
-        beside it: a run that writes its rows under another name until it ends replaces the
-        outputs of the run before it all at once."""
-        self.write_all()
-        final = self.path.with_name(artifacts.HISTORY_FILE)
-        if final != self.path:
-            self.path.replace(final)
-            self.path = final
-        return final
 
     def write_all(self) -> None:
         """Write the rows that wait, if any; the OSError of the last attempt if they still

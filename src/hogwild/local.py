@@ -166,6 +166,10 @@ def model_spec(settings: Settings, n_features: int) -> ModelSpec:
 def make_trainer(settings: Settings, spec: ModelSpec) -> Trainer:
     """The in-process trainer of the model ``spec`` describes."""
     params = train_params(settings)
+    if settings.device != "cpu":  # a GPU (hogwild.model.gpu loads numba.cuda only then)
+        from hogwild.model.gpu import gpu_trainer
+
+        return gpu_trainer(settings.device, spec.n_features, params)
     if not spec.is_mlp:
         return Trainer(spec.n_features, params)
     from hogwild.model.mlp import BUFFERED_FLUSH_ROWS, MLPTrainer
@@ -173,10 +177,6 @@ def make_trainer(settings: Settings, spec: ModelSpec) -> Trainer:
     return MLPTrainer(spec, params, seed=settings.seed,
                       flush_rows=BUFFERED_FLUSH_ROWS if settings.thread_buffer else 1,
                       deep_lr_scale=settings.deep_lr_scale)
-
-
-# metrics.jsonl of a `hogwild train` while it runs (then renamed over metrics.jsonl).
-_HISTORY_PART = ".metrics.jsonl.part"
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -197,12 +197,13 @@ def train_job(settings: Settings, out: TextIO | None = None,
     out = sys.stdout if out is None else out
     started = time.perf_counter()
     # A bad out_dir (a file, read-only) is found now, not after training.
-    artifacts.check_out_dir(settings.out_dir)
-    with artifacts.out_dir_held(settings.out_dir, "train"):
+    root = artifacts.check_runs_root(settings.out_dir)
+    # This run's own directory under the runs root, published whole at the end (latest).
+    with artifacts.run_held(artifacts.RunDir.create(root), "train") as run:
         if plot is None:
             plot = BackgroundPlot()  # imports matplotlib in its own process meanwhile
         try:
-            return _train(settings, out, started, plot)
+            return _train(settings, out, started, plot, run)
         finally:
             plot.close()
 
@@ -227,12 +228,16 @@ def warm_kernels(settings: Settings) -> None:
 
 
 def _train(settings: Settings, out: TextIO, started: float,
-           plot: BackgroundPlot) -> dict[str, Any]:
+           plot: BackgroundPlot, run: artifacts.RunDir) -> dict[str, Any]:
+    if settings.device != "cpu":  # no GPU: refused before any data is read or CUDA is warmed
+        from hogwild.model.gpu import cuda_device
+
+        cuda_device(settings.device)
     preload_in_background(lambda: warm_kernels(settings))
     if settings.out_of_core:
         from hogwild import outofcore
 
-        return outofcore.train_job(settings, out, started, plot)
+        return outofcore.train_job(settings, out, started, plot, run)
     splits = load_splits(settings)
     loaded = time.perf_counter()
     print(f"data: train {describe(splits.train, splits.labels)}", file=out)
@@ -251,6 +256,9 @@ def _train(settings: Settings, out: TextIO, started: float,
     ovr: OneVsRest | None = None
     trainer: Trainer | None = None
     if splits.labels.task == MULTICLASS:
+        if settings.device != "cpu":
+            raise DataError(f"{settings.data}: {splits.labels.n_classes} label values; device "
+                            f"{settings.device} trains binary and regression only")
         if spec.is_mlp:
             raise DataError(f"{settings.data}: {splits.labels.n_classes} label values; model mlp "
                             "trains binary and regression only (model linear trains "
@@ -263,13 +271,13 @@ def _train(settings: Settings, out: TextIO, started: float,
         model_w = trainer.w
     stopper = EarlyStopping(patience=settings.patience, min_delta=settings.min_delta,
                             target_loss=settings.target_loss)
-    # Each epoch's row is appended as it is made, under a name of its own until the run ends
-    # (the previous run's metrics.jsonl stays whole till then); memory keeps a bounded copy.
-    history = EvalHistory(settings.out_dir, name=_HISTORY_PART)
+    # Each epoch's row is appended as it is made, in this run's directory (no earlier run's
+    # file is touched); memory keeps a bounded copy.
+    history = EvalHistory(run.path)
     try:
         history.begin()
     except OSError as exc:
-        raise OutputError.writing(settings.out_dir, exc) from None
+        raise OutputError.writing(run.path, exc) from None
     stop_reason = "max epochs"
     train_started = time.perf_counter()
     print(f"{'epoch':>5} {'elapsed':>8} {'train_loss':>10} {'val_loss':>9} {'val_acc':>8}",
@@ -317,7 +325,7 @@ def _train(settings: Settings, out: TextIO, started: float,
         raise TrainingDiverged("test loss", settings.learning_rate)
     # The history is final and the model sound: the helper draws while the outputs are written.
     plotted = history.rows.rows()
-    plot.start(settings.out_dir, plotted, title=plot_title(settings, "train"))
+    plot.start(run.path, plotted, title=plot_title(settings, "train"))
     metrics: dict[str, Any] = {
         "command": "train", "test_loss": test.loss, "test_accuracy": test.accuracy,
         "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
@@ -333,21 +341,26 @@ def _train(settings: Settings, out: TextIO, started: float,
     metrics.update(test_quality(splits.test, w, settings.loss, spec, splits.labels.task,
                                 splits.labels.classes))
     try:
-        history.publish()
+        history.write_all()
     except OSError as exc:
-        raise OutputError.writing(settings.out_dir, exc) from None
+        raise OutputError.writing(run.path, exc) from None
     write_outputs(settings, w, metrics, plotted, splits.feature_order, spec=spec,
                   hashing=splits.hashing, task=splits.labels.task,
-                  classes=splits.labels.classes, draw_plot=False, history_on_disk=True)
+                  classes=splits.labels.classes, draw_plot=False, history_on_disk=True,
+                  run_dir=run.path)
+    # The plot (drawn meanwhile) is the last file: then the run is published whole.
+    try:
+        plot.finish(run.path, plotted, title=plot_title(settings, metrics["command"]))
+    except OSError as exc:
+        raise OutputError.writing(run.path, exc) from None
+    published = run.publish()
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
     if metrics["best_epoch"] != history.count:
         print(f"saved the model of epoch {metrics['best_epoch']}, the best validated one "
               f"(validation loss {_fmt(stopper.best_loss)})", file=out)
     print(f"done ({stop_reason}): {history.count} epochs in {duration(train_seconds)}, "
-          f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {settings.out_dir}",
+          f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {published}",
           file=out, flush=True)
-    # The plot last, off the path to the results above; the process ends once it is written.
-    plot.finish(settings.out_dir, plotted, title=plot_title(settings, metrics["command"]))
     return metrics
 
 
@@ -381,9 +394,10 @@ def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
                   spec: ModelSpec | None = None,
                   hashing: Mapping[str, Any] | None = None,
                   plot: BackgroundPlot | None = None, draw_plot: bool = True,
-                  history_on_disk: bool = False) -> Path:
+                  history_on_disk: bool = False, run_dir: str | Path | None = None) -> Path:
     """Model (format 2, see hogwild.model.saved), metrics.json, metrics.jsonl and the loss
-    plot, all atomically.
+    plot, all atomically, into ``run_dir`` (the run's own directory, which the caller
+    publishes once every file is in it; default settings.out_dir itself).
 
     ``feature_order`` (new_id_of_old) maps internal weights back to the input files' ids.
     ``w`` is ``(d + 1,)`` or, one-vs-rest, ``(K, d + 1)``. ``task``/``classes`` default to a
@@ -395,25 +409,25 @@ def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
     already, and ``history`` only what the plot shows."""
     if not is_finite(w):
         raise TrainingDiverged("final model", settings.learning_rate)
+    out_dir = Path(settings.out_dir if run_dir is None else run_dir)
     try:
-        return _write_outputs(settings, w, metrics, history, feature_order, task, classes,
-                              spec, hashing, plot, draw_plot, history_on_disk)
+        return _write_outputs(settings, out_dir, w, metrics, history, feature_order, task,
+                              classes, spec, hashing, plot, draw_plot, history_on_disk)
     except OSError as exc:
-        raise OutputError.writing(settings.out_dir, exc) from None
+        raise OutputError.writing(out_dir, exc) from None
 
 
-def _write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
+def _write_outputs(settings: Settings, out_dir: Path, w: np.ndarray, metrics: dict[str, Any],
                    history: list[dict[str, Any]], feature_order: np.ndarray | None,
                    task: str | None, classes: Sequence[float] | None, spec: ModelSpec | None,
                    hashing: Mapping[str, Any] | None, plot: BackgroundPlot | None,
                    draw_plot: bool, history_on_disk: bool) -> Path:
-    out_dir = Path(settings.out_dir)
     if task is None:
         task, default_classes = default_task(settings.loss)
         classes = default_classes if classes is None else classes
     if spec is not None and spec.is_mlp:
-        return _write_mlp_outputs(settings, spec, w, metrics, history, feature_order, hashing,
-                                  task, classes, plot, draw_plot, history_on_disk)
+        return _write_mlp_outputs(settings, out_dir, spec, w, metrics, history, feature_order,
+                                  hashing, task, classes, plot, draw_plot, history_on_disk)
     if feature_order is not None:
         w = (restore_weights(w, feature_order) if np.ndim(w) == 1
              else np.stack([restore_weights(row, feature_order) for row in w]))
@@ -425,7 +439,7 @@ def _write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
     return out_dir
 
 
-def _write_mlp_outputs(settings: Settings, spec: ModelSpec, w: np.ndarray,
+def _write_mlp_outputs(settings: Settings, out_dir: Path, spec: ModelSpec, w: np.ndarray,
                        metrics: dict[str, Any], history: list[dict[str, Any]],
                        feature_order: np.ndarray | None,
                        hashing: Mapping[str, Any] | None = None, task: str = "binary",
@@ -434,7 +448,6 @@ def _write_mlp_outputs(settings: Settings, spec: ModelSpec, w: np.ndarray,
                        history_on_disk: bool = False) -> Path:
     """The MLP's model (W1, b1, ... in the input files' ids, see hogwild.model.spec) and the
     same run files as the linear model's."""
-    out_dir = Path(settings.out_dir)
     if feature_order is not None:
         w = spec.restore(w, feature_order)
     meta = _model_meta(settings, metrics, feature_order)

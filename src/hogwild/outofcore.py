@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from hogwild.artifacts import RunDir
 from hogwild.config import Settings
 from hogwild.data.cache import CachedArrays, CacheWriter, cache_path, find_cached
 from hogwild.data.csr import CSRData
@@ -29,7 +30,7 @@ from hogwild.data.reorder import order_from_counts, renumber
 from hogwild.data.sources import load_source
 from hogwild.data.split import shuffle_order, split_sizes
 from hogwild.data.stream import cached_blocks, parse_to_cache, read_cached_indptr
-from hogwild.errors import ConfigError, DataError
+from hogwild.errors import ConfigError, DataError, OutputError
 from hogwild.local import (
     _fmt,
     check_feature_memory,
@@ -194,9 +195,10 @@ def open_data(settings: Settings, out: TextIO) -> tuple[BlockSource, CSRData | N
 
 
 def train_job(settings: Settings, out: TextIO, started: float,
-              plot: BackgroundPlot) -> dict[str, Any]:
+              plot: BackgroundPlot, run: RunDir) -> dict[str, Any]:
     """`hogwild train` with ``out_of_core: true``: the same rows, outputs and stopping rules
-    as the in-memory job, the data streamed from the cache every epoch."""
+    as the in-memory job, the data streamed from the cache every epoch; the outputs go to
+    ``run``'s directory, published once they are all written."""
     if settings.model != "linear":
         raise ConfigError("out_of_core", f"trains the linear model only, not {settings.model!r}")
     source, test_rows = open_data(settings, out)
@@ -255,12 +257,16 @@ def train_job(settings: Settings, out: TextIO, started: float,
         metrics.update(test_quality(test_rows, w, settings.loss, None, source.labels.task,
                                     source.labels.classes))
     write_outputs(settings, w, metrics, history, source.order, task=source.labels.task,
-                  classes=source.labels.classes, draw_plot=False)
+                  classes=source.labels.classes, draw_plot=False, run_dir=run.path)
+    try:  # the plot is the last file: then the run is published whole
+        plot.finish(run.path, history, title=f"hogwild train (out of core): {settings.data}")
+    except OSError as exc:
+        raise OutputError.writing(run.path, exc) from None
+    published = run.publish()
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
     print(f"done ({stop_reason}): {len(history)} epochs in {duration(train_seconds)}, "
-          f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {settings.out_dir}",
+          f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {published}",
           file=out, flush=True)
-    plot.finish(settings.out_dir, history, title=f"hogwild train (out of core): {settings.data}")
     return metrics
 
 

@@ -159,8 +159,22 @@ def train_on_then_stop(cluster: Cluster, seconds: float = 3.0) -> None:
     cluster.coordinator.proc.send_signal(signal.SIGTERM)
 
 
+def published(out_dir: Path) -> Path:
+    """The run last published under the runs root ``out_dir`` (its ``latest`` link)."""
+    return out_dir / "latest"
+
+
+def incomplete(out_dir: Path) -> Path:
+    """The one run directory under ``out_dir`` not published: a run under way, failed or
+    killed (AssertionError if there is not exactly one)."""
+    found = sorted(out_dir.glob("*.incomplete"))
+    assert len(found) == 1, found
+    return found[0]
+
+
 def read_metrics(out_dir: Path) -> dict[str, Any]:
-    return dict(json.loads((out_dir / "metrics.json").read_text()))
+    """metrics.json of the run last published under the runs root ``out_dir``."""
+    return dict(json.loads((published(out_dir) / "metrics.json").read_text()))
 
 
 def reuters_settings(out: Path, **extra: Any) -> dict[str, Any]:
@@ -185,6 +199,9 @@ def finished_run(workdir: Path, n_workers: int, **extra: Any) -> dict[str, Any]:
         assert cluster.coordinator.wait(300) == 0, cluster.output()
         for worker in cluster.workers:
             assert worker.wait(30) == 0, cluster.output()
+        # No legitimate delta (a relay's or a tree hop's sum, a compressed residual) is
+        # ever beyond the bound on what the run's SGD steps can make.
+        assert "beyond what this run's SGD steps" not in cluster.output(), cluster.output()
     finally:
         cluster.reap()
     metrics = read_metrics(out)

@@ -19,7 +19,15 @@ import pytest
 
 from hogwild.coordinator import checkpoint
 
-from .helpers import PROGRESS_ROW, Cluster, Proc, read_metrics, reuters_settings
+from .helpers import (
+    PROGRESS_ROW,
+    Cluster,
+    Proc,
+    incomplete,
+    published,
+    read_metrics,
+    reuters_settings,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -80,7 +88,8 @@ def test_a_disk_full_for_a_while_costs_no_training_and_no_evaluation(
     # Said once, not at every evaluation of the full stretch.
     assert len([ln for ln in coordinator.lines if APPEND_FAILED.search(ln)]) == 1
     # Every evaluation is in the file, the full stretch's too (kept in memory, then written).
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in
+            (published(out) / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == metrics["evaluations"]
     gaps = [b["elapsed"] - a["elapsed"] for a, b in itertools.pairwise(rows)]
     assert min(gaps) >= 0 and max(gaps) < 1.0, max(gaps)
@@ -96,14 +105,16 @@ def test_a_disk_still_full_at_the_end_is_one_line_and_keeps_the_checkpoint(
     assert "Traceback" not in text
     error = [ln for ln in coordinator.lines if ln.startswith("hogwild coordinator: error:")]
     assert len(error) == 1, text
-    assert (f"cannot write the outputs to {out} (No space left on device" in error[0]
+    run = incomplete(out)  # the run's directory, never published
+    assert (f"cannot write the outputs to {run} (No space left on device" in error[0]
             and f"the last checkpoint is kept: once there is room, `hogwild coordinator "
-                f"--resume {out}`" in error[0]), error[0]
+                f"--resume {run}`" in error[0]
+            and f"this run's files are in {run}, left incomplete" in error[0]), error[0]
     # The checkpoint written before the disk filled is whole, and the rows it counts are in
     # metrics.jsonl (later rows may not be: they never got room).
-    kept = checkpoint.load(out)
+    kept = checkpoint.load(run)
     assert kept is not None and kept.round > 0 and kept.history_rows >= 1
-    assert not (out / "model.npz").exists()
+    assert not published(out).exists() and checkpoint.locate(out) == run
 
 
 def test_a_hand_over_whose_checkpoint_cannot_be_written_finishes_the_run_instead(
@@ -125,4 +136,4 @@ def test_a_hand_over_whose_checkpoint_cannot_be_written_finishes_the_run_instead
                                     r"could not be written: finishing the run here instead"), 1)
     assert all(w.wait(30) == 0 for w in cluster.workers), cluster.output()
     assert not any("register again" in line for w in cluster.workers for line in w.lines)
-    assert not (out / "checkpoint.npz").exists() and not (out / "model.npz").exists()
+    assert not published(out).exists() and checkpoint.locate(out) is None

@@ -33,7 +33,7 @@ def test_worker_sweep_runs_real_processes_and_plots(tmp_path: Path,
         assert float(r["wall_seconds"]) > 0 and float(r["cpu_seconds"]) > 0
         assert float(r["speedup"]) > 0
         run_dir = out / "cluster" / f"w{w}-t1-r0"
-        metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+        metrics = json.loads((run_dir / "latest" / "metrics.json").read_text(encoding="utf-8"))
         assert metrics["workers"] == w and metrics["epochs"] >= 2
         assert (run_dir / "run.log").read_text(encoding="utf-8").count("[worker-") > 0
     png = (out / "plots" / "workers.png").read_bytes()

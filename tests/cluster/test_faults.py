@@ -33,6 +33,8 @@ from .helpers import (
     REGISTERED,
     Cluster,
     Proc,
+    incomplete,
+    published,
     read_metrics,
     require_reuters,
     train_on_then_stop,
@@ -73,10 +75,10 @@ def test_metrics_json_agrees_with_the_last_printed_line(cluster: Cluster, tmp_pa
     assert cluster.coordinator is not None
     seen_early = False
     while cluster.coordinator.proc.poll() is None:
-        # metrics.jsonl grows while the run goes on, not only at its end.
-        history = out / "metrics.jsonl"
-        if not seen_early and history.exists() and history.read_text().count("\n") >= 2:
-            seen_early = not (out / "metrics.json").exists()
+        # metrics.jsonl grows while the run goes on, in the run's directory, not published.
+        history = next(out.glob("*.incomplete/metrics.jsonl"), None)
+        if not seen_early and history is not None and history.read_text().count("\n") >= 2:
+            seen_early = not published(out).exists()
         time.sleep(0.1)
     assert cluster.coordinator.wait(120) == 0
     assert seen_early
@@ -90,8 +92,10 @@ def test_metrics_json_agrees_with_the_last_printed_line(cluster: Cluster, tmp_pa
     assert float(line.group(5)) == pytest.approx(metrics["bytes_received"] / 1e6, abs=0.06)
     assert metrics["test_accuracy"] >= 0.97
     # metrics.jsonl: one row per evaluation; its last row is the final evaluation.
-    rows = (out / "metrics.jsonl").read_text().splitlines()
+    rows = (published(out) / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == metrics["evaluations"] >= 2
+    # The done line names the run's own directory, which latest links to.
+    assert line.string.endswith(f"outputs in {published(out).resolve()}")
 
 
 def test_sigterm_while_waiting_for_registrations_exits_at_once(cluster: Cluster,
@@ -108,7 +112,7 @@ def test_sigterm_while_waiting_for_registrations_exits_at_once(cluster: Cluster,
     assert cluster.workers[0].wait(20) == 0
     assert time.monotonic() - began < 60  # far below register_timeout: it did not wait
     assert "no outputs written" in cluster.coordinator.output()
-    assert not (out / "metrics.json").exists()
+    assert not published(out).exists()
 
 
 def test_sigterm_while_loading_data_exits_at_once(cluster: Cluster, tmp_path: Path) -> None:
@@ -117,7 +121,7 @@ def test_sigterm_while_loading_data_exits_at_once(cluster: Cluster, tmp_path: Pa
     assert cluster.coordinator is not None
     cluster.coordinator.proc.send_signal(signal.SIGTERM)
     assert cluster.coordinator.wait(60) == 130
-    assert not (out / "metrics.json").exists()
+    assert not published(out).exists()
 
 
 def test_sigterm_before_the_run_with_on_sigterm_checkpoint_sends_workers_to_register_again(
@@ -332,10 +336,10 @@ def test_a_restarted_worker_rejoins_through_the_star_relay(cluster: Cluster, tmp
     assert states[2]["rounds"] > 0 and states[2]["applied_from"][relay] > 0
     assert again.output().count("registered as worker 2") == 1, again.output()
     if mode == "sync":
-        with np.load(out / "final_states" / "global.npz") as g:
+        with np.load(published(out) / "final_states" / "global.npz") as g:
             global_w = g["w"]
         for wid in states:
-            with np.load(out / "final_states" / f"worker-{wid}.npz") as f:
+            with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
                 np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5)
 
 
@@ -370,10 +374,10 @@ def test_a_restarted_interior_tree_worker_rejoins_as_a_leaf_of_the_coordinator(
     assert again.output().count("registered as worker 0") == 1, again.output()
     if mode == "sync":
         # It and worker 1 (outside its old subtree) applied every delta once.
-        with np.load(out / "final_states" / "global.npz") as g:
+        with np.load(published(out) / "final_states" / "global.npz") as g:
             global_w = g["w"]
         for wid in (0, 1):
-            with np.load(out / "final_states" / f"worker-{wid}.npz") as f:
+            with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
                 np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5)
 
 
@@ -566,7 +570,7 @@ def test_a_place_nobody_takes_again_fails_the_run_in_one_line(cluster: Cluster,
             "sooner, or raise register_timeout)")
     assert errors == [said], cluster.output()
     assert cluster.coordinator.output().count(f"worker 0 at {nowhere} did not answer") == 1
-    assert not (out / "metrics.json").exists()
+    assert not published(out).exists()
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -612,12 +616,13 @@ def test_a_killed_coordinator_resumes_from_its_checkpoint(
     port = int(_coordinator_address(cluster).rpartition(":")[2])
     first.wait_for(PROGRESS_ROW, 60)
     deadline = time.monotonic() + 60
-    while not (out / "checkpoint.npz").exists() and time.monotonic() < deadline:
+    while not any(out.glob("*.incomplete/checkpoint.npz")) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(2)  # a few more checkpoints
     first.proc.send_signal(signal.SIGKILL)
     assert first.wait(10) == -signal.SIGKILL
-    before = (out / "metrics.jsonl").read_text().splitlines()
+    run = incomplete(out)  # the killed coordinator's run, resumed in its own directory
+    before = (run / "metrics.jsonl").read_text().splitlines()
     rows_before = len(before)
     assert rows_before >= 2  # appended as the run went, not lost with the coordinator
     time.sleep(1)
@@ -639,10 +644,13 @@ def test_a_killed_coordinator_resumes_from_its_checkpoint(
     _report(f"kill -9 coordinator, resume ({topology})", mode, metrics, clean,
             {p.name: p.proc.returncode for p in cluster.procs})
     assert metrics["test_accuracy"] >= clean - 0.01
-    assert not (out / "checkpoint.npz").exists()  # the run is complete: nothing to resume
+    # The run is complete: nothing to resume, and published under its own name.
+    assert not run.exists()
+    assert published(out).resolve() == out / run.name.removesuffix(".incomplete")
+    assert not (published(out) / "checkpoint.npz").exists()
     assert sorted(s["worker_id"] for s in metrics["worker_states"]) == [0, 1, 2]
     # One history across both coordinators: the rows before the crash, then the new ones.
-    lines = (out / "metrics.jsonl").read_text().splitlines()
+    lines = (published(out) / "metrics.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]
     assert len(rows) > rows_before
     # The checkpoint counted the rows before it; the resumed run read them back from the file.
@@ -670,8 +678,8 @@ def test_sigterm_with_on_sigterm_checkpoint_hands_the_run_to_a_resumed_coordinat
     first.proc.send_signal(signal.SIGTERM)
     assert first.wait(30) == EXIT_LEFT
     handed = first.wait_for(re.compile(r"the run was left to a successor at round (\d+)"), 1)
-    assert (out / "checkpoint.npz").exists()
-    assert not (out / "metrics.json").exists() and not (out / "model.npz").exists()
+    assert (incomplete(out) / "checkpoint.npz").exists()
+    assert not published(out).exists() and not (incomplete(out) / "model.npz").exists()
     for worker in cluster.workers:
         worker.wait_for(re.compile(r"leaving the run to register again: the coordinator was "
                                    r"sent SIGTERM"), 10)
@@ -698,7 +706,8 @@ def test_sigterm_with_on_sigterm_checkpoint_hands_the_run_to_a_resumed_coordinat
     assert metrics["test_accuracy"] >= clean - 0.01
     assert sorted(s["worker_id"] for s in metrics["worker_states"]) == [0, 1, 2]
     assert metrics["dropped_workers"] == []
-    assert not (out / "checkpoint.npz").exists()
+    assert not (published(out) / "checkpoint.npz").exists()
+    assert not list(out.glob("*.incomplete"))
 
 
 def test_a_resume_on_other_rows_is_refused_before_any_worker_is_waited_for(
@@ -710,7 +719,9 @@ def test_a_resume_on_other_rows_is_refused_before_any_worker_is_waited_for(
     workers = [WorkerEntry(w, f"127.0.0.1:{40000 + w}", 1) for w in range(2)]
     unknown = Checkpoint(run_id="r1", w=np.zeros(3), round=5, elapsed=1.0, deltas_received=0,
                          bytes_received=0, duplicates=0, workers=workers)
-    checkpoint.save(out, dataclasses.replace(unknown, data="0" * 32))
+    run = out / "20250101-000000-0123456789ab.incomplete"  # as a killed coordinator leaves it
+    run.mkdir(parents=True)
+    checkpoint.save(run, dataclasses.replace(unknown, data="0" * 32))
     refused = cluster._spawn("refused", "coordinator", {**settings, "resume": str(out)})
     assert refused.wait(60) == 2
     refused.wait_for(re.compile(r"hogwild coordinator: error: setting 'resume': the checkpoint "
@@ -718,7 +729,7 @@ def test_a_resume_on_other_rows_is_refused_before_any_worker_is_waited_for(
                                 r"these"), 1)
     assert not any("waiting for" in line for line in refused.lines)
     # A checkpoint that does not say (the previous format) is not refused for it.
-    checkpoint.save(out, unknown)
+    checkpoint.save(run, unknown)
     taken = cluster._spawn("taken", "coordinator", {**settings, "resume": str(out)})
     taken.wait_for(re.compile(r"waiting for 2 worker\(s\)"), 60)
 
@@ -742,7 +753,7 @@ def test_a_resumed_coordinator_goes_on_without_a_worker_that_died_meanwhile(
     addresses = _advertised(cluster)
     first.wait_for(PROGRESS_ROW, 60)
     deadline = time.monotonic() + 60
-    while not (out / "checkpoint.npz").exists() and time.monotonic() < deadline:
+    while not any(out.glob("*.incomplete/checkpoint.npz")) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(1)
     first.proc.send_signal(signal.SIGKILL)

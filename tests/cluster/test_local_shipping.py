@@ -135,7 +135,7 @@ def test_a_worker_that_sees_another_file_refuses_and_the_run_fails(cluster: Clus
     coord_errors = [ln for ln in cluster.coordinator.lines if "error:" in ln]
     assert len(coord_errors) == 1 and "cannot load its rows: FAILED_PRECONDITION" in \
         coord_errors[0], cluster.coordinator.output()
-    assert not (out / "model.npz").exists() and not (out / "metrics.json").exists()
+    assert not (out / "latest").exists()
     print("\n" + errors[0] + "\n" + coord_errors[0])
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from hogwild.model.saved import SavedModel
 
-from .helpers import Cluster, read_metrics
+from .helpers import Cluster, published, read_metrics
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -36,8 +36,8 @@ def test_mlp_run_with_two_workers(cluster: Cluster, tmp_path: Path, mode: str) -
     # workers instead of averaged, one sync run ended at 0.965.)
     assert metrics["test_accuracy"] >= 0.97, metrics["test_accuracy"]
     assert metrics["epochs"] >= 3.9
-    meta = json.loads((out / "model.json").read_text())
-    saved = SavedModel.load(out)
+    meta = json.loads((published(out) / "model.json").read_text())
+    saved = SavedModel.load(published(out))
     spec = saved.spec
     assert meta["model"] == "mlp" and spec.hidden == (32,)
     assert saved.arrays["W1"].shape == (meta["n_features"], 32)
@@ -45,11 +45,11 @@ def test_mlp_run_with_two_workers(cluster: Cluster, tmp_path: Path, mode: str) -
     assert saved.arrays["wide"].shape == (meta["n_features"],)
     # Both parts trained: the output layer left its zero start, the wide weights too.
     assert np.any(saved.arrays["W2"]) and np.any(saved.arrays["wide"])
-    with np.load(out / "final_states" / "global.npz") as g:
+    with np.load(published(out) / "final_states" / "global.npz") as g:
         global_w = g["w"]
     assert global_w.shape == (spec.dim,)
     for wid in range(2):
-        with np.load(out / "final_states" / f"worker-{wid}.npz") as f:
+        with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
             # Sync: the same deltas applied everywhere, in another order, from the same
             # seeded initialisation (workers starting elsewhere would differ here).
             if mode == "sync":
@@ -73,7 +73,8 @@ def test_evaluations_of_an_unchanged_model_do_not_stop_the_run(cluster: Cluster,
     for worker in cluster.workers:
         assert worker.wait(30) == 0
     metrics = read_metrics(out)
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in
+            (published(out) / "metrics.jsonl").read_text().splitlines()]
     # Whether an evaluation repeats a round's model depends on the machine's speed (on a quiet
     # machine evaluations can be as slow as rounds); the outcome must hold either way.
     repeated = len(rows) - len({r["deltas_received"] for r in rows})

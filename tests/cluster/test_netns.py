@@ -237,7 +237,8 @@ class ComposeOnHosts:
 
     def metrics(self) -> dict[str, Any]:
         out_dir = Path(self.env("coordinator")["HOGWILD_OUT_DIR"])
-        return json.loads((out_dir / "metrics.json").read_text())  # type: ignore[no-any-return]
+        return json.loads(  # type: ignore[no-any-return]
+            (out_dir / "latest" / "metrics.json").read_text())
 
 
 @pytest.fixture

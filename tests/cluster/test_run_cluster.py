@@ -20,7 +20,7 @@ import pytest
 
 from hogwild.errors import EXIT_LEFT
 
-from .helpers import PROGRESS_ROW, Cluster, read_metrics, require_reuters
+from .helpers import PROGRESS_ROW, Cluster, published, read_metrics, require_reuters
 from .helpers import _env as child_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -70,10 +70,10 @@ def _check_exactly_once(metrics: dict[str, Any], n_workers: int) -> None:
 def _check_workers_equal_the_global_model(out: Path, n_workers: int) -> np.ndarray:
     """Sync mode: every worker's final weights are the coordinator's global model (the same
     deltas added in another order, and a float32 rounding residual); returns that model."""
-    with np.load(out / "final_states" / "global.npz") as g:
+    with np.load(published(out) / "final_states" / "global.npz") as g:
         global_w = g["w"]
     for wid in range(n_workers):
-        with np.load(out / "final_states" / f"worker-{wid}.npz") as f:
+        with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
             np.testing.assert_allclose(f["w"], global_w, rtol=1e-6, atol=1e-6)
     return global_w
 
@@ -89,7 +89,7 @@ def test_sync_run_reaches_accuracy_and_workers_equal_the_global_model(
     for worker in cluster.workers:
         assert worker.wait(30) == 0
     metrics = read_metrics(out)
-    assert not (out / "trace.jsonl").exists()  # this run traced nothing: no stale curve
+    assert not (published(out) / "trace.jsonl").exists()  # this run traced nothing
     assert metrics["trace_snapshots"] == 0
     assert metrics["warnings"] == []  # a healthy run: the saved model is the best one seen
     assert metrics["test_accuracy"] >= 0.97
@@ -119,7 +119,7 @@ def test_averaged_sync_run_with_a_trace_and_frequent_evaluations(
     _check_workers_equal_the_global_model(out, 2)
     # The trace: copies of the global model taken in order while the workers trained,
     # each scored after (validation accuracy of a real model, not a placeholder).
-    rows = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (published(out) / "trace.jsonl").read_text().splitlines()]
     assert len(rows) == metrics["trace_snapshots"] >= 2
     assert all(a["elapsed"] < b["elapsed"] for a, b in itertools.pairwise(rows))
     assert all(a["deltas_received"] <= b["deltas_received"]
@@ -130,7 +130,7 @@ def test_averaged_sync_run_with_a_trace_and_frequent_evaluations(
     assert rows[-1]["deltas_received"] <= metrics["deltas_received"]
     # Evaluations more often than the monitor loop's 50 ms turn when asked to: some gap
     # between two is below it (the loop used to stretch every one to 50 ms or more).
-    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    history = [json.loads(line) for line in (published(out) / "metrics.jsonl").read_text().splitlines()]
     # (the last row is the closing evaluation, made whenever training ends)
     gaps = [b["elapsed"] - a["elapsed"] for a, b in itertools.pairwise(history[:-1])]
     assert gaps and min(gaps) < 0.045, gaps
@@ -206,11 +206,11 @@ def test_hogwild_run_end_to_end_on_the_bundled_data(tmp_path: Path) -> None:
     assert metrics["test_accuracy"] >= 0.97, output
     assert metrics["threads"] == 1  # the workers' setting, reported by them
     for name in ("model.npz", "model.json", "metrics.jsonl", "loss.png"):
-        assert (out / name).is_file(), name
+        assert (published(out) / name).is_file(), name
     # Training (~0.25 s) ends before the first evaluation is due (0.5 s): the learning curve
     # is the coordinator's cheap curve points and the closing evaluation, of which only the
     # closing one is printed as a progress row.
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (published(out) / "metrics.jsonl").read_text().splitlines()]
     printed = [line for line in output.splitlines() if line.startswith("[coordinator]")
                and PROGRESS_ROW.search(line.partition("] ")[2])]
     assert len(rows) == metrics["evaluations"] >= 3, rows
@@ -234,7 +234,7 @@ def _early_stopped(cluster: Cluster, out: Path, **settings: Any) -> list[dict[st
         assert worker.wait(30) == 0
     metrics = read_metrics(out)
     assert metrics["stop_reason"] == "early stopping", metrics["stop_reason"]
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (published(out) / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_curve_points_do_not_count_towards_patience(cluster: Cluster, tmp_path: Path) -> None:
@@ -265,7 +265,7 @@ def test_sigterm_stops_a_worker_and_then_the_coordinator_gracefully(
     assert metrics["epochs"] < 1_000_000
     # The worker that left sent its final delta: the coordinator applied all it sent.
     assert metrics["coordinator_applied_from"]["1"] >= 1
-    assert (out / "model.npz").is_file()
+    assert (published(out) / "model.npz").is_file()
 
 
 def _children(pid: int) -> list[int]:
@@ -337,7 +337,7 @@ def test_a_killed_launcher_stops_the_run_as_sigterm_would(tmp_path: Path) -> Non
     metrics = read_metrics(out)
     assert metrics["stop_reason"] == "SIGTERM"
     assert metrics["test_accuracy"] is not None and metrics["test_accuracy"] > 0.9
-    assert (out / "model.npz").is_file()
+    assert (published(out) / "model.npz").is_file()
     # The keys and the run token do not outlive the run (they used to stay in /tmp).
     assert not secrets.exists()
 
@@ -364,8 +364,8 @@ def test_sigterm_to_hogwild_run_writes_the_outputs_whatever_on_sigterm_says(
     assert "left to a successor" not in output, output
     metrics = read_metrics(out)
     assert metrics["stop_reason"] == "SIGTERM"
-    assert (out / "model.npz").is_file()
-    assert not (out / "checkpoint.npz").exists()
+    assert (published(out) / "model.npz").is_file()
+    assert not (published(out) / "checkpoint.npz").exists()
 
 
 def _listener(port: int, candidates: list[int]) -> int:
@@ -422,7 +422,7 @@ def test_hogwild_run_fails_cleanly_on_bad_data(tmp_path: Path) -> None:
                           timeout=90, check=False)
     assert proc.returncode != 0
     assert "missing.svm" in proc.stdout + proc.stderr
-    assert not (tmp_path / "out" / "metrics.json").exists()
+    assert not (tmp_path / "out" / "latest").exists()
 
 
 

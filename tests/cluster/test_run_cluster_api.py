@@ -23,7 +23,7 @@ def test_run_cluster_on_a_data_source_matches_the_runs_report(tmp_path: Path) ->
     clf = run_cluster("bundled:spamassassin", workers=2, threads=1, mode="async", epochs=3,
                       out_dir=out, **_DEADLINES)
     assert isinstance(clf, HogwildClassifier)
-    reported = json.loads((out / "metrics.json").read_text())
+    reported = json.loads((out / "latest" / "metrics.json").read_text())
     assert reported["workers"] == 2 and reported["mode"] == "async"
     test = load_source("bundled:spamassassin/test", cache=False)
     assert clf.score(test.to_scipy(), test.labels) == pytest.approx(

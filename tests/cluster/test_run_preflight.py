@@ -44,24 +44,22 @@ def test_hogwild_run_reports_the_bad_out_dir(tmp_path: Path) -> None:
     assert "registered as worker" not in proc.stdout
 
 
-def test_a_second_writer_of_a_busy_out_dir_is_refused_and_the_first_run_is_untouched(
+def test_a_second_run_into_a_busy_out_dir_gets_a_directory_of_its_own(
         cluster: Cluster, tmp_path: Path) -> None:
-    """A coordinator waiting for its workers holds its out_dir: `hogwild train` and a second
-    coordinator into the same directory exit 2 naming the holder, and write nothing there."""
+    """A coordinator waiting for its workers holds its run's directory, not the runs root:
+    `hogwild train` into the same out_dir writes and publishes a run of its own beside it,
+    and the coordinator's directory and process are untouched."""
     out = tmp_path / "out"
     train, test = require_reuters()
     cluster.start(0, **reuters_settings(out, workers=2, register_timeout=600))
     assert cluster.coordinator is not None
     cluster.coordinator.wait_for(re.compile(r"waiting for 2 worker\(s\)"), 60)
-    pid = cluster.coordinator.proc.pid
+    waiting = sorted(out.glob("*.incomplete"))
+    assert len(waiting) == 1, waiting
     trained = _run(tmp_path, "train", f"--data={train}", f"--test={test}", f"--out={out}",
                    "--epochs=1", "--data-cache=false")
-    second = _run(tmp_path, "coordinator", *flags(bind_host="127.0.0.1", coordinator_port=0,
-                                                  workers=2, out_dir=out, data=str(train),
-                                                  insecure=True))
-    for proc in (trained, second):
-        assert proc.returncode == 2, proc.stderr
-        assert (f"setting 'out_dir': '{out}' is being written by hogwild coordinator "
-                f"(pid {pid} on ") in proc.stderr, proc.stderr
-    assert not (out / "model.npz").exists() and not (out / "metrics.json").exists()
+    assert trained.returncode == 0, trained.stderr
+    latest = (out / "latest").resolve()
+    assert latest.parent == out and (latest / "metrics.json").is_file()
+    assert sorted(out.glob("*.incomplete")) == waiting  # the coordinator's: not published
     assert cluster.coordinator.proc.poll() is None  # the first one is still waiting, unharmed

@@ -45,7 +45,7 @@ def test_run_with_zero_one_labels(tmp_path: Path) -> None:
     metrics = read_metrics(out)
     # Before labels were mapped, 0/1 labels trained to 0.31 test accuracy.
     assert metrics["test_accuracy"] >= 0.97
-    meta = json.loads((out / "model.json").read_text())
+    meta = json.loads((out / "latest" / "model.json").read_text())
     assert meta["task"] == "binary" and meta["classes"] == [0, 1]
 
 
@@ -59,7 +59,7 @@ def test_run_refuses_multiclass_data_in_one_line(tmp_path: Path) -> None:
               if "hogwild coordinator: error:" in line]
     assert len(errors) == 1, proc.stdout + proc.stderr
     assert "labels {1, 2, 3}" in errors[0] and "hogwild train" in errors[0]
-    assert not (tmp_path / "out" / "model.npz").exists()
+    assert not (tmp_path / "out" / "latest").exists()
 
 
 def test_divergence_stops_the_cluster_with_an_error(tmp_path: Path) -> None:
@@ -86,6 +86,6 @@ def test_divergence_stops_the_cluster_with_an_error(tmp_path: Path) -> None:
         # The others were told the run is over: none waits to register with a successor (one
         # used to, for connect_timeout, once the coordinator had gone).
         assert "leaving the run to register again" not in text, text
-        assert not (out / "model.npz").exists() and not (out / "metrics.json").exists()
+        assert not (out / "latest").exists()
     finally:
         cluster.reap()

@@ -241,7 +241,8 @@ def test_commands_and_settings_are_valid_for_each_role(rendered: list[Obj],
         require_tls(loaded, args.command)
         assert loaded.tls_ca and not loaded.insecure
         if args.command == "coordinator":
-            assert any(loaded.out_dir.startswith(p + "/") for p in mounts), "out_dir not mounted"
+            assert any(loaded.out_dir == p or loaded.out_dir.startswith(p + "/")
+                       for p in mounts), "out_dir not mounted"
             assert loaded.workers == _workers(rendered)["spec"]["completions"]
     assert roles == set(deploycheck.ROLES)
 

@@ -41,6 +41,7 @@ def test_train_on_bundled_data_writes_outputs(tmp_path: Path) -> None:
     proc = run_cli("train", "--threads", "2", "--epochs", "4", "--out", str(out),
                    "--data-cache", "false", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    out = artifacts.published(out)  # the run's own directory
     metrics = json.loads((out / artifacts.METRICS_FILE).read_text())
     assert {"test_accuracy", "test_loss", "epochs", "seconds"} <= set(metrics)
     assert metrics["test_accuracy"] >= 0.97
@@ -67,7 +68,7 @@ def test_train_with_separate_test_file(tmp_path: Path) -> None:
     code = main(["train", "--data", str(train), "--test", str(test), "--epochs", "5",
                  "--threads", "2", "--out", str(out), "--data-cache", "false"], environ={})
     assert code == 0
-    metrics = json.loads((out / artifacts.METRICS_FILE).read_text())
+    metrics = json.loads((artifacts.published(out) / artifacts.METRICS_FILE).read_text())
     assert metrics["test_rows"] == 3299
     assert metrics["test_accuracy"] >= 0.97
 
@@ -80,7 +81,7 @@ def test_malformed_data_is_one_line_with_file_and_line(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert f"{bad}:2" in lines[0]
-    assert not (tmp_path / "o" / artifacts.MODEL_FILE).exists()
+    assert not artifacts.published(tmp_path / "o").exists()
 
 
 def test_bad_setting_exits_2_naming_key(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ def test_run_warns_about_trainer_and_sync_staleness(tmp_path: Path,
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     with caplog.at_level(logging.WARNING, logger="hogwild"):
-        code = main(["run", "--trainer", "serial", "--mode", "sync", "--staleness", "2",
+        code = main(["run", "--trainer", "serial", "--mode", "sync", "--staleness", "3",
                      "--out", str(blocker)], environ={})
     assert code == 2
     # Called inside a larger program (here pytest), `run` starts its children with exec,
@@ -64,7 +64,7 @@ def test_run_warns_about_trainer_and_sync_staleness(tmp_path: Path,
     assert "forked" not in capsys.readouterr().out
     text = caplog.text
     assert "'trainer' is not used by `hogwild run`" in text
-    assert "'staleness' (2) applies to async mode only" in text
+    assert "'staleness' (3) applies to async mode only" in text
 
 
 def test_train_out_dir_that_is_a_file_is_one_line(tmp_path: Path,

@@ -210,7 +210,7 @@ def test_train_prints_the_line_and_stores_the_statistics(
                  "--epochs", "1", "--threads", "2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     line = next(x for x in printed.splitlines() if x.startswith("conflicts ("))
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = json.loads((out / "latest" / "metrics.json").read_text())
     stats = metrics["conflicts"]
     assert stats["rows"] == metrics["train_rows"] and stats["mode"] == "exact"
     assert f"Δ={stats['max_degree']:,}" in line

@@ -218,6 +218,7 @@ def test_csv_source_trains_and_predicts_with_stored_hashing(tmp_path: Path) -> N
     assert main(["train", "--data", spec, "--test", f"csv:{test}", "--loss", "logistic",
                  "--threads", "1", "--epochs", "5", "--out", str(out),
                  "--val-fraction", "0"]) == 0
+    out = out / "latest"  # the run's own directory
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["test_accuracy"] > 0.75
     assert metrics["conflicts"]["rows"] == 8000 and metrics["conflicts"]["max_degree"] > 0

@@ -193,9 +193,9 @@ def test_out_of_core_training_streams_the_cache(tmp_path: Path,
     assert metrics["out_of_core"] is True and metrics["epochs"] == 4
     assert metrics["train_rows"] == 2100 and metrics["test_rows"] == 600
     assert metrics["test_accuracy"] > 0.85
-    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["test_accuracy"] == \
+    assert json.loads((tmp_path / "out" / "latest" / "metrics.json").read_text())["test_accuracy"] == \
         metrics["test_accuracy"]
-    assert (tmp_path / "out" / "loss.png").is_file()
+    assert (tmp_path / "out" / "latest" / "loss.png").is_file()
     # the same held-out rows and feature order as the in-memory job: the saved model scores
     # the in-memory job's test set exactly as the out-of-core job reported
     from hogwild.data.reorder import to_internal
@@ -204,7 +204,7 @@ def test_out_of_core_training_streams_the_cache(tmp_path: Path,
 
     mem = load_splits(settings.replace(out_of_core=False, data_cache=False))
     assert mem.test.n_rows == 600 and mem.train.n_rows == 2100
-    saved = SavedModel.load(tmp_path / "out")
+    saved = SavedModel.load(tmp_path / "out" / "latest")
     w = to_internal(np.asarray(saved.w, dtype=np.float64), mem.feature_order)
     got = evaluate(mem.test, w, "hinge")
     assert got.loss == pytest.approx(metrics["test_loss"], rel=1e-9)

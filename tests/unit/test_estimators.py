@@ -147,10 +147,10 @@ def test_loading_a_model_trained_by_the_cli(tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     assert main(["train", "--out", str(tmp_path / "run"), "--epochs", "2", "--l2", "0.0001",
                  "--data-cache", "false"], environ={}) == 0
-    clf = HogwildClassifier.load(tmp_path / "run")
+    clf = HogwildClassifier.load(tmp_path / "run" / "latest")
     assert clf.l2 == 0.0001 and clf.epochs == 2 and clf.classes_.tolist() == [-1, 1]
     test = load_source("bundled:spamassassin/test", cache=False)
-    reported = json.loads((tmp_path / "run" / "metrics.json").read_text())["test_accuracy"]
+    reported = json.loads((tmp_path / "run" / "latest" / "metrics.json").read_text())["test_accuracy"]
     assert clf.score(test.to_scipy(), test.labels) == pytest.approx(reported, abs=1e-12)
 
 

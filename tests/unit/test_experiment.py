@@ -159,6 +159,6 @@ def test_train_command_takes_syncsgd_and_batch_size(tmp_path: Path) -> None:
     out = tmp_path / "train"
     assert main(["train", "--trainer", "syncsgd", "--batch-size", "8", "--threads", "2",
                  "--epochs", "3", "--patience", "0", "--out", str(out)]) == 0
-    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    metrics = json.loads((out / "latest" / "metrics.json").read_text(encoding="utf-8"))
     assert metrics["trainer"] == "syncsgd" and metrics["batch_size"] == 8
     assert metrics["test_accuracy"] > 0.9

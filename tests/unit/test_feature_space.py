@@ -56,6 +56,7 @@ def test_predict_and_eval_warn_on_data_from_another_feature_space(
     assert main(["train", "--data", str(SPAM[0]), "--test", str(SPAM[1]), "--epochs", "1",
                  "--threads", "1", "--data-cache", "false", "--out", str(model)],
                 environ={}) == 0
+    model = model / "latest"
     kept = json.loads((model / "model.json").read_text())["frequent_features"]
     assert len(kept) == 256 and len(set(kept)) == 256
     capsys.readouterr()

@@ -51,6 +51,7 @@ def test_train_and_predict_with_decimal_labels(tmp_path: Path,
     data.write_text("0.1 1:1\n0.2 2:1\n0.1 1:1 3:0.5\n0.2 2:1 3:0.5\n" * 5)
     out = tmp_path / "out"
     assert _train(data, out, "--epochs", "3") == 0
+    out = out / "latest"
     assert json.loads((out / "model.json").read_text())["classes"] == [0.1, 0.2]
     capsys.readouterr()
     predictions = tmp_path / "p.txt"
@@ -104,7 +105,7 @@ def test_classes_float32_cannot_keep_are_refused_and_targets_are_not(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{data}: data row 1: label 100000001 is stored as 100000000" \
         in err[0] and "renumber the classes" in err[0], err
-    assert not (tmp_path / "out" / "model.npz").exists()
+    assert not (tmp_path / "out" / "latest").exists()
     assert _train(data, tmp_path / "out", "--epochs", "1", "--loss", "squared") == 0  # targets
     # A classifier trained elsewhere scores such rows, but measures nothing against them.
     good = tmp_path / "good.svm"
@@ -112,7 +113,7 @@ def test_classes_float32_cannot_keep_are_refused_and_targets_are_not(
     model = tmp_path / "m"
     assert _train(good, model, "--epochs", "1") == 0
     capsys.readouterr()
-    assert main(["predict", "--model", str(model), "--data", str(data), "--metrics"],
+    assert main(["predict", "--model", str(model / "latest"), "--data", str(data), "--metrics"],
                 environ={}) == 0
     assert "cannot be told apart as written: no metrics" in capsys.readouterr().err
 
@@ -130,7 +131,7 @@ def test_csv_labels_float32_changes_are_refused_as_classes_and_noted_by_hash(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "label 100000001 is stored as 100000000" in err[0] \
         and "renumber the classes" in err[0], err
-    assert not (tmp_path / "out" / "model.npz").exists()
+    assert not (tmp_path / "out" / "latest").exists()
     assert _train_source(source, tmp_path / "out", "--epochs", "1", "--loss", "squared") == 0
     # `hash` writes the rows as held and says so; exact labels pass without a word.
     assert main(["hash", str(table), "--label", "y", "--categorical", "colour", "--out",

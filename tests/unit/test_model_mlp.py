@@ -245,6 +245,7 @@ def test_saved_model_round_trip(tmp_path: Path) -> None:
                                   "learning_rate": 0.2, "epochs": 2, "threads": 2,
                                   "out_dir": str(out), "data_cache": False})
     metrics = train_job(settings, out=io.StringIO())
+    out = out / artifacts.LATEST  # the run's own directory in the runs root
     meta = json.loads((out / artifacts.MODEL_META_FILE).read_text())
     assert meta["model"] == "mlp" and meta["hidden"] == [16, 8]
     assert meta["format_version"] == 2 and meta["task"] == "binary"

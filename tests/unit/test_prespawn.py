@@ -100,6 +100,7 @@ def test_whole_run_forks_its_children_and_leaves_nothing_running(tmp_path: Path)
     assert "[run] libraries and kernels loaded once" in proc.stdout
     assert "forked the coordinator and 2 worker(s)" in proc.stdout
     assert "plot helper failed" not in proc.stdout
+    out = out / "latest"  # the run's own directory, published whole
     assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "metrics.json").read_text())["threads"] == 1
     assert _processes_marked(mark) == []

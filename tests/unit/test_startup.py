@@ -213,5 +213,5 @@ def test_a_training_command_outlives_its_stdout_reader(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr.count("standard output was closed (broken pipe)") == 1, proc.stderr
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
-    assert (tmp_path / "out" / "model.npz").is_file()
-    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["epochs"] == 3
+    assert (tmp_path / "out" / "latest" / "model.npz").is_file()
+    assert json.loads((tmp_path / "out" / "latest" / "metrics.json").read_text())["epochs"] == 3

@@ -47,12 +47,12 @@ def _file_accuracy(out: Path, test: Path) -> float:
 @pytest.mark.parametrize("labels", [(0.0, 1.0), (1.0, 2.0)])
 def test_two_label_values_train_like_minus_one_plus_one(tmp_path: Path, loss: str,
                                                         labels: tuple[float, float]) -> None:
-    reference = tmp_path / "ref"
-    assert _train(reference, "bundled:spamassassin", "bundled:spamassassin/test",
+    assert _train(tmp_path / "ref", "bundled:spamassassin", "bundled:spamassassin/test",
                   "--loss", loss) == 0
+    reference = artifacts.published(tmp_path / "ref")
     train, test = _relabel(tmp_path, *labels)
-    out = tmp_path / "out"
-    assert _train(out, train, test, "--loss", loss) == 0
+    assert _train(tmp_path / "out", train, test, "--loss", loss) == 0
+    out = artifacts.published(tmp_path / "out")
     metrics = json.loads((out / artifacts.METRICS_FILE).read_text())
     ref_metrics = json.loads((reference / artifacts.METRICS_FILE).read_text())
     # One thread is deterministic: renaming the labels changes nothing in the model.
@@ -87,8 +87,8 @@ def test_three_classes_train_one_vs_rest(tmp_path: Path) -> None:
     train, test = tmp_path / "mc.train.svm", tmp_path / "mc.test.svm"
     write_svmlight(_three_classes(3000, 0), train)
     write_svmlight(_three_classes(1000, 1), test)
-    out = tmp_path / "out"
-    assert _train(out, train, test, "--threads", "2") == 0
+    assert _train(tmp_path / "out", train, test, "--threads", "2") == 0
+    out = artifacts.published(tmp_path / "out")
     metrics = json.loads((out / artifacts.METRICS_FILE).read_text())
     w, meta = artifacts.load_model(out)
     assert meta["task"] == "multiclass" and meta["classes"] == [1, 2, 3]
@@ -108,7 +108,7 @@ def test_one_class_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert _train(tmp_path / "out", one, one) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{one}: every training label is 1" in err[0], err
-    assert not (tmp_path / "out" / artifacts.MODEL_FILE).exists()
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
 
 
 def test_divergence_is_an_error_and_saves_nothing(tmp_path: Path,
@@ -119,8 +119,12 @@ def test_divergence_is_an_error_and_saves_nothing(tmp_path: Path,
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
     assert len(err) == 1 and "diverged" in err[0] and "smaller learning_rate" in err[0], err
-    assert not (out / artifacts.MODEL_FILE).exists()
-    assert not (out / artifacts.METRICS_FILE).exists()
+    # Nothing published; the diverged run's history stays, in a directory marked incomplete.
+    assert not artifacts.published(out).exists()
+    (run,) = out.iterdir()
+    assert run.name.endswith(artifacts.INCOMPLETE) and str(run) in err[0]
+    assert not (run / artifacts.MODEL_FILE).exists()
+    assert not (run / artifacts.METRICS_FILE).exists()
 
 
 def test_a_wider_test_file_is_warned_about(tmp_path: Path,
@@ -148,21 +152,23 @@ def test_outputs_that_cannot_be_written_are_one_line_not_a_traceback(
     code = _train(out, "bundled:spamassassin/train", "bundled:spamassassin/test")
     err = capsys.readouterr().err
     assert code == 1
-    assert (f"hogwild train: error: cannot write the outputs to {out} (No space left on device: "
-            f"{out / 'metrics.json'})") in err
-    assert "Traceback" not in err
+    (run,) = out.iterdir()  # this run's directory, never published
+    assert (f"hogwild train: error: cannot write the outputs to {run} (No space left on device: "
+            f"{run / 'metrics.json'}); this run's files are in {run}, left incomplete") in err
+    assert run.name.endswith(artifacts.INCOMPLETE) and "Traceback" not in err
 
 
-def test_epoch_rows_are_written_as_they_come_and_replace_the_last_runs_at_the_end(
+def test_epoch_rows_are_written_as_they_come_and_the_last_run_keeps_its_own(
         tmp_path: Path) -> None:
     from hogwild.config import Settings
     from hogwild.local import train_job
 
     out = tmp_path / "out"
-    out.mkdir()
+    earlier = artifacts.RunDir.create(out)
     before = '{"epoch": 1, "from": "the run before"}\n'
-    (out / artifacts.HISTORY_FILE).write_text(before, encoding="utf-8")
-    part = out / ".metrics.jsonl.part"
+    (earlier.path / artifacts.HISTORY_FILE).write_text(before, encoding="utf-8")
+    earlier.publish()
+    latest = artifacts.published(out)
     seen: list[tuple[str, int]] = []
 
     class Console:
@@ -170,8 +176,10 @@ def test_epoch_rows_are_written_as_they_come_and_replace_the_last_runs_at_the_en
 
         def write(self, text: str) -> int:
             if text.lstrip()[:1].isdigit():
-                seen.append(((out / artifacts.HISTORY_FILE).read_text(encoding="utf-8"),
-                             len(part.read_text(encoding="utf-8").splitlines())))
+                (part,) = out.glob(f"*{artifacts.INCOMPLETE}")  # this run's, being written
+                seen.append(((latest / artifacts.HISTORY_FILE).read_text(encoding="utf-8"),
+                             len((part / artifacts.HISTORY_FILE).read_text(
+                                 encoding="utf-8").splitlines())))
             return len(text)
 
         def flush(self) -> None:
@@ -183,6 +191,7 @@ def test_epoch_rows_are_written_as_they_come_and_replace_the_last_runs_at_the_en
     # While it trained: the last run's metrics.jsonl untouched, this run's rows one per epoch.
     assert seen == [(before, k) for k in range(1, 7)]
     rows = [json.loads(line) for line in
-            (out / artifacts.HISTORY_FILE).read_text(encoding="utf-8").splitlines()]
+            (latest / artifacts.HISTORY_FILE).read_text(encoding="utf-8").splitlines()]
     assert [r["epoch"] for r in rows] == list(range(1, 7)) == list(range(1, metrics["epochs"] + 1))
-    assert not part.exists() and (out / "loss.png").is_file()
+    assert (latest / "loss.png").is_file() and not list(out.glob(f"*{artifacts.INCOMPLETE}"))
+    assert (earlier.final / artifacts.HISTORY_FILE).read_text(encoding="utf-8") == before

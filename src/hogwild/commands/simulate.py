@@ -84,7 +84,14 @@ def simulate_job(settings: Settings, options: SimOptions,
     """Run `hogwild simulate`: load and split as `run` does, simulate, write the outputs."""
     out = sys.stdout if out is None else out
     started = time.perf_counter()
-    artifacts.check_out_dir(settings.out_dir)
+    root = artifacts.check_runs_root(settings.out_dir)
+    # The run's own directory under the runs root, published whole once written (latest).
+    with artifacts.run_held(artifacts.RunDir.create(root), "simulate") as run:
+        return _simulate(settings, options, out, started, run)
+
+
+def _simulate(settings: Settings, options: SimOptions, out: TextIO, started: float,
+              run: artifacts.RunDir) -> dict[str, Any]:
     splits = load_splits(settings)
     if splits.labels.task == MULTICLASS:
         raise DataError(f"{settings.data}: {splits.labels.n_classes} label values; simulate "
@@ -129,14 +136,15 @@ def simulate_job(settings: Settings, options: SimOptions,
                        time.perf_counter() - started)
     write_outputs(settings, result.best_weights, metrics, result.history,
                   splits.feature_order, spec=spec, hashing=splits.hashing,
-                  task=splits.labels.task, classes=splits.labels.classes)
+                  task=splits.labels.task, classes=splits.labels.classes, run_dir=run.path)
+    published = run.publish()
     final, best = metrics["final_test_accuracy"], metrics["test_accuracy"]
     acc = ("-" if best is None else
            f"{best:.4f} (best validated model; the last one {final:.4f})")
     print(f"done: {result.rounds} rounds in {result.seconds:.3g} simulated s "
           f"({wall:.2f}s here), {result.messages} messages, {result.bytes / 1e6:.1f} MB, "
           f"max staleness {result.max_staleness}; test accuracy {acc}; outputs in "
-          f"{settings.out_dir}", file=out, flush=True)
+          f"{published}", file=out, flush=True)
     return metrics
 
 

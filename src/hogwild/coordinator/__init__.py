@@ -11,11 +11,11 @@ from typing import TextIO
 
 import grpc
 
+from hogwild import artifacts
 from hogwild.announce import READY_PREFIX
 from hogwild.config import Settings
 from hogwild.coordinator import checkpoint
 from hogwild.coordinator.driver import HandedOver, Interrupted, RunDriver
-from hogwild.coordinator.preflight import check_out_dir, out_dir_held
 from hogwild.coordinator.servicer import CoordinatorServicer
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.stopping import StopSignal
@@ -60,29 +60,45 @@ def create_server(settings: Settings, state: RunState | None = None
 
 def serve(settings: Settings, out: TextIO | None = None,
           plot: BackgroundPlot | None = None) -> int:
-    """Run the coordinator to the end of the run; 0 once outputs are written.
+    """Run the coordinator to the end of the run; 0 once outputs are written and published.
 
-    ConfigError before any port is bound if out_dir cannot be created or written. ``plot``:
-    the loss plot's helper, if the caller has started it already.
+    The run is written in a directory of its own under out_dir (a runs root), or, resumed,
+    in the directory of the run it continues; ConfigError before any port is bound if
+    out_dir cannot be created or written. ``plot``: the loss plot's helper, if the caller
+    has started it already.
     """
-    check_out_dir(settings.out_dir)
-    with out_dir_held(settings.out_dir, "coordinator"):
-        return _serve(settings, sys.stdout if out is None else out, plot)
+    root = artifacts.check_runs_root(settings.out_dir)
+    where = checkpoint.locate(settings.resume) if settings.resume else None
+    if where is None:
+        if settings.resume:
+            log.info("no checkpoint in %s: starting a new run", settings.resume)
+        run = artifacts.RunDir.create(root)
+    elif not where.name.endswith(artifacts.INCOMPLETE):
+        raise ConfigError("resume", f"the checkpoint in {where} is not in a run's directory "
+                                    f"(NAME{artifacts.INCOMPLETE} under out_dir): a run "
+                                    "checkpointed by an earlier hogwild cannot be resumed; "
+                                    "start it anew without resume")
+    else:
+        run = artifacts.RunDir.existing(where)
+    with artifacts.run_held(run, "coordinator"):
+        return _serve(settings, sys.stdout if out is None else out, plot, run)
 
 
-def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None) -> int:
-    resume = checkpoint.load(settings.resume) if settings.resume else None
-    state = None
-    if resume is not None:
+def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None,
+           run: artifacts.RunDir) -> int:
+    # Read under the run directory's lock: a coordinator still writing it refuses this one.
+    resume = checkpoint.load(run.path) if settings.resume else None
+    if resume is None:
+        # The run's id is the end of its directory's name.
+        state = RunState(settings.workers, run_id=run.name.rsplit("-", 1)[-1])
+    else:
         # The same run: its id, its workers (by address) and its counters.
         state = RunState(settings.workers, run_id=resume.run_id)
         if len(resume.workers) != settings.workers:
-            raise ConfigError("workers", f"the checkpoint in {settings.resume} is of a run "
+            raise ConfigError("workers", f"the checkpoint in {run.path} is of a run "
                                          f"with {len(resume.workers)} workers")
         checkpoint.check_model_settings(resume, settings)
         state.restore(resume)
-    elif settings.resume:
-        log.info("no checkpoint in %s: starting a new run", settings.resume)
     server, port, state, health = create_server(settings, state)
     stop = StopSignal()
 
@@ -101,7 +117,7 @@ def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None) -> int:
     sigusr1 = SignalWatch(signal.SIGUSR1, on_sigusr1).install()
     probes = start_serving(server, health, settings, log)
     print(f"{READY_PREFIX}{port}", file=out, flush=True)
-    driver = RunDriver(settings, state, health, stop, out, resume, plot)
+    driver = RunDriver(settings, state, health, stop, out, resume, plot, run)
     health.watch(lambda: driver.alive_at, stall_seconds(settings.barrier_timeout,
                                                           settings.rpc_timeout))
     # Compiled kernels load on another thread while the data loads and the workers start;

@@ -115,6 +115,21 @@ def remove(out_dir: str | Path) -> None:
     (Path(out_dir) / CHECKPOINT_FILE).unlink(missing_ok=True)
 
 
+def locate(path: str | Path) -> Path | None:
+    """The run directory a ``resume`` of ``path`` goes on in: ``path`` itself when it holds a
+    checkpoint, else (``path`` a runs root) its newest incomplete run that holds one; None
+    when there is none (a new run starts)."""
+    path = Path(path)
+    if (path / CHECKPOINT_FILE).exists():
+        return path
+    try:
+        runs = sorted((p for p in path.iterdir() if p.name.endswith(artifacts.INCOMPLETE)),
+                      key=lambda p: p.name, reverse=True)  # names begin with their time
+    except OSError:  # no such directory (yet): nothing to resume
+        return None
+    return next((p for p in runs if (p / CHECKPOINT_FILE).exists()), None)
+
+
 def load(directory: str | Path) -> Checkpoint | None:
     """The checkpoint in ``directory``, None if it has none; ConfigError (key ``resume``) if
     the file cannot be read, is damaged or is of another format version."""

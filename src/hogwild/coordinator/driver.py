@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import grpc
@@ -43,6 +42,7 @@ from hogwild.model.losses import get_loss
 from hogwild.model.spec import ModelSpec
 from hogwild.plotter import BackgroundPlot
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
+from hogwild.protocol.codec import value_bound
 from hogwild.protocol.health import HealthReporter
 from hogwild.protocol.security import from_settings
 from hogwild.protocol.streams import FinalState, receive_state, state_chunks
@@ -104,8 +104,11 @@ class RunDriver:
 
     def __init__(self, settings: Settings, state: RunState, health: HealthReporter,
                  stop: StopSignal, out: TextIO | None = None,
-                 resume: Checkpoint | None = None, plot: BackgroundPlot | None = None) -> None:
+                 resume: Checkpoint | None = None, plot: BackgroundPlot | None = None,
+                 run_dir: artifacts.RunDir | None = None) -> None:
         self.settings = settings
+        # Where this run writes (its own directory under out_dir, published at the end).
+        self.run_dir = run_dir or artifacts.RunDir.existing(settings.out_dir)
         # sys.stdout at call time, not at import (a test may have replaced it since)
         self.out = sys.stdout if out is None else out
         self.state = state
@@ -114,7 +117,7 @@ class RunDriver:
         self.handed_over = False  # the workers were told to register with a successor
         self.channels: dict[int, grpc.Channel] = {}
         self.stubs: dict[int, Any] = {}
-        self.history = EvalHistory(settings.out_dir)
+        self.history = EvalHistory(self.run_dir.path)
         self.shipments: list[Shipment] = []
         self.final_states: dict[int, FinalState] = {}
         self.started_workers = False
@@ -136,6 +139,8 @@ class RunDriver:
         self.local: LocalShipping | None = None  # shipping local: the plan of ranges
         self.layout = Layout(0, 0, 0, 0, 0, 0)
         self._announced_drops: dict[int, int] = {}  # worker id -> drops announced
+        # Workers dropped because they reported their weights non-finite (id -> round).
+        self._dismissed_claims: dict[int, int] = {}
         self._rejoin_lock = threading.Lock()
         self.conflicts: dict[str, Any] | None = None  # the data's conflict statistics
         self.spec = ModelSpec.linear(1)  # the run's model, set once the data is loaded
@@ -145,6 +150,7 @@ class RunDriver:
         self.checkpoint_seconds = 0.0
         self.relay: StarRelay | None = None  # topology star: relays the sums of deltas
         self.data_fingerprint = ""  # of the rows trained on, kept in every checkpoint
+        self.max_abs_value: float | None = None  # largest |x| shipped (None: not seen here)
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -223,6 +229,7 @@ class RunDriver:
             max_rounds = self._max_rounds(workers, self.train.n_rows, round_size)
             self.layout = Layout(dim, n_features, self.train.n_rows, max_rounds, round_size,
                                  len(workers))
+            self.max_abs_value = self._max_abs_value()
             self._start_relay(workers, dim)
             self._configure(workers)
             # The workers' own thread counts: `threads` is theirs to set, not this process's.
@@ -251,7 +258,14 @@ class RunDriver:
             # Started anew, or cut after a resumed run's rows; each evaluation appends one.
             self.history.begin(self.resume.history if self.resume is not None else None)
             reason, rules = self._monitor(splits, train_began)
-            self._check_diverged()  # a report that came with the last progress messages
+            # Reports that came with the last progress messages; and a run whose last workers
+            # were dropped for their divergence has nothing but them to go on.
+            self._judge_divergence(splits, get_loss(s.loss))
+            if reason == "no live workers" and self._dismissed_claims:
+                dropped = ", ".join(f"worker {wid} (round {r})"
+                                    for wid, r in sorted(self._dismissed_claims.items()))
+                raise TrainingDiverged(f"no worker is left, {dropped} dropped after reporting "
+                                       "non-finite weights", s.learning_rate)
             if self.stop.hand_over:
                 self._hand_over(train_began, rules)  # raises HandedOver once it is done
             self._stop_workers(reason)
@@ -273,9 +287,9 @@ class RunDriver:
 
     def _outputs_failed(self, exc: OSError | OutputError) -> OutputError:
         """One line for outputs that could not be written, and where the run can go on."""
-        out = self.settings.out_dir
+        out = self.run_dir.path
         text = str(exc if isinstance(exc, OutputError) else OutputError.writing(out, exc))
-        if (Path(out) / checkpoint.CHECKPOINT_FILE).exists():
+        if (out / checkpoint.CHECKPOINT_FILE).exists():
             text += (f"; the last checkpoint is kept: once there is room, `hogwild coordinator "
                      f"--resume {out}` with the same settings (and its workers started again) "
                      "goes on from it")
@@ -458,6 +472,33 @@ class RunDriver:
         return max_rounds(self.settings.epochs, train_rows, sum(r.threads for r in workers),
                           round_size)
 
+    def _max_abs_value(self) -> float | None:
+        """The largest |x| of the rows shipped to the workers; None with shipping local (the
+        workers read their rows themselves)."""
+        if self.local is not None:
+            return None
+        return max((float(np.max(np.abs(sh.values))) for sh in self.shards
+                    if sh.values.shape[0]), default=0.0)
+
+    def _value_bound_fields(self, record: WorkerRecord) -> tuple[float | None, int]:
+        """(max_abs_value, run_threads) for a worker's RunConfig, and the coordinator's own
+        bound on delta values updated to match. Every place counted with the most threads
+        any worker registered with: at least the sum, and room for a worker that comes
+        back with more (the bound only grows, so no delta it once admitted is refused)."""
+        most = max([record.threads, *(r.threads for r in self.state.workers.values())])
+        run_threads = max(self.layout.workers, len(self.state.workers), 1) * most
+        lay, s = self.layout, self.settings
+        bound = value_bound(
+            model=self.spec.kind, loss=s.loss, lr_schedule=s.lr_schedule,
+            learning_rate=s.learning_rate, lr_decay=s.lr_decay, l2=s.l2,
+            max_abs_value=self.max_abs_value, run_threads=run_threads,
+            round_size=lay.round_size, max_rounds=lay.max_rounds)
+        # Only ever raised (the first config sets it from inf: no bound before the run).
+        held = self.state.max_delta_value
+        if held == math.inf or bound > held:
+            self.state.max_delta_value = bound
+        return self.max_abs_value, run_threads
+
     def _run_config(self, record: WorkerRecord, peers: list[WorkerRecord],
                     first_round: int = 1, examples_base: int = 0,
                     down: list[WorkerRecord] | None = None,
@@ -469,6 +510,7 @@ class RunDriver:
         down_ids = {r.worker_id for r in down or []}
         replicate = s.shipping == "replicate"
         start_offset = (lay.train_rows * record.worker_id // lay.workers) if replicate else 0
+        max_abs_value, run_threads = self._value_bound_fields(record)
         return pb.RunConfig(
             protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
             worker_id=record.worker_id,
@@ -490,7 +532,7 @@ class RunDriver:
             delta_threshold=s.delta_threshold, delta_topk=s.delta_topk,
             delta_dtype=s.delta_dtype, topology=topology or s.topology,
             tree_fanout=s.tree_fanout,
-            combine=s.combine)
+            combine=s.combine, max_abs_value=max_abs_value, run_threads=run_threads)
 
     def _configure(self, workers: list[WorkerRecord]) -> None:
         """Configure and start the live workers. A dead one (a resumed run that went on
@@ -683,7 +725,7 @@ class RunDriver:
         next_curve = self._next_curve(began)
         while True:
             self.alive_at = time.monotonic()
-            self._check_diverged()
+            self._judge_divergence(splits, loss)
             elapsed = time.perf_counter() - began
             if trace is not None and trace.due(elapsed):
                 trace.take(self.state.totals(unchanged=trace.latest()), elapsed)
@@ -762,7 +804,7 @@ class RunDriver:
         ckpt.model = checkpoint.model_settings(self.settings)
         ckpt.best_w = rules.best_weights
         try:
-            checkpoint.save(self.settings.out_dir, ckpt)
+            checkpoint.save(self.run_dir.path, ckpt)
         except OSError as exc:
             log.warning("checkpoint not written: %s", exc)
             return None
@@ -791,8 +833,8 @@ class RunDriver:
         raise HandedOver(
             f"{self.stop.name}: the run was left to a successor at round {ckpt.round} "
             f"after {ckpt.elapsed:.2f}s of training; checkpoint written to "
-            f"{Path(self.settings.out_dir) / checkpoint.CHECKPOINT_FILE}: `hogwild coordinator "
-            f"--resume {self.settings.out_dir}` with the same settings goes on from it, and the "
+            f"{self.run_dir.path / checkpoint.CHECKPOINT_FILE}: `hogwild coordinator "
+            f"--resume {self.run_dir.path}` with the same settings goes on from it, and the "
             "workers register with it")
 
     def _hand_workers_over(self) -> None:
@@ -806,16 +848,52 @@ class RunDriver:
                            "to a successor that resumes it: register again",
                            register_again=True)
 
-    def _check_diverged(self, w: np.ndarray | None = None, val_loss: float | None = None) -> None:
-        """TrainingDiverged if a worker reported non-finite weights, or if the global model or
-        its validation loss is not finite: the run ends at once and nothing is saved."""
-        where = self.state.diverged
-        if where is None and w is not None and not is_finite(w):
+    def _check_diverged(self, w: np.ndarray, val_loss: float | None = None,
+                        reported: str = "") -> None:
+        """TrainingDiverged if the global model ``w`` or its validation loss is not finite:
+        the run ends at once and nothing is saved. ``reported``: who said so first."""
+        where = None
+        if not is_finite(w):
             where = "the global model"
-        if where is None and val_loss is not None and not math.isfinite(val_loss):
+        elif val_loss is not None and not math.isfinite(val_loss):
             where = "the global model's validation loss"
         if where is not None:
-            raise TrainingDiverged(where, self.settings.learning_rate)
+            raise TrainingDiverged(f"{where}, {reported}" if reported else where,
+                                   self.settings.learning_rate)
+
+    def _judge_divergence(self, splits: Any, loss: Any) -> None:
+        """Weigh the workers' reports of non-finite weights against the global model.
+
+        A report is one member's word about its own weights; a buggy or deceived worker can
+        send it on a healthy run. The run diverged if the global model or its validation
+        loss is not finite (TrainingDiverged), or if no worker is left to train once the
+        reporters are dropped (every worker diverged: a learning rate far too large, whose
+        non-finite weights are never sent on as deltas). Else the reporters are dropped
+        (their deltas refused from now on; they may register again and rejoin from the
+        global model), and one line says so and why."""
+        claims = self.state.take_divergence_claims()
+        if not claims:
+            return
+        who = ", ".join(f"worker {wid} (round {r})" for wid, r in sorted(claims.items()))
+        totals = self.state.totals()
+        val = evaluate(splits.val, totals.w, loss, self.spec) if splits.val.n_rows else None
+        val_loss = val.loss if val else None
+        self._check_diverged(totals.w, val_loss,
+                             reported=f"after {who} reported non-finite weights")
+        measured = ("its validation loss " + _fmt(val_loss) if val_loss is not None
+                    else "no validation set to score it on")
+        why = (f"the global model is finite ({measured}, {totals.deltas_received} deltas), "
+               "so the report is taken as about its own weights")
+        for wid, round_ in sorted(claims.items()):
+            # Said once, here: not again among the drops.
+            self._announced_drops[wid] = self.state.dismiss_divergence(wid, round_, why)
+            self._dismissed_claims[wid] = round_
+        left = len(self.state.live_workers())
+        self._print(f"divergence report from {who} not taken for the run: {why}; "
+                    f"dropped, {left} worker(s) go on")
+        if not left:
+            raise TrainingDiverged(f"{who} reported non-finite weights and no worker is left "
+                                   "to train the global model", self.settings.learning_rate)
 
     def _next_curve(self, began: float) -> float:
         """When the next curve point is due (see CURVE_MIN_GAP), counted from now. Never with
@@ -875,12 +953,11 @@ class RunDriver:
 
     def _score_trace(self, splits: Any, loss: Any) -> int:
         """Score the trace's copies of the model (training is over) into trace.jsonl."""
-        if self.trace is None:  # no stale curve from an earlier run in the same directory
-            (Path(self.settings.out_dir) / artifacts.TRACE_FILE).unlink(missing_ok=True)
+        if self.trace is None:
             return 0
         t0 = time.perf_counter()
         rows = self.trace.score(splits.val, self.train.n_rows, loss, self.spec)
-        artifacts.write_trace(self.settings.out_dir, rows)
+        artifacts.write_trace(self.run_dir.path, rows)
         self._print(f"trace: {len(rows)} copies of the model scored in "
                     f"{time.perf_counter() - t0:.2f}s, written to {artifacts.TRACE_FILE}")
         return len(rows)
@@ -940,8 +1017,8 @@ class RunDriver:
         from hogwild.local import plot_title, test_quality, write_outputs
 
         s = self.settings
-        self._check_diverged()  # e.g. a SIGTERM that raced a worker's divergence report
         loss = get_loss(s.loss)
+        self._judge_divergence(splits, loss)  # e.g. a SIGTERM that raced a worker's report
         # From here the model takes no more deltas, so every figure below describes it.
         totals = self.state.seal()
         final_w = totals.w
@@ -964,7 +1041,7 @@ class RunDriver:
             log.warning("%s", text)
         plotted = self.history.rows.rows()
         if self.plot is not None:  # the history is final: drawn while the outputs are written
-            self.plot.start(s.out_dir, plotted, plot_title(s, "run"))
+            self.plot.start(self.run_dir.path, plotted, plot_title(s, "run"))
         trace_rows = self._score_trace(splits, loss)
         examples = totals.examples
         workers_out = self._write_worker_states(final_w, splits.feature_order)
@@ -1005,6 +1082,10 @@ class RunDriver:
             "dropped_workers": sorted(r.worker_id for r in self.state.workers.values() if r.dead),
             "peer_reports": [{"reporter": a, "peer": b, "round": c, "reason": d}
                              for a, b, c, d in self.state.peer_reports],
+            # Reports not acted on: the accused peer answered, or they came too often; and
+            # divergence reports the global model did not bear out (their workers dropped).
+            "peer_reports_refused": self.state.peer_reports_refused,
+            "divergence_reports_dismissed": self.state.divergence_reports_dismissed,
             "worker_states": workers_out, "conflicts": self.conflicts,
             "checkpoints": self.checkpoints, "checkpoint_seconds": self.checkpoint_seconds,
             "resumed_at_round": None if self.resume is None else self.first_round,
@@ -1022,12 +1103,15 @@ class RunDriver:
         try:  # every evaluation in metrics.jsonl, or none of this
             self.history.write_all()
         except OSError as exc:
-            raise OutputError.writing(s.out_dir, exc) from None
+            raise OutputError.writing(self.run_dir.path, exc) from None
         write_outputs(s, w, metrics, plotted, splits.feature_order, spec=self.spec,
                       hashing=splits.hashing, task=splits.labels.task,
-                      classes=splits.labels.classes, plot=self.plot, history_on_disk=True)
-        # The run is complete: nothing to resume any more (a later run in out_dir starts anew).
-        checkpoint.remove(s.out_dir)
+                      classes=splits.labels.classes, plot=self.plot, history_on_disk=True,
+                      run_dir=self.run_dir.path)
+        # Every file is written: nothing to resume any more, and the run is published whole
+        # (its directory renamed to its final name, out_dir/latest pointed at it).
+        checkpoint.remove(self.run_dir.path)
+        published = self.run_dir.publish()
         acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
         if saved is not None and saved is not row:
             self._print(f"saved the best validated model, from round {saved['round']} "
@@ -1038,14 +1122,14 @@ class RunDriver:
                     f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "
                     f"test loss {test.loss:.4f}, test accuracy {acc}; "
                     f"{totals.deltas_received} deltas, "
-                    f"{totals.bytes_received / 1e6:.1f} MB received; outputs in {s.out_dir}")
+                    f"{totals.bytes_received / 1e6:.1f} MB received; outputs in {published}")
         return metrics
 
     def _write_worker_states(self, global_w: np.ndarray,
                              feature_order: np.ndarray) -> list[dict[str, Any]]:
         """Each collected worker model beside the global one (final_states/, in the input
         files' feature ids), with counters."""
-        out = Path(self.settings.out_dir) / "final_states"
+        out = self.run_dir.path / "final_states"
         rows = []
         if self.final_states:
             artifacts.save_weights(out / "global.npz", self.spec.restore(global_w, feature_order))

@@ -1,22 +1,34 @@
-"""gRPC Coordinator service: decode, call the RunState, encode. No logic of its own."""
+"""gRPC Coordinator service: decode, call the RunState, encode; ask an accused worker itself."""
 
 from __future__ import annotations
 
+import hmac
+import logging
 import math
+import threading
+import time
 from collections.abc import Callable
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hogwild.coordinator.identity import register_claim
-from hogwild.coordinator.state import RunState
+from hogwild.coordinator.state import Accusation, RunState
 from hogwild.errors import InvalidMessage, NotAllowed, StaleOrUnknown
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import check_version, decode_delta
+from hogwild.protocol.health import LIVENESS
 from hogwild.protocol.security import can_serve, sender_key
 from hogwild.protocol.status import translate
 
+log = logging.getLogger("hogwild.coordinator")
+
 # How long a registration may wait for the worker at a disputed address to say who it is.
 IDENTIFY_TIMEOUT = 2.0
+# How long a worker reported down has to answer the coordinator before it is dropped: a
+# killed one is refused at once, a frozen one never answers, a live one answers in
+# milliseconds (its server's threads are not the training threads).
+PROBE_TIMEOUT = 2.0
 # What a registration may claim: a host:port or host name no longer than a DNS name allows
 # (253) with a port, and the threads a worker's settings allow. The coordinator keeps these
 # for the whole run and prints them, so a message of megabytes is refused, not stored.
@@ -69,13 +81,43 @@ def check_registration(request: pb.RegisterRequest) -> None:
         raise InvalidMessage(f"registration: {request.threads} threads, at most {MAX_THREADS}")
 
 
+def probe(address: str, secret_digest: bytes, open_channel: Callable[[str], grpc.Channel],
+          timeout: float) -> str | None:
+    """Ask the worker registered at ``address`` whether it is there: None if, within
+    ``timeout`` seconds, it answers as the process that registered (the digest of its
+    registration secret is ``secret_digest``) and its health is SERVING (ready, and its
+    training loop not stalled); else why it counts as down, in a few words."""
+    deadline = time.monotonic() + timeout
+    with open_channel(address) as channel:
+        try:
+            identity = pb_grpc.WorkerStub(channel).Identify(  # type: ignore[no-untyped-call]
+                pb.IdentifyRequest(protocol_version=PROTOCOL_VERSION), timeout=timeout)
+            if secret_digest and not hmac.compare_digest(identity.secret_digest,
+                                                         secret_digest):
+                return (f"another process answers at {address} (host "
+                        f"{identity.hostname or '?'}, pid {identity.pid})")
+            health = health_pb2_grpc.HealthStub(channel)
+            for service in ("", LIVENESS):
+                reply = health.Check(health_pb2.HealthCheckRequest(service=service),
+                                     timeout=max(0.05, deadline - time.monotonic()))
+                if reply.status != health_pb2.HealthCheckResponse.SERVING:
+                    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+                    return f"it answers the coordinator {status} ({service or 'readiness'})"
+        except grpc.RpcError as exc:
+            return (f"no answer to the coordinator's probe ({exc.code().name}, deadline "
+                    f"{timeout:g}s)")
+    return None
+
+
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     """The Coordinator service over one :class:`RunState`."""
 
     def __init__(self, state: RunState,
-                 open_channel: Callable[[str], grpc.Channel] = grpc.insecure_channel) -> None:
+                 open_channel: Callable[[str], grpc.Channel] = grpc.insecure_channel,
+                 probe_timeout: float = PROBE_TIMEOUT) -> None:
         self.state = state
         self.open_channel = open_channel  # to ask a worker who it is (this server's TLS)
+        self.probe_timeout = probe_timeout
 
     def _ack(self, duplicate: bool = False) -> pb.Ack:
         return pb.Ack(protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
@@ -127,6 +169,25 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def ReportPeerDown(self, request: pb.PeerDown, context: grpc.ServicerContext) -> pb.Ack:
         check_version(request.protocol_version, "peer report")
         check_counts("peer report", request.round)
-        self.state.peer_down(request.run_id, request.worker_id, request.peer_id, request.round,
-                             request.reason, key=sender_key(context))
+        # One member's word: the peer is asked first, off this thread (the reporter's
+        # deltas to the coordinator wait behind this call). At most one probe per accused
+        # worker runs at a time, so these threads are bounded by the run's size.
+        accused = self.state.accuse(request.run_id, request.worker_id, request.peer_id,
+                                    request.round, request.reason, key=sender_key(context))
+        if accused is not None:
+            threading.Thread(target=self._probe, args=(accused,), daemon=True,
+                             name=f"probe-worker-{accused.peer}").start()
         return self._ack()
+
+    def _probe(self, accused: Accusation) -> None:
+        """Probe a worker reported down; drop it only if it does not answer as itself."""
+        why_down: str | None = "the coordinator could not ask it"
+        try:
+            why_down = probe(accused.address, accused.secret_digest, self.open_channel,
+                             self.probe_timeout)
+        finally:  # settled whatever happens: a probe left pending would block every later one
+            refused = self.state.settle(accused, why_down)
+        if refused:
+            log.warning("worker %d answers the coordinator (as the process that registered, "
+                        "serving): report(s) by worker(s) %s that it is down refused, it stays "
+                        "in the run", accused.peer, ", ".join(map(str, refused)))

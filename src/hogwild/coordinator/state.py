@@ -24,7 +24,7 @@ from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
 from hogwild.engine.tree import ancestors
 from hogwild.errors import ClusterError, NotAllowed, NotReady, StaleOrUnknown
 from hogwild.model import kernels
-from hogwild.protocol.codec import DecodedDelta
+from hogwild.protocol.codec import DecodedDelta, check_values
 from hogwild.protocol.keys import COORDINATOR, KeyRing
 from hogwild.protocol.security import same_key
 from hogwild.protocol.sequence import SequenceTracker
@@ -33,6 +33,11 @@ from hogwild.protocol.sequence import SequenceTracker
 # them from one misbehaving worker is not stored), and the length of each reason kept.
 MAX_PEER_REPORTS = 1000
 MAX_REASON_LENGTH = 500
+# A report that a peer is down is one member's word: the coordinator asks the peer itself
+# before it drops it (see accuse and settle). A reporter whose report was refused (the peer
+# answered) is not heard about that peer again for this many seconds, so no member can keep
+# the coordinator probing; an honest worker reports a peer once per drop.
+PEER_REPORT_COOLDOWN = 10.0
 
 
 @dataclass
@@ -68,6 +73,18 @@ class AddressClaimed(StaleOrUnknown):
         super().__init__(f"address {record.address} is registered by worker {record.worker_id} "
                          f"(host {record.hostname or '?'}, pid {record.pid})")
         self.record = record
+
+
+@dataclass(frozen=True)
+class Accusation:
+    """A worker to probe on its peers' word: where it is, and which registration of it was
+    accused (its place's generation, its incarnation and its secret's digest), so that a
+    verdict about a process that has since been replaced drops nobody."""
+
+    peer: int
+    address: str
+    secret_digest: bytes
+    holder: tuple[int, int]
 
 
 @dataclass
@@ -112,7 +129,16 @@ class RunState:
         self.peer_reports: list[tuple[int, int, int, str]] = []  # (reporter, peer, round, why)
         self.sealed = False               # the run is over: the model takes no more deltas
         self.handed_over = False          # left to a successor: registrations wait for it
-        self.diverged: str | None = None  # where a worker found its weights non-finite
+        # Workers that reported their own weights non-finite, not yet judged by the driver
+        # (worker -> round; one entry per worker: bounded by the run's size).
+        self._divergence_claims: dict[int, int] = {}
+        self.divergence_reports_dismissed = 0  # claims the global model did not bear out
+        # Peer reports: the accused workers being probed (peer -> reporter -> (round, why)),
+        # and until when a refused reporter is not heard about a peer again. Both are keyed
+        # by the run's worker ids, so bounded by its size (squared).
+        self._probing: dict[int, dict[int, tuple[int, str]]] = {}
+        self._refused_until: dict[tuple[int, int], float] = {}
+        self.peer_reports_refused = 0  # reports not acted on: the peer answered, or too soon
         self._rejoins: list[int] = []     # workers that registered again during the run
         # Topology star: called (outside the lock) with every delta applied here, whether
         # it completed its (worker, seq) and the model's version once it was in (see
@@ -124,6 +150,10 @@ class RunState:
         # the relay calls into this state under its own lock; its bound only grows, so a
         # delta that passed is still within it when applied.
         self.relay_check: Callable[[int, int], None] | None = None
+        # The largest |value| a legitimate delta of this run carries (codec.value_bound), set
+        # once the run's settings and data are known; beyond it a delta is refused
+        # (INVALID_ARGUMENT) before anything of it is recorded.
+        self.max_delta_value = math.inf
         # Topology tree: its fan-out. Deltas come only from the coordinator's children:
         # workers whose heap ancestors are all dead (none, at first, for 0..k-1).
         self.tree_fanout: int | None = None
@@ -383,6 +413,8 @@ class RunState:
     def apply_delta(self, delta: DecodedDelta) -> bool:
         """Add a validated delta to the global model; False if it was a duplicate."""
         h = delta.header
+        # Outside the lock: O(entries), and the bound never changes once the run started.
+        check_values(delta, self.max_delta_value)
         if self.relay_check is not None:
             self.relay_check(h.worker_id, h.round)
         with self._lock:
@@ -439,8 +471,10 @@ class RunState:
                 # Refused means refused: not even its divergence ends the run.
                 raise StaleOrUnknown(f"worker {worker_id} was dropped from the run "
                                      f"({record.dead_reason})")
-            if diverged and self.diverged is None:
-                self.diverged = f"worker {worker_id}, round {round_}"
+            if diverged:
+                # Its word about its own weights, which a deceived or buggy member could send
+                # on a healthy run: the driver weighs it against the global model.
+                self._divergence_claims.setdefault(worker_id, round_)
             record.round = max(record.round, round_)
             record.examples = max(record.examples, examples)
             if math.isfinite(train_loss):  # NaN: none yet (the servicer refuses infinity)
@@ -451,23 +485,107 @@ class RunState:
             record.last_seen = time.monotonic()
             self._lock.notify_all()
 
+    def take_divergence_claims(self) -> dict[int, int]:
+        """The workers that reported their weights non-finite since the last call, with the
+        round each did (for the driver to judge)."""
+        with self._lock:
+            taken, self._divergence_claims = self._divergence_claims, {}
+            return taken
+
+    def dismiss_divergence(self, worker_id: int, round_: int, why: str) -> int:
+        """A divergence report the global model did not bear out: it was about the reporter's
+        own weights, so the reporter is dropped (its deltas and reports are refused from now
+        on; it may register again and rejoin from the global model), the run goes on. Returns
+        its drop count (for the caller that announced it)."""
+        with self._lock:
+            record = self.workers[worker_id]
+            self.divergence_reports_dismissed += 1
+            self._drop(record, f"it reported its weights non-finite at round {round_}; {why}")
+            self._lock.notify_all()
+            return record.drops
+
     def peer_down(self, run_id: str, reporter: int, peer: int, round_: int, reason: str,
                   key: str | None = None) -> None:
-        """A worker dropped ``peer``; the coordinator stops counting on it."""
+        """A worker dropped ``peer`` and the report is taken as it is (the servicer first
+        probes the peer: see :meth:`accuse`); the coordinator stops counting on it."""
         with self._lock:
             if self.check_sender(run_id, reporter, key).dead:
                 return  # a dropped worker's view of the others is out of date
             record = self.check_sender(run_id, peer)
-            # Kept for metrics.json: bounded, as is each reason (a worker's own words).
             reason = reason[:MAX_REASON_LENGTH]
-            if len(self.peer_reports) < MAX_PEER_REPORTS:
-                self.peer_reports.append((reporter, peer, round_, reason))
-            # In a tree a finished worker still relays: its loss matters until the end. A
-            # worker taken back as the coordinator's leaf is dead to its old neighbours by
-            # design: their reports do not drop it (the relay watches it).
-            if peer not in self.detached and (not record.done or self.tree_fanout is not None):
+            self._record_report(reporter, peer, round_, reason)
+            if self._droppable(record):
                 self._drop(record, f"reported by worker {reporter} at round {round_}: {reason}")
             self._lock.notify_all()
+
+    def accuse(self, run_id: str, reporter: int, peer: int, round_: int, reason: str,
+               key: str | None = None) -> Accusation | None:
+        """Worker ``reporter`` says ``peer`` is down. What to probe (the caller asks the peer,
+        then calls :meth:`settle` with the answer), or None: nothing to probe, because the
+        peer is dropped or finished already, a probe of it is under way (this report waits
+        for its verdict), or the report is refused (its reporter was dropped, or a report of
+        it about this peer was refused less than PEER_REPORT_COOLDOWN seconds ago)."""
+        reason = reason[:MAX_REASON_LENGTH]
+        with self._lock:
+            if self.check_sender(run_id, reporter, key).dead:
+                self.peer_reports_refused += 1  # a dropped worker's view is out of date
+                return None
+            record = self.check_sender(run_id, peer)
+            if self._refused_until.get((reporter, peer), 0.0) > time.monotonic():
+                self.peer_reports_refused += 1
+                return None
+            self._record_report(reporter, peer, round_, reason)
+            if record.dead or not self._droppable(record):
+                return None
+            waiting = self._probing.get(peer)
+            if waiting is not None:
+                waiting.setdefault(reporter, (round_, reason))
+                return None
+            self._probing[peer] = {reporter: (round_, reason)}
+            return Accusation(peer, record.address, record.secret_digest, self._holding(record))
+
+    def settle(self, accused: Accusation, why_down: str | None) -> list[int]:
+        """The probe's verdict on ``accused``. ``why_down`` None (it answered as the process
+        that registered, and serving): every report waiting on it is refused, and the
+        reporters of them are not heard about it for PEER_REPORT_COOLDOWN seconds; the
+        reporters are returned. Else it is dropped, for the first report and ``why_down``
+        (unless it registered again meanwhile: the verdict was about a process gone)."""
+        with self._lock:
+            reports = self._probing.pop(accused.peer, {})
+            if why_down is None:
+                self.peer_reports_refused += len(reports)
+                until = time.monotonic() + PEER_REPORT_COOLDOWN
+                for reporter in reports:
+                    self._refused_until[(reporter, accused.peer)] = until
+                return sorted(reports)
+            record = self.workers.get(accused.peer)
+            if (record is not None and reports and self._droppable(record)
+                    and self._holding(record) == accused.holder
+                    and record.secret_digest == accused.secret_digest):
+                reporter, (round_, reason) = next(iter(reports.items()))
+                self._drop(record, f"reported by worker {reporter} at round {round_}: {reason}; "
+                                   f"{why_down}")
+                self._lock.notify_all()
+            return []
+
+    def _holding(self, record: WorkerRecord) -> tuple[int, int]:
+        """(Lock held.) Which holder of its place ``record`` is: the place's generation and
+        the record's incarnation."""
+        return self._generation.get(record.worker_id, 0), record.incarnation
+
+    def _record_report(self, reporter: int, peer: int, round_: int, reason: str) -> None:
+        """(Lock held.) Kept for metrics.json: bounded, as is each reason (a worker's own
+        words, cut by the caller)."""
+        if len(self.peer_reports) < MAX_PEER_REPORTS:
+            self.peer_reports.append((reporter, peer, round_, reason))
+
+    def _droppable(self, record: WorkerRecord) -> bool:
+        """(Lock held.) Whether a peer's report may drop ``record``. In a tree a finished
+        worker still relays: its loss matters until the end. A worker taken back as the
+        coordinator's leaf is dead to its old neighbours by design: their reports do not drop
+        it (the relay watches it)."""
+        return (record.worker_id not in self.detached
+                and (not record.done or self.tree_fanout is not None))
 
     def mark_dead(self, worker_id: int, reason: str) -> None:
         with self._lock:

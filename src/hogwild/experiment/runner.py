@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from hogwild import artifacts
 from hogwild.config import Settings
 from hogwild.experiment.plan import DataSpec, ExperimentOptions, RunSpec
 from hogwild.local import Splits, load_splits, train_params
@@ -155,14 +156,16 @@ def run_cluster(spec: RunSpec, settings: Settings, opts: ExperimentOptions, repe
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     rec.update(command_seconds=total, cpu_seconds=cpu, log=str(log_path),
                learning_rate=s.learning_rate)
-    metrics_path = run_dir / "metrics.json"
+    # The run's directory under run_dir (a runs root), linked once every file was written.
+    published = artifacts.published(run_dir)
+    metrics_path = published / artifacts.METRICS_FILE
     if code != 0 or not metrics_path.is_file():
         why = "timed out" if code is None else f"exit code {code}"
         rec.update(status=f"failed ({why}; see {log_path})", wall_seconds=None,
                    test_error=None, test_loss=None, val_loss=None, epoch_rows=[])
         return rec
     metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
-    history_path = run_dir / "metrics.jsonl"
+    history_path = published / artifacts.HISTORY_FILE
     history = [json.loads(line) for line in history_path.read_text(encoding="utf-8").splitlines()
                if line.strip()] if history_path.is_file() else []
     accuracy = metrics.get("test_accuracy")

@@ -12,6 +12,7 @@ compressed ones); new codecs register under a new ``Encoding`` value in the .pro
 from __future__ import annotations
 
 import hashlib
+import math
 import mmap
 import struct
 import zlib
@@ -172,15 +173,18 @@ def decode_array(message: pb.Array, dtype: npt.DTypeLike, what: str,
 
 
 @njit(nogil=True, cache=True)
-def _count_faults(idx: Any, val: Any, dim: int) -> tuple[int, int]:  # pragma: no cover - compiled
-    """(indices outside [0, dim), non-finite values): branch-free, so it vectorises."""
+def _count_faults(idx: Any, val: Any, dim: int,
+                  limit: float) -> tuple[int, int]:  # pragma: no cover - compiled
+    """(indices outside [0, dim), values not finite or above ``limit`` in magnitude):
+    branch-free, so it vectorises."""
     bad_idx = 0
     bad_val = 0
     for k in range(idx.shape[0]):
         i = idx[k]
         bad_idx += (i < 0) | (i >= dim)
         v = val[k]
-        bad_val += (v - v) != 0.0  # NaN and +-inf give NaN here, finite values 0
+        # NaN and +-inf give NaN in v - v, finite values 0; NaN > limit is False.
+        bad_val += ((v - v) != 0.0) | (abs(v) > limit)
     return bad_idx, bad_val
 
 
@@ -200,18 +204,21 @@ def _scatter(full: Any, idx: Any, val: Any) -> int:  # pragma: no cover - compil
     return bad
 
 
-def _scan_delta(idx: Any, val: Any, dim: int) -> tuple[int, int]:
-    """(0, -1) if every index is in [0, dim) and every value finite; else (code, position)
-    of the first fault: code 1 index out of range, 2 value not finite."""
-    bad_idx, bad_val = _count_faults(idx, val, dim)
+def _scan_delta(idx: Any, val: Any, dim: int, limit: float = math.inf) -> tuple[int, int]:
+    """(0, -1) if every index is in [0, dim) and every value finite and at most ``limit``
+    in magnitude; else (code, position) of the first fault: code 1 index out of range,
+    2 value not finite, 3 value beyond ``limit``."""
+    bad_idx, bad_val = _count_faults(idx, val, dim, limit)
     if not bad_idx and not bad_val:
         return 0, -1
     # The slow path only runs for a message that is rejected anyway.
     idx_fault = np.flatnonzero((idx < 0) | (idx >= dim))
-    val_fault = np.flatnonzero(~np.isfinite(val))
+    val_fault = np.flatnonzero(~np.isfinite(val) | (np.abs(val) > limit))
     first_idx = int(idx_fault[0]) if idx_fault.size else idx.shape[0]
     first_val = int(val_fault[0]) if val_fault.size else val.shape[0]
-    return (1, first_idx) if first_idx <= first_val else (2, first_val)
+    if first_idx <= first_val:
+        return 1, first_idx
+    return (2 if not np.isfinite(val[first_val]) else 3), first_val
 
 
 def warmup() -> None:
@@ -268,6 +275,61 @@ class DecodedDelta:
     def nbytes(self) -> int:
         """Payload bytes as they travelled."""
         return int(self.values.nbytes if self.dense else self.indices.nbytes + self.values.nbytes)
+
+
+# How much larger than the most a run's SGD steps could move a weight a delta value may be
+# before it is refused: the bound below is loose already; this is headroom on top.
+VALUE_BOUND_FACTOR = 4.0
+# Losses whose gradient is bounded: |dloss/dmargin| <= |y| = 1 for hinge and logistic on
+# +-1 labels (hogwild.model.kernels._dloss).
+_BOUNDED_GRADIENT_LOSSES = frozenset({"hinge", "logistic"})
+
+
+def value_bound(*, model: str, loss: str, lr_schedule: str, learning_rate: float,
+                lr_decay: float, l2: float, max_abs_value: float | None, run_threads: int,
+                round_size: int, max_rounds: int) -> float:
+    """The largest |value| a legitimate delta of a run may carry; inf where no simple sound
+    bound exists (then only finiteness is checked).
+
+    One step of ``sgd_range`` changes weight j by ``lr * (g * x_j + l2 * w_j)`` (the bias:
+    ``lr * g``), with |g| <= 1 (hinge, logistic), |x_j| <= X (the largest |x| of the
+    training rows; 1 for the bias) and lr at most its value at t = 1 (``inverse``,
+    ``invscaling``; ``constant`` with lr_decay <= 1). The L2 part only moves a weight towards
+    0 (while lr * l2 <= 1), so no weight outgrows G, the sum of all the run's gradient steps.
+
+    A delta is a sum of such steps: of one worker's rounds (coalesced while queued; the
+    compression residual and the final delta carry changes back to round 1), or of several
+    workers' (a star relay sums W - 1 workers, a tree hop a subtree, and an async hop labels
+    that sum with its own round, not theirs). So the bound counts every step of every worker
+    in every round, not the rounds a message is labelled with: S = run_threads x round_size
+    steps a round, max_rounds + 2 rounds (the label one past the last, a star relay's final
+    aggregate, and slack):
+
+        bound = factor * lr * S * rounds * (X + l2 * G),  G = lr * X * S * rounds
+
+    Loose by design (it must refuse 1e30, never a legitimate delta). No bound for the
+    squared loss, whose gradient m - y grows with the weights (a run whose step is too large
+    for its data legitimately diverges, so no finite bound is both sound and useful); for
+    the MLP, whose hidden layers' gradients are products of weights; and where a setting is
+    unknown (an older coordinator, shipping local) or voids the argument (lr_decay > 1 with
+    the constant schedule, lr * l2 > 1).
+    """
+    if model not in ("", "linear") or loss not in _BOUNDED_GRADIENT_LOSSES:
+        return math.inf
+    if max_abs_value is None or not 0.0 <= max_abs_value < math.inf:
+        return math.inf
+    if run_threads < 1 or round_size < 1 or max_rounds < 1:
+        return math.inf
+    if lr_schedule == "constant" and lr_decay > 1.0:
+        return math.inf
+    lr = learning_rate  # the step at t = 1: every schedule's largest (see kernel_schedule)
+    if not (0.0 < lr < math.inf and 0.0 <= l2 < math.inf) or lr * l2 > 1.0:
+        return math.inf
+    x = max(max_abs_value, 1.0)  # the bias's "feature" is 1
+    steps = float(run_threads) * float(round_size) * float(max_rounds + 2)
+    mass = lr * x * steps
+    bound = VALUE_BOUND_FACTOR * lr * steps * (x + l2 * mass)
+    return bound if math.isfinite(bound) else math.inf
 
 
 def delta_entries_per_part(chunk_bytes: int) -> int:
@@ -366,14 +428,16 @@ def _decode_values(message: pb.Array, max_length: int) -> ValueArray:
     return decode_array(message, np.float32, "delta values", max_length=max_length)
 
 
-def decode_delta(message: pb.Delta, dim: int | None = None) -> DecodedDelta:
+def decode_delta(message: pb.Delta, dim: int | None = None,
+                 max_value: float = math.inf) -> DecodedDelta:
     """Validate a ``Delta`` and return zero-copy views of its arrays.
 
     ``dim`` is the receiver's weight-vector length; the message must declare the same one.
     Raises StaleOrUnknown on a protocol version mismatch and InvalidMessage on any content
     fault (dim, dtype, lengths, part numbering, index >= dim or < 0, non-finite value, a
-    round or example count no run reaches). How far ahead of the receiver a round may be is
-    the receiver's to judge (it knows its own round).
+    |value| above ``max_value`` (see :func:`value_bound`), a round or example count no run
+    reaches). How far ahead of the receiver a round may be is the receiver's to judge (it
+    knows its own round).
     """
     check_version(message.protocol_version, "delta")
     declared = int(message.dim)
@@ -410,15 +474,32 @@ def decode_delta(message: pb.Delta, dim: int | None = None) -> DecodedDelta:
         # A delta is only split when its entries overflow one part, and every part then
         # carries some; empty ones would only fill the receiver's dedup window.
         raise InvalidMessage(f"empty part {message.part} of a delta in {message.parts} parts")
-    code, pos = _scan_delta(idx, val, declared)
+    code, pos = _scan_delta(idx, val, declared, max_value)
     if code == 1:
         raise InvalidMessage(f"delta index {int(idx[pos])} at position {pos} outside [0, {declared})")
     if code == 2:
         raise InvalidMessage(f"delta value {float(val[pos])} at position {pos} is not finite")
+    if code == 3:
+        raise InvalidMessage(_beyond(float(val[pos]), pos, max_value))
     header = DeltaHeader(message.run_id, int(message.worker_id), int(message.round),
                          int(message.seq), declared, int(message.part), int(message.parts),
                          bool(message.final), int(message.examples))
     return DecodedDelta(header, idx, val, dense=bool(message.dense))
+
+
+def _beyond(value: float, pos: int, max_value: float) -> str:
+    return (f"delta value {value:g} at position {pos} is beyond what this run's SGD steps "
+            f"can make (|value| <= {max_value:.3g})")
+
+
+def check_values(delta: DecodedDelta, max_value: float) -> None:
+    """InvalidMessage if a value of an already decoded ``delta`` is above ``max_value`` in
+    magnitude (for a receiver that holds a delta decoded elsewhere)."""
+    if max_value == math.inf:
+        return
+    code, pos = _scan_delta(delta.indices, delta.values, delta.header.dim, max_value)
+    if code == 3:
+        raise InvalidMessage(_beyond(float(delta.values[pos]), pos, max_value))
 
 
 # ------------------------------------------------------------------------------ chunking

@@ -572,7 +572,9 @@ class WorkerNode:
             raise StaleOrUnknown(f"delta from worker {message.worker_id}, not a peer of "
                                  f"worker {self.worker_id}")
         with self.timers.timed("decode"):
-            delta = decode_delta(message, plan.dim)
+            # Values beyond what the run's SGD steps can make are refused like non-finite
+            # ones: a member's 1e30 would wreck this model and, summed on, its peers'.
+            delta = decode_delta(message, plan.dim, plan.max_delta_value)
         limit = self.round_limit(plan, delta.header.worker_id)
         if self.tree is None:
             if not self.inbox.offer(delta, limit):

@@ -12,7 +12,7 @@ from hogwild.model.compression import Compression
 from hogwild.model.losses import LOSS_NAMES, get_loss
 from hogwild.model.spec import ModelSpec
 from hogwild.protocol import pb
-from hogwild.protocol.codec import check_version
+from hogwild.protocol.codec import check_version, value_bound
 
 _SCHEDULES = {"inverse": kernels.INVSCALING, "constant": kernels.CONSTANT,
               "invscaling": kernels.INVSCALING}
@@ -59,6 +59,20 @@ class RunPlan:
     combine: str = "sum"        # sum | average: how the workers' deltas of a round add up
     # Peers dead at configure time: a mesh takes them back by PeerJoined, a tree routes around.
     down: frozenset[int] = frozenset()
+    # What bounds a legitimate delta's values (RunConfig max_abs_value, run_threads): the
+    # largest |x| of the run's training rows (None: not known) and every worker's threads.
+    max_abs_value: float | None = None
+    run_threads: int = 0
+
+    @property
+    def max_delta_value(self) -> float:
+        """The largest |value| a legitimate delta of this run may carry (inf: no bound; see
+        codec.value_bound)."""
+        return value_bound(
+            model=self.model, loss=self.loss, lr_schedule=self.lr_schedule,
+            learning_rate=self.learning_rate, lr_decay=self.lr_decay, l2=self.l2,
+            max_abs_value=self.max_abs_value, run_threads=self.run_threads,
+            round_size=self.round_size, max_rounds=self.max_rounds)
 
     @property
     def spec(self) -> ModelSpec:
@@ -137,6 +151,11 @@ class RunPlan:
         peers = {int(p.worker_id): p.address for p in m.peers}
         if len(peers) != len(m.peers) or m.worker_id in peers:
             raise bad("peers", "peer ids must be unique and differ from this worker's")
+        max_abs_value = m.max_abs_value if m.HasField("max_abs_value") else None
+        if max_abs_value is not None and not (0 <= max_abs_value < math.inf):
+            raise bad("max_abs_value", "must be finite and non-negative")
+        if m.run_threads and m.run_threads < m.threads:
+            raise bad("run_threads", "must be 0 (not known) or at least this worker's threads")
         down = frozenset(int(p.worker_id) for p in m.peers if p.down)
         if down and m.topology not in ("", "mesh", "tree"):
             raise bad("peers", "only a mesh or a tree names peers that are down")
@@ -159,4 +178,5 @@ class RunPlan:
             compression=Compression(float(m.delta_threshold), int(m.delta_topk),
                                     m.delta_dtype == "float16"),
             topology=m.topology or "mesh", tree_fanout=int(m.tree_fanout) or 4,
-            combine=m.combine or "sum", down=down)
+            combine=m.combine or "sum", down=down, max_abs_value=max_abs_value,
+            run_threads=int(m.run_threads))
