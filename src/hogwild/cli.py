@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from hogwild import __version__, config
+from hogwild import __version__, config, console
 from hogwild.config import Settings
 from hogwild.engine.network import DEFAULT_SPEED, LATENCIES, Network
 from hogwild.errors import ConfigError, DataError, HogwildError, UsageError
@@ -129,6 +129,52 @@ def _add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
                            else "{" + ",".join(allowed) + "}", help=shown)
 
 
+# Commands whose result --json prints as one object on standard output.
+_JSON_RESULT = ("train", "run", "coordinator", "predict", "eval")
+# Commands a person starts and watches: their info logs (data cache reads, round sizes) show
+# with -v or an explicit log_level; servers (coordinator, worker) keep theirs for operators.
+_INTERACTIVE = ("train", "run", "simulate")
+
+
+def _add_output_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """-q / -v (and --json where the command has one result to print)."""
+    group = parser.add_argument_group("output")
+    level = group.add_mutually_exclusive_group()
+    level.add_argument("-q", "--quiet", action="store_true",
+                       help="print only errors and the final result line")
+    level.add_argument("-v", "--verbose", action="store_true",
+                       help="print every progress row and debug logs")
+    if command in _JSON_RESULT and command != "eval":  # eval's --json is documented with it
+        what = ("the run's metrics (as metrics.json has them)" if command != "predict"
+                else "the summary (rows, metrics); needs --out for the predictions")
+        group.add_argument("--json", action="store_true",
+                           help=f"print {what} as one JSON object on standard output; "
+                                "human lines go to standard error")
+
+
+def verbosity_of(args: argparse.Namespace) -> console.Verbosity:
+    """The command line's -q / -v / --json (normal, no JSON, for commands without them)."""
+    level = (console.QUIET if getattr(args, "quiet", False)
+             else console.VERBOSE if getattr(args, "verbose", False) else console.NORMAL)
+    return console.Verbosity(level, bool(getattr(args, "json", False)))
+
+
+def log_level_of(settings: Settings, args: argparse.Namespace,
+                 environ: Mapping[str, str]) -> str:
+    """The log level a command runs at: -q errors only, -v debug; the interactive commands
+    show warnings and errors unless log_level was given as a flag or HOGWILD_LOG_LEVEL."""
+    level = verbosity_of(args).level
+    if level == console.QUIET:
+        return "error"
+    if level == console.VERBOSE:
+        return "debug"
+    if (args.command in _INTERACTIVE and settings.log_level == "info"
+            and getattr(args, "setting_log_level", None) is None
+            and "HOGWILD_LOG_LEVEL" not in environ):
+        return "warning"
+    return settings.log_level
+
+
 def _add_simulation_flags(parser: argparse.ArgumentParser) -> None:
     """The simulated machines and network (the run's own settings come from the schema)."""
     net = Network()
@@ -167,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
         cmd = sub.add_parser(command, help=_DESCRIPTIONS[command],
                              description=_DESCRIPTIONS[command])
         _add_setting_flags(cmd, command)
+        if command != "worker":
+            _add_output_flags(cmd, command)
         if command == "run":
             cmd.add_argument("--keep-going", action="store_true",
                              help="do not stop the other processes when a worker fails")
@@ -282,7 +330,8 @@ def _add_model_commands(sub: Any) -> None:
         "eval", help="every metric of a saved model on a labelled data file",
         description="accuracy, precision, recall, F1, ROC AUC (classification) or RMSE, MAE, "
                     "R^2 (regression), and the model's loss")
-    for cmd in (predict, evaluate):
+    for name, cmd in (("predict", predict), ("eval", evaluate)):
+        _add_output_flags(cmd, name)
         cmd.add_argument("--model", required=True, metavar="DIR|model.npz",
                          help="run directory, or its model.npz / model.json")
         cmd.add_argument("--data", required=True, metavar="FILE",
@@ -354,7 +403,7 @@ def _setup_logging(level: str) -> None:
 def _cmd_train(settings: Settings, plot: BackgroundPlot | None = None) -> int:
     from hogwild.local import train_job
 
-    train_job(settings, plot=plot)
+    train_job(settings, plot=plot)  # prints (and with --json, the metrics) as console says
     return 0
 
 
@@ -362,7 +411,8 @@ def _cmd_run(settings: Settings, args: argparse.Namespace, whole_process: bool) 
     from hogwild.launcher import run_local
 
     return run_local(settings, config_path=args.config, keep_going=args.keep_going,
-                     insecure=settings.insecure, fork=whole_process)
+                     insecure=settings.insecure, fork=whole_process,
+                     verbosity=verbosity_of(args))
 
 
 def _cmd_simulate(settings: Settings, args: argparse.Namespace) -> int:
@@ -389,7 +439,8 @@ def _cmd_simulate(settings: Settings, args: argparse.Namespace) -> int:
 def _cmd_coordinator(settings: Settings, plot: BackgroundPlot | None = None) -> int:
     from hogwild.coordinator import serve
 
-    return serve(settings, plot=plot)
+    # --json: standard output is the metrics' alone (the port line goes to stderr too).
+    return serve(settings, out=sys.stderr if console.current().as_json else None, plot=plot)
 
 
 def _cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
@@ -513,13 +564,18 @@ def _cmd_model(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise ConfigError("threads", f"must be at least 1, got {args.threads}")
     zero_based: bool | None = args.zero_based
+    level = verbosity_of(args).level
     if args.command == "eval":
         eval_command(args.model, args.data, as_json=args.json, threads=args.threads,
-                     zero_based=zero_based)
+                     zero_based=zero_based, level=level)
     else:
+        if args.json and not args.out:
+            raise UsageError("--json prints the summary on standard output: give --out FILE "
+                             "for the predictions")
         output = "raw" if args.raw else "proba" if args.proba else "label"
         predict_command(args.model, args.data, out=args.out, output=output,
-                        full_metrics=args.metrics, threads=args.threads, zero_based=zero_based)
+                        full_metrics=args.metrics, threads=args.threads, zero_based=zero_based,
+                        as_json=args.json, level=level)
     return 0
 
 
@@ -589,6 +645,15 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None,
 
 def _run_command(args: argparse.Namespace, env: Mapping[str, str],
                  plot: BackgroundPlot | None, whole_process: bool) -> int:
+    console.use(verbosity_of(args))
+    try:
+        return _run_verbose(args, env, plot, whole_process)
+    finally:
+        console.use(console.Verbosity())  # a caller in this process gets the default back
+
+
+def _run_verbose(args: argparse.Namespace, env: Mapping[str, str],
+                 plot: BackgroundPlot | None, whole_process: bool) -> int:
     try:
         if args.command == "gen-data":
             _setup_logging("info")
@@ -604,10 +669,15 @@ def _run_command(args: argparse.Namespace, env: Mapping[str, str],
 
             return certs_main(args.out, args.hosts, args.days, args.force)
         if args.command in ("predict", "eval"):
+            if verbosity_of(args).level == console.VERBOSE:
+                _setup_logging("debug")
             return _cmd_model(args)
         if args.command == "experiment":
             return _cmd_experiment(args, env)
         settings = settings_from_args(args, env)
+        level = log_level_of(settings, args, env)
+        if level != settings.log_level:  # `run` hands it on to its processes
+            settings = settings.replace(log_level=level)
         _setup_logging(settings.log_level)
         for warning in ignored_flags(args) + _ignored_settings(settings, args):
             log.warning(warning)

@@ -8,7 +8,10 @@ hogwild.prespawn ROLE``, and each imports its libraries while the launcher write
 credentials.
 The coordinator binds port 0 and prints the port on its first line; the workers' command
 line, which names that port, follows once the launcher has read it. Every child's output is
-streamed with its role as prefix. On exit, a failed child (unless keep_going), Ctrl-C or
+streamed with its name as prefix: ``coordinator``, and ``worker-N`` for the worker the
+coordinator gave id N (``worker pid P`` until it has registered). The lines meant for the
+launcher (ports, ids) show with -v only; with --json the children's lines go to stderr and
+the coordinator's metrics, one JSON object, are the only line on stdout. On exit, a failed child (unless keep_going), Ctrl-C or
 SIGTERM, every child still running gets SIGTERM (graceful stop) and, after a grace period,
 SIGKILL.
 
@@ -34,8 +37,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TextIO
 
 from hogwild import config
-from hogwild.announce import READY_PREFIX
+from hogwild.announce import READY_PREFIX, REGISTERED_PREFIX, RESULT_START
 from hogwild.config import Settings
+from hogwild.console import NORMAL, QUIET, VERBOSE, Verbosity
 from hogwild.errors import EXIT_LEFT, ClusterError
 from hogwild.forked import ForkedProcess, can_fork
 
@@ -90,17 +94,29 @@ def child_env() -> dict[str, str]:
     return env
 
 
+# A worker's own line with its port: for the launcher (and tests), not the person watching.
+_WORKER_PORT = "worker listening on port "
+
+
 class Child:
     """One child process whose merged output is copied, prefixed, to ``out``."""
 
     def __init__(self, name: str, argv: Sequence[str] | ForkedProcess, out: TextIO,
-                 watch_prefix: str | None = None, takes_arguments: bool = False) -> None:
+                 watch_prefix: str | None = None, takes_arguments: bool = False,
+                 verbose: bool = True, worker: bool = False, result: bool = False) -> None:
         """``argv``: the command to start, or a child forked already. ``takes_arguments``: a
         hogwild.prespawn process, whose command line follows through
-        :meth:`hand_arguments` (a forked child always is one)."""
+        :meth:`hand_arguments` (a forked child always is one). ``verbose``: copy the lines
+        meant for the launcher too. ``worker``: ``name pid P`` until it says which id the
+        coordinator gave it, then ``worker-ID``. ``result``: keep the line of JSON the
+        coordinator prints with --json (:attr:`result`) rather than copy it."""
         self.name = name
         self.out = out
         self.watch_prefix = watch_prefix
+        self.verbose = verbose
+        self.worker = worker
+        self.wants_result = result
+        self.result: str | None = None
         self.announced = threading.Event()
         self.announcement = ""
         self.proc: subprocess.Popen[str] | ForkedProcess
@@ -111,6 +127,8 @@ class Child:
                 list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 stdin=subprocess.PIPE if takes_arguments else subprocess.DEVNULL,
                 env=child_env(), text=True, bufsize=1, start_new_session=True)
+        if worker:  # until it has its id, the one name that tells two workers apart
+            self.name = f"{name} pid {self.proc.pid}"
         self._reader = threading.Thread(target=self._pump, name=f"out-{name}", daemon=True)
         self._reader.start()
 
@@ -130,10 +148,24 @@ class Child:
         assert stream is not None
         for line in stream:
             text = line.rstrip("\n")
+            for_launcher = False
             if (self.watch_prefix and not self.announced.is_set()
                     and text.startswith(self.watch_prefix)):
                 self.announcement = text[len(self.watch_prefix):].strip()
                 self.announced.set()
+                for_launcher = True
+            elif self.worker and text.startswith(REGISTERED_PREFIX):
+                wid = text[len(REGISTERED_PREFIX):].strip()
+                if wid.isdigit():  # (read by the supervisor thread: one str assignment)
+                    self.name = f"worker-{wid}"
+                for_launcher = True
+            elif self.worker and text.startswith(_WORKER_PORT):
+                for_launcher = True
+            elif self.wants_result and text.startswith(RESULT_START):
+                self.result = text
+                continue
+            if for_launcher and not self.verbose:
+                continue
             print(f"[{self.name}] {text}", file=self.out, flush=True)
         self.announced.set()  # the process is gone: stop waiting for its announcement
 
@@ -187,10 +219,15 @@ def teardown(children: Sequence[Child], grace: float = GRACE_SECONDS,
         child.finish_output()
 
 
-def _role_argv(role: str, settings: Settings, config_path: str | None) -> list[str]:
+def _role_argv(role: str, settings: Settings, config_path: str | None,
+               verbosity: Verbosity | None = None) -> list[str]:
     argv = [sys.executable, "-m", "hogwild.cli", role]
     if config_path:
         argv.append(f"--config={config_path}")
+    if verbosity is not None and role == "coordinator":  # (the workers print only logs)
+        argv += {QUIET: ["-q"], VERBOSE: ["-v"]}.get(verbosity.level, [])
+        if verbosity.as_json:
+            argv.append("--json")
     return argv + setting_flags(settings, role)
 
 
@@ -224,13 +261,17 @@ def _secure(base: Settings, secrets_dir: Path, insecure: bool
 
 
 def run_local(settings: Settings, config_path: str | None = None, keep_going: bool = False,
-              out: TextIO | None = None, insecure: bool = False, fork: bool = False) -> int:
+              out: TextIO | None = None, insecure: bool = False, fork: bool = False,
+              verbosity: Verbosity | None = None) -> int:
     """Run a whole training job as local processes; returns the coordinator's exit code
     (1 if a worker failed and ``keep_going`` is off, 130 on Ctrl-C). ``insecure``: plain
     text and no token unless the settings ask for them. ``fork``: this is a whole process
     of its own, which may load the children's libraries once and fork them (done only
-    while it has no other thread)."""
-    out = sys.stdout if out is None else out
+    while it has no other thread). ``verbosity``: -q, -v and --json (the children's log
+    level is the settings')."""
+    v = Verbosity() if verbosity is None else verbosity
+    out = (sys.stderr if v.as_json else sys.stdout) if out is None else out
+    verbose = v.level >= VERBOSE
     # staleness is dropped in sync mode, and on_sigterm is always finish (this process is
     # the coordinator's only supervisor and starts no successor): the CLI warned about both.
     base = settings.replace(bind_host="127.0.0.1", coordinator_port=0, worker_port=0,
@@ -247,18 +288,19 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
         # Each child is told the credentials' directory, to remove it should this process
         # be killed (-9, out of memory) and leave keys and the run token behind.
         if fork and can_fork():
-            plot = _fork_children(settings.workers, out, children, str(secrets_dir))
+            plot = _fork_children(settings.workers, out, children, str(secrets_dir), v)
         else:
             children.append(Child("coordinator", [sys.executable, "-m", "hogwild.prespawn",
                                                   "coordinator", str(secrets_dir)], out,
-                                  watch_prefix=READY_PREFIX, takes_arguments=True))
-            children.extend(Child(f"worker-{i}", [sys.executable, "-m", "hogwild.prespawn",
-                                                  "worker", str(secrets_dir)], out,
-                                  takes_arguments=True)
-                            for i in range(settings.workers))
+                                  watch_prefix=READY_PREFIX, takes_arguments=True,
+                                  verbose=verbose, result=v.as_json))
+            for _ in range(settings.workers):
+                children.append(Child("worker", [sys.executable, "-m", "hogwild.prespawn",
+                                                 "worker", str(secrets_dir)], out,
+                                      takes_arguments=True, verbose=verbose, worker=True))
         coordinator, workers = children[0], children[1:]
         base, worker_base = _secure(base, secrets_dir, insecure)
-        coordinator.hand_arguments(_role_argv("coordinator", base, config_path)[3:])
+        coordinator.hand_arguments(_role_argv("coordinator", base, config_path, v)[3:])
         if not coordinator.announced.wait(STARTUP_SECONDS) or not coordinator.announcement:
             code = coordinator.wait(5.0)
             if code is not None:
@@ -275,7 +317,12 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
         worker_args = _role_argv("worker", worker_settings, config_path)[3:]  # after -m cli
         for worker in workers:
             worker.hand_arguments(worker_args)
-        return _supervise(coordinator, workers, keep_going, out)
+        code = _supervise(coordinator, workers, keep_going, out, v.level)
+        if code == 0 and v.as_json:
+            if coordinator.result is None:
+                raise ClusterError("the coordinator ended without its metrics (--json)")
+            print(coordinator.result, file=sys.stdout, flush=True)
+        return code
     except KeyboardInterrupt:
         print("[run] interrupted: stopping every process", file=out, flush=True)
         teardown(children, first=children[0] if children else None)
@@ -290,7 +337,7 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
 
 
 def _fork_children(workers: int, out: TextIO, children: list[Child],
-                   secrets_dir: str) -> BackgroundPlot:
+                   secrets_dir: str, verbosity: Verbosity) -> BackgroundPlot:
     """Load the children's libraries and kernels here, once, then fork the coordinator and
     ``workers`` workers into ``children``; returns the coordinator's plot helper, which this
     process reaps at the end. ``secrets_dir``: as for hogwild.prespawn."""
@@ -320,15 +367,20 @@ def _fork_children(workers: int, out: TextIO, children: list[Child],
             proc.wait()
         plot.close()
         raise
-    print(f"[run] libraries and kernels loaded once ({loaded:.2f}s); forked the coordinator "
-          f"and {workers} worker(s)", file=out, flush=True)
+    verbose = verbosity.level >= VERBOSE
+    if verbose:
+        print(f"[run] libraries and kernels loaded once ({loaded:.2f}s); forked the "
+              f"coordinator and {workers} worker(s)", file=out, flush=True)
     # Threads (the output pumps) only now that every fork is done: a fork copies none.
-    children.append(Child("coordinator", forked[0], out, watch_prefix=READY_PREFIX))
-    children.extend(Child(f"worker-{i}", proc, out) for i, proc in enumerate(forked[1:]))
+    children.append(Child("coordinator", forked[0], out, watch_prefix=READY_PREFIX,
+                          verbose=verbose, result=verbosity.as_json))
+    children.extend(Child("worker", proc, out, verbose=verbose, worker=True)
+                    for proc in forked[1:])
     return plot
 
 
-def _supervise(coordinator: Child, workers: list[Child], keep_going: bool, out: TextIO) -> int:
+def _supervise(coordinator: Child, workers: list[Child], keep_going: bool, out: TextIO,
+               level: int = NORMAL) -> int:
     """Wait for the coordinator; stop everything early if a worker fails (unless keep_going)."""
     failed: str | None = None
     reported: set[str] = set()
@@ -341,8 +393,9 @@ def _supervise(coordinator: Child, workers: list[Child], keep_going: bool, out: 
             if wcode not in (None, 0) and worker.name not in reported:
                 reported.add(worker.name)
                 if wcode == EXIT_LEFT:  # sent SIGTERM: it left after its final delta
-                    print(f"[run] {worker.name} left the run (SIGTERM); the others go on",
-                          file=out, flush=True)
+                    if level > QUIET:
+                        print(f"[run] {worker.name} left the run (SIGTERM); the others go on",
+                              file=out, flush=True)
                     continue
                 print(f"[run] {worker.name} exited with code {wcode}", file=out, flush=True)
                 if not keep_going:

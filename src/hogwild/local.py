@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -14,6 +13,7 @@ import numpy as np
 
 from hogwild import __version__, artifacts
 from hogwild.config import Settings
+from hogwild.console import Console
 from hogwild.data import CSRData
 from hogwild.data.conflicts import startup_report
 from hogwild.data.conflicts import warmup as warmup_conflicts
@@ -190,11 +190,13 @@ def duration(seconds: float) -> str:
 
 
 def train_job(settings: Settings, out: TextIO | None = None,
-              plot: BackgroundPlot | None = None) -> dict[str, Any]:
-    """Run `hogwild train`: print a progress row per epoch (to ``out``, default the current
-    sys.stdout), write outputs, return metrics. ``plot``: the loss plot's helper, if the
-    caller has started it already."""
-    out = sys.stdout if out is None else out
+              plot: BackgroundPlot | None = None,
+              console: Console | None = None) -> dict[str, Any]:
+    """Run `hogwild train`: print progress rows (to ``out``, default the current sys.stdout;
+    thinned out as ``console`` says, default the process's verbosity), write outputs, return
+    metrics. ``plot``: the loss plot's helper, if the caller has started it already."""
+    if console is None:
+        console = Console(out)
     started = time.perf_counter()
     # A bad out_dir (a file, read-only) is found now, not after training.
     root = artifacts.check_runs_root(settings.out_dir)
@@ -203,7 +205,7 @@ def train_job(settings: Settings, out: TextIO | None = None,
         if plot is None:
             plot = BackgroundPlot()  # imports matplotlib in its own process meanwhile
         try:
-            return _train(settings, out, started, plot, run)
+            return _train(settings, console, started, plot, run)
         finally:
             plot.close()
 
@@ -227,7 +229,7 @@ def warm_kernels(settings: Settings) -> None:
     warmup_conflicts()  # both of its paths: which one runs depends on the data's size
 
 
-def _train(settings: Settings, out: TextIO, started: float,
+def _train(settings: Settings, console: Console, started: float,
            plot: BackgroundPlot, run: artifacts.RunDir) -> dict[str, Any]:
     if settings.device != "cpu":  # no GPU: refused before any data is read or CUDA is warmed
         from hogwild.model.gpu import cuda_device
@@ -237,20 +239,24 @@ def _train(settings: Settings, out: TextIO, started: float,
     if settings.out_of_core:
         from hogwild import outofcore
 
-        return outofcore.train_job(settings, out, started, plot, run)
+        return outofcore.train_job(settings, console, started, plot, run)
     splits = load_splits(settings)
     loaded = time.perf_counter()
-    print(f"data: train {describe(splits.train, splits.labels)}", file=out)
-    print(f"      validation {describe(splits.val, splits.labels)}", file=out)
-    print(f"      test {describe(splits.test, splits.labels)}", file=out)
+    say = console.say
+    say(f"data: train {describe(splits.train, splits.labels)}")
+    say(f"      validation {describe(splits.val, splits.labels)}")
+    say(f"      test {describe(splits.test, splits.labels)}")
     conflicts_line, conflicts = startup_report(splits.train, threads=settings.threads,
                                                load_seconds=loaded - started, seed=settings.seed)
-    print(conflicts_line, file=out)
+    # The theory's bound for threads sharing one process: no setting of this command acts
+    # on it (threads only trade speed), so it is kept in metrics.json and the log, not
+    # printed as a warning on every run.
+    log.info("%s", conflicts_line)
     spec = model_spec(settings, splits.train.n_features)
     what = (f"an MLP (hidden {list(spec.hidden)}, {spec.dim} parameters), {settings.loss}"
             if spec.is_mlp else settings.loss)
-    print(f"loaded in {loaded - started:.2f}s; training {what} with {settings.threads} "
-          f"{settings.trainer} thread(s) for up to {settings.epochs} epochs", file=out)
+    say(f"loaded in {loaded - started:.2f}s; training {what} with {settings.threads} "
+        f"{settings.trainer} thread(s) for up to {settings.epochs} epochs")
 
     loss = get_loss(settings.loss)
     ovr: OneVsRest | None = None
@@ -280,8 +286,8 @@ def _train(settings: Settings, out: TextIO, started: float,
         raise OutputError.writing(run.path, exc) from None
     stop_reason = "max epochs"
     train_started = time.perf_counter()
-    print(f"{'epoch':>5} {'elapsed':>8} {'train_loss':>10} {'val_loss':>9} {'val_acc':>8}",
-          file=out)
+    say(f"{'epoch':>5} {'elapsed':>8} {'train_loss':>10} {'val_loss':>9} {'val_acc':>8}")
+    rows = console.rows()
 
     def after_epoch(stats: EpochStats) -> bool:
         nonlocal stop_reason
@@ -298,8 +304,8 @@ def _train(settings: Settings, out: TextIO, started: float,
                "val_loss": val.loss if val else None,
                "val_accuracy": val.accuracy if val else None}
         history.add(row)
-        print(f"{row['epoch']:>5} {elapsed:>7.2f}s {stats.train_loss:>10.4f} "
-              f"{_fmt(row['val_loss']):>9} {_fmt(row['val_accuracy']):>8}", file=out, flush=True)
+        rows.offer(f"{row['epoch']:>5} {elapsed:>7.2f}s {stats.train_loss:>10.4f} "
+                   f"{_fmt(row['val_loss']):>9} {_fmt(row['val_accuracy']):>8}", console.out)
         # Without a validation set the training loss stands in for early stopping.
         decision = stopper.update(val.loss if val else stats.train_loss, model_w)
         if decision:
@@ -318,6 +324,7 @@ def _train(settings: Settings, out: TextIO, started: float,
     elif trainer is not None:
         trainer.fit(splits.train, settings.epochs, callback=after_epoch)
     train_seconds = time.perf_counter() - train_started
+    rows.flush(console.out)  # the last epoch's row, if it was thinned out
     w = stopper.best_weights if stopper.best_weights is not None else model_w
     test = evaluate_model(splits.test, w, loss, spec)
     val = evaluate_model(splits.val, w, loss, spec) if splits.val.n_rows else None
@@ -356,11 +363,12 @@ def _train(settings: Settings, out: TextIO, started: float,
     published = run.publish()
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
     if metrics["best_epoch"] != history.count:
-        print(f"saved the model of epoch {metrics['best_epoch']}, the best validated one "
-              f"(validation loss {_fmt(stopper.best_loss)})", file=out)
-    print(f"done ({stop_reason}): {history.count} epochs in {duration(train_seconds)}, "
-          f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {published}",
-          file=out, flush=True)
+        say(f"saved the model of epoch {metrics['best_epoch']}, the best validated one "
+            f"(validation loss {_fmt(stopper.best_loss)})")
+    console.result(f"done ({stop_reason}): {history.count} epochs in "
+                   f"{duration(train_seconds)}, test loss {test.loss:.4f}, test accuracy "
+                   f"{acc}; outputs in {published}")
+    console.json_result(metrics)
     return metrics
 
 

@@ -13,6 +13,7 @@ loaded into memory (it is expected to be small).
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -23,6 +24,7 @@ import numpy as np
 
 from hogwild.artifacts import RunDir
 from hogwild.config import Settings
+from hogwild.console import QUIET, Console
 from hogwild.data.cache import CachedArrays, CacheWriter, cache_path, find_cached
 from hogwild.data.csr import CSRData
 from hogwild.data.labels import MULTICLASS, LabelMap
@@ -194,22 +196,25 @@ def open_data(settings: Settings, out: TextIO) -> tuple[BlockSource, CSRData | N
     return source, test
 
 
-def train_job(settings: Settings, out: TextIO, started: float,
+def train_job(settings: Settings, console: Console, started: float,
               plot: BackgroundPlot, run: RunDir) -> dict[str, Any]:
     """`hogwild train` with ``out_of_core: true``: the same rows, outputs and stopping rules
     as the in-memory job, the data streamed from the cache every epoch; the outputs go to
     ``run``'s directory, published once they are all written."""
     if settings.model != "linear":
         raise ConfigError("out_of_core", f"trains the linear model only, not {settings.model!r}")
-    source, test_rows = open_data(settings, out)
+    # (-q: the cache's own lines are not the result either)
+    source, test_rows = open_data(settings, console.out if console.level > QUIET
+                                  else io.StringIO())
     loaded = time.perf_counter()
     c = source.counts
-    print(f"data: {source.found.n_rows:,} rows x {source.n_features:,} features, "
+    console.say(f"data: {source.found.n_rows:,} rows x {source.n_features:,} features, "
           f"{source.found.nnz:,} non-zeros, out of core: {len(source.blocks) - 1} block(s) of "
           f"<= {BLOCK_NNZ:,} non-zeros; train {c[TRAIN]:,} rows, validation {c[VAL]:,}, "
-          f"test {test_rows.n_rows if test_rows is not None else c[TEST]:,}", file=out)
-    print(f"loaded in {loaded - started:.2f}s; training {settings.loss} with {settings.threads} "
-          f"{settings.trainer} thread(s) for up to {settings.epochs} epochs", file=out)
+          f"test {test_rows.n_rows if test_rows is not None else c[TEST]:,}")
+    console.say(f"loaded in {loaded - started:.2f}s; training {settings.loss} with "
+                f"{settings.threads} {settings.trainer} thread(s) for up to {settings.epochs} "
+                "epochs")
     loss = get_loss(settings.loss)
     trainer = Trainer(source.n_features, train_params(settings))
     stopper = EarlyStopping(patience=settings.patience, min_delta=settings.min_delta,
@@ -217,8 +222,9 @@ def train_job(settings: Settings, out: TextIO, started: float,
     history: list[dict[str, Any]] = []
     stop_reason = "max epochs"
     train_started = time.perf_counter()
-    print(f"{'epoch':>5} {'elapsed':>8} {'train_loss':>10} {'val_loss':>9} {'val_acc':>8}",
-          file=out)
+    console.say(f"{'epoch':>5} {'elapsed':>8} {'train_loss':>10} {'val_loss':>9} "
+                f"{'val_acc':>8}")
+    rows = console.rows()
     for epoch in range(settings.epochs):
         stats = run_epoch(source, trainer, epoch, settings.seed)
         elapsed = time.perf_counter() - train_started
@@ -228,8 +234,8 @@ def train_job(settings: Settings, out: TextIO, started: float,
                "val_loss": val.loss if val else None,
                "val_accuracy": val.accuracy if val else None}
         history.append(row)
-        print(f"{row['epoch']:>5} {elapsed:>7.2f}s {stats.train_loss:>10.4f} "
-              f"{_fmt(row['val_loss']):>9} {_fmt(row['val_accuracy']):>8}", file=out, flush=True)
+        rows.offer(f"{row['epoch']:>5} {elapsed:>7.2f}s {stats.train_loss:>10.4f} "
+                   f"{_fmt(row['val_loss']):>9} {_fmt(row['val_accuracy']):>8}", console.out)
         decision = stopper.update(val.loss if val else stats.train_loss, trainer.w)
         if decision:
             stop_reason = decision
@@ -238,6 +244,7 @@ def train_job(settings: Settings, out: TextIO, started: float,
             stop_reason = "time budget"
             break
     train_seconds = time.perf_counter() - train_started
+    rows.flush(console.out)  # the last epoch's row, if it was thinned out
     w = stopper.best_weights if stopper.best_weights is not None else trainer.w
     test = (evaluate(test_rows, w, loss) if test_rows is not None
             else source.evaluate(TEST, w, settings.loss))
@@ -264,9 +271,10 @@ def train_job(settings: Settings, out: TextIO, started: float,
         raise OutputError.writing(run.path, exc) from None
     published = run.publish()
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
-    print(f"done ({stop_reason}): {len(history)} epochs in {duration(train_seconds)}, "
-          f"test loss {test.loss:.4f}, test accuracy {acc}; outputs in {published}",
-          file=out, flush=True)
+    console.result(f"done ({stop_reason}): {len(history)} epochs in "
+                   f"{duration(train_seconds)}, test loss {test.loss:.4f}, test accuracy "
+                   f"{acc}; outputs in {published}")
+    console.json_result(metrics)
     return metrics
 
 

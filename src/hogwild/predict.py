@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import time
@@ -14,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild import artifacts
+from hogwild.console import NORMAL, QUIET
 from hogwild.data.labels import as_written
 from hogwild.errors import DataError, ModelError
 from hogwild.model.saved import SavedModel
@@ -179,9 +181,12 @@ def summary_lines(scored: Scored, full: bool) -> list[str]:
 def predict_command(model_path: str, data: str, *, out: str | None = None,
                     output: str = "label", full_metrics: bool = False,
                     threads: int | None = None, zero_based: bool | None = None,
-                    stdout: TextIO | None = None, stderr: TextIO | None = None) -> Scored:
+                    stdout: TextIO | None = None, stderr: TextIO | None = None,
+                    as_json: bool = False, level: int = NORMAL) -> Scored:
     """`hogwild predict`: predictions to ``out`` (written atomically) or to stdout; the
-    summary goes to stdout when the predictions go to a file, else to stderr."""
+    summary goes to stdout when the predictions go to a file, else to stderr. ``as_json``
+    (with ``out``): the summary as one JSON object on stdout instead. ``level`` QUIET: the
+    metrics line alone (no warnings), else every line."""
     stdout = sys.stdout if stdout is None else stdout
     stderr = sys.stderr if stderr is None else stderr
     if output not in OUTPUTS:
@@ -193,7 +198,8 @@ def predict_command(model_path: str, data: str, *, out: str | None = None,
     if output == "proba" and (model.loss != "logistic" or not model.is_classifier):
         raise ModelError(f"--proba needs a model trained with the logistic loss; this one "
                          f"uses {model.loss} ({model.task})")
-    scored = score_file(model, data, threads=threads, zero_based=zero_based, warn=stderr)
+    scored = score_file(model, data, threads=threads, zero_based=zero_based,
+                        warn=stderr if level > QUIET else io.StringIO())
     if out:
         with artifacts.writing(out), artifacts.atomic_open(Path(out)) as handle:
             for chunk in prediction_chunks(scored, output):
@@ -210,9 +216,19 @@ def predict_command(model_path: str, data: str, *, out: str | None = None,
         if buffer is not None:
             buffer.flush()
         report_to = stderr
+    if as_json and out:
+        doc = {"model": str(model_path), "data": data, "task": model.task, "predictions": out,
+               "rows": int(scored.margins.shape[0]), "output": output,
+               "dropped_entries": scored.dropped_entries, **(scored.metrics or {})}
+        if scored.note:
+            doc["note"] = scored.note
+        print(artifacts.dumps(doc), file=stdout, flush=True)
+        return scored
     lines = summary_lines(scored, full_metrics)
     if out:
         lines.insert(1, f"predictions in {out}")
+    if level <= QUIET:  # the result: the metrics line, or why there is none
+        lines = lines[-1:]
     for line in lines:
         print(line, file=report_to, flush=True)
     return scored
@@ -220,14 +236,15 @@ def predict_command(model_path: str, data: str, *, out: str | None = None,
 
 def eval_command(model_path: str, data: str, *, as_json: bool = False,
                  threads: int | None = None, zero_based: bool | None = None,
-                 stdout: TextIO | None = None, stderr: TextIO | None = None) -> Scored:
+                 stdout: TextIO | None = None, stderr: TextIO | None = None,
+                 level: int = NORMAL) -> Scored:
     """`hogwild eval`: every metric of the model on a labelled data file (DataError when the
-    labels do not fit the model)."""
+    labels do not fit the model). ``level`` QUIET: the metrics line alone (no warnings)."""
     stdout = sys.stdout if stdout is None else stdout
     stderr = sys.stderr if stderr is None else stderr
     model = SavedModel.load(model_path)
-    scored = score_file(model, data, threads=threads, zero_based=zero_based, warn=stderr,
-                        prog="hogwild eval")
+    scored = score_file(model, data, threads=threads, zero_based=zero_based,
+                        warn=stderr if level > QUIET else io.StringIO(), prog="hogwild eval")
     if scored.metrics is None:
         # Zero rows have no labels either: say which it is.
         rows = scored.margins.shape[0]
@@ -236,6 +253,7 @@ def eval_command(model_path: str, data: str, *, as_json: bool = False,
         doc = {"model": str(model_path), "data": data, "task": model.task, **scored.metrics}
         print(json.dumps(doc, sort_keys=True), file=stdout)
     else:
-        for line in summary_lines(scored, True):
+        lines = summary_lines(scored, True)
+        for line in lines[-1:] if level <= QUIET else lines:
             print(line, file=stdout)
     return scored

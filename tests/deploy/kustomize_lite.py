@@ -1,11 +1,13 @@
 """A small kustomize renderer for offline checks: only the features k8s/kustomization.yaml uses.
 
-Supported: resources (files), namespace, labels (pairs; includeTemplates), configMapGenerator
-(files/literals, kustomize's content-hash suffix, name references from pod specs), images,
-replicas and replacements (source/targets with dotted field paths and [key=value] list
-selectors). Anything else in a kustomization is an error, so a manifest never silently
-depends on a feature this renderer ignores. When a real kustomize (or kubectl) is installed,
-the deploy tests also compare this output with it.
+Supported: resources (files, and directories holding a kustomization of their own), namespace,
+nameSuffix (on workloads, which nothing refers to by name), labels (pairs; includeTemplates),
+configMapGenerator (files/literals, kustomize's content-hash suffix, name references from pod
+specs), images, replicas and replacements (source/targets with dotted field paths and
+[key=value] list selectors, a source's delimiter/index options; objects are selected by their
+names before or after nameSuffix, as kustomize does). Anything else in a kustomization is an
+error, so a manifest never silently depends on a feature this renderer ignores. When a real
+kustomize (or kubectl) is installed, the deploy tests also compare this output with it.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import yaml
 
 Obj = dict[str, Any]
 
-SUPPORTED_KEYS = {"apiVersion", "kind", "namespace", "labels", "resources", "configMapGenerator",
-                  "images", "replicas", "replacements"}
+SUPPORTED_KEYS = {"apiVersion", "kind", "namespace", "nameSuffix", "labels", "resources",
+                  "configMapGenerator", "images", "replicas", "replacements"}
 
 # Kinds that live outside namespaces (the ones a small app may carry).
 CLUSTER_SCOPED = {"Namespace", "PersistentVolume", "StorageClass", "ClusterRole",
@@ -59,7 +61,12 @@ def load_kustomization(root: Path) -> Obj:
 
 def build(root: Path) -> list[Obj]:
     """Render the kustomization in ``root`` the way `kustomize build` does (for our features)."""
-    root = Path(root)
+    return sorted(_build(Path(root), {}), key=_sort_key)
+
+
+def _build(root: Path, previous: dict[int, list[str]]) -> list[Obj]:
+    """The objects of the kustomization in ``root``, unsorted; ``previous`` records the names
+    an object had before a nameSuffix (keyed by id of the object), for selectors."""
     kust = load_kustomization(root)
     unknown = set(kust) - SUPPORTED_KEYS
     if unknown:
@@ -67,7 +74,7 @@ def build(root: Path) -> list[Obj]:
 
     objects: list[Obj] = []
     for entry in kust.get("resources", []):
-        objects.extend(_load_resource(root, entry))
+        objects.extend(_load_resource(root, entry, previous))
     generated: dict[str, str] = {}
     for gen in kust.get("configMapGenerator", []):
         cm = _generate_configmap(root, gen)
@@ -75,6 +82,8 @@ def build(root: Path) -> list[Obj]:
         objects.append(cm)
     _check_unique(objects)
 
+    if "nameSuffix" in kust:
+        _apply_name_suffix(objects, str(kust["nameSuffix"]), previous)
     if "namespace" in kust:
         for obj in objects:
             if obj["kind"] not in CLUSTER_SCOPED:
@@ -86,9 +95,21 @@ def build(root: Path) -> list[Obj]:
     for entry in kust.get("images", []):
         _apply_image(objects, entry)
     for entry in kust.get("replacements", []):
-        _apply_replacement(objects, entry)
+        _apply_replacement(objects, entry, previous)
     _fix_configmap_refs(objects, generated)
-    return sorted(objects, key=_sort_key)
+    return objects
+
+
+def _apply_name_suffix(objects: list[Obj], suffix: str, previous: dict[int, list[str]]) -> None:
+    for obj in objects:
+        # kustomize also renames the references to a renamed object (a ConfigMap's in pod
+        # specs, a Service's in Ingresses...); this renderer does not, so it renames only
+        # workloads, which nothing refers to by name.
+        if obj["kind"] not in _WORKLOADS:
+            raise KustomizeError(f"nameSuffix on {obj['kind']}/{obj['metadata']['name']}: only "
+                                 f"workloads ({', '.join(sorted(_WORKLOADS))}) are supported")
+        previous.setdefault(id(obj), []).append(obj["metadata"]["name"])
+        obj["metadata"]["name"] += suffix
 
 
 def _sort_key(obj: Obj) -> tuple[int, str, str]:
@@ -102,12 +123,14 @@ def _sort_key(obj: Obj) -> tuple[int, str, str]:
     return rank, kind if rank == len(_ORDER_FIRST) else "", obj["metadata"]["name"]
 
 
-def _load_resource(root: Path, entry: str) -> list[Obj]:
+def _load_resource(root: Path, entry: str, previous: dict[int, list[str]]) -> list[Obj]:
     path = (root / entry).resolve()
     if not path.is_relative_to(root.resolve()):
         raise KustomizeError(f"resource {entry} is outside {root} (kustomize's load restrictor)")
     if path.is_dir():
-        raise KustomizeError(f"resource {entry}: directories (bases) are not supported")
+        # A directory below: its own kustomization, built first (its nameSuffix, namespace and
+        # replacements apply to its objects only; this one's apply to them afterwards).
+        return _build(root / entry, previous)
     docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
     for doc in docs:
         if not isinstance(doc, dict) or "kind" not in doc or "metadata" not in doc:
@@ -284,7 +307,7 @@ def _join(step: str | tuple[str, str]) -> str:
     return f"[{step[0]}={step[1]}]" if isinstance(step, tuple) else step
 
 
-def _select(objects: list[Obj], selector: Obj) -> list[Obj]:
+def _select(objects: list[Obj], selector: Obj, previous: dict[int, list[str]]) -> list[Obj]:
     allowed = {"kind", "name", "namespace", "group", "version"}
     if set(selector) - allowed:
         raise KustomizeError(f"selector fields not supported: {set(selector) - allowed}")
@@ -292,7 +315,8 @@ def _select(objects: list[Obj], selector: Obj) -> list[Obj]:
     for obj in objects:
         if "kind" in selector and obj["kind"] != selector["kind"]:
             continue
-        if "name" in selector and obj["metadata"]["name"] != selector["name"]:
+        names = [obj["metadata"]["name"], *previous.get(id(obj), [])]
+        if "name" in selector and selector["name"] not in names:
             continue
         if "namespace" in selector and obj["metadata"].get("namespace") != selector["namespace"]:
             continue
@@ -300,22 +324,37 @@ def _select(objects: list[Obj], selector: Obj) -> list[Obj]:
     return chosen
 
 
-def _apply_replacement(objects: list[Obj], entry: Obj) -> None:
+def _apply_replacement(objects: list[Obj], entry: Obj, previous: dict[int, list[str]]) -> None:
     source = dict(entry["source"])
     field_path = source.pop("fieldPath", "metadata.name")
-    sources = _select(objects, source)
+    options = source.pop("options", {})
+    sources = _select(objects, source, previous)
     if len(sources) != 1:
         raise KustomizeError(f"replacement source {entry['source']} matches {len(sources)}")
-    value = get_field(sources[0], field_path)
+    value = _source_part(get_field(sources[0], field_path), options)
     for target in entry["targets"]:
         if set(target) - {"select", "fieldPaths"}:
             raise KustomizeError(f"replacement target fields not supported: {set(target)}")
-        chosen = _select(objects, target["select"])
+        chosen = _select(objects, target["select"], previous)
         if not chosen:
             raise KustomizeError(f"replacement target {target['select']} matches nothing")
         for obj in chosen:
             for path in target["fieldPaths"]:
                 _set_field(obj, path, value)
+
+
+def _source_part(value: Any, options: Obj) -> Any:
+    """A replacement source's value, or with ``delimiter`` its piece number ``index`` (an
+    error when there is no such piece, like kustomize's "options.index ... out of bounds")."""
+    if set(options) - {"delimiter", "index"}:
+        raise KustomizeError(f"replacement source options not supported: {options}")
+    if not options.get("delimiter"):
+        return value
+    pieces = str(value).split(options["delimiter"])
+    index = int(options.get("index", 0))
+    if not 0 <= index < len(pieces):
+        raise KustomizeError(f"options.index {index} is out of bounds for value {value}")
+    return pieces[index]
 
 
 def _fix_configmap_refs(objects: list[Obj], generated: dict[str, str]) -> None:

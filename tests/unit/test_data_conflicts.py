@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -203,13 +204,15 @@ def test_analyze_cli() -> None:
     assert main(["analyze", "bundled:spamassassin", "--threads", "0"]) == 2
 
 
-def test_train_prints_the_line_and_stores_the_statistics(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_logs_the_line_and_stores_the_statistics(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     out = tmp_path / "out"
-    assert main(["train", "--data", "synthetic:seed000?rows=3000&n_features=20000&max_nnz=20",
-                 "--epochs", "1", "--threads", "2", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    line = next(x for x in printed.splitlines() if x.startswith("conflicts ("))
+    # An info line (`train -v` shows it): no setting of `train` acts on it.
+    with caplog.at_level(logging.INFO, logger="hogwild"):
+        assert main(["train", "--data", "synthetic:seed000?rows=3000&n_features=20000&max_nnz=20",
+                     "--epochs", "1", "--threads", "2", "--out", str(out)]) == 0
+    line = next(r.getMessage() for r in caplog.records
+                if r.getMessage().startswith("conflicts (") and r.levelno == logging.INFO)
     metrics = json.loads((out / "latest" / "metrics.json").read_text())
     stats = metrics["conflicts"]
     assert stats["rows"] == metrics["train_rows"] and stats["mode"] == "exact"

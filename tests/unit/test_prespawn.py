@@ -92,7 +92,7 @@ def test_whole_run_forks_its_children_and_leaves_nothing_running(tmp_path: Path)
     mark = uuid.uuid4().hex
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "hogwild.cli", "run", "--workers", "2", "--threads", "1",
+        [sys.executable, "-m", "hogwild.cli", "run", "-v", "--workers", "2", "--threads", "1",
          "--epochs", "2", "--data", "bundled:spamassassin", "--out", str(out)],
         capture_output=True, text=True, env=_env(PRESPAWN_TEST_MARK=mark), cwd=tmp_path,
         timeout=180, check=False)

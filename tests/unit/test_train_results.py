@@ -187,7 +187,12 @@ def test_epoch_rows_are_written_as_they_come_and_the_last_run_keeps_its_own(
 
     settings = Settings(data="bundled:spamassassin/train", test_data="bundled:spamassassin/test",
                         threads=1, epochs=6, patience=0, data_cache=False, out_dir=str(out))
-    metrics = train_job(settings, out=Console())  # type: ignore[arg-type]
+    from hogwild.console import VERBOSE, Verbosity
+    from hogwild.console import Console as Printing
+
+    # -v: every epoch's row is printed (by default they are thinned out).
+    printing = Printing(Console(), Verbosity(VERBOSE))  # type: ignore[arg-type]
+    metrics = train_job(settings, console=printing)
     # While it trained: the last run's metrics.jsonl untouched, this run's rows one per epoch.
     assert seen == [(before, k) for k in range(1, 7)]
     rows = [json.loads(line) for line in

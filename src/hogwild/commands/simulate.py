@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
@@ -12,6 +11,7 @@ import numpy as np
 
 from hogwild import artifacts
 from hogwild.config import Settings
+from hogwild.console import QUIET, VERBOSE, Console
 from hogwild.data.labels import MULTICLASS
 from hogwild.data.sources import describe
 from hogwild.data.split import shard
@@ -81,24 +81,25 @@ def scenario_of(settings: Settings, options: SimOptions, train_rows: int, train_
 
 def simulate_job(settings: Settings, options: SimOptions,
                  out: TextIO | None = None) -> dict[str, Any]:
-    """Run `hogwild simulate`: load and split as `run` does, simulate, write the outputs."""
-    out = sys.stdout if out is None else out
+    """Run `hogwild simulate`: load and split as `run` does, simulate, write the outputs
+    (lines to ``out``, default sys.stdout, as the process's verbosity says)."""
+    console = Console(out)
     started = time.perf_counter()
     root = artifacts.check_runs_root(settings.out_dir)
     # The run's own directory under the runs root, published whole once written (latest).
     with artifacts.run_held(artifacts.RunDir.create(root), "simulate") as run:
-        return _simulate(settings, options, out, started, run)
+        return _simulate(settings, options, console, started, run)
 
 
-def _simulate(settings: Settings, options: SimOptions, out: TextIO, started: float,
+def _simulate(settings: Settings, options: SimOptions, console: Console, started: float,
               run: artifacts.RunDir) -> dict[str, Any]:
     splits = load_splits(settings)
     if splits.labels.task == MULTICLASS:
         raise DataError(f"{settings.data}: {splits.labels.n_classes} label values; simulate "
                         "trains binary classification and regression, as run does")
-    print(f"data: train {describe(splits.train, splits.labels)}", file=out)
-    print(f"      validation {describe(splits.val, splits.labels)}", file=out)
-    print(f"      test {describe(splits.test, splits.labels)}", file=out)
+    console.say(f"data: train {describe(splits.train, splits.labels)}")
+    console.say(f"      validation {describe(splits.val, splits.labels)}")
+    console.say(f"      test {describe(splits.test, splits.labels)}")
     spec = model_spec(settings, splits.train.n_features)
     kernel = KernelPlan(
         spec=spec, loss=settings.loss, round_size=1, threads=settings.threads,
@@ -118,20 +119,21 @@ def _simulate(settings: Settings, options: SimOptions, out: TextIO, started: flo
         return m.loss, m.accuracy
 
     net = options.network
-    print(f"simulating {settings.workers} worker(s) x {settings.threads} thread(s), "
-          f"{settings.mode}, {settings.topology}, combine {settings.combine}, staleness "
-          f"{'unbounded' if settings.staleness is None else settings.staleness}; "
-          f"{scenario.kernel.round_size} examples per thread per round, "
-          f"{scenario.max_rounds} rounds; message {net.overhead * 1e3:g} ms + "
-          f"{net.latency * 1e3:g} ms ({net.jitter}) latency, "
-          f"{net.bandwidth / 1e9:g} GB/s", file=out, flush=True)
+    console.say(f"simulating {settings.workers} worker(s) x {settings.threads} thread(s), "
+                f"{settings.mode}, {settings.topology}, combine {settings.combine}, staleness "
+                f"{'unbounded' if settings.staleness is None else settings.staleness}; "
+                f"{scenario.kernel.round_size} examples per thread per round, "
+                f"{scenario.max_rounds} rounds; message {net.overhead * 1e3:g} ms + "
+                f"{net.latency * 1e3:g} ms ({net.jitter}) latency, "
+                f"{net.bandwidth / 1e9:g} GB/s")
     began = time.perf_counter()
     result = Simulation(scenario, shards,
                         evaluate if splits.val.n_rows else None).run()
     wall = time.perf_counter() - began
     if result.diverged:
         raise TrainingDiverged("the simulated run", settings.learning_rate)
-    _print_rows(result, out)
+    if console.level > QUIET:
+        _print_rows(result, console.out, every=console.level >= VERBOSE)
     metrics = _metrics(settings, splits, spec, result, scenario, wall,
                        time.perf_counter() - started)
     write_outputs(settings, result.best_weights, metrics, result.history,
@@ -141,16 +143,16 @@ def _simulate(settings: Settings, options: SimOptions, out: TextIO, started: flo
     final, best = metrics["final_test_accuracy"], metrics["test_accuracy"]
     acc = ("-" if best is None else
            f"{best:.4f} (best validated model; the last one {final:.4f})")
-    print(f"done: {result.rounds} rounds in {result.seconds:.3g} simulated s "
-          f"({wall:.2f}s here), {result.messages} messages, {result.bytes / 1e6:.1f} MB, "
-          f"max staleness {result.max_staleness}; test accuracy {acc}; outputs in "
-          f"{published}", file=out, flush=True)
+    console.result(f"done: {result.rounds} rounds in {result.seconds:.3g} simulated s "
+                   f"({wall:.2f}s here), {result.messages} messages, {result.bytes / 1e6:.1f} MB, "
+                   f"max staleness {result.max_staleness}; test accuracy {acc}; outputs in "
+                   f"{published}")
     return metrics
 
 
-def _print_rows(result: SimResult, out: TextIO) -> None:
+def _print_rows(result: SimResult, out: TextIO, every: bool = False) -> None:
     rows = result.history
-    step = max(1, math.ceil(len(rows) / PRINTED_ROWS))
+    step = 1 if every else max(1, math.ceil(len(rows) / PRINTED_ROWS))
     print(f"{'epoch':>6} {'sim_ms':>9} {'train_loss':>10} {'val_loss':>9} {'val_acc':>8}",
           file=out)
     for i, row in enumerate(rows):

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from hogwild import artifacts
 from hogwild.config import Settings
+from hogwild.console import NORMAL, Console
 from hogwild.coordinator import checkpoint, fingerprint
 from hogwild.coordinator.checkpoint import Checkpoint
 from hogwild.coordinator.relay import StarRelay
@@ -111,6 +112,9 @@ class RunDriver:
         self.run_dir = run_dir or artifacts.RunDir.existing(settings.out_dir)
         # sys.stdout at call time, not at import (a test may have replaced it since)
         self.out = sys.stdout if out is None else out
+        # What to print (-q, -v, --json, as the command line said) and which progress rows.
+        self.console = Console(self.out)
+        self._rows = self.console.rows()
         self.state = state
         self.health = health
         self.stop = stop
@@ -152,8 +156,8 @@ class RunDriver:
         self.data_fingerprint = ""  # of the rows trained on, kept in every checkpoint
         self.max_abs_value: float | None = None  # largest |x| shipped (None: not seen here)
 
-    def _print(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+    def _print(self, text: str, level: int = NORMAL) -> None:
+        self.console.say(text, level)
 
     # ------------------------------------------------------------------------ run
 
@@ -346,7 +350,29 @@ class RunDriver:
         line, self.conflicts = startup_report(train, threads=s.threads, workers=s.workers,
                                               round_size=rounds, distributed=True, seed=s.seed,
                                               load_seconds=load_seconds)
-        self._print(line)
+        self._report_conflicts(line, s.threads, s.workers)
+
+    def _report_conflicts(self, line: str, threads: int, workers: int) -> None:
+        """The conflicts line as a warning where a setting acts on it, else at info level
+        (the statistics are in metrics.json either way).
+
+        With combine sum every worker's steps of a round count in full, so the examples in
+        flight (threads x workers x round_size) are what the bound n/(2Δ) is about; when
+        threads x workers alone are within it, round_size decides, and the warning names it.
+        Where even one example per thread exceeds the bound (dense rows: n/(2Δ) < 1 on most
+        real text data), no round size is covered, and a warning on every run would say
+        nothing a user can act on."""
+        from hogwild.data.conflicts import Recommendation
+
+        entry = self.conflicts
+        rec = Recommendation(**entry["recommendation"]) if entry is not None else None
+        if (rec is None or rec.tau is None or rec.fits or self.settings.combine != "sum"
+                or threads * workers > rec.tau):
+            log.info("%s", line)
+            return
+        log.warning("%s: with combine sum so many examples in flight may overshoot; "
+                    "round_size %d or less keeps them within the bound (or combine average)",
+                    line, rec.round_size)
 
     def _conflicts_as_started(self, live: list[WorkerRecord], round_size: int) -> None:
         """The safe in-flight advice again, for the threads the workers registered with and
@@ -370,8 +396,9 @@ class RunDriver:
         said = advice(Recommendation(**before), distributed=True)
         now = advice(rec, distributed=True)
         if now != said:  # (with τ < 1 both say the same: no asynchrony is covered)
-            self._print("conflicts as started (the workers' own threads and the run's round "
-                        f"size): {now}")
+            self._report_conflicts("conflicts as started (the workers' own threads and the "
+                                   f"run's round size): {now}", max(r.threads for r in live),
+                                   len(live))
 
     # ---------------------------------------------------------------- shipping
 
@@ -708,6 +735,7 @@ class RunDriver:
         loss = get_loss(s.loss)
         self._print(f"{'elapsed':>8} {'round':>6} {'examples':>10} {'epochs':>7} "
                     f"{'val_loss':>9} {'val_acc':>8} {'deltas':>7} {'MB_in':>8} {'stale':>5}")
+        self._rows = self.console.rows()
         next_eval = time.perf_counter() + s.eval_interval
         try:
             return self._monitor_loop(splits, rules, loss, began, next_eval)
@@ -945,10 +973,15 @@ class RunDriver:
         self.history.add(row)
         if not announce:
             return row
-        self._print(f"{row['elapsed']:>7.2f}s {row['round']:>6} {examples:>10} "
-                    f"{row['epochs']:>7.2f} {_fmt(row['val_loss']):>9} "
-                    f"{_fmt(row['val_accuracy']):>8} {row['deltas_received']:>7} "
-                    f"{row['bytes_received'] / 1e6:>8.2f} {row['max_staleness']:>5}")
+        text = (f"{row['elapsed']:>7.2f}s {row['round']:>6} {examples:>10} "
+                f"{row['epochs']:>7.2f} {_fmt(row['val_loss']):>9} "
+                f"{_fmt(row['val_accuracy']):>8} {row['deltas_received']:>7} "
+                f"{row['bytes_received'] / 1e6:>8.2f} {row['max_staleness']:>5}")
+        if closing:  # the last row is always shown (a periodic one held back is older)
+            self._rows.held = None
+            self._print(text)
+        else:  # thinned out: see hogwild.console.RowThrottle
+            self._rows.offer(text, self.out)
         return row
 
     def _score_trace(self, splits: Any, loss: Any) -> int:
@@ -1118,11 +1151,13 @@ class RunDriver:
                         f"(epoch {saved['epochs']:.2f}, validation loss "
                         f"{_fmt(saved['val_loss'])}) rather than the last one "
                         f"(validation loss {_fmt(row['val_loss'])})")
-        self._print(f"done ({reason}): {metrics['epochs']:.2f} epochs, {metrics['rounds']} "
-                    f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "
-                    f"test loss {test.loss:.4f}, test accuracy {acc}; "
-                    f"{totals.deltas_received} deltas, "
-                    f"{totals.bytes_received / 1e6:.1f} MB received; outputs in {published}")
+        self.console.result(
+            f"done ({reason}): {metrics['epochs']:.2f} epochs, {metrics['rounds']} "
+            f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "
+            f"test loss {test.loss:.4f}, test accuracy {acc}; "
+            f"{totals.deltas_received} deltas, "
+            f"{totals.bytes_received / 1e6:.1f} MB received; outputs in {published}")
+        self.console.json_result(metrics)
         return metrics
 
     def _write_worker_states(self, global_w: np.ndarray,

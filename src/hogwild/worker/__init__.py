@@ -7,6 +7,7 @@ import signal
 
 import grpc
 
+from hogwild.announce import REGISTERED_PREFIX
 from hogwild.config import Settings
 from hogwild.errors import EXIT_LEFT, ClusterError
 from hogwild.model.trainer import warmup
@@ -80,6 +81,8 @@ def serve(settings: Settings) -> int:
             node = servicer.node
             if not node.register(port):
                 return EXIT_LEFT  # SIGTERM before the coordinator answered
+            # For `hogwild run`, which names this process's output by the id (see announce).
+            print(f"{REGISTERED_PREFIX}{node.worker_id}", flush=True)
             if not warmed:
                 warmup()
                 codec_warmup()

@@ -1,0 +1,119 @@
+"""How much a command prints (quiet, normal, verbose, --json) and progress rows thinned out."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+QUIET, NORMAL, VERBOSE = 0, 1, 2
+
+# At normal verbosity a progress row is printed at the 1st, 2nd, 4th, 8th, ... evaluation
+# and otherwise at most once per ROW_GAP seconds; the last row always.
+ROW_GAP = 1.0
+
+
+@dataclass(frozen=True)
+class Verbosity:
+    """The command line's choice: ``level`` (QUIET, NORMAL, VERBOSE) and ``as_json`` (the
+    result as one JSON object on standard output, every human line on standard error)."""
+
+    level: int = NORMAL
+    as_json: bool = False
+
+
+_current = Verbosity()
+
+
+def use(verbosity: Verbosity) -> None:
+    """Set this process's verbosity (the `hogwild` command line sets it for its command)."""
+    global _current
+    _current = verbosity
+
+
+def current() -> Verbosity:
+    """This process's verbosity (normal, unless the command line said otherwise)."""
+    return _current
+
+
+class Console:
+    """Where a command's human lines go, and which of them are printed."""
+
+    def __init__(self, out: TextIO | None = None, verbosity: Verbosity | None = None) -> None:
+        v = current() if verbosity is None else verbosity
+        self.level = v.level
+        self.as_json = v.as_json
+        # Looked up now, not at import (a test may have replaced sys.stdout since); with
+        # --json standard output is the result's alone.
+        self.out = out if out is not None else sys.stderr if v.as_json else sys.stdout
+
+    def say(self, text: str, level: int = NORMAL) -> None:
+        """A line printed at ``level`` and above (VERBOSE: only with -v)."""
+        if self.level >= level:
+            print(text, file=self.out, flush=True)
+
+    def result(self, text: str) -> None:
+        """The final line: printed at every level, except -q with --json (the JSON object on
+        standard output is the result then)."""
+        if not (self.as_json and self.level <= QUIET):
+            print(text, file=self.out, flush=True)
+
+    def json_result(self, metrics: Any) -> None:
+        """With --json: ``metrics`` as one line of JSON on standard output (as metrics.json
+        has them)."""
+        if self.as_json:
+            from hogwild.artifacts import dumps
+
+            print(dumps(metrics), file=sys.stdout, flush=True)
+
+    def rows(self) -> RowThrottle:
+        """The filter of this command's progress rows."""
+        return RowThrottle(self.level)
+
+
+class RowThrottle:
+    """Which progress rows to print: every one with -v, none with -q; else the 1st, 2nd,
+    4th, 8th, ... and at most one per ``gap`` seconds in between. Every row still goes to
+    metrics.jsonl: only printing is thinned. :attr:`held` is the last row's text when it
+    was not printed, for the caller to print at the end (the last row is always shown)."""
+
+    def __init__(self, level: int = NORMAL, gap: float = ROW_GAP,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.level = level
+        self.gap = gap
+        self.clock = clock
+        self.seen = 0
+        self.printed = 0
+        self._last_printed: float | None = None
+        self.held: str | None = None
+
+    def due(self) -> bool:
+        """Whether the next row is to be printed (each row is asked about once, in order)."""
+        self.seen += 1
+        if self.level <= QUIET:
+            return False
+        now = self.clock()
+        doubling = self.seen & (self.seen - 1) == 0  # 1, 2, 4, 8, ...
+        if (self.level >= VERBOSE or doubling or self._last_printed is None
+                or now - self._last_printed >= self.gap):
+            self._last_printed = now
+            return True
+        return False
+
+    def offer(self, text: str, out: TextIO) -> None:
+        """Print the row ``text`` to ``out`` if it is due, else hold it as the latest."""
+        if self.due():
+            print(text, file=out, flush=True)
+            self.printed += 1
+            self.held = None
+        elif self.level > QUIET:
+            self.held = text
+
+    def flush(self, out: TextIO) -> None:
+        """Print the last row if it was held back (the end of the run)."""
+        if self.held is not None:
+            print(self.held, file=out, flush=True)
+            self.printed += 1
+            self.held = None
