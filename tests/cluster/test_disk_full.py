@@ -11,8 +11,6 @@ import itertools
 import json
 import re
 import signal
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,20 +31,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 APPEND_FAILED = re.compile(r"cannot add to \S*metrics\.jsonl \(No space left on device\)")
 
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MB tmpfs: room for a Reuters run's outputs, and quick to fill."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)],
-                             capture_output=True, text=True, check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def _fill(disk: Path) -> Path:

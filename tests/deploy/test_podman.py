@@ -100,10 +100,10 @@ def test_the_image_runs_a_whole_run_into_a_mounted_volume(image: str, tmp_path: 
     out.mkdir()
     try:
         # --network none: the run's coordinator and workers talk over the container's own
-        # loopback only.
+        # loopback only. -v: the servers' log lines (how they serve) are info.
         done = run(["podman", "run", "--rm", "--name", name, "--network", "none",
                     "--user", f"{os.getuid()}:{os.getgid()}", "-v", f"{out}:/out",
-                    image, "run", "--out", "/out/demo"], 600, check=False)
+                    image, "run", "-v", "--out", "/out/demo"], 600, check=False)
     finally:
         subprocess.run(["podman", "rm", "--force", "--time", "5", name], capture_output=True,
                        timeout=120, check=False)

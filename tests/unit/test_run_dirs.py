@@ -6,8 +6,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -96,20 +94,6 @@ def test_outputs_that_fail_leave_latest_and_the_run_before_whole(
     assert (f"this run's files are in {root / failed}, left incomplete "
             f"({root / 'latest'} still names the last complete run)") in err[0]
 
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MB tmpfs (root only; skipped, saying why, elsewhere)."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)],
-                             capture_output=True, text=True, check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def test_a_disk_that_fills_during_training_publishes_nothing(
