@@ -133,7 +133,9 @@ def cluster(args: argparse.Namespace, workers: int, available: list[int], seed: 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default="synthetic:rcv1?rows=200000&seed=1")
-    parser.add_argument("--test", default="synthetic:rcv1?rows=20000&seed=2")
+    # No test file by default: a synthetic set's test rows must come from its own generator
+    # (another seed plants another separator), so they are split off (test_fraction).
+    parser.add_argument("--test", default="")
     parser.add_argument("--cores", type=int, default=0,
                         help="cores per machine (default: as many as (W + 1) machines of the "
                              "largest W allow, at least 1)")
