@@ -22,10 +22,11 @@ log = logging.getLogger("hogwild")
 
 # Short spellings of the most used settings, per command (flag -> setting key).
 _ALIASES: dict[str, dict[str, str]] = {
-    "train": {"--test": "test_data", "--out": "out_dir"},
-    "run": {"--test": "test_data", "--out": "out_dir"},
+    "train": {"--test": "test_data", "--out": "out_dir", "--tensorboard": "tensorboard_dir"},
+    "run": {"--test": "test_data", "--out": "out_dir", "--tensorboard": "tensorboard_dir"},
     "simulate": {"--test": "test_data", "--out": "out_dir"},
-    "coordinator": {"--port": "coordinator_port", "--test": "test_data", "--out": "out_dir"},
+    "coordinator": {"--port": "coordinator_port", "--test": "test_data", "--out": "out_dir",
+                    "--tensorboard": "tensorboard_dir"},
     "worker": {"--port": "worker_port", "--advertise": "advertise_address",
                "--coordinator": "coordinator_address"},
 }
@@ -270,9 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
     hsh = sub.add_parser(
         "hash", help="hash a CSV/TSV file's categorical, text and numeric columns to svmlight",
         description="feature hashing of a CSV/TSV file (header line required): one-hot for "
-                    "small categorical columns, k-way split hashing (xxh3) with about "
-                    "sqrt(distinct) buckets for larger ones and for text, numeric columns as "
-                    "values; writes OUT and OUT.hashing.json")
+                    "categorical columns of up to --onehot-max values, signed hashing (xxh3) "
+                    "into 2**18 buckets for larger ones and for text (--buckets sqrt: about "
+                    "sqrt(distinct) buckets), numeric columns as values; writes OUT and "
+                    "OUT.hashing.json")
     hsh.add_argument("input", metavar="IN", help="CSV or TSV file (.gz ok)")
     hsh.add_argument("--out", required=True, metavar="FILE", help="svmlight output (.gz ok)")
     hsh.add_argument("--label", help="label column (numeric)")
@@ -282,9 +284,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="numeric columns (default: every column not named otherwise)")
     hsh.add_argument("--ignore", default="", metavar="A,B", help="columns to leave out")
     hsh.add_argument("--hash-bits", type=int, default=None,
-                     help="2**B buckets per sub-block (default: about sqrt(distinct values))")
-    hsh.add_argument("--k", type=int, default=2, help="hashes (sub-blocks) per value (1-4)")
-    hsh.add_argument("--onehot-max", type=int, default=64,
+                     help="2**B buckets per sub-block of a hashed column (default: 18)")
+    hsh.add_argument("--buckets", choices=("bits", "sqrt"), default="bits",
+                     help="bits: 2**hash_bits signed buckets; sqrt: about sqrt(distinct values) "
+                          "unsigned buckets, k=2 (small blocks, e.g. for an MLP's first layer)")
+    hsh.add_argument("--k", type=int, default=None,
+                     help="hashes (sub-blocks) per value, 1-4 (default: 1; 2 with --buckets "
+                          "sqrt)")
+    hsh.add_argument("--onehot-max", type=int, default=2 ** 16,
                      help="one-hot for categorical columns with at most this many values")
     hsh.add_argument("--scale", choices=("maxabs", "none"), default="maxabs",
                      help="maxabs: numeric columns divided by their largest magnitude; "
@@ -321,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_model_commands(sub: Any) -> None:
-    """`predict` and `eval`: use a saved model (they take no settings)."""
+    """`predict`, `eval` and `inspect`: use a saved model (they take no settings)."""
     predict = sub.add_parser(
         "predict", help="predict a data file with a saved model",
         description="one prediction per line (the label, --raw margin or --proba probability); "
@@ -330,6 +337,16 @@ def _add_model_commands(sub: Any) -> None:
         "eval", help="every metric of a saved model on a labelled data file",
         description="accuracy, precision, recall, F1, ROC AUC (classification) or RMSE, MAE, "
                     "R^2 (regression), and the model's loss")
+    inspect = sub.add_parser(
+        "inspect", help="a saved model's summary and its largest positive and negative weights",
+        description="feature count, nonzero weights, bias, norm (an MLP's layer shapes) and "
+                    "the top weights, each named: the feature id, or for a model trained on a "
+                    "csv: source the column and value it stands for")
+    inspect.add_argument("model", metavar="MODEL",
+                         help="run directory (runs/latest), or its model.npz / model.json")
+    inspect.add_argument("--top", type=int, default=10, metavar="N",
+                         help="weights shown of each sign (0: the summary only)")
+    inspect.add_argument("--json", action="store_true", help="one JSON object on stdout")
     for name, cmd in (("predict", predict), ("eval", evaluate)):
         _add_output_flags(cmd, name)
         cmd.add_argument("--model", required=True, metavar="DIR|model.npz",
@@ -417,6 +434,9 @@ def _cmd_run(settings: Settings, args: argparse.Namespace, whole_process: bool) 
 
 def _cmd_simulate(settings: Settings, args: argparse.Namespace) -> int:
     from hogwild.commands.simulate import SimOptions, simulate_job
+
+    if settings.initial_model:  # the simulator's workers start from zeros
+        raise ConfigError("initial_model", "not supported by `hogwild simulate`")
 
     try:
         speeds = tuple(float(x) for x in args.speeds.split(",") if x.strip())
@@ -533,7 +553,8 @@ def _cmd_hash(args: argparse.Namespace) -> int:
         options = HashOptions(label=args.label, categorical=names(args.categorical),
                               text=names(args.text), ignore=names(args.ignore),
                               numeric=None if args.numeric is None else names(args.numeric),
-                              hash_bits=args.hash_bits, k=args.k, onehot_max=args.onehot_max,
+                              hash_bits=args.hash_bits, k=args.k, buckets=args.buckets,
+                              onehot_max=args.onehot_max,
                               scale=args.scale, sep=sep, seed=args.seed)
     except DataError as exc:  # a bad flag: a usage error, exit 2
         raise ConfigError("hash", str(exc).removeprefix("hashing: ")) from None
@@ -674,6 +695,11 @@ def _run_verbose(args: argparse.Namespace, env: Mapping[str, str],
             return _cmd_model(args)
         if args.command == "experiment":
             return _cmd_experiment(args, env)
+        if args.command == "inspect":
+            from hogwild.commands.inspect import inspect_command
+
+            inspect_command(args.model, top=args.top, as_json=args.json)
+            return 0
         settings = settings_from_args(args, env)
         level = log_level_of(settings, args, env)
         if level != settings.log_level:  # `run` hands it on to its processes

@@ -18,7 +18,7 @@ ENV_PREFIX = "HOGWILD_"
 
 MODES = ("sync", "async")
 TOPOLOGIES = ("mesh", "star", "tree")
-COMBINES = ("sum", "average")
+COMBINES = ("sum", "average")  # what a run uses, and the wire carries
 DELTA_DTYPES = ("float32", "float16")
 LOSSES = ("hinge", "logistic", "squared")
 SCHEDULES = ("inverse", "constant", "invscaling")
@@ -32,6 +32,44 @@ SIGTERM_ACTIONS = ("finish", "checkpoint")
 # (hogwild: many warps; serial: one, the CPU kernel's serial pass).
 DEVICE_FORMAT = re.compile(r"cpu|cuda(?::(0|[1-9][0-9]{0,3}))?")
 GPU_TRAINER_MODES = ("hogwild", "serial")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The range a numeric setting must lie in, and the sentence that says so. Defined here
+    once: the trainer and the worker's run plan check their copies of a setting against it."""
+
+    low: float
+    high: float
+    why: str
+    low_open: bool = False   # low itself is not allowed
+    high_open: bool = False  # high itself is not allowed
+
+    def __contains__(self, value: float) -> bool:
+        # Written so that NaN is outside every range (each comparison with it is false).
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return bool(above and below)
+
+    @property
+    def rule(self) -> tuple[Callable[[Any], bool], str]:
+        return (lambda value: value in self), self.why
+
+
+_INF = float("inf")
+MAX_THREADS = 256  # threads per process (a worker's, or train's)
+BOUNDS: dict[str, Bound] = {
+    "threads": Bound(1, MAX_THREADS, f"must be between 1 and {MAX_THREADS}"),
+    "batch_size": Bound(1, 1 << 20, "must be between 1 and 1048576"),
+    "learning_rate": Bound(0, _INF, "must be positive and finite", low_open=True,
+                           high_open=True),
+    "deep_lr_scale": Bound(0, _INF, "must be positive and finite", low_open=True,
+                           high_open=True),
+    "lr_decay": Bound(0, 1, "must be in (0, 1]", low_open=True),
+    "power_t": Bound(0, 2, "must be in [0, 2]"),
+    "l2": Bound(0, _INF, "must be non-negative and finite", high_open=True),
+    "tree_fanout": Bound(2, 64, "must be between 2 and 64"),
+}
 
 
 # The subcommands that read settings. A field's ``commands`` metadata names the ones that use
@@ -99,7 +137,8 @@ class Settings:
         metadata=_doc("how the workers' deltas of a round add up: sum = every worker's steps "
                       "count in full (HOGWILD! across nodes; best with small rounds); average "
                       "= each counts 1/W, W the workers (periodic model averaging: stable with "
-                      "rounds up to an epoch, so fewer exchanges)",
+                      "rounds up to an epoch, so fewer exchanges, but slower to converge with "
+                      "many workers: see docs/concepts/defaults.md)",
                       choices=COMBINES, commands=_RC))
     topology: str = field(
         default="mesh",
@@ -176,7 +215,7 @@ class Settings:
                       "cuda:N (a CUDA GPU, numba.cuda: a warp per example, lock-free atomic "
                       "updates, one kernel launch per epoch; trainer hogwild or serial, "
                       "batch_size 1, not with model mlp, multiclass data or out_of_core; "
-                      "needs pip install hogwild[gpu] and a CUDA driver)", commands=_T))
+                      "needs the gpu extra: pip install '.[gpu]' from a clone, and a CUDA driver)", commands=_T))
     thread_buffer: bool = field(
         default=True,
         metadata=_doc("hogwild threads buffer their writes and publish them to the shared "
@@ -202,8 +241,16 @@ class Settings:
         metadata=_doc("model mlp: step size of the deep part (hidden and output layers, "
                       "embeddings) as a multiple of the wide part's, which is learning_rate "
                       "with its schedule; the default was chosen on validation data of the "
-                      "bundled sets, where the deep part added no accuracy (see README); "
-                      "raise it (0.2-1) when the features interact", commands=_TRC))
+                      "bundled sets, where the deep part added no accuracy (see "
+                      "docs/guides/mlp.md); raise it (0.2-1) when the features interact",
+                      commands=_TRC))
+    initial_model: str = field(
+        default="",
+        metadata=_doc("warm start: a saved model (run directory, its model.npz / model.json, "
+                      "or runs/latest) whose weights training starts from instead of zeros "
+                      "(or the MLP's random start); its model kind, loss, task, classes, "
+                      "feature count and hashing must be this run's, else the run is refused "
+                      "(empty = none)", commands=_TRC))
     multiclass: str = field(
         default="ovr",
         metadata=_doc("data with more than two label values: ovr = one-vs-rest, one weight "
@@ -223,6 +270,14 @@ class Settings:
         default=3,
         metadata=_doc("early stopping: evaluations without validation-loss improvement "
                       "(0 = off)", commands=_TRC))
+    swing_tolerance: float | None = field(
+        default=0.02,
+        metadata=_doc("cluster runs: when the validation accuracy falls more than this (and "
+                      "than its noise) below the best seen, the coordinator halves every "
+                      "worker's step size and, async, bounds the staleness at 1, and says so "
+                      "(at most 4 times; without an accuracy, a validation loss a quarter above the "
+                      "best does it); null = never act (the best model is saved either way)",
+                      commands=_RC))
     min_delta: float = field(
         default=1e-4, metadata=_doc("smallest validation-loss decrease that counts as progress",
                                     commands=_TRC))
@@ -347,6 +402,23 @@ class Settings:
                       "or, given a runs directory (out_dir), its newest incomplete run that "
                       "has one; none found starts a new run; empty = a new run",
                       commands=("coordinator",)))
+    metrics_port: int | None = field(
+        default=None,
+        metadata=_doc("serve Prometheus metrics (rounds, examples, deltas and bytes, staleness; "
+                      "the coordinator's also validation loss and accuracy, dropped workers) "
+                      "over HTTP at /metrics on bind_host and this port, plain text and without "
+                      "a token; 0 = any free port (logged); null = off. `hogwild run` gives it "
+                      "to the coordinator and any free port to each worker", commands=_RCW))
+    metrics_linger: float = field(
+        default=0.0,
+        metadata=_doc("seconds /metrics keeps serving after the process's work is done, so a "
+                      "scrape sees the final counters of a short run (0 = close at once)",
+                      commands=_RCW))
+    tensorboard_dir: str = field(
+        default="",
+        metadata=_doc("also write the validation loss and accuracy of every evaluation as "
+                      "TensorBoard scalars under this directory, one subdirectory per run "
+                      "(needs the tensorboard extra: pip install '.[tensorboard]' from a clone); empty = off", commands=_TRC))
     log_level: str = field(
         default="info", metadata=_doc("debug, info, warning or error", choices=LOG_LEVELS))
 
@@ -484,9 +556,13 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "coordinator_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535"),
     "worker_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535"),
     "health_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535 (or null)"),
+    "metrics_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535 (or null)"),
+    "metrics_linger": (lambda v: 0 <= v < float("inf"), "must be 0 (off) or positive"),
+    "swing_tolerance": (lambda v: 0 < v < 1, ("must be in (0, 1) (accuracy points as a "
+                                              "fraction: 0.02 = 2 points), or null = off")),
     "workers": (lambda v: 1 <= v <= 1024, "must be between 1 and 1024"),
-    "threads": (lambda v: 1 <= v <= 256, "must be between 1 and 256"),
-    "batch_size": (lambda v: 1 <= v <= 1 << 20, "must be between 1 and 1048576"),
+    "threads": BOUNDS["threads"].rule,
+    "batch_size": BOUNDS["batch_size"].rule,
     "device": (lambda v: DEVICE_FORMAT.fullmatch(v) is not None,
                "must be cpu, cuda or cuda:N (N the GPU's index)"),
     # Upper bounds are those of the wire (int32 staleness, uint64 counts and seed) and of
@@ -498,11 +574,11 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "barrier_timeout": (lambda v: v > 0, "must be positive"),
     "rpc_timeout": (lambda v: v > 0, "must be positive"),
     "connect_timeout": (lambda v: v > 0, "must be positive"),
-    "learning_rate": (lambda v: 0 < v < float("inf"), "must be positive and finite"),
-    "deep_lr_scale": (lambda v: 0 < v < float("inf"), "must be positive and finite"),
-    "lr_decay": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
-    "power_t": (lambda v: 0 <= v <= 2, "must be in [0, 2]"),
-    "l2": (lambda v: 0 <= v < float("inf"), "must be non-negative and finite"),
+    "learning_rate": BOUNDS["learning_rate"].rule,
+    "deep_lr_scale": BOUNDS["deep_lr_scale"].rule,
+    "lr_decay": BOUNDS["lr_decay"].rule,
+    "power_t": BOUNDS["power_t"].rule,
+    "l2": BOUNDS["l2"].rule,
     "epochs": (lambda v: v >= 1, "must be at least 1"),
     "time_budget": (lambda v: v >= 0, "must be non-negative (0 = no limit)"),
     "patience": (lambda v: v >= 0, "must be non-negative (0 = off)"),
@@ -517,7 +593,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "test_fraction": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
     "delta_threshold": (lambda v: 0 <= v < float("inf"), "must be non-negative and finite"),
     "delta_topk": (lambda v: 0 <= v < 1 << 63, "must be non-negative (0 = off)"),
-    "tree_fanout": (lambda v: 2 <= v <= 64, "must be between 2 and 64"),
+    "tree_fanout": BOUNDS["tree_fanout"].rule,
     "chunk_bytes": (lambda v: 4096 <= v <= (1 << 20), "must be between 4096 and 1048576"),
     "data": (lambda v: bool(v.strip()), "must not be empty"),
     "out_dir": (lambda v: bool(v.strip()), "must not be empty"),

@@ -1,7 +1,7 @@
 """scikit-learn estimators over the Hogwild trainer (HogwildClassifier, HogwildRegressor) and
 run_cluster, which trains the same models with a real local coordinator and workers.
 
-scikit-learn (>= 1.6) is needed here only: ``pip install 'hogwild[sklearn]'``. The estimators
+scikit-learn (>= 1.6) is needed here only: ``pip install '.[sklearn]'`` from a clone. The estimators
 take scipy sparse matrices (CSR is used as it is; any other format or a dense array is
 converted) and any labels ``np.unique`` can sort: two classes train one model on -1/+1, more
 classes train one model per class (one-vs-rest, the class against the rest).
@@ -27,7 +27,7 @@ try:
     from sklearn.utils.validation import check_is_fitted, validate_data
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("hogwild's estimators need scikit-learn >= 1.6: "
-                      "pip install 'hogwild[sklearn]'") from exc
+                      "pip install '.[sklearn]' from a clone, or pip install scikit-learn") from exc
 
 from hogwild import artifacts
 from hogwild.config import Settings
@@ -71,7 +71,7 @@ class _HogwildModel(BaseEstimator):
                  fit_bias: bool = _SCHEMA.fit_bias, seed: int = _SCHEMA.seed,
                  trainer: str = _SCHEMA.trainer, thread_buffer: bool = _SCHEMA.thread_buffer,
                  batch_size: int = _SCHEMA.batch_size, shuffle: bool = True,
-                 epoch_rows: int | None = None) -> None:
+                 epoch_rows: int | None = None, warm_start: bool = False) -> None:
         self.loss = loss
         self.learning_rate = learning_rate
         self.lr_schedule = lr_schedule
@@ -87,6 +87,7 @@ class _HogwildModel(BaseEstimator):
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.epoch_rows = epoch_rows
+        self.warm_start = warm_start
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -191,6 +192,10 @@ class _HogwildModel(BaseEstimator):
         if epochs is not None:
             self._epoch_rows = data.n_rows
 
+    def _warm(self) -> bool:
+        """Whether fit starts from the current weights: warm_start and a fitted model."""
+        return bool(self.warm_start) and hasattr(self, "weights_")
+
     def _forget(self) -> None:
         for name in ("_calls", "_seen", "_epoch_rows"):
             if hasattr(self, name):
@@ -281,6 +286,8 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
     ``shuffle`` permutes the rows once per call. ``epoch_rows``: the rows of one pass, for
     the step-size schedule of ``partial_fit``, which counts examples, not calls (None: the
     rows of the last ``fit``, else all the examples seen so far, as one pass of a stream).
+    ``warm_start``: as in scikit-learn, ``fit`` starts from the weights of the previous fit
+    (or of a loaded model) instead of zeros.
     After fit: ``classes_``, ``coef_`` (1, d) or (K, d), ``intercept_``, ``n_iter_``,
     ``n_features_in_`` and ``weights_`` (the rows of ``w`` as saved, bias last).
     """
@@ -288,17 +295,26 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
     _task_kind = "classifier"
 
     def fit(self, X: Any, y: Any) -> HogwildClassifier:
-        """Train from scratch for ``epochs`` passes."""
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES)
+        """Train for ``epochs`` passes: from zero weights, or with ``warm_start`` from the
+        weights of the last fit (same features and classes; the step sizes start again)."""
+        warm = self._warm()
+        # Warm: X must have the fitted feature count (validate_data says so otherwise).
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, reset=not warm)
         check_classification_targets(y)
         classes = np.unique(y)
         if classes.shape[0] < 2:
             raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes; "
                              f"the data has one class only: {classes[0].item()!r}")
+        fitted: npt.NDArray[Any] | None = getattr(self, "classes_", None) if warm else None
+        if fitted is not None and not np.array_equal(classes, fitted):
+            raise ValueError(f"warm_start: the labels' classes {classes.tolist()} differ from "
+                             f"the fitted model's {fitted.tolist()}")
         epochs = self._check_epochs(self.epochs)
+        previous = self.weights_.copy() if warm else None
         self._forget()
         self.classes_ = classes
-        weights = np.zeros((self._n_models(), X.shape[1] + 1), dtype=np.float64)
+        weights = (previous if previous is not None
+                   else np.zeros((self._n_models(), X.shape[1] + 1), dtype=np.float64))
         self._train(_csr_data(X), self._targets(y), weights, epochs)
         self._set_weights(weights, epochs)
         return self
@@ -418,24 +434,29 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
                  fit_bias: bool = _SCHEMA.fit_bias, seed: int = _SCHEMA.seed,
                  trainer: str = _SCHEMA.trainer, thread_buffer: bool = _SCHEMA.thread_buffer,
                  batch_size: int = _SCHEMA.batch_size, shuffle: bool = True,
-                 epoch_rows: int | None = None) -> None:
+                 epoch_rows: int | None = None, warm_start: bool = False) -> None:
         super().__init__(loss=loss, learning_rate=learning_rate, lr_schedule=lr_schedule,
                          lr_decay=lr_decay, power_t=power_t, l2=l2, epochs=epochs,
                          threads=threads, fit_bias=fit_bias, seed=seed, trainer=trainer,
                          thread_buffer=thread_buffer, batch_size=batch_size,
-                         shuffle=shuffle, epoch_rows=epoch_rows)
+                         shuffle=shuffle, epoch_rows=epoch_rows, warm_start=warm_start)
 
     def _check_loss(self) -> None:
         if self.loss != "squared":
             raise ValueError(f"HogwildRegressor: loss must be 'squared', got {self.loss!r}")
 
     def fit(self, X: Any, y: Any) -> HogwildRegressor:
-        """Train from scratch for ``epochs`` passes."""
+        """Train for ``epochs`` passes: from zero weights, or with ``warm_start`` from the
+        weights of the last fit (same features; the step sizes start again)."""
         self._check_loss()
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, y_numeric=True)
+        warm = self._warm()
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, y_numeric=True,
+                             reset=not warm)
         epochs = self._check_epochs(self.epochs)
+        previous = self.weights_.copy() if warm else None
         self._forget()
-        weights = np.zeros((1, X.shape[1] + 1), dtype=np.float64)
+        weights = (previous if previous is not None
+                   else np.zeros((1, X.shape[1] + 1), dtype=np.float64))
         self._train(_csr_data(X), np.asarray(y, dtype=np.float64)[None, :], weights, epochs)
         self._set_weights(weights, epochs)
         return self

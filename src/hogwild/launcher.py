@@ -313,7 +313,10 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
             raise ClusterError(f"the coordinator did not announce its port within "
                                f"{STARTUP_SECONDS:g}s")
         port = int(coordinator.announcement)
-        worker_settings = worker_base.replace(coordinator_address=f"127.0.0.1:{port}")
+        # The coordinator has metrics_port; each worker, on this same host, any free port.
+        worker_settings = worker_base.replace(
+            coordinator_address=f"127.0.0.1:{port}",
+            metrics_port=None if settings.metrics_port is None else 0)
         worker_args = _role_argv("worker", worker_settings, config_path)[3:]  # after -m cli
         for worker in workers:
             worker.hand_arguments(worker_args)

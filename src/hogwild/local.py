@@ -20,10 +20,10 @@ from hogwild.data.conflicts import warmup as warmup_conflicts
 from hogwild.data.featurespace import frequent_features
 from hogwild.data.labels import MULTICLASS, LabelMap, check_class_labels
 from hogwild.data.memory import PER_ID, check_fits, ids_blamed, physical_memory
-from hogwild.data.reorder import frequency_order, renumber, restore_weights
+from hogwild.data.reorder import frequency_order, renumber, restore_weights, to_internal
 from hogwild.data.sources import default_test_source, describe, load_source_hashed
 from hogwild.data.split import split_shuffled
-from hogwild.errors import DataError, OutputError, TrainingDiverged
+from hogwild.errors import ConfigError, DataError, ModelError, OutputError, TrainingDiverged
 from hogwild.history import EvalHistory
 from hogwild.model.evaluation import evaluate_model, is_finite, predict
 from hogwild.model.losses import get_loss
@@ -31,6 +31,7 @@ from hogwild.model.ovr import OneVsRest
 from hogwild.model.saved import SavedModel, default_task
 from hogwild.model.spec import ModelSpec
 from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, EpochStats, Trainer, TrainParams
+from hogwild.outputs.tensorboard import open_scalars
 from hogwild.plotter import BackgroundPlot
 from hogwild.stopping import EarlyStopping
 from hogwild.warmup import preload_in_background
@@ -56,6 +57,9 @@ class Splits:
     hashing: dict[str, Any] | None = None
     # The user's labels and the targets the sets above hold (-1/+1, class indices or values).
     labels: LabelMap = PLUS_MINUS_ONE
+    # The saved model of the initial_model setting (warm start), checked against the data's
+    # feature space as it was loaded; None without one.
+    initial: SavedModel | None = None
 
 
 # Bytes a job keeps per feature id besides the weights: document frequency (int64), the
@@ -84,9 +88,22 @@ def load_splits(settings: Settings) -> Splits:
     The data is loaded already shuffled (``shuffle_order(n, seed)``: text files are placed so
     while they are parsed), so the three sets are views of one set of arrays, and the
     renumbering rewrites those arrays in place: the job holds one copy of the data."""
+    initial = initial_model(settings)
+    fitted: Mapping[str, Any] | None = None
+    if initial is not None:
+        # The model's feature space, not one fitted anew on this data: its width, and a csv:
+        # source hashed with the model's own parameters.
+        fitted = _warm_feature_space(settings, initial)
     data, hashing = load_source_hashed(settings.data, n_features=settings.n_features,
                                        zero_based=settings.zero_based, cache=settings.data_cache,
-                                       shuffle_seed=settings.seed)
+                                       shuffle_seed=settings.seed, hashing=fitted)
+    if initial is not None:
+        if data.n_features > initial.n_features:
+            raise ConfigError("initial_model", f"{settings.initial_model} has "
+                              f"{initial.n_features} features, data {settings.data!r} "
+                              f"{data.n_features}: not the model's feature space")
+        data = data.with_n_features(initial.n_features)
+        settings = settings.replace(n_features=initial.n_features)  # the test set's too
     test_spec = settings.test_data or default_test_source(settings.data)
     if test_spec:
         # A csv: test set is hashed with the training set's parameters.
@@ -106,7 +123,8 @@ def load_splits(settings: Settings) -> Splits:
     with ids_blamed(settings.data, width, settings.zero_based,
                     feature_memory(settings, width, vectors), PER_ID,
                     data.nnz + (0 if test is None else test.nnz)):
-        return _split_and_renumber(settings, data, test, test_spec, labels, hashing)
+        splits = _split_and_renumber(settings, data, test, test_spec, labels, hashing)
+    return splits if initial is None else replace(splits, initial=initial)
 
 
 def _split_and_renumber(settings: Settings, data: CSRData, test: CSRData | None,
@@ -142,6 +160,99 @@ def _split_and_renumber(settings: Settings, data: CSRData, test: CSRData | None,
         raise DataError("the test set is empty: give test_data or a positive test_fraction")
     return Splits(train=train, val=val, test=test, feature_order=order, hashing=hashing,
                   labels=labels)
+
+
+def initial_model(settings: Settings) -> SavedModel | None:
+    """The saved model the ``initial_model`` setting names (None when empty); ConfigError
+    naming the setting when there is no readable model there."""
+    if not settings.initial_model:
+        return None
+    try:
+        return SavedModel.load(settings.initial_model)
+    except ModelError as exc:
+        raise ConfigError("initial_model", str(exc)) from None
+
+
+def _warm_feature_space(settings: Settings, initial: SavedModel) -> Mapping[str, Any] | None:
+    """The hashing parameters that put a csv: source in ``initial``'s feature space (None
+    for other sources); ConfigError naming the mismatch when the data cannot be in that
+    space (another source kind, feature count or id base)."""
+    where = settings.initial_model
+    csv = settings.data.strip().startswith("csv:")
+    if initial.hashing is not None and not csv:
+        raise ConfigError("initial_model", f"{where} was trained on hashed CSV columns "
+                          f"(a csv: source); data {settings.data!r} is not one")
+    if initial.hashing is None and csv:
+        raise ConfigError("initial_model", f"{where} was not trained on a csv: source, so "
+                          f"its features are not the columns of {settings.data!r}")
+    if settings.n_features is not None and settings.n_features != initial.n_features:
+        raise ConfigError("initial_model", f"{where} has {initial.n_features} features, "
+                          f"setting n_features is {settings.n_features}")
+    trained = initial.meta.get("settings")
+    if initial.hashing is None and isinstance(trained, dict) and isinstance(
+            trained.get("zero_based"), bool) and trained["zero_based"] != settings.zero_based:
+        # Ids read with another base would put every weight on the next feature.
+        raise ConfigError("initial_model", f"{where} was trained with zero_based "
+                          f"{str(trained['zero_based']).lower()}, this run has "
+                          f"{str(settings.zero_based).lower()}")
+    return initial.hashing
+
+
+def warm_start_weights(settings: Settings, splits: Splits, spec: ModelSpec) -> np.ndarray:
+    """The initial model's weights in the training layout of ``splits`` (features renumbered
+    by frequency): ``(dim,)``, or ``(K, d + 1)`` one-vs-rest. ConfigError naming the first
+    thing the model and this run do not share (kind, layers, loss, task, classes, width)."""
+    model = splits.initial
+    if model is None:
+        raise ValueError("no initial model")
+    where = settings.initial_model
+
+    def refuse(what: str, theirs: object, ours: object) -> ConfigError:
+        return ConfigError("initial_model", f"{where} has {what} {theirs}, this run "
+                           f"{ours}: not the same model")
+
+    if model.model != spec.kind:
+        raise refuse("model kind", model.model, spec.kind)
+    if spec.is_mlp:
+        theirs = model.spec
+        if theirs.hidden != spec.hidden:
+            raise refuse("hidden layers", list(theirs.hidden), list(spec.hidden))
+        if theirs.binary_features != spec.binary_features:
+            raise refuse("binary_features", str(theirs.binary_features).lower(),
+                         str(spec.binary_features).lower())
+    if model.loss != settings.loss:
+        raise refuse("loss", model.loss, settings.loss)
+    if model.task != splits.labels.task:
+        raise refuse("task", model.task, f"{splits.labels.task} (from the data's labels)")
+    ours = splits.labels.json_classes()
+    if model.classes is not None and list(model.classes) != ours:
+        raise refuse("classes", list(model.classes), f"{ours} (the data's labels)")
+    if model.n_features != spec.n_features:
+        raise refuse("feature count", model.n_features, spec.n_features)
+    order = splits.feature_order
+    if spec.is_mlp:
+        return _mlp_to_internal(spec, model.w, order)
+    if model.w.ndim == 2:
+        return np.stack([to_internal(row, order) for row in model.w])
+    return to_internal(model.w, order)
+
+
+def _mlp_to_internal(spec: ModelSpec, w: np.ndarray, new_id_of_old: np.ndarray) -> np.ndarray:
+    """The inverse of ``spec.restore``: an MLP's rows over the files' ids, renumbered."""
+    out = np.array(w, dtype=np.float64)
+    d, width = spec.n_features, spec.row_width
+    rows = out[: d * width].reshape(d, width)
+    rows[np.asarray(new_id_of_old)] = np.asarray(w[: d * width]).reshape(d, width)
+    return out
+
+
+def initial_model_record(settings: Settings, model: SavedModel) -> dict[str, Any]:
+    """What metrics.json keeps about the model a run started from."""
+    metrics = model.meta.get("metrics")
+    metrics = metrics if isinstance(metrics, dict) else {}
+    return {"path": str(Path(settings.initial_model).expanduser().resolve()),
+            "created": model.meta.get("created"), "epochs": metrics.get("epochs"),
+            "test_loss": metrics.get("test_loss")}
 
 
 def train_params(settings: Settings) -> TrainParams:
@@ -237,6 +348,9 @@ def _train(settings: Settings, console: Console, started: float,
         cuda_device(settings.device)
     preload_in_background(lambda: warm_kernels(settings))
     if settings.out_of_core:
+        if settings.initial_model:
+            raise ConfigError("initial_model", "not with out_of_core (warm start trains "
+                              "from data in memory)")
         from hogwild import outofcore
 
         return outofcore.train_job(settings, console, started, plot, run)
@@ -246,6 +360,11 @@ def _train(settings: Settings, console: Console, started: float,
     say(f"data: train {describe(splits.train, splits.labels)}")
     say(f"      validation {describe(splits.val, splits.labels)}")
     say(f"      test {describe(splits.test, splits.labels)}")
+    if splits.hashing is not None:
+        from hogwild.data.hashing import encoding_lines
+
+        for line in encoding_lines(splits.hashing):
+            say(f"      {line}")
     conflicts_line, conflicts = startup_report(splits.train, threads=settings.threads,
                                                load_seconds=loaded - started, seed=settings.seed)
     # The theory's bound for threads sharing one process: no setting of this command acts
@@ -275,6 +394,10 @@ def _train(settings: Settings, console: Console, started: float,
     else:
         trainer = make_trainer(settings, spec)
         model_w = trainer.w
+    if splits.initial is not None:
+        # Copied into the trainer's own array, which its threads (or GPU) train in place.
+        model_w[...] = warm_start_weights(settings, splits, spec)
+        say(f"starting from the model in {settings.initial_model}")
     stopper = EarlyStopping(patience=settings.patience, min_delta=settings.min_delta,
                             target_loss=settings.target_loss)
     # Each epoch's row is appended as it is made, in this run's directory (no earlier run's
@@ -284,6 +407,15 @@ def _train(settings: Settings, console: Console, started: float,
         history.begin()
     except OSError as exc:
         raise OutputError.writing(run.path, exc) from None
+    scalars = open_scalars(settings, run.name)
+    # Epoch 0: the model before any training, so the curves start where training did (not
+    # printed, nor counted by early stopping: it is no epoch's result).
+    initial = evaluate_model(splits.val, model_w, loss, spec) if splits.val.n_rows else None
+    history.add({"epoch": 0, "elapsed": 0.0, "epoch_seconds": 0.0, "train_loss": None,
+                 "examples": 0, "val_loss": initial.loss if initial else None,
+                 "val_accuracy": initial.accuracy if initial else None})
+    if scalars is not None:
+        scalars.add(history.rows.rows()[-1], 0)
     stop_reason = "max epochs"
     train_started = time.perf_counter()
     say(f"{'epoch':>5} {'elapsed':>8} {'train_loss':>10} {'val_loss':>9} {'val_acc':>8}")
@@ -304,8 +436,11 @@ def _train(settings: Settings, console: Console, started: float,
                "val_loss": val.loss if val else None,
                "val_accuracy": val.accuracy if val else None}
         history.add(row)
+        if scalars is not None:  # at the examples trained on: every epoch is a whole pass
+            scalars.add(row, (stats.epoch + 1) * splits.train.n_rows)
         rows.offer(f"{row['epoch']:>5} {elapsed:>7.2f}s {stats.train_loss:>10.4f} "
-                   f"{_fmt(row['val_loss']):>9} {_fmt(row['val_accuracy']):>8}", console.out)
+                   f"{_fmt(row['val_loss']):>9} {_fmt(row['val_accuracy']):>8}", console.out,
+                   done=(stats.epoch + 1) / max(1, settings.epochs))
         # Without a validation set the training loss stands in for early stopping.
         decision = stopper.update(val.loss if val else stats.train_loss, model_w)
         if decision:
@@ -324,6 +459,9 @@ def _train(settings: Settings, console: Console, started: float,
     elif trainer is not None:
         trainer.fit(splits.train, settings.epochs, callback=after_epoch)
     train_seconds = time.perf_counter() - train_started
+    if scalars is not None:
+        scalars.close()
+    epochs = history.count - 1  # the rows after epoch 0's
     rows.flush(console.out)  # the last epoch's row, if it was thinned out
     w = stopper.best_weights if stopper.best_weights is not None else model_w
     test = evaluate_model(splits.test, w, loss, spec)
@@ -336,14 +474,16 @@ def _train(settings: Settings, console: Console, started: float,
     metrics: dict[str, Any] = {
         "command": "train", "test_loss": test.loss, "test_accuracy": test.accuracy,
         "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
-        "epochs": history.count, "best_epoch": (stopper.best_index + 1) if stopper.best_index
-        is not None else history.count, "seconds": train_seconds,
+        "epochs": epochs, "best_epoch": (stopper.best_index + 1) if stopper.best_index
+        is not None else epochs, "seconds": train_seconds,
         "load_seconds": loaded - started, "total_seconds": time.perf_counter() - started,
         "stop_reason": stop_reason, "threads": settings.threads, "trainer": settings.trainer,
         "batch_size": settings.batch_size,
         "loss": settings.loss, "train_rows": splits.train.n_rows, "test_rows": splits.test.n_rows,
         "n_features": splits.train.n_features, "conflicts": conflicts, "model": spec.kind,
         "task": splits.labels.task, "classes": splits.labels.json_classes(),
+        "initial_model": (None if splits.initial is None
+                          else initial_model_record(settings, splits.initial)),
     }
     metrics.update(test_quality(splits.test, w, settings.loss, spec, splits.labels.task,
                                 splits.labels.classes))
@@ -362,10 +502,10 @@ def _train(settings: Settings, console: Console, started: float,
         raise OutputError.writing(run.path, exc) from None
     published = run.publish()
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
-    if metrics["best_epoch"] != history.count:
+    if metrics["best_epoch"] != epochs:
         say(f"saved the model of epoch {metrics['best_epoch']}, the best validated one "
             f"(validation loss {_fmt(stopper.best_loss)})")
-    console.result(f"done ({stop_reason}): {history.count} epochs in "
+    console.result(f"done ({stop_reason}): {epochs} epochs in "
                    f"{duration(train_seconds)}, test loss {test.loss:.4f}, test accuracy "
                    f"{acc}; outputs in {published}")
     console.json_result(metrics)

@@ -26,7 +26,10 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # matplotlib itself is imported when a figure is drawn (start-up time)
+    from matplotlib.figure import Figure
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +136,90 @@ def _request(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str)
     from hogwild.artifacts import dumps
 
     return dumps({"out_dir": str(Path(out_dir)), "rows": list(rows), "title": title}).encode()
+
+
+# Characters of a title line at the plot's width and font: longer titles are wrapped, not
+# cut at the figure's edge.
+TITLE_WIDTH = 70
+# The accuracy axis spans at least this much (and the losses' starts at 0): the last points of
+# a run differing in the fourth decimal are not drawn as a cliff.
+MIN_ACCURACY_SPAN = 0.05
+
+
+def epoch_of(row: Mapping[str, Any]) -> float | None:
+    """A row's place in epochs: `run`'s fractional ``epochs``, `train`'s ``epoch``."""
+    value = row.get("epochs", row.get("epoch"))
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def accuracy_limits(values: Sequence[float]) -> tuple[float, float]:
+    """The accuracy axis: the values' range padded by a tenth, at least MIN_ACCURACY_SPAN
+    wide (centred on them), kept within [0, 1] where the values are."""
+    lo, hi = min(values), max(values)
+    span = max(hi - lo, MIN_ACCURACY_SPAN)
+    mid = (lo + hi) / 2
+    lo, hi = mid - 0.55 * span, mid + 0.55 * span
+    if hi > 1.0 >= max(values):
+        lo, hi = lo - (hi - 1.0), 1.0
+    if lo < 0.0 <= min(values):
+        lo, hi = 0.0, hi - lo
+    return lo, hi
+
+
+def loss_figure(rows: Sequence[Mapping[str, Any]], title: str = "") -> Figure:
+    """The loss plot as a bare Agg figure: validation and training loss (left axis) and
+    validation accuracy (right axis) against epochs, from epoch 0 (the model before training)
+    on; against elapsed seconds only for rows that give no epoch."""
+    import textwrap
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    # Constrained layout makes room for the wrapped title, the right axis's label and the
+    # legend below, whatever their sizes (fixed margins cut them).
+    fig = Figure(figsize=(7, 4.2), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    by_epoch = any(epoch_of(r) is not None for r in rows)
+
+    def x_of(row: Mapping[str, Any]) -> float | None:
+        value = epoch_of(row) if by_epoch else row.get("elapsed")
+        return float(value) if isinstance(value, (int, float)) else None
+
+    def points(key: str) -> list[tuple[float, float]]:
+        return [(x, float(r[key])) for r in rows
+                if (x := x_of(r)) is not None and isinstance(r.get(key), (int, float))]
+
+    for key, label in (("val_loss", "validation loss"), ("train_loss", "training loss")):
+        if pts := points(key):
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, marker="o", markersize=3, label=label)
+    if ax.lines:
+        ax.set_ylim(bottom=0.0)  # every loss here is at least 0
+    if acc := points("val_accuracy"):
+        ax2 = ax.twinx()
+        xs, ys = zip(*acc)
+        # Markers as on the losses: a single evaluation is a point, not an invisible line.
+        ax2.plot(xs, ys, color="tab:green", linestyle="--", marker="s", markersize=3,
+                 label="validation accuracy")
+        ax2.set_ylim(*accuracy_limits(ys))
+        ax2.set_ylabel("validation accuracy")
+    xs_all = [x for r in rows if (x := x_of(r)) is not None]
+    if xs_all:  # from epoch 0 (or the first point before it), with room for the markers
+        lo, hi = min(0.0, *xs_all), max(xs_all)
+        hi = hi if hi > lo else lo + 1.0
+        ax.set_xlim(lo - 0.02 * (hi - lo), hi + 0.02 * (hi - lo))
+    ax.set_xlabel("epochs" if by_epoch else "elapsed seconds")
+    ax.set_ylabel("loss")
+    text = title or ("loss vs epochs" if by_epoch else "loss vs time")
+    ax.set_title(textwrap.fill(text, TITLE_WIDTH), fontsize=10)
+    ax.grid(alpha=0.3)
+    # One legend for both axes, under the plot, where it cannot hide a curve.
+    handles = [h for a in fig.axes for h in a.get_legend_handles_labels()[0]]
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncol=len(handles),
+                   frameon=False)
+    return fig
 
 
 def main() -> int:

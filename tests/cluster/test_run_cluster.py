@@ -95,6 +95,7 @@ def test_sync_run_reaches_accuracy_and_workers_equal_the_global_model(
     assert metrics["test_accuracy"] >= 0.97
     assert metrics["mode"] == "sync" and metrics["workers"] == 2
     assert metrics["dropped_workers"] == []
+    assert metrics["combine"] == "sum"  # the default
     _check_exactly_once(metrics, 2)
     assert np.any(_check_workers_equal_the_global_model(out, 2) != 0)
 
@@ -140,7 +141,8 @@ def test_averaged_sync_run_with_a_trace_and_frequent_evaluations(
     printed = [line.split()[0] for line in cluster.coordinator.lines
                if PROGRESS_ROW.search(line)]
     assert len(history) >= 5, history
-    assert printed[:3] == [f"{history[i]['elapsed']:.2f}s" for i in (0, 1, 3)], printed
+    # (history[0] is epoch 0, the model before training, which is not a progress row)
+    assert printed[:3] == [f"{history[i]['elapsed']:.2f}s" for i in (1, 2, 4)], printed
     assert printed[-1] == f"{history[-1]['elapsed']:.2f}s", printed
 
 

@@ -12,7 +12,7 @@
 #   1. apt packages: podman, runc, catatonit (compose's `init: true`), debootstrap; and
 #      podman-compose from PyPI in .cache/podman-compose (Debian's 1.0.3 cannot run a service
 #      with network_mode: host, nor merge an override file's `!override`)
-#   2. /etc/containers/containers.conf and storage.conf (why each setting: README, "With podman instead of Docker")
+#   2. /etc/containers/containers.conf and storage.conf (why each setting: docs/operations/docker.md, "With podman instead of Docker")
 #   3. the Dockerfile's base image, made locally with debootstrap from the Debian mirror apt
 #      uses (no container registry is needed), under the name the Dockerfile's FROM line uses
 #   4. the project image, hogwild:latest (HOGWILD_IMAGE to change), with --pull=never

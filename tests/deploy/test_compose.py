@@ -153,7 +153,8 @@ def test_healthchecks_call_the_hogwild_cli_on_the_settings_ports() -> None:
         assert args.command == "health"
         assert args.address == f"localhost:{ports[name]}"
         assert args.timeout < _seconds(service["healthcheck"]["timeout"])
-        assert [str(p) for p in service["expose"]] == [str(ports[name])]
+        metrics = service["environment"]["HOGWILD_METRICS_PORT"]
+        assert [str(p) for p in service["expose"]] == [str(ports[name]), str(metrics)]
 
 
 def _seconds(duration: str) -> float:

@@ -269,7 +269,12 @@ def test_ports_probes_and_addresses_agree_with_settings(rendered: list[Obj]) -> 
         # Probes cannot do TLS: they ask the plain-text, health-only port of the settings.
         health = int(env["HOGWILD_HEALTH_PORT"])
         assert health != port[role]
-        assert [p["containerPort"] for p in container["ports"]] == [port[role], health]
+        # Prometheus scrapes the metrics port the pod's annotations name.
+        metrics = int(env["HOGWILD_METRICS_PORT"])
+        assert [p["containerPort"] for p in container["ports"]] == [port[role], health, metrics]
+        annotations = obj["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert annotations["prometheus.io/port"] == str(metrics)
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert container[probe]["grpc"]["port"] == health, f"{role} {probe}"
         if role == "worker":
@@ -330,7 +335,7 @@ def _exit_code(argv: list[str], env: dict[str, str], when: str = "",
                signum: int = signal.SIGTERM, cwd: Path | None = None) -> int:
     """The exit code of a real `hogwild` process (``argv`` after `hogwild`, ``env`` on top
     of this one's); with ``when``, sent ``signum`` once a line of its output contains that
-    text, by the shell command the README gives for signalling one (`kill -NAME PID`). Each
+    text, by the shell command the docs give for signalling one (`kill -NAME PID`). Each
     process given here ends on its own (a timeout of its settings)."""
     with subprocess.Popen([sys.executable, "-m", "hogwild.cli", *argv],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -408,7 +413,7 @@ def _coordinator_exit_code(env: dict[str, str], tmp_path: Path, *args: str,
                            signum: int = 0) -> int:
     """The exit code of a real `hogwild coordinator` with the pod's hogwild settings from
     ``env`` (on loopback, port 0, outputs in ``tmp_path``); with ``signum``, sent that signal
-    once it waits for its workers, by the shell command the README gives for it."""
+    once it waits for its workers, by the shell command the docs give for it."""
     own = {k: v for k, v in env.items() if k in ("HOGWILD_ON_SIGTERM", "HOGWILD_RESUME")}
     if "HOGWILD_RESUME" in own:
         own["HOGWILD_RESUME"] = str(tmp_path / "out")  # the pod's volume, here
@@ -425,7 +430,7 @@ def test_coordinator_job_resumes_where_a_new_pod_can_and_fails_where_it_cannot(
     """The coordinator Job's podFailurePolicy, against a real `hogwild coordinator` with the
     pod's settings: SIGTERM (an eviction, a deleted pod) hands the run over and exits 143,
     which gets a new pod that resumes (evictions not even counted); a bad setting fails the
-    Job at once; SIGUSR1, the README's way to end a run early, does not hand over."""
+    Job at once; SIGUSR1, the docs' way to end a run early, does not hand over."""
     spec = _job(rendered, "coordinator")["spec"]
     rules = spec["podFailurePolicy"]["rules"]
     (fail_job,) = [r for r in rules if r["action"] == "FailJob"]
@@ -598,7 +603,7 @@ def test_tls_credentials_come_from_a_read_only_secret(rendered: list[Obj],
 # --- Runs: each run's Jobs are named after its id; everything else is shared ---------------
 
 def _set_run_id(root: Path, suffix: str) -> None:
-    """What the README's `(cd k8s/run && kustomize edit set namesuffix -- SUFFIX)` does: with
+    """What the Kubernetes page's `(cd k8s/run && kustomize edit set namesuffix -- SUFFIX)` does: with
     a kustomize program, that very command; without one, the same one-line edit by hand."""
     run = root / RUN_DIR
     kustomize = os.environ.get("KUSTOMIZE") or shutil.which("kustomize")
@@ -734,13 +739,12 @@ def test_a_new_run_is_one_apply_beside_the_runs_before(tmp_path: Path) -> None:
 
 
 def _readme_kubernetes() -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    start = text.index("\n## Kubernetes\n")
-    return text[start:text.index("\n## ", start + 1)]
+    """The documentation's Kubernetes page (docs/operations/kubernetes.md)."""
+    return (REPO / "docs" / "operations" / "kubernetes.md").read_text(encoding="utf-8")
 
 
 def _readme_commands() -> list[str]:
-    """The shell commands of the README's Kubernetes code blocks, comments dropped."""
+    """The shell commands of the Kubernetes page's code blocks, comments dropped."""
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", _readme_kubernetes(), re.DOTALL):
         for line in block.splitlines():
@@ -751,7 +755,7 @@ def _readme_commands() -> list[str]:
 
 
 def test_the_readme_commands_for_a_first_run_and_a_rerun_work(tmp_path: Path) -> None:
-    """The README's commands in order, on a copy of k8s/: each `kubectl apply -k k8s/` is
+    """The Kubernetes page's commands in order, on a copy of k8s/: each `kubectl apply -k k8s/` is
     rendered (by real kustomize too, where there is one) and applied, each `kustomize edit
     set namesuffix` sets the next run id, and every Job a command names exists by then."""
     root = tmp_path / "k8s"
@@ -829,7 +833,7 @@ def _started(argv: list[str], env: dict[str, str], cwd: Path, ready: str) -> tup
 
 
 def test_the_documented_certificates_cover_every_runs_names(tmp_path: Path) -> None:
-    """Credentials made as the README says (`hogwild certs --hosts ...`, once) serve every
+    """Credentials made as the Kubernetes page says (`hogwild certs --hosts ...`, once) serve every
     run: a worker of run2 checks the certificates of its coordinator and of its peers against
     the names it dials, run2's, over real mutual TLS. A name of a per-run Service
     (hogwild-coordinator-run2) would not be covered."""

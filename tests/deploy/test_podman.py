@@ -26,7 +26,7 @@ COMPOSE = Path(os.environ.get("PODMAN_COMPOSE",
                               REPO / ".cache" / "podman-compose" / "bin" / "podman-compose"))
 HOGWILD = Path(sys.executable).parent / "hogwild"
 HOW = (f"set it up as root with `{SETUP.relative_to(REPO)}` (podman, runc, debootstrap, "
-       "podman-compose, /etc/containers settings, the images; see README, "
+       "podman-compose, /etc/containers settings, the images; see docs/operations/docker.md, "
        "\"With podman instead of Docker\")")
 # A first build from nothing took 13 min on a loaded 2-core machine; a cached one, seconds.
 SETUP_TIMEOUT = 1800
@@ -270,7 +270,7 @@ def stack(image: str, tmp_path: Path) -> Iterator[Callable[[dict[str, str]], Sta
             shutil.copy(REPO / name, workdir / name)
         for name in ("runs", "data"):
             (workdir / name).mkdir()
-        # The credentials as the README says: hogwild certs, every certificate naming `hogwild`.
+        # The credentials as the docs say: hogwild certs, every certificate naming `hogwild`.
         run([str(HOGWILD), "certs", "--out", str(workdir / "secrets"), "--hosts", "hogwild"], 120)
         env = {**os.environ, "HOST_UID": str(os.getuid()), "HOST_GID": str(os.getgid()),
                "HOGWILD_WORKERS": "2"}

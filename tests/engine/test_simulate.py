@@ -18,6 +18,7 @@ import pytest
 from hogwild import config
 from hogwild.commands.simulate import SimOptions, scenario_of
 from hogwild.data.split import shard
+from hogwild.engine.guard import SwingGuard
 from hogwild.engine.network import Network
 from hogwild.engine.rounds import MIN_ROUNDS_PER_EPOCH, max_rounds
 from hogwild.engine.rules import ExchangeRules
@@ -45,7 +46,8 @@ def _simulate(data: str, test: str | None, workers: int, threads: int, epochs: i
               **settings: Any) -> tuple[float, SimResult, Simulation]:
     """Simulate a run with these settings (the rest at their defaults); returns the test
     accuracy of the model the run saves, the result and the simulation. ``old_rounds``:
-    rounds of a quarter epoch whatever the worker count (the rule before it grew with W)."""
+    rounds of a quarter epoch whatever the worker count (the rule before it grew with W).
+    The swing guard acts as the coordinator's does (swing_tolerance; null: off)."""
     s = config.load(None, {}, {"data": data, "test_data": test, "test_fraction": 0.15,
                                "workers": workers, "threads": threads, "epochs": epochs,
                                **settings})
@@ -68,7 +70,9 @@ def _simulate(data: str, test: str | None, workers: int, threads: int, epochs: i
         m = evaluate_model(splits.val, w, loss, spec)
         return m.loss, m.accuracy
 
-    sim = Simulation(sc, shards, evaluate)
+    guard = (SwingGuard(s.mode, s.staleness, s.swing_tolerance, splits.val.n_rows)
+             if s.swing_tolerance is not None else None)
+    sim = Simulation(sc, shards, evaluate, guard=guard)
     result = sim.run()
     accuracy = evaluate_model(splits.test, result.best_weights, loss, spec).accuracy
     assert accuracy is not None
@@ -130,6 +134,35 @@ def test_old_defaults_collapse_at_8x2_async_and_the_new_ones_hold() -> None:
     new_acc, result, _ = _simulate(*SYNTHETIC, workers=8, threads=2, mode="async")
     assert old_acc < ref - 0.03, (old_acc, ref)
     assert new_acc >= ref - BOUND / 100, (new_acc, ref, result.max_staleness)
+
+
+def test_the_guard_calms_a_run_that_swings() -> None:
+    """8 workers of 2 threads, async, rounds of a quarter epoch (the old rule): the curve
+    swings by several points from epoch 2 on. The guard sees the first swing, halves the
+    step and bounds the staleness at 1; from then on the curve stays within the tolerance
+    of its best, where the unguarded run keeps swinging, and the final model is better."""
+    settings: dict[str, Any] = {"workers": 8, "threads": 2, "mode": "async",
+                                "old_rounds": True}
+    _, free, _ = _simulate(*SYNTHETIC, swing_tolerance="null", **settings)
+    _, calm, _ = _simulate(*SYNTHETIC, **settings)
+    assert not free.adjustments
+    assert calm.adjustments, "no swing seen"
+    first = calm.adjustments[0]
+    assert first["lr_scale"] == 0.5 and first["staleness"] == 1
+
+    def worst_drop_after(result: SimResult, epoch: float) -> float:
+        best, worst = 0.0, 0.0
+        for row in result.history:
+            acc = row["val_accuracy"]
+            best = max(best, acc)
+            if row["epoch"] > epoch:
+                worst = max(worst, best - acc)
+        return worst
+
+    settled = first["epoch"] + 1.0
+    assert worst_drop_after(free, settled) > 0.02
+    assert worst_drop_after(calm, settled) <= 0.02
+    assert calm.history[-1]["val_accuracy"] > free.history[-1]["val_accuracy"]
 
 
 SCALES = [(2, "mesh"), (2, "star"), (2, "tree"), (16, "mesh"), (16, "star"), (16, "tree"),

@@ -28,6 +28,7 @@ def test_simulate_writes_what_run_writes(tmp_path: Path) -> None:
     assert metrics["command"] == "simulate" and metrics["workers"] == 4
     assert metrics["staleness"] == 2 and metrics["max_staleness"] <= 2
     assert metrics["test_accuracy"] > 0.95  # SpamAssassin, bundled
+    assert metrics["combine"] == "sum" and "combine sum, staleness" in out
     rows = [json.loads(line) for line in
             (run / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) >= 4 and rows[0]["examples"] == 0  # the model before training

@@ -260,6 +260,31 @@ def test_stop_and_final_state_need_the_coordinator_key(worker_server: WorkerServ
     assert not node.stop_requested.is_set()
 
 
+def test_an_adjustment_needs_the_coordinator_key(worker_server: WorkerServer) -> None:
+    """Only the coordinator may change a worker's step size: a peer or a stranger asking
+    gets PERMISSION_DENIED and the worker's plan is untouched."""
+    node = worker_server.node
+    adjust = pb.Adjustment(protocol_version=PROTOCOL_VERSION, run_id=node.run_id, number=1,
+                           lr_scale=1e-9, staleness=1, reason="a stranger's")
+    with Security().channel(worker_server.address, sender_key="not-the-key") as channel:
+        assert _refused(lambda: pb_grpc.WorkerStub(channel).Adjust(adjust, timeout=5)).code() \
+            == grpc.StatusCode.PERMISSION_DENIED
+    assert _refused(lambda: worker_server.peer_stub.Adjust(adjust, timeout=5)).code() == \
+        grpc.StatusCode.PERMISSION_DENIED
+    assert node.adjustment == 0 and node.step_plan is node.plan
+    # The coordinator's own, out of range: refused as malformed, nothing taken.
+    with Security().channel(worker_server.address, sender_key=node.coordinator_key) as channel:
+        for bad in (pb.Adjustment(protocol_version=PROTOCOL_VERSION, run_id=node.run_id,
+                                  number=1, lr_scale=2.0),
+                    pb.Adjustment(protocol_version=PROTOCOL_VERSION, run_id=node.run_id,
+                                  number=1, lr_scale=float("nan")),
+                    pb.Adjustment(protocol_version=PROTOCOL_VERSION, run_id=node.run_id,
+                                  number=1, lr_scale=0.5, staleness=-3)):
+            assert _refused(lambda m=bad: pb_grpc.WorkerStub(channel).Adjust(  # type: ignore[misc]
+                m, timeout=5)).code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert node.adjustment == 0 and node.step_plan is node.plan
+
+
 def test_long_calls_are_bounded_and_a_missing_deadline_is_rpc_timeout(
         coordinator_server: CoordinatorServer) -> None:
     """12 final-state reads at once cannot take the worker's threads: LONG_CALLS wait, the

@@ -53,7 +53,7 @@ def test_train_on_bundled_data_writes_outputs(tmp_path: Path) -> None:
     assert evaluate(test, w, get_loss("hinge")).accuracy == pytest.approx(
         metrics["test_accuracy"], abs=1e-12)
     history = (out / artifacts.HISTORY_FILE).read_text().splitlines()
-    assert len(history) == metrics["epochs"]
+    assert len(history) == metrics["epochs"] + 1  # epoch 0: the model before training
     assert (out / artifacts.PLOT_FILE).stat().st_size > 0
     # one progress row per epoch on stdout
     assert sum(1 for line in proc.stdout.splitlines() if line.split()[:1] in (["1"], ["2"])) >= 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import logging
@@ -12,7 +13,16 @@ import pytest
 
 from hogwild import artifacts
 from hogwild.cli import main
-from hogwild.console import NORMAL, QUIET, VERBOSE, RowThrottle
+from hogwild.console import (
+    CLEAR_LINE,
+    NORMAL,
+    QUIET,
+    VERBOSE,
+    Console,
+    RowThrottle,
+    Verbosity,
+    eta_text,
+)
 
 ROW = re.compile(r"^\s*(\d+)\s+[\d.]+m?s\s")
 
@@ -31,7 +41,7 @@ def test_a_long_train_prints_few_rows_and_keeps_every_one(
     assert _train(tmp_path / "out", "--epochs", "200") == 0
     printed = _rows(capsys.readouterr().out)
     history = (artifacts.published(tmp_path / "out") / artifacts.HISTORY_FILE).read_text()
-    assert len(history.splitlines()) == 200
+    assert len(history.splitlines()) == 201  # epoch 0 (the model before training) and 200
     metrics = json.loads((tmp_path / "out" / "latest" / artifacts.METRICS_FILE).read_text())
     # 1, 2, 4, ..., 128, at most one a second in between, and the last.
     assert printed[:4] == [1, 2, 4, 8] and printed[-1] == 200, printed
@@ -134,3 +144,49 @@ def test_row_throttle_doubles_then_keeps_one_a_second() -> None:
     assert len(printed) <= 7 + 5
     assert [RowThrottle(VERBOSE).due() for _ in range(3)] == [True] * 3
     assert not any(RowThrottle(QUIET).due() for _ in range(3))
+
+
+class _Terminal(io.StringIO):
+    """A stream that says it is a terminal (as sys.stdout is in an interactive shell)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_held_rows_show_as_one_live_line_with_an_eta() -> None:
+    clock = itertools.count(0.0, 0.5)  # every call half a second later
+    rows = RowThrottle(NORMAL, gap=100.0, clock=lambda: next(clock), live=True)
+    out = _Terminal()
+    rows.offer("row 1", out, done=0.1)   # 1st: printed
+    rows.offer("row 2", out, done=0.2)   # 2nd: printed
+    rows.offer("row 3", out, done=0.3)   # held: drawn live, with its ETA
+    text = out.getvalue()
+    assert text.startswith("row 1\nrow 2\n")
+    live = text[len("row 1\nrow 2\n"):]
+    assert live.startswith(CLEAR_LINE) and "\n" not in live
+    assert "row 3  [30% ETA" in live
+    console = Console(out)
+    console._live = rows
+    console.say("a warning")               # erases the live line first
+    assert out.getvalue().endswith(CLEAR_LINE + "a warning\n")
+    rows.offer("row 4", out, done=1.0)     # the 4th row is printed (doubling)
+    rows.offer("row 5", out, done=1.0)
+    rows.flush(out)                        # the held last row, on a line of its own
+    assert out.getvalue().endswith(CLEAR_LINE + "row 5\n")
+
+
+def test_no_live_line_where_the_output_is_not_a_terminal() -> None:
+    out = io.StringIO()
+    rows = Console(out).rows()
+    assert not rows.live
+    for i in range(6):
+        rows.offer(f"row {i}", out, done=i / 6)
+    assert "\r" not in out.getvalue()
+    assert not Console(_Terminal(), Verbosity(level=VERBOSE)).rows().live
+
+
+def test_eta_text() -> None:
+    assert eta_text(0.5, 10.0) == "ETA 10s"
+    assert eta_text(0.25, 60.0) == "ETA 3m00s"
+    assert eta_text(0.1, 3600.0) == "ETA 9.0h"
+    assert eta_text(0.0, 5.0) == "" and eta_text(1.0, 5.0) == ""

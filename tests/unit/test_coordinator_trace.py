@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
 
-from hogwild.coordinator.trace import ModelTrace
+import numpy as np
+import pytest
+
+from hogwild import artifacts
+from hogwild.coordinator.trace import ModelTrace, earlier_rows
 from hogwild.data.csr import CSRData
 from hogwild.model.losses import get_loss
 from hogwild.model.spec import ModelSpec
@@ -55,3 +59,35 @@ def test_the_trace_stops_at_its_budget_of_distinct_copies() -> None:
     assert state.apply_delta(_delta(state, 0, 1))
     trace.take(state.totals(unchanged=trace.latest()), 0.003)
     assert trace.full and not trace.due(1.0)
+
+
+def _val(n: int = 4) -> CSRData:
+    return CSRData(np.arange(n + 1, dtype=np.int64), np.ones(n, dtype=np.int32),
+                   np.ones(n, dtype=np.float32), np.ones(n, dtype=np.float32), DIM - 1)
+
+
+def test_a_trace_scored_at_a_hand_over_goes_on_in_the_resumed_run(tmp_path: Path) -> None:
+    """The coordinator that hands the run over writes the rows of its copies; its successor
+    keeps those up to the checkpoint it resumes (later ones are trained again) and scores
+    its own after them. Scoring twice (a hand-over that could not be made) loses nothing."""
+    state = _started()
+    first = ModelTrace(0.001, DIM)
+    first.take(state.totals(unchanged=first.latest()), 1.0)
+    first.take(state.totals(unchanged=first.latest()), 2.0)
+    loss, spec = get_loss("hinge"), ModelSpec.linear(DIM - 1)
+    assert len(first.score(_val(), 10, loss, spec)) == 2
+    first.take(state.totals(unchanged=first.latest()), 3.0)
+    artifacts.write_trace(tmp_path, first.score(_val(), 10, loss, spec))
+    kept = earlier_rows(tmp_path, upto=2.5)
+    assert [r["elapsed"] for r in kept] == [1.0, 2.0]
+    second = ModelTrace(0.001, DIM, kept)
+    second.take(state.totals(unchanged=second.latest()), 2.6)
+    assert [r["elapsed"] for r in second.score(_val(), 10, loss, spec)] == [1.0, 2.0, 2.6]
+
+
+def test_an_unreadable_earlier_trace_is_said_and_the_trace_starts_at_the_resume(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    assert earlier_rows(tmp_path, 1.0) == []  # none written: a crash, not a hand-over
+    (tmp_path / artifacts.TRACE_FILE).write_text('{"elapsed": 0.5}\nnot json\n')
+    assert earlier_rows(tmp_path, 1.0) == []
+    assert "trace.jsonl not read" in caplog.text

@@ -14,7 +14,8 @@ from hogwild.cli import main
 from hogwild.errors import ConfigError
 from hogwild.experiment import ExperimentOptions, build_plan
 from hogwild.experiment.plan import quick_options
-from hogwild.experiment.runner import derive
+from hogwild.experiment.records import summary_lines
+from hogwild.experiment.runner import MIN_TIMED_SECONDS, SERIAL_TOO_SHORT, TOO_SHORT, derive
 
 PLOTS = ("speedup.png", "test_error.png", "train_error.png", "cpu_time.png",
          "batch_size.png", "regression.png")
@@ -95,6 +96,33 @@ def test_derive_speedup_and_time_to_target() -> None:
     assert serial["time_to_target"] == 2.0 and fast["time_to_target"] == 1.0
 
 
+def test_runs_too_short_to_time_get_no_speedup() -> None:
+    short = MIN_TIMED_SECONDS / 5
+    serial = _rec("serial", 0.4, [0.5, 0.3, 0.2], [0.1, 0.2, 0.4])
+    quick = _rec("hogwild", short, [0.4, 0.2, 0.19], [short / 3, short / 2, short])
+    timed = _rec("locked", 0.2, [0.4, 0.2, 0.19], [0.05, 0.1, 0.2])
+    records = [serial, quick, timed]
+    for rec in records:
+        rec.update(data="d", batch_size=1, workers=0, threads=2, oversubscribed=False,
+                   cpu_seconds=rec["wall_seconds"], test_error=0.1)
+    derive(records, ExperimentOptions(target_slack=0.1))
+    assert quick["timing"] == TOO_SHORT and quick["time_to_target"] is not None
+    assert quick["speedup"] is None and quick["speedup_to_target"] is None
+    assert timed["timing"] == "ok" and timed["speedup"] == 2.0
+    lines = summary_lines(records)
+    row = next(line for line in lines if line.startswith("d ") and " hogwild " in line)
+    assert row.split()[7] == "-" and f"{TOO_SHORT} (under 50 ms): no speedup" in row
+    assert lines[-1].startswith("1 of 3 runs trained for under 50 ms (too short to time) "
+                                "and 0 more")
+    # A serial run too short to time leaves every ratio against it out too.
+    serial["wall_seconds"] = short
+    derive(records, ExperimentOptions(target_slack=0.1))
+    assert all(r["speedup"] is None for r in records)
+    assert [r["timing"] for r in records] == [TOO_SHORT, TOO_SHORT, SERIAL_TOO_SHORT]
+    row = next(line for line in summary_lines(records) if " locked " in line)
+    assert row.endswith(f"{SERIAL_TOO_SHORT}: no speedup")
+
+
 def _num(text: str) -> float | None:
     return float(text) if text else None
 
@@ -119,10 +147,14 @@ def test_quick_experiment_writes_tables_and_plots(tmp_path: Path,
         assert wall > 0 and cpu > 0
         assert int(r["epochs_done"]) == opts.epochs
         assert (r["oversubscribed"] == "true") == (int(r["threads"]) > opts.cores)
-        speedup = float(r["speedup"])
-        assert math.isfinite(speedup) and speedup > 0
+        if r["timing"] != "ok":
+            # Quick runs train for milliseconds: timed, but no ratio derived from them.
+            assert r["speedup"] == "" and r["speedup_to_target"] == ""
+        else:
+            speedup = float(r["speedup"])
+            assert math.isfinite(speedup) and speedup > 0
+            assert r["trainer"] != "serial" or speedup == 1.0
         if r["trainer"] == "serial":
-            assert speedup == 1.0
             assert _num(r["time_to_target"]) is not None
         if r["loss"] == "squared":
             assert r["test_error"] == "" and r["train_error"] == ""

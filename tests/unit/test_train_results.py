@@ -194,9 +194,9 @@ def test_epoch_rows_are_written_as_they_come_and_the_last_run_keeps_its_own(
     printing = Printing(Console(), Verbosity(VERBOSE))  # type: ignore[arg-type]
     metrics = train_job(settings, console=printing)
     # While it trained: the last run's metrics.jsonl untouched, this run's rows one per epoch.
-    assert seen == [(before, k) for k in range(1, 7)]
+    assert seen == [(before, k + 1) for k in range(1, 7)]  # after epoch 0's row
     rows = [json.loads(line) for line in
             (latest / artifacts.HISTORY_FILE).read_text(encoding="utf-8").splitlines()]
-    assert [r["epoch"] for r in rows] == list(range(1, 7)) == list(range(1, metrics["epochs"] + 1))
+    assert [r["epoch"] for r in rows] == list(range(7)) == list(range(metrics["epochs"] + 1))
     assert (latest / "loss.png").is_file() and not list(out.glob(f"*{artifacts.INCOMPLETE}"))
     assert (earlier.final / artifacts.HISTORY_FILE).read_text(encoding="utf-8") == before

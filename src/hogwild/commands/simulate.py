@@ -15,6 +15,7 @@ from hogwild.console import QUIET, VERBOSE, Console
 from hogwild.data.labels import MULTICLASS
 from hogwild.data.sources import describe
 from hogwild.data.split import shard
+from hogwild.engine.guard import SwingGuard
 from hogwild.engine.network import DEFAULT_SPEED, Network
 from hogwild.engine.rounds import choose_round_size, fit_round_size, max_rounds
 from hogwild.engine.rules import ExchangeRules
@@ -59,15 +60,16 @@ class SimOptions:
 
 def scenario_of(settings: Settings, options: SimOptions, train_rows: int, train_nnz: int,
                 kernel: KernelPlan) -> Scenario:
-    """The run ``settings`` describe, as the coordinator would lay it out (round size,
-    rounds), on the machines and network of ``options``."""
+    """The run ``settings`` describe, as the coordinator would lay it out (combine rule,
+    round size, rounds), on the machines and network of ``options``."""
     total = settings.workers * settings.threads
+    combine = settings.combine
     size = choose_round_size(settings.round_size, train_rows, train_nnz, total,
-                             settings.combine, settings.workers)
+                             combine, settings.workers)
     if settings.round_size is None:
         size = fit_round_size(size, train_rows, total, settings.epochs)
     rules = ExchangeRules(mode=settings.mode, staleness=settings.staleness,
-                          combine=settings.combine, topology=settings.topology,
+                          combine=combine, topology=settings.topology,
                           compression=Compression(settings.delta_threshold,
                                                   settings.delta_topk,
                                                   settings.delta_dtype == "float16"))
@@ -120,20 +122,26 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
 
     net = options.network
     console.say(f"simulating {settings.workers} worker(s) x {settings.threads} thread(s), "
-                f"{settings.mode}, {settings.topology}, combine {settings.combine}, staleness "
+                f"{settings.mode}, {settings.topology}, combine {scenario.rules.combine}, staleness "
                 f"{'unbounded' if settings.staleness is None else settings.staleness}; "
                 f"{scenario.kernel.round_size} examples per thread per round, "
                 f"{scenario.max_rounds} rounds; message {net.overhead * 1e3:g} ms + "
                 f"{net.latency * 1e3:g} ms ({net.jitter}) latency, "
                 f"{net.bandwidth / 1e9:g} GB/s")
     began = time.perf_counter()
-    result = Simulation(scenario, shards,
-                        evaluate if splits.val.n_rows else None).run()
+    guard = (SwingGuard(settings.mode, settings.staleness, settings.swing_tolerance,
+                        splits.val.n_rows)
+             if settings.swing_tolerance is not None and splits.val.n_rows else None)
+    result = Simulation(scenario, shards, evaluate if splits.val.n_rows else None,
+                        guard=guard).run()
     wall = time.perf_counter() - began
     if result.diverged:
         raise TrainingDiverged("the simulated run", settings.learning_rate)
     if console.level > QUIET:
         _print_rows(result, console.out, every=console.level >= VERBOSE)
+    if guard is not None:
+        for adjustment in guard.adjustments:
+            console.say(adjustment.describe())
     metrics = _metrics(settings, splits, spec, result, scenario, wall,
                        time.perf_counter() - started)
     write_outputs(settings, result.best_weights, metrics, result.history,
@@ -180,7 +188,7 @@ def _metrics(settings: Settings, splits: Any, spec: Any, result: SimResult,
         "val_accuracy": best["val_accuracy"] if best else None,
         "best_epoch": best["epoch"] if best else None,
         "workers": settings.workers, "threads": settings.threads, "mode": settings.mode,
-        "topology": settings.topology, "combine": settings.combine,
+        "topology": settings.topology, "combine": scenario.rules.combine,
         "staleness": settings.staleness, "round_size": scenario.kernel.round_size,
         "rounds": result.rounds, "examples": result.examples,
         "simulated_seconds": result.seconds, "seconds": wall, "total_seconds": total,
@@ -193,6 +201,7 @@ def _metrics(settings: Settings, splits: Any, spec: Any, result: SimResult,
         "test_rows": splits.test.n_rows, "n_features": splits.train.n_features,
         "model": spec.kind, "task": splits.labels.task,
         "classes": splits.labels.json_classes(),
+        "adjustments": result.adjustments,
     }
     metrics.update(test_quality(splits.test, result.best_weights, settings.loss, spec,
                                 splits.labels.task, splits.labels.classes))

@@ -21,6 +21,7 @@ from hogwild.coordinator.state import RunState
 from hogwild.coordinator.stopping import StopSignal
 from hogwild.errors import EXIT_LEFT, ConfigError
 from hogwild.model.trainer import warmup
+from hogwild.outputs.prometheus import MetricsServer, coordinator_reader, serve_metrics
 from hogwild.plotter import BackgroundPlot
 from hogwild.protocol import pb_grpc
 from hogwild.protocol.codec import warmup as codec_warmup
@@ -118,12 +119,17 @@ def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None,
     probes = start_serving(server, health, settings, log)
     print(f"{READY_PREFIX}{port}", file=out, flush=True)
     driver = RunDriver(settings, state, health, stop, out, resume, plot, run)
+    metrics: MetricsServer | None = None
     health.watch(lambda: driver.alive_at, stall_seconds(settings.barrier_timeout,
                                                           settings.rpc_timeout))
     # Compiled kernels load on another thread while the data loads and the workers start;
     # both are done long before the clock of the run starts.
     threading.Thread(target=_warmup, name="coord-warmup", daemon=True).start()
     try:
+        metrics = serve_metrics(
+            settings, "coordinator",
+            coordinator_reader(state, lambda: driver.history, lambda: driver.relay),
+            {"run_id": state.run_id})
         driver.run()
         return 0
     except Interrupted as exc:
@@ -142,6 +148,8 @@ def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None,
         sigusr1.restore()
         if probes is not None:
             probes.stop(grace=None)
+        if metrics is not None:
+            metrics.close()
 
 
 def _warmup() -> None:

@@ -20,14 +20,16 @@ from hogwild import artifacts
 from hogwild.config import Settings
 from hogwild.console import NORMAL, Console
 from hogwild.coordinator import checkpoint, fingerprint
+from hogwild.coordinator.adjust import Adjuster
 from hogwild.coordinator.checkpoint import Checkpoint
 from hogwild.coordinator.relay import StarRelay
 from hogwild.coordinator.shipping import SLOW_LINK_BYTES_PER_S, NoAnswer, Shipment, ship
 from hogwild.coordinator.state import RunState, Totals, WorkerRecord
 from hogwild.coordinator.stopping import StallWatch, StopRules, StopSignal, regression_warning
-from hogwild.coordinator.trace import ModelTrace
+from hogwild.coordinator.trace import ModelTrace, earlier_rows
 from hogwild.coordinator.tree_root import TreeRoot
 from hogwild.data.labels import MULTICLASS
+from hogwild.engine.guard import SwingGuard
 from hogwild.engine.rounds import choose_round_size, fit_round_size, max_rounds, round_rule
 from hogwild.errors import (
     ClusterError,
@@ -41,6 +43,7 @@ from hogwild.history import EvalHistory
 from hogwild.model.evaluation import evaluate, is_finite
 from hogwild.model.losses import get_loss
 from hogwild.model.spec import ModelSpec
+from hogwild.outputs.tensorboard import open_scalars
 from hogwild.plotter import BackgroundPlot
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import value_bound
@@ -122,6 +125,8 @@ class RunDriver:
         self.channels: dict[int, grpc.Channel] = {}
         self.stubs: dict[int, Any] = {}
         self.history = EvalHistory(self.run_dir.path)
+        # tensorboard_dir: every evaluation's scalars too (refused now if it cannot be done).
+        self.scalars = open_scalars(settings, self.run_dir.name)
         self.shipments: list[Shipment] = []
         self.final_states: dict[int, FinalState] = {}
         self.started_workers = False
@@ -150,11 +155,14 @@ class RunDriver:
         self.spec = ModelSpec.linear(1)  # the run's model, set once the data is loaded
         self.plot: BackgroundPlot | None = plot  # the loss plot's helper process
         self.resume = resume             # the checkpoint this run continues, if any
+        self.warm_started = False        # the workers start from the initial_model setting's
         self.checkpoints = 0
         self.checkpoint_seconds = 0.0
         self.relay: StarRelay | None = None  # topology star: relays the sums of deltas
         self.data_fingerprint = ""  # of the rows trained on, kept in every checkpoint
         self.max_abs_value: float | None = None  # largest |x| shipped (None: not seen here)
+        # Acts on a validation curve that swings (swing_tolerance; set when training starts).
+        self.adjuster: Adjuster | None = None
 
     def _print(self, text: str, level: int = NORMAL) -> None:
         self.console.say(text, level)
@@ -174,6 +182,9 @@ class RunDriver:
             self.plot = BackgroundPlot()  # imports matplotlib in its own process meanwhile
         preload_in_background()
         if s.shipping == "local":
+            if s.initial_model:
+                raise ConfigError("initial_model", "not with shipping local (the coordinator "
+                                  "fits the warm start's feature space to the data it loads)")
             from hogwild.coordinator.localplan import load_local
 
             splits, self.local = load_local(s)
@@ -193,6 +204,11 @@ class RunDriver:
         self._print(f"data: train {train_line}")
         self._print(f"      validation {describe(splits.val, splits.labels)}")
         self._print(f"      test {describe(splits.test, splits.labels)}")
+        if splits.hashing is not None:
+            from hogwild.data.hashing import encoding_lines
+
+            for line in encoding_lines(splits.hashing):
+                self._print(f"      {line}")
         load_seconds = time.perf_counter() - began
         if self.local is None:
             self._conflicts(splits.train, load_seconds)
@@ -215,12 +231,19 @@ class RunDriver:
             spec = self.spec = model_spec(s, n_features)
             dim = spec.dim
             initial = spec.initial_weights(s.seed) if spec.is_mlp else None
+            if splits.initial is not None and self.resume is None:  # warm start
+                from hogwild.local import warm_start_weights
+
+                initial = warm_start_weights(s, splits, spec)
+                self.warm_started = True
             if self.resume is not None:
                 if self.resume.w.shape != (dim,):
                     raise ClusterError(f"the checkpoint's model has {self.resume.w.shape[0]} "
                                        f"weights, this data set's {dim}: not the same run")
                 initial = self.resume.w
             self.state.start_model(dim, initial)
+            # Epoch 0: the model before any training (a resumed run has its rows already).
+            first = self._initial_row(splits) if self.resume is None else None
             if self.local is not None:
                 self.shards = [self.local.source(w) for w in range(len(workers))]
             else:
@@ -245,14 +268,16 @@ class RunDriver:
             self._print(f"started {started} worker(s), {s.mode} mode, {each} thread(s) each, "
                         f"up to {max_rounds} rounds of {round_size} examples per thread")
             self._conflicts_as_started(live, round_size)
-            if s.mode == "async" and s.combine == "average" and s.topology != "mesh":
+            if s.mode == "async" and self.settings.combine == "average" and s.topology != "mesh":
                 # (mesh workers keep their change whole until the peers' round arrives)
                 log.warning("combine average in async mode with topology %s: each worker "
                             "trains on from its own change cut to 1/%d until its peers' "
                             "deltas arrive, which costs epochs; topology mesh does not",
                             s.topology, len(workers))
             if s.trace_interval > 0:
-                self.trace = ModelTrace(s.trace_interval, dim)
+                # A resumed run's trace goes on from the rows its predecessor wrote.
+                self.trace = ModelTrace(s.trace_interval, dim, earlier_rows(
+                    self.run_dir.path, self.resume.elapsed) if self.resume is not None else ())
             train_began = self.train_began = time.perf_counter()
             cpu_began = time.process_time()
             if self.resume is not None:  # the clock, the time budget and the history go on
@@ -261,6 +286,8 @@ class RunDriver:
                             f"after {self.resume.elapsed:.2f}s of training")
             # Started anew, or cut after a resumed run's rows; each evaluation appends one.
             self.history.begin(self.resume.history if self.resume is not None else None)
+            if first is not None:
+                self._record(first)
             reason, rules = self._monitor(splits, train_began)
             # Reports that came with the last progress messages; and a run whose last workers
             # were dropped for their divergence has nothing but them to go on.
@@ -271,6 +298,9 @@ class RunDriver:
                 raise TrainingDiverged(f"no worker is left, {dropped} dropped after reporting "
                                        "non-finite weights", s.learning_rate)
             if self.stop.hand_over:
+                # The trace so far is scored and written for the successor to go on from
+                # (it lived in memory only); scored again at the end if this run goes on.
+                self._score_trace(splits, get_loss(s.loss))
                 self._hand_over(train_began, rules)  # raises HandedOver once it is done
             self._stop_workers(reason)
             train_seconds = time.perf_counter() - train_began
@@ -559,7 +589,8 @@ class RunDriver:
             delta_threshold=s.delta_threshold, delta_topk=s.delta_topk,
             delta_dtype=s.delta_dtype, topology=topology or s.topology,
             tree_fanout=s.tree_fanout,
-            combine=s.combine, max_abs_value=max_abs_value, run_threads=run_threads)
+            combine=self.settings.combine, max_abs_value=max_abs_value,
+            run_threads=run_threads)
 
     def _configure(self, workers: list[WorkerRecord]) -> None:
         """Configure and start the live workers. A dead one (a resumed run that went on
@@ -574,7 +605,8 @@ class RunDriver:
             self._call(record, "Configure", self._run_config(
                 record, live if named else workers, first_round=first,
                 examples_base=record.examples, down=down))
-            if self.resume is not None:  # every worker starts from the checkpointed model
+            # Every worker starts from the checkpointed model, or the warm start's.
+            if self.resume is not None or self.warm_started:
                 self._load_model(record)
 
         _parallel(configure, live)
@@ -689,6 +721,8 @@ class RunDriver:
 
     def _start_rejoined(self, record: WorkerRecord, first: int, how: str) -> None:
         """Start a worker taken back at round ``first``, and say so."""
+        if self.adjuster is not None:  # it trains with the run's current step size
+            self.adjuster.catch_up(record)
         self._call(record, "Start", pb.StartRequest(
             protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id, first_round=first))
         self._print(f"worker {record.worker_id} rejoined at round {first} (incarnation "
@@ -733,6 +767,9 @@ class RunDriver:
                 self._print(f"early stopping goes on: best validation loss {best:.4f}, "
                             f"{rules.early.state()['since_best']} evaluation(s) since")
         loss = get_loss(s.loss)
+        if s.swing_tolerance is not None:
+            guard = SwingGuard(s.mode, s.staleness, s.swing_tolerance, splits.val.n_rows)
+            self.adjuster = Adjuster(guard, self.state.run_id, self._call, self._print)
         self._print(f"{'elapsed':>8} {'round':>6} {'examples':>10} {'epochs':>7} "
                     f"{'val_loss':>9} {'val_acc':>8} {'deltas':>7} {'MB_in':>8} {'stale':>5}")
         self._rows = self.console.rows()
@@ -785,6 +822,8 @@ class RunDriver:
                 next_curve = self._next_curve(began)
             if now >= next_eval:
                 row = self._evaluate(splits, loss, began)
+                if self.adjuster is not None and row["deltas_received"] != evaluated_deltas:
+                    self.adjuster.observe(row, self.state.live_workers())
                 # Counted from the evaluation's end: one slower than eval_interval never
                 # runs back to back with the next, taking a core from the workers.
                 next_eval = time.perf_counter() + s.eval_interval
@@ -970,7 +1009,7 @@ class RunDriver:
                "deltas_received": totals.deltas_received,
                "bytes_received": totals.bytes_received,
                "max_staleness": self.state.max_staleness()}
-        self.history.add(row)
+        self._record(row)
         if not announce:
             return row
         text = (f"{row['elapsed']:>7.2f}s {row['round']:>6} {examples:>10} "
@@ -981,8 +1020,24 @@ class RunDriver:
             self._rows.held = None
             self._print(text)
         else:  # thinned out: see hogwild.console.RowThrottle
-            self._rows.offer(text, self.out)
+            self._rows.offer(text, self.out, done=row["epochs"] / max(1, self.settings.epochs))
         return row
+
+    def _initial_row(self, splits: Any) -> dict[str, Any]:
+        """The evaluation of the model no worker has trained yet (the curves' first point;
+        not printed, nor weighed by early stopping)."""
+        val = (evaluate(splits.val, self.state.model_copy(), get_loss(self.settings.loss),
+                        self.spec) if splits.val.n_rows else None)
+        return {"elapsed": 0.0, "round": 0, "examples": 0, "epochs": 0.0,
+                "val_loss": val.loss if val else None,
+                "val_accuracy": val.accuracy if val else None, "train_loss": None,
+                "deltas_received": 0, "bytes_received": 0, "max_staleness": 0}
+
+    def _record(self, row: dict[str, Any]) -> None:
+        """Keep an evaluation: metrics.jsonl, and the TensorBoard scalars if asked for."""
+        self.history.add(row)
+        if self.scalars is not None:
+            self.scalars.add(row, int(row["examples"]))
 
     def _score_trace(self, splits: Any, loss: Any) -> int:
         """Score the trace's copies of the model (training is over) into trace.jsonl."""
@@ -1047,7 +1102,7 @@ class RunDriver:
 
     def _finish(self, splits: Any, rules: StopRules, reason: str, train_seconds: float,
                 load_seconds: float, began: float) -> dict[str, Any]:
-        from hogwild.local import plot_title, test_quality, write_outputs
+        from hogwild.local import initial_model_record, plot_title, test_quality, write_outputs
 
         s = self.settings
         loss = get_loss(s.loss)
@@ -1122,7 +1177,15 @@ class RunDriver:
             "worker_states": workers_out, "conflicts": self.conflicts,
             "checkpoints": self.checkpoints, "checkpoint_seconds": self.checkpoint_seconds,
             "resumed_at_round": None if self.resume is None else self.first_round,
+            "initial_model": (None if splits.initial is None
+                              else initial_model_record(s, splits.initial)),
             "topology": s.topology,
+            # The rule the deltas were added up with, and the setting it came from (auto).
+            "combine": s.combine,
+            # What the coordinator changed when the validation curve swung (engine/guard.py).
+            "adjustments": self.adjuster.record() if self.adjuster else [],
+            "adjustments_unreached": ({str(k): v for k, v in self.adjuster.unreached.items()}
+                                      if self.adjuster else {}),
             "relay_messages": self.relay.messages_sent() if self.relay else 0,
             "relay_bytes": self.relay.bytes_sent() if self.relay else 0,
             # Which evaluation's model was saved (the best validated one; None: a resumed
@@ -1188,6 +1251,8 @@ class RunDriver:
     def close(self) -> None:
         for channel in self.channels.values():
             channel.close()
+        if self.scalars is not None:
+            self.scalars.close()
         if self.plot is not None:
             self.plot.close()
 

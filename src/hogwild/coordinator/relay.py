@@ -27,6 +27,7 @@ import functools
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +53,9 @@ _EMPTY: Sparse = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64))
 # after the relay labelled it (a worker taken back, a tree's orphan and a resumed run start
 # at the next aggregate's round too), so r + 1 is the most; the rest is slack.
 SYNC_ROUNDS_AHEAD = 1 + 4
+# Sync: the sums of the last aggregates kept (round, everything summed for it), from which a
+# tree's orphan is sent the rounds its dead parent got and did not pass on (TreeRoot).
+TOTALS_KEPT = 4
 
 
 class StarRelay:
@@ -96,6 +100,10 @@ class StarRelay:
         # Tree: what a worker taken back had sent before it died and the relay has yet to
         # pass on (its old subtree's sums), apart from what its new incarnation sends.
         self._ghosts: dict[int, Sparse] = {}
+        # What the next aggregate to a worker carries besides the others' pending sums (a
+        # tree's orphan: see TreeRoot), and the totals of the last sync aggregates.
+        self._extra: dict[int, Sparse] = {}
+        self._totals: deque[tuple[int, Sparse]] = deque(maxlen=TOTALS_KEPT)
         self.destinations = {wid: self._destination(wid, address)
                              for wid, address in workers.items()}
         self._thread = threading.Thread(target=self._run, name="star-relay", daemon=True)
@@ -114,17 +122,20 @@ class StarRelay:
 
     # ------------------------------------------------------------------- receiving
 
-    def check_round(self, worker_id: int, round_: int) -> None:
+    def check_round(self, worker_id: int, round_: int) -> bool:
         """InvalidMessage if a delta of ``worker_id`` cannot be labelled ``round_`` (sync:
         more than SYNC_ROUNDS_AHEAD past the last aggregate). Async workers are bounded by
-        their staleness setting, which the relay is not told; codec.MAX_ROUND bounds them."""
+        their staleness setting, which the relay is not told; codec.MAX_ROUND bounds them.
+        True if the global model holds that delta already (never in a star; see
+        TreeRoot)."""
         with self._cond:
             if self.mode != "sync" or worker_id not in self._pending:
-                return
+                return False
             limit = self._sent_round + SYNC_ROUNDS_AHEAD
         if round_ > limit:
             raise InvalidMessage(f"delta round {round_} is ahead of the rounds this relay "
                                  f"let start (at most {limit})")
+        return False
 
     def offer(self, delta: DecodedDelta, complete: bool, version: int = 0) -> None:
         """A delta the global model took (RPC thread): add it to its sender's pending sum.
@@ -214,6 +225,8 @@ class StarRelay:
                 upto, (known_idx, known_val) = self._known[wid]
                 idx, val = merge_sparse(idx, val, known_idx, -known_val)
                 self._known[wid] = (upto, _EMPTY)
+            if wid in self._extra:
+                idx, val = merge_sparse(idx, val, *self._extra.pop(wid))
             aggregate = OutgoingDelta(round_, final, examples, idx, val)
             dest = self.destinations.get(wid)
             if dest is not None:
@@ -227,6 +240,8 @@ class StarRelay:
             self._pending[wid] = _EMPTY
         self._ghosts.clear()
         self._sent_round = max(self._sent_round, round_)
+        if self.mode == "sync":
+            self._totals.append((round_, total))
 
     def _own_side(self, wid: int) -> list[Sparse]:
         """The pending sums ``wid`` has already: its own (a tree root: also those of the dead

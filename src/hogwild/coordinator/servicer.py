@@ -12,6 +12,7 @@ from collections.abc import Callable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from hogwild.config import MAX_THREADS
 from hogwild.coordinator.identity import register_claim
 from hogwild.coordinator.state import Accusation, RunState
 from hogwild.errors import InvalidMessage, NotAllowed, StaleOrUnknown
@@ -33,7 +34,6 @@ PROBE_TIMEOUT = 2.0
 # (253) with a port, and the threads a worker's settings allow. The coordinator keeps these
 # for the whole run and prints them, so a message of megabytes is refused, not stored.
 MAX_NAME_LENGTH = 300
-MAX_THREADS = 256
 
 
 # A worker's registration secret (hogwild.worker.node draws 32 random bytes).

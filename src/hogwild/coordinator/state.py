@@ -149,7 +149,9 @@ class RunState:
         # start, so such a delta leaves the global model untouched. Outside the lock since
         # the relay calls into this state under its own lock; its bound only grows, so a
         # delta that passed is still within it when applied.
-        self.relay_check: Callable[[int, int], None] | None = None
+        # True: the model holds that delta's content already (a tree node re-sent it after
+        # its parent died, which had passed it on): its seq is taken, its sum is not.
+        self.relay_check: Callable[[int, int], bool] | None = None
         # The largest |value| a legitimate delta of this run carries (codec.value_bound), set
         # once the run's settings and data are known; beyond it a delta is refused
         # (INVALID_ARGUMENT) before anything of it is recorded.
@@ -415,8 +417,7 @@ class RunState:
         h = delta.header
         # Outside the lock: O(entries), and the bound never changes once the run started.
         check_values(delta, self.max_delta_value)
-        if self.relay_check is not None:
-            self.relay_check(h.worker_id, h.round)
+        known = self.relay_check is not None and self.relay_check(h.worker_id, h.round)
         with self._lock:
             record = self.check_sender(h.run_id, h.worker_id)
             if self.w is None:
@@ -439,12 +440,13 @@ class RunState:
             if fresh is None:
                 self.duplicates += 1
                 return False
-            t0 = time.perf_counter()
-            result = kernels.apply_delta(self.w, self._empty, delta.indices, delta.values)
-            self.apply_seconds += time.perf_counter() - t0
-            if result != 0:  # decode_delta checked this; a non-zero result is a bug
-                raise StaleOrUnknown(f"apply_delta refused delta {delta.key} ({result})")
-            self.deltas_received += 1
+            if not known:
+                t0 = time.perf_counter()
+                result = kernels.apply_delta(self.w, self._empty, delta.indices, delta.values)
+                self.apply_seconds += time.perf_counter() - t0
+                if result != 0:  # decode_delta checked this; a non-zero result is a bug
+                    raise StaleOrUnknown(f"apply_delta refused delta {delta.key} ({result})")
+                self.deltas_received += 1
             version = self.deltas_received
             self.bytes_received += delta.nbytes
             record.deltas_applied += 1
@@ -615,6 +617,21 @@ class RunState:
                 applied_from={r.worker_id: r.deltas_applied for r in self.workers.values()},
                 examples=sum(r.examples for r in self.workers.values()),
                 rounds=max((r.round for r in self.workers.values()), default=0))
+
+    def counters(self) -> dict[str, int]:
+        """The run's counters without the model (what /metrics reports at each scrape)."""
+        with self._lock:
+            records = list(self.workers.values())
+            live = [r.round for r in records if not r.dead and not r.done]
+            return {"rounds": max((r.round for r in records), default=0),
+                    "examples": sum(r.examples for r in records),
+                    "deltas_received": self.deltas_received,
+                    "bytes_received": self.bytes_received, "duplicates": self.duplicates,
+                    "staleness": max([max(live) - min(live) if live else 0]
+                                     + [r.max_staleness for r in records]),
+                    "live": sum(1 for r in records if not r.dead),
+                    "dead": sum(1 for r in records if r.dead and not r.done),
+                    "drops": sum(r.drops for r in records)}
 
     def hand_over(self) -> None:
         """Refuse registrations from now on: they are for the coordinator resuming the run."""

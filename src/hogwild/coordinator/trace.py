@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.artifacts import TRACE_FILE
 from hogwild.coordinator.state import Totals
 from hogwild.model.evaluation import evaluate
 from hogwild.model.losses import Loss
@@ -43,8 +47,13 @@ class ModelTrace:
     unlike evaluations on the way. The copies kept are bounded by TRACE_BUDGET_BYTES.
     """
 
-    def __init__(self, interval: float, dim: int) -> None:
+    def __init__(self, interval: float, dim: int,
+                 earlier: Sequence[Mapping[str, Any]] = ()) -> None:
+        """``earlier``: the rows a predecessor scored (a resumed run: see earlier_rows)."""
         self.interval = interval
+        # Every row scored so far, the predecessors' first: scoring at a hand-over, then
+        # again at the end, writes them all each time.
+        self.rows: list[dict[str, Any]] = [dict(r) for r in earlier]
         self.limit = max(1, TRACE_BUDGET_BYTES // max(1, 8 * dim))
         self.snapshots: list[Snapshot] = []
         self.next_at = 0.0
@@ -78,10 +87,11 @@ class ModelTrace:
 
     def score(self, val: Any, train_rows: int, loss: Loss,
               spec: ModelSpec) -> list[dict[str, Any]]:
-        """One row per snapshot, in order: its time and progress, validation loss and accuracy.
+        """One row per snapshot, in order: its time and progress, validation loss and accuracy;
+        after the rows scored before (a predecessor's, an earlier call's).
 
         Frees each snapshot once scored."""
-        rows: list[dict[str, Any]] = []
+        rows = self.rows
         scored: npt.NDArray[np.float64] | None = None
         metrics = None
         for snap in self.snapshots:
@@ -94,4 +104,22 @@ class ModelTrace:
                          "val_accuracy": metrics.accuracy if metrics else None,
                          "deltas_received": snap.deltas_received})
         self.snapshots.clear()
-        return rows
+        return list(rows)
+
+
+def earlier_rows(run_dir: str | Path, upto: float) -> list[dict[str, Any]]:
+    """The rows of ``run_dir``'s trace.jsonl (written by a coordinator that handed the run
+    over) up to ``upto`` seconds of training, the checkpoint resumed from: later ones
+    belong to training the resumed run does again. None if the file is missing or
+    unreadable (said in the log: the trace then starts at the resume)."""
+    path = Path(run_dir) / TRACE_FILE
+    if not path.exists():
+        return []
+    try:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip()]
+        kept = [r for r in rows if float(r["elapsed"]) <= upto]
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        log.warning("trace: %s not read (%s); the trace starts at the resume", path, exc)
+        return []
+    return kept

@@ -5,7 +5,17 @@ delta) and each gets the sum of the other children's (:class:`StarRelay`, same s
 finals, keys and sender id). When a child dies, its live children re-attach here
 (``live_children`` of the coordinator around the dead): they are adopted as soon as the
 death is known, and what a dead child had sent is never relayed to its own subtree, which
-contributed it.
+contributed it (async; sync orphans get the rest of it, below).
+
+Sync, a child's death costs no contribution: its orphans re-send what they had sent it and
+it had not passed on (TreeLinks.retained), each message under its own round. Only the first
+may be one the global model holds already (the dead child passed it on, then died before
+telling them): its round is at most the dead child's last complete one here, so it is taken
+as known (RunState applies nothing of it) and the model gets each contribution once. That
+first round also says what the orphan last heard complete from the dead child: the rest
+(the sums of the last aggregates, TOTALS_KEPT of them, less the orphan's own part) is sent
+to it, so it misses nothing that went through the dead child either. What the dead child
+trained itself and never sent is all that is lost.
 
 A worker that registers again (restarted, or refused after a freeze) comes back as one more
 point of this relay, a leaf of the coordinator configured as a star worker: its place in the
@@ -26,7 +36,7 @@ import numpy.typing as npt
 from hogwild.coordinator.relay import _EMPTY, Sparse, StarRelay
 from hogwild.coordinator.state import RunState
 from hogwild.engine.sparse import merge_sparse
-from hogwild.engine.tree import COORDINATOR, between, children, live_children
+from hogwild.engine.tree import COORDINATOR, ancestors, between, children, live_children
 from hogwild.protocol.codec import DecodedDelta
 from hogwild.worker.sender import OutgoingDelta
 
@@ -46,6 +56,16 @@ class TreeRoot(StarRelay):
         top = {w: workers[w] for w in children(COORDINATOR, fanout, self.n)}
         super().__init__(state, top, dim, mode, barrier_timeout, rpc_timeout, chunk_bytes,
                          open_channel, half=half, period=period, first_round=first_round)
+        # Sync orphans: the last round complete here from the dead child they came through
+        # (their messages up to it are in the model already), the round each last heard
+        # complete from it (from its first message here), its messages the model held
+        # already (round, sum), and those whose missing rounds were sent.
+        self._via: dict[int, int] = {}
+        self._behind: dict[int, int] = {}
+        self._ref: dict[int, list[tuple[int, Sparse]]] = {}
+        self._caught: set[int] = set()
+        self.replays_known = 0    # re-sent message parts the model held already
+        self.catch_up_missed = 0  # rounds an orphan missed that were no longer kept (lost)
 
     def _adopt(self) -> None:
         """(Holding the relay's lock.) The live children of dead children are children now
@@ -60,6 +80,12 @@ class TreeRoot(StarRelay):
             self._round[c] = self._before_first
             self._final[c] = False
             self._examples[c] = 0
+            # The nearest dead point of this relay it came through (a worker taken back is
+            # a new incarnation: what its old one passed on is not told apart).
+            through = [a for a in ancestors(c, self.fanout)
+                       if a in self._round and a not in self.state.detached]
+            if self.mode == "sync" and through:
+                self._via[c] = self._round[through[0]]
             log.warning("tree: worker %d re-attached to the coordinator", c)
         if fresh:
             # A new dict: closing and counting iterate the old one undisturbed.
@@ -70,17 +96,103 @@ class TreeRoot(StarRelay):
                 # passed on (sync: its sender thread had it queued when it died; async: the
                 # orphan's staleness bound), while this relay waits for the orphan's next
                 # round or has nothing new to send: the round already sent is vouched for
-                # to the orphan at once, empty (what the dead parent held is lost to its
-                # subtree, as anything else it had not forwarded).
+                # to the orphan at once, empty (async: what the dead parent held is lost to
+                # its subtree, as anything else it had not forwarded; sync: _catch_up).
                 for c in fresh:
+                    # Sync: one round less, vouching for nothing it may lack (its first
+                    # message says what it lacks; _catch_up sends it); it tells the orphan
+                    # that its parent died, if it does not know yet.
+                    label = self._sent_round - (1 if c in self._via else 0)
                     self.destinations[c].put_delta(OutgoingDelta(
-                        self._sent_round, False, sum(self._examples.values()), *_EMPTY))
+                        max(label, self._before_first), False, sum(self._examples.values()),
+                        *_EMPTY))
                     self.aggregates += 1
 
+    def check_round(self, worker_id: int, round_: int) -> bool:
+        """As the star relay's; also, a worker of the tree that sends here routes around
+        its ancestors: they died (as its own neighbours would conclude, see
+        WorkerNode._check_tree_sender), whether or not their silence was noticed here yet.
+        Refused instead, the orphan left the run to register again. True for an orphan's
+        re-sent message that reached the model through its dead parent."""
+        self._vouched(worker_id)
+        super().check_round(worker_id, round_)
+        with self._cond:
+            cut = self._via.get(worker_id)
+            return cut is not None and round_ <= cut
+
+    def _vouched(self, wid: int) -> None:
+        """Drop the ancestors ``wid`` routes around, and adopt the orphans (see check_round)."""
+        if not 0 <= wid < self.n or wid in self.state.detached:
+            return
+        with self._cond:
+            alive = [a for a in ancestors(wid, self.fanout)
+                     if a in self.state.workers and not self.state.workers[a].dead
+                     and a not in self.state.detached]
+            for a in alive:
+                log.warning("tree: worker %d sends to the coordinator around worker %d: "
+                            "dropping it", wid, a)
+                self.state.mark_dead(a, f"worker {wid} re-attached to the coordinator "
+                                        "around it")
+            # Also when the death was known already: adopted (and told apart, _via) before
+            # the state applies the orphan's first message.
+            self._adopt()
+
     def offer(self, delta: DecodedDelta, complete: bool, version: int = 0) -> None:
+        h = delta.header
         with self._cond:
             self._adopt()
-        super().offer(delta, complete, version)
+            cut = self._via.get(h.worker_id)
+            if cut is not None and not self._done:
+                self._behind.setdefault(h.worker_id, h.round - 1)
+                if h.round <= cut:  # in the model through the dead parent (check_round)
+                    self.replays_known += 1
+                    self._ref.setdefault(h.worker_id, []).append(
+                        (h.round, (delta.indices, np.asarray(delta.values, dtype=np.float64))))
+                    if complete:
+                        self._round[h.worker_id] = max(self._round[h.worker_id], h.round)
+                        self._catch_up(h.worker_id)
+                    self._cond.notify_all()
+                    return
+                if h.worker_id not in self._caught:
+                    self._catch_up(h.worker_id)
+            super().offer(delta, complete, version)
+
+    def _catch_up(self, wid: int) -> None:
+        """(Holding the relay's lock.) Send orphan ``wid`` what it missed of the rounds
+        after the last one it heard complete from its dead parent: the totals of the
+        aggregates since (kept: TOTALS_KEPT), less its own messages among them; its own
+        message summed in what is still pending is left out of its next aggregate."""
+        if wid in self._caught:
+            return
+        self._caught.add(wid)
+        behind = self._behind.get(wid, self._sent_round)
+        kept = {r: t for r, t in self._totals}
+        idx, val = _EMPTY
+        lost = [r for r in range(behind + 1, self._sent_round + 1) if r not in kept]
+        for r, (t_idx, t_val) in kept.items():
+            if r > behind:
+                idx, val = merge_sparse(idx, val, t_idx, t_val)
+        later = _EMPTY
+        for r, (o_idx, o_val) in self._ref.pop(wid, []):
+            if r <= self._sent_round:
+                idx, val = merge_sparse(idx, val, o_idx, -o_val)
+            else:
+                later = merge_sparse(*later, o_idx, -o_val)
+        if later[0].size:
+            self._extra[wid] = merge_sparse(*self._extra.get(wid, _EMPTY), *later)
+        if lost:
+            self.catch_up_missed += len(lost)
+            log.warning("tree: worker %d missed rounds %s through its dead parent, which "
+                        "are no longer kept here: what they carried is lost to it", wid,
+                        ", ".join(map(str, lost)))
+        if behind < self._sent_round:
+            dest = self.destinations.get(wid)
+            if dest is not None:
+                dest.put_delta(OutgoingDelta(self._sent_round, False,
+                                             sum(self._examples.values()), idx, val))
+                self.aggregates += 1
+        log.info("tree: worker %d last heard round %d complete through its dead parent; "
+                 "sent the %d round(s) since", wid, behind, self._sent_round - behind)
 
     def _live(self) -> list[int]:
         self._adopt()
@@ -93,6 +205,11 @@ class TreeRoot(StarRelay):
         detached = self.state.detached
         if wid in detached:
             return [self._pending[wid], *([self._ghosts[wid]] if wid in self._ghosts else [])]
+        if wid in self._via:
+            # A sync orphan: its part of its dead parent's sums (pending, or a ghost if the
+            # parent was taken back) is known from its re-sent messages and left out alone
+            # (_catch_up); the rest of them is owed to it.
+            return [self._pending[wid]]
         # A worker taken back is no longer on anybody's side: its new sums go to everyone.
         own = [p for s, p in self._pending.items()
                if s == wid or (s not in detached and between(s, wid, self.fanout) is not None)]
@@ -103,6 +220,7 @@ class TreeRoot(StarRelay):
         """A worker registered again: one more point of this relay (a leaf of the
         coordinator). What it sent before it died stays owed to all but its old subtree."""
         with self._cond:  # re-entered by the star relay's take_back, in one critical section
+            self._adopt()  # its orphans came through its old incarnation (see _via)
             self.state.detach(wid)
             old = self._pending.get(wid, _EMPTY)
             if old[0].size:

@@ -38,7 +38,7 @@ MESSAGES = {
 
 # A CSV/TSV file given where svmlight text is read: its columns are hashed by the csv: source.
 DELIMITED = ("the file looks like CSV/TSV, not svmlight/LIBSVM text: give it as "
-             "csv:FILE?label=COLUMN (see Feature hashing in the README)")
+             "csv:FILE?label=COLUMN (see docs/guides/hashing.md)")
 BARE_CR = ("a carriage return inside a line (old Mac line endings?): convert the file to "
            "\\n line endings")
 

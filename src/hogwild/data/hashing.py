@@ -5,15 +5,22 @@ Every column gets its own block of feature ids, so columns never collide with ea
 * ``numeric``: one feature, the value (divided by the column's largest magnitude in the
   fitted data with ``scale=maxabs``, the default: SGD needs comparable scales and dividing
   keeps zeros zero). Empty cells and zeros store nothing.
-* ``onehot``: a categorical column with at most ``onehot_max`` distinct values: one feature
-  per value (the vocabulary is stored; a value unseen at fit time stores nothing).
+* ``onehot``: a categorical column with at most ``onehot_max`` (default 65,536) distinct
+  values: one feature per value, so a linear model learns every value's own effect (the
+  sorted vocabulary is stored; a value unseen at fit time stores nothing, which is what a
+  reserved "unknown" feature would hold too: no training row could move its weight).
 * ``hashed``: a larger categorical column: k-way split hashing. The block is k sub-blocks of
   B buckets; a value sets one bucket in each sub-block, chosen by k independent 32-bit slices
-  of one xxh3-128 hash of ``column + '\\x1f' + value``. B = ceil(sqrt(D)) for D distinct
-  values (2**hash_bits when given): k·B weights stand for D values. Two values are confused
-  completely only when all k buckets agree, which happens to a share
-  1 - (1 - B**-k)**(D-1) of the values: about 63 % for k = 2 (B**2 ≈ D), 1-2 % for k = 3
-  with D in the thousands; sharing single buckets is the price of the small block.
+  of one xxh3-128 hash of ``column + '\\x1f' + value``. By default B = 2**hash_bits
+  (hash_bits 18) and k = 1, and the feature is signed (+1 or -1 by the slice's top bit, the
+  bucket from its other 31 bits): values that share a bucket then pull its weight in
+  opposite directions half the time instead of always adding up. ``buckets=sqrt`` keeps the
+  small blocks of earlier versions (unsigned, k = 2, B = ceil(sqrt(D)) for D distinct
+  values: k·B weights stand for D values, small enough for an MLP's first layer, but a
+  linear model cannot learn per-value effects then). Two values are confused completely
+  only when all k buckets agree, which happens to a share 1 - (1 - B**-k)**(D-1) of the
+  values: about 63 % for sqrt buckets with k = 2 (B**2 ≈ D), 1-2 % for k = 3 with D in the
+  thousands.
 * ``text``: whitespace tokens (lower-cased) hashed like ``hashed``, value = count in the cell.
 
 Hashing is vectorised per column: the distinct values are found by one dict built and
@@ -51,11 +58,25 @@ from hogwild.data.labelcheck import LabelWatch
 from hogwild.errors import DataError, DataFormatError
 
 FORMAT = "hogwild-hashing"
-VERSION = 1
+# 2: hashed columns may be signed (``"signed": true``). Version 1 parameters (no sign) are
+# still applied as they were fitted; an older hogwild refuses version 2 rather than drop signs.
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 HASH = "xxh3_128"
 KINDS = ("numeric", "onehot", "hashed", "text")
-DEFAULT_K = 2
-DEFAULT_ONEHOT_MAX = 64
+DEFAULT_K = 2                  # with buckets=sqrt
+DEFAULT_HASHED_K = 1           # with 2**hash_bits buckets: a value rarely shares its bucket
+DEFAULT_HASH_BITS = 18
+# One-hot up to this many values per column: 65,536 stored strings in model.json and as many
+# weights, both small; beyond it the vocabulary itself becomes the cost.
+DEFAULT_ONEHOT_MAX = 2 ** 16
+BUCKET_RULES = ("bits", "sqrt")
+# Columns named one per line in `hogwild hash` and the training log; the rest are counted.
+SUMMARY_LINES = 24
+# Values of a hashed or text column kept with its parameters (the most frequent), so that
+# `hogwild inspect` can name what a bucket's weight stands for: bounded, as model.json is read
+# whole by every predict.
+TOP_VALUES = 1000
 # A cell with blanks around its value (searched in the column joined by newlines).
 _PADDED = re.compile(r"^\s|\s$", re.MULTILINE)
 MAX_K = 4                      # 128 hash bits = four 32-bit slices
@@ -74,16 +95,23 @@ class HashOptions:
     text: tuple[str, ...] = ()
     numeric: tuple[str, ...] | None = None     # None = every other column
     ignore: tuple[str, ...] = ()
-    hash_bits: int | None = None               # None = the sqrt rule per column
-    k: int = DEFAULT_K
+    hash_bits: int | None = None               # None = DEFAULT_HASH_BITS (buckets=bits)
+    k: int | None = None                       # None = 1 (buckets=bits) or 2 (buckets=sqrt)
+    buckets: str = "bits"                      # bits: 2**hash_bits signed; sqrt: ceil(sqrt(D))
     onehot_max: int = DEFAULT_ONEHOT_MAX
     scale: str = "maxabs"
     sep: str | None = None                     # None = by suffix (.tsv/.tab: tab, else comma)
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not 1 <= self.k <= MAX_K:
+        if self.k is not None and not 1 <= self.k <= MAX_K:
             raise DataError(f"hashing: k must be between 1 and {MAX_K}, got {self.k}")
+        if self.buckets not in BUCKET_RULES:
+            raise DataError(f"hashing: buckets must be one of {', '.join(BUCKET_RULES)}, got "
+                            f"{self.buckets!r}")
+        if self.buckets == "sqrt" and self.hash_bits is not None:
+            raise DataError("hashing: buckets=sqrt and hash_bits both set (sqrt chooses the "
+                            "bucket count itself)")
         if self.hash_bits is not None and not 1 <= self.hash_bits <= MAX_HASH_BITS:
             raise DataError(f"hashing: hash_bits must be between 1 and {MAX_HASH_BITS}, got "
                             f"{self.hash_bits}")
@@ -100,6 +128,12 @@ class HashOptions:
         twice = sorted({c for c in named if named.count(c) > 1})
         if twice:
             raise DataError(f"hashing: column(s) {', '.join(twice)} named in two roles")
+
+    def hashed_layout(self, distinct: int) -> tuple[int, int, bool]:
+        """(k, buckets per sub-block, signed) of a hashed column of ``distinct`` values."""
+        if self.buckets == "sqrt":
+            return self.k or DEFAULT_K, sqrt_buckets(distinct), False
+        return (self.k or DEFAULT_HASHED_K, 2 ** (self.hash_bits or DEFAULT_HASH_BITS), True)
 
 
 @dataclass
@@ -239,9 +273,26 @@ def buckets_for(column: str, values: Sequence[str], k: int, buckets: int, seed: 
     return words % buckets
 
 
+def signed_buckets_for(column: str, values: Sequence[str], k: int, buckets: int,
+                       seed: int) -> tuple[I64, F64]:
+    """(bucket, sign) of each value in each of the k sub-blocks, both (len(values), k): the
+    sign is the slice's top bit, the bucket comes from its other 31 bits (independent)."""
+    words = hash_slices(column, values, seed)[:, :k].astype(np.int64)
+    signs = np.where(words >> 31, -1.0, 1.0)
+    return (words & 0x7FFFFFFF) % buckets, signs
+
+
 def sqrt_buckets(distinct: int) -> int:
     """The rule of thumb: about sqrt(D) buckets per sub-block (at least 2)."""
     return max(2, math.ceil(math.sqrt(distinct)))
+
+
+def top_values(uniq: Sequence[str], which: I64, cap: int = TOP_VALUES) -> list[str]:
+    """The ``cap`` most frequent of the values ``uniq`` (``which``: each cell's value index),
+    most frequent first (ties in order of first appearance)."""
+    counts = np.bincount(which, minlength=len(uniq))
+    order = np.argsort(-counts, kind="stable")[:cap]
+    return [uniq[i] for i in order.tolist()]
 
 
 def code_collisions(codes: I64) -> int:
@@ -351,11 +402,16 @@ class _Block:
 
 
 def _hashed_block(name: str, uniq: Sequence[str], rows: I64, which: I64, offset: int,
-                  k: int, buckets: int, seed: int) -> tuple[_Block, int]:
-    codes = buckets_for(name, uniq, k, buckets, seed)               # (U, k)
+                  k: int, buckets: int, seed: int, signed: bool = False) -> tuple[_Block, int]:
+    if signed:
+        codes, signs = signed_buckets_for(name, uniq, k, buckets, seed)   # (U, k) each
+        vals = signs[which].ravel()
+    else:
+        codes = buckets_for(name, uniq, k, buckets, seed)
+        vals = np.ones(which.shape[0] * k, dtype=np.float64)
     sub = offset + np.arange(k, dtype=np.int64) * buckets           # start of each sub-block
     cols = (codes[which] + sub).ravel()
-    block = _Block(np.repeat(rows, k), cols, np.ones(cols.shape[0], dtype=np.float64))
+    block = _Block(np.repeat(rows, k), cols, vals)
     return block, code_collisions(codes)
 
 
@@ -378,7 +434,7 @@ def _column_block(table: Table, spec: dict[str, Any], seed: int) -> _Block:
     uniq, rows, which = (_tokens(table, name) if kind == "text"
                          else _categorical(table, name))
     block, _ = _hashed_block(name, uniq, rows, which, offset, int(spec["k"]),
-                             int(spec["buckets"]), seed)
+                             int(spec["buckets"]), seed, bool(spec.get("signed", False)))
     return block
 
 
@@ -442,14 +498,17 @@ def fit_table(table: Table, options: HashOptions) -> tuple[CSRData, dict[str, An
                 blocks.append(_Block(rows, offset + rank[which],
                                      np.ones(rows.shape[0], dtype=np.float64)))
             else:
-                buckets = (2 ** options.hash_bits if options.hash_bits is not None
-                           else sqrt_buckets(distinct))
-                block, collided = _hashed_block(name, uniq, rows, which, offset, options.k,
-                                                buckets, options.seed)
+                k, buckets, signed = options.hashed_layout(distinct)
+                block, collided = _hashed_block(name, uniq, rows, which, offset, k, buckets,
+                                                options.seed, signed)
                 spec = {"name": name, "kind": "text" if role == "text" else "hashed",
-                        "offset": offset, "width": options.k * buckets, "k": options.k,
-                        "buckets": buckets, "distinct": distinct,
-                        "code_collisions": collided}
+                        "offset": offset, "width": k * buckets, "k": k, "buckets": buckets,
+                        "signed": signed, "distinct": distinct, "code_collisions": collided,
+                        "rule": options.buckets}
+                if role == "categorical":
+                    spec["onehot_max"] = options.onehot_max  # why it was not one-hot
+                # What the buckets stand for, for `hogwild inspect` (hashes cannot be undone).
+                spec["top_values"] = top_values(uniq, which)
                 blocks.append(block)
         specs.append(spec)
         offset += int(spec["width"])
@@ -465,7 +524,7 @@ def check_params(params: Mapping[str, Any]) -> None:
     """DataError unless ``params`` are hashing parameters this version can apply."""
     if not isinstance(params, Mapping) or params.get("format") != FORMAT:
         raise DataError("not hogwild hashing parameters (format 'hogwild-hashing' expected)")
-    if params.get("version") != VERSION or params.get("hash") != HASH:
+    if params.get("version") not in READABLE_VERSIONS or params.get("hash") != HASH:
         raise DataError(f"hashing parameters version {params.get('version')} / hash "
                         f"{params.get('hash')} are not supported (expected {VERSION} / {HASH})")
     for col in params.get("columns", []):
@@ -539,8 +598,8 @@ _SEPS = {"tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|", "space": " "}
 
 
 def parse_csv_spec(rest: str) -> tuple[str, HashOptions]:
-    """``FILE?label=COL&categorical=a,b&text=t&numeric=x,y&ignore=id&hash_bits=B&k=2&
-    onehot_max=64&scale=maxabs&sep=tab&seed=0`` -> (file, options)."""
+    """``FILE?label=COL&categorical=a,b&text=t&numeric=x,y&ignore=id&hash_bits=B&k=1&
+    buckets=bits&onehot_max=65536&scale=maxabs&sep=tab&seed=0`` -> (file, options)."""
     spec = f"csv:{rest}"
     path, _, query = rest.partition("?")
     if not path:
@@ -551,7 +610,7 @@ def parse_csv_spec(rest: str) -> tuple[str, HashOptions]:
             raise DataError(f"{spec!r}: parameter {key!r} given twice")
         params[key] = value
     known = {"label", "categorical", "text", "numeric", "ignore", "hash_bits", "k",
-             "onehot_max", "scale", "sep", "seed"}
+             "buckets", "onehot_max", "scale", "sep", "seed"}
     unknown = sorted(set(params) - known)
     if unknown:
         raise DataError(f"{spec!r}: unknown parameter(s) {', '.join(unknown)} (known: "
@@ -575,7 +634,8 @@ def parse_csv_spec(rest: str) -> tuple[str, HashOptions]:
         text=names(params.get("text", "")),
         numeric=names(params["numeric"]) if "numeric" in params else None,
         ignore=names(params.get("ignore", "")),
-        hash_bits=integer("hash_bits", None), k=integer("k", DEFAULT_K) or DEFAULT_K,
+        hash_bits=integer("hash_bits", None), k=integer("k", None),
+        buckets=params.get("buckets", "bits"),
         onehot_max=integer("onehot_max", DEFAULT_ONEHOT_MAX) or 0,
         scale=params.get("scale", "maxabs"), sep=sep, seed=integer("seed", 0) or 0)
     return path, options
@@ -591,20 +651,49 @@ def load_csv_source(rest: str, hashing: Mapping[str, Any] | None = None,
     return fit_hashing(path, options)
 
 
-def column_summary(params: Mapping[str, Any], first_id: int = 0) -> Iterator[str]:
-    """One line per column: kind, feature ids (counted from ``first_id``: 1 for the ids an
-    svmlight file holds), distinct values and full-code collisions."""
-    for col in params["columns"]:
+def column_summary(params: Mapping[str, Any], first_id: int = 0,
+                   limit: int | None = SUMMARY_LINES) -> Iterator[str]:
+    """One line per column (the first ``limit``, then one line counting the rest): its
+    encoding and why, feature ids (counted from ``first_id``: 1 for the ids an svmlight file
+    holds), distinct values and full-code collisions."""
+    columns = list(params["columns"])
+    shown = columns if limit is None else columns[:limit]
+    for col in shown:
         kind = col["kind"]
         first = col["offset"] + first_id
         line = f"  {col['name']}: {kind}, features {first}..{first + col['width'] - 1}"
         if kind == "onehot":
-            line += f" ({col['width']} values)"
+            line += f" ({col['width']:,} values, one feature each)"
         elif kind in ("hashed", "text"):
             share = col["code_collisions"] / max(col["distinct"], 1)
-            line += (f" ({col['distinct']:,} distinct {'tokens' if kind == 'text' else 'values'}"
-                     f" -> {col['k']} x {col['buckets']:,} buckets; {col['code_collisions']:,} "
+            what = "tokens" if kind == "text" else "values"
+            why = (f" > onehot_max {col['onehot_max']:,}" if "onehot_max" in col else "")
+            rule = " (sqrt rule)" if col.get("rule") == "sqrt" else ""
+            signed = " signed" if col.get("signed") else ""
+            line += (f" ({col['distinct']:,} distinct {what}{why} -> {col['k']} x "
+                     f"{col['buckets']:,}{signed} buckets{rule}; {col['code_collisions']:,} "
                      f"({100 * share:.2f}%) share their whole code with another)")
         elif kind == "numeric":
             line += f" (scale {col['scale']:.6g})"
         yield line
+    if len(shown) < len(columns):
+        rest = columns[len(shown):]
+        kinds = sorted({c["kind"] for c in rest})
+        yield f"  ... and {len(rest):,} more columns ({', '.join(kinds)})"
+
+
+def onehot_value(params: Mapping[str, Any], feature: int) -> tuple[str, str] | None:
+    """(column, value) of a 0-based feature id in a one-hot block, else None: a one-hot
+    feature stands for exactly one value of the stored vocabulary."""
+    for col in params["columns"]:
+        offset = int(col["offset"])
+        if col["kind"] == "onehot" and offset <= feature < offset + int(col["width"]):
+            return str(col["name"]), str(col["values"][feature - offset])
+    return None
+
+
+def encoding_lines(params: Mapping[str, Any]) -> list[str]:
+    """The training log's account of a ``csv:`` source: which encoding each column got
+    (bounded as :func:`column_summary`), feature ids 0-based as the model's weights."""
+    return ["columns (csv: source, feature ids from 0):",
+            *column_summary(params, first_id=0)]

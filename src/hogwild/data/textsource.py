@@ -4,7 +4,7 @@ fsspec URL (s3://, gs://, http(s)://, file://, memory://, ...), plain or gzip.
 Used by ``shipping: local``, where the coordinator scans the file and every worker reads its
 own ranges of it; both sides go through this one reader, so they agree on every byte offset.
 gzip data cannot seek: a range of it is reached by inflating (and dropping) what comes before.
-fsspec is imported only when a URL is given (``pip install 'hogwild[remote]'``).
+fsspec is imported only when a URL is given (``pip install '.[remote]'`` from a clone).
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def _open_url(url: str) -> tuple[io.IOBase, int]:
     try:
         import fsspec
     except ImportError:
-        raise DataError(f"{url}: reading URLs needs fsspec (pip install 'hogwild[remote]', "
+        raise DataError(f"{url}: reading URLs needs fsspec (pip install '.[remote]' from a clone, or pip install fsspec, "
                         "plus the backend of the scheme, e.g. s3fs or gcsfs)") from None
     try:
         fs, path = fsspec.core.url_to_fs(url)

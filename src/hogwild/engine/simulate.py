@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.engine.guard import SwingGuard
 from hogwild.engine.network import BYTES_PER_ENTRY, DEFAULT_SPEED, Network
 from hogwild.engine.round import ModelNotFinite, RoundEngine
 from hogwild.engine.rules import ExchangeRules, barrier_ready, lag, may_start
@@ -121,6 +122,7 @@ class SimResult:
     max_staleness: int
     waited: float                                # worker-seconds spent at barriers/gates
     diverged: bool = False
+    adjustments: list[dict[str, Any]] = field(default_factory=list)  # the guard's (in order)
 
 
 Evaluate = Callable[[npt.NDArray[np.float64]], tuple[float, float | None]]
@@ -191,11 +193,15 @@ class Simulation:
     """One simulated run (call :meth:`run` once)."""
 
     def __init__(self, scenario: Scenario, shards: list[CSRArrays],
-                 evaluate: Evaluate | None = None) -> None:
+                 evaluate: Evaluate | None = None, guard: SwingGuard | None = None) -> None:
         if len(shards) != scenario.workers:
             raise ValueError(f"{len(shards)} shards for {scenario.workers} workers")
         self.sc = scenario
         self.evaluate = evaluate
+        # Acts on the evaluations as the coordinator does; its adjustments reach every
+        # virtual worker at once (the cluster's take one RPC).
+        self.guard = guard
+        self.lr_scale = 1.0
         spec = scenario.kernel.spec
         w0 = spec.initial_weights(scenario.seed)
         rules = dataclasses.replace(
@@ -270,7 +276,8 @@ class Simulation:
             weights=self.global_w, best_weights=best_w, history=self.history,
             best=self.best, seconds=self.now, rounds=max(wk.round for wk in self.workers),
             examples=self.examples, messages=self.messages, bytes=self.bytes,
-            max_staleness=self.max_staleness, waited=self.waited, diverged=self.diverged)
+            max_staleness=self.max_staleness, waited=self.waited, diverged=self.diverged,
+            adjustments=[a.as_dict() for a in self.guard.adjustments] if self.guard else [])
 
     def _start_round(self, wk: _Worker) -> None:
         if wk.waiting_since is not None:
@@ -284,7 +291,8 @@ class Simulation:
         size = kernel.round_size * (s + 1) // slices - kernel.round_size * s // slices
         rows = 0
         if size > 0:
-            plan = dataclasses.replace(kernel, round_size=size)
+            plan = dataclasses.replace(kernel, round_size=size,
+                                       learning_rate=kernel.learning_rate * self.lr_scale)
             for cursor in wk.cursors:
                 loss, n = train_round(wk.rows, wk.engine.w, plan, cursor)
                 self.loss_sum += loss
@@ -422,6 +430,15 @@ class Simulation:
             if math.isfinite(loss) and (self.best is None or _better(row, self.best)):
                 self.best = row
                 self.best_w = self.global_w.copy()
+            if self.guard is not None:
+                adjustment = self.guard.observe(row["epoch"], loss, accuracy)
+                if adjustment is not None:
+                    self.lr_scale = adjustment.lr_scale
+                    if adjustment.staleness is not None:
+                        self.rules = dataclasses.replace(self.rules,
+                                                         staleness=adjustment.staleness)
+                        for wk in self.workers:
+                            wk.engine.rules = self.rules
         self.history.append(row)
 
 

@@ -27,6 +27,7 @@ No gRPC and no lock here: the worker node serialises access and moves the sums.
 
 from __future__ import annotations
 
+import logging
 import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -38,6 +39,13 @@ import numpy.typing as npt
 from hogwild.engine.sparse import merge_sparse
 
 COORDINATOR = -1   # the root of the tree, as a parent index
+# Sync: the messages sent to the parent that are kept until the parent's own messages say
+# they went past it (see TreeLinks.retained). Two at most in a healthy run (the parent's round
+# trails this node's by one at most); past this bound the oldest is let go, said once in the
+# log and counted in ``retained_dropped``.
+RETAINED_MAX = 8
+
+log = logging.getLogger("hogwild.worker")
 
 Sparse = tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]
 
@@ -157,6 +165,14 @@ class TreeLinks:
             nbr: [] for nbr in neighbours}
         self.sent_round: dict[int, int] = dict.fromkeys(self._owed, rounds_done)
         self.closed: set[int] = set()    # final sent, or the neighbour was dropped
+        # Sync: the parent (sender id) and the messages sent to it, (label, indices, values),
+        # that no message of the parent vouches for yet. A parent's round-R message goes out
+        # only once the root's round R did, which waited for the parent's own round R, sum
+        # of this node's messages labelled <= R: those are past the parent then. Those not
+        # are re-sent to the next parent if this one dies (see WorkerNode._tree_bury).
+        self.parent: int | None = None
+        self.retained: list[tuple[int, npt.NDArray[np.int32], npt.NDArray[np.float64]]] = []
+        self.retained_dropped = 0
 
     @property
     def neighbours(self) -> list[int]:
@@ -206,6 +222,8 @@ class TreeLinks:
         """The messages due now (each edge's debt is taken). ``own_round``: the last round
         whose own delta is in; ``finished``: the final own delta is in; ``peers``: the inbox's
         view of every neighbour (round received complete, final, dropped)."""
+        if sync and self.parent is not None and self.parent in peers:
+            self.passed(peers[self.parent].round)
         out = []
         for nbr in self.neighbours:
             if nbr in self.closed:
@@ -236,8 +254,26 @@ class TreeLinks:
             self.sent_round[nbr] = label
             if final:
                 self.closed.add(nbr)
+            if sync and nbr == self.parent:
+                self._retain(label, idx, val)
             out.append(Flush(nbr, label, final, idx, val))
         return out
+
+    def passed(self, parent_round: int) -> None:
+        """Sync: the parent's messages vouch for its round ``parent_round``: what this node
+        sent it labelled up to that round went past it (see ``retained``)."""
+        self.retained = [r for r in self.retained if r[0] > parent_round]
+
+    def _retain(self, label: int, idx: npt.NDArray[np.int32],
+                val: npt.NDArray[np.float64]) -> None:
+        self.retained.append((label, idx, val))
+        if len(self.retained) > RETAINED_MAX:
+            self.retained.pop(0)
+            self.retained_dropped += 1
+            if self.retained_dropped == 1:
+                log.warning("tree: more than %d messages to the parent wait for it to vouch "
+                            "for them; the oldest are no longer kept (lost if it dies now)",
+                            RETAINED_MAX)
 
     def forward(self, own_round: int) -> list[Flush]:
         """async: whatever is owed now, to each open neighbour owed something (never final:

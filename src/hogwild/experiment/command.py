@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--config", metavar="PATH", help="settings file for the model settings (learning_rate, "
       "l2, lr_schedule, thread_buffer, splits, ...); default as for `hogwild train`")
     a("--quick", action="store_true",
-      help="seconds, not minutes: 20k rows, threads 1,2, 3 epochs (flags still override)")
+      help="seconds, not minutes: 20k rows, threads 1,2, 3 epochs (flags still override); "
+      "runs that train for under 50 ms are too short to time and get no speedup")
     a("--out", metavar="DIR", help="output directory (default runs/experiment)")
     a("--threads", metavar="LIST", help="thread counts, e.g. 1,2,4 (above the core count the "
       "runs are labelled oversubscribed)")

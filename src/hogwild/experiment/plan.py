@@ -6,6 +6,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from hogwild.config import BOUNDS
 from hogwild.errors import ConfigError
 
 TRAINERS: tuple[str, ...] = ("hogwild", "locked", "serial", "syncsgd")
@@ -51,8 +52,8 @@ class ExperimentOptions:
             if not ok:
                 raise ConfigError(key, f"{why} (got {getattr(self, key)!r})")
 
-        need(bool(self.threads) and all(1 <= t <= 256 for t in self.threads), "threads",
-             "thread counts must be between 1 and 256")
+        need(bool(self.threads) and all(t in BOUNDS["threads"] for t in self.threads),
+             "threads", f"thread counts {BOUNDS['threads'].why}")
         need(bool(self.trainers) and all(t in TRAINERS for t in self.trainers), "trainers",
              f"trainers must be among {', '.join(TRAINERS)}")
         need(self.main_rows >= 100, "main_rows", "must be at least 100")

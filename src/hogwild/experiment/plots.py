@@ -6,27 +6,43 @@ from __future__ import annotations
 
 import io
 import re
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hogwild import artifacts
-from hogwild.experiment.runner import Record, median
+from hogwild.experiment.runner import MIN_TIMED_SECONDS, TOO_SHORT, Record, median
 
 if TYPE_CHECKING:  # matplotlib itself is imported when a figure is drawn (start-up time)
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 Series = dict[str, list[tuple[float, float]]]
+# Characters of a title line in a panel 5.2 inches wide at font size 10.
+TITLE_CHARS = 60
 
 
 def _figure(ncols: int, width: float = 5.2, height: float = 3.9) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width * ncols, height), dpi=90)
+    # Constrained layout: wrapped titles, axis labels and legends get the room they need
+    # instead of running off the edge or into the next panel.
+    fig = Figure(figsize=(width * ncols, height), dpi=90, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
+
+
+def _title(ax: Axes, text: str) -> None:
+    """A panel's title, wrapped to the panel's width (a long data path would run off it)."""
+    ax.set_title(textwrap.fill(text, TITLE_CHARS), fontsize=10)
+
+
+def _epoch_axis(ax: Axes) -> None:
+    """An epochs axis from epoch 0, the untrained model's place, whatever the first row is."""
+    ax.set_xlabel("epochs")
+    ax.set_xlim(left=0.0)
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -122,6 +138,16 @@ def _legend(ax: Axes) -> None:
         ax.legend(fontsize=8, frameon=False)
 
 
+def _untimed_note(ax: Axes, recs: Sequence[Record]) -> None:
+    """Say on a speedup panel that runs too short to time are left out (derive gave them no
+    speedup, so the series above have no point for them)."""
+    short = sum(r.get("timing", "ok") != "ok" for r in recs)
+    if short:
+        ax.text(0.02, 0.02, f"{short} run(s) not shown: {TOO_SHORT}\n(they or their serial "
+                f"run trained under {MIN_TIMED_SECONDS * 1000:.0f} ms)", transform=ax.transAxes,
+                fontsize=7, color="0.4")
+
+
 def _speedup_panels(fig: Figure, recs: Sequence[Record], cores: int, what: str) -> None:
     palette = _palette(_trainer_name(r) for r in recs)
     for i, (key, label) in enumerate((("speedup", "fixed epochs"),
@@ -135,7 +161,8 @@ def _speedup_panels(fig: Figure, recs: Sequence[Record], cores: int, what: str) 
             _threads_axis(ax, xs, cores)
         ax.axhline(1.0, color="0.6", linewidth=0.8)
         ax.set_ylabel("speedup over serial SGD")
-        ax.set_title(f"{what}: {label}", fontsize=10)
+        _title(ax, f"{what}: {label}")
+        _untimed_note(ax, recs)
         _legend(ax)
 
 
@@ -160,7 +187,7 @@ def plot_test_error(records: Sequence[Record], cores: int, path: Path) -> Path |
     if xs:
         _threads_axis(ax, xs, cores)
     ax.set_ylabel("test error")
-    ax.set_title(f"{recs[0]['data']}: test error after {recs[0]['epochs']} epochs", fontsize=10)
+    _title(ax, f"{recs[0]['data']}: test error after {recs[0]['epochs']} epochs")
     _legend(ax)
     return _save(fig, path)
 
@@ -178,9 +205,9 @@ def _per_epoch_grid(fig: Figure, recs: Sequence[Record], key: str, ylabel: str,
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
                         label=line, color=palette[line])
-        ax.set_xlabel("epoch")
+        _epoch_axis(ax)
         ax.set_ylabel(ylabel)
-        ax.set_title(panel, fontsize=10)
+        _title(ax, panel)
         ax.grid(alpha=0.3)
         _legend(ax)
 
@@ -218,7 +245,7 @@ def plot_cpu_time(records: Sequence[Record], cores: int, path: Path) -> Path | N
             _threads_axis(ax, xs, cores)
         ax.set_yscale("log")
         ax.set_ylabel(f"{label}, {hog[0]['epochs']} epochs")
-        ax.set_title(f"hogwild: {label} vs threads per data size", fontsize=10)
+        _title(ax, f"hogwild: {label} vs threads per data size")
         _legend(ax)
     return _save(fig, path)
 
@@ -239,9 +266,9 @@ def plot_batch(records: Sequence[Record], cores: int, path: Path) -> Path | None
         pts = _epoch_curve([r for r in shown if _trainer_name(r) == name], "train_error")
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=name,
                 color=palette[name])
-    ax.set_xlabel("epoch")
+    _epoch_axis(ax)
     ax.set_ylabel("training error")
-    ax.set_title(f"{recs[0]['data']}: training error, {t_show} thread(s)", fontsize=10)
+    _title(ax, f"{recs[0]['data']}: training error, {t_show} thread(s)")
     ax.grid(alpha=0.3)
     _legend(ax)
     ax = fig.add_subplot(1, 2, 2)
@@ -251,7 +278,7 @@ def plot_batch(records: Sequence[Record], cores: int, path: Path) -> Path | None
         _threads_axis(ax, xs, cores)
     ax.set_yscale("log")
     ax.set_ylabel("wall seconds per epoch")
-    ax.set_title("time per epoch vs threads", fontsize=10)
+    _title(ax, "time per epoch vs threads")
     _legend(ax)
     return _save(fig, path)
 
@@ -272,7 +299,8 @@ def plot_regression(records: Sequence[Record], cores: int, path: Path) -> Path |
         _threads_axis(ax, xs, cores)
     ax.axhline(1.0, color="0.6", linewidth=0.8)
     ax.set_ylabel("speedup over serial SGD")
-    ax.set_title(f"{recs[0]['data']} (squared loss): speedup", fontsize=10)
+    _title(ax, f"{recs[0]['data']} (squared loss): speedup")
+    _untimed_note(ax, recs)
     _legend(ax)
     ax = fig.add_subplot(1, 2, 2)
     fitting = [r["threads"] for r in recs if not r["oversubscribed"]]
@@ -282,10 +310,10 @@ def plot_regression(records: Sequence[Record], cores: int, path: Path) -> Path |
         pts = _epoch_curve([r for r in shown if _trainer_name(r) == name], "train_rmse")
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=name,
                 color=palette[name])
-    ax.set_xlabel("epoch")
+    _epoch_axis(ax)
     ax.set_ylabel("training RMSE")
     ax.set_yscale("log")
-    ax.set_title(f"training RMSE per epoch, {t_show} thread(s)", fontsize=10)
+    _title(ax, f"training RMSE per epoch, {t_show} thread(s)")
     ax.grid(alpha=0.3)
     _legend(ax)
     return _save(fig, path)
@@ -310,7 +338,7 @@ def plot_workers(records: Sequence[Record], path: Path) -> Path | None:
         ax.set_xticks(sorted(set(xs)))
         ax.set_xlabel("worker processes (hogwild run, loopback)")
         ax.set_ylabel(label)
-        ax.set_title(f"{recs[0]['data']}: {label} vs workers", fontsize=10)
+        _title(ax, f"{recs[0]['data']}: {label} vs workers")
         ax.grid(alpha=0.3)
         _legend(ax)
     return _save(fig, path)

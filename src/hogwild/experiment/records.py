@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from hogwild import artifacts
-from hogwild.experiment.runner import Record, median
+from hogwild.experiment.runner import (
+    MIN_TIMED_SECONDS,
+    SERIAL_TOO_SHORT,
+    TOO_SHORT,
+    Record,
+    median,
+)
 
 CSV_FILE = "runs.csv"
 JSONL_FILE = "runs.jsonl"
@@ -19,7 +25,7 @@ SUMMARY_FILE = "summary.txt"
 COLUMNS: tuple[str, ...] = (
     "studies", "data", "source", "loss", "rows", "train_rows", "n_features", "trainer",
     "threads", "batch_size", "learning_rate", "workers", "cores", "oversubscribed", "repeat", "epochs",
-    "epochs_done", "status", "wall_seconds", "cpu_seconds", "cores_used", "speedup",
+    "epochs_done", "status", "wall_seconds", "cpu_seconds", "cores_used", "timing", "speedup",
     "target_loss", "time_to_target", "speedup_to_target", "train_error", "train_rmse",
     "val_loss", "test_loss", "test_error", "test_rmse",
 )
@@ -82,6 +88,10 @@ def summary_lines(records: Sequence[Record]) -> list[str]:
         if len(ok) < len(recs):
             notes.append(f"{len(recs) - len(ok)} of {len(recs)} not ok: {recs[0]['status']}"
                          if not ok else f"{len(recs) - len(ok)} of {len(recs)} not ok")
+        if any(r.get("timing") == TOO_SHORT for r in ok):
+            notes.append(f"{TOO_SHORT} (under {MIN_TIMED_SECONDS * 1000:.0f} ms): no speedup")
+        elif any(r.get("timing") == SERIAL_TOO_SHORT for r in ok):
+            notes.append(f"{SERIAL_TOO_SHORT}: no speedup")
         if len(recs) > 1:
             notes.append(f"median of {len(ok)}")
         ttt = median(r.get("time_to_target") for r in ok)
@@ -92,4 +102,12 @@ def summary_lines(records: Sequence[Record]) -> list[str]:
             f"{_fmt(median(r.get('speedup') for r in ok), '.2f'):>7} "
             f"{_fmt(ttt, '.3f') if ok and ttt is not None else 'not reached':>11} "
             f"{_fmt(err, '.4f'):>8} {', '.join(notes)}")
+    short = sum(r.get("timing") == TOO_SHORT for r in records)
+    against = sum(r.get("timing") == SERIAL_TOO_SHORT for r in records)
+    if short or against:
+        lines += ["", (f"{short} of {len(records)} runs trained for under "
+                       f"{MIN_TIMED_SECONDS * 1000:.0f} ms ({TOO_SHORT}) and {against} more "
+                       "are compared with a serial run that did: their speedups are left out "
+                       "of this table and of the speedup plots (more rows or epochs time "
+                       "them)")]
     return lines

@@ -36,6 +36,12 @@ Record = dict[str, Any]
 
 # A cluster run that takes longer than this is killed and recorded as failed.
 CLUSTER_TIMEOUT = 600.0
+# Training shorter than this is not timed as a result: thread start-up, the first touch of
+# the arrays and scheduler noise are milliseconds each, so a ratio of two runs of a few ms
+# measures them, not the trainers (quick runs of 1-12 ms gave "speedups" of either sign).
+MIN_TIMED_SECONDS = 0.05
+TOO_SHORT = "too short to time"
+SERIAL_TOO_SHORT = "serial run too short to time"
 
 
 def data_settings(base: Settings, data: DataSpec) -> Settings:
@@ -227,8 +233,10 @@ def _progress_line(spec: RunSpec, rec: Record) -> str:
     err_text = (f"test error {err:.4f}" if err is not None
                 else f"test RMSE {rec['test_rmse']:.4f}" if rec.get("test_rmse") is not None
                 else "")
-    return (f"  {spec.label()} [repeat {rec['repeat'] + 1}]: {rec['wall_seconds']:.3f}s, "
-            f"CPU {rec['cpu_seconds']:.3f}s, {err_text}")
+    short = (f" ({TOO_SHORT}: under {MIN_TIMED_SECONDS * 1000:.0f} ms)"
+             if too_short(rec) else "")
+    return (f"  {spec.label()} [repeat {rec['repeat'] + 1}]: {rec['wall_seconds']:.3f}s"
+            f"{short}, CPU {rec['cpu_seconds']:.3f}s, {err_text}")
 
 
 def median(values: Iterable[float | None]) -> float | None:
@@ -244,9 +252,13 @@ def derive(records: list[Record], opts: ExperimentOptions) -> None:
     by_source: dict[str, list[Record]] = {}
     for rec in records:
         by_source.setdefault(rec["source"], []).append(rec)
+    for rec in records:
+        rec["too_short"] = too_short(rec)
     for recs in by_source.values():
         serial = [r for r in recs if r["trainer"] == "serial" and r["status"] == "ok"]
         serial_wall = median(r["wall_seconds"] for r in serial)
+        # A ratio is only as good as its worse clock: none against a serial run too short.
+        serial_short = any(r["too_short"] for r in serial)
         target: float | None = None
         if opts.target_loss is not None and recs[0]["loss"] != "squared":
             target = opts.target_loss
@@ -259,8 +271,19 @@ def derive(records: list[Record], opts: ExperimentOptions) -> None:
         serial_ttt = median(r["time_to_target"] for r in serial)
         for rec in recs:
             wall, ttt = rec.get("wall_seconds"), rec["time_to_target"]
-            rec["speedup"] = (serial_wall / wall if serial_wall and wall else None)
-            rec["speedup_to_target"] = (serial_ttt / ttt if serial_ttt and ttt else None)
+            timed = not (rec["too_short"] or serial_short)
+            rec["timing"] = ("ok" if timed else TOO_SHORT if rec["too_short"]
+                             else SERIAL_TOO_SHORT)
+            rec["speedup"] = (serial_wall / wall if timed and serial_wall and wall else None)
+            rec["speedup_to_target"] = (serial_ttt / ttt if timed and serial_ttt and ttt
+                                        else None)
+
+
+def too_short(rec: Record) -> bool:
+    """Whether a finished run trained for less than MIN_TIMED_SECONDS (its times are kept,
+    but no speedup is derived from them)."""
+    wall = rec.get("wall_seconds")
+    return rec.get("status") == "ok" and wall is not None and wall < MIN_TIMED_SECONDS
 
 
 def _time_to(rec: Record, target: float | None) -> float | None:

@@ -60,21 +60,3 @@ class MLPTrainer(Trainer):
             self.spec.binary_features, t_step, self.flush_rows, self.deep_lr_scale)
         return float(t_end), float(loss_sum)
 
-
-def warmup() -> None:
-    """Compile (or load from numba's cache) the MLP kernels with the production dtypes."""
-    indptr = np.array([0, 2, 3], dtype=np.int64)
-    indices = np.array([0, 1, 1], dtype=np.int32)
-    values = np.array([0.5, 0.5, 1.0], dtype=np.float32)
-    labels = np.array([1.0, -1.0], dtype=np.float32)
-    spec = ModelSpec("mlp", 2, (3, 2))
-    w = spec.initial_weights(0)
-    hidden = spec.hidden_array()
-    for binary in (False, True):
-        mlp_kernels.mlp_sgd_range(indptr, indices, values, labels, 0, 2, w, 2, hidden, 0, 0.1,
-                                  0, 0.5, 1.0, 0.0, True, binary, 1.0, 64, 0.5)
-        mlp_kernels.mlp_sgd_range(indptr, indices, values, labels, 0, 2, w, 2, hidden, 0, 0.1,
-                                  0, 0.5, 1.0, 0.0, True, binary)
-        mlp_kernels.mlp_evaluate(indptr, indices, values, labels, w, 2, hidden, binary, 0)
-        mlp_kernels.mlp_decision(indptr, indices, values, w, 2, hidden, binary,
-                                 np.empty(2, dtype=np.float64))

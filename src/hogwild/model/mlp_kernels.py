@@ -50,6 +50,7 @@ import numpy.typing as npt
 from hogwild.jit import njit
 from hogwild.model.kernels import INVSCALING, _dloss, _loss, _publish
 from hogwild.model.losses import SQUARED
+from hogwild.model.spec import ModelSpec
 
 F64 = npt.NDArray[np.float64]
 F32 = npt.NDArray[np.float32]
@@ -294,3 +295,21 @@ def mlp_evaluate(indptr: I64, indices: I32, values: F32, labels: F32, w: F64, n_
             if pred == y:
                 n_correct += 1
     return loss_sum, n_correct
+
+
+def warmup() -> None:
+    """Compile (or load from numba's cache) the MLP kernels with the production dtypes."""
+    indptr = np.array([0, 2, 3], dtype=np.int64)
+    indices = np.array([0, 1, 1], dtype=np.int32)
+    values = np.array([0.5, 0.5, 1.0], dtype=np.float32)
+    labels = np.array([1.0, -1.0], dtype=np.float32)
+    spec = ModelSpec("mlp", 2, (3, 2))
+    w = spec.initial_weights(0)
+    hidden = spec.hidden_array()
+    for binary in (False, True):
+        mlp_sgd_range(indptr, indices, values, labels, 0, 2, w, 2, hidden, 0, 0.1, 0,
+                      0.5, 1.0, 0.0, True, binary, 1.0, 64, 0.5)
+        mlp_sgd_range(indptr, indices, values, labels, 0, 2, w, 2, hidden, 0, 0.1, 0,
+                      0.5, 1.0, 0.0, True, binary)
+        mlp_evaluate(indptr, indices, values, labels, w, 2, hidden, binary, 0)
+        mlp_decision(indptr, indices, values, w, 2, hidden, binary, np.empty(2, dtype=np.float64))

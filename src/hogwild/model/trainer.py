@@ -10,9 +10,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.config import BOUNDS
+from hogwild.config import SCHEDULES as SCHEDULE_NAMES
 from hogwild.data._threads import run_parallel
 from hogwild.data.reorder import count_features
-from hogwild.model import kernels
+from hogwild.model import kernels, mlp_kernels
 from hogwild.model.arrays import (
     CSRArrays,
     CSRLike,
@@ -24,8 +26,10 @@ from hogwild.model.arrays import (
 from hogwild.model.losses import LOSS_NAMES, get_loss
 
 MODES: tuple[str, ...] = ("hogwild", "locked", "serial", "syncsgd")
-SCHEDULES: dict[str, int] = {"inverse": kernels.INVSCALING, "constant": kernels.CONSTANT,
-                             "invscaling": kernels.INVSCALING}
+# The kernel code of each schedule the settings name (see kernel_schedule: only constant
+# steps without a decay in t; inverse is invscaling with its own lr0, power and offset).
+SCHEDULES: dict[str, int] = {name: kernels.CONSTANT if name == "constant" else kernels.INVSCALING
+                             for name in SCHEDULE_NAMES}
 
 
 def kernel_schedule(name: str, learning_rate: float, lr_decay: float, power_t: float,
@@ -112,26 +116,22 @@ class TrainParams:
 
         if self.loss not in LOSS_NAMES:
             raise bad("loss", f"must be one of {', '.join(LOSS_NAMES)}")
-        if not (0.0 < self.learning_rate < float("inf")):
-            raise bad("learning_rate", "must be positive and finite")
         if self.lr_schedule not in SCHEDULES:
             raise bad("lr_schedule", f"must be one of {', '.join(SCHEDULES)}")
-        if not (0.0 < self.lr_decay <= 1.0):
-            raise bad("lr_decay", "must be in (0, 1]")
-        if not (0.0 <= self.power_t < float("inf")):
-            raise bad("power_t", "must be non-negative and finite")
-        if not (0.0 <= self.l2 < float("inf")):
-            raise bad("l2", "must be non-negative and finite")
-        if not isinstance(self.threads, int) or self.threads < 1:
-            raise bad("threads", "must be an integer >= 1")
+        # The settings' own bounds (hogwild.config.BOUNDS), so that the Python API and the
+        # command line accept the same values.
+        for name in ("learning_rate", "lr_decay", "power_t", "l2"):
+            if getattr(self, name) not in BOUNDS[name]:
+                raise bad(name, BOUNDS[name].why)
+        for name in ("threads", "batch_size"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) not in BOUNDS[name]:
+                raise bad(name, f"must be an integer and {BOUNDS[name].why.removeprefix('must be ')}")
         if self.mode not in MODES:
             raise bad("mode", f"must be one of {', '.join(MODES)}")
         if not isinstance(self.batch_rows, int) or self.batch_rows < 1:
             raise bad("batch_rows", "must be an integer >= 1")
         if not isinstance(self.hot_features, int) or self.hot_features < 0:
             raise bad("hot_features", "must be an integer >= 0")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise bad("batch_size", "must be an integer >= 1")
 
 
 @dataclass(frozen=True)
@@ -450,7 +450,4 @@ def warmup() -> None:
         kernels.apply_delta(w, snap, a, b)
     kernels.add_scaled(w, snap, 1.0)
     count_features(indices, np.zeros(n_features, dtype=np.int64))
-    # The MLP's kernels too (imported here: model/mlp.py builds on this module).
-    from hogwild.model.mlp import warmup as warmup_mlp
-
-    warmup_mlp()
+    mlp_kernels.warmup()  # the MLP's kernels too

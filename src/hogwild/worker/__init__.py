@@ -11,6 +11,7 @@ from hogwild.announce import REGISTERED_PREFIX
 from hogwild.config import Settings
 from hogwild.errors import EXIT_LEFT, ClusterError
 from hogwild.model.trainer import warmup
+from hogwild.outputs.prometheus import MetricsServer, serve_metrics, worker_reader
 from hogwild.protocol import pb_grpc
 from hogwild.protocol.codec import warmup as codec_warmup
 from hogwild.protocol.health import (
@@ -70,9 +71,11 @@ def serve(settings: Settings) -> int:
     # Before the port is announced: whoever reads it may send SIGTERM at once.
     sigterm = SignalWatch(signal.SIGTERM, on_sigterm).install()
     print(f"worker listening on port {port}", flush=True)
+    metrics: MetricsServer | None = None
     health.watch(lambda: servicer.node.alive_at,
                  stall_seconds(settings.barrier_timeout, settings.rpc_timeout))
     try:
+        metrics = serve_metrics(settings, "worker", worker_reader(lambda: servicer.node))
         # Register first: the coordinator learns of this worker (and goes on loading data or
         # waiting for the others) while the compiled kernels load here; they are loaded
         # before the shard arrives, so round 1 is not slower than the rest.
@@ -115,3 +118,5 @@ def serve(settings: Settings) -> int:
         sigterm.restore()
         if probes is not None:
             probes.stop(grace=None)
+        if metrics is not None:
+            metrics.close()

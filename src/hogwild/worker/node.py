@@ -135,6 +135,11 @@ class WorkerNode:
         self.address = ""
         self.shard: ReceivedShard | None = None
         self.plan: RunPlan | None = None
+        # What the training threads read each round: the plan with the step size the
+        # coordinator's latest adjustment set (engine/guard.py); the plan itself keeps the
+        # configured one, which bounds the values of legitimate deltas.
+        self.step_plan: RunPlan | None = None
+        self.adjustment = 0   # number of the latest adjustment taken (0: none)
         self.arrays: CSRArrays | None = None
         self.hot = 0  # features each training thread buffers (kernels.sgd_range's `hot`)
         # The weights and the exchange arithmetic (engine/round.py); replaced at configure.
@@ -316,6 +321,11 @@ class WorkerNode:
             out[c] = self._peer_addresses.get(c, plan.peers[c])
         return out
 
+    def _tree_parent(self, plan: RunPlan) -> int:
+        """The live parent's sender id (the coordinator's under its own)."""
+        up = live_parent(plan.worker_id, plan.tree_fanout, self.tree_dead)
+        return COORDINATOR_SENDER_ID if up < 0 else up
+
     def _tree_bury(self, plan: RunPlan, dead: list[int], reason: str) -> None:
         """Workers known dead: drop them and re-attach around them (nearest live ancestor
         and descendants); a new neighbour is owed what the dead one it replaces never got."""
@@ -323,6 +333,8 @@ class WorkerNode:
             fresh = [w for w in dead if w not in self.tree_dead]
             if not fresh or self.tree is None:
                 return
+            old_parent = self._tree_parent(plan)
+            old_sent = self.tree.sent_round.get(old_parent, 0)
             self.tree_dead.update(fresh)
             for w in fresh:
                 self._drop_peer(w, self.rounds, reason)
@@ -349,6 +361,9 @@ class WorkerNode:
                 if plan.mode == "async":
                     for y in added:  # a new edge: see TreeLinks.greet
                         self._tree_put(tree.greet(y, self.rounds))
+            new_parent = self._tree_parent(plan)
+            if new_parent != old_parent and tree.parent == old_parent:
+                self._tree_hand_over(plan, tree, old_parent, old_sent, new_parent)
         for dest in stale:
             dest.abandon()
         up = live_parent(plan.worker_id, k, self.tree_dead)
@@ -356,6 +371,47 @@ class WorkerNode:
         log.warning("tree: re-attached around worker(s) %s: parent %s, children %s",
                     ", ".join(map(str, fresh)), "coordinator" if up < 0 else up,
                     ", ".join(map(str, kids)) or "none")
+
+    def _tree_hand_over(self, plan: RunPlan, tree: TreeLinks, old: int, old_sent: int,
+                        new: int) -> None:
+        """(Both locks held.) The parent died: what this node sent it that it had not
+        passed on goes again, to the new parent. Sync with the coordinator as the new
+        parent: each message it cannot yet vouch for goes alone under its round, the first
+        one telling the coordinator which round this node last heard complete from the dead
+        parent; the coordinator takes what it holds already (through the dead parent) as
+        known rather than sum it twice, and sends what this node missed (TreeRoot). The
+        labels on the new edge go on from the old one's."""
+        tree.parent = new
+        if plan.mode != "sync":
+            # Async labels vouch for nothing on the way up: nothing tells what the dead
+            # parent passed on, so nothing is re-sent (it could be summed twice).
+            tree.retained = []
+            log.warning("tree: what worker %d held and had not passed on, if anything, "
+                        "is lost (async)", old)
+            return
+        heard = self.inbox.snapshot().get(old)
+        if heard is not None:
+            tree.passed(heard.round)  # what its last messages vouched for went past it
+        if new != COORDINATOR_SENDER_ID:
+            tree.retained = []
+            log.warning("tree: what worker %d held and had not passed on, if anything, "
+                        "is lost (it is re-sent only to the coordinator)", old)
+            return
+        # The coordinator reads the round of this node's first message as one past the last
+        # it heard complete from the dead parent: nothing new may go under a round sent.
+        tree.sent_round[new] = max(tree.sent_round.get(new, 0), old_sent)
+        replays, tree.retained = tree.retained, []
+        dest = self.destinations.get(COORDINATOR_ID)
+        if dest is None:  # not running yet: nothing was sent to anyone
+            return
+        for label, idx, val in replays:
+            dest.put_delta(OutgoingDelta(label, False, self.examples, idx, val, apart=True))
+            self.deltas_sent += 1
+            tree.retained.append((label, idx, val))  # kept until the coordinator vouches
+        if replays:
+            log.warning("tree: re-sent %d message(s) (rounds %s) to the coordinator that "
+                        "worker %d had not passed on", len(replays),
+                        ", ".join(str(r[0]) for r in replays), old)
 
     # --------------------------------------------------------------- RPC handlers
 
@@ -422,7 +478,7 @@ class WorkerNode:
                 self.arrays = csr_arrays(self.shard.data, plan.n_features)
             except DataError as exc:
                 raise InvalidMessage(f"shard unusable with this config: {exc}") from None
-            self.plan = plan
+            self.plan = self.step_plan = plan
             # Buffered writes only pay off when ids are ranked by frequency (the coordinator
             # renumbers the data); choose_hot_features checks that and returns 0 otherwise.
             self.hot = 0 if plan.spec.is_mlp else choose_hot_features(
@@ -441,6 +497,8 @@ class WorkerNode:
             self.tree = (TreeLinks(self._senders(plan), functools.partial(
                 _same_side, plan.worker_id, plan.tree_fanout), plan.first_round - 1)
                 if plan.topology == "tree" else None)
+            if self.tree is not None:
+                self.tree.parent = self._tree_parent(plan)
             self.examples = plan.examples_base
             self.rounds = plan.first_round - 1
             self.phase = Phase.CONFIGURED
@@ -480,6 +538,34 @@ class WorkerNode:
             log.info("discarded %d delta message(s) received before the global model",
                      len(stale))
         log.info("loaded the global model to start from round %d", plan.first_round)
+
+    def adjust(self, message: pb.Adjustment) -> None:
+        """The coordinator saw the validation curve swing: train on with its step size and
+        (async) staleness bound from the next round on. Values are the run's current ones,
+        so an older adjustment arriving late changes nothing."""
+        self._check_run(message.protocol_version, message.run_id, "adjustment")
+        scale = float(message.lr_scale)
+        if not (math.isfinite(scale) and 0 < scale <= 1):
+            raise InvalidMessage(f"adjustment: lr_scale {scale!r} is not in (0, 1]")
+        if message.staleness < 0:
+            raise InvalidMessage(f"adjustment: staleness {message.staleness} is negative")
+        plan = self.plan
+        if plan is None:
+            raise StaleOrUnknown("adjustment received before the run config")
+        with self._cond:  # not the exchange lock: an exchange may hold it for long
+            if message.number <= self.adjustment:
+                return
+            self.adjustment = int(message.number)
+            self.step_plan = dataclasses.replace(plan, learning_rate=plan.learning_rate * scale)
+            rules = self.engine.rules
+            if message.staleness and plan.mode == "async" and (
+                    rules.staleness is None or message.staleness < rules.staleness):
+                # Only ever tighter: the gate reads the engine's rules at each round.
+                self.engine.rules = dataclasses.replace(rules, staleness=int(message.staleness))
+        log.warning("coordinator: %s; step size now x%g of the configured one%s",
+                    message.reason or "adjustment", scale,
+                    f", staleness bound {self.engine.rules.staleness}"
+                    if plan.mode == "async" and self.engine.rules.staleness is not None else "")
 
     def peer_joined(self, message: pb.PeerJoinedRequest) -> int:
         """A peer is back: accept its deltas again and send it ours from now on. Returns the
@@ -791,7 +877,8 @@ class WorkerNode:
                     break
                 t1 = time.perf_counter()
                 c1 = time.thread_time()
-                loss_sum, rows = train_round(arrays, self.engine.w, plan, cursor, self.hot)
+                step = self.step_plan or plan  # the coordinator may have shrunk the step
+                loss_sum, rows = train_round(arrays, self.engine.w, step, cursor, self.hot)
                 timers.add("wait_to_start_round", t1 - t0)
                 timers.add("train", time.perf_counter() - t1)
                 timers.add("train_cpu", time.thread_time() - c1)
@@ -819,11 +906,11 @@ class WorkerNode:
                 return not self.stop_requested.is_set()
         if self.stop_requested.is_set():
             return False
-        if plan.staleness is not None:
-            slack = plan.staleness
+        rules = self.engine.rules  # the configured bound, or the tighter one of an adjustment
+        if rules.staleness is not None:
+            slack = rules.staleness
             # Once round r is done this worker is r rounds in; a peer more than `slack` rounds
             # behind that holds us back until it catches up or falls silent for barrier_timeout.
-            rules = self.engine.rules
             while not self.inbox.wait(
                     lambda peers: self.stop_requested.is_set() or may_start(rules, r, peers),
                     min(0.25, plan.barrier_timeout)):

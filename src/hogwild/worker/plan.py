@@ -5,17 +5,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from hogwild.config import BOUNDS, COMBINES, DELTA_DTYPES, MODES, TOPOLOGIES
 from hogwild.engine.rules import ExchangeRules
 from hogwild.errors import InvalidMessage
-from hogwild.model import kernels
 from hogwild.model.compression import Compression
 from hogwild.model.losses import LOSS_NAMES, get_loss
 from hogwild.model.spec import ModelSpec
+from hogwild.model.trainer import SCHEDULES
 from hogwild.protocol import pb
 from hogwild.protocol.codec import check_version, value_bound
-
-_SCHEDULES = {"inverse": kernels.INVSCALING, "constant": kernels.CONSTANT,
-              "invscaling": kernels.INVSCALING}
 
 
 @dataclass(frozen=True)
@@ -94,7 +92,7 @@ class RunPlan:
 
     @property
     def schedule_code(self) -> int:
-        return _SCHEDULES[self.lr_schedule]
+        return SCHEDULES[self.lr_schedule]
 
     @classmethod
     def from_message(cls, m: pb.RunConfig) -> RunPlan:
@@ -113,41 +111,42 @@ class RunPlan:
             raise bad("model", str(exc)) from None
         if m.dim != spec.dim or m.dim > 2**31 - 1:
             raise bad("dim", f"must be {spec.dim} for this {spec.kind} model and fit int32")
-        if m.mode not in ("sync", "async"):
-            raise bad("mode", "must be sync or async")
+        if m.mode not in MODES:
+            raise bad("mode", f"must be one of {', '.join(MODES)}")
         if m.staleness < -1 or m.staleness == 0:
             raise bad("staleness", "must be -1 (unbounded) or >= 1")
-        if not 1 <= m.threads <= 256:
-            raise bad("threads", "must be in 1..256")
+        if m.threads not in BOUNDS["threads"]:
+            raise bad("threads", BOUNDS["threads"].why)
         if m.round_size < 1 or m.max_rounds < 1:
             raise bad("round_size", "round_size and max_rounds must be >= 1")
         if m.first_round > m.max_rounds + 1:
             raise bad("first_round", "must be at most max_rounds + 1")
         if m.loss not in LOSS_NAMES:
             raise bad("loss", f"must be one of {', '.join(LOSS_NAMES)}")
-        if m.lr_schedule not in _SCHEDULES:
-            raise bad("lr_schedule", f"must be one of {', '.join(_SCHEDULES)}")
-        for name in ("learning_rate", "lr_decay", "power_t", "l2", "barrier_timeout",
-                     "rpc_timeout"):
-            value = getattr(m, name)
-            if not math.isfinite(value) or value < 0:
-                raise bad(name, "must be finite and non-negative")
-        if spec.is_mlp and not (0 < m.deep_lr_scale < math.inf):
-            raise bad("deep_lr_scale", "must be positive and finite for model mlp")
-        if m.learning_rate <= 0 or m.barrier_timeout <= 0 or m.rpc_timeout <= 0:
-            raise bad("learning_rate", "learning_rate and timeouts must be positive")
+        if m.lr_schedule not in SCHEDULES:
+            raise bad("lr_schedule", f"must be one of {', '.join(SCHEDULES)}")
+        # The settings' bounds (hogwild.config.BOUNDS): what the coordinator's own settings
+        # were checked against.
+        for name in ("learning_rate", "lr_decay", "power_t", "l2"):
+            if getattr(m, name) not in BOUNDS[name]:
+                raise bad(name, BOUNDS[name].why)
+        if spec.is_mlp and m.deep_lr_scale not in BOUNDS["deep_lr_scale"]:
+            raise bad("deep_lr_scale", f"{BOUNDS['deep_lr_scale'].why} for model mlp")
+        for name in ("barrier_timeout", "rpc_timeout"):
+            if not 0 < getattr(m, name) < math.inf:
+                raise bad(name, "must be positive and finite")
         if not math.isfinite(m.delta_threshold) or m.delta_threshold < 0:
             raise bad("delta_threshold", "must be finite and non-negative")
-        if m.delta_dtype not in ("", "float32", "float16"):
-            raise bad("delta_dtype", "must be float32 or float16")
-        if m.combine not in ("", "sum", "average"):
-            raise bad("combine", "must be sum or average")
+        if m.delta_dtype not in ("", *DELTA_DTYPES):  # empty: the default
+            raise bad("delta_dtype", f"must be one of {', '.join(DELTA_DTYPES)}")
+        if m.combine not in ("", *COMBINES):
+            raise bad("combine", f"must be one of {', '.join(COMBINES)}")
         if m.combine == "average" and (m.delta_threshold > 0 or m.delta_topk > 0):
             raise bad("combine", "average does not go with delta_threshold or delta_topk")
-        if m.topology not in ("", "mesh", "star", "tree"):
-            raise bad("topology", "must be mesh, star or tree")
-        if m.topology == "tree" and not 2 <= m.tree_fanout <= 64:
-            raise bad("tree_fanout", "must be between 2 and 64")
+        if m.topology not in ("", *TOPOLOGIES):
+            raise bad("topology", f"must be one of {', '.join(TOPOLOGIES)}")
+        if m.topology == "tree" and m.tree_fanout not in BOUNDS["tree_fanout"]:
+            raise bad("tree_fanout", BOUNDS["tree_fanout"].why)
         peers = {int(p.worker_id): p.address for p in m.peers}
         if len(peers) != len(m.peers) or m.worker_id in peers:
             raise bad("peers", "peer ids must be unique and differ from this worker's")

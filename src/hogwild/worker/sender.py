@@ -65,6 +65,9 @@ class OutgoingDelta:
     values: npt.NDArray[np.floating[Any]]
     messages: list[Any] | None = None
     merged: int = 1
+    # Sent on its own, under its own round, even to a coalescing destination: a tree node's
+    # re-sent message, whose round tells its new parent what it holds already.
+    apart: bool = False
 
     def absorb(self, other: OutgoingDelta) -> None:
         """Sum ``other`` (a later delta) into this one."""
@@ -152,7 +155,8 @@ class Destination:
         with self._cond:
             if self.down or self._closing:
                 return
-            if self.coalesce and self._waiting is not None:
+            if self.coalesce and self._waiting is not None and not (
+                    delta.apart or self._waiting.apart):
                 self._waiting.absorb(delta)
                 if self._residual is not None:  # re-encoded anyway: the rounding goes along
                     self._waiting.absorb(self._residual)
@@ -169,7 +173,7 @@ class Destination:
                 delta = residual
             self._queue.append(("PushDelta", delta))
             if self.coalesce:
-                self._waiting = delta
+                self._waiting = delta  # (one apart takes nothing in: see above)
             self._cond.notify_all()
 
     def pending(self) -> int:
@@ -251,8 +255,10 @@ class Destination:
                                          delta.round, True, delta.examples)
             else:
                 with self._cond:
-                    if self._waiting is not None:
+                    if self._waiting is not None and not self._waiting.apart:
                         self._waiting.absorb(residual)
+                    elif self._residual is not None:
+                        self._residual.absorb(residual)
                     else:
                         self._residual = residual
         return messages

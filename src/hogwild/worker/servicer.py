@@ -48,6 +48,12 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         return self._ack()
 
     @translate
+    def Adjust(self, request: pb.Adjustment, context: grpc.ServicerContext) -> pb.Ack:
+        self.node.check_coordinator(sender_key(context))
+        self.node.adjust(request)
+        return self._ack()
+
+    @translate
     def Start(self, request: pb.StartRequest, context: grpc.ServicerContext) -> pb.Ack:
         self.node.check_coordinator(sender_key(context))
         self.node.start(request)
