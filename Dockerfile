@@ -61,7 +61,7 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
 
 # Compile the numba kernels once at build time so no container pays for it at start.
 RUN mkdir -p /opt/hogwild/numba-cache /data /out \
- && python -m hogwild.warmup \
+ && python -m hogwild.runtime.warmup \
  && chmod -R a+rwX /opt/hogwild/numba-cache \
  && chown hogwild:hogwild /data /out \
  && hogwild --version

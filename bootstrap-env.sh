@@ -43,5 +43,5 @@ fi
 # gRPC stubs come from protos/ (regenerated only when the .proto changed).
 .venv/bin/python -m hogwild.protocol.build
 # Compile the numba kernels once so the first run does not pay for it.
-.venv/bin/python -m hogwild.warmup
+.venv/bin/python -m hogwild.runtime.warmup
 echo "bootstrap-env: ready (.venv/bin/hogwild)"

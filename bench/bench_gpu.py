@@ -45,7 +45,7 @@ import common
 def load(rows: int, seed: int) -> Any:
     """(train, test) as the train job makes them: shuffled, renumbered, 20 % test."""
     from hogwild import config
-    from hogwild.local import load_splits
+    from hogwild.inprocess.local import load_splits
 
     settings = config.load(flags={"data": f"synthetic:rcv1?rows={rows}&seed={seed}",
                                   "val_fraction": 0.0, "test_fraction": 0.2, "seed": seed})
@@ -65,7 +65,7 @@ def summary(seconds: list[float]) -> tuple[str, str]:
 
 
 def bench_cpu(settings: Any, splits: Any, epochs: int, threads: int) -> list[Any]:
-    from hogwild.local import train_params
+    from hogwild.inprocess.local import train_params
     from hogwild.model.trainer import Trainer
 
     params = train_params(settings.replace(threads=threads))
@@ -90,7 +90,7 @@ def gpu_missing() -> str | None:
 
 def bench_gpu(settings: Any, splits: Any, epochs: int, max_warps: int,
               weight_dtype: str) -> list[Any]:
-    from hogwild.local import train_params
+    from hogwild.inprocess.local import train_params
     from hogwild.model.gpu import GPUTrainer
 
     trainer = GPUTrainer(splits.train.n_features, train_params(settings), max_warps=max_warps,

@@ -50,7 +50,7 @@ def hogwild_accuracy(train: Path, test: Path, query: str, seed: int) -> tuple[fl
     """(test accuracy, feature count) of ``hogwild train`` on ``csv:train?label=y&categorical=
     city`` plus ``query``."""
     from hogwild import config
-    from hogwild.local import train_job
+    from hogwild.inprocess.local import train_job
 
     with tempfile.TemporaryDirectory() as tmp:
         s = config.load(flags={"data": f"csv:{train}?label=y&categorical=city{query}",

@@ -194,7 +194,7 @@ def accuracy_table(sets: list[str], seeds: int, data_dir: Path, threads: int,
     import tempfile
 
     from hogwild import config
-    from hogwild.local import train_job
+    from hogwild.inprocess.local import train_job
 
     runs = {**LINEAR_RUNS, **MLP_RUNS} if runs is None else runs
     rows = []

@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from hogwild import config
-from hogwild.local import load_splits, train_params
+from hogwild.inprocess.local import load_splits, train_params
 from hogwild.model.evaluation import evaluate
 from hogwild.model.trainer import Trainer
 

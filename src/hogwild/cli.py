@@ -10,13 +10,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from hogwild import __version__, config, console
+from hogwild import __version__, config
 from hogwild.config import Settings
 from hogwild.engine.network import DEFAULT_SPEED, LATENCIES, Network
 from hogwild.errors import ConfigError, DataError, HogwildError, UsageError
+from hogwild.outputs import console
 
 if TYPE_CHECKING:
-    from hogwild.plotter import BackgroundPlot
+    from hogwild.outputs.plotter import BackgroundPlot
 
 log = logging.getLogger("hogwild")
 
@@ -418,14 +419,14 @@ def _setup_logging(level: str) -> None:
 
 
 def _cmd_train(settings: Settings, plot: BackgroundPlot | None = None) -> int:
-    from hogwild.local import train_job
+    from hogwild.inprocess.local import train_job
 
     train_job(settings, plot=plot)  # prints (and with --json, the metrics) as console says
     return 0
 
 
 def _cmd_run(settings: Settings, args: argparse.Namespace, whole_process: bool) -> int:
-    from hogwild.launcher import run_local
+    from hogwild.runtime.launcher import run_local
 
     return run_local(settings, config_path=args.config, keep_going=args.keep_going,
                      insecure=settings.insecure, fork=whole_process,
@@ -470,9 +471,9 @@ def _cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_gen_data(args: argparse.Namespace) -> int:
-    from hogwild import artifacts
     from hogwild.data import make_rcv1_like, make_seed000, write_svmlight
     from hogwild.data.sources import describe
+    from hogwild.outputs import artifacts
 
     if args.rows < 1 or args.test_rows < 0:
         raise ConfigError("rows", "must be at least 1 (and --test-rows non-negative)")
@@ -517,7 +518,7 @@ def _test_twin(path: str) -> str:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from hogwild.analyze import analyze_command
+    from hogwild.commands.analyze import analyze_command
 
     if min(args.threads, args.workers, args.round_size) < 1:
         raise ConfigError("threads", "--threads, --workers and --round-size must be at least 1")
@@ -545,8 +546,8 @@ def _cmd_experiment(args: argparse.Namespace, environ: Mapping[str, str]) -> int
 
 
 def _cmd_hash(args: argparse.Namespace) -> int:
+    from hogwild.commands.hash_csv import hash_command
     from hogwild.data.hashing import HashOptions, names
-    from hogwild.hash_csv import hash_command
 
     sep = {"tab": "\t", "\\t": "\t"}.get(args.sep, args.sep)
     try:
@@ -580,7 +581,7 @@ def _cmd_health(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
-    from hogwild.predict import eval_command, predict_command
+    from hogwild.commands.predict import eval_command, predict_command
 
     if args.threads is not None and args.threads < 1:
         raise ConfigError("threads", f"must be at least 1, got {args.threads}")
@@ -601,10 +602,10 @@ def _cmd_model(args: argparse.Namespace) -> int:
 
 
 # The module each command imports first (numpy, numba, grpc, ...): loaded as long-lived
-# objects when the command is the whole process (see hogwild.startup).
+# objects when the command is the whole process (see hogwild.runtime.startup).
 _HEAVY_MODULES = {
-    "train": "hogwild.local", "coordinator": "hogwild.coordinator", "worker": "hogwild.worker",
-    "predict": "hogwild.predict", "eval": "hogwild.predict",
+    "train": "hogwild.inprocess.local", "coordinator": "hogwild.coordinator", "worker": "hogwild.worker",
+    "predict": "hogwild.commands.predict", "eval": "hogwild.commands.predict",
 }
 # Commands that draw the loss plot: as the whole process they start its helper before their
 # own imports, so that it imports matplotlib while this process is busy on one core.
@@ -618,7 +619,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
     ``argv`` None (the console script, ``python -m hogwild.cli``): the call is the whole
     process, which ends when it returns; the garbage collector is then spared the objects
-    of the command's imports and the final traversal of everything (hogwild.startup)."""
+    of the command's imports and the final traversal of everything (hogwild.runtime.startup)."""
     if argv is None:
         return main_process(None)
     return _main(argv, environ, whole_process=False)
@@ -626,15 +627,15 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 def main_process(argv: Sequence[str] | None, plot: BackgroundPlot | None = None) -> int:
     """Run one command line (default: sys.argv) as the whole process, which ends when this
-    returns (see hogwild.startup). ``plot``: a loss plot helper started already (the command
+    returns (see hogwild.runtime.startup). ``plot``: a loss plot helper started already (the command
     closes it)."""
-    from hogwild.startup import single_blas_thread
+    from hogwild.runtime.startup import single_blas_thread
 
     single_blas_thread()  # before anything imports numpy
     try:
         return _main(argv, None, whole_process=True, plot=plot)
     finally:
-        from hogwild.startup import before_exit
+        from hogwild.runtime.startup import before_exit
 
         before_exit()
 
@@ -646,15 +647,15 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None,
     try:  # a plot helper handed in is closed whatever happens, a bad command line included
         args = parser.parse_args(argv)
         if whole_process and args.command in _TRAINING:
-            from hogwild.startup import outlive_console
+            from hogwild.runtime.startup import outlive_console
 
             outlive_console(args.command)
         if plot is None and whole_process and args.command in _PLOTTING:
-            from hogwild.plotter import BackgroundPlot
+            from hogwild.outputs.plotter import BackgroundPlot
 
             plot = BackgroundPlot()
         if whole_process and args.command in _HEAVY_MODULES:
-            from hogwild.startup import import_long_lived
+            from hogwild.runtime.startup import import_long_lived
 
             import_long_lived(_HEAVY_MODULES[args.command])
         return _run_command(args, env, plot if args.command in _PLOTTING else None,
@@ -686,7 +687,7 @@ def _run_verbose(args: argparse.Namespace, env: Mapping[str, str],
         if args.command == "health":
             return _cmd_health(args, env)
         if args.command == "certs":
-            from hogwild.certs import main as certs_main
+            from hogwild.commands.certs import main as certs_main
 
             return certs_main(args.out, args.hosts, args.days, args.force)
         if args.command in ("predict", "eval"):

@@ -29,11 +29,11 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("hogwild's estimators need scikit-learn >= 1.6: "
                       "pip install '.[sklearn]' from a clone, or pip install scikit-learn") from exc
 
-from hogwild import artifacts
 from hogwild.config import Settings
 from hogwild.data.csr import CSRData
 from hogwild.errors import ModelError
 from hogwild.model.saved import SavedModel, label_value, ovr_proba
+from hogwild.outputs import artifacts
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -516,7 +516,7 @@ def run_cluster(X: Any, y: Any = None, *, workers: int = 2, threads: int = 1,
     comes. RuntimeError with the run's last output lines when the run fails."""
     from hogwild import config
     from hogwild.data import write_svmlight
-    from hogwild.launcher import run_local
+    from hogwild.runtime.launcher import run_local
 
     with tempfile.TemporaryDirectory(prefix="hogwild-cluster-") as tmp:
         flags: dict[str, Any] = dict(settings)

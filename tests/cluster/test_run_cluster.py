@@ -137,7 +137,7 @@ def test_averaged_sync_run_with_a_trace_and_frequent_evaluations(
     assert gaps and min(gaps) < 0.045, gaps
     # With a trace, trace.jsonl is the fine curve: no curve points between the evaluations,
     # so every row of metrics.jsonl is a progress row, of which the 1st, 2nd, 4th, ... and
-    # the last are printed (the rows are thinned out; see hogwild.console).
+    # the last are printed (the rows are thinned out; see hogwild.outputs.console).
     printed = [line.split()[0] for line in cluster.coordinator.lines
                if PROGRESS_ROW.search(line)]
     assert len(history) >= 5, history

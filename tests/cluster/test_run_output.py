@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hogwild.launcher import child_env
+from hogwild.runtime.launcher import child_env
 
 from .helpers import read_metrics
 

@@ -359,7 +359,7 @@ def test_dense_faults_are_invalid() -> None:
 
 _WARM_CHECK = """
 import numpy as np
-from hogwild.prespawn import load_worker_kernels
+from hogwild.runtime.prespawn import load_worker_kernels
 load_worker_kernels()
 from hogwild.model import kernels
 from hogwild.protocol import codec

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from hogwild.certs import Bundle, write_bundle
+from hogwild.commands.certs import Bundle, write_bundle
 from hogwild.config import Settings
 from hogwild.coordinator import RunState
 from hogwild.coordinator import create_server as create_coordinator

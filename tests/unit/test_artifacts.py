@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild import artifacts
 from hogwild.errors import ConfigError
+from hogwild.outputs import artifacts, plotter
 
 
 def test_model_round_trip(tmp_path: Path) -> None:
@@ -42,7 +42,7 @@ def test_metrics_history_and_plot(tmp_path: Path) -> None:
              "val_accuracy": 0.5 + 0.04 * i} for i in range(6)]
     artifacts.write_history(tmp_path, rows)
     artifacts.write_metrics(tmp_path, {"test_accuracy": np.float64(0.9), "epochs": 6})
-    png = artifacts.plot_loss(tmp_path, rows, title="t")
+    png = plotter.plot_loss(tmp_path, rows, title="t")
     lines = (tmp_path / artifacts.HISTORY_FILE).read_text().splitlines()
     assert [json.loads(line)["val_loss"] for line in lines] == [r["val_loss"] for r in rows]
     assert json.loads((tmp_path / artifacts.METRICS_FILE).read_text())["test_accuracy"] == 0.9
@@ -71,7 +71,7 @@ def test_an_out_dir_is_held_by_one_writer_at_a_time(tmp_path: Path) -> None:
 
 
 def test_a_killed_holder_leaves_no_lock_behind(tmp_path: Path) -> None:
-    code = ("import sys, time; from hogwild import artifacts\n"
+    code = ("import sys, time; from hogwild.outputs import artifacts\n"
             "with artifacts.out_dir_held(sys.argv[1], 'coordinator'):\n"
             "    print('held', flush=True); time.sleep(60)\n")
     holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],

@@ -10,8 +10,8 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from hogwild.certs import FILES, write_bundle
 from hogwild.cli import main
+from hogwild.commands.certs import FILES, write_bundle
 from hogwild.errors import ConfigError
 
 
@@ -69,10 +69,10 @@ def test_cli_writes_every_file(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_a_directory_it_cannot_write_is_one_line_and_leaves_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    import hogwild.certs
+    import hogwild.commands.certs
 
     written = []
-    write = hogwild.certs._write
+    write = hogwild.commands.certs._write
 
     def refuse_after_two(path: Path, data: bytes, mode: int) -> None:
         if len(written) == 2:  # as in a root-owned directory Docker made for a bind mount
@@ -80,7 +80,7 @@ def test_a_directory_it_cannot_write_is_one_line_and_leaves_nothing(
         written.append(path)
         write(path, data, mode)
 
-    monkeypatch.setattr(hogwild.certs, "_write", refuse_after_two)
+    monkeypatch.setattr(hogwild.commands.certs, "_write", refuse_after_two)
     out = tmp_path / "secrets"
     assert main(["certs", "--out", str(out), "--hosts", "hogwild"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild import artifacts
 from hogwild.coordinator import checkpoint
 from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
 from hogwild.errors import ConfigError
+from hogwild.outputs import artifacts
 
 
 def _saved(directory: Path) -> tuple[Checkpoint, bytes]:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from hogwild import artifacts
 from hogwild.cli import build_parser, main
 from hogwild.data import load_source
 from hogwild.model.evaluation import evaluate
 from hogwild.model.losses import get_loss
+from hogwild.outputs import artifacts
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from hogwild import config
-from hogwild.certs import host_names
-from hogwild.certs import main as certs_main
 from hogwild.cli import build_parser, main, settings_from_args
+from hogwild.commands.certs import host_names
+from hogwild.commands.certs import main as certs_main
+from hogwild.commands.hash_csv import hash_command
 from hogwild.data import load_source
 from hogwild.data.hashing import HashOptions
-from hogwild.hash_csv import hash_command
-from hogwild.local import duration
+from hogwild.inprocess.local import duration
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -155,7 +155,7 @@ def test_short_durations_keep_their_digits() -> None:
 
 
 def test_the_launchers_command_lines_still_parse() -> None:
-    from hogwild.launcher import setting_flags
+    from hogwild.runtime.launcher import setting_flags
 
     defaults = config.load()
     flipped = config.load(flags={key: not getattr(defaults, key) for key in config.KEYS

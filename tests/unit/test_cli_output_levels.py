@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hogwild import artifacts
 from hogwild.cli import main
-from hogwild.console import (
+from hogwild.outputs import artifacts
+from hogwild.outputs.console import (
     CLEAR_LINE,
     NORMAL,
     QUIET,

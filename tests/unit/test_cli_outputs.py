@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hogwild import predict
 from hogwild.cli import main
+from hogwild.commands import predict
 from hogwild.model.saved import SavedModel
 
 
@@ -117,12 +117,12 @@ def _csv(tmp_path: Path) -> Path:
 def test_hash_out_that_is_a_directory_is_refused_before_hashing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    import hogwild.hash_csv
+    import hogwild.commands.hash_csv
 
     table = _csv(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
-    monkeypatch.setattr(hogwild.hash_csv, "fit_hashing", _not_called)
+    monkeypatch.setattr(hogwild.commands.hash_csv, "fit_hashing", _not_called)
     code = main(["hash", str(table), "--out", str(out), "--label", "y", "--categorical", "c"])
     stdout, err = _one_line(capsys)
     assert code == 2 and stdout == ""
@@ -141,7 +141,7 @@ def test_hash_out_that_is_a_directory_is_refused_before_hashing(
 def test_hash_keeps_no_rows_whose_parameters_could_not_be_written(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from hogwild import artifacts
+    from hogwild.outputs import artifacts
 
     table = _csv(tmp_path)
     out = tmp_path / "rows.svm"
@@ -161,12 +161,12 @@ def test_hash_keeps_no_rows_whose_parameters_could_not_be_written(
 def test_hash_failing_to_write_the_rows_is_one_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    import hogwild.hash_csv
+    import hogwild.commands.hash_csv
 
     def disk_full(data: Any, path: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(hogwild.hash_csv, "write_svmlight", disk_full)
+    monkeypatch.setattr(hogwild.commands.hash_csv, "write_svmlight", disk_full)
     out = tmp_path / "rows.svm"
     code = main(["hash", str(_csv(tmp_path)), "--out", str(out), "--label", "y",
                  "--categorical", "c"])
@@ -235,12 +235,12 @@ def test_analyze_refuses_data_without_rows(tmp_path: Path,
 def test_analyze_names_a_feature_id_too_large_for_memory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    import hogwild.analyze
+    import hogwild.commands.analyze
 
     data = tmp_path / "wide.svm"
     data.write_text("1 1:0.5\n-1 2000000:1\n")
     # A machine of 16 MiB: the 2e6 ids need 24 bytes each, 45.8 MiB.
-    monkeypatch.setattr(hogwild.analyze, "physical_memory", lambda: 16 << 20)
+    monkeypatch.setattr(hogwild.commands.analyze, "physical_memory", lambda: 16 << 20)
     assert main(["analyze", str(data)]) == 1
     stdout, err = _one_line(capsys)
     assert stdout == ""
@@ -253,12 +253,12 @@ def test_analyze_names_a_feature_id_too_large_for_memory(
 def test_analyze_out_of_memory_under_a_limit_names_the_feature_id(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    import hogwild.analyze
+    import hogwild.commands.analyze
 
     def limit(*args: Any, **kwargs: Any) -> Any:
         raise MemoryError
 
-    monkeypatch.setattr(hogwild.analyze, "analyze_conflicts", limit)
+    monkeypatch.setattr(hogwild.commands.analyze, "analyze_conflicts", limit)
     data = tmp_path / "wide.svm"
     data.write_text("1 1:0.5\n-1 2000000:1\n")
     assert main(["analyze", str(data)]) == 1

@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild import artifacts
 from hogwild.config import Settings
 from hogwild.coordinator import checkpoint, fingerprint
 from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
 from hogwild.coordinator.state import RunState
 from hogwild.data.csr import CSRData
+from hogwild.engine.stopping import EarlyStopping
 from hogwild.errors import ClusterError, ConfigError, NotAllowed, StaleOrUnknown
-from hogwild.stopping import EarlyStopping
+from hogwild.outputs import artifacts
 
 
 def _ckpt(**extra: object) -> Checkpoint:

@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild import artifacts
 from hogwild.coordinator.trace import ModelTrace, earlier_rows
 from hogwild.data.csr import CSRData
 from hogwild.model.losses import get_loss
 from hogwild.model.spec import ModelSpec
+from hogwild.outputs import artifacts
 
 from .test_coordinator_state import DIM, _delta, _started
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild.analyze import analyze_command
 from hogwild.cli import main
+from hogwild.commands.analyze import analyze_command
 from hogwild.data import CSRData, make_rcv1_like, make_seed000
 from hogwild.data.conflicts import (
     analyze_conflicts,

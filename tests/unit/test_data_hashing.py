@@ -212,8 +212,8 @@ def test_bad_options_and_specs(tmp_path: Path, fixture_csv: Path) -> None:
 
 
 def test_csv_source_trains_and_predicts_with_stored_hashing(tmp_path: Path) -> None:
+    from hogwild.commands.predict import score_file
     from hogwild.model.saved import SavedModel
-    from hogwild.predict import score_file
 
     train, test = tmp_path / "train.csv", tmp_path / "test.csv"
     write_fixture(train, 8000, seed=1)

@@ -15,7 +15,7 @@ from hogwild.data.reorder import frequency_order, renumber
 from hogwild.data.split import shuffle_order, split_shuffled, train_val_test_split
 from hogwild.data.svmlight import parse_svmlight_buffer, read_svmlight
 from hogwild.errors import DataError, DataFormatError
-from hogwild.local import load_splits
+from hogwild.inprocess.local import load_splits
 
 
 def rows(n: int, seed: int = 0) -> str:
@@ -169,8 +169,8 @@ def test_out_of_core_training_streams_the_cache(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
-    from hogwild import outofcore
-    from hogwild.local import train_job
+    from hogwild.inprocess import outofcore
+    from hogwild.inprocess.local import train_job
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setattr(outofcore, "BLOCK_NNZ", 2000)  # many blocks

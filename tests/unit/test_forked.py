@@ -1,4 +1,4 @@
-"""Children forked by `hogwild run` from a launcher that loaded their libraries (hogwild.forked)."""
+"""Children forked by `hogwild run` from a launcher that loaded their libraries (hogwild.runtime.forked)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import textwrap
 import threading
 from pathlib import Path
 
-from hogwild.forked import can_fork
+from hogwild.runtime.forked import can_fork
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -20,8 +20,8 @@ def _script(body: str, timeout: float = 180) -> subprocess.CompletedProcess[str]
     env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     code = textwrap.dedent("""
         import json, signal, subprocess, sys
-        from hogwild.forked import ForkedProcess
-        from hogwild.launcher import child_env
+        from hogwild.runtime.forked import ForkedProcess
+        from hogwild.runtime.launcher import child_env
     """) + textwrap.dedent(body)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=timeout, check=False)
@@ -86,7 +86,7 @@ def test_forked_child_that_fails_exits_1_with_its_traceback() -> None:
 
 def test_a_fresh_process_may_fork() -> None:
     proc = _script("""
-        from hogwild.forked import can_fork
+        from hogwild.runtime.forked import can_fork
         print(can_fork())
     """)
     assert proc.stdout.strip() == "True", proc.stderr

@@ -198,7 +198,7 @@ def test_cpu_runs_and_version_never_import_numba_cuda() -> None:
         import contextlib, io, sys
         from hogwild import config
         from hogwild.cli import main
-        from hogwild.local import make_trainer, model_spec
+        from hogwild.inprocess.local import make_trainer, model_spec
         from hogwild.data import make_rcv1_like
         with contextlib.redirect_stdout(io.StringIO()):
             try:

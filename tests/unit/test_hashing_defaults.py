@@ -24,7 +24,7 @@ from hogwild.data.hashing import (
     onehot_value,
 )
 from hogwild.errors import DataError
-from hogwild.local import train_job
+from hogwild.inprocess.local import train_job
 
 CITIES = 600
 

@@ -11,8 +11,8 @@ from typing import Any, Self
 
 import pytest
 
-from hogwild import artifacts
-from hogwild.history import EvalHistory, ReadBack, Thinned, read_back
+from hogwild.outputs import artifacts
+from hogwild.outputs.history import EvalHistory, ReadBack, Thinned, read_back
 
 
 def _row(i: int) -> dict[str, Any]:
@@ -101,7 +101,7 @@ def test_rows_wait_while_the_disk_is_full_and_a_cut_line_is_removed(
     history.begin()
     history.add(_row(0))
     disk = FullDisk(monkeypatch)
-    with caplog.at_level("INFO", logger="hogwild.history"):
+    with caplog.at_level("INFO", logger="hogwild.outputs.history"):
         for i in range(1, 4):
             history.add(_row(i))
         assert history.waiting and history.written == 1 and history.error is not None
@@ -120,7 +120,7 @@ def test_rows_waiting_past_the_bound_are_dropped_oldest_first_and_said(
     history = EvalHistory(tmp_path, pending_limit=3)
     history.begin()
     disk = FullDisk(monkeypatch)
-    with caplog.at_level("INFO", logger="hogwild.history"):
+    with caplog.at_level("INFO", logger="hogwild.outputs.history"):
         for i in range(5):
             history.add(_row(i))
         assert history.lost == 2 and history.waiting

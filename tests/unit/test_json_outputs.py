@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from hogwild import artifacts
-from hogwild.history import EvalHistory
+from hogwild.outputs import artifacts
+from hogwild.outputs.history import EvalHistory
 
 
 def _strict(text: str) -> Any:

@@ -209,9 +209,9 @@ def test_no_import_cycles() -> None:
 # which builds on train's helpers. No other may appear.
 KNOWN_DEFERRED_CYCLES = [
     ["hogwild.cli", "hogwild.experiment.command", "hogwild.experiment.plots",
-     "hogwild.experiment.records", "hogwild.experiment.runner", "hogwild.forked",
-     "hogwild.launcher", "hogwild.prespawn"],
-    ["hogwild.local", "hogwild.outofcore"],
+     "hogwild.experiment.records", "hogwild.experiment.runner", "hogwild.runtime.forked",
+     "hogwild.runtime.launcher", "hogwild.runtime.prespawn"],
+    ["hogwild.inprocess.local", "hogwild.inprocess.outofcore"],
 ]
 
 
@@ -224,4 +224,4 @@ def test_no_new_cycles_through_deferred_imports() -> None:
 
 def test_deferred_imports_are_seen() -> None:
     graph = import_graph(deferred=True)
-    assert "hogwild.local" in graph["hogwild.cli"]  # imported inside a command's function
+    assert "hogwild.inprocess.local" in graph["hogwild.cli"]  # imported inside a command's function

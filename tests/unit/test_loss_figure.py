@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from hogwild import artifacts
 from hogwild.cli import main
-from hogwild.plotter import MIN_ACCURACY_SPAN, TITLE_WIDTH, accuracy_limits, loss_figure
+from hogwild.outputs import artifacts
+from hogwild.outputs.plotter import MIN_ACCURACY_SPAN, TITLE_WIDTH, accuracy_limits, loss_figure
 
 LONG_TITLE = ("hogwild run: /work/shared/data/reuters21578_modapte_earn.train.libsvm.gz, hinge, "
               "4 workers async, staleness 2, combine sum, topology tree, lr 0.5 inverse")

@@ -11,16 +11,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hogwild import artifacts, config
+from hogwild import config
 from hogwild.data import load_source
 from hogwild.data.reorder import frequency_order, renumber
 from hogwild.data.split import permute
 from hogwild.errors import ConfigError, InvalidMessage, ModelError
-from hogwild.local import train_job
+from hogwild.inprocess.local import train_job
 from hogwild.model import Trainer, TrainParams, evaluate, get_loss, mlp_kernels, predict
 from hogwild.model.mlp import MLPTrainer
 from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
+from hogwild.outputs import artifacts
 from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.worker.plan import RunPlan
 

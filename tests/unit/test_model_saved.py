@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild import __version__, artifacts
+from hogwild import __version__
 from hogwild.errors import HogwildError, ModelError, ModelFormatError
 from hogwild.model.saved import FORMAT_VERSION, SavedModel, default_task
+from hogwild.outputs import artifacts
 
 
 def _binary() -> SavedModel:

@@ -11,7 +11,7 @@ import pytest
 from hogwild.config import Settings
 from hogwild.coordinator.state import RunState
 from hogwild.errors import ConfigError
-from hogwild.history import EvalHistory
+from hogwild.outputs.history import EvalHistory
 from hogwild.outputs.prometheus import (
     MetricsServer,
     coordinator_reader,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hogwild.plotter import BackgroundPlot
+from hogwild.outputs.plotter import BackgroundPlot
 
 ROWS = [{"epoch": i + 1, "elapsed": 0.1 * i, "train_loss": 1.0 / (i + 1), "val_loss": None,
          "val_accuracy": None} for i in range(4)]
@@ -28,16 +28,16 @@ def test_started_early_then_finished(tmp_path: Path, caplog: pytest.LogCaptureFi
 
 def test_a_history_changed_after_start_is_drawn_again(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from hogwild import artifacts
+    from hogwild.outputs import plotter
 
     drawn: list[int] = []
-    real = artifacts.plot_loss
+    real = plotter.plot_loss
 
     def in_process(out_dir: Path, rows: list[dict[str, object]], title: str = "") -> Path:
         drawn.append(len(rows))
         return real(out_dir, rows, title=title)
 
-    monkeypatch.setattr(artifacts, "plot_loss", in_process)
+    monkeypatch.setattr(plotter, "plot_loss", in_process)
     plot = BackgroundPlot()
     plot.start(tmp_path, ROWS[:2], "t")
     assert plot.finish(tmp_path, ROWS, "t").is_file()
@@ -70,7 +70,7 @@ def test_a_helper_that_does_not_say_drawn_is_replaced_in_process(
 HANDOVER = """
 import os, sys
 from pathlib import Path
-from hogwild.plotter import BackgroundPlot
+from hogwild.outputs.plotter import BackgroundPlot
 out, action = Path(sys.argv[1]), sys.argv[2]
 rows = [{"epoch": 1, "elapsed": 0.0, "train_loss": 1.0, "val_loss": None,
          "val_accuracy": None}]

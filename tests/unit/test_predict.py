@@ -191,7 +191,7 @@ def test_parallel_scoring_equals_scipy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_prediction_chunks_join_to_the_whole_file(tmp_path: Path) -> None:
-    from hogwild.predict import prediction_chunks, score_file
+    from hogwild.commands.predict import prediction_chunks, score_file
 
     model = SavedModel(w=np.array([1.0, -2.0, 0.25]), loss="logistic", classes=(0, 1))
     data = tmp_path / "d.svm"
@@ -241,7 +241,7 @@ def test_multiclass_training_then_predict_agree(tmp_path: Path, monkeypatch: pyt
 def test_rows_without_labels_give_predictions_but_no_metrics(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import hogwild.data
-    from hogwild.predict import score_file
+    from hogwild.commands.predict import score_file
 
     model = SavedModel(w=np.array([1.0, 0.0]), loss="hinge")
     nan = float("nan")

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from hogwild import artifacts
 from hogwild.cli import main
 from hogwild.config import Settings
 from hogwild.coordinator import checkpoint
 from hogwild.errors import ConfigError, OutputError
+from hogwild.outputs import artifacts
 
 TRAIN = "bundled:spamassassin/train"
 TEST = "bundled:spamassassin/test"
@@ -102,7 +102,7 @@ def test_outputs_that_fail_leave_latest_and_the_run_before_whole(
 def test_a_disk_that_fills_during_training_publishes_nothing(
         small_disk: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A real full disk (ENOSPC from the kernel), filled once the second run trains."""
-    from hogwild.local import train_job
+    from hogwild.inprocess.local import train_job
 
     root = small_disk / "runs"
     assert _train(root) == 0

@@ -32,8 +32,8 @@ def loaded_after(code: str) -> list[str]:
     return list(json.loads(out.strip().splitlines()[-1]))
 
 
-@pytest.mark.parametrize("module", ["hogwild.cli", "hogwild.launcher", "hogwild.plotter",
-                                    "hogwild.config", "hogwild.announce", "hogwild.startup"])
+@pytest.mark.parametrize("module", ["hogwild.cli", "hogwild.runtime.launcher", "hogwild.outputs.plotter",
+                                    "hogwild.config", "hogwild.runtime.announce", "hogwild.runtime.startup"])
 def test_light_modules_import_nothing_heavy(module: str) -> None:
     assert loaded_after(f"import {module}") == []
 
@@ -47,12 +47,12 @@ def test_version_imports_nothing_heavy() -> None:
 
 
 def test_data_layer_never_imports_grpc_or_matplotlib() -> None:
-    assert loaded_after("import hogwild.data, hogwild.data.stream, hogwild.local") == ["numba"]
+    assert loaded_after("import hogwild.data, hogwild.data.stream, hogwild.inprocess.local") == ["numba"]
 
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_long_lived_freezes_what_it_made_and_restores_the_collector(enabled: bool) -> None:
-    from hogwild.startup import long_lived
+    from hogwild.runtime.startup import long_lived
 
     was = gc.isenabled()
     (gc.enable if enabled else gc.disable)()
@@ -138,7 +138,7 @@ def test_command_process_asks_for_one_blas_thread_unless_the_user_chose(
 
 
 def test_numpy_imported_after_the_setting_runs_one_blas_thread() -> None:
-    code = ("from hogwild.startup import single_blas_thread\nsingle_blas_thread()\n"
+    code = ("from hogwild.runtime.startup import single_blas_thread\nsingle_blas_thread()\n"
             "import numpy\nfrom threadpoolctl import threadpool_info\n"
             "print(sorted({p['num_threads'] for p in threadpool_info() "
             "if p['internal_api'] == 'openblas'}))")
@@ -149,7 +149,7 @@ _KERNELS_LOADED = """
 import json, sys
 import numba
 from hogwild import config
-from hogwild.local import train_job, warm_kernels
+from hogwild.inprocess.local import train_job, warm_kernels
 from hogwild.model import kernels, mlp_kernels
 
 def loaded():

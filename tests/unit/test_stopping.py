@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from hogwild.coordinator.stopping import StallWatch, StopSignal, regression_warning
-from hogwild.stopping import EarlyStopping
+from hogwild.engine.stopping import EarlyStopping
 
 
 def test_patience_counts_evaluations_without_improvement() -> None:

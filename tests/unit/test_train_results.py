@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild import artifacts
 from hogwild.cli import main
 from hogwild.data import CSRData, load_source, write_svmlight
 from hogwild.model.evaluation import predict, scores
+from hogwild.outputs import artifacts
 
 
 def _relabel(tmp_path: Path, negative: float, positive: float) -> tuple[Path, Path]:
@@ -161,7 +161,7 @@ def test_outputs_that_cannot_be_written_are_one_line_not_a_traceback(
 def test_epoch_rows_are_written_as_they_come_and_the_last_run_keeps_its_own(
         tmp_path: Path) -> None:
     from hogwild.config import Settings
-    from hogwild.local import train_job
+    from hogwild.inprocess.local import train_job
 
     out = tmp_path / "out"
     earlier = artifacts.RunDir.create(out)
@@ -187,8 +187,8 @@ def test_epoch_rows_are_written_as_they_come_and_the_last_run_keeps_its_own(
 
     settings = Settings(data="bundled:spamassassin/train", test_data="bundled:spamassassin/test",
                         threads=1, epochs=6, patience=0, data_cache=False, out_dir=str(out))
-    from hogwild.console import VERBOSE, Verbosity
-    from hogwild.console import Console as Printing
+    from hogwild.outputs.console import VERBOSE, Verbosity
+    from hogwild.outputs.console import Console as Printing
 
     # -v: every epoch's row is printed (by default they are thinned out).
     printing = Printing(Console(), Verbosity(VERBOSE))  # type: ignore[arg-type]

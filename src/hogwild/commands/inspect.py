@@ -10,9 +10,9 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from hogwild import artifacts
 from hogwild.errors import ModelError, UsageError
 from hogwild.model.saved import SavedModel, model_paths
+from hogwild.outputs import artifacts
 
 DEFAULT_TOP = 10
 # Values named per hashed bucket before the rest are counted ("+3 more").

@@ -9,9 +9,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from hogwild import artifacts
 from hogwild.config import Settings
-from hogwild.console import QUIET, VERBOSE, Console
 from hogwild.data.labels import MULTICLASS
 from hogwild.data.sources import describe
 from hogwild.data.split import shard
@@ -21,11 +19,13 @@ from hogwild.engine.rounds import choose_round_size, fit_round_size, max_rounds
 from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.simulate import KernelPlan, Scenario, SimResult, Simulation
 from hogwild.errors import DataError, TrainingDiverged, UsageError
-from hogwild.local import load_splits, model_spec, test_quality, write_outputs
+from hogwild.inprocess.local import load_splits, model_spec, test_quality, write_outputs
 from hogwild.model.arrays import csr_arrays
 from hogwild.model.compression import Compression
 from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss
+from hogwild.outputs import artifacts
+from hogwild.outputs.console import QUIET, VERBOSE, Console
 
 # Progress rows printed at most (evenly spread over the run's evaluations, the last always).
 PRINTED_ROWS = 12

@@ -11,8 +11,6 @@ from typing import TextIO
 
 import grpc
 
-from hogwild import artifacts
-from hogwild.announce import READY_PREFIX
 from hogwild.config import Settings
 from hogwild.coordinator import checkpoint
 from hogwild.coordinator.driver import HandedOver, Interrupted, RunDriver
@@ -21,8 +19,9 @@ from hogwild.coordinator.state import RunState
 from hogwild.coordinator.stopping import StopSignal
 from hogwild.errors import EXIT_LEFT, ConfigError
 from hogwild.model.trainer import warmup
+from hogwild.outputs import artifacts
+from hogwild.outputs.plotter import BackgroundPlot
 from hogwild.outputs.prometheus import MetricsServer, coordinator_reader, serve_metrics
-from hogwild.plotter import BackgroundPlot
 from hogwild.protocol import pb_grpc
 from hogwild.protocol.codec import warmup as codec_warmup
 from hogwild.protocol.health import (
@@ -34,7 +33,8 @@ from hogwild.protocol.health import (
 )
 from hogwild.protocol.security import from_settings
 from hogwild.protocol.serving import bind, new_server
-from hogwild.signals import SignalWatch
+from hogwild.runtime.announce import READY_PREFIX
+from hogwild.runtime.signals import SignalWatch
 
 log = logging.getLogger("hogwild.coordinator")
 

@@ -25,10 +25,10 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.npyio import NpzFile
 
-from hogwild import artifacts
 from hogwild.config import Settings
 from hogwild.errors import ConfigError
-from hogwild.history import ReadBack, read_back
+from hogwild.outputs import artifacts
+from hogwild.outputs.history import ReadBack, read_back
 
 CHECKPOINT_FILE = "checkpoint.npz"
 FORMAT_VERSION = 2
@@ -69,7 +69,7 @@ class Checkpoint:
     duplicates: int
     workers: list[WorkerEntry] = field(default_factory=list)
     # The evaluations so far: saved as their count (they are in metrics.jsonl already), and
-    # once loaded, read back from there (thinned, see hogwild.history).
+    # once loaded, read back from there (thinned, see hogwild.outputs.history).
     history_rows: int = 0
     history: ReadBack = field(default_factory=ReadBack)
     # Early stopping's counters and the best model so far: a resumed run keeps counting

@@ -16,9 +16,7 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from hogwild import artifacts
 from hogwild.config import Settings
-from hogwild.console import NORMAL, Console
 from hogwild.coordinator import checkpoint, fingerprint
 from hogwild.coordinator.adjust import Adjuster
 from hogwild.coordinator.checkpoint import Checkpoint
@@ -39,12 +37,14 @@ from hogwild.errors import (
     OutputError,
     TrainingDiverged,
 )
-from hogwild.history import EvalHistory
 from hogwild.model.evaluation import evaluate, is_finite
 from hogwild.model.losses import get_loss
 from hogwild.model.spec import ModelSpec
+from hogwild.outputs import artifacts
+from hogwild.outputs.console import NORMAL, Console
+from hogwild.outputs.history import EvalHistory
+from hogwild.outputs.plotter import BackgroundPlot
 from hogwild.outputs.tensorboard import open_scalars
-from hogwild.plotter import BackgroundPlot
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import value_bound
 from hogwild.protocol.health import HealthReporter
@@ -173,8 +173,8 @@ class RunDriver:
         """The whole run; returns the metrics written to metrics.json."""
         from hogwild.data import shard
         from hogwild.data.sources import describe
-        from hogwild.local import load_splits, model_spec
-        from hogwild.warmup import preload_in_background
+        from hogwild.inprocess.local import load_splits, model_spec
+        from hogwild.runtime.warmup import preload_in_background
 
         s = self.settings
         began = time.perf_counter()
@@ -232,7 +232,7 @@ class RunDriver:
             dim = spec.dim
             initial = spec.initial_weights(s.seed) if spec.is_mlp else None
             if splits.initial is not None and self.resume is None:  # warm start
-                from hogwild.local import warm_start_weights
+                from hogwild.inprocess.local import warm_start_weights
 
                 initial = warm_start_weights(s, splits, spec)
                 self.warm_started = True
@@ -1019,7 +1019,7 @@ class RunDriver:
         if closing:  # the last row is always shown (a periodic one held back is older)
             self._rows.held = None
             self._print(text)
-        else:  # thinned out: see hogwild.console.RowThrottle
+        else:  # thinned out: see hogwild.outputs.console.RowThrottle
             self._rows.offer(text, self.out, done=row["epochs"] / max(1, self.settings.epochs))
         return row
 
@@ -1102,7 +1102,12 @@ class RunDriver:
 
     def _finish(self, splits: Any, rules: StopRules, reason: str, train_seconds: float,
                 load_seconds: float, began: float) -> dict[str, Any]:
-        from hogwild.local import initial_model_record, plot_title, test_quality, write_outputs
+        from hogwild.inprocess.local import (
+            initial_model_record,
+            plot_title,
+            test_quality,
+            write_outputs,
+        )
 
         s = self.settings
         loss = get_loss(s.loss)

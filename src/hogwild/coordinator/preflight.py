@@ -4,6 +4,6 @@ from __future__ import annotations
 
 # The check lives with the other output-file code, so that `hogwild train` (which must not
 # import the gRPC side) makes the same one.
-from hogwild.artifacts import PROBE_PREFIX, check_out_dir, out_dir_held
+from hogwild.outputs.artifacts import PROBE_PREFIX, check_out_dir, out_dir_held
 
 __all__ = ["PROBE_PREFIX", "check_out_dir", "out_dir_held"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hogwild.config import Settings
-from hogwild.stopping import EarlyStopping
+from hogwild.engine.stopping import EarlyStopping
 
 
 class StopSignal:

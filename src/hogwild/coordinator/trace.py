@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.artifacts import TRACE_FILE
 from hogwild.coordinator.state import Totals
 from hogwild.model.evaluation import evaluate
 from hogwild.model.losses import Loss
 from hogwild.model.spec import ModelSpec
+from hogwild.outputs.artifacts import TRACE_FILE
 
 log = logging.getLogger("hogwild.coordinator")
 

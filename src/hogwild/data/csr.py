@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from hogwild.errors import DataError
-from hogwild.jit import njit
+from hogwild.runtime.jit import njit
 
 INDPTR_DTYPE = np.int64
 INDEX_DTYPE = np.int32

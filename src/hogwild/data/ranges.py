@@ -40,7 +40,7 @@ from hogwild.data.stream import BLOCK_BYTES
 from hogwild.data.svmlight import parse_text
 from hogwild.data.textsource import TextFile, new_digest
 from hogwild.errors import DataError, DataFormatError
-from hogwild.jit import njit
+from hogwild.runtime.jit import njit
 
 log = logging.getLogger(__name__)
 

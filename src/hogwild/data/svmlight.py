@@ -11,7 +11,6 @@ from typing import Any, Union
 
 import numpy as np
 
-from hogwild.artifacts import atomic_open
 from hogwild.data import _textformat as fmt
 from hogwild.data._threads import default_threads
 from hogwild.data.cache import CacheWriter, cache_path, find_cached
@@ -25,6 +24,7 @@ from hogwild.data.stream import (
     parse_text,
 )
 from hogwild.errors import DataError
+from hogwild.outputs.artifacts import atomic_open
 
 __all__ = [
     "ParsedText",

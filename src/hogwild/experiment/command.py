@@ -122,7 +122,7 @@ def run_experiment(opts: ExperimentOptions, base: Settings,
     jsonl_path = records.write_jsonl(out_dir / records.JSONL_FILE, recs)
     lines = records.summary_lines(recs)
     summary = "\n".join(lines).lstrip("\n") + "\n"
-    from hogwild import artifacts
+    from hogwild.outputs import artifacts
 
     summary_path = artifacts.atomic_write_text(out_dir / records.SUMMARY_FILE, summary)
     pngs = plots.draw_all(recs, opts.cores, out_dir / "plots")

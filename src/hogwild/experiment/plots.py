@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hogwild import artifacts
 from hogwild.experiment.runner import MIN_TIMED_SECONDS, TOO_SHORT, Record, median
+from hogwild.outputs import artifacts
 
 if TYPE_CHECKING:  # matplotlib itself is imported when a figure is drawn (start-up time)
     from matplotlib.axes import Axes

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hogwild import artifacts
 from hogwild.experiment.runner import (
     MIN_TIMED_SECONDS,
     SERIAL_TOO_SHORT,
@@ -17,6 +16,7 @@ from hogwild.experiment.runner import (
     Record,
     median,
 )
+from hogwild.outputs import artifacts
 
 CSV_FILE = "runs.csv"
 JSONL_FILE = "runs.jsonl"

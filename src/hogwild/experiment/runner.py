@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from hogwild import artifacts
 from hogwild.config import Settings
 from hogwild.experiment.plan import DataSpec, ExperimentOptions, RunSpec
-from hogwild.local import Splits, load_splits, train_params
+from hogwild.inprocess.local import Splits, load_splits, train_params
 from hogwild.model import Trainer, evaluate, get_loss, warmup
 from hogwild.model.arrays import csr_arrays, feature_counts
 from hogwild.model.evaluation import Metrics
+from hogwild.outputs import artifacts
 
 Record = dict[str, Any]
 
@@ -130,7 +130,7 @@ def run_cluster(spec: RunSpec, settings: Settings, opts: ExperimentOptions, repe
     """One `hogwild run` with ``spec.workers`` worker processes on loopback; wall time of the
     whole command, CPU time of all its processes, training seconds and validation history
     as the coordinator measured them."""
-    from hogwild.launcher import child_env, setting_flags
+    from hogwild.runtime.launcher import child_env, setting_flags
 
     run_dir = out_dir / f"w{spec.workers}-t{spec.threads}-r{repeat}"
     run_dir.mkdir(parents=True, exist_ok=True)

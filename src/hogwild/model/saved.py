@@ -24,11 +24,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild import __version__, artifacts
+from hogwild import __version__
 from hogwild.data.labelcheck import float32_as_written
 from hogwild.errors import ModelError, ModelFormatError
 from hogwild.model.losses import LOSS_NAMES
 from hogwild.model.spec import ModelSpec
+from hogwild.outputs import artifacts
 
 FORMAT_NAME = "hogwild-model"
 FORMAT_VERSION = 2

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from hogwild.config import Settings
     from hogwild.coordinator.state import RunState
-    from hogwild.history import EvalHistory
+    from hogwild.outputs.history import EvalHistory
     from hogwild.worker.node import WorkerNode
 
 log = logging.getLogger("hogwild.metrics")

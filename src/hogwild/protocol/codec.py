@@ -24,8 +24,8 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.errors import InvalidMessage, StaleOrUnknown
-from hogwild.jit import njit
 from hogwild.protocol import PROTOCOL_VERSION, pb
+from hogwild.runtime.jit import njit
 
 MAX_CHUNK_BYTES = 1 << 20
 # The smallest payload a part of a split delta carries (encode_delta_parts refuses to cut

@@ -7,7 +7,6 @@ import signal
 
 import grpc
 
-from hogwild.announce import REGISTERED_PREFIX
 from hogwild.config import Settings
 from hogwild.errors import EXIT_LEFT, ClusterError
 from hogwild.model.trainer import warmup
@@ -23,7 +22,8 @@ from hogwild.protocol.health import (
 )
 from hogwild.protocol.security import from_settings
 from hogwild.protocol.serving import bind, new_server
-from hogwild.signals import SignalWatch
+from hogwild.runtime.announce import REGISTERED_PREFIX
+from hogwild.runtime.signals import SignalWatch
 from hogwild.worker.node import WorkerNode
 from hogwild.worker.servicer import WorkerServicer
 

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from hogwild import artifacts
 from hogwild.data.hashing import (
     HashOptions,
     apply_hashing,
@@ -19,6 +18,7 @@ from hogwild.data.hashing import (
 from hogwild.data.sources import describe
 from hogwild.data.svmlight import write_svmlight
 from hogwild.errors import DataError, OutputError
+from hogwild.outputs import artifacts
 
 
 def params_path(out: str | Path) -> Path:

@@ -15,7 +15,7 @@ import socket
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -159,18 +159,6 @@ def append_history(out_dir: str | Path, row: Mapping[str, Any]) -> None:
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(dumps(dict(row)) + "\n")
         handle.flush()
-
-
-def plot_loss(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str = "") -> Path:
-    """``loss.png``: validation and training loss, and validation accuracy, against epochs
-    (see hogwild.plotter.loss_figure)."""
-    from hogwild.plotter import loss_figure
-
-    fig = loss_figure(rows, title)
-    buffer = io.BytesIO()
-    # zlib level 1: the same pixels, a file a little larger, encoded in a third of the time.
-    fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})
-    return atomic_write_bytes(Path(out_dir) / PLOT_FILE, buffer.getvalue())
 
 
 def check_out_dir(out_dir: str | Path) -> Path:

@@ -14,11 +14,11 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from hogwild import artifacts
-from hogwild.console import NORMAL, QUIET
 from hogwild.data.labels import as_written
 from hogwild.errors import DataError, ModelError
 from hogwild.model.saved import SavedModel
+from hogwild.outputs import artifacts
+from hogwild.outputs.console import NORMAL, QUIET
 
 OUTPUTS = ("label", "raw", "proba")
 # Significant digits written: labels exactly as stored (float64 round trip), scores 9.

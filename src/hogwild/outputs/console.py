@@ -73,7 +73,7 @@ class Console:
         """With --json: ``metrics`` as one line of JSON on standard output (as metrics.json
         has them)."""
         if self.as_json:
-            from hogwild.artifacts import dumps
+            from hogwild.outputs.artifacts import dumps
 
             print(dumps(metrics), file=sys.stdout, flush=True)
 

@@ -1,11 +1,11 @@
 """A process of `hogwild run` started before its command line is known.
 
-Started as ``python -m hogwild.prespawn ROLE [SECRETS_DIR]`` (the launcher inside a larger
+Started as ``python -m hogwild.runtime.prespawn ROLE [SECRETS_DIR]`` (the launcher inside a larger
 program), it imports its libraries while the launcher writes the run's throw-away
 certificates (the coordinator) or learns the coordinator's port (the workers): the
 coordinator role starts the loss plot's helper and imports numpy, numba and grpc; the worker
 role (the default) loads its compiled kernels too. A child forked by a whole `hogwild run`
-(hogwild.forked) enters at :func:`run` with all of that loaded already. Either way it then
+(hogwild.runtime.forked) enters at :func:`run` with all of that loaded already. Either way it then
 reads its `hogwild` arguments (one JSON list) from stdin and runs them like
 ``python -m hogwild.cli ARGS`` would. Arguments never appear on a command line; an empty
 stdin (the launcher gave up) ends the process with 0. ``SECRETS_DIR``: the launcher's
@@ -27,7 +27,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hogwild.plotter import BackgroundPlot
+    from hogwild.outputs.plotter import BackgroundPlot
 
 ROLES = ("coordinator", "worker")
 
@@ -39,10 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     problem = (f"role must be one of {', '.join(ROLES)}, not {role!r}" if role not in ROLES
                else "too many arguments" if len(args) > 2 else "")
     if problem:
-        print(f"hogwild.prespawn: {problem} (usage: python -m hogwild.prespawn ROLE "
+        print(f"hogwild.runtime.prespawn: {problem} (usage: python -m hogwild.runtime.prespawn ROLE "
               "[SECRETS_DIR])", file=sys.stderr)
         return 2
-    from hogwild.startup import single_blas_thread
+    from hogwild.runtime.startup import single_blas_thread
 
     single_blas_thread()  # before anything imports numpy
     return run(role, secrets_dir=args[1] if len(args) == 2 else None)
@@ -53,7 +53,7 @@ def run(role: str, plot: BackgroundPlot | None = None, secrets_dir: str | None =
     libraries are loaded already). ``plot``: the coordinator's plot helper, if one was
     started for it; else the coordinator starts its own. ``secrets_dir``: removed if the
     launcher dies (see the module's docstring)."""
-    from hogwild.startup import import_long_lived
+    from hogwild.runtime.startup import import_long_lived
 
     # A worker gives its coordinator (orphaned too) the time to stop it as at the end of a
     # run, as the launcher's own teardown does; it stops itself only if nobody did.
@@ -61,7 +61,7 @@ def run(role: str, plot: BackgroundPlot | None = None, secrets_dir: str | None =
                        delay=ORPHANED_WORKER_WAIT if role == "worker" else 0.0)
     if role == "coordinator" and plot is None:
         # Started first, as `hogwild coordinator` itself does: matplotlib imports meanwhile.
-        from hogwild.plotter import BackgroundPlot
+        from hogwild.outputs.plotter import BackgroundPlot
 
         plot = BackgroundPlot()
     try:
@@ -120,7 +120,7 @@ def stop_when_orphaned(launcher: int, every: float = ORPHAN_CHECK_SECONDS,
 def load_worker_kernels() -> None:
     """Load the kernels a worker calls first (training, deltas) from numba's cache, as
     long-lived objects; errors are left for the real calls to report."""
-    from hogwild.startup import long_lived
+    from hogwild.runtime.startup import long_lived
 
     with contextlib.suppress(Exception), long_lived():
         from hogwild.model.trainer import warmup

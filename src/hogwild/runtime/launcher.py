@@ -1,10 +1,10 @@
 """`hogwild run`: a coordinator and N workers as separate local processes on loopback.
 
 The children are the same programs a cluster runs (``hogwild coordinator`` / ``worker``),
-run as hogwild.prespawn roles that read their command line from stdin. As a whole `hogwild
+run as hogwild.runtime.prespawn roles that read their command line from stdin. As a whole `hogwild
 run` process the launcher loads their libraries and kernels once and forks them (see
-hogwild.forked); called from a larger program it starts them with subprocess as ``python -m
-hogwild.prespawn ROLE``, and each imports its libraries while the launcher writes the run's
+hogwild.runtime.forked); called from a larger program it starts them with subprocess as ``python -m
+hogwild.runtime.prespawn ROLE``, and each imports its libraries while the launcher writes the run's
 credentials.
 The coordinator binds port 0 and prints the port on its first line; the workers' command
 line, which names that port, follows once the launcher has read it. Every child's output is
@@ -37,14 +37,14 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TextIO
 
 from hogwild import config
-from hogwild.announce import READY_PREFIX, REGISTERED_PREFIX, RESULT_START
 from hogwild.config import Settings
-from hogwild.console import NORMAL, QUIET, VERBOSE, Verbosity
 from hogwild.errors import EXIT_LEFT, ClusterError
-from hogwild.forked import ForkedProcess, can_fork
+from hogwild.outputs.console import NORMAL, QUIET, VERBOSE, Verbosity
+from hogwild.runtime.announce import READY_PREFIX, REGISTERED_PREFIX, RESULT_START
+from hogwild.runtime.forked import ForkedProcess, can_fork
 
 if TYPE_CHECKING:
-    from hogwild.plotter import BackgroundPlot
+    from hogwild.outputs.plotter import BackgroundPlot
 
 GRACE_SECONDS = 10.0
 STARTUP_SECONDS = 60.0
@@ -105,7 +105,7 @@ class Child:
                  watch_prefix: str | None = None, takes_arguments: bool = False,
                  verbose: bool = True, worker: bool = False, result: bool = False) -> None:
         """``argv``: the command to start, or a child forked already. ``takes_arguments``: a
-        hogwild.prespawn process, whose command line follows through
+        hogwild.runtime.prespawn process, whose command line follows through
         :meth:`hand_arguments` (a forked child always is one). ``verbose``: copy the lines
         meant for the launcher too. ``worker``: ``name pid P`` until it says which id the
         coordinator gave it, then ``worker-ID``. ``result``: keep the line of JSON the
@@ -238,7 +238,7 @@ def _secure(base: Settings, secrets_dir: Path, insecure: bool
     coordinator, worker = base, base
     token = base.auth_token
     if not insecure and not base.tls_ca:
-        from hogwild.certs import write_bundle
+        from hogwild.commands.certs import write_bundle
 
         bundle = write_bundle(secrets_dir, overwrite=True)
         tls = {"tls_ca": str(bundle.ca), "tls_server_name": ""}
@@ -290,12 +290,12 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
         if fork and can_fork():
             plot = _fork_children(settings.workers, out, children, str(secrets_dir), v)
         else:
-            children.append(Child("coordinator", [sys.executable, "-m", "hogwild.prespawn",
+            children.append(Child("coordinator", [sys.executable, "-m", "hogwild.runtime.prespawn",
                                                   "coordinator", str(secrets_dir)], out,
                                   watch_prefix=READY_PREFIX, takes_arguments=True,
                                   verbose=verbose, result=v.as_json))
             for _ in range(settings.workers):
-                children.append(Child("worker", [sys.executable, "-m", "hogwild.prespawn",
+                children.append(Child("worker", [sys.executable, "-m", "hogwild.runtime.prespawn",
                                                  "worker", str(secrets_dir)], out,
                                       takes_arguments=True, verbose=verbose, worker=True))
         coordinator, workers = children[0], children[1:]
@@ -343,10 +343,10 @@ def _fork_children(workers: int, out: TextIO, children: list[Child],
                    secrets_dir: str, verbosity: Verbosity) -> BackgroundPlot:
     """Load the children's libraries and kernels here, once, then fork the coordinator and
     ``workers`` workers into ``children``; returns the coordinator's plot helper, which this
-    process reaps at the end. ``secrets_dir``: as for hogwild.prespawn."""
-    from hogwild.forked import preload
-    from hogwild.plotter import BackgroundPlot
-    from hogwild.startup import single_blas_thread
+    process reaps at the end. ``secrets_dir``: as for hogwild.runtime.prespawn."""
+    from hogwild.outputs.plotter import BackgroundPlot
+    from hogwild.runtime.forked import preload
+    from hogwild.runtime.startup import single_blas_thread
 
     single_blas_thread()  # before numpy loads (and before the children's environment)
     env = child_env()

@@ -22,9 +22,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from hogwild.artifacts import RunDir
 from hogwild.config import Settings
-from hogwild.console import QUIET, Console
 from hogwild.data.cache import CachedArrays, CacheWriter, cache_path, find_cached
 from hogwild.data.csr import CSRData
 from hogwild.data.labels import MULTICLASS, LabelMap
@@ -32,8 +30,9 @@ from hogwild.data.reorder import order_from_counts, renumber
 from hogwild.data.sources import load_source
 from hogwild.data.split import shuffle_order, split_sizes
 from hogwild.data.stream import cached_blocks, parse_to_cache, read_cached_indptr
+from hogwild.engine.stopping import EarlyStopping
 from hogwild.errors import ConfigError, DataError, OutputError
-from hogwild.local import (
+from hogwild.inprocess.local import (
     _fmt,
     check_feature_memory,
     duration,
@@ -44,8 +43,9 @@ from hogwild.local import (
 from hogwild.model.evaluation import Metrics, evaluate
 from hogwild.model.losses import get_loss
 from hogwild.model.trainer import EpochStats, Trainer
-from hogwild.plotter import BackgroundPlot
-from hogwild.stopping import EarlyStopping
+from hogwild.outputs.artifacts import RunDir
+from hogwild.outputs.console import QUIET, Console
+from hogwild.outputs.plotter import BackgroundPlot
 
 TRAIN, VAL, TEST = 0, 1, 2
 BLOCK_NNZ = 4 << 20  # 32 MB of indices and values per block

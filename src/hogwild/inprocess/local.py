@@ -11,9 +11,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from hogwild import __version__, artifacts
+from hogwild import __version__
 from hogwild.config import Settings
-from hogwild.console import Console
 from hogwild.data import CSRData
 from hogwild.data.conflicts import startup_report
 from hogwild.data.conflicts import warmup as warmup_conflicts
@@ -23,18 +22,20 @@ from hogwild.data.memory import PER_ID, check_fits, ids_blamed, physical_memory
 from hogwild.data.reorder import frequency_order, renumber, restore_weights, to_internal
 from hogwild.data.sources import default_test_source, describe, load_source_hashed
 from hogwild.data.split import split_shuffled
+from hogwild.engine.stopping import EarlyStopping
 from hogwild.errors import ConfigError, DataError, ModelError, OutputError, TrainingDiverged
-from hogwild.history import EvalHistory
 from hogwild.model.evaluation import evaluate_model, is_finite, predict
 from hogwild.model.losses import get_loss
 from hogwild.model.ovr import OneVsRest
 from hogwild.model.saved import SavedModel, default_task
 from hogwild.model.spec import ModelSpec
 from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, EpochStats, Trainer, TrainParams
+from hogwild.outputs import artifacts, plotter
+from hogwild.outputs.console import Console
+from hogwild.outputs.history import EvalHistory
+from hogwild.outputs.plotter import BackgroundPlot
 from hogwild.outputs.tensorboard import open_scalars
-from hogwild.plotter import BackgroundPlot
-from hogwild.stopping import EarlyStopping
-from hogwild.warmup import preload_in_background
+from hogwild.runtime.warmup import preload_in_background
 
 log = logging.getLogger("hogwild.train")
 
@@ -351,7 +352,7 @@ def _train(settings: Settings, console: Console, started: float,
         if settings.initial_model:
             raise ConfigError("initial_model", "not with out_of_core (warm start trains "
                               "from data in memory)")
-        from hogwild import outofcore
+        from hogwild.inprocess import outofcore
 
         return outofcore.train_job(settings, console, started, plot, run)
     splits = load_splits(settings)
@@ -627,5 +628,5 @@ def _write_run_files(settings: Settings, out_dir: Path, metrics: dict[str, Any],
     if draw_plot and plot is not None:
         plot.finish(out_dir, history, title=plot_title(settings, metrics["command"]))
     elif draw_plot:
-        artifacts.plot_loss(out_dir, history, title=plot_title(settings, metrics["command"]))
+        plotter.plot_loss(out_dir, history, title=plot_title(settings, metrics["command"]))
     artifacts.write_metrics(out_dir, metrics)

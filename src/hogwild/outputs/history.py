@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hogwild import artifacts
+from hogwild.outputs import artifacts
 
-log = logging.getLogger("hogwild.history")
+log = logging.getLogger("hogwild.outputs.history")
 
 # Rows kept in memory for the loss plot: evenly spaced over the whole run. A plot of 4,096
 # points is as legible as one of a million, and a coordinator running for days at the default

@@ -5,7 +5,7 @@ kernels on its own: about 1 CPU second per process, three or more processes on a
 machine. When the launcher is a whole `hogwild run` process with no other thread, it does
 that once (:func:`preload`) and forks the coordinator and the workers, which share those
 pages copy-on-write and go straight to their work (:class:`ForkedProcess`). Each child then
-runs exactly what ``python -m hogwild.prespawn ROLE`` runs (its command line from stdin).
+runs exactly what ``python -m hogwild.runtime.prespawn ROLE`` runs (its command line from stdin).
 
 Forking is safe here because nothing has used gRPC yet: importing grpcio creates no thread
 and no channel, and gRPC's own rule is that a process may fork as long as it has created no
@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
-    from hogwild.plotter import BackgroundPlot
+    from hogwild.outputs.plotter import BackgroundPlot
 
 
 def can_fork() -> bool:
@@ -39,8 +39,8 @@ def can_fork() -> bool:
 
 def preload() -> None:
     """Import both roles' libraries and load the kernels their children call first."""
-    from hogwild.prespawn import load_worker_kernels
-    from hogwild.startup import import_long_lived, long_lived
+    from hogwild.runtime.prespawn import load_worker_kernels
+    from hogwild.runtime.startup import import_long_lived, long_lived
 
     import_long_lived("hogwild.cli", "hogwild.coordinator", "hogwild.worker")
     load_worker_kernels()
@@ -55,7 +55,7 @@ def preload() -> None:
 
 
 class ForkedProcess:
-    """A forked child running a hogwild.prespawn role, with the calls of ``subprocess.Popen``
+    """A forked child running a hogwild.runtime.prespawn role, with the calls of ``subprocess.Popen``
     that the launcher uses (``stdin`` takes its command line, ``stdout`` is its merged
     output)."""
 
@@ -64,7 +64,7 @@ class ForkedProcess:
         """Fork now. ``env``: the child's environment. ``foreign_fds``: this process's ends
         of earlier children's pipes, which the new child closes (else a child's stdin would
         not reach its end). ``plot``: a plot helper the child takes over (the coordinator).
-        ``secrets_dir``: as for hogwild.prespawn."""
+        ``secrets_dir``: as for hogwild.runtime.prespawn."""
         out_r, out_w = os.pipe()
         in_r, in_w = os.pipe()
         for stream in (sys.stdout, sys.stderr):
@@ -143,7 +143,7 @@ def _child(role: str, env: Mapping[str, str], stdin_fd: int, out_fd: int,
         logging.getLogger().handlers.clear()  # the command sets up its own, as a new process
         os.environ.clear()
         os.environ.update(env)  # as an exec'd child's; its own children inherit it
-        from hogwild.prespawn import run
+        from hogwild.runtime.prespawn import run
 
         code = run(role, plot=plot, secrets_dir=secrets_dir)
     except SystemExit as exc:

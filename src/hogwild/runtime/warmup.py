@@ -62,7 +62,7 @@ def preload_in_background(load: Callable[[], object] | None = None) -> threading
     """Start loading kernels from numba's cache on a daemon thread, while the data is parsed
     (the parser's kernels release the GIL): ``load`` when given (a job that knows which
     kernels it will call), else every training and conflict kernel. The plotting library is
-    imported by the plot's own helper process (hogwild.plotter). Errors are left for the
+    imported by the plot's own helper process (hogwild.outputs.plotter). Errors are left for the
     real calls to report."""
 
     def load_all() -> None:

@@ -1,0 +1,1 @@
+"""Training in this process: the train job, out-of-core streaming."""

@@ -1,0 +1,1 @@
+"""Process start-up: forking, pre-spawning, warm-up, signals."""
