@@ -6,11 +6,18 @@ with plain shared writes, locked and serial modes), scikit-learn's SGDClassifier
 reading its own cache, and a pure-Python dict SGD (on a subset, extrapolated); then the memory
 floor of a pass, the ratios with their targets, and an investigation of what limits the
 2-thread speedup. Usage: see bench/README.md.
+
+``--threads 1,2,4,8,16`` prints only the thread-scaling table instead: seconds per pass
+(median), speedup over one thread, non-zeros streamed per second and test accuracy after
+the same passes, hogwild mode with the training job's hot features, the thread counts run
+side by side pass by pass. Rows with more threads than this process may use (its CPU
+affinity) are labelled oversubscribed: their time says nothing about scaling.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -370,6 +377,34 @@ def print_results(res: dict[str, Result], title: str) -> None:
           f"taken over quiet runs when there are at least 3)")
 
 
+def thread_scaling(train: Any, test: Any, threads: list[int], epochs: int,
+                   quiet: float) -> None:
+    """The table of ``--threads``: one hogwild engine per thread count, run interleaved."""
+    from hogwild.model.trainer import RENUMBERED_HOT_FEATURES
+
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    engines: dict[str, PassEngine] = {
+        str(t): HogwildEngine(train, test, mode="hogwild", threads=t, name=f"{t} thread(s)",
+                              hot_features=RENUMBERED_HOT_FEATURES)
+        for t in threads}
+    res = run_interleaved(engines, epochs, quiet)
+    one = res[str(threads[0])].seconds if threads else float("nan")
+    rows = []
+    for t in threads:
+        r = res[str(t)]
+        speedup = one / r.seconds if threads[0] == 1 else float("nan")
+        rows.append((t, f"{r.seconds:.4f}", f"{speedup:.2f}x",
+                     f"{train.nnz / r.seconds / 1e6:,.0f}M",
+                     None if r.accuracy is None else f"{r.accuracy:.4f}",
+                     None if r.own is None else f"{r.own:.2f}",
+                     "oversubscribed" if t > usable else ""))
+    common.print_table(["threads", "s/pass (median)", "speedup", "nnz/s", "test acc",
+                        "own cores", "note"], rows,
+                       f"thread scaling, hogwild mode, {epochs} passes ({usable} usable "
+                       "cores)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
@@ -385,7 +420,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                     help="before each timed engine wait up to SECONDS for other processes "
                          "to go idle (default 0: do not wait)")
+    ap.add_argument("--threads", default="", metavar="LIST",
+                    help="e.g. 1,2,4,8,16: print only the thread-scaling table")
     args = ap.parse_args(argv)
+    try:
+        thread_list = [int(t) for t in args.threads.split(",") if t.strip()]
+    except ValueError:
+        ap.error(f"--threads: expected a comma-separated list of integers, got {args.threads!r}")
+    if any(t < 1 or t > 256 for t in thread_list):
+        ap.error("--threads: each count must be between 1 and 256")
 
     rows = args.rows or (100_000 if args.quick else 800_000)
     epochs = max(3, args.epochs)
@@ -414,6 +457,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{train.nnz:,} train non-zeros ({train.nnz / train.n_rows:.1f}/row), "
           f"{train.n_features:,} features; generated in {gen_s[0]:.1f}s, renumbered by "
           f"document frequency in {ren_s[0]:.1f}s")
+
+    if thread_list:
+        thread_scaling(train, test, thread_list, epochs, args.wait_quiet)
+        print(f"total {time.perf_counter() - started:.0f}s")
+        return 0
 
     with common.workdir() as tmpname:
         tmp = Path(tmpname)

@@ -65,7 +65,7 @@ def summary(seconds: list[float]) -> tuple[str, str]:
 
 
 def bench_cpu(settings: Any, splits: Any, epochs: int, threads: int) -> list[Any]:
-    from hogwild.inprocess.local import train_params
+    from hogwild.inprocess.common import train_params
     from hogwild.model.trainer import Trainer
 
     params = train_params(settings.replace(threads=threads))
@@ -90,7 +90,7 @@ def gpu_missing() -> str | None:
 
 def bench_gpu(settings: Any, splits: Any, epochs: int, max_warps: int,
               weight_dtype: str) -> list[Any]:
-    from hogwild.inprocess.local import train_params
+    from hogwild.inprocess.common import train_params
     from hogwild.model.gpu import GPUTrainer
 
     trainer = GPUTrainer(splits.train.n_features, train_params(settings), max_warps=max_warps,

@@ -28,14 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from hogwild.data.hashing import (
-    HashOptions,
-    buckets_for,
-    fit_hashing,
-    fit_table,
-    read_table,
-    sqrt_buckets,
-)
+from hogwild.data.csvtable import read_table
+from hogwild.data.encodings import HashOptions, buckets_for, sqrt_buckets
+from hogwild.data.hashing import fit_hashing, fit_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_line, machine_line, workdir

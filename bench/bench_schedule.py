@@ -17,7 +17,8 @@ import os
 import numpy as np
 
 from hogwild import config
-from hogwild.inprocess.local import load_splits, train_params
+from hogwild.inprocess.common import train_params
+from hogwild.inprocess.local import load_splits
 from hogwild.model.evaluation import evaluate
 from hogwild.model.trainer import Trainer
 

@@ -9,6 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from hogwild import config
+from hogwild.settings.render import SECTIONS
 
 DOCS = Path(__file__).resolve().parent
 REPO = DOCS.parent
@@ -30,7 +31,7 @@ def _cell(text: str) -> str:
 def settings_markdown() -> str:
     """The settings reference: every key of the schema, grouped as settings.yaml groups them."""
     out = [
-        _GENERATED.format(source="the settings schema (src/hogwild/config.py)"),
+        _GENERATED.format(source="the settings schema (src/hogwild/settings/schema.py)"),
         "",
         "# Settings reference",
         "",
@@ -43,7 +44,7 @@ def settings_markdown() -> str:
     ]
     for f in fields(config.Settings):
         key = f.name
-        title = config._SECTIONS.get(key)
+        title = SECTIONS.get(key)
         if title is not None:
             out += ["", f"## {title}", "",
                     "| key | default | used by | meaning |", "| --- | --- | --- | --- |"]

@@ -31,7 +31,12 @@ def test_worker_sweep_runs_real_processes_and_plots(tmp_path: Path,
         assert r["status"] == "ok", r
         assert 0.0 <= float(r["test_error"]) < 0.5
         assert float(r["wall_seconds"]) > 0 and float(r["cpu_seconds"]) > 0
-        assert float(r["speedup"]) > 0
+        # A speedup only where both runs lasted long enough to time (2 epochs of 6,000 rows
+        # in one thread may not: then the row says so instead).
+        if r["timing"] == "ok":
+            assert float(r["speedup"]) > 0
+        else:
+            assert r["speedup"] == "" and "too short to time" in r["timing"], r
         run_dir = out / "cluster" / f"w{w}-t1-r0"
         metrics = json.loads((run_dir / "latest" / "metrics.json").read_text(encoding="utf-8"))
         assert metrics["workers"] == w and metrics["epochs"] >= 2

@@ -212,10 +212,12 @@ class Stack:
 
 
 def _write_override(stack: Stack, settings: dict[str, str]) -> None:
-    """docker-compose.podman-test.yml: host networking with distinct loopback ports, and two
-    worker services (podman-compose cannot give replicas of one service distinct ports)."""
+    """docker-compose.podman-test.yml: host networking with distinct loopback ports (the
+    gRPC ones and the Prometheus ones the compose file turns on), and two worker services
+    (podman-compose cannot give replicas of one service distinct ports)."""
     base = yaml.safe_load((stack.workdir / "docker-compose.yml").read_text())["services"]
-    coordinator_port, *worker_ports = free_ports(3)
+    coordinator_port, *ports = free_ports(6)
+    worker_ports, metrics_ports = ports[:2], iter(ports[2:])
     coordinator = f"127.0.0.1:{coordinator_port}"
 
     def healthcheck(service: str, role: str, port: int) -> dict[str, Any]:
@@ -229,7 +231,8 @@ def _write_override(stack: Stack, settings: dict[str, str]) -> None:
     services: dict[str, Any] = {
         "coordinator": {
             "network_mode": "host",
-            "environment": {**common, "HOGWILD_COORDINATOR_PORT": str(coordinator_port)},
+            "environment": {**common, "HOGWILD_COORDINATOR_PORT": str(coordinator_port),
+                            "HOGWILD_METRICS_PORT": str(next(metrics_ports))},
             "healthcheck": _Override(healthcheck("coordinator", "coordinator",
                                                  coordinator_port)),
         },
@@ -237,7 +240,8 @@ def _write_override(stack: Stack, settings: dict[str, str]) -> None:
     for index, port in enumerate(worker_ports):
         service = "worker" if index == 0 else f"worker-{index + 1}"
         env = {**common, "HOGWILD_COORDINATOR_ADDRESS": coordinator,
-               "HOGWILD_WORKER_PORT": str(port)}
+               "HOGWILD_WORKER_PORT": str(port),
+               "HOGWILD_METRICS_PORT": str(next(metrics_ports))}
         if index == 0:
             services[service] = {"network_mode": "host", "environment": env,
                                  "deploy": _Override({"replicas": 1}),

@@ -8,13 +8,10 @@ import pytest
 from hogwild.data.csr import CSRData
 from hogwild.errors import InvalidMessage, StaleOrUnknown
 from hogwild.protocol import PROTOCOL_VERSION, pb
+from hogwild.protocol.arrays import RAW, ZLIB, decode_array, encode_array
 from hogwild.protocol.codec import (
-    RAW,
-    ZLIB,
     DeltaHeader,
-    decode_array,
     decode_delta,
-    encode_array,
     encode_delta,
     encode_delta_parts,
 )

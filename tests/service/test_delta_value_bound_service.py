@@ -66,7 +66,7 @@ def coord(coordinator_server: CoordinatorServer) -> CoordinatorServer:
     state = coordinator_server.state
     state.register("127.0.0.1:1", threads=2)  # worker 0: the stub calls as it
     state.start_model(DIM)
-    # As the driver sets it from the run's settings and data (RunDriver._run_config).
+    # As the driver sets it from the run's settings and data (RunConfigs.build).
     state.max_delta_value = value_bound(
         model="linear", loss="hinge", lr_schedule="inverse", learning_rate=0.5, lr_decay=0.9,
         l2=1e-5, max_abs_value=1.0, run_threads=4, round_size=10, max_rounds=3)

@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterator
 import grpc
 import pytest
 
+from hogwild.coordinator.peer_reports import PEER_REPORT_COOLDOWN
 from hogwild.coordinator.servicer import PROBE_TIMEOUT
-from hogwild.coordinator.state import PEER_REPORT_COOLDOWN, RunState
+from hogwild.coordinator.state import RunState
 from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.worker import create_server as create_worker
 

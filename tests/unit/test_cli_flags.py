@@ -16,8 +16,8 @@ from hogwild.commands.certs import host_names
 from hogwild.commands.certs import main as certs_main
 from hogwild.commands.hash_csv import hash_command
 from hogwild.data import load_source
-from hogwild.data.hashing import HashOptions
-from hogwild.inprocess.local import duration
+from hogwild.data.encodings import HashOptions
+from hogwild.inprocess.common import duration
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

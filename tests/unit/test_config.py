@@ -11,6 +11,7 @@ import yaml
 from hogwild import config
 from hogwild.config import Settings
 from hogwild.errors import ConfigError
+from hogwild.settings import load as settings_load
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,7 +140,7 @@ def test_a_key_given_twice_in_the_file_is_refused_with_both_lines(tmp_path: Path
     # A merge key ("<<") is not a repetition: the keys after it override the merged ones.
     merged = "base: &b {epochs: 3}\n"
     loaded = yaml.load(merged + "run:\n  <<: *b\n  epochs: 4\n",
-                       Loader=config._UniqueKeyLoader)
+                       Loader=settings_load._UniqueKeyLoader)
     assert loaded["run"] == {"epochs": 4}
     assert config.read_yaml(write(tmp_path, "epochs: 2\n# epochs: 5\n")) == {"epochs": 2}
 

@@ -298,7 +298,7 @@ def test_a_resumed_coordinator_gives_a_place_back_only_to_the_process_that_held_
         tmp_path: Path) -> None:
     """The checkpoint keeps each worker's secret digest: after a resume the same process
     registers again as before, another one claiming its address must prove it serves it."""
-    from hogwild.coordinator.state import AddressClaimed
+    from hogwild.coordinator.records import AddressClaimed
 
     before = RunState(2, run_id="r1")
     before.register("127.0.0.1:5000", 1, "host", 40, secret=b"secret of worker 0")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hogwild.config import Settings
-from hogwild.data import load_source, stream
+from hogwild.data import load_source, stream, textblocks
 from hogwild.data.csr import CSRData
 from hogwild.data.reorder import frequency_order, renumber
 from hogwild.data.split import shuffle_order, split_shuffled, train_val_test_split
@@ -98,7 +98,7 @@ def test_blocks_are_bounded(tmp_path: Path) -> None:
     text = rows(5000)
     path = tmp_path / "d.svm.gz"
     path.write_bytes(gzip.compress(text.encode()))
-    sizes = [b.shape[0] for b in stream.text_blocks(path, 2048)]
+    sizes = [b.shape[0] for b in textblocks.text_blocks(path, 2048)]
     assert max(sizes) <= 2049 and sum(sizes) == len(text.encode())
 
 
@@ -251,7 +251,7 @@ def test_an_unreadable_path_is_one_line_naming_it_whichever_reader(tmp_path: Pat
     from hogwild.data.svmlight import read_bytes
 
     def load(path: Path) -> object:
-        return read_bytes(path) if read == "whole" else list(stream.text_blocks(path))
+        return read_bytes(path) if read == "whole" else list(textblocks.text_blocks(path))
 
     missing = tmp_path / "none.svm"
     with pytest.raises(DataError, match=f"^data file not found: {missing}$"):

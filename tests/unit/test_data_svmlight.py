@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild.data import stream, svmlight
+from hogwild.data import blockparse, svmlight
 from hogwild.data.cache import cache_path
 from hogwild.data.csr import CSRData
 from hogwild.data.stream import load_text
@@ -99,7 +99,7 @@ def test_large_input_uses_several_pieces_and_matches_one_thread(tmp_path: Path) 
     data = make_seed000(40000, n_features=1000, min_nnz=1, max_nnz=30, seed=2)
     write_svmlight(data, tmp_path / "big.svm", digits=6)
     raw = (tmp_path / "big.svm").read_bytes()[:-1]  # no final newline
-    assert len(raw) > 2 * stream._MIN_BYTES_PER_THREAD
+    assert len(raw) > 2 * blockparse.MIN_BYTES_PER_THREAD
     one = parse(raw, threads=1)
     three = parse(raw, threads=3)
     assert one.n_rows == three.n_rows == 40000

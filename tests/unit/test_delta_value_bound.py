@@ -26,7 +26,8 @@ from hogwild.protocol.codec import (
     value_bound,
 )
 from hogwild.worker.inbox import Inbox
-from hogwild.worker.node import Phase, WorkerNode
+from hogwild.worker.node import WorkerNode
+from hogwild.worker.phase import Phase
 from hogwild.worker.plan import RunPlan
 
 N_FEATURES = 1000
@@ -250,13 +251,12 @@ def test_a_members_huge_delta_is_refused_by_the_coordinator_and_nothing_is_recor
 
 
 def test_the_coordinator_sends_the_bound_and_holds_the_same_one(tmp_path: Any) -> None:
-    import io
 
-    from hogwild.coordinator.driver import Layout, RunDriver
-    from hogwild.coordinator.stopping import StopSignal
+    from hogwild.coordinator.links import WorkerLinks
+    from hogwild.coordinator.runconfig import Layout, RunConfigs
+    from hogwild.coordinator.shipper import Shipper
     from hogwild.data.csr import CSRData
     from hogwild.model.spec import ModelSpec
-    from hogwild.protocol.health import HealthReporter
 
     settings = config.load(None, {}, {"bind_host": "127.0.0.1", "workers": 2,
                                       "out_dir": str(tmp_path), "loss": "hinge"})
@@ -264,15 +264,13 @@ def test_the_coordinator_sends_the_bound_and_holds_the_same_one(tmp_path: Any) -
     for w in range(2):
         state.register(f"127.0.0.1:{9 + w}", 3)
     state.start_model(11)
-    driver = RunDriver(settings, state, HealthReporter([]), StopSignal(), out=io.StringIO())
-    driver.spec = ModelSpec.linear(10)
-    driver.layout = Layout(11, 10, 2, 20, 10, 2)
-    driver.shards = [CSRData(np.array([0, 2]), np.array([1, 3]), np.array([0.5, -2.5]),
-                             np.array([1.0]), 10),
-                     CSRData(np.array([0, 1]), np.array([4]), np.array([1.5]),
-                             np.array([-1.0]), 10)]
-    driver.max_abs_value = driver._max_abs_value()
-    message = driver._run_config(state.workers[0], list(state.workers.values()))
+    shards = [CSRData(np.array([0, 2]), np.array([1, 3]), np.array([0.5, -2.5]),
+                      np.array([1.0]), 10),
+              CSRData(np.array([0, 1]), np.array([4]), np.array([1.5]), np.array([-1.0]), 10)]
+    shipper = Shipper(settings, state, WorkerLinks(settings, state), shards, None, print)
+    configs = RunConfigs(settings, state, ModelSpec.linear(10), Layout(11, 10, 2, 20, 10, 2),
+                         shipper.max_abs_value())
+    message = configs.build(state.workers[0], list(state.workers.values()))
     assert message.max_abs_value == 2.5 and message.run_threads == 6
     plan = RunPlan.from_message(message)
     assert math.isfinite(plan.max_delta_value)
@@ -280,8 +278,8 @@ def test_the_coordinator_sends_the_bound_and_holds_the_same_one(tmp_path: Any) -
     # A worker back with more threads: its config and the coordinator's bound grow, never
     # shrink (a delta once admitted is admitted again).
     state.workers[1].threads = 8
-    again = driver._run_config(state.workers[1], list(state.workers.values()))
+    again = configs.build(state.workers[1], list(state.workers.values()))
     assert again.run_threads == 16 and state.max_delta_value > plan.max_delta_value
     state.workers[1].threads = 1
-    driver._run_config(state.workers[1], list(state.workers.values()))
+    configs.build(state.workers[1], list(state.workers.values()))
     assert state.max_delta_value == RunPlan.from_message(again).max_delta_value

@@ -20,6 +20,7 @@ def _script(body: str, timeout: float = 180) -> subprocess.CompletedProcess[str]
     env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     code = textwrap.dedent("""
         import json, signal, subprocess, sys
+        from hogwild.cli import main_process
         from hogwild.runtime.forked import ForkedProcess
         from hogwild.runtime.launcher import child_env
     """) + textwrap.dedent(body)
@@ -31,7 +32,7 @@ def test_forked_child_runs_its_arguments_and_never_returns_into_the_caller(
         tmp_path: Path) -> None:
     out = tmp_path / "rows.svm"
     proc = _script(f"""
-        child = ForkedProcess("worker", child_env())
+        child = ForkedProcess("worker", child_env(), main_process)
         child.stdin.write(json.dumps(["gen-data", "rcv1", "--rows", "30", "--out", {str(out)!r}])
                           + "\\n")
         child.stdin.close()
@@ -48,7 +49,7 @@ def test_forked_child_runs_its_arguments_and_never_returns_into_the_caller(
 
 def test_forked_child_without_arguments_ends_quietly() -> None:
     proc = _script("""
-        child = ForkedProcess("worker", child_env())
+        child = ForkedProcess("worker", child_env(), main_process)
         child.stdin.close()
         print("CALLER", child.wait(60), json.dumps(child.stdout.read()))
     """)
@@ -58,7 +59,7 @@ def test_forked_child_without_arguments_ends_quietly() -> None:
 
 def test_forked_child_times_out_then_dies_of_sigterm() -> None:
     proc = _script("""
-        child = ForkedProcess("worker", child_env())
+        child = ForkedProcess("worker", child_env(), main_process)
         try:
             child.wait(0.2)
         except subprocess.TimeoutExpired:
@@ -74,7 +75,7 @@ def test_forked_child_times_out_then_dies_of_sigterm() -> None:
 def test_forked_child_that_fails_exits_1_with_its_traceback() -> None:
     # An unknown role cannot be imported: the child reports it and ends with 1.
     proc = _script("""
-        child = ForkedProcess("nonexistent", child_env())
+        child = ForkedProcess("nonexistent", child_env(), main_process)
         child.stdin.close()
         print("CALLER", child.wait(60), json.dumps(child.stdout.read()))
     """)

@@ -13,16 +13,10 @@ import pytest
 
 from hogwild import config
 from hogwild.cli import main
-from hogwild.data.hashing import (
-    DEFAULT_HASH_BITS,
-    SUMMARY_LINES,
-    HashOptions,
-    apply_hashing,
-    column_summary,
-    fit_hashing,
-    load_csv_source,
-    onehot_value,
-)
+from hogwild.data.csvquery import load_csv_source
+from hogwild.data.encodings import DEFAULT_HASH_BITS, HashOptions
+from hogwild.data.hashing import apply_hashing, fit_hashing
+from hogwild.data.hashsummary import SUMMARY_LINES, column_summary, onehot_value
 from hogwild.errors import DataError
 from hogwild.inprocess.local import train_job
 

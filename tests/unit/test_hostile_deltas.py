@@ -32,8 +32,10 @@ from hogwild.protocol.codec import (
 )
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 from hogwild.protocol.sequence import OUT_OF_ORDER, WINDOW, SequenceTracker
+from hogwild.worker.admission import ROUND_SLACK, SYNC_ROUNDS_AHEAD
 from hogwild.worker.inbox import Inbox
-from hogwild.worker.node import ROUND_SLACK, SYNC_ROUNDS_AHEAD, Phase, WorkerNode, _same_side
+from hogwild.worker.node import WorkerNode, _same_side
+from hogwild.worker.phase import Phase
 from hogwild.worker.plan import RunPlan
 from hogwild.worker.sender import Destination, OutgoingDelta
 
@@ -134,7 +136,7 @@ def test_sync_a_peer_one_round_ahead_is_taken_even_while_this_worker_lags() -> N
 @pytest.mark.parametrize("staleness", [1, 3])
 def test_async_staleness_bounds_how_far_ahead_a_peer_may_be(staleness: int) -> None:
     node = _node(mode="async", staleness=staleness, rounds=10)
-    legit = 10 + staleness + 2                          # see WorkerNode.round_limit
+    legit = 10 + staleness + 2                          # see Admission.round_limit
     assert not _push(node, _message(1, legit))
     with pytest.raises(InvalidMessage, match="round"):
         _push(node, _message(1, legit + ROUND_SLACK + 1, seq=2))
@@ -156,8 +158,8 @@ def test_a_tree_allows_one_lead_per_hop_to_a_neighbour_re_attached_around_the_de
     """Fan-out 2: worker 6's parent is 2, whose parent is 0. A delta from 6 at worker 0 says
     2 died; 6 may then be two hops' worth ahead of 0, not more."""
     node = _node(me=0, n=7, topology="tree", rounds=10)
-    assert node.round_limit(node.plan, 2) == 10 + SYNC_ROUNDS_AHEAD + ROUND_SLACK  # type: ignore[arg-type]
-    assert node.round_limit(node.plan, 6) == 10 + 2 * SYNC_ROUNDS_AHEAD + ROUND_SLACK  # type: ignore[arg-type]
+    assert node.admission.round_limit(node.plan, 2) == 10 + SYNC_ROUNDS_AHEAD + ROUND_SLACK  # type: ignore[arg-type]
+    assert node.admission.round_limit(node.plan, 6) == 10 + 2 * SYNC_ROUNDS_AHEAD + ROUND_SLACK  # type: ignore[arg-type]
     assert not _push(node, _message(6, 10 + 2 * SYNC_ROUNDS_AHEAD))
     assert node.tree is not None and 6 in node.tree.neighbours and 2 in node.tree_dead
     with pytest.raises(InvalidMessage, match="round"):

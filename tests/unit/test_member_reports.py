@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from hogwild.coordinator import state as state_module
-from hogwild.coordinator.state import MAX_PEER_REPORTS, RunState
+from hogwild.coordinator import peer_reports as reports_module
+from hogwild.coordinator.peer_reports import MAX_PEER_REPORTS
+from hogwild.coordinator.state import RunState
 
 DIM = 4
 
@@ -42,7 +43,7 @@ def test_one_probe_per_accused_worker_and_its_verdict_settles_every_report() -> 
 
 
 def test_after_the_cooldown_a_report_is_probed_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(state_module, "PEER_REPORT_COOLDOWN", 0.0)
+    monkeypatch.setattr(reports_module, "PEER_REPORT_COOLDOWN", 0.0)
     state = _started()
     accused = state.accuse(state.run_id, 0, 2, 5, "silent")
     assert accused is not None and state.settle(accused, None) == [0]

@@ -17,8 +17,25 @@ def test_patience_counts_evaluations_without_improvement() -> None:
     assert stopper.update(0.5, np.array([2.0])) is None
     assert stopper.update(0.495, np.array([3.0])) is None  # below min_delta: no progress
     assert stopper.update(0.6, np.array([4.0])) == "early stopping"
-    assert stopper.best_index == 1
-    assert stopper.best_weights is not None and stopper.best_weights[0] == 2.0
+    # Patience counted from 0.5; the model kept is the lowest loss's all the same.
+    assert stopper.best_index == 2 and stopper.best_loss == 0.5
+    assert stopper.best_weights is not None and stopper.best_weights[0] == 3.0
+
+
+def test_a_classifier_keeps_its_most_accurate_model() -> None:
+    """A lower loss at several points less accuracy (a swinging run) is not the one kept;
+    equal accuracies go to the lower loss."""
+    stopper = EarlyStopping()
+    stopper.update(0.40, np.array([1.0]), accuracy=0.90)
+    stopper.update(0.35, np.array([2.0]), accuracy=0.84)   # lower loss, 6 points worse
+    assert stopper.best_index == 0 and stopper.best_weights is not None
+    assert stopper.best_weights[0] == 1.0
+    stopper.update(0.38, np.array([3.0]), accuracy=0.90)   # as accurate, lower loss
+    assert stopper.best_index == 2 and stopper.kept_accuracy == 0.90
+    restored = EarlyStopping()
+    restored.restore(stopper.state(), stopper.best_weights)
+    restored.update(0.30, np.array([4.0]), accuracy=0.89)
+    assert restored.best_index == 2  # the checkpoint's kept accuracy still counts
 
 
 def test_best_weights_are_a_copy() -> None:
@@ -40,7 +57,7 @@ def test_a_saved_model_far_worse_than_the_best_evaluated_one_is_reported() -> No
     # The shape measured with 4 workers summing their deltas: good early, bad at the end.
     text = regression_warning([0.9, 0.36, 0.41, 1.2, None, 0.38, 1.71], 1.71)
     assert text is not None
-    assert "0.3600" in text and "4.8x" in text and "combine average" in text
+    assert "0.3600" in text and "4.8x" in text and "smaller learning_rate" in text
     # Ordinary runs: the end is the best, or within noise of it; nothing to say.
     assert regression_warning([0.9, 0.5, 0.41, 0.40], 0.40) is None
     assert regression_warning([0.9, 0.5, 0.40, 0.45], 0.45) is None

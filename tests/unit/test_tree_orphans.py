@@ -86,6 +86,9 @@ def test_orphans_that_missed_the_last_aggregate_get_it_and_resend_nothing_twice(
         _send(state, 3, 1, 2, {6: 1.0})
         np.testing.assert_array_equal(state.model_copy(), model)
         assert root.replays_known == 2 and root.catch_up_missed == 0
+        # What metrics.json reports of it.
+        assert root.recovery() == {"orphans_adopted": 2, "resent_known": 2,
+                                   "orphans_caught_up": 2, "catch_up_missed": 0}
         round_2 = np.zeros(DIM)
         round_2[[1, 2, 5, 6]] = [8.0, 4.0, 1.0, 1.0]
         for orphan, own in ((2, 5), (3, 6)):

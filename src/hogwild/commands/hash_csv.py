@@ -8,13 +8,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from hogwild.data.hashing import (
-    HashOptions,
-    apply_hashing,
-    check_params,
-    column_summary,
-    fit_hashing,
-)
+from hogwild.data.encodings import HashOptions
+from hogwild.data.hashing import apply_hashing, check_params, fit_hashing
+from hogwild.data.hashsummary import column_summary
 from hogwild.data.sources import describe
 from hogwild.data.svmlight import write_svmlight
 from hogwild.errors import DataError, OutputError

@@ -187,7 +187,7 @@ class FeatureNamer:
     def _column_codes(self, column: Mapping[str, Any]
                       ) -> tuple[list[str], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
         """The kept values of a hashed column, hashed again as when it was fitted."""
-        from hogwild.data.hashing import buckets_for, signed_buckets_for
+        from hogwild.data.encodings import buckets_for, signed_buckets_for
 
         name = str(column["name"])
         if name not in self._codes:

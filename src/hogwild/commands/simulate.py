@@ -19,7 +19,9 @@ from hogwild.engine.rounds import choose_round_size, fit_round_size, max_rounds
 from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.simulate import KernelPlan, Scenario, SimResult, Simulation
 from hogwild.errors import DataError, TrainingDiverged, UsageError
-from hogwild.inprocess.local import load_splits, model_spec, test_quality, write_outputs
+from hogwild.inprocess.common import test_quality
+from hogwild.inprocess.local import load_splits, model_spec
+from hogwild.inprocess.results import write_outputs
 from hogwild.model.arrays import csr_arrays
 from hogwild.model.compression import Compression
 from hogwild.model.evaluation import evaluate_model

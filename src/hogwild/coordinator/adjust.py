@@ -7,7 +7,7 @@ from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
-from hogwild.coordinator.state import WorkerRecord
+from hogwild.coordinator.records import WorkerRecord
 from hogwild.engine.guard import Adjustment, SwingGuard
 from hogwild.errors import ClusterError
 from hogwild.protocol import PROTOCOL_VERSION, pb

@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import grpc
 
-from hogwild.coordinator.state import AddressClaimed, RunState
+from hogwild.coordinator.records import AddressClaimed
+from hogwild.coordinator.state import RunState
 from hogwild.errors import Conflict
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 

@@ -23,7 +23,8 @@ from hogwild.data.reorder import order_from_counts, renumber
 from hogwild.data.sources import default_test_source, load_source_hashed
 from hogwild.data.textsource import bundled_features, canonical, local_source_error
 from hogwild.errors import ConfigError, DataError
-from hogwild.inprocess.local import Splits, feature_memory
+from hogwild.inprocess.common import feature_memory
+from hogwild.inprocess.local import Splits
 from hogwild.model.losses import get_loss
 from hogwild.protocol import pb
 from hogwild.protocol.localstream import local_source

@@ -122,7 +122,8 @@ class StarRelay:
 
     # ------------------------------------------------------------------- receiving
 
-    def check_round(self, worker_id: int, round_: int) -> bool:
+    def check_round(self, worker_id: int, round_: int, header: DeltaHeader | None = None
+                    ) -> bool:
         """InvalidMessage if a delta of ``worker_id`` cannot be labelled ``round_`` (sync:
         more than SYNC_ROUNDS_AHEAD past the last aggregate). Async workers are bounded by
         their staleness setting, which the relay is not told; codec.MAX_ROUND bounds them.
@@ -227,7 +228,8 @@ class StarRelay:
                 self._known[wid] = (upto, _EMPTY)
             if wid in self._extra:
                 idx, val = merge_sparse(idx, val, *self._extra.pop(wid))
-            aggregate = OutgoingDelta(round_, final, examples, idx, val)
+            aggregate = OutgoingDelta(round_, final, examples, idx, val,
+                                      applied=self._applied_counts())
             dest = self.destinations.get(wid)
             if dest is not None:
                 dest.put_delta(aggregate)
@@ -242,6 +244,11 @@ class StarRelay:
         self._sent_round = max(self._sent_round, round_)
         if self.mode == "sync":
             self._totals.append((round_, total))
+
+    def _applied_counts(self) -> dict[int, int] | None:
+        """(Holding the lock.) What the aggregates say the model applied (a tree, async:
+        see TreeRoot); None in a star."""
+        return None
 
     def _own_side(self, wid: int) -> list[Sparse]:
         """The pending sums ``wid`` has already: its own (a tree root: also those of the dead
@@ -321,3 +328,8 @@ class StarRelay:
 
     def messages_sent(self) -> int:
         return sum(d.acked.get("PushDelta", 0) for d in self.destinations.values())
+
+    def recovery(self) -> dict[str, int]:
+        """What recovering from faults cost, for metrics.json (a star has nothing to recover:
+        its workers have no neighbours but the coordinator)."""
+        return {}

@@ -14,7 +14,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hogwild.config import MAX_THREADS
 from hogwild.coordinator.identity import register_claim
-from hogwild.coordinator.state import Accusation, RunState
+from hogwild.coordinator.records import Accusation
+from hogwild.coordinator.state import RunState
 from hogwild.errors import InvalidMessage, NotAllowed, StaleOrUnknown
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import check_version, decode_delta

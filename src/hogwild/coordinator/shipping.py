@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from hogwild.config import Settings
-from hogwild.coordinator.state import WorkerRecord
+from hogwild.coordinator.records import WorkerRecord
 from hogwild.errors import ClusterError
 from hogwild.protocol import pb
 from hogwild.protocol.streams import shard_chunks

@@ -15,89 +15,28 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
+from hogwild.coordinator.checkpoint import Checkpoint
+from hogwild.coordinator.peer_reports import PeerReports
+from hogwild.coordinator.records import (
+    Accusation,
+    AddressClaimed,
+    Totals,
+    WorkerRecord,
+    counters_of,
+    entries_of,
+    records_from,
+)
 from hogwild.engine.tree import ancestors
 from hogwild.errors import ClusterError, NotAllowed, NotReady, StaleOrUnknown
 from hogwild.model import kernels
-from hogwild.protocol.codec import DecodedDelta, check_values
+from hogwild.protocol.codec import DecodedDelta, DeltaHeader, check_values
 from hogwild.protocol.keys import COORDINATOR, KeyRing
 from hogwild.protocol.security import same_key
 from hogwild.protocol.sequence import SequenceTracker
-
-# Peer reports kept for metrics.json (a drop is reported by one or two peers; a flood of
-# them from one misbehaving worker is not stored), and the length of each reason kept.
-MAX_PEER_REPORTS = 1000
-MAX_REASON_LENGTH = 500
-# A report that a peer is down is one member's word: the coordinator asks the peer itself
-# before it drops it (see accuse and settle). A reporter whose report was refused (the peer
-# answered) is not heard about that peer again for this many seconds, so no member can keep
-# the coordinator probing; an honest worker reports a peer once per drop.
-PEER_REPORT_COOLDOWN = 10.0
-
-
-@dataclass
-class WorkerRecord:
-    """One registered worker and what the coordinator has heard from it."""
-
-    worker_id: int
-    address: str
-    threads: int
-    hostname: str = ""
-    pid: int = 0
-    round: int = 0
-    examples: int = 0
-    train_loss: float | None = None
-    done: bool = False           # reported done or sent its final delta
-    final_delta: bool = False
-    dead: bool = False
-    dead_reason: str = ""
-    deltas_applied: int = 0      # delta messages (parts) from this worker applied here
-    bytes_received: int = 0
-    max_staleness: int = 0
-    last_seen: float = field(default_factory=time.monotonic)
-    incarnation: int = 0         # times it registered again during the run (restart, resync)
-    drops: int = 0               # times it was dropped (each one announced once)
-    registered: bool = True      # False: known from a checkpoint, not registered again yet
-    secret_digest: bytes = b""   # SHA-256 of the registering process's secret
-
-
-class AddressClaimed(StaleOrUnknown):
-    """Another process registered this address already (see RunState.register)."""
-
-    def __init__(self, record: WorkerRecord) -> None:
-        super().__init__(f"address {record.address} is registered by worker {record.worker_id} "
-                         f"(host {record.hostname or '?'}, pid {record.pid})")
-        self.record = record
-
-
-@dataclass(frozen=True)
-class Accusation:
-    """A worker to probe on its peers' word: where it is, and which registration of it was
-    accused (its place's generation, its incarnation and its secret's digest), so that a
-    verdict about a process that has since been replaced drops nobody."""
-
-    peer: int
-    address: str
-    secret_digest: bytes
-    holder: tuple[int, int]
-
-
-@dataclass
-class Totals:
-    """The global model and the counters of the deltas summed into it, read together."""
-
-    w: npt.NDArray[np.float64]
-    deltas_received: int
-    bytes_received: int
-    duplicates: int
-    applied_from: dict[int, int]
-    examples: int
-    rounds: int
 
 
 class RunState:
@@ -126,19 +65,15 @@ class RunState:
         self.duplicates = 0
         self.bytes_received = 0
         self.apply_seconds = 0.0         # time spent adding deltas to the global model
-        self.peer_reports: list[tuple[int, int, int, str]] = []  # (reporter, peer, round, why)
         self.sealed = False               # the run is over: the model takes no more deltas
         self.handed_over = False          # left to a successor: registrations wait for it
         # Workers that reported their own weights non-finite, not yet judged by the driver
         # (worker -> round; one entry per worker: bounded by the run's size).
         self._divergence_claims: dict[int, int] = {}
         self.divergence_reports_dismissed = 0  # claims the global model did not bear out
-        # Peer reports: the accused workers being probed (peer -> reporter -> (round, why)),
-        # and until when a refused reporter is not heard about a peer again. Both are keyed
-        # by the run's worker ids, so bounded by its size (squared).
-        self._probing: dict[int, dict[int, tuple[int, str]]] = {}
-        self._refused_until: dict[tuple[int, int], float] = {}
-        self.peer_reports_refused = 0  # reports not acted on: the peer answered, or too soon
+        # What the workers said about their peers (under this lock, dropping through it).
+        self.reports = PeerReports(self._lock, self.check_sender, self._droppable,
+                                   self._holding, self._drop, lambda wid: self.workers.get(wid))
         self._rejoins: list[int] = []     # workers that registered again during the run
         # Topology star: called (outside the lock) with every delta applied here, whether
         # it completed its (worker, seq) and the model's version once it was in (see
@@ -151,7 +86,7 @@ class RunState:
         # delta that passed is still within it when applied.
         # True: the model holds that delta's content already (a tree node re-sent it after
         # its parent died, which had passed it on): its seq is taken, its sum is not.
-        self.relay_check: Callable[[int, int], bool] | None = None
+        self.relay_check: Callable[[int, int, DeltaHeader], bool] | None = None
         # The largest |value| a legitimate delta of this run carries (codec.value_bound), set
         # once the run's settings and data are known; beyond it a delta is refused
         # (INVALID_ARGUMENT) before anything of it is recorded.
@@ -316,14 +251,10 @@ class RunState:
         """Start from a checkpoint: its workers (each waiting to register again, at its old
         address or a new one) and its counters. The model comes with start_model."""
         with self._lock:
-            for e in ckpt.workers:
-                self.workers[e.worker_id] = WorkerRecord(
-                    e.worker_id, e.address, e.threads, e.hostname, e.pid, round=e.round,
-                    examples=e.examples, deltas_applied=e.deltas_applied,
-                    bytes_received=e.bytes_received, registered=False,
-                    secret_digest=bytes.fromhex(e.secret_digest))
-                self._by_address[e.address] = e.worker_id
-                self._seen[e.worker_id] = SequenceTracker()
+            for record in records_from(ckpt.workers):
+                self.workers[record.worker_id] = record
+                self._by_address[record.address] = record.worker_id
+                self._seen[record.worker_id] = SequenceTracker()
             self.deltas_received = ckpt.deltas_received
             self.bytes_received = ckpt.bytes_received
             self.duplicates = ckpt.duplicates
@@ -337,10 +268,7 @@ class RunState:
                 run_id=self.run_id, w=totals.w, round=totals.rounds, elapsed=elapsed,
                 deltas_received=totals.deltas_received, bytes_received=totals.bytes_received,
                 duplicates=totals.duplicates, history_rows=history_rows,
-                workers=[WorkerEntry(r.worker_id, r.address, r.threads, r.hostname, r.pid,
-                                     r.examples, r.round, r.deltas_applied, r.bytes_received,
-                                     r.secret_digest.hex())
-                         for r in self.workers.values()])
+                workers=entries_of(list(self.workers.values())))
 
     def take_rejoins(self) -> list[int]:
         """Workers that registered again since the last call (each to be brought back)."""
@@ -417,7 +345,7 @@ class RunState:
         h = delta.header
         # Outside the lock: O(entries), and the bound never changes once the run started.
         check_values(delta, self.max_delta_value)
-        known = self.relay_check is not None and self.relay_check(h.worker_id, h.round)
+        known = self.relay_check is not None and self.relay_check(h.worker_id, h.round, h)
         with self._lock:
             record = self.check_sender(h.run_id, h.worker_id)
             if self.w is None:
@@ -508,78 +436,22 @@ class RunState:
 
     def peer_down(self, run_id: str, reporter: int, peer: int, round_: int, reason: str,
                   key: str | None = None) -> None:
-        """A worker dropped ``peer`` and the report is taken as it is (the servicer first
-        probes the peer: see :meth:`accuse`); the coordinator stops counting on it."""
-        with self._lock:
-            if self.check_sender(run_id, reporter, key).dead:
-                return  # a dropped worker's view of the others is out of date
-            record = self.check_sender(run_id, peer)
-            reason = reason[:MAX_REASON_LENGTH]
-            self._record_report(reporter, peer, round_, reason)
-            if self._droppable(record):
-                self._drop(record, f"reported by worker {reporter} at round {round_}: {reason}")
-            self._lock.notify_all()
+        """See :meth:`PeerReports.peer_down`."""
+        self.reports.peer_down(run_id, reporter, peer, round_, reason, key)
 
     def accuse(self, run_id: str, reporter: int, peer: int, round_: int, reason: str,
                key: str | None = None) -> Accusation | None:
-        """Worker ``reporter`` says ``peer`` is down. What to probe (the caller asks the peer,
-        then calls :meth:`settle` with the answer), or None: nothing to probe, because the
-        peer is dropped or finished already, a probe of it is under way (this report waits
-        for its verdict), or the report is refused (its reporter was dropped, or a report of
-        it about this peer was refused less than PEER_REPORT_COOLDOWN seconds ago)."""
-        reason = reason[:MAX_REASON_LENGTH]
-        with self._lock:
-            if self.check_sender(run_id, reporter, key).dead:
-                self.peer_reports_refused += 1  # a dropped worker's view is out of date
-                return None
-            record = self.check_sender(run_id, peer)
-            if self._refused_until.get((reporter, peer), 0.0) > time.monotonic():
-                self.peer_reports_refused += 1
-                return None
-            self._record_report(reporter, peer, round_, reason)
-            if record.dead or not self._droppable(record):
-                return None
-            waiting = self._probing.get(peer)
-            if waiting is not None:
-                waiting.setdefault(reporter, (round_, reason))
-                return None
-            self._probing[peer] = {reporter: (round_, reason)}
-            return Accusation(peer, record.address, record.secret_digest, self._holding(record))
+        """See :meth:`PeerReports.accuse`."""
+        return self.reports.accuse(run_id, reporter, peer, round_, reason, key)
 
     def settle(self, accused: Accusation, why_down: str | None) -> list[int]:
-        """The probe's verdict on ``accused``. ``why_down`` None (it answered as the process
-        that registered, and serving): every report waiting on it is refused, and the
-        reporters of them are not heard about it for PEER_REPORT_COOLDOWN seconds; the
-        reporters are returned. Else it is dropped, for the first report and ``why_down``
-        (unless it registered again meanwhile: the verdict was about a process gone)."""
-        with self._lock:
-            reports = self._probing.pop(accused.peer, {})
-            if why_down is None:
-                self.peer_reports_refused += len(reports)
-                until = time.monotonic() + PEER_REPORT_COOLDOWN
-                for reporter in reports:
-                    self._refused_until[(reporter, accused.peer)] = until
-                return sorted(reports)
-            record = self.workers.get(accused.peer)
-            if (record is not None and reports and self._droppable(record)
-                    and self._holding(record) == accused.holder
-                    and record.secret_digest == accused.secret_digest):
-                reporter, (round_, reason) = next(iter(reports.items()))
-                self._drop(record, f"reported by worker {reporter} at round {round_}: {reason}; "
-                                   f"{why_down}")
-                self._lock.notify_all()
-            return []
+        """See :meth:`PeerReports.settle`."""
+        return self.reports.settle(accused, why_down)
 
     def _holding(self, record: WorkerRecord) -> tuple[int, int]:
         """(Lock held.) Which holder of its place ``record`` is: the place's generation and
         the record's incarnation."""
         return self._generation.get(record.worker_id, 0), record.incarnation
-
-    def _record_report(self, reporter: int, peer: int, round_: int, reason: str) -> None:
-        """(Lock held.) Kept for metrics.json: bounded, as is each reason (a worker's own
-        words, cut by the caller)."""
-        if len(self.peer_reports) < MAX_PEER_REPORTS:
-            self.peer_reports.append((reporter, peer, round_, reason))
 
     def _droppable(self, record: WorkerRecord) -> bool:
         """(Lock held.) Whether a peer's report may drop ``record``. In a tree a finished
@@ -621,17 +493,8 @@ class RunState:
     def counters(self) -> dict[str, int]:
         """The run's counters without the model (what /metrics reports at each scrape)."""
         with self._lock:
-            records = list(self.workers.values())
-            live = [r.round for r in records if not r.dead and not r.done]
-            return {"rounds": max((r.round for r in records), default=0),
-                    "examples": sum(r.examples for r in records),
-                    "deltas_received": self.deltas_received,
-                    "bytes_received": self.bytes_received, "duplicates": self.duplicates,
-                    "staleness": max([max(live) - min(live) if live else 0]
-                                     + [r.max_staleness for r in records]),
-                    "live": sum(1 for r in records if not r.dead),
-                    "dead": sum(1 for r in records if r.dead and not r.done),
-                    "drops": sum(r.drops for r in records)}
+            return counters_of(list(self.workers.values()), self.deltas_received,
+                               self.bytes_received, self.duplicates)
 
     def hand_over(self) -> None:
         """Refuse registrations from now on: they are for the coordinator resuming the run."""
@@ -646,6 +509,16 @@ class RunState:
             return self.totals()
 
     # ------------------------------------------------------------------- queries
+
+    @property
+    def peer_reports(self) -> list[tuple[int, int, int, str]]:
+        """The peer reports kept for metrics.json: (reporter, peer, round, why)."""
+        return self.reports.kept
+
+    @property
+    def peer_reports_refused(self) -> int:
+        """Reports not acted on: the peer answered, or they came too soon."""
+        return self.reports.refused
 
     def model_copy(self) -> npt.NDArray[np.float64]:
         with self._lock:

@@ -62,9 +62,11 @@ class StopRules:
             return "time budget"
         return None
 
-    def evaluation(self, val_loss: float, w: np.ndarray) -> str | None:
-        """Feed one validation loss; why to stop (target loss, early stopping, diverged)."""
-        return self.early.update(val_loss, w)
+    def evaluation(self, val_loss: float, w: np.ndarray,
+                   accuracy: float | None = None) -> str | None:
+        """Feed one validation loss (and accuracy, a classifier's: the model kept is the most
+        accurate one); why to stop (target loss, early stopping, diverged)."""
+        return self.early.update(val_loss, w, accuracy=accuracy)
 
     @property
     def best_weights(self) -> np.ndarray | None:
@@ -126,7 +128,7 @@ def regression_warning(evaluated: Iterable[float | None], saved: float | None) -
     best = min(losses)
     if saved <= REGRESSION_FACTOR * best or saved - best < 0.05:
         return None
-    return (f"the saved model's validation loss {saved:.4f} is {saved / best:.1f}x the best "
-            f"evaluated during training ({best:.4f}): training made the model worse; with "
-            "several workers, summed deltas can overshoot: try combine average, "
-            "a smaller learning_rate or round_size, or patience to keep the best model")
+    return (f"the saved model's validation loss {saved:.4f} is {saved / best:.1f}x the lowest "
+            f"evaluated during training ({best:.4f}): the validation loss rose as the run "
+            "trained; with several workers, summed deltas can overshoot: try a smaller "
+            "learning_rate or round_size")

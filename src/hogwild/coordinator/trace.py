@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.coordinator.state import Totals
+from hogwild.coordinator.records import Totals
 from hogwild.model.evaluation import evaluate
 from hogwild.model.losses import Loss
 from hogwild.model.spec import ModelSpec

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 import numpy as np
@@ -37,7 +38,7 @@ from hogwild.coordinator.relay import _EMPTY, Sparse, StarRelay
 from hogwild.coordinator.state import RunState
 from hogwild.engine.sparse import merge_sparse
 from hogwild.engine.tree import COORDINATOR, ancestors, between, children, live_children
-from hogwild.protocol.codec import DecodedDelta
+from hogwild.protocol.codec import DecodedDelta, DeltaHeader
 from hogwild.worker.sender import OutgoingDelta
 
 log = logging.getLogger("hogwild.coordinator")
@@ -66,6 +67,13 @@ class TreeRoot(StarRelay):
         self._caught: set[int] = set()
         self.replays_known = 0    # re-sent message parts the model held already
         self.catch_up_missed = 0  # rounds an orphan missed that were no longer kept (lost)
+        # Async: per origin worker, how many of its messages to its parent the model holds
+        # (from the counts every message up carries; told to everyone in the aggregates),
+        # and the parts of re-sent messages it held already (sender, seq, part), which
+        # check_round told the state not to apply and offer leaves out of the sums.
+        self._applied: dict[int, int] = {}
+        self._skip: set[tuple[int, int, int]] = set()
+        self.resent_applied = 0   # async: re-sent messages the model did not hold yet
 
     def _adopt(self) -> None:
         """(Holding the relay's lock.) The live children of dead children are children now
@@ -105,10 +113,11 @@ class TreeRoot(StarRelay):
                     label = self._sent_round - (1 if c in self._via else 0)
                     self.destinations[c].put_delta(OutgoingDelta(
                         max(label, self._before_first), False, sum(self._examples.values()),
-                        *_EMPTY))
+                        *_EMPTY, applied=self._applied_counts()))
                     self.aggregates += 1
 
-    def check_round(self, worker_id: int, round_: int) -> bool:
+    def check_round(self, worker_id: int, round_: int, header: DeltaHeader | None = None
+                    ) -> bool:
         """As the star relay's; also, a worker of the tree that sends here routes around
         its ancestors: they died (as its own neighbours would conclude, see
         WorkerNode._check_tree_sender), whether or not their silence was noticed here yet.
@@ -117,6 +126,16 @@ class TreeRoot(StarRelay):
         self._vouched(worker_id)
         super().check_round(worker_id, round_)
         with self._cond:
+            if self.mode != "sync":
+                # Async: a re-sent message is held already if its sender's own count is
+                # covered (its dead parent passed it on): not applied twice.
+                if header is None or not header.resent:
+                    return False
+                count = dict(header.covers).get(worker_id, 0)
+                if 0 < count <= self._applied.get(worker_id, 0):
+                    self._skip.add((worker_id, header.seq, header.part))
+                    return True
+                return False
             cut = self._via.get(worker_id)
             return cut is not None and round_ <= cut
 
@@ -141,6 +160,21 @@ class TreeRoot(StarRelay):
         h = delta.header
         with self._cond:
             self._adopt()
+            if self.mode != "sync":
+                if (h.worker_id, h.seq, h.part) in self._skip:
+                    self._skip.discard((h.worker_id, h.seq, h.part))
+                    if complete:
+                        self.replays_known += 1
+                        self._round[h.worker_id] = max(self._round[h.worker_id], h.round)
+                    self._cond.notify_all()
+                    return
+                if complete and h.covers and not self._done:
+                    # In the model now (the state applied it): what it covers is applied.
+                    for origin, count in h.covers:
+                        if count > self._applied.get(origin, 0):
+                            self._applied[origin] = count
+                    if h.resent:
+                        self.resent_applied += 1
             cut = self._via.get(h.worker_id)
             if cut is not None and not self._done:
                 self._behind.setdefault(h.worker_id, h.round - 1)
@@ -193,6 +227,24 @@ class TreeRoot(StarRelay):
                 self.aggregates += 1
         log.info("tree: worker %d last heard round %d complete through its dead parent; "
                  "sent the %d round(s) since", wid, behind, self._sent_round - behind)
+
+    def recovery(self) -> dict[str, Any]:
+        """The coordinator's side of the recovery of a dead interior worker's orphans: how
+        many adopted, re-sent message parts taken as known (the dead worker had passed them
+        on), orphans caught up, and rounds an orphan missed that were no longer kept; async:
+        re-sent messages applied, and per worker its messages up the model holds."""
+        with self._cond:
+            out: dict[str, Any] = {
+                "orphans_adopted": len(self._via), "resent_known": self.replays_known,
+                "orphans_caught_up": len(self._caught),
+                "catch_up_missed": self.catch_up_missed}
+            if self.mode != "sync":
+                out["resent_applied"] = self.resent_applied
+                out["applied_up"] = {str(o): c for o, c in sorted(self._applied.items())}
+            return out
+
+    def _applied_counts(self) -> dict[int, int] | None:
+        return dict(self._applied) if self.mode != "sync" else None
 
     def _live(self) -> list[int]:
         self._adopt()

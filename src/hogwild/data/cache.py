@@ -97,7 +97,7 @@ class CachedArrays:
 def find_cached(source: Path, where: Path, *, zero_based: bool) -> CachedArrays | None:
     """The cache in ``where`` if it is complete and matches ``source`` now, else None (a
     stale, foreign or damaged cache is ignored; the rows themselves are checked as they are
-    read, see hogwild.data.stream)."""
+    read, see hogwild.data.cacheblocks)."""
     try:
         meta = json.loads((where / "meta.json").read_text())
         key = meta.get("key") if isinstance(meta, dict) else None

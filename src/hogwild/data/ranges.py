@@ -36,8 +36,8 @@ from hogwild.data._threads import default_threads
 from hogwild.data.csr import CSRData
 from hogwild.data.labelcheck import LabelWatch
 from hogwild.data.memory import PER_ID, check_fits, ids_blamed, physical_memory
-from hogwild.data.stream import BLOCK_BYTES
 from hogwild.data.svmlight import parse_text
+from hogwild.data.textblocks import BLOCK_BYTES
 from hogwild.data.textsource import TextFile, new_digest
 from hogwild.errors import DataError, DataFormatError
 from hogwild.runtime.jit import njit

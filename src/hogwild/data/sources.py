@@ -64,7 +64,7 @@ def load_source_hashed(spec: str, *, n_features: int | None = None, zero_based: 
     ``synthetic:seed000?rows=N&n_features=d&min_nnz=a&max_nnz=b&binary=1&noise=x&seed=s``;
     ``synthetic:regression?rows=N&dim=d&min_nnz=a&max_nnz=b&noise=sd&seed=s`` (real targets);
     ``lyrl2004:VEC1,VEC2@QRELS#TOPIC``;
-    ``csv:FILE?label=COL&categorical=a,b&text=t&hash_bits=B&...`` (see hogwild.data.hashing).
+    ``csv:FILE?label=COL&categorical=a,b&text=t&hash_bits=B&...`` (see hogwild.data.csvquery).
     Errors (unknown scheme, missing file, bad query parameter) raise DataError.
 
     Returns the rows and, for ``csv:``, the hashing parameters (else None). ``hashing``:
@@ -89,7 +89,7 @@ def _load(spec: str, *, n_features: int | None, zero_based: bool, cache: bool,
     scheme, sep, rest = spec.partition(":")
     if sep and scheme in SCHEMES and not Path(spec).exists():
         if scheme == "csv":
-            from hogwild.data.hashing import load_csv_source
+            from hogwild.data.csvquery import load_csv_source
 
             data, params = load_csv_source(rest, hashing)
             if n_features is not None and n_features != data.n_features:

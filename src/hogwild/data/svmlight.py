@@ -13,16 +13,13 @@ import numpy as np
 
 from hogwild.data import _textformat as fmt
 from hogwild.data._threads import default_threads
+from hogwild.data.blockparse import ParsedText, parse_text
 from hogwild.data.cache import CacheWriter, cache_path, find_cached
+from hogwild.data.cacheblocks import load_cached
 from hogwild.data.csr import CSRData
 from hogwild.data.labelcheck import LabelWatch
-from hogwild.data.stream import (
-    ParsedText,
-    data_file_errors,
-    load_cached,
-    load_text,
-    parse_text,
-)
+from hogwild.data.stream import load_text
+from hogwild.data.textblocks import data_file_errors
 from hogwild.errors import DataError
 from hogwild.outputs.artifacts import atomic_open
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from hogwild.data.sources import BUNDLED_DIR, BUNDLED_FEATURES
-from hogwild.data.stream import _aligned
+from hogwild.data.textblocks import line_aligned
 from hogwild.errors import DataError
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -141,7 +141,7 @@ class TextFile:
 
     def reader(self, start: int, stop: int | None,
                digest: Any = None) -> tuple[Callable[[np.ndarray, int, int], int], list[int]]:
-        """A fill function (for hogwild.data.stream._aligned) reading text bytes
+        """A fill function (for hogwild.data.textblocks.line_aligned) reading text bytes
         ``[start, stop)`` (``stop`` None: to the end), and a one-item list counting the bytes
         it has read. Every byte read is fed to ``digest`` (a hashlib object) first."""
         self._wrap(self._seek, start)
@@ -180,7 +180,7 @@ class TextFile:
         ``start`` must be a line start and ``stop`` a line end or the end of the text."""
         fill, count = self.reader(start, stop, digest)
         taken = 0
-        for block in _aligned(fill, block_bytes):
+        for block in line_aligned(fill, block_bytes):
             n = int(block.shape[0])
             real = min(n, count[0] - taken)
             taken += n

@@ -1,4 +1,4 @@
-"""Stop criteria on a stream of validation losses: target loss and patience, keeping the best model."""
+"""Stop criteria on a stream of validation losses (target loss, patience), keeping the best model."""
 
 from __future__ import annotations
 
@@ -13,6 +13,11 @@ class EarlyStopping:
     ``patience`` evaluations in a row without a decrease of at least ``min_delta`` stop the run
     (0 disables it); reaching ``target_loss`` stops it too. A non-finite loss stops at once: the
     model has diverged and more steps cannot help.
+
+    The model kept is the best one evaluated: by validation accuracy where there is one (a
+    classifier: what a user compares runs by, and a model several points less accurate than
+    one the run had is a worse answer whatever its loss), the lower loss breaking ties; by
+    the loss otherwise. Patience still counts on the loss, the smoother of the two.
     """
 
     def __init__(self, patience: int = 0, min_delta: float = 0.0,
@@ -20,9 +25,11 @@ class EarlyStopping:
         self.patience = patience
         self.min_delta = min_delta
         self.target_loss = target_loss
-        self.best_loss = math.inf
-        self.best_index: int | None = None
+        self.best_loss = math.inf          # the lowest loss (patience counts from it)
+        self.best_index: int | None = None  # the kept model's evaluation
         self.best_weights: np.ndarray | None = None
+        self.kept_loss = math.inf          # the kept model's loss and accuracy
+        self.kept_accuracy: float | None = None
         self.evaluations = 0
         self._since_best = 0
 
@@ -30,7 +37,9 @@ class EarlyStopping:
         """The counters, for a checkpoint (the best weights travel apart)."""
         return {"best_loss": self.best_loss if math.isfinite(self.best_loss) else None,
                 "best_index": self.best_index, "evaluations": self.evaluations,
-                "since_best": self._since_best}
+                "since_best": self._since_best,
+                "kept_loss": self.kept_loss if math.isfinite(self.kept_loss) else None,
+                "kept_accuracy": self.kept_accuracy}
 
     def restore(self, state: dict[str, float | int | None],
                 best_weights: np.ndarray | None) -> None:
@@ -41,24 +50,40 @@ class EarlyStopping:
         self.evaluations = int(state.get("evaluations") or 0)
         self._since_best = int(state.get("since_best") or 0)
         self.best_weights = None if best_weights is None else np.array(best_weights, copy=True)
+        # A checkpoint from before the kept model was told apart: it was the lowest loss's.
+        kept_loss, kept_accuracy = state.get("kept_loss", best_loss), state.get("kept_accuracy")
+        self.kept_loss = math.inf if kept_loss is None else float(kept_loss)
+        self.kept_accuracy = None if kept_accuracy is None else float(kept_accuracy)
 
-    def update(self, loss: float, w: np.ndarray | None = None) -> str | None:
-        """Record one evaluation; return why to stop ("target loss", "early stopping",
-        "diverged") or None to go on."""
+    def update(self, loss: float, w: np.ndarray | None = None,
+               accuracy: float | None = None) -> str | None:
+        """Record one evaluation (its validation ``accuracy`` where there is one); return why
+        to stop ("target loss", "early stopping", "diverged") or None to go on."""
         index = self.evaluations
         self.evaluations += 1
         if not math.isfinite(loss):
             return "diverged"
-        if loss < self.best_loss - self.min_delta or self.best_index is None:
+        if loss < self.best_loss - self.min_delta or not math.isfinite(self.best_loss):
             self.best_loss = loss
-            self.best_index = index
             self._since_best = 0
-            if w is not None:
-                self.best_weights = np.array(w, copy=True)
         else:
             self._since_best += 1
+        if self._better(loss, accuracy):
+            self.best_index = index
+            self.kept_loss, self.kept_accuracy = loss, accuracy
+            if w is not None:
+                self.best_weights = np.array(w, copy=True)
         if self.target_loss is not None and loss <= self.target_loss:
             return "target loss"
         if self.patience and self._since_best >= self.patience:
             return "early stopping"
         return None
+
+    def _better(self, loss: float, accuracy: float | None) -> bool:
+        """Whether this evaluation's model beats the kept one (see the class docstring)."""
+        if self.best_index is None:
+            return True
+        kept = self.kept_accuracy
+        if accuracy is not None and kept is not None and accuracy != kept:
+            return accuracy > kept
+        return loss < self.kept_loss

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import logging
 import operator
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -44,6 +45,17 @@ COORDINATOR = -1   # the root of the tree, as a parent index
 # trails this node's by one at most); past this bound the oldest is let go, said once in the
 # log and counted in ``retained_dropped``.
 RETAINED_MAX = 8
+
+# Sync: the messages of the last rounds kept per child edge, both ways (round, sum), from
+# which a worker adopting the orphans of a dead child sends each what the dead child got and
+# did not pass on (see TreeLinks.catch_up); as the coordinator keeps its last aggregates.
+EDGE_ROUNDS_KEPT = 4
+
+# Async: a worker's messages to its parent are kept until the coordinator's applied counts
+# (carried down in every message from the parent) cover them, for at most the staleness
+# bound plus this many rounds (or this many rounds when unbounded); past it the oldest is
+# let go, said once in the log and counted in ``retained_dropped``.
+ASYNC_SLACK_ROUNDS = 8
 
 log = logging.getLogger("hogwild.worker")
 
@@ -147,6 +159,47 @@ class Flush:
     final: bool
     indices: npt.NDArray[np.int32]
     values: npt.NDArray[np.float64]
+    # Async: to the parent, per origin the messages this one holds with the earlier ones on
+    # the edge (this node's own count included); to a child, the coordinator's applied counts.
+    covers: dict[int, int] | None = None
+    applied: dict[int, int] | None = None
+
+
+@dataclass
+class Unconfirmed:
+    """Async: one message this node sent its parent, not yet covered by the coordinator's
+    applied count of this node (re-sent to the next parent if the parent dies)."""
+
+    index: int              # this node's own count of messages to its parents, 1-based
+    round: int
+    covers: dict[int, int]
+    indices: npt.NDArray[np.int32]
+    values: npt.NDArray[np.float64]
+
+
+def merge_counts(into: dict[int, int], counts: Iterable[tuple[int, int]]) -> None:
+    """Per origin, the larger of two counts (counts only grow along an edge)."""
+    for origin, count in counts:
+        if count > into.get(origin, 0):
+            into[origin] = count
+
+
+@dataclass
+class Orphan:
+    """Sync: a child adopted in place of a dead child ``dead``. ``cut``: the last round heard
+    from the dead child here (its sums up to it held the orphan's messages labelled up to
+    it); ``sent``: the last round sent to it; ``up``/``down``: the dead edge's last rounds,
+    received and sent (round -> sum); ``known``: the orphan's re-sent messages labelled at
+    most ``cut`` (not summed again: left out of what it is sent); ``behind``: the round it
+    last heard complete from the dead child (one less than its first message's)."""
+
+    dead: int
+    cut: int
+    sent: int
+    up: dict[int, list[Sparse]]
+    down: dict[int, list[Sparse]]
+    known: list[Sparse] = field(default_factory=list)
+    behind: int | None = None
 
 
 class TreeLinks:
@@ -173,21 +226,115 @@ class TreeLinks:
         self.parent: int | None = None
         self.retained: list[tuple[int, npt.NDArray[np.int32], npt.NDArray[np.float64]]] = []
         self.retained_dropped = 0
+        # Sync, per child edge: the last EDGE_ROUNDS_KEPT rounds received and sent (what
+        # an orphan of that child misses if it dies), and the orphans adopted not yet caught up.
+        self._up: dict[int, deque[tuple[int, Sparse]]] = {}
+        self._down: dict[int, deque[tuple[int, Sparse]]] = {}
+        self._heard: dict[int, int] = {}
+        self.orphans: dict[int, Orphan] = {}
+        self.resent_known = 0     # re-sent messages taken as known (held through the dead)
+        self.catch_up_missed = 0  # rounds an orphan missed that were no longer kept
+        # Async, per origin worker: ``covers``, how many of its messages to its parent what
+        # this node sent or owes its parent holds (from its children's messages, and its own
+        # count ``me``); ``applied``, how many the coordinator applied, last heard from the
+        # parent; ``unconfirmed``, this node's messages to its parent not yet applied there.
+        # A re-sent message whose own count is covered here already is not applied again.
+        self.me: int | None = None
+        self.keep_rounds: int | None = None  # async: see ASYNC_SLACK_ROUNDS
+        self.sent_up = 0
+        self.covers: dict[int, int] = {}
+        self.applied: dict[int, int] = {}
+        self.unconfirmed: list[Unconfirmed] = []
+        self.resent_applied = 0   # async: re-sent messages from a child applied here
 
     @property
     def neighbours(self) -> list[int]:
         return list(self._owed)
 
-    def adopt(self, nbr: int, like: Iterable[int]) -> None:
+    def adopt(self, nbr: int, like: Iterable[int], orphan: bool = False) -> None:
         """A new neighbour (it replaces the dead ones ``like`` on its side of the tree): it is
-        owed what they were owed and never got."""
+        owed what they were owed and never got. ``orphan`` (sync): a new child in place of a
+        dead child, told apart until it is caught up (:meth:`arrived`)."""
+        like = list(like)
         chunks = [c for old in like for c in self._owed.get(old, [])]
         self._owed.setdefault(nbr, []).extend(chunks)
         self.sent_round.setdefault(nbr, 0)
+        dead = [old for old in like if old in self._heard or old in self._down]
+        if orphan and len(dead) == 1 and nbr not in self.orphans:
+            x = dead[0]
+            self.orphans[nbr] = Orphan(
+                x, self._heard.get(x, 0), self.sent_round.get(x, 0),
+                _by_round(self._up.get(x, ())), _by_round(self._down.get(x, ())))
+
+    def known(self, sender: int, label: int) -> bool:
+        """Sync: whether a message from ``sender`` labelled ``label`` is one this node holds
+        already: an orphan's re-sent message that its dead parent had passed on here (its
+        round is at most the last one heard from the dead). Not to be applied nor owed on."""
+        o = self.orphans.get(sender)
+        if o is None:
+            return False
+        behind = o.behind if o.behind is not None else label - 1
+        return behind < label <= o.cut
+
+    def arrived(self, sender: int, label: int, indices: npt.NDArray[np.int32],
+                values: npt.NDArray[Any]) -> bool:
+        """Sync: a message from ``sender`` labelled ``label``, before it is owed on. For an
+        orphan not yet caught up: its first message says which round it last heard complete
+        from its dead parent; one held already (:meth:`known`) is kept aside; once none can
+        follow, it is owed what it missed (:meth:`catch_up`). True if the message is known
+        (the caller applies and owes nothing of it)."""
+        o = self.orphans.get(sender)
+        if o is None:
+            return False
+        if o.behind is None:
+            o.behind = label - 1
+        held = o.behind < label <= o.cut
+        if held:
+            self.resent_known += 1
+            o.known.append((indices, np.asarray(values, dtype=np.float64)))
+        if label >= o.cut:
+            self.catch_up(sender)
+        return held
+
+    def catch_up(self, nbr: int) -> None:
+        """Owe orphan ``nbr`` what went through its dead parent after the round it last heard
+        complete from it: this node's messages to the dead of the rounds since, the dead's
+        messages here of the rounds since (less the orphan's own part of them: its known
+        re-sent messages); rounds no longer kept are counted and logged."""
+        o = self.orphans.pop(nbr, None)
+        if o is None:
+            return
+        behind = o.behind if o.behind is not None else o.cut
+        pieces: list[Sparse] = []
+        lost = []
+        for r in range(behind + 1, max(o.sent, o.cut) + 1):
+            if r <= o.sent:
+                pieces += o.down.get(r, [])
+                if r not in o.down:
+                    lost.append(r)
+            if r <= o.cut:
+                pieces += o.up.get(r, [])
+                if r not in o.up and r not in lost:
+                    lost.append(r)
+        pieces += [(i, -v) for i, v in o.known]
+        if lost:
+            self.catch_up_missed += len(lost)
+            log.warning("tree: worker %d missed rounds %s through its dead parent %d, which "
+                        "are no longer kept here: what they carried is lost to it", nbr,
+                        ", ".join(map(str, lost)), o.dead)
+        if pieces and nbr in self._owed and nbr not in self.closed:
+            self._owed[nbr].extend(pieces)
+        log.info("tree: worker %d last heard round %d complete through its dead parent %d; "
+                 "owed the %d round(s) since", nbr, behind, o.dead,
+                 max(o.sent, o.cut) - behind)
 
     def remove(self, nbr: int) -> None:
         """A neighbour that died: nothing more is owed to it."""
         self._owed.pop(nbr, None)
+        self._up.pop(nbr, None)
+        self._down.pop(nbr, None)
+        self._heard.pop(nbr, None)
+        self.orphans.pop(nbr, None)
         self.sent_round.pop(nbr, None)
         self.closed.discard(nbr)
 
@@ -196,9 +343,14 @@ class TreeLinks:
         self.received(None, indices, values)
 
     def received(self, sender: int | None, indices: npt.NDArray[np.int32],
-                 values: npt.NDArray[Any]) -> None:
+                 values: npt.NDArray[Any], label: int | None = None) -> None:
         """A sum from neighbour ``sender`` (or a neighbour that has died since): owed to every
-        neighbour still open on another side."""
+        neighbour still open on another side. ``label``: its round (sync: a child's is
+        kept, see EDGE_ROUNDS_KEPT)."""
+        if label is not None and sender is not None and sender != self.parent:
+            self._heard[sender] = max(self._heard.get(sender, 0), label)
+            _keep(self._up.setdefault(sender, deque(maxlen=EDGE_ROUNDS_KEPT)), label,
+                  (indices, np.asarray(values, dtype=np.float64)))
         if indices.shape[0] == 0:
             return
         for nbr, chunks in self._owed.items():
@@ -256,8 +408,64 @@ class TreeLinks:
                 self.closed.add(nbr)
             if sync and nbr == self.parent:
                 self._retain(label, idx, val)
-            out.append(Flush(nbr, label, final, idx, val))
+            elif sync:
+                _keep(self._down.setdefault(nbr, deque(maxlen=EDGE_ROUNDS_KEPT)), label,
+                      (idx, val))
+            out.append(self._book(Flush(nbr, label, final, idx, val), sync))
         return out
+
+    def _book(self, f: Flush, sync: bool) -> Flush:
+        """Async: a message to the parent is counted, labelled with what it covers and kept
+        until the coordinator applied it; one to a child carries the applied counts."""
+        if sync or self.me is None:
+            return f
+        if f.neighbour == self.parent:
+            self.sent_up += 1
+            self.covers[self.me] = self.sent_up
+            f.covers = dict(self.covers)
+            self.unconfirmed.append(Unconfirmed(self.sent_up, f.round, f.covers, f.indices,
+                                                np.asarray(f.values, dtype=np.float64)))
+            self._bound(f.round)
+            if f.final:
+                log.info("tree: final message to the parent: %d message(s) up in all",
+                         self.sent_up)
+        else:
+            f.applied = dict(self.applied)
+        return f
+
+    def _bound(self, newest: int) -> None:
+        """Async: let go of the messages kept past the bound (see ASYNC_SLACK_ROUNDS)."""
+        keep = (self.keep_rounds or 0) + ASYNC_SLACK_ROUNDS
+        while self.unconfirmed and self.unconfirmed[0].round < newest - keep:
+            self.unconfirmed.pop(0)
+            self.retained_dropped += 1
+            if self.retained_dropped == 1:
+                log.warning("tree: messages to the parent older than %d rounds are not yet "
+                            "applied by the coordinator; the oldest are no longer kept (lost "
+                            "if the parent dies now)", keep)
+
+    def heard(self, sender: int, covers: Iterable[tuple[int, int]],
+              applied: Iterable[tuple[int, int]]) -> None:
+        """Async: the last part of a message from ``sender`` arrived (and was owed on):
+        a child's counts are held here now; the parent's says what the coordinator applied,
+        and this node's messages it covers are let go."""
+        if sender == self.parent:
+            merge_counts(self.applied, applied)
+            done = self.applied.get(self.me, 0) if self.me is not None else 0
+            self.unconfirmed = [u for u in self.unconfirmed if u.index > done]
+        else:
+            merge_counts(self.covers, covers)
+
+    def held(self, sender: int, covers: Iterable[tuple[int, int]]) -> bool:
+        """Async: whether a message re-sent by ``sender`` (a child whose parent died) is
+        held here already: the dead parent passed it on (its own count is covered)."""
+        count = dict(covers).get(sender, 0)
+        return 0 < count <= self.covers.get(sender, 0)
+
+    def resend(self) -> list[Unconfirmed]:
+        """Async, the parent died: this node's messages the coordinator has not applied,
+        oldest first (kept until it has: the next parent may die too)."""
+        return list(self.unconfirmed)
 
     def passed(self, parent_round: int) -> None:
         """Sync: the parent's messages vouch for its round ``parent_round``: what this node
@@ -290,9 +498,21 @@ class TreeLinks:
         idx, val = self.take(nbr)
         label = max(own_round, self.sent_round[nbr])
         self.sent_round[nbr] = label
-        return Flush(nbr, label, False, idx, val)
+        return self._book(Flush(nbr, label, False, idx, val), False)
 
     def settled(self, peers: Mapping[int, _Status]) -> bool:
         """Every neighbour sent its final (or was dropped) and got this node's final."""
         return all(nbr in self.closed and (nbr not in peers or peers[nbr].settled)
                    for nbr in self.neighbours)
+
+
+def _keep(log_: deque[tuple[int, Sparse]], label: int, piece: Sparse) -> None:
+    """Add a message of round ``label`` to an edge's log (the oldest rounds fall out)."""
+    log_.append((label, piece))
+
+
+def _by_round(log_: Iterable[tuple[int, Sparse]]) -> dict[int, list[Sparse]]:
+    out: dict[int, list[Sparse]] = {}
+    for r, piece in log_:
+        out.setdefault(r, []).append(piece)
+    return out

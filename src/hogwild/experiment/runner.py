@@ -26,7 +26,8 @@ import numpy as np
 
 from hogwild.config import Settings
 from hogwild.experiment.plan import DataSpec, ExperimentOptions, RunSpec
-from hogwild.inprocess.local import Splits, load_splits, train_params
+from hogwild.inprocess.common import train_params
+from hogwild.inprocess.local import Splits, load_splits
 from hogwild.model import Trainer, evaluate, get_loss, warmup
 from hogwild.model.arrays import csr_arrays, feature_counts
 from hogwild.model.evaluation import Metrics

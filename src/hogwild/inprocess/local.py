@@ -4,33 +4,40 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
-from hogwild import __version__
 from hogwild.config import Settings
 from hogwild.data import CSRData
 from hogwild.data.conflicts import startup_report
 from hogwild.data.conflicts import warmup as warmup_conflicts
-from hogwild.data.featurespace import frequent_features
 from hogwild.data.labels import MULTICLASS, LabelMap, check_class_labels
-from hogwild.data.memory import PER_ID, check_fits, ids_blamed, physical_memory
-from hogwild.data.reorder import frequency_order, renumber, restore_weights, to_internal
+from hogwild.data.memory import PER_ID, ids_blamed
+from hogwild.data.reorder import frequency_order, renumber, to_internal
 from hogwild.data.sources import default_test_source, describe, load_source_hashed
 from hogwild.data.split import split_shuffled
 from hogwild.engine.stopping import EarlyStopping
 from hogwild.errors import ConfigError, DataError, ModelError, OutputError, TrainingDiverged
-from hogwild.model.evaluation import evaluate_model, is_finite, predict
+from hogwild.inprocess.common import (
+    check_feature_memory,
+    duration,
+    feature_memory,
+    fmt_metric,
+    test_quality,
+    train_params,
+)
+from hogwild.inprocess.results import plot_title, write_outputs
+from hogwild.model.evaluation import evaluate_model, is_finite
 from hogwild.model.losses import get_loss
 from hogwild.model.ovr import OneVsRest
-from hogwild.model.saved import SavedModel, default_task
+from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
-from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, EpochStats, Trainer, TrainParams
-from hogwild.outputs import artifacts, plotter
+from hogwild.model.trainer import EpochStats, Trainer
+from hogwild.outputs import artifacts
 from hogwild.outputs.console import Console
 from hogwild.outputs.history import EvalHistory
 from hogwild.outputs.plotter import BackgroundPlot
@@ -61,25 +68,6 @@ class Splits:
     # The saved model of the initial_model setting (warm start), checked against the data's
     # feature space as it was loaded; None without one.
     initial: SavedModel | None = None
-
-
-# Bytes a job keeps per feature id besides the weights: document frequency (int64), the
-# renumbering and its inverse (int32 each).
-BYTES_PER_FEATURE = 16
-
-
-def feature_memory(settings: Settings, n_features: int, n_classes: int) -> int:
-    """Bytes the arrays kept per feature id take: the weights (float64, one vector per class
-    of a one-vs-rest model, the first layer of an MLP) and the renumbering's."""
-    per = 8 * max(1, n_classes) if settings.model == "linear" else 8 * settings.hidden[0]
-    return n_features * (BYTES_PER_FEATURE + per)
-
-
-def check_feature_memory(settings: Settings, n_features: int, n_classes: int = 1) -> None:
-    """DataError naming the largest feature id when its arrays alone exceed the machine's
-    RAM (they are as long as the largest id however few ids are used: a stray huge id)."""
-    check_fits(settings.data, n_features, settings.zero_based,
-               feature_memory(settings, n_features, n_classes), PER_ID, physical_memory())
 
 
 def load_splits(settings: Settings) -> Splits:
@@ -256,16 +244,6 @@ def initial_model_record(settings: Settings, model: SavedModel) -> dict[str, Any
             "test_loss": metrics.get("test_loss")}
 
 
-def train_params(settings: Settings) -> TrainParams:
-    """The trainer's parameters taken from the settings."""
-    return TrainParams(loss=settings.loss, learning_rate=settings.learning_rate,
-                       lr_schedule=settings.lr_schedule, lr_decay=settings.lr_decay,
-                       power_t=settings.power_t, l2=settings.l2, fit_bias=settings.fit_bias,
-                       threads=settings.threads, mode=settings.trainer,
-                       batch_size=settings.batch_size,
-                       hot_features=RENUMBERED_HOT_FEATURES if settings.thread_buffer else 0)
-
-
 def model_spec(settings: Settings, n_features: int) -> ModelSpec:
     """The model the settings ask for over ``n_features`` features; DataError if it cannot
     be built (e.g. an MLP too large to index)."""
@@ -289,16 +267,6 @@ def make_trainer(settings: Settings, spec: ModelSpec) -> Trainer:
     return MLPTrainer(spec, params, seed=settings.seed,
                       flush_rows=BUFFERED_FLUSH_ROWS if settings.thread_buffer else 1,
                       deep_lr_scale=settings.deep_lr_scale)
-
-
-def _fmt(value: float | None, digits: int = 4) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def duration(seconds: float) -> str:
-    """A wall time for a progress line: 1.25s, or in milliseconds below 10 ms (3.4ms),
-    where two decimals of a second would print 0.00s."""
-    return f"{seconds:.2f}s" if seconds >= 0.01 else f"{seconds * 1e3:.2g}ms"
 
 
 def train_job(settings: Settings, out: TextIO | None = None,
@@ -362,7 +330,7 @@ def _train(settings: Settings, console: Console, started: float,
     say(f"      validation {describe(splits.val, splits.labels)}")
     say(f"      test {describe(splits.test, splits.labels)}")
     if splits.hashing is not None:
-        from hogwild.data.hashing import encoding_lines
+        from hogwild.data.hashsummary import encoding_lines
 
         for line in encoding_lines(splits.hashing):
             say(f"      {line}")
@@ -440,10 +408,11 @@ def _train(settings: Settings, console: Console, started: float,
         if scalars is not None:  # at the examples trained on: every epoch is a whole pass
             scalars.add(row, (stats.epoch + 1) * splits.train.n_rows)
         rows.offer(f"{row['epoch']:>5} {elapsed:>7.2f}s {stats.train_loss:>10.4f} "
-                   f"{_fmt(row['val_loss']):>9} {_fmt(row['val_accuracy']):>8}", console.out,
-                   done=(stats.epoch + 1) / max(1, settings.epochs))
+                   f"{fmt_metric(row['val_loss']):>9} {fmt_metric(row['val_accuracy']):>8}",
+                   console.out, done=(stats.epoch + 1) / max(1, settings.epochs))
         # Without a validation set the training loss stands in for early stopping.
-        decision = stopper.update(val.loss if val else stats.train_loss, model_w)
+        decision = stopper.update(val.loss if val else stats.train_loss, model_w,
+                                  accuracy=val.accuracy if val else None)
         if decision:
             stop_reason = decision
             return True
@@ -504,129 +473,12 @@ def _train(settings: Settings, console: Console, started: float,
     published = run.publish()
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
     if metrics["best_epoch"] != epochs:
+        kept = (f"validation accuracy {stopper.kept_accuracy:.4f}, loss "
+                if stopper.kept_accuracy is not None else "validation loss ")
         say(f"saved the model of epoch {metrics['best_epoch']}, the best validated one "
-            f"(validation loss {_fmt(stopper.best_loss)})")
+            f"({kept}{fmt_metric(stopper.kept_loss)})")
     console.result(f"done ({stop_reason}): {epochs} epochs in "
                    f"{duration(train_seconds)}, test loss {test.loss:.4f}, test accuracy "
                    f"{acc}; outputs in {published}")
     console.json_result(metrics)
     return metrics
-
-
-def test_quality(test: CSRData, w: np.ndarray, loss: str,
-                 spec: ModelSpec | None = None, task: str | None = None,
-                 classes: Sequence[float] | None = None) -> dict[str, Any]:
-    """The full metric set on the test split under ``test_*`` keys (test_precision,
-    test_recall, test_f1, test_roc_auc; test_rmse, test_mae, test_r2 for regression).
-    ``test`` holds the training labels (+-1 for a binary model) and ``w`` the internal
-    weights (or the parameters of the model ``spec`` describes); predictions and labels are
-    compared in the model's classes."""
-    from hogwild.model import metrics as quality
-    from hogwild.model.scoring import margins
-
-    if task is None:  # a model of +-1 labels (regression for the squared loss)
-        task, classes = default_task(loss)
-    scores = predict(test, w, spec) if spec is not None and spec.is_mlp else margins(w, test)
-    report = quality.report_internal(task, loss, classes, scores, test.labels)
-    return {f"test_{key}": value for key, value in report.items()
-            if key not in ("loss", "accuracy", "rows")}
-
-
-def plot_title(settings: Settings, command: str) -> str:
-    """The loss plot's title for a run of `hogwild COMMAND`."""
-    return f"hogwild {command}: {settings.data}"
-
-
-def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
-                  history: list[dict[str, Any]], feature_order: np.ndarray | None = None, *,
-                  task: str | None = None, classes: Sequence[float] | None = None,
-                  spec: ModelSpec | None = None,
-                  hashing: Mapping[str, Any] | None = None,
-                  plot: BackgroundPlot | None = None, draw_plot: bool = True,
-                  history_on_disk: bool = False, run_dir: str | Path | None = None) -> Path:
-    """Model (format 2, see hogwild.model.saved), metrics.json, metrics.jsonl and the loss
-    plot, all atomically, into ``run_dir`` (the run's own directory, which the caller
-    publishes once every file is in it; default settings.out_dir itself).
-
-    ``feature_order`` (new_id_of_old) maps internal weights back to the input files' ids.
-    ``w`` is ``(d + 1,)`` or, one-vs-rest, ``(K, d + 1)``. ``task``/``classes`` default to a
-    model of +-1 labels (regression for the squared loss). ``spec`` says how a flat vector
-    of another model kind (the MLP) is laid out; its named arrays are saved instead of ``w``.
-    A model that is not finite is never written. The plot is drawn by ``plot`` (a
-    BackgroundPlot) when given, else in this process; with ``draw_plot=False`` not at all (the
-    caller draws it later). With ``history_on_disk`` metrics.jsonl is the caller's, written
-    already, and ``history`` only what the plot shows."""
-    if not is_finite(w):
-        raise TrainingDiverged("final model", settings.learning_rate)
-    out_dir = Path(settings.out_dir if run_dir is None else run_dir)
-    try:
-        return _write_outputs(settings, out_dir, w, metrics, history, feature_order, task,
-                              classes, spec, hashing, plot, draw_plot, history_on_disk)
-    except OSError as exc:
-        raise OutputError.writing(out_dir, exc) from None
-
-
-def _write_outputs(settings: Settings, out_dir: Path, w: np.ndarray, metrics: dict[str, Any],
-                   history: list[dict[str, Any]], feature_order: np.ndarray | None,
-                   task: str | None, classes: Sequence[float] | None, spec: ModelSpec | None,
-                   hashing: Mapping[str, Any] | None, plot: BackgroundPlot | None,
-                   draw_plot: bool, history_on_disk: bool) -> Path:
-    if task is None:
-        task, default_classes = default_task(settings.loss)
-        classes = default_classes if classes is None else classes
-    if spec is not None and spec.is_mlp:
-        return _write_mlp_outputs(settings, out_dir, spec, w, metrics, history, feature_order,
-                                  hashing, task, classes, plot, draw_plot, history_on_disk)
-    if feature_order is not None:
-        w = (restore_weights(w, feature_order) if np.ndim(w) == 1
-             else np.stack([restore_weights(row, feature_order) for row in w]))
-    meta = _model_meta(settings, metrics, feature_order)
-    SavedModel(w=w, loss=settings.loss, task=task,
-               classes=None if classes is None else tuple(classes),
-               fit_bias=settings.fit_bias, meta=meta, hashing=hashing).save(out_dir)
-    _write_run_files(settings, out_dir, metrics, history, plot, draw_plot, history_on_disk)
-    return out_dir
-
-
-def _write_mlp_outputs(settings: Settings, out_dir: Path, spec: ModelSpec, w: np.ndarray,
-                       metrics: dict[str, Any], history: list[dict[str, Any]],
-                       feature_order: np.ndarray | None,
-                       hashing: Mapping[str, Any] | None = None, task: str = "binary",
-                       classes: Sequence[float] | None = (-1, 1),
-                       plot: BackgroundPlot | None = None, draw_plot: bool = True,
-                       history_on_disk: bool = False) -> Path:
-    """The MLP's model (W1, b1, ... in the input files' ids, see hogwild.model.spec) and the
-    same run files as the linear model's."""
-    if feature_order is not None:
-        w = spec.restore(w, feature_order)
-    meta = _model_meta(settings, metrics, feature_order)
-    SavedModel(w=w, loss=settings.loss, task=task,
-               classes=None if classes is None else tuple(classes), fit_bias=settings.fit_bias,
-               model="mlp", meta=meta, arrays=spec.arrays(w),
-               hashing=hashing).save(out_dir)
-    _write_run_files(settings, out_dir, metrics, history, plot, draw_plot, history_on_disk)
-    return out_dir
-
-
-def _model_meta(settings: Settings, metrics: dict[str, Any],
-                feature_order: np.ndarray | None) -> dict[str, Any]:
-    """model.json's own keys beside the format's: version, time, metrics, settings and the
-    training data's most frequent features (predict checks new data against them)."""
-    meta: dict[str, Any] = {"hogwild_version": __version__,
-                            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                            "metrics": metrics, "settings": asdict(settings)}
-    if feature_order is not None:
-        meta["frequent_features"] = frequent_features(feature_order)
-    return meta
-
-
-def _write_run_files(settings: Settings, out_dir: Path, metrics: dict[str, Any],
-                     history: list[dict[str, Any]], plot: BackgroundPlot | None,
-                     draw_plot: bool, history_on_disk: bool) -> None:
-    if not history_on_disk:
-        artifacts.write_history(out_dir, history)
-    if draw_plot and plot is not None:
-        plot.finish(out_dir, history, title=plot_title(settings, metrics["command"]))
-    elif draw_plot:
-        plotter.plot_loss(out_dir, history, title=plot_title(settings, metrics["command"]))
-    artifacts.write_metrics(out_dir, metrics)

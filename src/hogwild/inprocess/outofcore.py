@@ -24,22 +24,22 @@ import numpy as np
 
 from hogwild.config import Settings
 from hogwild.data.cache import CachedArrays, CacheWriter, cache_path, find_cached
+from hogwild.data.cacheblocks import cached_blocks, parse_to_cache, read_cached_indptr
 from hogwild.data.csr import CSRData
 from hogwild.data.labels import MULTICLASS, LabelMap
 from hogwild.data.reorder import order_from_counts, renumber
 from hogwild.data.sources import load_source
 from hogwild.data.split import shuffle_order, split_sizes
-from hogwild.data.stream import cached_blocks, parse_to_cache, read_cached_indptr
 from hogwild.engine.stopping import EarlyStopping
 from hogwild.errors import ConfigError, DataError, OutputError
-from hogwild.inprocess.local import (
-    _fmt,
+from hogwild.inprocess.common import (
     check_feature_memory,
     duration,
+    fmt_metric,
     test_quality,
     train_params,
-    write_outputs,
 )
+from hogwild.inprocess.results import write_outputs
 from hogwild.model.evaluation import Metrics, evaluate
 from hogwild.model.losses import get_loss
 from hogwild.model.trainer import EpochStats, Trainer
@@ -235,8 +235,10 @@ def train_job(settings: Settings, console: Console, started: float,
                "val_accuracy": val.accuracy if val else None}
         history.append(row)
         rows.offer(f"{row['epoch']:>5} {elapsed:>7.2f}s {stats.train_loss:>10.4f} "
-                   f"{_fmt(row['val_loss']):>9} {_fmt(row['val_accuracy']):>8}", console.out)
-        decision = stopper.update(val.loss if val else stats.train_loss, trainer.w)
+                   f"{fmt_metric(row['val_loss']):>9} {fmt_metric(row['val_accuracy']):>8}",
+                   console.out)
+        decision = stopper.update(val.loss if val else stats.train_loss, trainer.w,
+                                  accuracy=val.accuracy if val else None)
         if decision:
             stop_reason = decision
             break

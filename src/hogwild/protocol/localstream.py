@@ -19,7 +19,7 @@ import numpy.typing as npt
 from hogwild.data.ranges import DIGEST_CHUNK, LocalSpec, Range
 from hogwild.errors import InvalidMessage
 from hogwild.protocol import PROTOCOL_VERSION, pb
-from hogwild.protocol.codec import ArrayAssembler, iter_array_chunks, new_digest
+from hogwild.protocol.arrays import ArrayAssembler, iter_array_chunks, new_digest
 from hogwild.protocol.streams import check_shard_chunk
 
 _ORDER = pb.ShardChunk.FIELD_FEATURE_ORDER

@@ -16,14 +16,14 @@ import numpy.typing as npt
 from hogwild.data.csr import CSRData
 from hogwild.errors import DataError, InvalidMessage
 from hogwild.protocol import PROTOCOL_VERSION, pb
-from hogwild.protocol.codec import (
+from hogwild.protocol.arrays import (
     RAW,
     ArrayAssembler,
     ArrayCodec,
-    check_version,
     iter_array_chunks,
     new_digest,
 )
+from hogwild.protocol.codec import check_version
 
 _SHARD_FIELDS: tuple[tuple[int, str, type[np.generic]], ...] = (
     (pb.ShardChunk.FIELD_INDPTR, "indptr", np.int64),

@@ -5,7 +5,8 @@ kernels on its own: about 1 CPU second per process, three or more processes on a
 machine. When the launcher is a whole `hogwild run` process with no other thread, it does
 that once (:func:`preload`) and forks the coordinator and the workers, which share those
 pages copy-on-write and go straight to their work (:class:`ForkedProcess`). Each child then
-runs exactly what ``python -m hogwild.runtime.prespawn ROLE`` runs (its command line from stdin).
+runs exactly what ``python -m hogwild.commands.prespawned ROLE`` runs (its command line from
+stdin, run by the function the launcher was given: hogwild.cli.main_process).
 
 Forking is safe here because nothing has used gRPC yet: importing grpcio creates no thread
 and no channel, and gRPC's own rule is that a process may fork as long as it has created no
@@ -29,6 +30,7 @@ from typing import IO, TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     from hogwild.outputs.plotter import BackgroundPlot
+    from hogwild.runtime.prespawn import CommandRunner
 
 
 def can_fork() -> bool:
@@ -38,11 +40,12 @@ def can_fork() -> bool:
 
 
 def preload() -> None:
-    """Import both roles' libraries and load the kernels their children call first."""
+    """Import both roles' libraries and load the kernels their children call first (the
+    command line that runs in them is loaded already: it started this launcher)."""
     from hogwild.runtime.prespawn import load_worker_kernels
     from hogwild.runtime.startup import import_long_lived, long_lived
 
-    import_long_lived("hogwild.cli", "hogwild.coordinator", "hogwild.worker")
+    import_long_lived("hogwild.coordinator", "hogwild.worker")
     load_worker_kernels()
     with contextlib.suppress(Exception), long_lived():  # the coordinator's: scoring, parsing
         import numpy as np
@@ -59,9 +62,11 @@ class ForkedProcess:
     that the launcher uses (``stdin`` takes its command line, ``stdout`` is its merged
     output)."""
 
-    def __init__(self, role: str, env: Mapping[str, str], foreign_fds: Sequence[int] = (),
-                 plot: BackgroundPlot | None = None, secrets_dir: str | None = None) -> None:
-        """Fork now. ``env``: the child's environment. ``foreign_fds``: this process's ends
+    def __init__(self, role: str, env: Mapping[str, str], run_command: CommandRunner,
+                 foreign_fds: Sequence[int] = (), plot: BackgroundPlot | None = None,
+                 secrets_dir: str | None = None) -> None:
+        """Fork now. ``env``: the child's environment. ``run_command``: runs the child's
+        command line (hogwild.cli.main_process). ``foreign_fds``: this process's ends
         of earlier children's pipes, which the new child closes (else a child's stdin would
         not reach its end). ``plot``: a plot helper the child takes over (the coordinator).
         ``secrets_dir``: as for hogwild.runtime.prespawn."""
@@ -72,7 +77,8 @@ class ForkedProcess:
                 stream.flush()  # else the child would write this process's buffered text again
         pid = os.fork()
         if pid == 0:
-            _child(role, env, in_r, out_w, [*foreign_fds, out_r, in_w], plot, secrets_dir)
+            _child(role, env, run_command, in_r, out_w, [*foreign_fds, out_r, in_w], plot,
+                   secrets_dir)
         os.close(out_w)
         os.close(in_r)
         self.pid = pid
@@ -118,8 +124,8 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
-def _child(role: str, env: Mapping[str, str], stdin_fd: int, out_fd: int,
-           foreign_fds: Sequence[int], plot: BackgroundPlot | None,
+def _child(role: str, env: Mapping[str, str], run_command: CommandRunner, stdin_fd: int,
+           out_fd: int, foreign_fds: Sequence[int], plot: BackgroundPlot | None,
            secrets_dir: str | None) -> NoReturn:
     """The child's whole life: become a process of its own, run the role, and leave with
     ``os._exit`` (returning would run the launcher's code in the child)."""
@@ -145,7 +151,7 @@ def _child(role: str, env: Mapping[str, str], stdin_fd: int, out_fd: int,
         os.environ.update(env)  # as an exec'd child's; its own children inherit it
         from hogwild.runtime.prespawn import run
 
-        code = run(role, plot=plot, secrets_dir=secrets_dir)
+        code = run(role, run_command, plot=plot, secrets_dir=secrets_dir)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except KeyboardInterrupt:

@@ -1,11 +1,11 @@
 """`hogwild run`: a coordinator and N workers as separate local processes on loopback.
 
 The children are the same programs a cluster runs (``hogwild coordinator`` / ``worker``),
-run as hogwild.runtime.prespawn roles that read their command line from stdin. As a whole `hogwild
-run` process the launcher loads their libraries and kernels once and forks them (see
-hogwild.runtime.forked); called from a larger program it starts them with subprocess as ``python -m
-hogwild.runtime.prespawn ROLE``, and each imports its libraries while the launcher writes the run's
-credentials.
+run as hogwild.runtime.prespawn roles that read their command line from stdin. As a whole
+`hogwild run` process the launcher loads their libraries and kernels once and forks them (see
+hogwild.runtime.forked); called from a larger program it starts them with subprocess as
+``python -m hogwild.commands.prespawned ROLE``, and each imports its libraries while the
+launcher writes the run's credentials.
 The coordinator binds port 0 and prints the port on its first line; the workers' command
 line, which names that port, follows once the launcher has read it. Every child's output is
 streamed with its name as prefix: ``coordinator``, and ``worker-N`` for the worker the
@@ -45,6 +45,7 @@ from hogwild.runtime.forked import ForkedProcess, can_fork
 
 if TYPE_CHECKING:
     from hogwild.outputs.plotter import BackgroundPlot
+    from hogwild.runtime.prespawn import CommandRunner
 
 GRACE_SECONDS = 10.0
 STARTUP_SECONDS = 60.0
@@ -261,13 +262,14 @@ def _secure(base: Settings, secrets_dir: Path, insecure: bool
 
 
 def run_local(settings: Settings, config_path: str | None = None, keep_going: bool = False,
-              out: TextIO | None = None, insecure: bool = False, fork: bool = False,
-              verbosity: Verbosity | None = None) -> int:
+              out: TextIO | None = None, insecure: bool = False,
+              fork: CommandRunner | None = None, verbosity: Verbosity | None = None) -> int:
     """Run a whole training job as local processes; returns the coordinator's exit code
     (1 if a worker failed and ``keep_going`` is off, 130 on Ctrl-C). ``insecure``: plain
-    text and no token unless the settings ask for them. ``fork``: this is a whole process
-    of its own, which may load the children's libraries once and fork them (done only
-    while it has no other thread). ``verbosity``: -q, -v and --json (the children's log
+    text and no token unless the settings ask for them. ``fork``: given when this is a whole
+    process of its own, which may load the children's libraries once and fork them (done
+    only while it has no other thread); each forked child runs its command line with it
+    (hogwild.cli.main_process, which this package does not import). ``verbosity``: -q, -v and --json (the children's log
     level is the settings')."""
     v = Verbosity() if verbosity is None else verbosity
     out = (sys.stderr if v.as_json else sys.stdout) if out is None else out
@@ -288,15 +290,14 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
         # Each child is told the credentials' directory, to remove it should this process
         # be killed (-9, out of memory) and leave keys and the run token behind.
         if fork and can_fork():
-            plot = _fork_children(settings.workers, out, children, str(secrets_dir), v)
+            plot = _fork_children(settings.workers, out, children, str(secrets_dir), v, fork)
         else:
-            children.append(Child("coordinator", [sys.executable, "-m", "hogwild.runtime.prespawn",
-                                                  "coordinator", str(secrets_dir)], out,
+            entry = [sys.executable, "-m", "hogwild.commands.prespawned"]
+            children.append(Child("coordinator", [*entry, "coordinator", str(secrets_dir)], out,
                                   watch_prefix=READY_PREFIX, takes_arguments=True,
                                   verbose=verbose, result=v.as_json))
             for _ in range(settings.workers):
-                children.append(Child("worker", [sys.executable, "-m", "hogwild.runtime.prespawn",
-                                                 "worker", str(secrets_dir)], out,
+                children.append(Child("worker", [*entry, "worker", str(secrets_dir)], out,
                                       takes_arguments=True, verbose=verbose, worker=True))
         coordinator, workers = children[0], children[1:]
         base, worker_base = _secure(base, secrets_dir, insecure)
@@ -340,7 +341,8 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
 
 
 def _fork_children(workers: int, out: TextIO, children: list[Child],
-                   secrets_dir: str, verbosity: Verbosity) -> BackgroundPlot:
+                   secrets_dir: str, verbosity: Verbosity,
+                   run_command: CommandRunner) -> BackgroundPlot:
     """Load the children's libraries and kernels here, once, then fork the coordinator and
     ``workers`` workers into ``children``; returns the coordinator's plot helper, which this
     process reaps at the end. ``secrets_dir``: as for hogwild.runtime.prespawn."""
@@ -356,11 +358,13 @@ def _fork_children(workers: int, out: TextIO, children: list[Child],
     try:
         preload()
         loaded = time.perf_counter() - began
-        forked.append(ForkedProcess("coordinator", env, plot=plot, secrets_dir=secrets_dir))
+        forked.append(ForkedProcess("coordinator", env, run_command, plot=plot,
+                                    secrets_dir=secrets_dir))
         plot.handed_over()
         for _ in range(workers):
             forked.append(ForkedProcess(
-                "worker", env, foreign_fds=[fd for proc in forked for fd in proc.parent_fds],
+                "worker", env, run_command,
+                foreign_fds=[fd for proc in forked for fd in proc.parent_fds],
                 secrets_dir=secrets_dir))
     except BaseException:
         for proc in forked:  # each waits for its command line: an empty one ends it

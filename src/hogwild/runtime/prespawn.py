@@ -1,17 +1,19 @@
 """A process of `hogwild run` started before its command line is known.
 
-Started as ``python -m hogwild.runtime.prespawn ROLE [SECRETS_DIR]`` (the launcher inside a larger
-program), it imports its libraries while the launcher writes the run's throw-away
-certificates (the coordinator) or learns the coordinator's port (the workers): the
-coordinator role starts the loss plot's helper and imports numpy, numba and grpc; the worker
-role (the default) loads its compiled kernels too. A child forked by a whole `hogwild run`
-(hogwild.runtime.forked) enters at :func:`run` with all of that loaded already. Either way it then
-reads its `hogwild` arguments (one JSON list) from stdin and runs them like
-``python -m hogwild.cli ARGS`` would. Arguments never appear on a command line; an empty
-stdin (the launcher gave up) ends the process with 0. ``SECRETS_DIR``: the launcher's
-directory of throw-away credentials, which the child removes if the launcher dies without
-doing so (each process has read its own credentials by then: they are read once per
-process).
+Started as ``python -m hogwild.commands.prespawned ROLE [SECRETS_DIR]`` (the launcher inside
+a larger program; that entry point hands :func:`run` the command line's runner), it imports
+its libraries while the launcher writes the run's throw-away certificates (the coordinator)
+or learns the coordinator's port (the workers): the coordinator role starts the loss plot's
+helper and imports numpy, numba and grpc; the worker role (the default) loads its compiled
+kernels too. A child forked by a whole `hogwild run` (hogwild.runtime.forked) enters at
+:func:`run` with all of that loaded already. Either way it then reads its `hogwild`
+arguments (one JSON list) from stdin and runs them like ``python -m hogwild.cli ARGS``
+would, with the runner it was given (hogwild.cli.main_process: this package never imports
+the command line, whose `run` command starts these processes). Arguments never appear on a
+command line; an empty stdin (the launcher gave up) ends the process with 0.
+``SECRETS_DIR``: the launcher's directory of throw-away credentials, which the child removes
+if the launcher dies without doing so (each process has read its own credentials by then:
+they are read once per process).
 """
 
 from __future__ import annotations
@@ -27,32 +29,23 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from hogwild.outputs.plotter import BackgroundPlot
+
+    # Runs one `hogwild` command line as the whole process and returns its exit code; the
+    # plot helper given, if any, is the command's to close (hogwild.cli.main_process).
+    CommandRunner = Callable[[list[str], BackgroundPlot | None], int]
 
 ROLES = ("coordinator", "worker")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Import (and, for a worker, load) now, then run the command line that arrives on stdin."""
-    args = sys.argv[1:] if argv is None else argv
-    role = args[0] if args else "worker"
-    problem = (f"role must be one of {', '.join(ROLES)}, not {role!r}" if role not in ROLES
-               else "too many arguments" if len(args) > 2 else "")
-    if problem:
-        print(f"hogwild.runtime.prespawn: {problem} (usage: python -m hogwild.runtime.prespawn ROLE "
-              "[SECRETS_DIR])", file=sys.stderr)
-        return 2
-    from hogwild.runtime.startup import single_blas_thread
-
-    single_blas_thread()  # before anything imports numpy
-    return run(role, secrets_dir=args[1] if len(args) == 2 else None)
-
-
-def run(role: str, plot: BackgroundPlot | None = None, secrets_dir: str | None = None) -> int:
-    """The process of ``role`` from here on (also a child forked by `hogwild run`, whose
-    libraries are loaded already). ``plot``: the coordinator's plot helper, if one was
-    started for it; else the coordinator starts its own. ``secrets_dir``: removed if the
-    launcher dies (see the module's docstring)."""
+def run(role: str, run_command: CommandRunner, plot: BackgroundPlot | None = None,
+        secrets_dir: str | None = None) -> int:
+    """The process of ``role`` from here on (also a child forked by `hogwild run`, whose libraries
+    are loaded already), running its command line with ``run_command``. ``plot``: the
+    coordinator's plot helper, if one was started for it; else the coordinator starts its
+    own. ``secrets_dir``: removed if the launcher dies (see the module's docstring)."""
     from hogwild.runtime.startup import import_long_lived
 
     # A worker gives its coordinator (orphaned too) the time to stop it as at the end of a
@@ -65,16 +58,14 @@ def run(role: str, plot: BackgroundPlot | None = None, secrets_dir: str | None =
 
         plot = BackgroundPlot()
     try:
-        import_long_lived("hogwild.cli", f"hogwild.{role}")
+        import_long_lived(run_command.__module__, f"hogwild.{role}")
         if role == "worker":
             load_worker_kernels()
         line = sys.stdin.readline()
         if not line.strip():
             return 0
         command = json.loads(line)
-        from hogwild.cli import main_process
-
-        code = main_process([str(arg) for arg in command], plot=plot)
+        code = run_command([str(arg) for arg in command], plot)
         plot = None  # the command closed it
         return code
     finally:
@@ -129,6 +120,3 @@ def load_worker_kernels() -> None:
         warmup()
         codec_warmup()
 
-
-if __name__ == "__main__":
-    sys.exit(main())

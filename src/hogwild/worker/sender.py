@@ -68,16 +68,43 @@ class OutgoingDelta:
     # Sent on its own, under its own round, even to a coalescing destination: a tree node's
     # re-sent message, whose round tells its new parent what it holds already.
     apart: bool = False
+    # Tree, async (engine/tree.py): per origin, its messages to its parent this one holds
+    # with the earlier ones on the edge; a re-sent message; the coordinator's applied counts.
+    covers: dict[int, int] | None = None
+    resent: bool = False
+    applied: dict[int, int] | None = None
 
     def absorb(self, other: OutgoingDelta) -> None:
         """Sum ``other`` (a later delta) into this one."""
         self.indices, self.values = merge_sparse(self.indices, self.values, other.indices,
                                                  other.values)
+        # Counts only grow along an edge: the sum holds what the later one says.
+        self.covers = _newest(self.covers, other.covers)
+        self.applied = _newest(self.applied, other.applied)
         self.round = max(self.round, other.round)
         self.final = self.final or other.final
         self.examples = max(self.examples, other.examples)
         self.messages = None
         self.merged += other.merged
+
+
+def _newest(a: dict[int, int] | None, b: dict[int, int] | None) -> dict[int, int] | None:
+    """Two (origin -> count) maps merged, the larger count of each origin kept."""
+    if a is None or b is None:
+        return b if a is None else a
+    return {o: max(a.get(o, 0), b.get(o, 0)) for o in a.keys() | b.keys()}
+
+
+def _mark(messages: list[Any], delta: OutgoingDelta) -> None:
+    """Carry ``delta``'s tree bookkeeping on each of its parts (Delta fields 15-17)."""
+    if delta.covers is None and delta.applied is None and not delta.resent:
+        return
+    for m in messages:
+        for origin, count in sorted((delta.covers or {}).items()):
+            m.covers.add(origin=origin, count=count)
+        for origin, count in sorted((delta.applied or {}).items()):
+            m.applied.add(origin=origin, count=count)
+        m.resent = delta.resent
 
 
 def wire_values(values: npt.NDArray[np.floating[Any]], half: bool
@@ -261,6 +288,7 @@ class Destination:
                         self._residual.absorb(residual)
                     else:
                         self._residual = residual
+        _mark(messages, delta)
         return messages
 
     def _numbered(self, messages: list[Any], copy: bool) -> list[Any]:

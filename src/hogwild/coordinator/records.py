@@ -1,0 +1,103 @@
+"""What the coordinator's run state hands out: worker records, accusations, model totals."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from hogwild.coordinator.checkpoint import WorkerEntry
+from hogwild.errors import StaleOrUnknown
+
+
+@dataclass
+class WorkerRecord:
+    """One registered worker and what the coordinator has heard from it."""
+
+    worker_id: int
+    address: str
+    threads: int
+    hostname: str = ""
+    pid: int = 0
+    round: int = 0
+    examples: int = 0
+    train_loss: float | None = None
+    done: bool = False           # reported done or sent its final delta
+    final_delta: bool = False
+    dead: bool = False
+    dead_reason: str = ""
+    deltas_applied: int = 0      # delta messages (parts) from this worker applied here
+    bytes_received: int = 0
+    max_staleness: int = 0
+    last_seen: float = field(default_factory=time.monotonic)
+    incarnation: int = 0         # times it registered again during the run (restart, resync)
+    drops: int = 0               # times it was dropped (each one announced once)
+    registered: bool = True      # False: known from a checkpoint, not registered again yet
+    secret_digest: bytes = b""   # SHA-256 of the registering process's secret
+
+
+class AddressClaimed(StaleOrUnknown):
+    """Another process registered this address already (see RunState.register)."""
+
+    def __init__(self, record: WorkerRecord) -> None:
+        super().__init__(f"address {record.address} is registered by worker {record.worker_id} "
+                         f"(host {record.hostname or '?'}, pid {record.pid})")
+        self.record = record
+
+
+@dataclass(frozen=True)
+class Accusation:
+    """A worker to probe on its peers' word: where it is, and which registration of it was
+    accused (its place's generation, its incarnation and its secret's digest), so that a
+    verdict about a process that has since been replaced drops nobody."""
+
+    peer: int
+    address: str
+    secret_digest: bytes
+    holder: tuple[int, int]
+
+
+@dataclass
+class Totals:
+    """The global model and the counters of the deltas summed into it, read together."""
+
+    w: npt.NDArray[np.float64]
+    deltas_received: int
+    bytes_received: int
+    duplicates: int
+    applied_from: dict[int, int]
+    examples: int
+    rounds: int
+
+
+def records_from(entries: list[WorkerEntry]) -> list[WorkerRecord]:
+    """A checkpoint's workers, each waiting to register again."""
+    return [WorkerRecord(e.worker_id, e.address, e.threads, e.hostname, e.pid, round=e.round,
+                         examples=e.examples, deltas_applied=e.deltas_applied,
+                         bytes_received=e.bytes_received, registered=False,
+                         secret_digest=bytes.fromhex(e.secret_digest))
+            for e in entries]
+
+
+def entries_of(records: list[WorkerRecord]) -> list[WorkerEntry]:
+    """The workers as a checkpoint keeps them."""
+    return [WorkerEntry(r.worker_id, r.address, r.threads, r.hostname, r.pid, r.examples,
+                        r.round, r.deltas_applied, r.bytes_received, r.secret_digest.hex())
+            for r in records]
+
+
+def counters_of(records: list[WorkerRecord], deltas_received: int, bytes_received: int,
+                duplicates: int) -> dict[str, int]:
+    """The run's counters without the model (what /metrics reports at each scrape)."""
+    live = [r.round for r in records if not r.dead and not r.done]
+    return {"rounds": max((r.round for r in records), default=0),
+            "examples": sum(r.examples for r in records),
+            "deltas_received": deltas_received,
+            "bytes_received": bytes_received, "duplicates": duplicates,
+            "staleness": max([max(live) - min(live) if live else 0]
+                             + [r.max_staleness for r in records]),
+            "live": sum(1 for r in records if not r.dead),
+            "dead": sum(1 for r in records if r.dead and not r.done),
+            "drops": sum(r.drops for r in records)}

@@ -1,0 +1,73 @@
+"""`csv:FILE?label=COL&...` sources: the query read into hashing options, the file loaded."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qsl
+
+from hogwild.data.csr import CSRData
+from hogwild.data.encodings import DEFAULT_ONEHOT_MAX, HashOptions
+from hogwild.data.hashing import apply_hashing, fit_hashing
+from hogwild.errors import DataError
+
+
+def names(raw: str) -> tuple[str, ...]:
+    return tuple(c.strip() for c in raw.split(",") if c.strip())
+
+
+_SEPS = {"tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|", "space": " "}
+
+
+def parse_csv_spec(rest: str) -> tuple[str, HashOptions]:
+    """``FILE?label=COL&categorical=a,b&text=t&numeric=x,y&ignore=id&hash_bits=B&k=1&
+    buckets=bits&onehot_max=65536&scale=maxabs&sep=tab&seed=0`` -> (file, options)."""
+    spec = f"csv:{rest}"
+    path, _, query = rest.partition("?")
+    if not path:
+        raise DataError(f"{spec!r}: expected csv:FILE?label=COL&categorical=a,b,...")
+    params: dict[str, str] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key in params:
+            raise DataError(f"{spec!r}: parameter {key!r} given twice")
+        params[key] = value
+    known = {"label", "categorical", "text", "numeric", "ignore", "hash_bits", "k",
+             "buckets", "onehot_max", "scale", "sep", "seed"}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise DataError(f"{spec!r}: unknown parameter(s) {', '.join(unknown)} (known: "
+                        f"{', '.join(sorted(known))})")
+
+    def integer(key: str, default: int | None) -> int | None:
+        if key not in params:
+            return default
+        try:
+            return int(params[key])
+        except ValueError:
+            raise DataError(f"{spec!r}: bad value {params[key]!r} for parameter {key!r}") \
+                from None
+
+    sep = params.get("sep")
+    if sep is not None:
+        sep = _SEPS.get(sep, sep)
+    options = HashOptions(
+        label=params.get("label") or None,
+        categorical=names(params.get("categorical", "")),
+        text=names(params.get("text", "")),
+        numeric=names(params["numeric"]) if "numeric" in params else None,
+        ignore=names(params.get("ignore", "")),
+        hash_bits=integer("hash_bits", None), k=integer("k", None),
+        buckets=params.get("buckets", "bits"),
+        onehot_max=integer("onehot_max", DEFAULT_ONEHOT_MAX) or 0,
+        scale=params.get("scale", "maxabs"), sep=sep, seed=integer("seed", 0) or 0)
+    return path, options
+
+
+def load_csv_source(rest: str, hashing: Mapping[str, Any] | None = None,
+                    ) -> tuple[CSRData, dict[str, Any]]:
+    """A ``csv:`` source: fitted on this file, or hashed with ``hashing`` (the training
+    data's parameters, for test data). Returns the rows and the parameters used."""
+    path, options = parse_csv_spec(rest)
+    if hashing is not None:
+        return apply_hashing(hashing, path, options.sep), dict(hashing)
+    return fit_hashing(path, options)

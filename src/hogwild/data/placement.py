@@ -1,0 +1,70 @@
+"""Output CSR arrays that a loader copies each block's rows into, at their final places."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hogwild.data import _rowcopy as rc
+from hogwild.data._threads import run_parallel
+from hogwild.data.csr import CSRData
+from hogwild.data.split import shuffle_order
+from hogwild.errors import DataError
+
+
+@dataclass
+class RowTarget:
+    """Output arrays sized from the row lengths (or their upper bounds) of the whole input;
+    input row g goes to output row pos_of[g]."""
+
+    pos_of: np.ndarray
+    start: np.ndarray      # int64 n_rows + 1: slot starts, then the row pointer
+    length: np.ndarray     # int64 n_rows: real row lengths
+    indices: np.ndarray
+    values: np.ndarray
+    labels: np.ndarray
+    threads: int
+    filled: list[int] = field(default_factory=lambda: [0])
+
+    @classmethod
+    def create(cls, caps: np.ndarray, seed: int | None, threads: int) -> RowTarget:
+        n = int(caps.shape[0])
+        start = np.zeros(n + 1, dtype=np.int64)
+        if seed is None:
+            pos_of = np.arange(n, dtype=np.int64)
+            np.cumsum(caps, out=start[1:])
+        else:
+            order = shuffle_order(n, seed)
+            pos_of = np.empty(n, dtype=np.int64)
+            pos_of[order] = np.arange(n, dtype=np.int64)
+            np.cumsum(caps[order], out=start[1:])
+            del order
+        total = int(start[-1])
+        return cls(pos_of, start, np.zeros(n, dtype=np.int64),
+                   np.empty(total, dtype=np.int32), np.empty(total, dtype=np.float32),
+                   np.empty(n, dtype=np.float32), threads)
+
+    def put(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
+            labels: np.ndarray, first_row: int, source: str) -> None:
+        """Copy a block's rows (``first_row`` = their row number in the whole input)."""
+        n = int(indptr.shape[0] - 1)
+        pieces = max(1, min(self.threads, n // 2048))
+        bounds = [n * i // pieces for i in range(pieces + 1)]
+        bad = run_parallel(rc.scatter_rows, [
+            (indptr, indices, values, labels, bounds[i], bounds[i + 1], first_row,
+             self.pos_of, self.start, self.indices, self.values, self.labels, self.length)
+            for i in range(pieces)])
+        if sum(int(b) for b in bad):
+            raise DataError(f"{source}: the file changed while it was read")
+
+    def finish(self, n_features: int, label_note: str | None = None) -> CSRData:
+        """The CSR result (gaps left by loose bounds closed, arrays trimmed in place)."""
+        indptr, indices, values = self.start, self.indices, self.values
+        nnz = int(indptr[-1])
+        if int(self.length.sum()) != nnz:
+            nnz = int(rc.close_gaps(indptr, self.length, indices, values))
+            # shrink in place (realloc): the arrays own their memory and nothing views them
+            indices.resize(nnz, refcheck=False)
+            values.resize(nnz, refcheck=False)
+        return CSRData(indptr, indices, values, self.labels, n_features, label_note)

@@ -1,0 +1,173 @@
+"""What a setting may hold: the closed sets of values, the numeric ranges, the checks across settings."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hogwild.errors import ConfigError
+
+MODES = ("sync", "async")
+TOPOLOGIES = ("mesh", "star", "tree")
+COMBINES = ("sum", "average")  # what a run uses, and the wire carries
+DELTA_DTYPES = ("float32", "float16")
+LOSSES = ("hinge", "logistic", "squared")
+SCHEDULES = ("inverse", "constant", "invscaling")
+SHIPPING = ("partition", "replicate", "local")
+TRAINER_MODES = ("hogwild", "locked", "serial", "syncsgd")
+MODEL_KINDS = ("linear", "mlp")
+MULTICLASS_MODES = ("ovr",)
+LOG_LEVELS = ("debug", "info", "warning", "error")
+SIGTERM_ACTIONS = ("finish", "checkpoint")
+# The device setting: cpu, cuda (the first GPU) or cuda:N; the trainer modes a GPU runs
+# (hogwild: many warps; serial: one, the CPU kernel's serial pass).
+DEVICE_FORMAT = re.compile(r"cpu|cuda(?::(0|[1-9][0-9]{0,3}))?")
+GPU_TRAINER_MODES = ("hogwild", "serial")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The range a numeric setting must lie in, and the sentence that says so. Defined here
+    once: the trainer and the worker's run plan check their copies of a setting against it."""
+
+    low: float
+    high: float
+    why: str
+    low_open: bool = False   # low itself is not allowed
+    high_open: bool = False  # high itself is not allowed
+
+    def __contains__(self, value: float) -> bool:
+        # Written so that NaN is outside every range (each comparison with it is false).
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return bool(above and below)
+
+    @property
+    def rule(self) -> tuple[Callable[[Any], bool], str]:
+        return (lambda value: value in self), self.why
+
+
+_INF = float("inf")
+MAX_THREADS = 256  # threads per process (a worker's, or train's)
+BOUNDS: dict[str, Bound] = {
+    "threads": Bound(1, MAX_THREADS, f"must be between 1 and {MAX_THREADS}"),
+    "batch_size": Bound(1, 1 << 20, "must be between 1 and 1048576"),
+    "learning_rate": Bound(0, _INF, "must be positive and finite", low_open=True,
+                           high_open=True),
+    "deep_lr_scale": Bound(0, _INF, "must be positive and finite", low_open=True,
+                           high_open=True),
+    "lr_decay": Bound(0, 1, "must be in (0, 1]", low_open=True),
+    "power_t": Bound(0, 2, "must be in [0, 2]"),
+    "l2": Bound(0, _INF, "must be non-negative and finite", high_open=True),
+    "tree_fanout": Bound(2, 64, "must be between 2 and 64"),
+}
+
+
+def check_address(key: str, value: str) -> None:
+    """``value`` is host:port with a port in 1..65535."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(key, f"expected host:port, got {value!r}")
+
+
+RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "coordinator_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535"),
+    "worker_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535"),
+    "health_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535 (or null)"),
+    "metrics_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535 (or null)"),
+    "metrics_linger": (lambda v: 0 <= v < float("inf"), "must be 0 (off) or positive"),
+    "swing_tolerance": (lambda v: 0 < v < 1, ("must be in (0, 1) (accuracy points as a "
+                                              "fraction: 0.02 = 2 points), or null = off")),
+    "workers": (lambda v: 1 <= v <= 1024, "must be between 1 and 1024"),
+    "threads": BOUNDS["threads"].rule,
+    "batch_size": BOUNDS["batch_size"].rule,
+    "device": (lambda v: DEVICE_FORMAT.fullmatch(v) is not None,
+               "must be cpu, cuda or cuda:N (N the GPU's index)"),
+    # Upper bounds are those of the wire (int32 staleness, uint64 counts and seed) and of
+    # the 32-bit feature ids: beyond them a run would fail later with a traceback.
+    "staleness": (lambda v: 1 <= v < 1 << 31,
+                  "must be between 1 and 2147483647 (or null for unbounded)"),
+    "round_size": (lambda v: 1 <= v < 1 << 63, "must be at least 1 (or null for auto)"),
+    "register_timeout": (lambda v: v > 0, "must be positive"),
+    "barrier_timeout": (lambda v: v > 0, "must be positive"),
+    "rpc_timeout": (lambda v: v > 0, "must be positive"),
+    "connect_timeout": (lambda v: v > 0, "must be positive"),
+    "learning_rate": BOUNDS["learning_rate"].rule,
+    "deep_lr_scale": BOUNDS["deep_lr_scale"].rule,
+    "lr_decay": BOUNDS["lr_decay"].rule,
+    "power_t": BOUNDS["power_t"].rule,
+    "l2": BOUNDS["l2"].rule,
+    "epochs": (lambda v: v >= 1, "must be at least 1"),
+    "time_budget": (lambda v: v >= 0, "must be non-negative (0 = no limit)"),
+    "patience": (lambda v: v >= 0, "must be non-negative (0 = off)"),
+    "min_delta": (lambda v: v >= 0, "must be non-negative"),
+    "eval_interval": (lambda v: v > 0, "must be positive"),
+    "trace_interval": (lambda v: 0 <= v < float("inf"), "must be 0 (off) or positive"),
+    "checkpoint_interval": (lambda v: 0 <= v < float("inf"), "must be 0 (off) or positive"),
+    "n_features": (lambda v: 1 <= v <= 1 << 31,
+                   "must be between 1 and 2147483648 (feature ids are 32-bit; or null to infer)"),
+    "seed": (lambda v: 0 <= v < 1 << 64, "must be between 0 and 2**64 - 1"),
+    "val_fraction": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
+    "test_fraction": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
+    "delta_threshold": (lambda v: 0 <= v < float("inf"), "must be non-negative and finite"),
+    "delta_topk": (lambda v: 0 <= v < 1 << 63, "must be non-negative (0 = off)"),
+    "tree_fanout": BOUNDS["tree_fanout"].rule,
+    "chunk_bytes": (lambda v: 4096 <= v <= (1 << 20), "must be between 4096 and 1048576"),
+    "data": (lambda v: bool(v.strip()), "must not be empty"),
+    "out_dir": (lambda v: bool(v.strip()), "must not be empty"),
+}
+
+
+def check_together(clean: Mapping[str, Any]) -> None:
+    """The checks that look at several settings at once (``clean``: the coerced values
+    given, defaults included when built by load)."""
+    if clean.get("advertise_address"):
+        check_address("advertise_address", clean["advertise_address"])
+    _check_security(clean)
+    if clean.get("val_fraction", 0.0) + clean.get("test_fraction", 0.0) >= 1.0:
+        raise ConfigError("test_fraction", "val_fraction + test_fraction must be below 1")
+    if clean.get("combine") == "average" and (clean.get("delta_threshold", 0.0) > 0
+                                              or clean.get("delta_topk", 0) > 0):
+        # What compression holds back stays in w - snapshot, the change averaged every round:
+        # it would be cut to 1/W again and again instead of sent.
+        raise ConfigError("combine", "combine average does not go with delta_threshold or "
+                                     "delta_topk (the unsent residual would be averaged again "
+                                     "every round); use combine sum, or no compression")
+    if clean.get("device", "cpu") != "cpu":
+        _check_gpu(clean)
+    if clean.get("model") == "mlp":
+        # The MLP's kernel steps once per example (hogwild, locked or serial threads).
+        if clean.get("batch_size", 1) != 1:
+            raise ConfigError("batch_size", f"model mlp steps once per example: batch_size "
+                                            f"must be 1, got {clean['batch_size']!r}")
+        if clean.get("trainer") == "syncsgd":
+            raise ConfigError("trainer", "model mlp trains with hogwild, locked or serial "
+                                         "threads, not syncsgd")
+
+
+def _check_gpu(clean: Mapping[str, Any]) -> None:
+    """What the GPU trainer (hogwild.model.gpu) does not train is refused before any data is
+    read: it would otherwise run on the CPU with the device setting ignored."""
+    device = clean["device"]
+    refused = {"model": clean.get("model") == "mlp",
+               "out_of_core": bool(clean.get("out_of_core")),
+               "trainer": clean.get("trainer", "hogwild") not in GPU_TRAINER_MODES,
+               "batch_size": clean.get("batch_size", 1) != 1}
+    for key, bad in refused.items():
+        if bad:
+            raise ConfigError("device", f"device {device} trains model linear with trainer "
+                                        f"hogwild or serial, batch_size 1 and in memory; "
+                                        f"got {key} {clean[key]!r}")
+
+
+def _check_security(clean: Mapping[str, Any]) -> None:
+    """TLS files come as a set of three; one token source at most."""
+    tls = {key: bool(clean.get(key)) for key in ("tls_ca", "tls_cert", "tls_key")}
+    if any(tls.values()) and not all(tls.values()):
+        missing = next(key for key, given in tls.items() if not given)
+        raise ConfigError(missing, "tls_ca, tls_cert and tls_key go together (mutual TLS); "
+                                   "set all three or none")
+    if clean.get("auth_token") and clean.get("auth_token_file"):
+        raise ConfigError("auth_token_file", "set auth_token or auth_token_file, not both")

@@ -1,0 +1,75 @@
+"""Which peer deltas a worker accepts: the sender a member, the values bounded, the round near."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hogwild.engine.tree import depth
+from hogwild.errors import StaleOrUnknown
+from hogwild.protocol import pb
+from hogwild.protocol.codec import DecodedDelta, decode_delta
+from hogwild.protocol.keys import COORDINATOR_SENDER_ID
+from hogwild.worker.phase import Phase
+from hogwild.worker.plan import RunPlan
+
+if TYPE_CHECKING:
+    from hogwild.worker.node import WorkerNode
+
+# How far ahead of this worker a sender's round may be, per hop between them (see
+# Admission.round_limit), and the slack added to every bound: too low a bound would refuse
+# a legitimate delta, which loses it (the sender does not retry a refusal) and then stalls
+# that sender's sequence; too high only lets a lying peer skip a few more barriers.
+SYNC_ROUNDS_AHEAD = 2
+ROUND_SLACK = 4
+
+
+class Admission:
+    """Checks a peer's delta and decodes it before it may be queued (the node queues it)."""
+
+    def __init__(self, node: WorkerNode) -> None:
+        self.node = node
+
+    def admit(self, message: pb.Delta) -> tuple[RunPlan, DecodedDelta, int]:
+        """The run's plan, the decoded delta and the highest round it may carry."""
+        node = self.node
+        node._check_run(message.protocol_version, message.run_id, "delta")
+        plan = node.plan
+        if plan is None:
+            raise StaleOrUnknown("delta received before the run config")
+        if message.worker_id not in node.inbox.peers:
+            raise StaleOrUnknown(f"delta from worker {message.worker_id}, not a peer of "
+                                 f"worker {node.worker_id}")
+        with node.timers.timed("decode"):
+            # Values beyond what the run's SGD steps can make are refused like non-finite
+            # ones: a member's 1e30 would wreck this model and, summed on, its peers'.
+            delta = decode_delta(message, plan.dim, plan.max_delta_value)
+        return plan, delta, self.round_limit(plan, delta.header.worker_id)
+
+    def round_limit(self, plan: RunPlan, sender: int) -> int:
+        """The highest round a delta from ``sender`` may be labelled now.
+
+        While this worker trains, its peers wait for it: sync, a sender starts round r + 1
+        only once this worker's round-r delta arrived (which goes out just before
+        ``self.rounds`` says r: so r + 2 at most); with staleness s, once its round is
+        r + 1 - s (r + s + 2 at most). In a tree every hop between the two (a neighbour
+        re-attached around dead workers is several) adds as much: each end waits for its
+        nearer neighbour only. Unbounded async waits for nobody, and before Start (a
+        rejoin: the peers go on) or once finishing (its final delta settles it for the
+        others) this worker holds nobody back: then no round beyond the run's last (a
+        star relay labels its final aggregate one past it)."""
+        node = self.node
+        ceiling = plan.max_rounds + 1 + ROUND_SLACK
+        if node.phase is not Phase.RUNNING:
+            return ceiling
+        if plan.mode == "sync":
+            ahead = SYNC_ROUNDS_AHEAD
+        elif plan.staleness is not None:
+            ahead = plan.staleness + 2
+        else:
+            return ceiling
+        hops = 1
+        if node.tree is not None:
+            k = plan.tree_fanout
+            there = 0 if sender == COORDINATOR_SENDER_ID else depth(sender, k)
+            hops = max(1, abs(depth(plan.worker_id, k) - there))
+        return node.rounds + hops * ahead + ROUND_SLACK

@@ -1,0 +1,335 @@
+"""A worker's round loop: the training threads, the exchange at each round boundary, the barrier."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hogwild.engine.round import ModelNotFinite
+from hogwild.engine.rules import barrier_ready, lag, may_start
+from hogwild.engine.training import ThreadCursor, make_cursors, train_round
+from hogwild.errors import ClusterError
+from hogwild.protocol import pb
+from hogwild.protocol.codec import DecodedDelta, DeltaHeader, encode_delta_parts
+from hogwild.worker.inbox import PeerStatus
+from hogwild.worker.phase import Phase
+from hogwild.worker.plan import RunPlan
+from hogwild.worker.sender import OutgoingDelta
+
+if TYPE_CHECKING:
+    from hogwild.worker.node import WorkerNode
+
+log = logging.getLogger("hogwild.worker")
+
+
+class RoundLoop:
+    """The threads of a running worker and what they do each round.
+
+    * T training threads run :func:`train_round` on the shared ``w`` without any lock.
+    * ONE exchange thread (the caller of :meth:`run`) does, at every round boundary: apply
+      the queued peer deltas, build the delta of own updates, and queue it for every peer and
+      the coordinator. In sync mode it then waits until every live peer's delta of that round
+      has arrived (deadline: barrier_timeout; a peer that misses it is dropped and reported),
+      applies them, and only then lets the training threads start the next round, so every
+      worker has applied exactly the same deltas before round r+1. In async mode the training
+      threads never wait for it (with bounded staleness s they wait only for a peer more than
+      s rounds behind).
+    * One sender thread per destination (sender.py); gRPC threads validate and queue. In
+      async mode the gRPC thread that accepted a delta also applies it at once
+      (:meth:`apply_arrived`) rather than leaving it for this worker's next round boundary, a
+      round later. build_delta and apply_delta are never concurrent: both run under the
+      node's ``_exchange_lock``.
+
+    A delta sums the worker's own updates except the bias (and the MLP's dense layers; every
+    weight with ``combine: average``), whose change is averaged over the contributing workers
+    before it is sent (averaging.py; in async mesh mode the cut to 1/W waits for the peers'
+    deltas of the same round, :meth:`averaging.OwnAverage.defer`). Where the time goes
+    (training, waiting, building, encoding, applying, RPCs) is accumulated in the node's
+    ``timers`` and returned with the final state.
+    """
+
+    def __init__(self, node: WorkerNode) -> None:
+        self.node = node
+        self.thread_round: list[int] = []
+        self.thread_alive: list[bool] = []
+        self.gate = 0                    # sync: highest round the threads may start
+        self.seq = 0
+        self.seq_lock = threading.Lock()
+
+    def run(self) -> None:
+        """Train until max_rounds or a stop request, then finish (final delta, peers' finals).
+
+        Called from the thread that owns the exchange; returns once the final state is ready.
+        """
+        node = self.node
+        plan, arrays = node.plan, node.arrays
+        if (plan is None or arrays is None or not node.started.is_set()
+                or node.rejoin_reason is not None):  # left before Start: register again
+            return
+        node.inbox.touch_all()  # (the destinations were opened by configure)
+        beating = threading.Thread(target=node.liveness.heartbeat_loop, args=(plan,),
+                                   name="heartbeat", daemon=True)
+        beating.start()
+        fraction = (plan.start_offset / arrays.n_rows) if arrays.n_rows else 0.0
+        cursors = make_cursors(arrays.n_rows, plan.threads, fraction)
+        self.thread_round = [plan.first_round - 1] * plan.threads
+        self.thread_alive = [True] * plan.threads
+        self.gate = plan.first_round
+        threads = [threading.Thread(target=self.train_thread, args=(k, cursors[k]),
+                                    name=f"sgd-{k}", daemon=True) for k in range(plan.threads)]
+        began = time.monotonic()
+        cpu_began = time.process_time()
+        node._alive()
+        for th in threads:
+            th.start()
+        try:
+            try:
+                self.exchange_loop(plan)
+            finally:
+                node.request_stop(node.stop_reason or "training ended")
+                for th in threads:
+                    th.join()
+                # The whole process (kernel, exchange, senders, gRPC's own threads) while it
+                # trained: beside "train_cpu", what the exchange costs in CPU.
+                node.timers.add("process_cpu", time.process_time() - cpu_began)
+            log.info("trained %d rounds, %d examples in %.2fs", node.rounds, node.examples,
+                     time.monotonic() - began)
+            self.finish(plan)
+        finally:
+            node.alive_at = None
+
+    def train_thread(self, k: int, cursor: ThreadCursor) -> None:
+        node = self.node
+        plan, arrays = node.plan, node.arrays
+        assert plan is not None and arrays is not None
+        try:
+            timers = node.timers
+            for r in range(plan.first_round, plan.max_rounds + 1):
+                t0 = time.perf_counter()
+                if not self.may_start(r):
+                    break
+                t1 = time.perf_counter()
+                c1 = time.thread_time()
+                step = node.step_plan or plan  # the coordinator may have shrunk the step
+                loss_sum, rows = train_round(arrays, node.engine.w, step, cursor, node.hot)
+                timers.add("wait_to_start_round", t1 - t0)
+                timers.add("train", time.perf_counter() - t1)
+                timers.add("train_cpu", time.thread_time() - c1)
+                with node._cond:
+                    self.thread_round[k] = r
+                    node.reports.count(loss_sum, rows)
+                    node.examples += rows
+                    node._cond.notify_all()
+        except Exception as exc:  # a bug: stop the node rather than hang the barrier
+            log.exception("training thread %d failed", k)
+            node.fatal = f"training thread failed: {exc}"
+        finally:
+            with node._cond:
+                self.thread_alive[k] = False
+                node._cond.notify_all()
+
+    def may_start(self, r: int) -> bool:
+        """Block until round ``r`` may start; False if the node is stopping."""
+        node = self.node
+        plan = node.plan
+        assert plan is not None
+        if plan.mode == "sync":
+            with node._cond:
+                node._cond.wait_for(lambda: self.gate >= r or node.stop_requested.is_set())
+                return not node.stop_requested.is_set()
+        if node.stop_requested.is_set():
+            return False
+        rules = node.engine.rules  # the configured bound, or the tighter one of an adjustment
+        if rules.staleness is not None:
+            slack = rules.staleness
+            # Once round r is done this worker is r rounds in; a peer more than `slack` rounds
+            # behind that holds us back until it catches up or falls silent for barrier_timeout.
+            while not node.inbox.wait(
+                    lambda peers: node.stop_requested.is_set() or may_start(rules, r, peers),
+                    min(0.25, plan.barrier_timeout)):
+                node.liveness.drop_silent(plan, r - 1, f"more than {slack} rounds behind")
+        return not node.stop_requested.is_set()
+
+    def exchange_loop(self, plan: RunPlan) -> None:
+        node = self.node
+        last = plan.first_round - 1
+        while True:
+            node._alive()
+            with node._cond:
+                node._cond.wait_for(
+                    lambda done=last: min(self.thread_round) > done  # type: ignore[misc]
+                    or not any(self.thread_alive) or node.fatal is not None, timeout=1.0)
+                ready = min(self.thread_round)
+                alive = any(self.thread_alive)
+            if node.fatal is not None:
+                raise ClusterError(node.fatal)
+            if ready > last:
+                self.exchange(plan, ready, final=False)
+                last = ready
+                if plan.mode == "sync":
+                    self.barrier(plan, ready)
+                    with node._cond:
+                        self.gate = ready + 1
+                        node._cond.notify_all()
+            elif not alive:
+                return
+            node.reports.maybe_report_progress(plan, done=False)
+
+    def apply_arrived(self) -> None:
+        """Async mode: apply the queued deltas now, unless an exchange (or another RPC
+        thread) holds the lock; whoever holds it looks at the queue again once it lets go.
+
+        Left for the next round boundary, a peer's delta would reach this worker's model a
+        whole round late: with rounds of half an epoch (combine average) an async run
+        needed twice the epochs of a sync one. Never blocks the RPC thread on the lock (an
+        exchange may wait on a full sender queue, whose peer may be waiting on us).
+        """
+        node = self.node
+        while node.inbox.queued():
+            if not node._exchange_lock.acquire(blocking=False):
+                return
+            try:
+                self.apply_inbox()
+            except Exception as exc:  # a bug: stop the node; the exchange thread raises it
+                log.exception("applying a received delta failed")
+                node.fatal = f"applying a received delta failed: {exc}"
+                with node._cond:
+                    node._cond.notify_all()
+                return
+            finally:
+                node._exchange_lock.release()
+
+    def apply_inbox(self) -> int:
+        node = self.node
+        with node._exchange_lock:  # never beside build_delta, nor another apply
+            items = node.inbox.drain()
+            applied = self.apply_items(items) if items else 0
+            node.engine.settle(node.inbox.snapshot())
+            return applied
+
+    def apply_items(self, items: list[DecodedDelta]) -> int:
+        node = self.node
+        t0 = time.perf_counter()
+        node.engine.apply((d.indices, d.values) for d in items)
+        node.inbox.count_applied(items)
+        node.timers.add("apply", time.perf_counter() - t0, len(items))
+        return len(items)
+
+    def exchange(self, plan: RunPlan, round_: int, final: bool) -> None:
+        """Apply what arrived, build the delta of own updates, queue it for everyone."""
+        node = self.node
+        with node._exchange_lock:
+            self.exchange_locked(plan, round_, final)
+        if plan.mode == "async" and node.tree is None:
+            self.apply_arrived()  # what RPC threads queued while the lock was held
+
+    def exchange_locked(self, plan: RunPlan, round_: int, final: bool) -> None:
+        node = self.node
+        self.apply_inbox()
+        t0 = time.perf_counter()
+        try:
+            sent_idx, sent_val = node.engine.build(round_, final, node.inbox.snapshot)
+        except ModelNotFinite:
+            node.reports.diverged(plan, round_)
+        if node.tree is not None:
+            node.timers.add("build_delta", time.perf_counter() - t0)
+            with node._tree_lock:
+                node.tree.own(sent_idx, sent_val)
+            node._tree_flush(plan, round_, final)
+            node.rounds = max(node.rounds, round_)
+            return
+        t1 = time.perf_counter()
+        messages = node._encode_delta(sent_idx, sent_val, round_, final, node.examples)
+        node.timers.add("build_delta", t1 - t0)
+        node.timers.add("encode", time.perf_counter() - t1, len(messages))
+        outgoing = OutgoingDelta(round_, final, node.examples, sent_idx, sent_val, messages)
+        for dest in node.destinations.values():
+            dest.put_delta(outgoing if not dest.coalesce else OutgoingDelta(
+                round_, final, node.examples, sent_idx, sent_val, messages))
+        node.deltas_sent += len(messages)
+        node.rounds = max(node.rounds, round_)
+        node.max_staleness = max(node.max_staleness, lag(round_, node.inbox.snapshot()))
+
+    def encode_delta(self, indices: np.ndarray, values: np.ndarray, round_: int, final: bool,
+                      examples: int) -> list[pb.Delta]:
+        """The messages of one delta under a new seq (exchange and sender threads call it); each
+        destination renumbers what it sends in its own sequence (sender.py)."""
+        node = self.node
+        with self.seq_lock:
+            self.seq += 1
+            seq = self.seq
+        assert node.plan is not None
+        header = DeltaHeader(run_id=node.run_id, worker_id=node.worker_id, round=round_,
+                             seq=seq, dim=node.plan.dim, final=final, examples=examples)
+        return encode_delta_parts(header, indices, values, node.settings.chunk_bytes)
+
+    def barrier(self, plan: RunPlan, round_: int) -> None:
+        """Sync mode: wait for every live peer's round-``round_`` delta, then apply them."""
+        node = self.node
+
+        def ready(peers: dict[int, PeerStatus]) -> bool:
+            return node.stop_requested.is_set() or barrier_ready(round_, peers)
+
+        # A peer that is alive but itself waiting (heartbeats) is waited for; one silent for
+        # barrier_timeout is dropped, so the barrier never hangs on a dead peer.
+        t0 = time.perf_counter()
+        if node.tree is not None:
+            node._tree_wait(plan, ready, finished=False, waiting_for=f"waiting for round {round_}")
+            node.timers.add("barrier_wait", time.perf_counter() - t0)
+            return
+        while not node.inbox.wait(ready, min(0.25, plan.barrier_timeout)):
+            node._alive()
+            node.liveness.drop_silent(plan, round_, f"waiting for round {round_}")
+        node.timers.add("barrier_wait", time.perf_counter() - t0)
+        self.apply_inbox()
+
+    def finish(self, plan: RunPlan) -> None:
+        """Send the final delta; wait (bounded) for every live peer's final; mark done."""
+        node = self.node
+        with node._cond:
+            node.phase = Phase.FINISHING
+        if node.abandoned:  # out of the run: nothing more is sent, to anyone
+            for dest in node.destinations.values():
+                dest.abandon()
+            with node._cond:
+                node.phase = Phase.DONE
+            node.done.set()
+            return
+        self.exchange(plan, node.rounds, final=True)
+        node.reports.maybe_report_progress(plan, done=True)
+        if node.tree is not None:
+            # Even when leaving: its subtree reaches the rest of the run through it only.
+            node._tree_wait(plan, lambda peers: all(p.settled for p in peers.values()),
+                            finished=True, waiting_for="waiting for its final delta")
+        elif not node.leaving:
+            self.await_peer_finals(plan)
+        self.apply_inbox()
+        flush_for = plan.barrier_timeout + plan.rpc_timeout
+        t0 = time.perf_counter()
+        for dest in node.destinations.values():
+            node._alive()
+            dest.flush(flush_for)
+        node.timers.add("drain", time.perf_counter() - t0)
+        with node._cond:
+            node.phase = Phase.DONE
+        node.done.set()
+        log.info("done: %d rounds, %d examples, %d delta messages sent", node.rounds,
+                 node.examples, node.deltas_sent)
+
+    def await_peer_finals(self, plan: RunPlan) -> None:
+        node = self.node
+        # A peer still training keeps sending deltas; one silent for barrier_timeout is gone.
+        while True:
+            node._alive()
+            settled = node.inbox.wait(
+                lambda peers: all(p.settled for p in peers.values()) or node.fatal is not None,
+                0.25)
+            self.apply_inbox()
+            if settled or node.fatal is not None:
+                return
+            node.liveness.drop_silent(plan, node.rounds, "waiting for its final delta")
+

@@ -1,0 +1,45 @@
+"""Topology tree, async, a child of the coordinator dies (4 workers, fan-out 2: worker 0 is
+the parent of workers 2 and 3): its orphans re-send what the coordinator had not applied,
+and at the end the coordinator holds every message every survivor sent up."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from .helpers import PROGRESS_ROW, Cluster, read_metrics, reuters_settings
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
+
+N, K, VICTIM, ORPHANS = 4, 2, 0, (2, 3)
+FINAL = re.compile(r"tree: final message to the parent: (\d+) message\(s\) up in all")
+
+
+def test_tree_async_orphans_lose_nothing(cluster: Cluster, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cluster.start(N, mode="async", topology="tree", **reuters_settings(
+        out, epochs=1_000_000, time_budget=5, barrier_timeout=2, rpc_timeout=5,
+        eval_interval=0.3, tree_fanout=K))
+    assert cluster.coordinator is not None
+    ids = cluster.worker_ids(60)
+    cluster.coordinator.wait_for(PROGRESS_ROW, 60)  # training is under way
+    ids[VICTIM].proc.send_signal(signal.SIGKILL)
+    assert cluster.coordinator.wait(60) == 0, cluster.output()
+    for wid, proc in ids.items():
+        if wid != VICTIM:
+            assert proc.wait(30) == 0, cluster.output()
+    metrics = read_metrics(out)
+    assert metrics["dropped_workers"] == [VICTIM]
+    recovery = metrics["tree_recovery"]
+    for wid in ORPHANS:
+        text = ids[wid].output()
+        assert re.search(r"tree: (re-sent \d+ message|nothing to re-send)", text), text
+        assert "is lost" not in text, text
+    for wid in (w for w in range(N) if w != VICTIM):
+        sent = [int(n) for n in FINAL.findall(ids[wid].output())]
+        assert len(sent) == 1, ids[wid].output()
+        # Every message it sent up is in the coordinator's model (counts per origin).
+        assert recovery["applied_up"][str(wid)] == sent[0], (wid, recovery)

@@ -1,0 +1,47 @@
+"""Topology tree, sync, a death below the coordinator's children (7 workers, fan-out 2:
+worker 2 is a child of worker 0 and the parent of worker 6): worker 6 re-attaches to worker
+0, the run goes on, and nothing that went through worker 2 is lost: every survivor ends
+equal to the coordinator's model."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .helpers import PROGRESS_ROW, Cluster, published, read_metrics, reuters_settings
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+N, K, VICTIM, ORPHAN = 7, 2, 2, 6
+
+
+def test_tree_sync_orphan_of_a_deeper_death_loses_nothing(cluster: Cluster,
+                                                           tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cluster.start(N, mode="sync", topology="tree", **reuters_settings(
+        out, epochs=1_000_000, time_budget=6, barrier_timeout=2, rpc_timeout=5,
+        eval_interval=0.3, tree_fanout=K))
+    assert cluster.coordinator is not None
+    ids = cluster.worker_ids(120)
+    cluster.coordinator.wait_for(PROGRESS_ROW, 300)  # training is under way
+    ids[VICTIM].proc.send_signal(signal.SIGKILL)
+    assert cluster.coordinator.wait(120) == 0, cluster.output()
+    for wid, proc in ids.items():
+        if wid != VICTIM:
+            assert proc.wait(30) == 0, cluster.output()
+    metrics = read_metrics(out)
+    assert metrics["dropped_workers"] == [VICTIM]
+    assert "tree: re-attached around worker(s) 2: parent 0" in ids[ORPHAN].output(), \
+        ids[ORPHAN].output()
+    survivors = sorted(s["worker_id"] for s in metrics["worker_states"])
+    assert survivors == [w for w in range(N) if w != VICTIM]
+    with np.load(published(out) / "final_states" / "global.npz") as g:
+        global_w = g["w"]
+    assert np.any(global_w != 0)
+    for wid in survivors:
+        with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
+            np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5,
+                                       err_msg=f"worker {wid}")
