@@ -1,6 +1,7 @@
 """Topology tree, async, a child of the coordinator dies (4 workers, fan-out 2: worker 0 is
 the parent of workers 2 and 3): its orphans re-send what the coordinator had not applied,
-and at the end the coordinator holds every message every survivor sent up."""
+and at the end the coordinator holds every message every survivor sent up, without a gap;
+the orphans are sent the aggregates their dead parent had not passed down."""
 
 from __future__ import annotations
 
@@ -41,5 +42,18 @@ def test_tree_async_orphans_lose_nothing(cluster: Cluster, tmp_path: Path) -> No
     for wid in (w for w in range(N) if w != VICTIM):
         sent = [int(n) for n in FINAL.findall(ids[wid].output())]
         assert len(sent) == 1, ids[wid].output()
-        # Every message it sent up is in the coordinator's model (counts per origin).
+        # Every message it sent up is in the coordinator's model (counts per origin), each
+        # one: the number held is the highest, so none in between is missing.
         assert recovery["applied_up"][str(wid)] == sent[0], (wid, recovery)
+        assert recovery["applied_count"][str(wid)] == sent[0], (wid, recovery)
+    # Of the dead worker's own messages, what reached the model has no gap either.
+    victim = str(VICTIM)
+    assert recovery["applied_count"][victim] == recovery["applied_up"][victim], recovery
+    # Downwards: each orphan was sent what its dead parent had not passed down to it.
+    coordinator = cluster.coordinator.output()
+    for wid in ORPHANS:
+        assert re.search(rf"tree: worker {wid} had got \d+ of the \d+ aggregate\(s\) sent "
+                         rf"to its dead parent {VICTIM}; sent the \d+ since", coordinator), \
+            coordinator
+    assert recovery["orphans_caught_up"] == len(ORPHANS), recovery
+    assert recovery["catch_up_missed"] == 0, recovery

@@ -1,10 +1,11 @@
 """Topology tree, sync, a death below the coordinator's children (7 workers, fan-out 2:
 worker 2 is a child of worker 0 and the parent of worker 6): worker 6 re-attaches to worker
 0, the run goes on, and nothing that went through worker 2 is lost: every survivor ends
-equal to the coordinator's model."""
+equal to the coordinator's model. Async: worker 6 is caught up by worker 0."""
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from .helpers import PROGRESS_ROW, Cluster, published, read_metrics, reuters_set
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 N, K, VICTIM, ORPHAN = 7, 2, 2, 6
+FINAL = re.compile(r"tree: final message to the parent: (\d+) message\(s\) up in all")
 
 
 def test_tree_sync_orphan_of_a_deeper_death_loses_nothing(cluster: Cluster,
@@ -45,3 +47,34 @@ def test_tree_sync_orphan_of_a_deeper_death_loses_nothing(cluster: Cluster,
         with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
             np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5,
                                        err_msg=f"worker {wid}")
+
+
+def test_tree_async_orphan_of_a_deeper_death_is_caught_up(cluster: Cluster,
+                                                          tmp_path: Path) -> None:
+    # Async: worker 6 re-sends to worker 0 what the coordinator had not applied, and worker
+    # 0 owes it what it had sent worker 2 that 2 had not passed down; the coordinator ends
+    # holding every message every survivor sent up, without a gap.
+    out = tmp_path / "out"
+    cluster.start(N, mode="async", topology="tree", **reuters_settings(
+        out, epochs=1_000_000, time_budget=6, barrier_timeout=2, rpc_timeout=5,
+        eval_interval=0.3, tree_fanout=K))
+    assert cluster.coordinator is not None
+    ids = cluster.worker_ids(120)
+    cluster.coordinator.wait_for(PROGRESS_ROW, 300)  # training is under way
+    ids[VICTIM].proc.send_signal(signal.SIGKILL)
+    assert cluster.coordinator.wait(120) == 0, cluster.output()
+    for wid, proc in ids.items():
+        if wid != VICTIM:
+            assert proc.wait(30) == 0, cluster.output()
+    metrics = read_metrics(out)
+    assert metrics["dropped_workers"] == [VICTIM]
+    parent = ids[0].output()
+    assert re.search(rf"tree: worker {ORPHAN} had got \d+ of the \d+ message\(s\) sent to "
+                     rf"its dead parent {VICTIM}; owed the \d+ since", parent), parent
+    assert "lost to it" not in parent, parent
+    recovery = metrics["tree_recovery"]
+    for wid in (w for w in range(N) if w != VICTIM):
+        sent = [int(n) for n in FINAL.findall(ids[wid].output())]
+        assert len(sent) == 1, ids[wid].output()
+        assert recovery["applied_up"][str(wid)] == sent[0], (wid, recovery)
+        assert recovery["applied_count"][str(wid)] == sent[0], (wid, recovery)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hogwild.engine.tree import children, parent
+from hogwild.engine.treeshape import children, parent
 from hogwild.errors import EXIT_LEFT
 from hogwild.protocol.security import require_tls
 

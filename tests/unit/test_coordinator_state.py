@@ -50,7 +50,7 @@ def test_registering_again_during_the_run_is_a_rejoin() -> None:
 
 def test_a_dropped_worker_is_refused_until_it_rejoins_and_its_reports_are_ignored() -> None:
     state = _started(3)
-    state.peer_down(state.run_id, 0, 1, 5, "silent")
+    state.reports.peer_down(state.run_id, 0, 1, 5, "silent")
     with pytest.raises(StaleOrUnknown, match="dropped from the run"):
         state.apply_delta(_delta(state, 1, 1))
     # Its progress too: a relay's worker waiting for the next aggregate sends nothing else,
@@ -62,7 +62,7 @@ def test_a_dropped_worker_is_refused_until_it_rejoins_and_its_reports_are_ignore
     with pytest.raises(StaleOrUnknown, match="dropped from the run"):
         state.progress(state.run_id, 1, 9, 900, 0.5, False, 0, diverged=True)
     assert state.take_divergence_claims() == {}
-    state.peer_down(state.run_id, 1, 2, 5, "a stale view")  # from a dropped reporter
+    state.reports.peer_down(state.run_id, 1, 2, 5, "a stale view")  # from a dropped reporter
     assert not state.workers[2].dead
     state.rejoined(1, 7)
     assert state.apply_delta(_delta(state, 1, 2))
@@ -86,8 +86,8 @@ def test_each_drop_is_counted_once_and_dead_workers_lists_the_ones_not_back() ->
     # The coordinator announces a drop once (drops changes), not again when the dropped
     # worker registers again, nor when a second peer reports it.
     state = _started(3)
-    state.peer_down(state.run_id, 0, 2, 5, "silent")
-    state.peer_down(state.run_id, 1, 2, 5, "unreachable")
+    state.reports.peer_down(state.run_id, 0, 2, 5, "silent")
+    state.reports.peer_down(state.run_id, 1, 2, 5, "unreachable")
     state.mark_dead(2, "again")
     assert state.workers[2].drops == 1 and "silent" in state.workers[2].dead_reason
     assert [r.worker_id for r in state.dead_workers()] == [2]
@@ -104,11 +104,11 @@ def test_peer_reports_are_bounded() -> None:
 
     state = _started(3)
     for i in range(MAX_PEER_REPORTS + 50):
-        state.peer_down(state.run_id, 0, 1 + i % 2, i, "x" * 10_000)
+        state.reports.peer_down(state.run_id, 0, 1 + i % 2, i, "x" * 10_000)
         state.rejoined(1 + i % 2, i)  # back, so the next report counts again
     assert len(state.peer_reports) == MAX_PEER_REPORTS
     assert all(len(r[3]) == MAX_REASON_LENGTH for r in state.peer_reports)
-    state.peer_down(state.run_id, 0, 1, 99, "y" * 10_000)
+    state.reports.peer_down(state.run_id, 0, 1, 99, "y" * 10_000)
     assert "y" * MAX_REASON_LENGTH in state.workers[1].dead_reason  # as announced
     assert len(state.workers[1].dead_reason) < MAX_REASON_LENGTH + 100
 

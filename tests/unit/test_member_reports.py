@@ -23,33 +23,33 @@ def _started(n: int = 3) -> RunState:
 
 def test_one_probe_per_accused_worker_and_its_verdict_settles_every_report() -> None:
     state = _started()
-    accused = state.accuse(state.run_id, 0, 2, 5, "silent")
+    accused = state.reports.accuse(state.run_id, 0, 2, 5, "silent")
     assert accused is not None and accused.peer == 2 and accused.address == "h:2"
     # While it is probed, more reports (a flood included) wait for the same verdict.
     for i in range(10 * MAX_PEER_REPORTS):
-        assert state.accuse(state.run_id, i % 2, 2, 6, "silent again") is None
+        assert state.reports.accuse(state.run_id, i % 2, 2, 6, "silent again") is None
     assert len(state.peer_reports) == MAX_PEER_REPORTS
     assert not state.workers[2].dead
     # It answered: every reporter's report is refused, and counted.
-    assert state.settle(accused, None) == [0, 1]
+    assert state.reports.settle(accused, None) == [0, 1]
     assert state.peer_reports_refused == 2 and not state.workers[2].dead
     # A refused reporter is not heard about that peer again for a while (no probe at all).
     before = len(state.peer_reports)
     for _ in range(1000):
-        assert state.accuse(state.run_id, 0, 2, 7, "silent") is None
+        assert state.reports.accuse(state.run_id, 0, 2, 7, "silent") is None
     assert state.peer_reports_refused == 1002 and len(state.peer_reports) == before
     # About another peer it still is.
-    assert state.accuse(state.run_id, 0, 1, 7, "silent") is not None
+    assert state.reports.accuse(state.run_id, 0, 1, 7, "silent") is not None
 
 
 def test_after_the_cooldown_a_report_is_probed_again(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reports_module, "PEER_REPORT_COOLDOWN", 0.0)
     state = _started()
-    accused = state.accuse(state.run_id, 0, 2, 5, "silent")
-    assert accused is not None and state.settle(accused, None) == [0]
-    again = state.accuse(state.run_id, 0, 2, 9, "silent")
+    accused = state.reports.accuse(state.run_id, 0, 2, 5, "silent")
+    assert accused is not None and state.reports.settle(accused, None) == [0]
+    again = state.reports.accuse(state.run_id, 0, 2, 9, "silent")
     assert again is not None
-    state.settle(again, "no answer to the coordinator's probe (UNAVAILABLE, deadline 2s)")
+    state.reports.settle(again, "no answer to the coordinator's probe (UNAVAILABLE, deadline 2s)")
     assert state.workers[2].dead
     assert state.workers[2].dead_reason == ("reported by worker 0 at round 9: silent; no answer "
                                             "to the coordinator's probe (UNAVAILABLE, deadline "
@@ -58,16 +58,16 @@ def test_after_the_cooldown_a_report_is_probed_again(monkeypatch: pytest.MonkeyP
 
 def test_a_verdict_about_a_process_since_replaced_drops_nobody() -> None:
     state = _started()
-    accused = state.accuse(state.run_id, 0, 2, 5, "silent")
+    accused = state.reports.accuse(state.run_id, 0, 2, 5, "silent")
     assert accused is not None
     # Meanwhile the worker restarted and registered again (a rejoin): the new process was
     # not the one probed.
     state.register("h:2", 1, "host", 999, verified=True, secret=b"n" * 32)
-    state.settle(accused, "no answer to the coordinator's probe (UNAVAILABLE, deadline 2s)")
+    state.reports.settle(accused, "no answer to the coordinator's probe (UNAVAILABLE, deadline 2s)")
     assert not state.workers[2].dead
     # A report from a dropped reporter is refused and probes nothing.
     state.mark_dead(0, "gone")
-    assert state.accuse(state.run_id, 0, 1, 5, "silent") is None
+    assert state.reports.accuse(state.run_id, 0, 1, 5, "silent") is None
     assert state.peer_reports_refused == 1
 
 

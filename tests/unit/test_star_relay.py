@@ -264,7 +264,7 @@ def test_a_tree_root_takes_a_worker_back_as_its_leaf(monkeypatch: Any) -> None:
         mine[3] += 8.0
         np.testing.assert_array_equal(mine + got[0], state.model_copy())
         # A report from an old neighbour (it still routes around 0) does not drop it.
-        state.peer_down(state.run_id, 2, 0, 2, "silent", key=state.worker_key(2))
+        state.reports.peer_down(state.run_id, 2, 0, 2, "silent", key=state.worker_key(2))
         assert not state.workers[0].dead
     finally:
         root.close()

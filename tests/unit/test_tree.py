@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from hogwild.engine.tree import (
+from hogwild.engine.tree import TreeLinks
+from hogwild.engine.treeshape import (
     COORDINATOR,
-    TreeLinks,
     ancestors,
     between,
     children,

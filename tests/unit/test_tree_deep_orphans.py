@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hogwild.engine.tree import EDGE_ROUNDS_KEPT, TreeLinks, same_side
+from hogwild.engine.tree import EDGE_ROUNDS_KEPT, TreeLinks
+from hogwild.engine.treeshape import same_side
 
 DIM = 8
 UP = -1  # the parent of worker 0 (the coordinator, as a neighbour id here)

@@ -11,7 +11,7 @@ import numpy as np
 
 from hogwild.config import Settings
 from hogwild.data.labels import MULTICLASS
-from hogwild.data.sources import describe
+from hogwild.data.sources import data_lines
 from hogwild.data.split import shard
 from hogwild.engine.guard import SwingGuard
 from hogwild.engine.network import DEFAULT_SPEED, Network
@@ -101,9 +101,8 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
     if splits.labels.task == MULTICLASS:
         raise DataError(f"{settings.data}: {splits.labels.n_classes} label values; simulate "
                         "trains binary classification and regression, as run does")
-    console.say(f"data: train {describe(splits.train, splits.labels)}")
-    console.say(f"      validation {describe(splits.val, splits.labels)}")
-    console.say(f"      test {describe(splits.test, splits.labels)}")
+    for line in data_lines(splits):
+        console.say(line)
     spec = model_spec(settings, splits.train.n_features)
     kernel = KernelPlan(
         spec=spec, loss=settings.loss, round_size=1, threads=settings.threads,

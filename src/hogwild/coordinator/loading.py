@@ -46,17 +46,10 @@ def load_data(s: Settings) -> tuple[Any, LocalShipping | None, TrainShape]:
 
 def say_data(splits: Any, local: LocalShipping | None, say: Callable[[str], None]) -> None:
     """The data's lines on the console."""
-    from hogwild.data.sources import describe
+    from hogwild.data.sources import data_lines
 
-    train_line = local.describe() if local else describe(splits.train, splits.labels)
-    say(f"data: train {train_line}")
-    say(f"      validation {describe(splits.val, splits.labels)}")
-    say(f"      test {describe(splits.test, splits.labels)}")
-    if splits.hashing is not None:
-        from hogwild.data.hashsummary import encoding_lines
-
-        for line in encoding_lines(splits.hashing):
-            say(f"      {line}")
+    for line in data_lines(splits, local.describe() if local else None):
+        say(line)
 
 
 def data_fingerprint(s: Settings, splits: Any, local: LocalShipping | None,

@@ -230,6 +230,7 @@ class StarRelay:
                 idx, val = merge_sparse(idx, val, *self._extra.pop(wid))
             aggregate = OutgoingDelta(round_, final, examples, idx, val,
                                       applied=self._applied_counts())
+            self._stamp(wid, aggregate)
             dest = self.destinations.get(wid)
             if dest is not None:
                 dest.put_delta(aggregate)
@@ -244,6 +245,10 @@ class StarRelay:
         self._sent_round = max(self._sent_round, round_)
         if self.mode == "sync":
             self._totals.append((round_, total))
+
+    def _stamp(self, wid: int, aggregate: OutgoingDelta) -> None:
+        """(Holding the lock.) Number an aggregate for ``wid`` on its edge (a tree, async:
+        see TreeRoot); nothing in a star."""
 
     def _applied_counts(self) -> dict[int, int] | None:
         """(Holding the lock.) What the aggregates say the model applied (a tree, async:

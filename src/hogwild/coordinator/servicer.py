@@ -173,7 +173,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         # One member's word: the peer is asked first, off this thread (the reporter's
         # deltas to the coordinator wait behind this call). At most one probe per accused
         # worker runs at a time, so these threads are bounded by the run's size.
-        accused = self.state.accuse(request.run_id, request.worker_id, request.peer_id,
+        accused = self.state.reports.accuse(request.run_id, request.worker_id, request.peer_id,
                                     request.round, request.reason, key=sender_key(context))
         if accused is not None:
             threading.Thread(target=self._probe, args=(accused,), daemon=True,
@@ -187,7 +187,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             why_down = probe(accused.address, accused.secret_digest, self.open_channel,
                              self.probe_timeout)
         finally:  # settled whatever happens: a probe left pending would block every later one
-            refused = self.state.settle(accused, why_down)
+            refused = self.state.reports.settle(accused, why_down)
         if refused:
             log.warning("worker %d answers the coordinator (as the process that registered, "
                         "serving): report(s) by worker(s) %s that it is down refused, it stays "

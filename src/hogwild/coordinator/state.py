@@ -22,7 +22,6 @@ import numpy.typing as npt
 from hogwild.coordinator.checkpoint import Checkpoint
 from hogwild.coordinator.peer_reports import PeerReports
 from hogwild.coordinator.records import (
-    Accusation,
     AddressClaimed,
     Totals,
     WorkerRecord,
@@ -30,7 +29,8 @@ from hogwild.coordinator.records import (
     entries_of,
     records_from,
 )
-from hogwild.engine.tree import ancestors
+from hogwild.engine.tree import AppliedCounts
+from hogwild.engine.treeshape import ancestors
 from hogwild.errors import ClusterError, NotAllowed, NotReady, StaleOrUnknown
 from hogwild.model import kernels
 from hogwild.protocol.codec import DecodedDelta, DeltaHeader, check_values
@@ -98,6 +98,9 @@ class RunState:
         # stay routed around: the layout counts them dead, the run does not. Added under
         # this lock and the tree root's; read under either.
         self.detached: set[int] = set()
+        # Topology tree, async: per origin, the messages up the model holds (set by the tree
+        # root). Checked and recorded in apply_delta's critical section, with the apply.
+        self.tree_counts: AppliedCounts | None = None
 
     # ---------------------------------------------------------------- registration
 
@@ -368,6 +371,15 @@ class RunState:
             if fresh is None:
                 self.duplicates += 1
                 return False
+            counts = self.tree_counts
+            if counts is not None and h.covers:
+                # In this critical section, which applies the dead parent's messages too:
+                # one of them is either in the counts already or refused (its sender dead).
+                if h.resent and counts.holds(h.worker_id, h.covers):
+                    known = True
+                    counts.skipped.add((h.worker_id, h.seq, h.part))
+                if h.part == h.parts - 1:
+                    counts.record(h.worker_id, h.covers, not known, h.resent)
             if not known:
                 t0 = time.perf_counter()
                 result = kernels.apply_delta(self.w, self._empty, delta.indices, delta.values)
@@ -388,6 +400,20 @@ class RunState:
         if self.relay is not None:
             self.relay(delta, bool(fresh), version)
         return True
+
+    def take_tree_skipped(self, key: tuple[int, int, int]) -> bool:
+        """Topology tree, async: whether apply_delta took part ``key`` (sender, seq, part)
+        of a re-sent message as held already, not summed (said once per part)."""
+        with self._lock:
+            if self.tree_counts is None or key not in self.tree_counts.skipped:
+                return False
+            self.tree_counts.skipped.discard(key)
+            return True
+
+    def tree_applied(self, view: Callable[[AppliedCounts], dict[int, int]]) -> dict[int, int]:
+        """Topology tree, async: ``view`` of the per-origin counts the model holds."""
+        with self._lock:
+            return {} if self.tree_counts is None else view(self.tree_counts)
 
     def progress(self, run_id: str, worker_id: int, round_: int, examples: int,
                  train_loss: float, done: bool, max_staleness: int,
@@ -433,20 +459,6 @@ class RunState:
             self._drop(record, f"it reported its weights non-finite at round {round_}; {why}")
             self._lock.notify_all()
             return record.drops
-
-    def peer_down(self, run_id: str, reporter: int, peer: int, round_: int, reason: str,
-                  key: str | None = None) -> None:
-        """See :meth:`PeerReports.peer_down`."""
-        self.reports.peer_down(run_id, reporter, peer, round_, reason, key)
-
-    def accuse(self, run_id: str, reporter: int, peer: int, round_: int, reason: str,
-               key: str | None = None) -> Accusation | None:
-        """See :meth:`PeerReports.accuse`."""
-        return self.reports.accuse(run_id, reporter, peer, round_, reason, key)
-
-    def settle(self, accused: Accusation, why_down: str | None) -> list[int]:
-        """See :meth:`PeerReports.settle`."""
-        return self.reports.settle(accused, why_down)
 
     def _holding(self, record: WorkerRecord) -> tuple[int, int]:
         """(Lock held.) Which holder of its place ``record`` is: the place's generation and

@@ -27,6 +27,7 @@ everybody gets its deltas the same way.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +38,8 @@ import numpy.typing as npt
 from hogwild.coordinator.relay import _EMPTY, Sparse, StarRelay
 from hogwild.coordinator.state import RunState
 from hogwild.engine.sparse import merge_sparse
-from hogwild.engine.tree import COORDINATOR, ancestors, between, children, live_children
+from hogwild.engine.tree import DOWN_KEPT, AppliedCounts
+from hogwild.engine.treeshape import COORDINATOR, ancestors, between, children, live_children
 from hogwild.protocol.codec import DecodedDelta, DeltaHeader
 from hogwild.worker.sender import OutgoingDelta
 
@@ -71,9 +73,21 @@ class TreeRoot(StarRelay):
         # (from the counts every message up carries; told to everyone in the aggregates),
         # and the parts of re-sent messages it held already (sender, seq, part), which
         # check_round told the state not to apply and offer leaves out of the sums.
-        self._applied: dict[int, int] = {}
-        self._skip: set[tuple[int, int, int]] = set()
+        # Async: which messages up the model holds, per origin worker, is kept by the state
+        # (AppliedCounts), which checks a re-sent message against them and records an
+        # applied one's in the critical section of the apply: no message can be summed
+        # between the check and the record. Told to everyone in the aggregates.
+        if mode != "sync":
+            state.tree_counts = AppliedCounts()
         self.resent_applied = 0   # async: re-sent messages the model did not hold yet
+        # Async, downwards: per child, the aggregates sent it (a count, and the last
+        # DOWN_KEPT of them), and the orphans adopted around a dead child not yet caught up
+        # (the dead child, its kept aggregates, how many it was sent): each reports how far
+        # it got through the dead one and is sent the rest (TreeLinks.catch_up_async).
+        self._down_sent: dict[int, int] = {}
+        self._down_log: dict[int, deque[tuple[int, Sparse]]] = {}
+        self._async_via: dict[int, tuple[int, list[tuple[int, Sparse]], int]] = {}
+        self.async_caught = 0
 
     def _adopt(self) -> None:
         """(Holding the relay's lock.) The live children of dead children are children now
@@ -94,6 +108,10 @@ class TreeRoot(StarRelay):
                        if a in self._round and a not in self.state.detached]
             if self.mode == "sync" and through:
                 self._via[c] = self._round[through[0]]
+            elif through:
+                x = through[0]
+                self._async_via[c] = (x, list(self._down_log.get(x, ())),
+                                      self._down_sent.get(x, 0))
             log.warning("tree: worker %d re-attached to the coordinator", c)
         if fresh:
             # A new dict: closing and counting iterate the old one undisturbed.
@@ -111,9 +129,11 @@ class TreeRoot(StarRelay):
                     # message says what it lacks; _catch_up sends it); it tells the orphan
                     # that its parent died, if it does not know yet.
                     label = self._sent_round - (1 if c in self._via else 0)
-                    self.destinations[c].put_delta(OutgoingDelta(
+                    empty = OutgoingDelta(
                         max(label, self._before_first), False, sum(self._examples.values()),
-                        *_EMPTY, applied=self._applied_counts()))
+                        *_EMPTY, applied=self._applied_counts())
+                    self._stamp(c, empty)
+                    self.destinations[c].put_delta(empty)
                     self.aggregates += 1
 
     def check_round(self, worker_id: int, round_: int, header: DeltaHeader | None = None
@@ -127,14 +147,8 @@ class TreeRoot(StarRelay):
         super().check_round(worker_id, round_)
         with self._cond:
             if self.mode != "sync":
-                # Async: a re-sent message is held already if its sender's own count is
-                # covered (its dead parent passed it on): not applied twice.
-                if header is None or not header.resent:
-                    return False
-                count = dict(header.covers).get(worker_id, 0)
-                if 0 < count <= self._applied.get(worker_id, 0):
-                    self._skip.add((worker_id, header.seq, header.part))
-                    return True
+                # Async: the state tells a re-sent message held already (its dead parent
+                # passed it on) under its own lock, with the apply (AppliedCounts).
                 return False
             cut = self._via.get(worker_id)
             return cut is not None and round_ <= cut
@@ -161,20 +175,16 @@ class TreeRoot(StarRelay):
         with self._cond:
             self._adopt()
             if self.mode != "sync":
-                if (h.worker_id, h.seq, h.part) in self._skip:
-                    self._skip.discard((h.worker_id, h.seq, h.part))
+                if h.orphaned and h.part == h.parts - 1:
+                    self._catch_up_async(h.worker_id, h.orphan_heard)
+                if h.resent and self.state.take_tree_skipped((h.worker_id, h.seq, h.part)):
                     if complete:
                         self.replays_known += 1
                         self._round[h.worker_id] = max(self._round[h.worker_id], h.round)
                     self._cond.notify_all()
                     return
-                if complete and h.covers and not self._done:
-                    # In the model now (the state applied it): what it covers is applied.
-                    for origin, count in h.covers:
-                        if count > self._applied.get(origin, 0):
-                            self._applied[origin] = count
-                    if h.resent:
-                        self.resent_applied += 1
+                if complete and h.resent and not self._done:
+                    self.resent_applied += 1
             cut = self._via.get(h.worker_id)
             if cut is not None and not self._done:
                 self._behind.setdefault(h.worker_id, h.round - 1)
@@ -190,6 +200,45 @@ class TreeRoot(StarRelay):
                 if h.worker_id not in self._caught:
                     self._catch_up(h.worker_id)
             super().offer(delta, complete, version)
+
+    def _stamp(self, wid: int, aggregate: OutgoingDelta) -> None:
+        if self.mode == "sync":
+            return
+        index = self._down_sent[wid] = self._down_sent.get(wid, 0) + 1
+        aggregate.down_index = index
+        self._down_log.setdefault(wid, deque(maxlen=DOWN_KEPT)).append(
+            (index, (aggregate.indices, np.asarray(aggregate.values, dtype=np.float64))))
+
+    def _catch_up_async(self, wid: int, heard: int) -> None:
+        """(Holding the relay's lock.) Async: orphan ``wid`` reports that its dead parent's
+        sums held the aggregates sent the dead one up to count ``heard``: the ones after
+        (sums of the other subtrees, nothing of its own) are sent it now; those no longer
+        kept are counted and logged."""
+        entry = self._async_via.pop(wid, None)
+        if entry is None or self._done:
+            return
+        dead, kept, sent = entry
+        idx, val = _EMPTY
+        since = [(i, piece) for i, piece in kept if i > heard]
+        for _, piece in since:
+            idx, val = merge_sparse(idx, val, *piece)
+        first = kept[0][0] if kept else sent + 1
+        lost = max(0, min(first, sent + 1) - heard - 1)
+        if lost:
+            self.catch_up_missed += lost
+            log.warning("tree: worker %d missed %d aggregate(s) sent to its dead parent %d, "
+                        "which are no longer kept here: what they carried is lost to it",
+                        wid, lost, dead)
+        dest = self.destinations.get(wid)
+        if since and dest is not None:
+            aggregate = OutgoingDelta(self._sent_round, False, sum(self._examples.values()),
+                                      idx, val, applied=self._applied_counts())
+            self._stamp(wid, aggregate)
+            dest.put_delta(aggregate)
+            self.aggregates += 1
+        self.async_caught += 1
+        log.info("tree: worker %d had got %d of the %d aggregate(s) sent to its dead parent "
+                 "%d; sent the %d since", wid, heard, sent, dead, len(since))
 
     def _catch_up(self, wid: int) -> None:
         """(Holding the relay's lock.) Send orphan ``wid`` what it missed of the rounds
@@ -236,15 +285,19 @@ class TreeRoot(StarRelay):
         with self._cond:
             out: dict[str, Any] = {
                 "orphans_adopted": len(self._via), "resent_known": self.replays_known,
-                "orphans_caught_up": len(self._caught),
+                "orphans_caught_up": len(self._caught) + self.async_caught,
                 "catch_up_missed": self.catch_up_missed}
             if self.mode != "sync":
                 out["resent_applied"] = self.resent_applied
-                out["applied_up"] = {str(o): c for o, c in sorted(self._applied.items())}
+                out["applied_up"] = {
+                    str(o): c for o, c in self.state.tree_applied(AppliedCounts.tops).items()}
+                # How many of them: the largest count unless one in between is missing.
+                out["applied_count"] = {
+                    str(o): c for o, c in self.state.tree_applied(AppliedCounts.totals).items()}
             return out
 
     def _applied_counts(self) -> dict[int, int] | None:
-        return dict(self._applied) if self.mode != "sync" else None
+        return self.state.tree_applied(AppliedCounts.prefix) if self.mode != "sync" else None
 
     def _live(self) -> list[int]:
         self._adopt()

@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from hogwild.data.csr import CSRData
+from hogwild.data.hashsummary import encoding_lines
 from hogwild.data.labels import LabelMap, summarize_labels
 from hogwild.data.rcv1 import RCV1_FEATURES, read_lyrl2004
 from hogwild.data.split import shuffle_order
@@ -44,6 +45,18 @@ def describe(data: CSRData, labels: LabelMap | None = None) -> str:
     y = data.labels if labels is None or labels.classes is None else labels.decode(data.labels)
     return (f"{data.n_rows:,} rows x {data.n_features:,} features, {data.nnz:,} non-zeros "
             f"({per_row:.1f} per row), {summarize_labels(y)}")
+
+
+def data_lines(splits: Any, train_line: str | None = None) -> list[str]:
+    """The console's lines about a job's data: the train, validation and test rows
+    (``describe``; ``train_line`` instead for rows the job does not hold, e.g. a worker's
+    own), then the encoding of each CSV column."""
+    lines = [f"data: train {train_line or describe(splits.train, splits.labels)}",
+             f"      validation {describe(splits.val, splits.labels)}",
+             f"      test {describe(splits.test, splits.labels)}"]
+    if splits.hashing is not None:
+        lines += [f"      {line}" for line in encoding_lines(splits.hashing)]
+    return lines
 
 
 def load_source(spec: str, *, n_features: int | None = None, zero_based: bool = False,

@@ -43,7 +43,7 @@ from hogwild.engine.round import ModelNotFinite, RoundEngine
 from hogwild.engine.rules import ExchangeRules, barrier_ready, lag, may_start
 from hogwild.engine.sparse import sum_sparse
 from hogwild.engine.training import ThreadCursor, make_cursors, train_round
-from hogwild.engine.tree import children, parent
+from hogwild.engine.treeshape import children, parent
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRArrays
 from hogwild.model.losses import get_loss

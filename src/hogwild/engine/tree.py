@@ -1,12 +1,4 @@
-"""Topology tree: the k-ary heap layout and the sums a node owes each of its tree neighbours.
-
-Layout (k = ``tree_fanout``): the coordinator is the root; workers 0..k-1 are its children and
-worker i's children are k(i+1) .. k(i+1)+k-1, so worker i's parent is ``i // k - 1`` (-1: the
-coordinator). Every worker has one parent edge: n edges, depth about log_k(n).
-
-When a worker dies, each of its live children re-attaches to its nearest live ancestor
-(:func:`live_parent`; the coordinator at worst), computed by everyone from the layout and the
-set of dead workers, so both ends of every new edge agree without a coordinator round-trip.
+"""Topology tree: the sums a node owes each of its tree neighbours (the layout is treeshape's).
 
 Routing is flooding on that tree: whatever a node learns from one neighbour (the sum that
 neighbour's side of the tree produced) it owes to every other neighbour, and its own delta it
@@ -39,7 +31,6 @@ import numpy.typing as npt
 
 from hogwild.engine.sparse import merge_sparse
 
-COORDINATOR = -1   # the root of the tree, as a parent index
 # Sync: the messages sent to the parent that are kept until the parent's own messages say
 # they went past it (see TreeLinks.retained). Two at most in a healthy run (the parent's round
 # trails this node's by one at most); past this bound the oldest is let go, said once in the
@@ -57,88 +48,16 @@ EDGE_ROUNDS_KEPT = 4
 # let go, said once in the log and counted in ``retained_dropped``.
 ASYNC_SLACK_ROUNDS = 8
 
+# Async: the messages a node sent each child that are kept (index, sum), from which a child's
+# orphans are owed what it got from here and had not passed down when it died. Messages go
+# on at every round boundary and on arrival, so this spans a few seconds of a busy edge;
+# past it the oldest is let go, and an orphan that needed it is told so in the log and
+# counted (``catch_up_missed``).
+DOWN_KEPT = 64
+
 log = logging.getLogger("hogwild.worker")
 
 Sparse = tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]
-
-
-def parent(worker: int, k: int) -> int:
-    """Worker ``worker``'s parent: a worker id, or -1 for the coordinator."""
-    return worker // k - 1
-
-
-def children(node: int, k: int, n: int) -> list[int]:
-    """The children of ``node`` (a worker id, or -1 for the coordinator) among n workers."""
-    first = k * (node + 1)
-    return list(range(first, min(first + k, n)))
-
-
-def depth(worker: int, k: int) -> int:
-    """Edges between the coordinator and ``worker`` (1 for the coordinator's children)."""
-    d = 1
-    while (worker := parent(worker, k)) >= 0:
-        d += 1
-    return d
-
-
-def height(n: int, k: int) -> int:
-    """The depth of the deepest of n workers (0 without workers)."""
-    return depth(n - 1, k) if n > 0 else 0
-
-
-def live_parent(worker: int, k: int, dead: Iterable[int]) -> int:
-    """The nearest ancestor of ``worker`` not in ``dead`` (-1: the coordinator)."""
-    gone = set(dead)
-    p = parent(worker, k)
-    while p >= 0 and p in gone:
-        p = parent(p, k)
-    return p
-
-
-def live_children(node: int, k: int, n: int, dead: Iterable[int]) -> list[int]:
-    """The nearest descendants of ``node`` not in ``dead``: its children, a dead child
-    replaced by its own live children (recursively), ascending."""
-    gone = set(dead)
-    found: list[int] = []
-    todo = children(node, k, n)
-    while todo:
-        c = todo.pop()
-        if c in gone:
-            todo.extend(children(c, k, n))
-        else:
-            found.append(c)
-    return sorted(found)
-
-
-def ancestors(worker: int, k: int) -> list[int]:
-    """The workers between ``worker`` and the coordinator, nearest first."""
-    found = []
-    while (worker := parent(worker, k)) >= 0:
-        found.append(worker)
-    return found
-
-
-def between(a: int, b: int, k: int) -> list[int] | None:
-    """The workers strictly between ``a`` and ``b`` on their heap path (-1 is the
-    coordinator, everyone's ancestor) if one is an ancestor of the other; else None."""
-    up_a, up_b = [*ancestors(a, k), -1] if a >= 0 else [], [*ancestors(b, k), -1] if b >= 0 else []
-    if b in up_a:
-        return up_a[:up_a.index(b)]
-    if a in up_b:
-        return up_b[:up_b.index(a)]
-    return None
-
-
-def same_side(me: int, a: int, b: int, k: int) -> bool:
-    """Whether ``a`` and ``b`` (workers, or -1 for the coordinator) lie on the same side of
-    ``me``: through its parent (both above it), or through one child (on one path below it).
-    What came from one side is owed to the others only."""
-    if a == b:
-        return True
-    up = [*ancestors(me, k), -1] if me >= 0 else []
-    if a in up or b in up:
-        return a in up and b in up
-    return between(a, b, k) is not None and between(me, a, k) is not None
 
 
 class _Status(Protocol):
@@ -163,6 +82,12 @@ class Flush:
     # the edge (this node's own count included); to a child, the coordinator's applied counts.
     covers: dict[int, int] | None = None
     applied: dict[int, int] | None = None
+    # Async: to a child, this message's count on the edge and the largest count of the
+    # parent's messages this node holds; to a new parent, the orphan's report (see
+    # TreeLinks.orphaned).
+    down_index: int = 0
+    parent_heard: int = 0
+    orphan_heard: int | None = None
 
 
 @dataclass
@@ -246,19 +171,41 @@ class TreeLinks:
         self.applied: dict[int, int] = {}
         self.unconfirmed: list[Unconfirmed] = []
         self.resent_applied = 0   # async: re-sent messages from a child applied here
+        # Async, downwards: per child, the count of messages sent to it and the last
+        # DOWN_KEPT of them; ``parent_heard``, the largest count of the parent's messages
+        # to this node held here; ``parent_had``, the parent's own parent_heard in its last
+        # message (what this node got from two levels up through it). An orphan reports
+        # the latter to its new parent (``orphan_heard``) until it hears from it.
+        self.down_sent: dict[int, int] = {}
+        self._down_log: dict[int, deque[tuple[int, Sparse]]] = {}
+        self.parent_heard = 0
+        self.parent_had = 0
+        self.orphan_heard: int | None = None
+        # Async: adopted children in place of a dead child, not yet caught up: the dead
+        # child, the messages kept that were sent it, and how many were sent it in all.
+        self.async_orphans: dict[int, tuple[int, list[tuple[int, Sparse]], int]] = {}
+        self.caught_up = 0        # async: orphans owed what their dead parent had not passed
 
     @property
     def neighbours(self) -> list[int]:
         return list(self._owed)
 
-    def adopt(self, nbr: int, like: Iterable[int], orphan: bool = False) -> None:
+    def adopt(self, nbr: int, like: Iterable[int], orphan: bool = False,
+              async_orphan: bool = False) -> None:
         """A new neighbour (it replaces the dead ones ``like`` on its side of the tree): it is
         owed what they were owed and never got. ``orphan`` (sync): a new child in place of a
-        dead child, told apart until it is caught up (:meth:`arrived`)."""
+        dead child, told apart until it is caught up (:meth:`arrived`); ``async_orphan``:
+        the same in an async run, caught up on its report (:meth:`catch_up_async`)."""
         like = list(like)
         chunks = [c for old in like for c in self._owed.get(old, [])]
         self._owed.setdefault(nbr, []).extend(chunks)
         self.sent_round.setdefault(nbr, 0)
+        if async_orphan:
+            if len(like) == 1 and nbr not in self.async_orphans:
+                x = like[0]
+                self.async_orphans[nbr] = (x, list(self._down_log.get(x, ())),
+                                           self.down_sent.get(x, 0))
+            return
         dead = [old for old in like if old in self._heard or old in self._down]
         if orphan and len(dead) == 1 and nbr not in self.orphans:
             x = dead[0]
@@ -335,6 +282,8 @@ class TreeLinks:
         self._down.pop(nbr, None)
         self._heard.pop(nbr, None)
         self.orphans.pop(nbr, None)
+        self.async_orphans.pop(nbr, None)
+        self._down_log.pop(nbr, None)
         self.sent_round.pop(nbr, None)
         self.closed.discard(nbr)
 
@@ -426,11 +375,16 @@ class TreeLinks:
             self.unconfirmed.append(Unconfirmed(self.sent_up, f.round, f.covers, f.indices,
                                                 np.asarray(f.values, dtype=np.float64)))
             self._bound(f.round)
+            f.orphan_heard = self.orphan_heard
             if f.final:
                 log.info("tree: final message to the parent: %d message(s) up in all",
                          self.sent_up)
         else:
             f.applied = dict(self.applied)
+            f.down_index = self.down_sent[f.neighbour] = self.down_sent.get(f.neighbour, 0) + 1
+            f.parent_heard = self.parent_heard
+            self._down_log.setdefault(f.neighbour, deque(maxlen=DOWN_KEPT)).append(
+                (f.down_index, (f.indices, np.asarray(f.values, dtype=np.float64))))
         return f
 
     def _bound(self, newest: int) -> None:
@@ -445,11 +399,16 @@ class TreeLinks:
                             "if the parent dies now)", keep)
 
     def heard(self, sender: int, covers: Iterable[tuple[int, int]],
-              applied: Iterable[tuple[int, int]]) -> None:
-        """Async: the last part of a message from ``sender`` arrived (and was owed on):
-        a child's counts are held here now; the parent's says what the coordinator applied,
-        and this node's messages it covers are let go."""
+              applied: Iterable[tuple[int, int]], down_index: int = 0,
+              parent_heard: int = 0) -> None:
+        """Async: the last part of a message from ``sender`` arrived (and is owed on under
+        the same lock): a child's counts are held here now; the parent's says what the
+        coordinator applied (this node's messages it covers are let go) and how far down
+        the edges above its sums reach."""
         if sender == self.parent:
+            self.parent_heard = max(self.parent_heard, down_index)
+            self.parent_had = max(self.parent_had, parent_heard)
+            self.orphan_heard = None  # the new parent answered: it has the report
             merge_counts(self.applied, applied)
             done = self.applied.get(self.me, 0) if self.me is not None else 0
             self.unconfirmed = [u for u in self.unconfirmed if u.index > done]
@@ -461,6 +420,35 @@ class TreeLinks:
         held here already: the dead parent passed it on (its own count is covered)."""
         count = dict(covers).get(sender, 0)
         return 0 < count <= self.covers.get(sender, 0)
+
+    def orphaned(self) -> None:
+        """Async, the parent died: report to the next one how far this node got its
+        messages through the dead one (see TreeLinks.catch_up_async); the new edge's
+        counts start afresh."""
+        self.orphan_heard = self.parent_had
+        self.parent_heard = self.parent_had = 0
+
+    def catch_up_async(self, nbr: int, heard: int) -> None:
+        """Async: orphan ``nbr`` reports that its dead parent's sums held this node's
+        messages to the dead one up to count ``heard``: it is owed the ones after (they
+        carry nothing of its own side). Those no longer kept are counted and logged."""
+        entry = self.async_orphans.pop(nbr, None)
+        if entry is None:
+            return
+        dead, kept, sent = entry
+        pieces = [piece for index, piece in kept if index > heard]
+        first = kept[0][0] if kept else sent + 1
+        lost = max(0, min(first, sent + 1) - heard - 1)
+        if lost:
+            self.catch_up_missed += lost
+            log.warning("tree: worker %d missed %d message(s) sent to its dead parent %d, "
+                        "which are no longer kept here: what they carried is lost to it",
+                        nbr, lost, dead)
+        if pieces and nbr in self._owed and nbr not in self.closed:
+            self._owed[nbr].extend(pieces)
+        self.caught_up += 1
+        log.info("tree: worker %d had got %d of the %d message(s) sent to its dead parent %d;"
+                 " owed the %d since", nbr, heard, sent, dead, len(pieces))
 
     def resend(self) -> list[Unconfirmed]:
         """Async, the parent died: this node's messages the coordinator has not applied,
@@ -516,3 +504,67 @@ def _by_round(log_: Iterable[tuple[int, Sparse]]) -> dict[int, list[Sparse]]:
     for r, piece in log_:
         out.setdefault(r, []).append(piece)
     return out
+
+
+class AppliedCounts:
+    """Async, at the coordinator: per origin worker, which of its messages up the global
+    model holds, as disjoint ranges of its counts (1-based, inclusive). Kept by RunState
+    under its lock, in the critical section that applies a message: a re-sent message is
+    taken as held and the counts of an applied one are recorded atomically with the apply,
+    so no message of a dead parent can slip in between and get summed twice."""
+
+    def __init__(self) -> None:
+        self.ranges: dict[int, list[tuple[int, int]]] = {}
+        # Per sender, the largest count of each origin its messages carried: a message
+        # holds, per origin, the counts above the last one its edge carried.
+        self._edge: dict[int, dict[int, int]] = {}
+        self.skipped: set[tuple[int, int, int]] = set()   # (sender, seq, part) held already
+
+    def highest(self, origin: int) -> int:
+        spans = self.ranges.get(origin)
+        return spans[-1][1] if spans else 0
+
+    def holds(self, sender: int, covers: Iterable[tuple[int, int]]) -> bool:
+        """Whether the message of ``sender`` with these counts is in the model already
+        (its sender's own count is)."""
+        count = dict(covers).get(sender, 0)
+        return count > 0 and any(lo <= count <= hi for lo, hi in self.ranges.get(sender, ()))
+
+    def record(self, sender: int, covers: Iterable[tuple[int, int]], applied: bool,
+               resent: bool = False) -> None:
+        """The last part of a message from ``sender`` carrying ``covers`` went in
+        (``applied``: summed now; else held already): what it holds is held."""
+        edge = self._edge.setdefault(sender, {})
+        for origin, count in covers:
+            # Per origin, what its edge did not carry before (a new edge: what is not held
+            # yet); messages queued together went as one. A re-sent message goes alone:
+            # it holds one count of its sender's own.
+            low = (count - 1 if resent and origin == sender
+                   else edge.get(origin, self.highest(origin)))
+            if applied and count > low:
+                self._add(origin, low + 1, count)
+            edge[origin] = max(edge.get(origin, 0), count)
+
+    def _add(self, origin: int, lo: int, hi: int) -> None:
+        spans = sorted([*self.ranges.get(origin, []), (lo, hi)])
+        merged: list[tuple[int, int]] = []
+        for a, b in spans:
+            if merged and a <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        self.ranges[origin] = merged
+
+    def tops(self) -> dict[int, int]:
+        """Per origin, the largest count held."""
+        return {o: s[-1][1] for o, s in sorted(self.ranges.items()) if s}
+
+    def prefix(self) -> dict[int, int]:
+        """Per origin, the count up to which every message is held: what the aggregates
+        tell the workers, which let go of what it covers (a message past a gap stays
+        kept, to be re-sent if its parent dies)."""
+        return {o: s[0][1] for o, s in sorted(self.ranges.items()) if s and s[0][0] == 1}
+
+    def totals(self) -> dict[int, int]:
+        """Per origin, how many of its counts are held (the largest one, without gaps)."""
+        return {o: sum(b - a + 1 for a, b in s) for o, s in sorted(self.ranges.items())}

@@ -18,7 +18,7 @@ from hogwild.data.conflicts import warmup as warmup_conflicts
 from hogwild.data.labels import MULTICLASS, LabelMap, check_class_labels
 from hogwild.data.memory import PER_ID, ids_blamed
 from hogwild.data.reorder import frequency_order, renumber, to_internal
-from hogwild.data.sources import default_test_source, describe, load_source_hashed
+from hogwild.data.sources import data_lines, default_test_source, load_source_hashed
 from hogwild.data.split import split_shuffled
 from hogwild.engine.stopping import EarlyStopping
 from hogwild.errors import ConfigError, DataError, ModelError, OutputError, TrainingDiverged
@@ -326,14 +326,8 @@ def _train(settings: Settings, console: Console, started: float,
     splits = load_splits(settings)
     loaded = time.perf_counter()
     say = console.say
-    say(f"data: train {describe(splits.train, splits.labels)}")
-    say(f"      validation {describe(splits.val, splits.labels)}")
-    say(f"      test {describe(splits.test, splits.labels)}")
-    if splits.hashing is not None:
-        from hogwild.data.hashsummary import encoding_lines
-
-        for line in encoding_lines(splits.hashing):
-            say(f"      {line}")
+    for line in data_lines(splits):
+        say(line)
     conflicts_line, conflicts = startup_report(splits.train, threads=settings.threads,
                                                load_seconds=loaded - started, seed=settings.seed)
     # The theory's bound for threads sharing one process: no setting of this command acts

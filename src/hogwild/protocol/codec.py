@@ -131,6 +131,13 @@ class DeltaHeader:
     covers: tuple[tuple[int, int], ...] = ()
     resent: bool = False
     applied: tuple[tuple[int, int], ...] = ()
+    # Topology tree, async, downwards (see engine/tree.py): the sender's count of messages to
+    # this child, and the largest such count of its own parent's it holds; an orphan's report
+    # of the last one it heard through its dead parent.
+    down_index: int = 0
+    parent_heard: int = 0
+    orphaned: bool = False
+    orphan_heard: int = 0
 
 
 @dataclass(frozen=True)
@@ -377,7 +384,9 @@ def decode_delta(message: pb.Delta, dim: int | None = None,
                          int(message.seq), declared, int(message.part), int(message.parts),
                          bool(message.final), int(message.examples),
                          _origin_counts(message.covers, "covers"), bool(message.resent),
-                         _origin_counts(message.applied, "applied"))
+                         _origin_counts(message.applied, "applied"),
+                         int(message.down_index), int(message.parent_heard),
+                         bool(message.orphaned), int(message.orphan_heard))
     return DecodedDelta(header, idx, val, dense=bool(message.dense))
 
 

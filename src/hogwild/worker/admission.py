@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hogwild.engine.tree import depth
+from hogwild.engine.treeshape import depth
 from hogwild.errors import StaleOrUnknown
 from hogwild.protocol import pb
 from hogwild.protocol.codec import DecodedDelta, decode_delta

@@ -27,7 +27,8 @@ import numpy as np
 from hogwild.config import Settings
 from hogwild.engine.round import RoundEngine
 from hogwild.engine.rules import ExchangeRules
-from hogwild.engine.tree import Flush, TreeLinks, between, live_children, live_parent, same_side
+from hogwild.engine.tree import Flush, TreeLinks
+from hogwild.engine.treeshape import between, live_children, live_parent, same_side
 from hogwild.errors import ClusterError, DataError, InvalidMessage, NotAllowed, StaleOrUnknown
 from hogwild.model.arrays import CSRArrays, csr_arrays
 from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, choose_hot_features
@@ -241,8 +242,10 @@ class WorkerNode:
             for y in added:
                 address = now[y]
                 # Sync: a child in place of a dead child is caught up (TreeLinks.arrived).
+                child = y != self._tree_parent(plan)
                 tree.adopt(y, [x for x in gone if tree.same_side(x, y)],
-                           orphan=plan.mode == "sync" and y != self._tree_parent(plan))
+                           orphan=plan.mode == "sync" and child,
+                           async_orphan=plan.mode != "sync" and child)
                 self.inbox.add(y, address)
                 if y != COORDINATOR_SENDER_ID and self.destinations:
                     fresh_dests[y] = self._peer_destination(plan, y, address)
@@ -521,7 +524,9 @@ class WorkerNode:
         if dest is None:  # a bug: what was taken would be lost
             raise ClusterError(f"tree: no destination for neighbour {f.neighbour}")
         dest.put_delta(OutgoingDelta(f.round, f.final, self.examples, f.indices, f.values,
-                                     covers=f.covers, applied=f.applied))
+                                     covers=f.covers, applied=f.applied,
+                                     down_index=f.down_index, parent_heard=f.parent_heard,
+                                     orphan_heard=f.orphan_heard))
         self.deltas_sent += 1
 
     def _tree_wait(self, plan: RunPlan, ready: Callable[[dict[int, PeerStatus]], bool],
