@@ -6,12 +6,11 @@ the orphans are sent the aggregates their dead parent had not passed down."""
 from __future__ import annotations
 
 import re
-import signal
 from pathlib import Path
 
 import pytest
 
-from .helpers import PROGRESS_ROW, Cluster, read_metrics, reuters_settings
+from .helpers import Cluster, tree_run_with_a_death
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
@@ -21,19 +20,9 @@ FINAL = re.compile(r"tree: final message to the parent: (\d+) message\(s\) up in
 
 def test_tree_async_orphans_lose_nothing(cluster: Cluster, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    cluster.start(N, mode="async", topology="tree", **reuters_settings(
-        out, epochs=1_000_000, time_budget=5, barrier_timeout=2, rpc_timeout=5,
-        eval_interval=0.3, tree_fanout=K))
-    assert cluster.coordinator is not None
-    ids = cluster.worker_ids(60)
-    cluster.coordinator.wait_for(PROGRESS_ROW, 60)  # training is under way
-    ids[VICTIM].proc.send_signal(signal.SIGKILL)
-    assert cluster.coordinator.wait(60) == 0, cluster.output()
-    for wid, proc in ids.items():
-        if wid != VICTIM:
-            assert proc.wait(30) == 0, cluster.output()
-    metrics = read_metrics(out)
-    assert metrics["dropped_workers"] == [VICTIM]
+    ids, metrics = tree_run_with_a_death(cluster, out, mode="async", workers=N,
+                                         fanout=K, victim=VICTIM, time_budget=5,
+                                         timeout=60)
     recovery = metrics["tree_recovery"]
     for wid in ORPHANS:
         text = ids[wid].output()
@@ -50,6 +39,7 @@ def test_tree_async_orphans_lose_nothing(cluster: Cluster, tmp_path: Path) -> No
     victim = str(VICTIM)
     assert recovery["applied_count"][victim] == recovery["applied_up"][victim], recovery
     # Downwards: each orphan was sent what its dead parent had not passed down to it.
+    assert cluster.coordinator is not None
     coordinator = cluster.coordinator.output()
     for wid in ORPHANS:
         assert re.search(rf"tree: worker {wid} had got \d+ of the \d+ aggregate\(s\) sent "

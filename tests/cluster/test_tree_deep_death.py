@@ -6,13 +6,12 @@ equal to the coordinator's model. Async: worker 6 is caught up by worker 0."""
 from __future__ import annotations
 
 import re
-import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from .helpers import PROGRESS_ROW, Cluster, published, read_metrics, reuters_settings
+from .helpers import Cluster, published, tree_run_with_a_death
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -23,19 +22,9 @@ FINAL = re.compile(r"tree: final message to the parent: (\d+) message\(s\) up in
 def test_tree_sync_orphan_of_a_deeper_death_loses_nothing(cluster: Cluster,
                                                            tmp_path: Path) -> None:
     out = tmp_path / "out"
-    cluster.start(N, mode="sync", topology="tree", **reuters_settings(
-        out, epochs=1_000_000, time_budget=6, barrier_timeout=2, rpc_timeout=5,
-        eval_interval=0.3, tree_fanout=K))
-    assert cluster.coordinator is not None
-    ids = cluster.worker_ids(120)
-    cluster.coordinator.wait_for(PROGRESS_ROW, 300)  # training is under way
-    ids[VICTIM].proc.send_signal(signal.SIGKILL)
-    assert cluster.coordinator.wait(120) == 0, cluster.output()
-    for wid, proc in ids.items():
-        if wid != VICTIM:
-            assert proc.wait(30) == 0, cluster.output()
-    metrics = read_metrics(out)
-    assert metrics["dropped_workers"] == [VICTIM]
+    ids, metrics = tree_run_with_a_death(cluster, out, mode="sync", workers=N,
+                                         fanout=K, victim=VICTIM, time_budget=6,
+                                         timeout=120)
     assert "tree: re-attached around worker(s) 2: parent 0" in ids[ORPHAN].output(), \
         ids[ORPHAN].output()
     survivors = sorted(s["worker_id"] for s in metrics["worker_states"])
@@ -55,19 +44,9 @@ def test_tree_async_orphan_of_a_deeper_death_is_caught_up(cluster: Cluster,
     # 0 owes it what it had sent worker 2 that 2 had not passed down; the coordinator ends
     # holding every message every survivor sent up, without a gap.
     out = tmp_path / "out"
-    cluster.start(N, mode="async", topology="tree", **reuters_settings(
-        out, epochs=1_000_000, time_budget=6, barrier_timeout=2, rpc_timeout=5,
-        eval_interval=0.3, tree_fanout=K))
-    assert cluster.coordinator is not None
-    ids = cluster.worker_ids(120)
-    cluster.coordinator.wait_for(PROGRESS_ROW, 300)  # training is under way
-    ids[VICTIM].proc.send_signal(signal.SIGKILL)
-    assert cluster.coordinator.wait(120) == 0, cluster.output()
-    for wid, proc in ids.items():
-        if wid != VICTIM:
-            assert proc.wait(30) == 0, cluster.output()
-    metrics = read_metrics(out)
-    assert metrics["dropped_workers"] == [VICTIM]
+    ids, metrics = tree_run_with_a_death(cluster, out, mode="async", workers=N,
+                                         fanout=K, victim=VICTIM, time_budget=6,
+                                         timeout=120)
     parent = ids[0].output()
     assert re.search(rf"tree: worker {ORPHAN} had got \d+ of the \d+ message\(s\) sent to "
                      rf"its dead parent {VICTIM}; owed the \d+ since", parent), parent

@@ -7,16 +7,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import grpc
 import numpy as np
 
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.tree_root import TreeRoot
 from hogwild.engine.tree import ASYNC_SLACK_ROUNDS, DOWN_KEPT, TreeLinks
 from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.worker.sender import Destination, OutgoingDelta, _mark
+from hogwild.worker.sender import OutgoingDelta, _mark
 
-DIM = 10
+from .tree_roots import DIM, root_of_four
 
 
 def _send(state: RunState, wid: int, seq: int, entries: dict[int, float],
@@ -34,23 +33,7 @@ def _send(state: RunState, wid: int, seq: int, entries: dict[int, float],
 
 
 def _root(monkeypatch: Any) -> tuple[RunState, TreeRoot, dict[int, list[OutgoingDelta]]]:
-    """4 workers, fan-out 2, async: the root's children are 0 and 1; 2 and 3 are 0's."""
-    sent: dict[int, list[OutgoingDelta]] = {w: [] for w in range(4)}
-
-    def capture(self: Destination, delta: OutgoingDelta) -> None:
-        sent[self.dest_id].append(delta)
-
-    monkeypatch.setattr(Destination, "put_delta", capture)
-    state = RunState(4)
-    for w in range(4):
-        state.register(f"127.0.0.1:{9 + w}", 1)
-    state.start_model(DIM)
-    state.tree_fanout = 2
-    root = TreeRoot(state, {w: f"127.0.0.1:{9 + w}" for w in range(4)}, DIM, "async",
-                    barrier_timeout=30.0, rpc_timeout=1.0, chunk_bytes=1 << 20,
-                    open_channel=lambda wid, address: grpc.insecure_channel(address), fanout=2)
-    root.start()
-    return state, root, sent
+    return root_of_four(monkeypatch, "async")
 
 
 def test_root_applies_each_contribution_of_an_orphan_once(monkeypatch: Any) -> None:

@@ -8,16 +8,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import grpc
 import numpy as np
 
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.tree_root import TreeRoot
 from hogwild.engine.tree import RETAINED_MAX, TreeLinks
 from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.worker.sender import Destination, OutgoingDelta
+from hogwild.worker.sender import OutgoingDelta
 
-DIM = 10
+from .tree_roots import DIM, root_of_four
 
 
 def _send(state: RunState, wid: int, seq: int, round_: int, entries: dict[int, float]) -> None:
@@ -35,23 +34,7 @@ def _dense(delta: OutgoingDelta) -> np.ndarray:
 
 
 def _root(monkeypatch: Any) -> tuple[RunState, TreeRoot, dict[int, list[OutgoingDelta]]]:
-    """4 workers, fan-out 2: the root's children are 0 and 1; 2 and 3 are 0's."""
-    sent: dict[int, list[OutgoingDelta]] = {w: [] for w in range(4)}
-
-    def capture(self: Destination, delta: OutgoingDelta) -> None:
-        sent[self.dest_id].append(delta)
-
-    monkeypatch.setattr(Destination, "put_delta", capture)
-    state = RunState(4)
-    for w in range(4):
-        state.register(f"127.0.0.1:{9 + w}", 1)
-    state.start_model(DIM)
-    state.tree_fanout = 2
-    root = TreeRoot(state, {w: f"127.0.0.1:{9 + w}" for w in range(4)}, DIM, "sync",
-                    barrier_timeout=30.0, rpc_timeout=1.0, chunk_bytes=1 << 20,
-                    open_channel=lambda wid, address: grpc.insecure_channel(address), fanout=2)
-    root.start()
-    return state, root, sent
+    return root_of_four(monkeypatch, "sync")
 
 
 def _until(check: Any) -> None:

@@ -1,0 +1,35 @@
+"""A coordinator's tree root over 4 workers (fan-out 2), its sends captured, for the tree tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from hogwild.coordinator.state import RunState
+from hogwild.coordinator.tree_root import TreeRoot
+from hogwild.worker.sender import Destination, OutgoingDelta
+
+DIM = 10
+
+
+def root_of_four(monkeypatch: Any, mode: str
+                 ) -> tuple[RunState, TreeRoot, dict[int, list[OutgoingDelta]]]:
+    """4 workers, fan-out 2: the root's children are 0 and 1; 2 and 3 are 0's. Returns the
+    run state, the started root and what it sent each worker (nothing goes on the wire)."""
+    sent: dict[int, list[OutgoingDelta]] = {w: [] for w in range(4)}
+
+    def capture(self: Destination, delta: OutgoingDelta) -> None:
+        sent[self.dest_id].append(delta)
+
+    monkeypatch.setattr(Destination, "put_delta", capture)
+    state = RunState(4)
+    for w in range(4):
+        state.register(f"127.0.0.1:{9 + w}", 1)
+    state.start_model(DIM)
+    state.tree_fanout = 2
+    root = TreeRoot(state, {w: f"127.0.0.1:{9 + w}" for w in range(4)}, DIM, mode,
+                    barrier_timeout=30.0, rpc_timeout=1.0, chunk_bytes=1 << 20,
+                    open_channel=lambda wid, address: grpc.insecure_channel(address), fanout=2)
+    root.start()
+    return state, root, sent
