@@ -32,12 +32,41 @@ def _env(simulator: bool) -> dict[str, str]:
     return env
 
 
+# numba's CUDA simulator hands out a block's shared array with an unlocked check-then-create
+# (FakeCUDAShared.array: dict get, np.empty, dict set): two simulated threads of one block that
+# reach it at once can each get an array of their own, and then the lanes of a warp add up
+# different partial sums. A short switch interval on a loaded machine makes that happen (seen
+# once, as one warp's model 0.39 away from the CPU's). The same allocation under a lock:
+_LOCKED_SHARED = """
+import sys, threading, traceback
+import numpy as np
+from numba.core import types
+from numba.np import numpy_support
+from numba.cuda.simulator import kernelapi
+_shared_lock = threading.Lock()
+_unlocked_array = kernelapi.FakeCUDAShared.array
+def _locked_array(self, shape, dtype):
+    if shape == 0:
+        return _unlocked_array(self, shape, dtype)
+    if isinstance(dtype, types.Type):
+        dtype = numpy_support.as_dtype(dtype)
+    caller = tuple(traceback.extract_stack(sys._getframe(1), limit=1)[-1])[0:2]
+    with _shared_lock:
+        res = self._allocations.get(caller)
+        if res is None:
+            res = self._allocations[caller] = np.empty(shape, dtype)
+    return res
+kernelapi.FakeCUDAShared.array = _locked_array
+"""
+
+
 def simulate(code: str) -> Any:
     """Run ``code`` under the CUDA simulator in a fresh Python; it prints one JSON value last.
 
     The simulator runs each GPU thread as a Python thread that meets the others at every
     barrier: a short GIL switch interval makes those meetings quick (seconds, not minutes)."""
-    probe = "import sys\nsys.setswitchinterval(1e-5)\n" + textwrap.dedent(code)
+    probe = ("import sys\nsys.setswitchinterval(1e-5)\n" + _LOCKED_SHARED
+             + textwrap.dedent(code))
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env=_env(simulator=True), timeout=300, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -149,7 +178,11 @@ def test_settings_choose_the_device_and_refuse_what_a_gpu_does_not_train() -> No
 
 
 def _train(args: list[str], tmp_path: Path, simulator: bool) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*HOGWILD, "train", "--out-dir", str(tmp_path / "runs"), *args],
+    # Under the simulator, with its shared arrays handed out under a lock (see above).
+    command = ([sys.executable, "-c", "import sys\nsys.setswitchinterval(1e-5)\n"
+                + _LOCKED_SHARED + "from hogwild.cli import main\nsys.exit(main())"]
+               if simulator else HOGWILD)
+    return subprocess.run([*command, "train", "--out-dir", str(tmp_path / "runs"), *args],
                           capture_output=True, text=True, env=_env(simulator), timeout=300,
                           cwd=tmp_path, check=False)
 

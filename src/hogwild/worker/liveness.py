@@ -137,6 +137,13 @@ class Liveness:
                 return
             node._leave_to_rejoin(f"the coordinator is unreachable ({why})")
             return
+        status = node.inbox.snapshot().get(dest_id)
+        if status is not None and status.final:
+            # It sent its final delta: it is done, and may leave once the coordinator has its
+            # state; what this worker still had for it changes nothing of the run, so this is
+            # no fault to report (a report would have it dropped after it finished).
+            log.info("peer %d finished and left (%s); nothing more is sent to it", dest_id, why)
+            return
         node._drop_peer(dest_id, node.rounds, f"unreachable: {why}")
 
     def on_rejected(self, dest_id: int, rpc: str, code: grpc.StatusCode, details: str) -> None:
