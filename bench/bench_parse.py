@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from hogwild.data import make_rcv1_like, read_svmlight, write_svmlight
-from hogwild.data.svmlight import read_bytes
+from hogwild.data.svmlight import read_bytes, read_svmlight, write_svmlight
+from hogwild.data.synthetic import make_rcv1_like
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data"

@@ -33,8 +33,8 @@ from common import (
     timed,
     wait_for_quiet,
 )
-from hogwild.data import load_source
 from hogwild.data.csr import CSRData
+from hogwild.data.sources import load_source
 from hogwild.model import scoring
 from hogwild.model.trainer import Trainer, TrainParams
 

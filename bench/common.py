@@ -229,7 +229,7 @@ def machine_line() -> str:
 # --------------------------------------------------------------------------------------
 def csr_from_arrays(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
                     labels: np.ndarray, n_features: int) -> Any:
-    """A ``hogwild.data.CSRData`` holding the arrays."""
+    """A ``hogwild.data.csr.CSRData`` holding the arrays."""
     from hogwild.data.csr import CSRData
 
     return CSRData(indptr, indices, values, labels, n_features)

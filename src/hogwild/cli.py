@@ -242,7 +242,7 @@ _WITHOUT_SETTINGS: dict[str, Callable[[argparse.Namespace, Mapping[str, str]], i
 # The module each command imports first (numpy, numba, grpc, ...): loaded as long-lived
 # objects when the command is the whole process (see hogwild.runtime.startup).
 _HEAVY_MODULES = {
-    "train": "hogwild.inprocess.local", "coordinator": "hogwild.coordinator", "worker": "hogwild.worker",
+    "train": "hogwild.inprocess.local", "coordinator": "hogwild.coordinator.server", "worker": "hogwild.worker",
     "predict": "hogwild.commands.predict", "eval": "hogwild.commands.predict",
 }
 # Commands that draw the loss plot: as the whole process they start its helper before their

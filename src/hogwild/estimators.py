@@ -515,7 +515,7 @@ def run_cluster(X: Any, y: Any = None, *, workers: int = 2, threads: int = 1,
     temporary directory removed afterwards); ``verbose`` shows the processes' output as it
     comes. RuntimeError with the run's last output lines when the run fails."""
     from hogwild import config
-    from hogwild.data import write_svmlight
+    from hogwild.data.svmlight import write_svmlight
     from hogwild.runtime.launcher import run_local
 
     with tempfile.TemporaryDirectory(prefix="hogwild-cluster-") as tmp:

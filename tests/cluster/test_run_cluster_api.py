@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 from hogwild import HogwildClassifier, HogwildRegressor, run_cluster
-from hogwild.data import load_source
+from hogwild.data.sources import load_source
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 

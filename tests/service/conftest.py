@@ -11,8 +11,8 @@ import pytest
 
 from hogwild import config
 from hogwild.config import Settings
-from hogwild.coordinator import RunState
-from hogwild.coordinator import create_server as create_coordinator
+from hogwild.coordinator.server import create_server as create_coordinator
+from hogwild.coordinator.state import RunState
 from hogwild.protocol import pb_grpc
 from hogwild.protocol.health import HealthReporter
 from hogwild.protocol.security import Security

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hogwild.cli import build_parser, main
-from hogwild.data import load_source
+from hogwild.data.sources import load_source
 from hogwild.model.evaluation import evaluate
 from hogwild.model.losses import get_loss
 from hogwild.outputs import artifacts

@@ -15,8 +15,8 @@ from hogwild.cli import build_parser, main, settings_from_args
 from hogwild.commands.certs import host_names
 from hogwild.commands.certs import main as certs_main
 from hogwild.commands.hash_csv import hash_command
-from hogwild.data import load_source
 from hogwild.data.encodings import HashOptions
+from hogwild.data.sources import load_source
 from hogwild.inprocess.common import duration
 
 

@@ -13,7 +13,6 @@ import pytest
 
 from hogwild.cli import main
 from hogwild.commands.analyze import analyze_command
-from hogwild.data import CSRData, make_rcv1_like, make_seed000
 from hogwild.data.conflicts import (
     analyze_conflicts,
     quick_conflicts,
@@ -21,6 +20,8 @@ from hogwild.data.conflicts import (
     startup_report,
     summary_line,
 )
+from hogwild.data.csr import CSRData
+from hogwild.data.synthetic import make_rcv1_like, make_seed000
 
 
 def from_supports(supports: list[list[int]], n_features: int) -> CSRData:

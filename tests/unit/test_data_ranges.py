@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild.data import make_rcv1_like
 from hogwild.data.ranges import (
     DIGEST_CHUNK,
     FilePlan,
@@ -23,6 +22,7 @@ from hogwild.data.ranges import (
     split_u,
 )
 from hogwild.data.svmlight import parse_file
+from hogwild.data.synthetic import make_rcv1_like
 from hogwild.data.textsource import TextFile, canonical, is_url, local_source_error
 from hogwild.errors import DataError, DataFormatError, InvalidMessage
 from hogwild.protocol.localstream import local_chunks, local_source, receive_local

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hogwild.data import make_regression
 from hogwild.data.sources import load_source
+from hogwild.data.synthetic import make_regression
 from hogwild.errors import DataError
-from hogwild.model import Trainer, TrainParams, evaluate
+from hogwild.model.evaluation import evaluate
+from hogwild.model.trainer import Trainer, TrainParams
 
 
 def test_rows_are_sparse_unit_norm_and_reproducible() -> None:

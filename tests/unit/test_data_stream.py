@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from hogwild.config import Settings
-from hogwild.data import load_source, stream, textblocks
+from hogwild.data import stream, textblocks
 from hogwild.data.csr import CSRData
 from hogwild.data.reorder import frequency_order, renumber
+from hogwild.data.sources import load_source
 from hogwild.data.split import shuffle_order, split_shuffled, train_val_test_split
 from hogwild.data.svmlight import parse_svmlight_buffer, read_svmlight
 from hogwild.errors import DataError, DataFormatError

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 from hogwild import HogwildClassifier, HogwildRegressor
 from hogwild.config import Settings
-from hogwild.data import load_source
+from hogwild.data.sources import load_source
 
 # The regressor's deliberate departures from the schema (squared-loss steps scale with |x|^2).
 _REGRESSOR_OWN = {"loss": "squared", "learning_rate": 0.05}

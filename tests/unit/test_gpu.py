@@ -77,7 +77,7 @@ def simulate(code: str) -> Any:
 _SETUP = """
 import json
 import numpy as np
-from hogwild.data import make_rcv1_like
+from hogwild.data.synthetic import make_rcv1_like
 from hogwild.model.gpu import GPUTrainer, cuda_device
 from hogwild.model.trainer import Trainer, TrainParams
 """
@@ -232,7 +232,7 @@ def test_cpu_runs_and_version_never_import_numba_cuda() -> None:
         from hogwild import config
         from hogwild.cli import main
         from hogwild.inprocess.local import make_trainer, model_spec
-        from hogwild.data import make_rcv1_like
+        from hogwild.data.synthetic import make_rcv1_like
         with contextlib.redirect_stdout(io.StringIO()):
             try:
                 main(["--version"])

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from hogwild.cli import main
-from hogwild.data import write_svmlight
 from hogwild.data.csr import CSRData
+from hogwild.data.svmlight import write_svmlight
 from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
 

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from hogwild.errors import DataError
-from hogwild.model import check_weights, csr_arrays, evaluate, get_loss, new_weights, predict
+from hogwild.model.arrays import check_weights, csr_arrays, new_weights
+from hogwild.model.evaluation import evaluate, predict
+from hogwild.model.losses import get_loss
 
 from .rows import Rows
 

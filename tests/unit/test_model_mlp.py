@@ -12,15 +12,18 @@ import numpy as np
 import pytest
 
 from hogwild import config
-from hogwild.data import load_source
 from hogwild.data.reorder import frequency_order, renumber
+from hogwild.data.sources import load_source
 from hogwild.data.split import permute
 from hogwild.errors import ConfigError, InvalidMessage, ModelError
 from hogwild.inprocess.local import train_job
-from hogwild.model import Trainer, TrainParams, evaluate, get_loss, mlp_kernels, predict
+from hogwild.model import mlp_kernels
+from hogwild.model.evaluation import evaluate, predict
+from hogwild.model.losses import get_loss
 from hogwild.model.mlp import MLPTrainer
 from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
+from hogwild.model.trainer import Trainer, TrainParams
 from hogwild.outputs import artifacts
 from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.worker.plan import RunPlan

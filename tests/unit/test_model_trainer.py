@@ -9,12 +9,18 @@ import numpy as np
 import pytest
 
 from hogwild.errors import DataError
-from hogwild.model import EpochStats, Trainer, TrainParams, evaluate, get_loss, kernels, warmup
+from hogwild.model import kernels
 from hogwild.model.arrays import csr_arrays
+from hogwild.model.evaluation import evaluate
+from hogwild.model.losses import get_loss
 from hogwild.model.trainer import (
     LOCKED_BATCH_ROWS,
     RENUMBERED_HOT_FEATURES,
+    EpochStats,
+    Trainer,
+    TrainParams,
     choose_hot_features,
+    warmup,
 )
 
 from .rows import Rows

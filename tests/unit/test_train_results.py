@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from hogwild.cli import main
-from hogwild.data import CSRData, load_source, write_svmlight
+from hogwild.data.csr import CSRData
+from hogwild.data.sources import load_source
+from hogwild.data.svmlight import write_svmlight
 from hogwild.model.evaluation import predict, scores
 from hogwild.outputs import artifacts
 

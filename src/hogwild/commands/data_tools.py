@@ -89,8 +89,9 @@ def add_hash(sub: Any) -> None:
 
 
 def gen_data(args: argparse.Namespace) -> int:
-    from hogwild.data import make_rcv1_like, make_seed000, write_svmlight
     from hogwild.data.sources import describe
+    from hogwild.data.svmlight import write_svmlight
+    from hogwild.data.synthetic import make_rcv1_like, make_seed000
     from hogwild.outputs import artifacts
 
     if args.rows < 1 or args.test_rows < 0:

@@ -52,7 +52,7 @@ def score_file(model: SavedModel, spec: str, *, threads: int | None = None,
                prog: str = "hogwild predict") -> Scored:
     """Load ``spec`` with hogwild's own loader (svmlight files, bundled:..., synthetic:...),
     score it, and compute the metrics when its labels fit the model."""
-    from hogwild.data import load_source
+    from hogwild.data.sources import load_source
     from hogwild.model import metrics as quality
     from hogwild.model.scoring import drop_unknown_features, margins
 

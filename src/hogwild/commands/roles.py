@@ -38,7 +38,7 @@ def run(settings: Settings, args: argparse.Namespace, fork: CommandRunner | None
 
 
 def coordinator(settings: Settings, plot: BackgroundPlot | None = None) -> int:
-    from hogwild.coordinator import serve
+    from hogwild.coordinator.server import serve
 
     # --json: standard output is the metrics' alone (the port line goes to stderr too).
     return serve(settings, out=sys.stderr if console.current().as_json else None, plot=plot)

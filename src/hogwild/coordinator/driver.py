@@ -122,7 +122,7 @@ class RunDriver:
 
     def run(self) -> dict[str, Any]:
         """The whole run; returns the metrics written to metrics.json."""
-        from hogwild.data import shard
+        from hogwild.data.split import shard
         from hogwild.inprocess.local import model_spec
         from hogwild.runtime.warmup import preload_in_background
 

@@ -12,9 +12,9 @@ from typing import Any, TextIO
 import numpy as np
 
 from hogwild.config import Settings
-from hogwild.data import CSRData
 from hogwild.data.conflicts import startup_report
 from hogwild.data.conflicts import warmup as warmup_conflicts
+from hogwild.data.csr import CSRData
 from hogwild.data.labels import MULTICLASS, LabelMap, check_class_labels
 from hogwild.data.memory import PER_ID, ids_blamed
 from hogwild.data.reorder import frequency_order, renumber, to_internal

@@ -42,15 +42,15 @@ def can_fork() -> bool:
 def preload() -> None:
     """Import both roles' libraries and load the kernels their children call first (the
     command line that runs in them is loaded already: it started this launcher)."""
-    from hogwild.runtime.prespawn import load_worker_kernels
+    from hogwild.runtime.prespawn import ROLE_MODULES, load_worker_kernels
     from hogwild.runtime.startup import import_long_lived, long_lived
 
-    import_long_lived("hogwild.coordinator", "hogwild.worker")
+    import_long_lived(*ROLE_MODULES.values())
     load_worker_kernels()
     with contextlib.suppress(Exception), long_lived():  # the coordinator's: scoring, parsing
         import numpy as np
 
-        from hogwild.data import parse_svmlight_buffer
+        from hogwild.data.svmlight import parse_svmlight_buffer
         from hogwild.model.scoring import warmup as warmup_scoring
 
         warmup_scoring()

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     CommandRunner = Callable[[list[str], BackgroundPlot | None], int]
 
 ROLES = ("coordinator", "worker")
+# The module that serves each role (imported long-lived before the command line arrives).
+ROLE_MODULES = {"coordinator": "hogwild.coordinator.server", "worker": "hogwild.worker"}
 
 
 def run(role: str, run_command: CommandRunner, plot: BackgroundPlot | None = None,
@@ -58,7 +60,7 @@ def run(role: str, run_command: CommandRunner, plot: BackgroundPlot | None = Non
 
         plot = BackgroundPlot()
     try:
-        import_long_lived(run_command.__module__, f"hogwild.{role}")
+        import_long_lived(run_command.__module__, ROLE_MODULES.get(role, f"hogwild.{role}"))
         if role == "worker":
             load_worker_kernels()
         line = sys.stdin.readline()

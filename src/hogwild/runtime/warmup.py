@@ -11,17 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
-from hogwild.data import (
-    make_rcv1_like,
-    make_seed000,
-    parse_svmlight_buffer,
-    read_svmlight,
-    shard,
-    train_val_test_split,
-    write_svmlight,
-)
 from hogwild.data._textformat import MAX_VALUE_BYTES, format_table
 from hogwild.data.conflicts import warmup as warmup_conflicts
+from hogwild.data.split import shard, train_val_test_split
+from hogwild.data.svmlight import parse_svmlight_buffer, read_svmlight, write_svmlight
+from hogwild.data.synthetic import make_rcv1_like, make_seed000
 from hogwild.model.scoring import warmup as warmup_scoring
 from hogwild.model.trainer import warmup as warmup_model
 
