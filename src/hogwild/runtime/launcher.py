@@ -99,6 +99,17 @@ def child_env() -> dict[str, str]:
 _WORKER_PORT = "worker listening on port "
 
 
+_OUTPUT_LOCK = threading.Lock()  # children share the launcher's terminal
+
+
+def say(out: TextIO, line: str) -> None:
+    """Write one whole line to ``out``: print() writes the text and its newline apart, and
+    two children's lines then ran together."""
+    with _OUTPUT_LOCK:
+        out.write(line + "\n")
+        out.flush()
+
+
 class Child:
     """One child process whose merged output is copied, prefixed, to ``out``."""
 
@@ -167,7 +178,7 @@ class Child:
                 continue
             if for_launcher and not self.verbose:
                 continue
-            print(f"[{self.name}] {text}", file=self.out, flush=True)
+            say(self.out, f"[{self.name}] {text}")
         self.announced.set()  # the process is gone: stop waiting for its announcement
 
     def poll(self) -> int | None:
@@ -308,8 +319,8 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
                 # Its own one-line reason is already printed; keep its exit code (2 = a bad
                 # setting such as an unwritable out_dir) rather than turning it into 1.
                 coordinator.finish_output()
-                print(f"[run] the coordinator exited with code {code} before it announced its "
-                      "port", file=out, flush=True)
+                say(out, f"[run] the coordinator exited with code {code} before it announced "
+                         "its port")
                 return code
             raise ClusterError(f"the coordinator did not announce its port within "
                                f"{STARTUP_SECONDS:g}s")
@@ -328,7 +339,7 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
             print(coordinator.result, file=sys.stdout, flush=True)
         return code
     except KeyboardInterrupt:
-        print("[run] interrupted: stopping every process", file=out, flush=True)
+        say(out, "[run] interrupted: stopping every process")
         teardown(children, first=children[0] if children else None)
         return 130
     finally:
@@ -376,8 +387,8 @@ def _fork_children(workers: int, out: TextIO, children: list[Child],
         raise
     verbose = verbosity.level >= VERBOSE
     if verbose:
-        print(f"[run] libraries and kernels loaded once ({loaded:.2f}s); forked the "
-              f"coordinator and {workers} worker(s)", file=out, flush=True)
+        say(out, f"[run] libraries and kernels loaded once ({loaded:.2f}s); forked the "
+                 f"coordinator and {workers} worker(s)")
     # Threads (the output pumps) only now that every fork is done: a fork copies none.
     children.append(Child("coordinator", forked[0], out, watch_prefix=READY_PREFIX,
                           verbose=verbose, result=verbosity.as_json))
@@ -401,21 +412,19 @@ def _supervise(coordinator: Child, workers: list[Child], keep_going: bool, out: 
                 reported.add(worker.name)
                 if wcode == EXIT_LEFT:  # sent SIGTERM: it left after its final delta
                     if level > QUIET:
-                        print(f"[run] {worker.name} left the run (SIGTERM); the others go on",
-                              file=out, flush=True)
+                        say(out, f"[run] {worker.name} left the run (SIGTERM); the others go on")
                     continue
-                print(f"[run] {worker.name} exited with code {wcode}", file=out, flush=True)
+                say(out, f"[run] {worker.name} exited with code {wcode}")
                 if not keep_going:
                     failed = worker.name
         if failed is not None:
-            print(f"[run] stopping the run because {failed} failed (use --keep-going to "
-                  "continue without it)", file=out, flush=True)
+            say(out, f"[run] stopping the run because {failed} failed (use --keep-going "
+                     "to continue without it)")
             teardown([coordinator, *workers], first=coordinator)
             return 1
         time.sleep(0.1)
     if code != 0:
-        print(f"[run] the coordinator exited with code {code}: stopping the workers",
-              file=out, flush=True)
+        say(out, f"[run] the coordinator exited with code {code}: stopping the workers")
         teardown(workers)
     else:
         # The coordinator is done; workers exit once their final state was collected.
