@@ -27,7 +27,8 @@ class BatchEngine(PassEngine):
     (buffered hot features for per-example hogwild threads)."""
 
     def __init__(self, train: Any, test: Any, *, mode: str, threads: int, batch: int) -> None:
-        from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, Trainer, TrainParams
+        from hogwild.engine.trainer import Trainer, TrainParams
+        from hogwild.model.hot import RENUMBERED_HOT_FEATURES
 
         self.name = f"{mode}, {threads} thread{'s' if threads > 1 else ''}, batch {batch}"
         self.note = "per-example kernel" if batch == 1 else (
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
 
-    from hogwild.model.trainer import warmup
+    from hogwild.model.warmup import warmup
 
     started = time.perf_counter()
     print(common.machine_line())

@@ -72,7 +72,7 @@ class HogwildEngine(PassEngine):
 
     def __init__(self, train: Any, test: Any, *, mode: str, threads: int, name: str,
                  hot_features: int, note: str = "") -> None:
-        from hogwild.model.trainer import Trainer, TrainParams
+        from hogwild.engine.trainer import Trainer, TrainParams
 
         self.name, self.note, self.train, self.test = name, note, train, test
         self.trainer = Trainer(train.n_features, TrainParams(loss=LOSS, threads=threads,
@@ -247,13 +247,9 @@ def investigate_threads(train: Any, repeats: int,
     makes them) vs a private w per thread (no sharing at all: the ceiling, what two cores
     streaming at once cost anyway). 1 thread on half the rows is the perfect-scaling time.
     """
+    from hogwild.engine.trainer import Trainer, TrainParams
     from hogwild.model import kernels
-    from hogwild.model.trainer import (
-        RENUMBERED_HOT_FEATURES,
-        ROWS_PER_HOT_FEATURE,
-        Trainer,
-        TrainParams,
-    )
+    from hogwild.model.hot import RENUMBERED_HOT_FEATURES, ROWS_PER_HOT_FEATURE
 
     p = TrainParams(loss=LOSS)
     tr = Trainer(train.n_features, TrainParams(loss=LOSS, threads=1))
@@ -332,7 +328,7 @@ def engines_on(train: Any, test: Any, tmp: Path, tag: str, *, epochs: int, repea
     to that many seconds for the other processes on the machine to go idle."""
     train = common.shuffled(train, seed=1)
 
-    from hogwild.model.trainer import RENUMBERED_HOT_FEATURES
+    from hogwild.model.hot import RENUMBERED_HOT_FEATURES
 
     hot = RENUMBERED_HOT_FEATURES  # the product default (thread_buffer: true)
     engines: dict[str, PassEngine] = {
@@ -380,7 +376,7 @@ def print_results(res: dict[str, Result], title: str) -> None:
 def thread_scaling(train: Any, test: Any, threads: list[int], epochs: int,
                    quiet: float) -> None:
     """The table of ``--threads``: one hogwild engine per thread count, run interleaved."""
-    from hogwild.model.trainer import RENUMBERED_HOT_FEATURES
+    from hogwild.model.hot import RENUMBERED_HOT_FEATURES
 
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
         os.cpu_count() or 1)
@@ -435,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     python_rows = 5_000 if args.quick else 20_000
     real_cap = 20_000 if args.quick else None
 
-    from hogwild.model.trainer import warmup
+    from hogwild.model.warmup import warmup
 
     started = time.perf_counter()
     print(common.machine_line())

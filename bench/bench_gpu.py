@@ -3,7 +3,7 @@ the CPU threads and PyTorch's EmbeddingBag, on RCV1-shaped rows (``synthetic:rcv
 
 Rows, in one table:
 
-* ``hogwild GPU``: :class:`hogwild.model.gpu.GPUTrainer`, a warp per example, atomic
+* ``hogwild GPU``: :class:`hogwild.engine.gpu.GPUTrainer`, a warp per example, atomic
   HOGWILD! updates, one kernel launch per epoch (the rows copied to the device once). Its
   epoch time counts the launch, the copy of the weights there and back, and nothing else.
 * ``hogwild CPU``: the in-process trainer with one thread per core (``hogwild train``'s
@@ -65,8 +65,8 @@ def summary(seconds: list[float]) -> tuple[str, str]:
 
 
 def bench_cpu(settings: Any, splits: Any, epochs: int, threads: int) -> list[Any]:
+    from hogwild.engine.trainer import Trainer
     from hogwild.inprocess.common import train_params
-    from hogwild.model.trainer import Trainer
 
     params = train_params(settings.replace(threads=threads))
     trainer = Trainer(splits.train.n_features, params)
@@ -77,8 +77,8 @@ def bench_cpu(settings: Any, splits: Any, epochs: int, threads: int) -> list[Any
 
 def gpu_missing() -> str | None:
     """Why the GPU row cannot run (no CUDA device, numba's reason), or None."""
+    from hogwild.engine.gpu import cuda_device
     from hogwild.errors import ConfigError
-    from hogwild.model.gpu import cuda_device
 
     try:
         cuda_device("cuda")
@@ -90,8 +90,8 @@ def gpu_missing() -> str | None:
 
 def bench_gpu(settings: Any, splits: Any, epochs: int, max_warps: int,
               weight_dtype: str) -> list[Any]:
+    from hogwild.engine.gpu import GPUTrainer
     from hogwild.inprocess.common import train_params
-    from hogwild.model.gpu import GPUTrainer
 
     trainer = GPUTrainer(splits.train.n_features, train_params(settings), max_warps=max_warps,
                          weight_dtype=weight_dtype)

@@ -77,10 +77,10 @@ def load_set(name: str, max_rows: int | None,
 def bench_hogwild(train: Any, test: Any, hidden: tuple[int, ...], threads: int, lr: float,
                   epochs: int) -> tuple[Timing, float, float]:
     """Per-pass timing, median CPU seconds per pass, test accuracy after the passes."""
+    from hogwild.engine.mlp import MLPTrainer
+    from hogwild.engine.trainer import TrainParams
     from hogwild.model.evaluation import evaluate
-    from hogwild.model.mlp import MLPTrainer
     from hogwild.model.spec import ModelSpec
-    from hogwild.model.trainer import TrainParams
 
     spec = ModelSpec("mlp", train.n_features, hidden)
     trainer = MLPTrainer(spec, TrainParams(loss=LOSS, learning_rate=lr, l2=0.0, lr_decay=1.0,
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     hidden = tuple(int(x) for x in args.hidden.split(","))
     epochs = max(3, args.epochs)
-    from hogwild.model.trainer import warmup
+    from hogwild.model.warmup import warmup
 
     warmup()
     print(f"load average at start: {os.getloadavg()}")

@@ -35,8 +35,8 @@ from common import (
 )
 from hogwild.data.csr import CSRData
 from hogwild.data.sources import load_source
+from hogwild.engine.trainer import Trainer, TrainParams
 from hogwild.model import scoring
-from hogwild.model.trainer import Trainer, TrainParams
 
 
 def trained_weights(data: CSRData) -> np.ndarray:

@@ -17,10 +17,10 @@ import os
 import numpy as np
 
 from hogwild import config
+from hogwild.engine.trainer import Trainer
 from hogwild.inprocess.common import train_params
 from hogwild.inprocess.local import load_splits
 from hogwild.model.evaluation import evaluate
-from hogwild.model.trainer import Trainer
 
 DATA = ("bundled:spamassassin", "bundled:rcv1_vw_subset", "synthetic:rcv1?rows=200000")
 # (label, lr_schedule, learning_rate): the former default (constant) first.

@@ -258,9 +258,10 @@ def run_in_process(settings: Any, splits: Any, epochs: int, target: float,
                    evals_per_epoch: int) -> dict[str, Any]:
     """A fresh in-process Trainer on ``splits``, evaluated every 1/evals_per_epoch epoch
     (evaluation time excluded from its clock)."""
+    from hogwild.engine.trainer import Trainer
     from hogwild.inprocess.common import train_params
     from hogwild.model.evaluation import evaluate
-    from hogwild.model.trainer import Trainer, warmup
+    from hogwild.model.warmup import warmup
 
     warmup()
     trainer = Trainer(splits.train.n_features, train_params(settings))

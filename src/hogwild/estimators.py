@@ -98,7 +98,8 @@ class _HogwildModel(BaseEstimator):
 
     # --- training ------------------------------------------------------------------------
     def _params(self, n_features: int, renumbered: bool) -> Any:
-        from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, TrainParams
+        from hogwild.engine.trainer import TrainParams
+        from hogwild.model.hot import RENUMBERED_HOT_FEATURES
 
         hot = RENUMBERED_HOT_FEATURES if renumbered else 0
         try:
@@ -129,7 +130,7 @@ class _HogwildModel(BaseEstimator):
         from dataclasses import replace
 
         from hogwild.model.kernels import CONSTANT
-        from hogwild.model.trainer import kernel_schedule
+        from hogwild.model.schedule import kernel_schedule
 
         unit = self._epoch_length(seen + n_rows)
         code, lr0, power_t, t_shift = kernel_schedule(
@@ -155,7 +156,7 @@ class _HogwildModel(BaseEstimator):
         for each row of ``targets`` (one label vector per model), updating ``weights``
         (K, d + 1) in the data's feature ids."""
         from hogwild.data.reorder import frequency_order, renumber, restore_weights, to_internal
-        from hogwild.model.trainer import Trainer
+        from hogwild.engine.trainer import Trainer
 
         calls = int(getattr(self, "_calls", 0))
         seen = int(getattr(self, "_seen", 0)) if epochs is None else 0

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from hogwild import config
+from hogwild.engine.trainer import TrainParams
 from hogwild.errors import ConfigError, InvalidMessage
-from hogwild.model.trainer import SCHEDULES, TrainParams
+from hogwild.model.schedule import SCHEDULES
 from hogwild.protocol import pb
 from hogwild.protocol.codec import PROTOCOL_VERSION
 from hogwild.worker.plan import RunPlan

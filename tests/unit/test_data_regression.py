@@ -7,9 +7,9 @@ import pytest
 
 from hogwild.data.sources import load_source
 from hogwild.data.synthetic import make_regression
+from hogwild.engine.trainer import Trainer, TrainParams
 from hogwild.errors import DataError
 from hogwild.model.evaluation import evaluate
-from hogwild.model.trainer import Trainer, TrainParams
 
 
 def test_rows_are_sparse_unit_norm_and_reproducible() -> None:

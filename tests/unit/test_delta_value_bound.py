@@ -118,7 +118,7 @@ def test_every_step_of_every_worker_summed_stays_inside_the_bound(loss: str,
 
 
 def _schedule(name: str, lr: float, rows: int) -> tuple[int, float, float, float]:
-    from hogwild.model.trainer import kernel_schedule
+    from hogwild.model.schedule import kernel_schedule
 
     return kernel_schedule(name, lr, 0.9, 0.5, 0, rows)
 

@@ -78,8 +78,8 @@ _SETUP = """
 import json
 import numpy as np
 from hogwild.data.synthetic import make_rcv1_like
-from hogwild.model.gpu import GPUTrainer, cuda_device
-from hogwild.model.trainer import Trainer, TrainParams
+from hogwild.engine.gpu import GPUTrainer, cuda_device
+from hogwild.engine.trainer import Trainer, TrainParams
 """
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hogwild.engine.trainer import Trainer, TrainParams
 from hogwild.model import kernels
 from hogwild.model.arrays import csr_arrays
 from hogwild.model.evaluation import evaluate
 from hogwild.model.losses import get_loss
-from hogwild.model.trainer import Trainer, TrainParams
 
 from .rows import Rows
 

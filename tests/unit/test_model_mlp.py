@@ -15,15 +15,15 @@ from hogwild import config
 from hogwild.data.reorder import frequency_order, renumber
 from hogwild.data.sources import load_source
 from hogwild.data.split import permute
+from hogwild.engine.mlp import MLPTrainer
+from hogwild.engine.trainer import Trainer, TrainParams
 from hogwild.errors import ConfigError, InvalidMessage, ModelError
 from hogwild.inprocess.local import train_job
 from hogwild.model import mlp_kernels
 from hogwild.model.evaluation import evaluate, predict
 from hogwild.model.losses import get_loss
-from hogwild.model.mlp import MLPTrainer
 from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
-from hogwild.model.trainer import Trainer, TrainParams
 from hogwild.outputs import artifacts
 from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.worker.plan import RunPlan

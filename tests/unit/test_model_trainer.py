@@ -8,20 +8,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hogwild.engine.trainer import LOCKED_BATCH_ROWS, EpochStats, Trainer, TrainParams
 from hogwild.errors import DataError
 from hogwild.model import kernels
 from hogwild.model.arrays import csr_arrays
 from hogwild.model.evaluation import evaluate
+from hogwild.model.hot import RENUMBERED_HOT_FEATURES, choose_hot_features
 from hogwild.model.losses import get_loss
-from hogwild.model.trainer import (
-    LOCKED_BATCH_ROWS,
-    RENUMBERED_HOT_FEATURES,
-    EpochStats,
-    Trainer,
-    TrainParams,
-    choose_hot_features,
-    warmup,
-)
+from hogwild.model.warmup import warmup
 
 from .rows import Rows
 

@@ -98,7 +98,7 @@ def _run(code: str) -> str:
 def test_kernels_run_without_importing_scipy_linalg_which_still_imports_after() -> None:
     code = ("import sys, numpy as np\n"
             "from hogwild.model import kernels\n"
-            "from hogwild.model.trainer import warmup\n"
+            "from hogwild.model.warmup import warmup\n"
             "warmup()\n"
             "print('after kernels:', 'scipy.linalg' in sys.modules)\n"
             "import scipy.linalg\n"
@@ -111,7 +111,7 @@ def test_kernels_run_without_importing_scipy_linalg_which_still_imports_after() 
 def test_blas_probe_is_left_alone_once_scipy_linalg_is_loaded() -> None:
     # scikit-learn first (it imports scipy.linalg), then the kernels: numba sees BLAS as usual.
     code = ("import sklearn.linear_model, sys\n"
-            "from hogwild.model.trainer import warmup\n"
+            "from hogwild.model.warmup import warmup\n"
             "warmup()\n"
             "import numba.np.arraymath as am\n"
             "print('blas:', am._HAVE_BLAS, sys.modules['scipy.linalg.cython_blas'] is not None)\n")

@@ -18,7 +18,7 @@ from hogwild.coordinator.servicer import CoordinatorServicer
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.stopping import StopSignal
 from hogwild.errors import EXIT_LEFT, ConfigError
-from hogwild.model.trainer import warmup
+from hogwild.model.warmup import warmup
 from hogwild.outputs import artifacts
 from hogwild.outputs.plotter import BackgroundPlot
 from hogwild.outputs.prometheus import MetricsServer, coordinator_reader, serve_metrics

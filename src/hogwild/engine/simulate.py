@@ -1,7 +1,7 @@
 """W virtual workers in one process: the round engine driven by a discrete-event clock.
 
 Each virtual worker is what a cluster worker is, minus the transport: its shard, its T
-training threads' cursors (engine/training.py, the same kernel), a RoundEngine (the same
+training threads' cursors (engine/threads.py, the same kernel), a RoundEngine (the same
 averaging, delta building and compression) and the same gates (engine/rules.py). Time is
 simulated, so 64 workers behave on 2 cores as they would on 64 machines:
 
@@ -42,7 +42,7 @@ from hogwild.engine.network import BYTES_PER_ENTRY, DEFAULT_SPEED, Network
 from hogwild.engine.round import ModelNotFinite, RoundEngine
 from hogwild.engine.rules import ExchangeRules, barrier_ready, lag, may_start
 from hogwild.engine.sparse import sum_sparse
-from hogwild.engine.training import ThreadCursor, make_cursors, train_round
+from hogwild.engine.threads import ThreadCursor, make_cursors, train_round
 from hogwild.engine.treeshape import children, parent
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRArrays

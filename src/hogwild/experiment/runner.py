@@ -25,13 +25,14 @@ from typing import Any
 import numpy as np
 
 from hogwild.config import Settings
+from hogwild.engine.trainer import Trainer
 from hogwild.experiment.plan import DataSpec, ExperimentOptions, RunSpec
 from hogwild.inprocess.common import train_params
 from hogwild.inprocess.local import Splits, load_splits
 from hogwild.model.arrays import csr_arrays, feature_counts
 from hogwild.model.evaluation import Metrics, evaluate
 from hogwild.model.losses import get_loss
-from hogwild.model.trainer import Trainer, warmup
+from hogwild.model.warmup import warmup
 from hogwild.outputs import artifacts
 
 Record = dict[str, Any]

@@ -10,10 +10,11 @@ import numpy as np
 from hogwild.config import Settings
 from hogwild.data.csr import CSRData
 from hogwild.data.memory import PER_ID, check_fits, physical_memory
+from hogwild.engine.trainer import TrainParams
 from hogwild.model.evaluation import predict
+from hogwild.model.hot import RENUMBERED_HOT_FEATURES
 from hogwild.model.saved import default_task
 from hogwild.model.spec import ModelSpec
-from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, TrainParams
 
 # Bytes a job keeps per feature id besides the weights: document frequency (int64), the
 # renumbering and its inverse (int32 each).

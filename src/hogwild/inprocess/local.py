@@ -20,7 +20,9 @@ from hogwild.data.memory import PER_ID, ids_blamed
 from hogwild.data.reorder import frequency_order, renumber, to_internal
 from hogwild.data.sources import data_lines, default_test_source, load_source_hashed
 from hogwild.data.split import split_shuffled
+from hogwild.engine.ovr import OneVsRest
 from hogwild.engine.stopping import EarlyStopping
+from hogwild.engine.trainer import EpochStats, Trainer
 from hogwild.errors import ConfigError, DataError, ModelError, OutputError, TrainingDiverged
 from hogwild.inprocess.common import (
     check_feature_memory,
@@ -33,10 +35,8 @@ from hogwild.inprocess.common import (
 from hogwild.inprocess.results import plot_title, write_outputs
 from hogwild.model.evaluation import evaluate_model, is_finite
 from hogwild.model.losses import get_loss
-from hogwild.model.ovr import OneVsRest
 from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
-from hogwild.model.trainer import EpochStats, Trainer
 from hogwild.outputs import artifacts
 from hogwild.outputs.console import Console
 from hogwild.outputs.history import EvalHistory
@@ -256,13 +256,14 @@ def model_spec(settings: Settings, n_features: int) -> ModelSpec:
 def make_trainer(settings: Settings, spec: ModelSpec) -> Trainer:
     """The in-process trainer of the model ``spec`` describes."""
     params = train_params(settings)
-    if settings.device != "cpu":  # a GPU (hogwild.model.gpu loads numba.cuda only then)
-        from hogwild.model.gpu import gpu_trainer
+    if settings.device != "cpu":  # a GPU (hogwild.engine.gpu loads numba.cuda only then)
+        from hogwild.engine.gpu import gpu_trainer
 
         return gpu_trainer(settings.device, spec.n_features, params)
     if not spec.is_mlp:
         return Trainer(spec.n_features, params)
-    from hogwild.model.mlp import BUFFERED_FLUSH_ROWS, MLPTrainer
+    from hogwild.engine.mlp import MLPTrainer
+    from hogwild.model.mlp_kernels import BUFFERED_FLUSH_ROWS
 
     return MLPTrainer(spec, params, seed=settings.seed,
                       flush_rows=BUFFERED_FLUSH_ROWS if settings.thread_buffer else 1,
@@ -312,7 +313,7 @@ def warm_kernels(settings: Settings) -> None:
 def _train(settings: Settings, console: Console, started: float,
            plot: BackgroundPlot, run: artifacts.RunDir) -> dict[str, Any]:
     if settings.device != "cpu":  # no GPU: refused before any data is read or CUDA is warmed
-        from hogwild.model.gpu import cuda_device
+        from hogwild.engine.gpu import cuda_device
 
         cuda_device(settings.device)
     preload_in_background(lambda: warm_kernels(settings))

@@ -31,6 +31,7 @@ from hogwild.data.reorder import order_from_counts, renumber
 from hogwild.data.sources import load_source
 from hogwild.data.split import shuffle_order, split_sizes
 from hogwild.engine.stopping import EarlyStopping
+from hogwild.engine.trainer import EpochStats, Trainer
 from hogwild.errors import ConfigError, DataError, OutputError
 from hogwild.inprocess.common import (
     check_feature_memory,
@@ -42,7 +43,6 @@ from hogwild.inprocess.common import (
 from hogwild.inprocess.results import write_outputs
 from hogwild.model.evaluation import Metrics, evaluate
 from hogwild.model.losses import get_loss
-from hogwild.model.trainer import EpochStats, Trainer
 from hogwild.outputs.artifacts import RunDir
 from hogwild.outputs.console import QUIET, Console
 from hogwild.outputs.plotter import BackgroundPlot

@@ -4,8 +4,8 @@ Conventions shared by the whole project
 ---------------------------------------
 * The model is one float64 vector ``w`` of length ``n_features + 1``; ``w[n_features]`` is the
   bias. The margin of row r is ``w[n_features] + sum_k w[indices[k]] * values[k]``.
-* The kernels see only arrays and scalars. The Python side (trainer.py, arrays.py) checks
-  dtypes, shapes and index ranges and allocates the outputs; the kernels trust that, except
+* The kernels see only arrays and scalars. The Python side (engine/trainer.py,
+  model/arrays.py) checks dtypes, shapes and index ranges and allocates the outputs; the kernels trust that, except
   ``apply_delta`` and ``build_delta``, which also guard their writes (they handle data from
   the network and must never write outside an array).
 * Inner loops index with unsigned integers (np.uint64 casts): numba then skips the

@@ -38,7 +38,7 @@ read-add-write that takes in the other threads' changes (and can lose one of the
 nanosecond window, the usual HOGWILD! lost update). With one thread the result is exactly
 the unbuffered pass. ``flush_rows = 1`` publishes after every row.
 
-The kernels trust their inputs (the Python side, model/mlp.py, checks shapes and index
+The kernels trust their inputs (the Python side, engine/mlp.py and model/spec.py, check shapes and index
 ranges); inner loops index with unsigned integers so numba drops its wraparound checks.
 """
 
@@ -51,6 +51,10 @@ from hogwild.model.kernels import INVSCALING, _dloss, _loss, _publish
 from hogwild.model.losses import SQUARED
 from hogwild.model.spec import ModelSpec
 from hogwild.runtime.jit import njit
+
+# Rows between two publications of a thread's dense-layer changes (the docstring above): with
+# ``thread_buffer`` (the default), as the linear kernel's bias; without, every row.
+BUFFERED_FLUSH_ROWS = 64
 
 F64 = npt.NDArray[np.float64]
 F32 = npt.NDArray[np.float32]

@@ -116,7 +116,7 @@ def load_worker_kernels() -> None:
     from hogwild.runtime.startup import long_lived
 
     with contextlib.suppress(Exception), long_lived():
-        from hogwild.model.trainer import warmup
+        from hogwild.model.warmup import warmup
         from hogwild.protocol.codec import warmup as codec_warmup
 
         warmup()

@@ -17,7 +17,7 @@ from hogwild.data.split import shard, train_val_test_split
 from hogwild.data.svmlight import parse_svmlight_buffer, read_svmlight, write_svmlight
 from hogwild.data.synthetic import make_rcv1_like, make_seed000
 from hogwild.model.scoring import warmup as warmup_scoring
-from hogwild.model.trainer import warmup as warmup_model
+from hogwild.model.warmup import warmup as warmup_model
 
 
 def warmup() -> float:

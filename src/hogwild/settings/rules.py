@@ -148,7 +148,7 @@ def check_together(clean: Mapping[str, Any]) -> None:
 
 
 def _check_gpu(clean: Mapping[str, Any]) -> None:
-    """What the GPU trainer (hogwild.model.gpu) does not train is refused before any data is
+    """What the GPU trainer (hogwild.engine.gpu) does not train is refused before any data is
     read: it would otherwise run on the CPU with the device setting ignored."""
     device = clean["device"]
     refused = {"model": clean.get("model") == "mlp",

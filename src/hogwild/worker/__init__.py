@@ -9,7 +9,7 @@ import grpc
 
 from hogwild.config import Settings
 from hogwild.errors import EXIT_LEFT, ClusterError
-from hogwild.model.trainer import warmup
+from hogwild.model.warmup import warmup
 from hogwild.outputs.prometheus import MetricsServer, serve_metrics, worker_reader
 from hogwild.protocol import pb_grpc
 from hogwild.protocol.codec import warmup as codec_warmup

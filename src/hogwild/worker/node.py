@@ -31,7 +31,7 @@ from hogwild.engine.tree import Flush, TreeLinks
 from hogwild.engine.treeshape import between, live_children, live_parent, same_side
 from hogwild.errors import ClusterError, DataError, InvalidMessage, NotAllowed, StaleOrUnknown
 from hogwild.model.arrays import CSRArrays, csr_arrays
-from hogwild.model.trainer import RENUMBERED_HOT_FEATURES, choose_hot_features
+from hogwild.model.hot import RENUMBERED_HOT_FEATURES, choose_hot_features
 from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.protocol.codec import check_version
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID

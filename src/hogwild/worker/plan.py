@@ -10,8 +10,8 @@ from hogwild.engine.rules import ExchangeRules
 from hogwild.errors import InvalidMessage
 from hogwild.model.compression import Compression
 from hogwild.model.losses import LOSS_NAMES, get_loss
+from hogwild.model.schedule import SCHEDULES
 from hogwild.model.spec import ModelSpec
-from hogwild.model.trainer import SCHEDULES
 from hogwild.protocol import pb
 from hogwild.protocol.codec import check_version, value_bound
 

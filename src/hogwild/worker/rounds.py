@@ -11,7 +11,7 @@ import numpy as np
 
 from hogwild.engine.round import ModelNotFinite
 from hogwild.engine.rules import barrier_ready, lag, may_start
-from hogwild.engine.training import ThreadCursor, make_cursors, train_round
+from hogwild.engine.threads import ThreadCursor, make_cursors, train_round
 from hogwild.errors import ClusterError
 from hogwild.protocol import pb
 from hogwild.protocol.codec import DecodedDelta, DeltaHeader, encode_delta_parts

@@ -7,16 +7,13 @@ import dataclasses
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.engine.trainer import Trainer, TrainParams
 from hogwild.model import mlp_kernels
 from hogwild.model.arrays import CSRArrays
+from hogwild.model.mlp_kernels import BUFFERED_FLUSH_ROWS
 from hogwild.model.spec import ModelSpec
-from hogwild.model.trainer import Trainer, TrainParams
 
 F64 = npt.NDArray[np.float64]
-
-# Rows between two publications of a thread's dense-layer changes (mlp_kernels docstring):
-# with ``thread_buffer`` (the default), as the linear kernel's bias; without, every row.
-BUFFERED_FLUSH_ROWS = 64
 
 
 class MLPTrainer(Trainer):

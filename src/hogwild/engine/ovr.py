@@ -7,8 +7,8 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.engine.trainer import EpochStats, Trainer, TrainParams
 from hogwild.model.arrays import CSRLike, csr_arrays
-from hogwild.model.trainer import EpochStats, Trainer, TrainParams
 
 
 class _Relabelled(NamedTuple):

@@ -11,64 +11,18 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.config import BOUNDS
-from hogwild.config import SCHEDULES as SCHEDULE_NAMES
 from hogwild.data._threads import run_parallel
-from hogwild.data.reorder import count_features
-from hogwild.model import kernels, mlp_kernels
-from hogwild.model.arrays import (
-    CSRArrays,
-    CSRLike,
-    check_weights,
-    csr_arrays,
-    feature_counts,
-    new_weights,
-)
+from hogwild.model import kernels
+from hogwild.model.arrays import CSRArrays, CSRLike, check_weights, csr_arrays, new_weights
+from hogwild.model.hot import ROWS_PER_HOT_FEATURE, choose_hot_features
 from hogwild.model.losses import LOSS_NAMES, get_loss
+from hogwild.model.schedule import SCHEDULES, kernel_schedule
 
 MODES: tuple[str, ...] = ("hogwild", "locked", "serial", "syncsgd")
-# The kernel code of each schedule the settings name (see kernel_schedule: only constant
-# steps without a decay in t; inverse is invscaling with its own lr0, power and offset).
-SCHEDULES: dict[str, int] = {name: kernels.CONSTANT if name == "constant" else kernels.INVSCALING
-                             for name in SCHEDULE_NAMES}
-
-
-def kernel_schedule(name: str, learning_rate: float, lr_decay: float, power_t: float,
-                    epoch: int, epoch_rows: int) -> tuple[int, float, float, float]:
-    """``(schedule code, lr0, power_t, t offset)`` for the kernels, whose step counter ``t``
-    is 1 + the examples seen so far (+ the offset) and whose step is lr0 (constant) or
-    lr0 / t ** power_t (invscaling).
-
-    * ``inverse``: learning_rate / (1 + examples seen / epoch_rows), i.e. the rate divided by
-      1 + the epochs done, decaying with every example (lr0 = learning_rate x epoch_rows over
-      t offset by epoch_rows - 1, power 1). The SGD step of Bottou and of scikit-learn's
-      ``optimal`` schedule, measured in epochs so that it does not depend on the data size.
-    * ``constant``: learning_rate x lr_decay ** epoch, fixed within an epoch.
-    * ``invscaling``: learning_rate / t ** power_t, as in scikit-learn.
-    """
-    if name == "constant":
-        return kernels.CONSTANT, learning_rate * lr_decay ** epoch, power_t, 0.0
-    if name == "invscaling":
-        return kernels.INVSCALING, learning_rate, power_t, 0.0
-    rows = float(max(epoch_rows, 1))
-    return kernels.INVSCALING, learning_rate * rows, 1.0, rows - 1.0
 
 # Locked mode hands the lock over every few rows so that it is the round-robin baseline of the
 # HOGWILD! paper (updates serialised in turn), not one thread running its block alone.
 LOCKED_BATCH_ROWS = 64
-
-# hot_features for data renumbered by frequency (hogwild.data.reorder): every feature of a
-# data set up to this size goes through the per-thread view; 2 x 8 bytes per buffered feature
-# and thread, so at most 4 MiB per thread on larger feature spaces.
-RENUMBERED_HOT_FEATURES = 1 << 18
-# With buffered features a kernel call costs O(hot) on top of its rows (view filled at the
-# start, everything published at the end): calls get at least this many rows per feature.
-ROWS_PER_HOT_FEATURE = 4
-# Buffering is used only if no buffered feature would get more than this many expected own
-# updates between two publications (a bound that data ranked by frequency meets: at most
-# max(BIAS_FLUSH_ROWS, HOT_TIER_GROWTH x non-zeros per row)); otherwise the trainer falls
-# back to the unbuffered kernel instead of letting threads drift apart on frequent features.
-MAX_STALENESS_FACTOR = 2.0
-
 # A thread's gradient scratch for the mini-batch kernels: grad, seen, touched.
 _Scratch = tuple[npt.NDArray[np.float64], npt.NDArray[np.uint8], npt.NDArray[np.int64]]
 
@@ -380,74 +334,3 @@ class Trainer:
                           train_loss=sum(loss_sums) / n if n else 0.0, examples=n)
 
 
-
-def choose_hot_features(a: CSRArrays, n_features: int, requested: int, n_threads: int,
-                        call_rows: int) -> int:
-    """The ``hot`` argument for kernels.sgd_range: ``min(requested, n_features)`` when more
-    than one thread shares ``w`` and the data's ids are ranked by frequency, else 0.
-
-    Ranked means that no buffered feature would get more than MAX_STALENESS_FACTOR x the
-    bound of ranked data in expected own updates between two publications (its share of rows
-    x its publication interval, capped by ``call_rows``, the rows per kernel call). The
-    per-feature counts are computed once per index array (cached).
-    """
-    hot = min(max(requested, 0), n_features)
-    if n_threads < 2 or hot == 0 or a.n_rows == 0:
-        return 0
-    share = feature_counts(a.indices, n_features)[:hot] / a.n_rows
-    interval = np.full(hot, float(kernels.BIAS_FLUSH_ROWS))
-    span = kernels.BIAS_FLUSH_ROWS
-    while span < hot:
-        interval[span:] *= kernels.HOT_TIER_GROWTH
-        span *= kernels.HOT_TIER_GROWTH
-    staleness = float(np.max(share * np.minimum(interval, max(call_rows, 1))))
-    nnz_per_row = a.indices.shape[0] / a.n_rows
-    bound = max(kernels.BIAS_FLUSH_ROWS, kernels.HOT_TIER_GROWTH * nnz_per_row)
-    return hot if staleness <= MAX_STALENESS_FACTOR * bound else 0
-
-
-def warmup() -> None:
-    """Compile (or load from the on-disk cache) every kernel with the dtypes used in
-    production, so that timings exclude JIT compilation."""
-    indptr = np.array([0, 2, 3], dtype=np.int64)
-    indices = np.array([0, 1, 1], dtype=np.int32)
-    values = np.array([0.5, 0.5, 1.0], dtype=np.float32)
-    labels = np.array([1.0, -1.0], dtype=np.float32)
-    n_features = 2
-    w = np.zeros(n_features + 1, dtype=np.float64)
-    for fit_bias in (True, False):
-        kernels.sgd_range(indptr, indices, values, labels, 0, 2, w, n_features, 0, 0.1, 0, 0.5,
-                          1.0, 0.0, fit_bias, 1.0)
-        kernels.sgd_range(indptr, indices, values, labels, 0, 2, w, n_features, 0, 0.1, 0, 0.5,
-                          1.0, 0.0, fit_bias)
-        kernels.sgd_range(indptr, indices, values, labels, 0, 2, w, n_features, 0, 0.1, 0, 0.5,
-                          1.0, 0.0, fit_bias, 2.0, 1)
-        grad = np.zeros(n_features + 1, dtype=np.float64)
-        seen = np.zeros(n_features + 1, dtype=np.uint8)
-        touched = np.zeros(n_features + 1, dtype=np.int64)
-        kernels.sgd_batch_range(indptr, indices, values, labels, 0, 2, w, n_features, 0, 0.1,
-                                0, 0.5, 1.0, 0.0, fit_bias, 1.0, 2, grad, seen, touched)
-        n_touched, _ = kernels.batch_gradient(indptr, indices, values, labels, 0, 2, w,
-                                              n_features, 0, 0.0, fit_bias, grad, seen,
-                                              touched, 0)
-        kernels.apply_gradient(w, grad, seen, touched, n_touched, 0.1)
-    out = np.empty(2, dtype=np.float64)
-    kernels.decision(indptr, indices, values, w, n_features, out)
-    kernels.evaluate(indptr, indices, values, labels, w, n_features, 0)
-    snap = np.zeros_like(w)
-    idx = np.empty(w.shape[0], dtype=np.int32)
-    val = np.empty(w.shape[0], dtype=np.float32)
-    n = kernels.build_delta(w, snap, idx, val)
-    kernels.cut_changes(w, snap, 0, 0.5)
-    kernels.apply_delta(w, snap, idx[:n], val[:n])
-    kernels.apply_delta(w, np.empty(0, dtype=np.float64), idx[:n], val[:n])
-    # Received deltas are read-only views of their messages (a type of their own to numba),
-    # their index range built on receipt when sent dense: those variants too.
-    ro_idx, ro_val = idx[:n].copy(), val[:n].copy()
-    ro_idx.flags.writeable = False
-    ro_val.flags.writeable = False
-    for a, b in ((ro_idx, ro_val), (idx[:n], ro_val)):
-        kernels.apply_delta(w, snap, a, b)
-    kernels.add_scaled(w, snap, 1.0)
-    count_features(indices, np.zeros(n_features, dtype=np.int64))
-    mlp_kernels.warmup()  # the MLP's kernels too

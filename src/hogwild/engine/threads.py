@@ -19,9 +19,9 @@ import numpy.typing as npt
 
 from hogwild.model import kernels, mlp_kernels
 from hogwild.model.arrays import CSRArrays
-from hogwild.model.mlp import BUFFERED_FLUSH_ROWS
+from hogwild.model.mlp_kernels import BUFFERED_FLUSH_ROWS
+from hogwild.model.schedule import kernel_schedule
 from hogwild.model.spec import ModelSpec
-from hogwild.model.trainer import kernel_schedule
 
 
 class ThreadPlan(Protocol):

@@ -23,9 +23,10 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.config import DEVICE_FORMAT, GPU_TRAINER_MODES
+from hogwild.engine.trainer import EpochStats, Trainer, TrainParams
 from hogwild.errors import ConfigError
 from hogwild.model.arrays import CSRArrays
-from hogwild.model.trainer import EpochStats, Trainer, TrainParams, kernel_schedule
+from hogwild.model.schedule import kernel_schedule
 
 F64 = npt.NDArray[np.float64]
 
