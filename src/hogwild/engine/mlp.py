@@ -8,8 +8,6 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.engine.trainer import Trainer, TrainParams
-from hogwild.model import mlp_kernels
-from hogwild.model.arrays import CSRArrays
 from hogwild.model.mlp_kernels import BUFFERED_FLUSH_ROWS
 from hogwild.model.spec import ModelSpec
 
@@ -48,12 +46,11 @@ class MLPTrainer(Trainer):
     def _initial_weights(self, w: F64 | None) -> F64:
         return self.spec.initial_weights(self.seed) if w is None else self.spec.check(w)
 
-    def _sgd(self, a: CSRArrays, start: int, stop: int, lr0: float, schedule: int,
-             power_t: float, t: float, l2: float, fit_bias: bool, t_step: float,
-             hot: int) -> tuple[float, float]:
-        t_end, loss_sum = mlp_kernels.mlp_sgd_range(
-            a.indptr, a.indices, a.values, a.labels, start, stop, self.w, self.n_features,
-            self._hidden, self.loss.code, lr0, schedule, power_t, t, l2, fit_bias,
-            self.spec.binary_features, t_step, self.flush_rows, self.deep_lr_scale)
-        return float(t_end), float(loss_sum)
+    def _model_spec(self) -> ModelSpec:
+        return self.spec
 
+    def _flush_rows(self) -> int | None:
+        return self.flush_rows
+
+    def _deep_lr_scale(self) -> float:
+        return self.deep_lr_scale

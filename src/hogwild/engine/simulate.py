@@ -54,7 +54,7 @@ COORDINATOR = -1
 
 @dataclass(frozen=True)
 class KernelPlan:
-    """How each virtual worker's threads train (engine.training.ThreadPlan)."""
+    """How each virtual worker's threads train (engine.threads.ThreadPlan)."""
 
     spec: ModelSpec
     loss: str

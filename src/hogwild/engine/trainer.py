@@ -12,11 +12,13 @@ import numpy.typing as npt
 
 from hogwild.config import BOUNDS
 from hogwild.data._threads import run_parallel
+from hogwild.engine.threads import Calls, ThreadCursor, ThreadRounds
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRArrays, CSRLike, check_weights, csr_arrays, new_weights
 from hogwild.model.hot import ROWS_PER_HOT_FEATURE, choose_hot_features
 from hogwild.model.losses import LOSS_NAMES, get_loss
 from hogwild.model.schedule import SCHEDULES, kernel_schedule
+from hogwild.model.spec import ModelSpec
 
 MODES: tuple[str, ...] = ("hogwild", "locked", "serial", "syncsgd")
 
@@ -126,6 +128,50 @@ class _TurnTaking:
             self._cond.notify_all()
 
 
+@dataclass(frozen=True)
+class _EpochPlan:
+    """What the engine's training threads read of an in-process epoch (engine.threads.ThreadPlan)."""
+
+    spec: ModelSpec
+    loss_code: int
+    threads: int
+    params: TrainParams
+    deep_lr_scale: float = 1.0
+    thread_buffer: bool = True  # (the MLP's flush interval is passed as Calls.flush_rows)
+
+    @property
+    def round_size(self) -> int:
+        return 0  # (never read: each round is a whole pass over the thread's block)
+
+    @property
+    def n_features(self) -> int:
+        return self.spec.n_features
+
+    @property
+    def lr_schedule(self) -> str:
+        return self.params.lr_schedule
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.params.learning_rate)
+
+    @property
+    def lr_decay(self) -> float:
+        return float(self.params.lr_decay)
+
+    @property
+    def power_t(self) -> float:
+        return float(self.params.power_t)
+
+    @property
+    def l2(self) -> float:
+        return float(self.params.l2)
+
+    @property
+    def fit_bias(self) -> bool:
+        return bool(self.params.fit_bias)
+
+
 class Trainer:
     """Trains the linear model ``w`` (float64, n_features + 1, bias last) in this process.
 
@@ -154,14 +200,9 @@ class Trainer:
         """The model vector to train: a zero model, or ``w`` checked (never copied)."""
         return new_weights(self.n_features) if w is None else check_weights(w, self.n_features)
 
-    def _sgd(self, a: CSRArrays, start: int, stop: int, lr0: float, schedule: int,
-             power_t: float, t: float, l2: float, fit_bias: bool, t_step: float,
-             hot: int) -> tuple[float, float]:
-        """One kernel call over rows [start, stop): (step counter after it, loss sum)."""
-        t_end, loss_sum = kernels.sgd_range(
-            a.indptr, a.indices, a.values, a.labels, start, stop, self.w, self.n_features,
-            self.loss.code, lr0, schedule, power_t, t, l2, fit_bias, t_step, hot)
-        return float(t_end), float(loss_sum)
+    def _model_spec(self) -> ModelSpec:
+        """The model the threads' kernel trains (the MLP trainer's differs)."""
+        return ModelSpec.linear(self.n_features)
 
     def fit_epoch(self, data: CSRLike, epoch: int) -> EpochStats:
         """One pass over ``data`` in row order (rows should already be permuted)."""
@@ -187,21 +228,24 @@ class Trainer:
         return history
 
     def _epoch(self, a: CSRArrays, epoch: int) -> EpochStats:
+        """One pass: a single round of the engine's thread loop (engine/threads.py) with
+        nothing exchanged after it, each thread one pass over its block of rows."""
         p = self.params
         n = a.n_rows
-        schedule, lr0, power_t, t_shift = kernel_schedule(
+        _, _, _, t_shift = kernel_schedule(
             p.lr_schedule, float(p.learning_rate), float(p.lr_decay), float(p.power_t), epoch, n)
-        l2, fit_bias = float(p.l2), bool(p.fit_bias)
         n_threads = 1 if p.mode == "serial" else max(1, min(p.threads, n))
         if p.mode == "syncsgd":
             # At most one thread per row of a mini-batch: more would only wait at barriers.
             n_threads = min(n_threads, p.batch_size)
             if n_threads > 1:
+                schedule, lr0, power_t, _ = kernel_schedule(
+                    p.lr_schedule, float(p.learning_rate), float(p.lr_decay),
+                    float(p.power_t), epoch, n)
                 return self._sync_epoch(a, epoch, lr0, schedule, n_threads, power_t,
                                         t_shift)
         batch = min(p.batch_rows, LOCKED_BATCH_ROWS) if p.mode == "locked" else p.batch_rows
         mini = p.batch_size
-        scratch = self._scratch_for(n_threads) if mini > 1 else []
         if mini > 1:
             batch = -(-batch // mini) * mini  # whole mini-batches per call
         hot = 0
@@ -211,50 +255,26 @@ class Trainer:
                                       min(wide, n // n_threads))
             if hot:
                 batch = wide
-        turns = _TurnTaking(n_threads) if p.mode == "locked" and n_threads > 1 else None
+        calls = Calls(rows=batch, flush_rows=self._flush_rows(), batch_size=mini,
+                      scratch=tuple(self._scratch_for(n_threads)) if mini > 1 else (),
+                      turns=_TurnTaking(n_threads) if p.mode == "locked" and n_threads > 1
+                      else None)
+        plan = _EpochPlan(self._model_spec(), self.loss.code, n_threads, p,
+                          self._deep_lr_scale())
         # Contiguous blocks, one per thread; step counters interleave (thread k sees
         # t, t + T, t + 2T, ... from t0 + k), approximating the global example count.
-        bounds = [n * k // n_threads for k in range(n_threads + 1)]
-        t_base = self.t + t_shift
-        loss_sums = [0.0] * n_threads
-        failures: list[Exception] = []
-
-        def work(k: int) -> None:
-            try:
-                t = t_base + k
-                total = 0.0
-                for start in range(bounds[k], bounds[k + 1], batch):
-                    stop = min(start + batch, bounds[k + 1])
-                    if turns is not None:
-                        turns.acquire(k)
-                    try:
-                        if mini == 1:
-                            t, loss_sum = self._sgd(a, start, stop, lr0, schedule, power_t,
-                                                    float(t), l2, fit_bias, float(n_threads),
-                                                    hot)
-                        else:
-                            t, loss_sum = kernels.sgd_batch_range(
-                                a.indptr, a.indices, a.values, a.labels, start, stop, self.w,
-                                self.n_features, self.loss.code, lr0, schedule, power_t,
-                                float(t), l2, fit_bias, float(n_threads), mini, *scratch[k],
-                            )
-                    finally:
-                        if turns is not None:
-                            turns.release()
-                    total += loss_sum
-                loss_sums[k] = total
-            except Exception as exc:  # noqa: BLE001 - re-raised in the calling thread below
-                failures.append(exc)
-            finally:
-                if turns is not None:
-                    turns.leave(k)
-
+        cursors = [ThreadCursor(lo, hi, lo, passes=epoch, t=self.t + k)
+                   for k, (lo, hi) in enumerate(
+                       (n * k // n_threads, n * (k + 1) // n_threads)
+                       for k in range(n_threads))]
+        loss_sums: list[float] = []
+        rounds = ThreadRounds(a, self.w, lambda: plan, cursors, epoch, epoch, hot=hot,
+                              calls=calls, whole_blocks=True,
+                              on_round=lambda loss, *_: loss_sums.append(loss))
         began = time.perf_counter()
-        run_parallel(work, [(k,) for k in range(n_threads)], name="sgd")
+        rounds.run_alone()
         seconds = time.perf_counter() - began
-        if failures:
-            raise failures[0]
-        self.t = t_base - t_shift + n
+        self.t += n
         self._next_epoch = epoch + 1
         return EpochStats(
             epoch=epoch,
@@ -262,6 +282,13 @@ class Trainer:
             train_loss=sum(loss_sums) / n if n else 0.0,
             examples=n,
         )
+
+    def _flush_rows(self) -> int | None:
+        """Rows between two publications of the MLP's dense-layer changes (None: linear)."""
+        return None
+
+    def _deep_lr_scale(self) -> float:
+        return 1.0
 
     def _scratch_for(self, n_threads: int) -> list[_Scratch]:
         """Gradient scratch (kernels' grad, seen, touched) for threads 0 .. n_threads-1."""

@@ -11,7 +11,7 @@ import numpy as np
 
 from hogwild.engine.round import ModelNotFinite
 from hogwild.engine.rules import barrier_ready, lag, may_start
-from hogwild.engine.threads import ThreadCursor, make_cursors, train_round
+from hogwild.engine.threads import ThreadRounds, make_cursors
 from hogwild.errors import ClusterError
 from hogwild.protocol import pb
 from hogwild.protocol.codec import DecodedDelta, DeltaHeader, encode_delta_parts
@@ -29,7 +29,8 @@ log = logging.getLogger("hogwild.worker")
 class RoundLoop:
     """The threads of a running worker and what they do each round.
 
-    * T training threads run :func:`train_round` on the shared ``w`` without any lock.
+    * T training threads run :func:`train_round` on the shared ``w`` without any lock: the
+      engine's thread loop (:class:`ThreadRounds`), gated by :meth:`may_start`.
     * ONE exchange thread (the caller of :meth:`run`) does, at every round boundary: apply
       the queued peer deltas, build the delta of own updates, and queue it for every peer and
       the coordinator. In sync mode it then waits until every live peer's delta of that round
@@ -54,8 +55,7 @@ class RoundLoop:
 
     def __init__(self, node: WorkerNode) -> None:
         self.node = node
-        self.thread_round: list[int] = []
-        self.thread_alive: list[bool] = []
+        self.threads: ThreadRounds | None = None
         self.gate = 0                    # sync: highest round the threads may start
         self.seq = 0
         self.seq_lock = threading.Lock()
@@ -76,23 +76,23 @@ class RoundLoop:
         beating.start()
         fraction = (plan.start_offset / arrays.n_rows) if arrays.n_rows else 0.0
         cursors = make_cursors(arrays.n_rows, plan.threads, fraction)
-        self.thread_round = [plan.first_round - 1] * plan.threads
-        self.thread_alive = [True] * plan.threads
         self.gate = plan.first_round
-        threads = [threading.Thread(target=self.train_thread, args=(k, cursors[k]),
-                                    name=f"sgd-{k}", daemon=True) for k in range(plan.threads)]
+        # The coordinator may have shrunk the step (node.step_plan): read at every round.
+        threads = ThreadRounds(arrays, node.engine.w, lambda: node.step_plan or plan, cursors,
+                               plan.first_round, plan.max_rounds, hot=node.hot,
+                               gate=self.may_start, on_round=self.count_round,
+                               on_failure=self.thread_failed, cond=node._cond)
+        self.threads = threads
         began = time.monotonic()
         cpu_began = time.process_time()
         node._alive()
-        for th in threads:
-            th.start()
+        threads.start()
         try:
             try:
                 self.exchange_loop(plan)
             finally:
                 node.request_stop(node.stop_reason or "training ended")
-                for th in threads:
-                    th.join()
+                threads.join()
                 # The whole process (kernel, exchange, senders, gRPC's own threads) while it
                 # trained: beside "train_cpu", what the exchange costs in CPU.
                 node.timers.add("process_cpu", time.process_time() - cpu_began)
@@ -102,35 +102,20 @@ class RoundLoop:
         finally:
             node.alive_at = None
 
-    def train_thread(self, k: int, cursor: ThreadCursor) -> None:
+    def count_round(self, loss_sum: float, rows: int, waited: float, trained: float,
+                    cpu: float) -> None:
+        """A training thread finished a round (called under ``node._cond``)."""
         node = self.node
-        plan, arrays = node.plan, node.arrays
-        assert plan is not None and arrays is not None
-        try:
-            timers = node.timers
-            for r in range(plan.first_round, plan.max_rounds + 1):
-                t0 = time.perf_counter()
-                if not self.may_start(r):
-                    break
-                t1 = time.perf_counter()
-                c1 = time.thread_time()
-                step = node.step_plan or plan  # the coordinator may have shrunk the step
-                loss_sum, rows = train_round(arrays, node.engine.w, step, cursor, node.hot)
-                timers.add("wait_to_start_round", t1 - t0)
-                timers.add("train", time.perf_counter() - t1)
-                timers.add("train_cpu", time.thread_time() - c1)
-                with node._cond:
-                    self.thread_round[k] = r
-                    node.reports.count(loss_sum, rows)
-                    node.examples += rows
-                    node._cond.notify_all()
-        except Exception as exc:  # a bug: stop the node rather than hang the barrier
-            log.exception("training thread %d failed", k)
-            node.fatal = f"training thread failed: {exc}"
-        finally:
-            with node._cond:
-                self.thread_alive[k] = False
-                node._cond.notify_all()
+        node.timers.add("wait_to_start_round", waited)
+        node.timers.add("train", trained)
+        node.timers.add("train_cpu", cpu)
+        node.reports.count(loss_sum, rows)
+        node.examples += rows
+
+    def thread_failed(self, k: int, exc: Exception) -> None:
+        """A bug: stop the node rather than hang the barrier (the exchange thread raises it)."""
+        log.exception("training thread %d failed", k)
+        self.node.fatal = f"training thread failed: {exc}"
 
     def may_start(self, r: int) -> bool:
         """Block until round ``r`` may start; False if the node is stopping."""
@@ -156,15 +141,20 @@ class RoundLoop:
 
     def exchange_loop(self, plan: RunPlan) -> None:
         node = self.node
+        threads = self.threads
+        assert threads is not None
         last = plan.first_round - 1
+
+        def boundary_or_end(done: int) -> bool:
+            ready, alive = threads.slowest()
+            return ready > done or not alive or node.fatal is not None
+
         while True:
             node._alive()
             with node._cond:
-                node._cond.wait_for(
-                    lambda done=last: min(self.thread_round) > done  # type: ignore[misc]
-                    or not any(self.thread_alive) or node.fatal is not None, timeout=1.0)
-                ready = min(self.thread_round)
-                alive = any(self.thread_alive)
+                node._cond.wait_for(lambda done=last: boundary_or_end(done),  # type: ignore[misc]
+                                    timeout=1.0)
+                ready, alive = threads.slowest()
             if node.fatal is not None:
                 raise ClusterError(node.fatal)
             if ready > last:
