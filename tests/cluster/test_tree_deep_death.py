@@ -1,7 +1,10 @@
 """Topology tree, sync, a death below the coordinator's children (7 workers, fan-out 2:
 worker 2 is a child of worker 0 and the parent of worker 6): worker 6 re-attaches to worker
 0, the run goes on, and nothing that went through worker 2 is lost: every survivor ends
-equal to the coordinator's model. Async: worker 6 is caught up by worker 0."""
+equal to the coordinator's model. Async: worker 6 is caught up by worker 0. Two deaths on
+one path at once (workers 0 and 2): worker 6 re-attaches to the coordinator; sync survivors
+still end equal to the global model, and the async coordinator holds every message each
+survivor sent up."""
 
 from __future__ import annotations
 
@@ -53,6 +56,47 @@ def test_tree_async_orphan_of_a_deeper_death_is_caught_up(cluster: Cluster,
     assert "lost to it" not in parent, parent
     recovery = metrics["tree_recovery"]
     for wid in (w for w in range(N) if w != VICTIM):
+        sent = [int(n) for n in FINAL.findall(ids[wid].output())]
+        assert len(sent) == 1, ids[wid].output()
+        assert recovery["applied_up"][str(wid)] == sent[0], (wid, recovery)
+        assert recovery["applied_count"][str(wid)] == sent[0], (wid, recovery)
+
+
+def _survivors_equal_the_global_model(out: Path, metrics: dict[str, object],
+                                      survivors: list[int]) -> None:
+    states = metrics["worker_states"]
+    assert isinstance(states, list)
+    assert sorted(s["worker_id"] for s in states) == survivors
+    with np.load(published(out) / "final_states" / "global.npz") as g:
+        global_w = g["w"]
+    assert np.any(global_w != 0)
+    for wid in survivors:
+        with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
+            np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5,
+                                       err_msg=f"worker {wid}")
+
+
+def test_tree_sync_two_deaths_on_one_path_lose_nothing(cluster: Cluster,
+                                                       tmp_path: Path) -> None:
+    # Worker 6's parent (2) and grandparent (0) die together: it and worker 3 (0's other
+    # child) re-attach to the coordinator, whose kept aggregates catch both up.
+    out = tmp_path / "out"
+    ids, metrics = tree_run_with_a_death(cluster, out, mode="sync", workers=N,
+                                         fanout=K, victim=(0, VICTIM), time_budget=6,
+                                         timeout=120)
+    assert re.search(r"tree: re-attached around worker\(s\) [02, ]+: parent coordinator",
+                     ids[ORPHAN].output()), ids[ORPHAN].output()
+    _survivors_equal_the_global_model(out, metrics, [1, 3, 4, 5, 6])
+
+
+def test_tree_async_two_deaths_on_one_path_keep_every_message(cluster: Cluster,
+                                                              tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    ids, metrics = tree_run_with_a_death(cluster, out, mode="async", workers=N,
+                                         fanout=K, victim=(0, VICTIM), time_budget=6,
+                                         timeout=120)
+    recovery = metrics["tree_recovery"]
+    for wid in (1, 3, 4, 5, 6):
         sent = [int(n) for n in FINAL.findall(ids[wid].output())]
         assert len(sent) == 1, ids[wid].output()
         assert recovery["applied_up"][str(wid)] == sent[0], (wid, recovery)

@@ -164,10 +164,8 @@ class GPUTrainer(Trainer):
             w = self._cuda.to_device(self.w.astype(self.weight_dtype))
             loss = self._cuda.to_device(np.zeros(1, dtype=np.float64))
             if n:
-                self._kernel[blocks, self._warp * per_block](
-                    indptr, indices, values, labels, w, self.n_features, self.loss.code,
-                    lr0, schedule, power_t, self.t + t_shift, float(p.l2), bool(p.fit_bias),
-                    loss)
+                self._launch(blocks, self._warp * per_block, (indptr, indices, values, labels),
+                             w, lr0, schedule, power_t, self.t + t_shift, loss)
             # In place: callers hold self.w (hogwild train validates and saves that array).
             self.w[:] = w.copy_to_host()
             loss_sum = float(loss.copy_to_host()[0])
@@ -176,6 +174,15 @@ class GPUTrainer(Trainer):
         self._next_epoch = epoch + 1
         return EpochStats(epoch=epoch, seconds=seconds,
                           train_loss=loss_sum / n if n else 0.0, examples=n)
+
+
+    def _launch(self, blocks: int, threads: int, rows: tuple[Any, ...], w: Any, lr0: float,
+                schedule: int, power_t: float, t0: float, loss: Any) -> None:
+        """One epoch's kernel launch over the device ``rows`` and weights ``w`` (the MLP's
+        trainer launches its own kernel here)."""
+        p = self.params
+        self._kernel[blocks, threads](*rows, w, self.n_features, self.loss.code, lr0, schedule,
+                                      power_t, t0, float(p.l2), bool(p.fit_bias), loss)
 
 
 def gpu_trainer(device: str, n_features: int, params: TrainParams) -> GPUTrainer:

@@ -257,6 +257,11 @@ def make_trainer(settings: Settings, spec: ModelSpec) -> Trainer:
     """The in-process trainer of the model ``spec`` describes."""
     params = train_params(settings)
     if settings.device != "cpu":  # a GPU (hogwild.engine.gpu loads numba.cuda only then)
+        if spec.is_mlp:
+            from hogwild.engine.gpu_mlp import gpu_mlp_trainer
+
+            return gpu_mlp_trainer(settings.device, spec, params, seed=settings.seed,
+                                   deep_lr_scale=settings.deep_lr_scale)
         from hogwild.engine.gpu import gpu_trainer
 
         return gpu_trainer(settings.device, spec.n_features, params)

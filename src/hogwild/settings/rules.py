@@ -25,6 +25,10 @@ SIGTERM_ACTIONS = ("finish", "checkpoint")
 # (hogwild: many warps; serial: one, the CPU kernel's serial pass).
 DEVICE_FORMAT = re.compile(r"cpu|cuda(?::(0|[1-9][0-9]{0,3}))?")
 GPU_TRAINER_MODES = ("hogwild", "serial")
+# model mlp on a GPU: the hidden sizes add up to at most this many units (each warp keeps its
+# row's pre-activations and deltas in shared memory, whose size the kernel fixes at compile
+# time: hogwild.model.cuda_mlp_kernels).
+GPU_MLP_MAX_UNITS = 256
 
 
 @dataclass(frozen=True)
@@ -151,15 +155,19 @@ def _check_gpu(clean: Mapping[str, Any]) -> None:
     """What the GPU trainer (hogwild.engine.gpu) does not train is refused before any data is
     read: it would otherwise run on the CPU with the device setting ignored."""
     device = clean["device"]
-    refused = {"model": clean.get("model") == "mlp",
-               "out_of_core": bool(clean.get("out_of_core")),
+    refused = {"out_of_core": bool(clean.get("out_of_core")),
                "trainer": clean.get("trainer", "hogwild") not in GPU_TRAINER_MODES,
                "batch_size": clean.get("batch_size", 1) != 1}
     for key, bad in refused.items():
         if bad:
-            raise ConfigError("device", f"device {device} trains model linear with trainer "
-                                        f"hogwild or serial, batch_size 1 and in memory; "
+            raise ConfigError("device", f"device {device} trains with trainer hogwild or "
+                                        f"serial, batch_size 1 and in memory; "
                                         f"got {key} {clean[key]!r}")
+    hidden = clean.get("hidden") or ()
+    if clean.get("model") == "mlp" and sum(hidden) > GPU_MLP_MAX_UNITS:
+        raise ConfigError("hidden", f"model mlp on device {device} takes hidden layers of "
+                                    f"{GPU_MLP_MAX_UNITS} units in all at most; got "
+                                    f"{list(hidden)} ({sum(hidden)} units)")
 
 
 def _check_security(clean: Mapping[str, Any]) -> None:
