@@ -15,7 +15,7 @@ from hogwild.data.reorder import frequency_order, renumber
 from hogwild.data.sources import load_source
 from hogwild.data.split import shuffle_order, split_shuffled, train_val_test_split
 from hogwild.data.svmlight import parse_svmlight_buffer, read_svmlight
-from hogwild.errors import DataError, DataFormatError
+from hogwild.errors import DataError, DataFormatError, TrainingDiverged
 from hogwild.inprocess.local import load_splits
 
 
@@ -197,6 +197,11 @@ def test_out_of_core_training_streams_the_cache(tmp_path: Path,
     assert json.loads((tmp_path / "out" / "latest" / "metrics.json").read_text())["test_accuracy"] == \
         metrics["test_accuracy"]
     assert (tmp_path / "out" / "latest" / "loss.png").is_file()
+    # the history is the in-memory job's: the model before training (epoch 0), then 4 epochs
+    rows = [json.loads(line) for line in
+            (tmp_path / "out" / "latest" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [0, 1, 2, 3, 4]
+    assert rows[0]["train_loss"] is None and rows[0]["val_loss"] > rows[-1]["val_loss"]
     # the same held-out rows and feature order as the in-memory job: the saved model scores
     # the in-memory job's test set exactly as the out-of-core job reported
     from hogwild.data.reorder import to_internal
@@ -214,6 +219,11 @@ def test_out_of_core_training_streams_the_cache(tmp_path: Path,
     with open(tmp_path / "log2.txt", "w") as fh:
         train_job(settings, out=fh)
     assert "training from the cache" in (tmp_path / "log2.txt").read_text()
+    # a step size that blows the weights up is refused, as in memory: nothing published
+    before = (tmp_path / "out" / "latest").resolve()
+    with open(tmp_path / "log3.txt", "w") as fh, pytest.raises(TrainingDiverged):
+        train_job(settings.replace(learning_rate=1e300, lr_schedule="constant"), out=fh)
+    assert (tmp_path / "out" / "latest").resolve() == before
 
 
 def _caps_by_hand(text: bytes) -> tuple[list[int], int]:

@@ -21,8 +21,7 @@ from hogwild.data.reorder import frequency_order, renumber, to_internal
 from hogwild.data.sources import data_lines, default_test_source, load_source_hashed
 from hogwild.data.split import split_shuffled
 from hogwild.engine.ovr import OneVsRest
-from hogwild.engine.stopping import EarlyStopping
-from hogwild.engine.trainer import EpochStats, Trainer
+from hogwild.engine.trainer import Trainer
 from hogwild.errors import ConfigError, DataError, ModelError, OutputError, TrainingDiverged
 from hogwild.inprocess.common import (
     check_feature_memory,
@@ -32,6 +31,7 @@ from hogwild.inprocess.common import (
     test_quality,
     train_params,
 )
+from hogwild.inprocess.epochs import EpochBook
 from hogwild.inprocess.results import plot_title, write_outputs
 from hogwild.model.evaluation import evaluate_model, is_finite
 from hogwild.model.losses import get_loss
@@ -39,9 +39,7 @@ from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
 from hogwild.outputs import artifacts
 from hogwild.outputs.console import Console
-from hogwild.outputs.history import EvalHistory
 from hogwild.outputs.plotter import BackgroundPlot
-from hogwild.outputs.tensorboard import open_scalars
 from hogwild.runtime.warmup import preload_in_background
 
 log = logging.getLogger("hogwild.train")
@@ -367,60 +365,10 @@ def _train(settings: Settings, console: Console, started: float,
         # Copied into the trainer's own array, which its threads (or GPU) train in place.
         model_w[...] = warm_start_weights(settings, splits, spec)
         say(f"starting from the model in {settings.initial_model}")
-    stopper = EarlyStopping(patience=settings.patience, min_delta=settings.min_delta,
-                            target_loss=settings.target_loss)
-    # Each epoch's row is appended as it is made, in this run's directory (no earlier run's
-    # file is touched); memory keeps a bounded copy.
-    history = EvalHistory(run.path)
-    try:
-        history.begin()
-    except OSError as exc:
-        raise OutputError.writing(run.path, exc) from None
-    scalars = open_scalars(settings, run.name)
-    # Epoch 0: the model before any training, so the curves start where training did (not
-    # printed, nor counted by early stopping: it is no epoch's result).
-    initial = evaluate_model(splits.val, model_w, loss, spec) if splits.val.n_rows else None
-    history.add({"epoch": 0, "elapsed": 0.0, "epoch_seconds": 0.0, "train_loss": None,
-                 "examples": 0, "val_loss": initial.loss if initial else None,
-                 "val_accuracy": initial.accuracy if initial else None})
-    if scalars is not None:
-        scalars.add(history.rows.rows()[-1], 0)
-    stop_reason = "max epochs"
-    train_started = time.perf_counter()
-    say(f"{'epoch':>5} {'elapsed':>8} {'train_loss':>10} {'val_loss':>9} {'val_acc':>8}")
-    rows = console.rows()
-
-    def after_epoch(stats: EpochStats) -> bool:
-        nonlocal stop_reason
-        elapsed = time.perf_counter() - train_started
-        # A cheap O(d) check: a diverged model stops the run before it is scored or saved.
-        if not (is_finite(model_w) and np.isfinite(stats.train_loss)):
-            raise TrainingDiverged(f"epoch {stats.epoch + 1}", settings.learning_rate)
-        val = evaluate_model(splits.val, model_w, loss, spec) if splits.val.n_rows else None
-        if val is not None and not np.isfinite(val.loss):
-            raise TrainingDiverged(f"epoch {stats.epoch + 1}, validation loss",
-                                   settings.learning_rate)
-        row = {"epoch": stats.epoch + 1, "elapsed": elapsed, "epoch_seconds": stats.seconds,
-               "train_loss": stats.train_loss, "examples": stats.examples,
-               "val_loss": val.loss if val else None,
-               "val_accuracy": val.accuracy if val else None}
-        history.add(row)
-        if scalars is not None:  # at the examples trained on: every epoch is a whole pass
-            scalars.add(row, (stats.epoch + 1) * splits.train.n_rows)
-        rows.offer(f"{row['epoch']:>5} {elapsed:>7.2f}s {stats.train_loss:>10.4f} "
-                   f"{fmt_metric(row['val_loss']):>9} {fmt_metric(row['val_accuracy']):>8}",
-                   console.out, done=(stats.epoch + 1) / max(1, settings.epochs))
-        # Without a validation set the training loss stands in for early stopping.
-        decision = stopper.update(val.loss if val else stats.train_loss, model_w,
-                                  accuracy=val.accuracy if val else None)
-        if decision:
-            stop_reason = decision
-            return True
-        if settings.time_budget and elapsed >= settings.time_budget:
-            stop_reason = "time budget"
-            return True
-        return False
-
+    book = EpochBook(settings, console, run.path, run.name, model_w,
+                     lambda w: (evaluate_model(splits.val, w, loss, spec)
+                                if splits.val.n_rows else None), splits.train.n_rows)
+    after_epoch = book.after_epoch
     if ovr is not None:
         per_class = ovr.targets(splits.train)
         for epoch in range(settings.epochs):
@@ -428,24 +376,22 @@ def _train(settings: Settings, console: Console, started: float,
                 break
     elif trainer is not None:
         trainer.fit(splits.train, settings.epochs, callback=after_epoch)
-    train_seconds = time.perf_counter() - train_started
-    if scalars is not None:
-        scalars.close()
-    epochs = history.count - 1  # the rows after epoch 0's
-    rows.flush(console.out)  # the last epoch's row, if it was thinned out
-    w = stopper.best_weights if stopper.best_weights is not None else model_w
+    train_seconds = time.perf_counter() - book.started
+    book.close()
+    epochs = book.epochs
+    stop_reason = book.stop_reason
+    w = book.kept_weights()
     test = evaluate_model(splits.test, w, loss, spec)
     val = evaluate_model(splits.val, w, loss, spec) if splits.val.n_rows else None
     if not (is_finite(w) and np.isfinite(test.loss)):
         raise TrainingDiverged("test loss", settings.learning_rate)
     # The history is final and the model sound: the helper draws while the outputs are written.
-    plotted = history.rows.rows()
+    plotted = book.history.rows.rows()
     plot.start(run.path, plotted, title=plot_title(settings, "train"))
     metrics: dict[str, Any] = {
         "command": "train", "test_loss": test.loss, "test_accuracy": test.accuracy,
         "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
-        "epochs": epochs, "best_epoch": (stopper.best_index + 1) if stopper.best_index
-        is not None else epochs, "seconds": train_seconds,
+        "epochs": epochs, "best_epoch": book.best_epoch(), "seconds": train_seconds,
         "load_seconds": loaded - started, "total_seconds": time.perf_counter() - started,
         "stop_reason": stop_reason, "threads": settings.threads, "trainer": settings.trainer,
         "batch_size": settings.batch_size,
@@ -457,10 +403,7 @@ def _train(settings: Settings, console: Console, started: float,
     }
     metrics.update(test_quality(splits.test, w, settings.loss, spec, splits.labels.task,
                                 splits.labels.classes))
-    try:
-        history.write_all()
-    except OSError as exc:
-        raise OutputError.writing(run.path, exc) from None
+    book.write_history()
     write_outputs(settings, w, metrics, plotted, splits.feature_order, spec=spec,
                   hashing=splits.hashing, task=splits.labels.task,
                   classes=splits.labels.classes, draw_plot=False, history_on_disk=True,
@@ -473,6 +416,7 @@ def _train(settings: Settings, console: Console, started: float,
     published = run.publish()
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
     if metrics["best_epoch"] != epochs:
+        stopper = book.stopper
         kept = (f"validation accuracy {stopper.kept_accuracy:.4f}, loss "
                 if stopper.kept_accuracy is not None else "validation loss ")
         say(f"saved the model of epoch {metrics['best_epoch']}, the best validated one "

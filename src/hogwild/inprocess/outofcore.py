@@ -30,16 +30,15 @@ from hogwild.data.labels import MULTICLASS, LabelMap
 from hogwild.data.reorder import order_from_counts, renumber
 from hogwild.data.sources import load_source
 from hogwild.data.split import shuffle_order, split_sizes
-from hogwild.engine.stopping import EarlyStopping
 from hogwild.engine.trainer import EpochStats, Trainer
 from hogwild.errors import ConfigError, DataError, OutputError
 from hogwild.inprocess.common import (
     check_feature_memory,
     duration,
-    fmt_metric,
     test_quality,
     train_params,
 )
+from hogwild.inprocess.epochs import EpochBook
 from hogwild.inprocess.results import write_outputs
 from hogwild.model.evaluation import Metrics, evaluate
 from hogwild.model.losses import get_loss
@@ -217,46 +216,26 @@ def train_job(settings: Settings, console: Console, started: float,
                 "epochs")
     loss = get_loss(settings.loss)
     trainer = Trainer(source.n_features, train_params(settings))
-    stopper = EarlyStopping(patience=settings.patience, min_delta=settings.min_delta,
-                            target_loss=settings.target_loss)
-    history: list[dict[str, Any]] = []
-    stop_reason = "max epochs"
-    train_started = time.perf_counter()
-    console.say(f"{'epoch':>5} {'elapsed':>8} {'train_loss':>10} {'val_loss':>9} "
-                f"{'val_acc':>8}")
-    rows = console.rows()
+    # The same epochs as the in-memory job: epoch-0 row, divergence check, history on disk,
+    # TensorBoard, progress rows, stop rules and the model kept.
+    book = EpochBook(settings, console, run.path, run.name, trainer.w,
+                     lambda w: source.evaluate(VAL, w, settings.loss) if c[VAL] else None,
+                     c[TRAIN])
     for epoch in range(settings.epochs):
-        stats = run_epoch(source, trainer, epoch, settings.seed)
-        elapsed = time.perf_counter() - train_started
-        val = source.evaluate(VAL, trainer.w, settings.loss) if c[VAL] else None
-        row = {"epoch": epoch + 1, "elapsed": elapsed, "epoch_seconds": stats.seconds,
-               "train_loss": stats.train_loss, "examples": stats.examples,
-               "val_loss": val.loss if val else None,
-               "val_accuracy": val.accuracy if val else None}
-        history.append(row)
-        rows.offer(f"{row['epoch']:>5} {elapsed:>7.2f}s {stats.train_loss:>10.4f} "
-                   f"{fmt_metric(row['val_loss']):>9} {fmt_metric(row['val_accuracy']):>8}",
-                   console.out)
-        decision = stopper.update(val.loss if val else stats.train_loss, trainer.w,
-                                  accuracy=val.accuracy if val else None)
-        if decision:
-            stop_reason = decision
+        if book.after_epoch(run_epoch(source, trainer, epoch, settings.seed)):
             break
-        if settings.time_budget and elapsed >= settings.time_budget:
-            stop_reason = "time budget"
-            break
-    train_seconds = time.perf_counter() - train_started
-    rows.flush(console.out)  # the last epoch's row, if it was thinned out
-    w = stopper.best_weights if stopper.best_weights is not None else trainer.w
+    train_seconds = time.perf_counter() - book.started
+    book.close()
+    stop_reason = book.stop_reason
+    w = book.kept_weights()
     test = (evaluate(test_rows, w, loss) if test_rows is not None
             else source.evaluate(TEST, w, settings.loss))
     val = source.evaluate(VAL, w, settings.loss) if c[VAL] else None
     metrics: dict[str, Any] = {
         "command": "train", "out_of_core": True, "test_loss": test.loss,
         "test_accuracy": test.accuracy, "val_loss": val.loss if val else None,
-        "val_accuracy": val.accuracy if val else None, "epochs": len(history),
-        "best_epoch": (stopper.best_index + 1) if stopper.best_index is not None
-        else len(history), "seconds": train_seconds, "load_seconds": loaded - started,
+        "val_accuracy": val.accuracy if val else None, "epochs": book.epochs,
+        "best_epoch": book.best_epoch(), "seconds": train_seconds, "load_seconds": loaded - started,
         "total_seconds": time.perf_counter() - started, "stop_reason": stop_reason,
         "threads": settings.threads, "trainer": settings.trainer, "loss": settings.loss,
         "train_rows": c[TRAIN], "test_rows": test.n, "n_features": source.n_features,
@@ -265,15 +244,18 @@ def train_job(settings: Settings, console: Console, started: float,
     if test_rows is not None and test_rows.n_rows:
         metrics.update(test_quality(test_rows, w, settings.loss, None, source.labels.task,
                                     source.labels.classes))
-    write_outputs(settings, w, metrics, history, source.order, task=source.labels.task,
-                  classes=source.labels.classes, draw_plot=False, run_dir=run.path)
+    plotted = book.history.rows.rows()
+    book.write_history()
+    write_outputs(settings, w, metrics, plotted, source.order, task=source.labels.task,
+                  classes=source.labels.classes, draw_plot=False, history_on_disk=True,
+                  run_dir=run.path)
     try:  # the plot is the last file: then the run is published whole
-        plot.finish(run.path, history, title=f"hogwild train (out of core): {settings.data}")
+        plot.finish(run.path, plotted, title=f"hogwild train (out of core): {settings.data}")
     except OSError as exc:
         raise OutputError.writing(run.path, exc) from None
     published = run.publish()
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
-    console.result(f"done ({stop_reason}): {len(history)} epochs in "
+    console.result(f"done ({stop_reason}): {book.epochs} epochs in "
                    f"{duration(train_seconds)}, test loss {test.loss:.4f}, test accuracy "
                    f"{acc}; outputs in {published}")
     console.json_result(metrics)

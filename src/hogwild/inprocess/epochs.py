@@ -1,0 +1,125 @@
+"""What `hogwild train` does after each epoch, in memory or out of core: check, score, record, stop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from hogwild.config import Settings
+from hogwild.engine.stopping import EarlyStopping
+from hogwild.engine.trainer import EpochStats
+from hogwild.errors import OutputError, TrainingDiverged
+from hogwild.inprocess.common import fmt_metric
+from hogwild.model.evaluation import Metrics, is_finite
+from hogwild.outputs.console import Console
+from hogwild.outputs.history import EvalHistory
+from hogwild.outputs.tensorboard import open_scalars
+
+# Scores the model on the validation rows (None when there are none).
+Validate = Callable[[npt.NDArray[np.float64]], Metrics | None]
+
+
+class EpochBook:
+    """The epochs of one `hogwild train` run: the epoch-0 row (the model before training),
+    then per epoch a divergence check, the validation score, the history row (on disk as it
+    is made, and in TensorBoard), the progress row, and the stop rules (early stopping,
+    target loss, time budget). The model kept is :attr:`stopper`'s."""
+
+    def __init__(self, settings: Settings, console: Console, run_dir: Path, run_name: str,
+                 model_w: npt.NDArray[np.float64], validate: Validate,
+                 epoch_rows: int) -> None:
+        self.settings = settings
+        self.console = console
+        self.model_w = model_w
+        self.validate = validate
+        self.epoch_rows = epoch_rows
+        self.stopper = EarlyStopping(patience=settings.patience, min_delta=settings.min_delta,
+                                     target_loss=settings.target_loss)
+        self.stop_reason = "max epochs"
+        # Each epoch's row is appended as it is made, in this run's directory (no earlier
+        # run's file is touched); memory keeps a bounded copy.
+        self.history = EvalHistory(run_dir)
+        try:
+            self.history.begin()
+        except OSError as exc:
+            raise OutputError.writing(run_dir, exc) from None
+        self.scalars = open_scalars(settings, run_name)
+        # Epoch 0: the model before any training, so the curves start where training did
+        # (not printed, nor counted by early stopping: it is no epoch's result).
+        initial = validate(model_w)
+        self.history.add({"epoch": 0, "elapsed": 0.0, "epoch_seconds": 0.0,
+                          "train_loss": None, "examples": 0,
+                          "val_loss": initial.loss if initial else None,
+                          "val_accuracy": initial.accuracy if initial else None})
+        if self.scalars is not None:
+            self.scalars.add(self.history.rows.rows()[-1], 0)
+        console.say(f"{'epoch':>5} {'elapsed':>8} {'train_loss':>10} {'val_loss':>9} "
+                    f"{'val_acc':>8}")
+        self.rows = console.rows()
+        self.started = time.perf_counter()
+
+    @property
+    def epochs(self) -> int:
+        """Epochs trained (the rows after epoch 0's)."""
+        return self.history.count - 1
+
+    def after_epoch(self, stats: EpochStats) -> bool:
+        """Record the epoch ``stats`` ended; True to stop. TrainingDiverged when the weights,
+        the training loss or the validation loss are no longer finite."""
+        settings = self.settings
+        elapsed = time.perf_counter() - self.started
+        # A cheap O(d) check: a diverged model stops the run before it is scored or saved.
+        if not (is_finite(self.model_w) and np.isfinite(stats.train_loss)):
+            raise TrainingDiverged(f"epoch {stats.epoch + 1}", settings.learning_rate)
+        val = self.validate(self.model_w)
+        if val is not None and not np.isfinite(val.loss):
+            raise TrainingDiverged(f"epoch {stats.epoch + 1}, validation loss",
+                                   settings.learning_rate)
+        row: dict[str, Any] = {
+            "epoch": stats.epoch + 1, "elapsed": elapsed, "epoch_seconds": stats.seconds,
+            "train_loss": stats.train_loss, "examples": stats.examples,
+            "val_loss": val.loss if val else None,
+            "val_accuracy": val.accuracy if val else None}
+        self.history.add(row)
+        if self.scalars is not None:  # at the examples trained on: every epoch a whole pass
+            self.scalars.add(row, (stats.epoch + 1) * self.epoch_rows)
+        self.rows.offer(f"{row['epoch']:>5} {elapsed:>7.2f}s {stats.train_loss:>10.4f} "
+                        f"{fmt_metric(row['val_loss']):>9} "
+                        f"{fmt_metric(row['val_accuracy']):>8}",
+                        self.console.out, done=(stats.epoch + 1) / max(1, settings.epochs))
+        # Without a validation set the training loss stands in for early stopping.
+        decision = self.stopper.update(val.loss if val else stats.train_loss, self.model_w,
+                                       accuracy=val.accuracy if val else None)
+        if decision:
+            self.stop_reason = decision
+            return True
+        if settings.time_budget and elapsed >= settings.time_budget:
+            self.stop_reason = "time budget"
+            return True
+        return False
+
+    def close(self) -> None:
+        """Training is over: close TensorBoard, show the last row if it was thinned out."""
+        if self.scalars is not None:
+            self.scalars.close()
+        self.rows.flush(self.console.out)
+
+    def kept_weights(self) -> npt.NDArray[np.float64]:
+        """The model to save: the best evaluated one (see EarlyStopping), else the last."""
+        best = self.stopper.best_weights
+        return best if best is not None else self.model_w
+
+    def best_epoch(self) -> int:
+        index = self.stopper.best_index
+        return index + 1 if index is not None else self.epochs
+
+    def write_history(self) -> None:
+        try:
+            self.history.write_all()
+        except OSError as exc:
+            raise OutputError.writing(self.history.path.parent, exc) from None
