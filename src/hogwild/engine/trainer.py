@@ -177,6 +177,11 @@ class Trainer:
 
     ``w`` may be passed in; it is then used in place, never copied, so another thread (e.g. a
     delta exchange) can read and update the same array while training runs.
+
+    Each epoch of the hogwild, locked and serial modes is one round of the engine's thread
+    loop (engine/threads.py), the loop a cluster worker runs, with nothing exchanged after
+    it. ``syncsgd`` is the synchronous mini-batch baseline: threads meet at a barrier after
+    every mini-batch, a loop of its own (:meth:`_sync_epoch`).
     """
 
     def __init__(
