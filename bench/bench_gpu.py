@@ -8,6 +8,11 @@ Rows, in one table:
   epoch time counts the launch, the copy of the weights there and back, and nothing else.
 * ``hogwild CPU``: the in-process trainer with one thread per core (``hogwild train``'s
   trainer, thread buffers on), the same schedule, loss and L2.
+* ``hogwild GPU MLP`` and ``hogwild CPU MLP`` (only when a CUDA device is present): the
+  sparse-input MLP (``--mlp-hidden``, ``--deep-lr-scale``) on the GPU
+  (:class:`hogwild.engine.gpu_mlp.GPUMLPTrainer`, a warp per example, atomic updates) and
+  on the CPU threads (:class:`hogwild.engine.mlp.MLPTrainer`, thread buffers on), from the
+  same initial weights.
 * ``torch EmbeddingBag, batch B`` (only if torch can be imported; on its GPU when it has
   one): a ``nn.EmbeddingBag(n_features, 1, mode="sum")`` fed the row's values as
   ``per_sample_weights``, plus a bias, the hinge loss summed over a mini-batch of B rows
@@ -24,6 +29,7 @@ script works: its times mean nothing. Usage::
 
     .venv/bin/python bench/bench_gpu.py [--rows 800000] [--epochs 10] [--threads N]
         [--max-warps 4096] [--weight-dtype float32] [--torch-batches 256,4096]
+        [--mlp-hidden 64] [--deep-lr-scale 0.01]
 """
 
 from __future__ import annotations
@@ -52,10 +58,10 @@ def load(rows: int, seed: int) -> Any:
     return settings, load_splits(settings)
 
 
-def accuracy(test: Any, w: np.ndarray) -> float:
+def accuracy(test: Any, w: np.ndarray, spec: Any = None) -> float:
     from hogwild.model.evaluation import evaluate_model
 
-    return float(evaluate_model(test, w, "hinge").accuracy or 0.0)
+    return float(evaluate_model(test, w, "hinge", spec).accuracy or 0.0)
 
 
 def summary(seconds: list[float]) -> tuple[str, str]:
@@ -100,6 +106,33 @@ def bench_gpu(settings: Any, splits: Any, epochs: int, max_warps: int,
     name = f"hogwild GPU, {trainer.warps(splits.train.n_rows)} warps, {weight_dtype}{sim}"
     return [name, *summary([h.seconds for h in history]),
             f"{accuracy(splits.test, trainer.w):.4f}"]
+
+
+def bench_mlp(settings: Any, splits: Any, epochs: int, threads: int, hidden: tuple[int, ...],
+              deep_lr_scale: float, max_warps: int, weight_dtype: str) -> list[list[Any]]:
+    """The GPU MLP's row and the CPU MLP threads' row, on the same model and seed."""
+    from hogwild.engine.gpu_mlp import GPUMLPTrainer
+    from hogwild.engine.mlp import MLPTrainer
+    from hogwild.inprocess.common import train_params
+    from hogwild.model.spec import ModelSpec
+
+    spec = ModelSpec("mlp", splits.train.n_features, hidden)
+    gpu = GPUMLPTrainer(spec, train_params(settings), seed=settings.seed,
+                        deep_lr_scale=deep_lr_scale, max_warps=max_warps,
+                        weight_dtype=weight_dtype)
+    gpu_history = gpu.fit(splits.train, epochs)
+    cpu = MLPTrainer(spec, train_params(settings.replace(threads=threads)), seed=settings.seed,
+                     deep_lr_scale=deep_lr_scale)
+    cpu_history = cpu.fit(splits.train, epochs)
+    sim = " (simulator: times mean nothing)" if os.environ.get("NUMBA_ENABLE_CUDASIM") else ""
+    shape = f"hidden {list(hidden)}"
+    gpu_name = (f"hogwild GPU MLP, {shape}, {gpu.warps(splits.train.n_rows)} warps, "
+                f"{weight_dtype}{sim}")
+    return [[gpu_name, *summary([h.seconds for h in gpu_history]),
+             f"{accuracy(splits.test, gpu.w, spec):.4f}"],
+            [f"hogwild CPU MLP, {shape}, {threads} threads",
+             *summary([h.seconds for h in cpu_history]),
+             f"{accuracy(splits.test, cpu.w, spec):.4f}"]]
 
 
 def bench_torch(torch: Any, settings: Any, splits: Any, epochs: int, batch: int) -> list[Any]:
@@ -155,6 +188,10 @@ def main() -> None:
                         help="GPU: examples in flight at most")
     parser.add_argument("--weight-dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--torch-batches", default="256,4096")
+    parser.add_argument("--mlp-hidden", default="64",
+                        help="MLP rows (GPU only): hidden layer sizes, comma separated")
+    parser.add_argument("--deep-lr-scale", type=float, default=None,
+                        help="MLP rows: the deep part's step factor (default: the setting's)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if os.environ.get("NUMBA_ENABLE_CUDASIM"):
@@ -172,6 +209,14 @@ def main() -> None:
     else:
         rows.append(["hogwild GPU", "-", "-", f"no CUDA device ({missing})"])
     rows.append(bench_cpu(settings, splits, args.epochs, args.threads))
+    if missing is None:
+        hidden = tuple(int(h) for h in args.mlp_hidden.split(",") if h.strip())
+        deep = (settings.deep_lr_scale if args.deep_lr_scale is None
+                else args.deep_lr_scale)
+        rows.extend(bench_mlp(settings, splits, args.epochs, args.threads, hidden, deep,
+                              args.max_warps, args.weight_dtype))
+    else:
+        rows.append(["hogwild GPU MLP / CPU MLP", "-", "-", "no CUDA device: not run"])
     try:
         import torch
     except ImportError:

@@ -170,7 +170,7 @@ def test_settings_choose_the_device_and_refuse_what_a_gpu_does_not_train() -> No
     for bad in ("gpu", "cuda:", "cuda:01", "CUDA", "cuda:-1"):
         with pytest.raises(ConfigError, match="'device'.*cpu, cuda or cuda:N"):
             config.load(flags={"device": bad})
-    for key, value in (("model", "mlp"), ("out_of_core", True), ("trainer", "locked"),
+    for key, value in (("out_of_core", True), ("trainer", "locked"),
                        ("trainer", "syncsgd"), ("batch_size", 8)):
         with pytest.raises(ConfigError, match=f"'device'.*got {key}"):
             config.load(flags={"device": "cuda", key: value})

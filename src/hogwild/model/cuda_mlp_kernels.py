@@ -170,7 +170,8 @@ def mlp_sgd_epoch(indptr: Any, indices: Any, values: Any, labels: Any, w: Any,
                 zj = zs[last + j]
                 old = float64(w[out_w + j])
                 ds[last + j] = g * old if zj > 0.0 else 0.0
-                aj = zj if zj > 0.0 else 0.0
+                # Not max(): numba's generic max() does not compile as CUDA device code.
+                aj = zj if zj > 0.0 else 0.0  # noqa: FURB136
                 d = -(step * aj + decay * old)
                 if d != 0.0:
                     cuda.atomic.add(w, out_w + j, d)
