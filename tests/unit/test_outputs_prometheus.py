@@ -1,18 +1,25 @@
-"""/metrics served from a coordinator's run state: its own registry, read at each scrape."""
+"""/metrics served from a process's state: its own registry, read at each scrape, behind a token and TLS."""
 
 from __future__ import annotations
 
+import http.client
 import socket
+import ssl
+import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from hogwild.commands.certs import Bundle, write_bundle
 from hogwild.config import Settings
 from hogwild.coordinator.state import RunState
 from hogwild.errors import ConfigError
 from hogwild.outputs.history import EvalHistory
 from hogwild.outputs.prometheus import (
+    COUNTER,
+    Metric,
     MetricsServer,
     coordinator_reader,
     serve_metrics,
@@ -94,3 +101,133 @@ def test_a_port_in_use_is_one_error_naming_the_setting() -> None:
 def test_port_out_of_range_is_refused() -> None:
     with pytest.raises(ConfigError, match="metrics_port"):
         Settings().replace(metrics_port=70000)
+
+
+# --- metrics_token_file and metrics_tls ----------------------------------------------------
+
+
+def _fetch(url: str, token: str | None = None, scheme: str = "Bearer",
+           context: ssl.SSLContext | None = None) -> tuple[int, dict[str, str], str]:
+    """(status, headers, body) of one GET, 401 included."""
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"{scheme} {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=context) as answer:
+            return answer.status, dict(answer.headers), answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read().decode()
+
+
+class _Counting:
+    """A reader that counts its scrapes: a refused request must not reach it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> list[Metric]:
+        self.calls += 1
+        return [Metric(COUNTER, "rounds", "rounds", 5)]
+
+
+def _token_file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "metrics-token"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_token_file_makes_every_request_carry_the_token(tmp_path: Path) -> None:
+    reader = _Counting()
+    settings = Settings(bind_host="127.0.0.1", metrics_port=0,
+                        metrics_token_file=_token_file(tmp_path, "  s3cret-token\n"))
+    server = serve_metrics(settings, "worker", reader)
+    assert server is not None
+    try:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        for token, scheme in ((None, "Bearer"), ("wrong", "Bearer"), ("s3cret-tokenx", "Bearer"),
+                              ("s3cret-token", "Basic"), ("", "Bearer")):
+            status, headers, body = _fetch(url, token, scheme)
+            assert status == 401, (token, scheme)
+            assert headers["WWW-Authenticate"].startswith("Bearer")
+            assert "hogwild" not in body.replace("hogwild metrics", "")
+        assert reader.calls == 0  # the collector never ran for a refused request
+        status, _, body = _fetch(url, "s3cret-token")
+        assert status == 200 and "hogwild_worker_rounds_total 5.0" in body
+        # The scheme is case-insensitive (RFC 7235).
+        assert _fetch(url, "s3cret-token", "bearer")[0] == 200
+        assert reader.calls == 2
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("text", ["", " \n\t\n"])
+def test_an_empty_token_file_is_refused_naming_the_key(tmp_path: Path, text: str) -> None:
+    settings = Settings(bind_host="127.0.0.1", metrics_port=0,
+                        metrics_token_file=_token_file(tmp_path, text))
+    with pytest.raises(ConfigError, match="metrics_token_file") as err:
+        serve_metrics(settings, "worker", list)
+    assert "empty" in str(err.value)
+
+
+def test_an_unreadable_or_unsendable_token_is_refused_naming_the_key(tmp_path: Path) -> None:
+    missing = Settings(bind_host="127.0.0.1", metrics_port=0,
+                       metrics_token_file=str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match="metrics_token_file.*nowhere"):
+        serve_metrics(missing, "worker", list)
+    spaced = missing.replace(metrics_token_file=_token_file(tmp_path, "two words"))
+    with pytest.raises(ConfigError, match="metrics_token_file.*printable ASCII"):
+        serve_metrics(spaced, "worker", list)
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
+    return write_bundle(tmp_path_factory.mktemp("certs"))
+
+
+def _tls_settings(bundle: Bundle) -> Settings:
+    return Settings().replace(bind_host="127.0.0.1", metrics_port=0, metrics_tls=True,
+                              tls_ca=str(bundle.ca), tls_cert=str(bundle.cert("worker")),
+                              tls_key=str(bundle.key("worker")),
+                              metrics_token_file=str(bundle.token))
+
+
+def test_metrics_over_https_with_the_process_certificate(bundle: Bundle) -> None:
+    server = serve_metrics(_tls_settings(bundle), "worker", _Counting())
+    assert server is not None
+    try:
+        assert server.url.startswith("https://127.0.0.1:")
+        context = ssl.create_default_context(cafile=str(bundle.ca))
+        token = bundle.token.read_text().strip()
+        status, _, body = _fetch(server.url, token, context=context)
+        assert status == 200 and "hogwild_worker_rounds_total 5.0" in body
+        assert _fetch(server.url, "wrong", context=context)[0] == 401
+        # Plain HTTP to the TLS port gets no metrics.
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+            _fetch(f"http://127.0.0.1:{server.port}/metrics", token)
+        # A client that connects and never says anything holds its own thread only: the
+        # handshake is not made on the thread that accepts.
+        with socket.create_connection(("127.0.0.1", server.port)):
+            started = time.monotonic()
+            assert _fetch(server.url, token, context=context)[0] == 200
+            assert time.monotonic() - started < 2.0
+    finally:
+        server.close()
+
+
+def test_metrics_tls_without_a_certificate_is_refused_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match="metrics_tls"):
+        Settings().replace(metrics_tls=True)
+    # Settings built without the checks are refused by the server too, before it listens.
+    with pytest.raises(ConfigError, match="metrics_tls"):
+        serve_metrics(Settings(bind_host="127.0.0.1", metrics_port=0, metrics_tls=True),
+                      "worker", list)
+
+
+def test_hogwild_run_hands_the_metrics_security_to_every_process(bundle: Bundle) -> None:
+    from hogwild.runtime.launcher import setting_flags
+
+    settings = _tls_settings(bundle)
+    for role in ("coordinator", "worker"):
+        flags = setting_flags(settings, role)
+        assert f"--metrics-token-file={bundle.token}" in flags
+        assert "--metrics-tls=true" in flags

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import hmac
 import logging
 import math
 import socket
+import socketserver
+import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from hogwild.errors import ConfigError
+from hogwild.settings.rules import check_metrics_tls
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
     from hogwild.config import Settings
     from hogwild.coordinator.state import RunState
@@ -63,23 +69,126 @@ class _Collector:
             yield metric
 
 
+# A client gets this long to finish its TLS handshake, and then each read or write of its
+# request: one that connects and stalls holds one thread for this long, never the server.
+CLIENT_SECONDS = 10.0
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = CLIENT_SECONDS
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # Not one stderr line per scrape (the library's default): debug log only.
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class _Server(socketserver.ThreadingMixIn, WSGIServer):
+    """A WSGI server that answers each client on a thread of its own, the TLS handshake
+    included: done on the accepting thread (a listening socket wrapped in TLS), one client
+    that never completes it would stop every scrape."""
+
+    daemon_threads = True
+    tls: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(CLIENT_SECONDS)
+        try:
+            wrapped = self.tls.wrap_socket(request, server_side=True)
+        except OSError as exc:  # not TLS, a certificate it refused, too slow: nothing to answer
+            log.debug("metrics: TLS handshake with %s failed: %s", client_address, exc)
+            return
+        try:
+            super().finish_request(wrapped, client_address)
+        finally:
+            wrapped.close()
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+_UNAUTHORIZED = b"401 unauthorized: /metrics wants the header Authorization: Bearer <token>\n"
+
+
+def _require_token(app: WSGIApplication, token: str) -> WSGIApplication:
+    """``app`` behind a bearer token: a request without the token gets 401 and never reaches
+    ``app`` (no collector is read for it)."""
+    expected = token.encode("ascii")
+
+    def guarded(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        scheme, _, given = str(environ.get("HTTP_AUTHORIZATION", "")).strip().partition(" ")
+        # WSGI headers are latin-1 text; compare bytes in constant time (compare_digest
+        # refuses str that is not ASCII), and the scheme apart: it is no secret.
+        match = hmac.compare_digest(given.strip().encode("latin-1", "replace"), expected)
+        if match and scheme.lower() == "bearer":
+            return app(environ, start_response)
+        challenge = 'Bearer realm="hogwild metrics"'
+        if given:
+            challenge += ', error="invalid_token"'
+        start_response("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"),
+                                            ("Content-Length", str(len(_UNAUTHORIZED))),
+                                            ("WWW-Authenticate", challenge)])
+        return [_UNAUTHORIZED]
+
+    return guarded
+
+
+def _read_token(path: str) -> str:
+    """The token in metrics_token_file, stripped; ConfigError naming the key when the file
+    cannot be read, is empty, or holds what an HTTP header cannot carry."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError("metrics_token_file", f"cannot read {path}: "
+                                                f"{exc.strerror or exc}") from None
+    token = data.decode("utf-8", "replace").strip()
+    if not token:
+        raise ConfigError("metrics_token_file", f"{path} is empty")
+    if any(ord(c) < 0x21 or ord(c) > 0x7E for c in token):
+        raise ConfigError("metrics_token_file", f"{path}: the token must be printable ASCII "
+                                                "without spaces (it travels in an HTTP header)")
+    return token
+
+
+def _tls_context(settings: Settings) -> ssl.SSLContext:
+    """A server context with the process's own certificate; ConfigError naming the file that
+    cannot be loaded."""
+    check_metrics_tls({"metrics_tls": True, "tls_cert": settings.tls_cert,
+                       "tls_key": settings.tls_key})
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    for key, path in (("tls_cert", settings.tls_cert), ("tls_key", settings.tls_key)):
+        if not Path(path).is_file():
+            raise ConfigError(key, f"cannot read {path} (metrics_tls)")
+    try:
+        context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError("tls_cert", f"metrics_tls cannot load {settings.tls_cert} with "
+                                      f"{settings.tls_key}: {exc}") from None
+    return context
+
+
 class MetricsServer:
-    """A /metrics HTTP server of its own registry (never the library's global one: two
+    """A /metrics HTTP(S) server of its own registry (never the library's global one: two
     servers in one process, as in tests, stay apart)."""
 
     def __init__(self, server: WSGIServer, thread: threading.Thread, host: str,
-                 port: int, linger: float) -> None:
+                 port: int, linger: float, scheme: str = "http") -> None:
         self._server = server
         self._thread = thread
         self.host = host
         self.port = port
         self.linger = linger
+        self.scheme = scheme
 
     @property
     def url(self) -> str:
         # A wildcard address is not one to dial: name this host instead.
         host = socket.gethostname() if self.host in ("", "0.0.0.0", "::") else self.host
-        return f"http://{'[' + host + ']' if ':' in host else host}:{self.port}/metrics"
+        return f"{self.scheme}://{'[' + host + ']' if ':' in host else host}:{self.port}/metrics"
 
     def close(self, linger: bool = True) -> None:
         """Stop serving, after ``linger`` seconds (the setting) when asked: a scrape then
@@ -94,29 +203,52 @@ class MetricsServer:
 
 def serve_metrics(settings: Settings, process: str, read: Reader,
                   labels: Mapping[str, str] | None = None) -> MetricsServer | None:
-    """Serve ``read``'s metrics, named ``hogwild_<process>_*``, on bind_host:metrics_port;
-    None when metrics_port is null. ConfigError (naming metrics_port) if the library is
-    missing or the port cannot be bound."""
+    """Serve ``read``'s metrics, named ``hogwild_<process>_*``, on bind_host:metrics_port,
+    behind metrics_token_file's token and over HTTPS with metrics_tls; None when metrics_port
+    is null. ConfigError naming the setting if the library is missing, the token or the
+    certificate cannot be read, or the port cannot be bound: all before anything listens."""
     if settings.metrics_port is None:
         return None
     try:
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry, make_wsgi_app
     except ImportError:
         raise ConfigError("metrics_port", "needs the prometheus-client package "
                                           "(pip install prometheus-client)") from None
+    token = _read_token(settings.metrics_token_file) if settings.metrics_token_file else None
+    tls = _tls_context(settings) if settings.metrics_tls else None
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(f"hogwild_{process}", read, labels or {}))
+    app = make_wsgi_app(registry)
+    if token is not None:
+        app = _require_token(app, token)
+    host, port = settings.bind_host, settings.metrics_port
     try:
-        server, thread = start_http_server(settings.metrics_port, settings.bind_host,
-                                           registry=registry)
+        family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                    flags=socket.AI_PASSIVE)[0][0]
+        server = (_Server6 if family == socket.AF_INET6 else _Server)(
+            (host.strip("[]"), port), _QuietHandler)
     except OSError as exc:
-        raise ConfigError("metrics_port", f"cannot serve metrics on "
-                                          f"{settings.bind_host}:{settings.metrics_port}: "
+        raise ConfigError("metrics_port", f"cannot serve metrics on {host}:{port}: "
                                           f"{exc.strerror or exc}") from None
-    served = MetricsServer(server, thread, settings.bind_host, int(server.server_port),
-                           settings.metrics_linger)
-    log.info("metrics at %s", served.url)
+    server.set_app(app)
+    server.tls = tls
+    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+    thread.start()
+    served = MetricsServer(server, thread, host, int(server.server_port),
+                           settings.metrics_linger, "https" if tls else "http")
+    if token is None and not _loopback(host):
+        log.warning("metrics at %s without a token (metrics_token_file): anyone who reaches "
+                    "the port can read them", served.url)
+    else:
+        log.info("metrics at %s%s", served.url, "" if token is None else " (token required)")
     return served
+
+
+def _loopback(host: str) -> bool:
+    # Imported here: hogwild.protocol.serving loads grpc, which this module needs not.
+    from hogwild.protocol.serving import is_loopback
+
+    return is_loopback(host)
 
 
 def coordinator_reader(state: RunState, history: Callable[[], EvalHistory],

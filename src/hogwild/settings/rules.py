@@ -153,7 +153,10 @@ def check_together(clean: Mapping[str, Any]) -> None:
 
 def _check_gpu(clean: Mapping[str, Any]) -> None:
     """What the GPU trainer (hogwild.engine.gpu) does not train is refused before any data is
-    read: it would otherwise run on the CPU with the device setting ignored."""
+    read: it would otherwise run on the CPU with the device setting ignored. The same checks
+    hold for a GPU worker (engine/gpu_rounds.py), which runs the same kernels; the settings
+    it does not read (trainer, batch_size, out_of_core) are still refused with cuda rather
+    than half honoured from a file shared with `train`."""
     device = clean["device"]
     refused = {"out_of_core": bool(clean.get("out_of_core")),
                "trainer": clean.get("trainer", "hogwild") not in GPU_TRAINER_MODES,
@@ -179,3 +182,14 @@ def _check_security(clean: Mapping[str, Any]) -> None:
                                    "set all three or none")
     if clean.get("auth_token") and clean.get("auth_token_file"):
         raise ConfigError("auth_token_file", "set auth_token or auth_token_file, not both")
+    check_metrics_tls(clean)
+
+
+def check_metrics_tls(values: Mapping[str, Any]) -> None:
+    """metrics_tls serves the process's own certificate: it needs tls_cert and tls_key (asked
+    again by the metrics server, which may be given settings built without these checks)."""
+    if values.get("metrics_tls") and not (values.get("tls_cert") and values.get("tls_key")):
+        raise ConfigError("metrics_tls", "serves HTTPS with the process's tls_cert and tls_key, "
+                                         "and they are not set: set tls_ca, tls_cert and "
+                                         "tls_key (`hogwild certs` makes them), or turn "
+                                         "metrics_tls off")

@@ -167,11 +167,15 @@ class Settings:
                       "example)", commands=_T))
     device: str = field(
         default="cpu",
-        metadata=_doc("where train runs the linear model: cpu (the trainer's threads) or cuda / "
+        metadata=_doc("where train, or this worker, trains: cpu (threads) or cuda / "
                       "cuda:N (a CUDA GPU, numba.cuda: a warp per example, lock-free atomic "
-                      "updates, one kernel launch per epoch; trainer hogwild or serial, "
-                      "batch_size 1, not with model mlp, multiclass data or out_of_core; "
-                      "needs the gpu extra: pip install '.[gpu]' from a clone, and a CUDA driver)", commands=_T))
+                      "updates; train: one kernel launch per epoch, a worker: one per round "
+                      "of threads x round_size rows; run gives it to every local worker, "
+                      "its coordinator stays on the CPU; model linear, or mlp with at "
+                      "most 256 hidden units in all; trainer hogwild or serial, "
+                      "batch_size 1, not with multiclass data or out_of_core; "
+                      "needs the gpu extra: pip install '.[gpu]' from a clone, and a CUDA "
+                      "driver)", commands=_TRW))
     thread_buffer: bool = field(
         default=True,
         metadata=_doc("hogwild threads buffer their writes and publish them to the shared "
@@ -362,14 +366,24 @@ class Settings:
         default=None,
         metadata=_doc("serve Prometheus metrics (rounds, examples, deltas and bytes, staleness; "
                       "the coordinator's also validation loss and accuracy, dropped workers) "
-                      "over HTTP at /metrics on bind_host and this port, plain text and without "
-                      "a token; 0 = any free port (logged); null = off. `hogwild run` gives it "
-                      "to the coordinator and any free port to each worker", commands=_RCW))
+                      "over HTTP at /metrics on bind_host and this port (HTTPS with "
+                      "metrics_tls; without metrics_token_file anyone who reaches the port can "
+                      "read them); 0 = any free port (logged); null = off. `hogwild run` gives "
+                      "it to the coordinator and any free port to each worker", commands=_RCW))
     metrics_linger: float = field(
         default=0.0,
         metadata=_doc("seconds /metrics keeps serving after the process's work is done, so a "
                       "scrape sees the final counters of a short run (0 = close at once)",
                       commands=_RCW))
+    metrics_token_file: str = field(
+        default="",
+        metadata=_doc("file holding the token (whitespace around it ignored) every request to "
+                      "/metrics must carry as `Authorization: Bearer TOKEN`: 401 without it; "
+                      "empty = no token, for trusted networks only", commands=_RCW))
+    metrics_tls: bool = field(
+        default=False,
+        metadata=_doc("serve /metrics over HTTPS with the process's tls_cert and tls_key "
+                      "(clients present no certificate); off = plain HTTP", commands=_RCW))
     tensorboard_dir: str = field(
         default="",
         metadata=_doc("also write the validation loss and accuracy of every evaluation as "
