@@ -211,14 +211,16 @@ def finished_run(workdir: Path, n_workers: int, **extra: Any) -> dict[str, Any]:
 
 def tree_run_with_a_death(cluster: Cluster, out: Path, *, mode: str, workers: int,
                           fanout: int, victim: int | tuple[int, ...], time_budget: float = 6,
-                          timeout: float = 120) -> tuple[dict[int, Proc], dict[str, Any]]:
+                          timeout: float = 120, **settings: Any
+                          ) -> tuple[dict[int, Proc], dict[str, Any]]:
     """A tree run on Reuters (until ``time_budget``) whose worker ``victim`` (or workers, at
     once) is killed once training is under way; every other process must exit 0. Returns
-    the processes by worker id and metrics.json, with the victims dropped."""
+    the processes by worker id and metrics.json, with the victims dropped. ``settings``:
+    more settings for every process."""
     victims = (victim,) if isinstance(victim, int) else victim
     cluster.start(workers, mode=mode, topology="tree", **reuters_settings(
         out, epochs=1_000_000, time_budget=time_budget, barrier_timeout=2, rpc_timeout=5,
-        eval_interval=0.3, tree_fanout=fanout))
+        eval_interval=0.3, tree_fanout=fanout, **settings))
     assert cluster.coordinator is not None
     ids = cluster.worker_ids(timeout)
     cluster.coordinator.wait_for(PROGRESS_ROW, timeout)  # training is under way

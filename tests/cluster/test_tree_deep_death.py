@@ -79,11 +79,12 @@ def _survivors_equal_the_global_model(out: Path, metrics: dict[str, object],
 def test_tree_sync_two_deaths_on_one_path_lose_nothing(cluster: Cluster,
                                                        tmp_path: Path) -> None:
     # Worker 6's parent (2) and grandparent (0) die together: it and worker 3 (0's other
-    # child) re-attach to the coordinator, whose kept aggregates catch both up.
+    # child) re-attach to the coordinator, whose kept aggregates catch both up. Messages
+    # cut into parts of 4 KiB: one cut off by a death is summed nowhere, not in part.
     out = tmp_path / "out"
     ids, metrics = tree_run_with_a_death(cluster, out, mode="sync", workers=N,
                                          fanout=K, victim=(0, VICTIM), time_budget=6,
-                                         timeout=120)
+                                         timeout=120, chunk_bytes=4096)
     assert re.search(r"tree: re-attached around worker\(s\) [02, ]+: parent coordinator",
                      ids[ORPHAN].output()), ids[ORPHAN].output()
     _survivors_equal_the_global_model(out, metrics, [1, 3, 4, 5, 6])
@@ -94,7 +95,7 @@ def test_tree_async_two_deaths_on_one_path_keep_every_message(cluster: Cluster,
     out = tmp_path / "out"
     ids, metrics = tree_run_with_a_death(cluster, out, mode="async", workers=N,
                                          fanout=K, victim=(0, VICTIM), time_budget=6,
-                                         timeout=120)
+                                         timeout=120, chunk_bytes=4096)
     recovery = metrics["tree_recovery"]
     for wid in (1, 3, 4, 5, 6):
         sent = [int(n) for n in FINAL.findall(ids[wid].output())]

@@ -37,6 +37,7 @@ from hogwild.protocol.codec import DecodedDelta, DeltaHeader, check_values
 from hogwild.protocol.keys import COORDINATOR, KeyRing
 from hogwild.protocol.security import same_key
 from hogwild.protocol.sequence import SequenceTracker
+from hogwild.protocol.wholeparts import WholeParts
 
 
 class RunState:
@@ -101,6 +102,8 @@ class RunState:
         # Topology tree, async: per origin, the messages up the model holds (set by the tree
         # root). Checked and recorded in apply_delta's critical section, with the apply.
         self.tree_counts: AppliedCounts | None = None
+        # Topology tree: multi-part messages summed whole or not at all (protocol/wholeparts).
+        self.whole_parts = WholeParts()
 
     # ---------------------------------------------------------------- registration
 
@@ -172,7 +175,7 @@ class RunState:
             # A new mapping in id order (a place given back comes before later ids): readers
             # that iterate the old one unlocked are not disturbed.
             self.workers = dict(sorted({**self.workers, worker_id: record}.items()))
-            self._seen[worker_id] = SequenceTracker()
+            self._new_sequence(worker_id)
             self._by_address[address] = worker_id
             self._lock.notify_all()
             return worker_id
@@ -223,7 +226,7 @@ class RunState:
             if self._by_address.get(record.address) == worker_id:
                 del self._by_address[record.address]
             self._generation[worker_id] = self._generation.get(worker_id, 0) + 1
-            self._seen[worker_id] = SequenceTracker()
+            self._new_sequence(worker_id)
             self._free.append(worker_id)
             self._free.sort()
             self._lock.notify_all()
@@ -257,7 +260,7 @@ class RunState:
             for record in records_from(ckpt.workers):
                 self.workers[record.worker_id] = record
                 self._by_address[record.address] = record.worker_id
-                self._seen[record.worker_id] = SequenceTracker()
+                self._new_sequence(record.worker_id)
             self.deltas_received = ckpt.deltas_received
             self.bytes_received = ckpt.bytes_received
             self.duplicates = ckpt.duplicates
@@ -293,7 +296,7 @@ class RunState:
             record.round = round_
             record.last_seen = time.monotonic()
             # Its new incarnation numbers its deltas from 1 again.
-            self._seen[worker_id] = SequenceTracker()
+            self._new_sequence(worker_id)
             self._lock.notify_all()
 
     def start_model(self, dim: int, initial: npt.NDArray[np.float64] | None = None) -> None:
@@ -339,6 +342,11 @@ class RunState:
             raise NotAllowed(f"the caller is not worker {worker_id}")
         return record
 
+    def _new_sequence(self, worker_id: int) -> None:
+        """(Lock held.) ``worker_id`` numbers its deltas from 1 again (a new incarnation)."""
+        self._seen[worker_id] = SequenceTracker()
+        self.whole_parts.forget(worker_id)
+
     @property
     def dim(self) -> int | None:
         return None if self.w is None else int(self.w.shape[0])
@@ -367,39 +375,54 @@ class RunState:
                 # not theirs. Refused, it registers again and resynchronises.
                 raise StaleOrUnknown(f"worker {h.worker_id} was dropped from the run "
                                      f"({record.dead_reason})")
+            whole = self.whole_parts if self.tree_fanout is not None else None
+            if whole is not None:
+                if self._seen[h.worker_id].seen(h.seq, h.part):
+                    self.duplicates += 1
+                    return False
+                whole.room(delta)  # Busy before anything of it is recorded
             fresh = self._seen[h.worker_id].admit(h.seq, h.part, h.parts)
             if fresh is None:
                 self.duplicates += 1
                 return False
-            counts = self.tree_counts
-            if counts is not None and h.covers:
-                # In this critical section, which applies the dead parent's messages too:
-                # one of them is either in the counts already or refused (its sender dead).
-                if h.resent and counts.holds(h.worker_id, h.covers):
-                    known = True
-                    counts.skipped.add((h.worker_id, h.seq, h.part))
-                if h.part == h.parts - 1:
-                    counts.record(h.worker_id, h.covers, not known, h.resent)
-            if not known:
-                t0 = time.perf_counter()
-                result = kernels.apply_delta(self.w, self._empty, delta.indices, delta.values)
-                self.apply_seconds += time.perf_counter() - t0
-                if result != 0:  # decode_delta checked this; a non-zero result is a bug
-                    raise StaleOrUnknown(f"apply_delta refused delta {delta.key} ({result})")
-                self.deltas_received += 1
-            version = self.deltas_received
-            self.bytes_received += delta.nbytes
-            record.deltas_applied += 1
-            record.bytes_received += delta.nbytes
-            record.round = max(record.round, h.round)
-            record.examples = max(record.examples, h.examples)
-            record.last_seen = time.monotonic()
-            if h.final and h.part == h.parts - 1:
-                record.final_delta = True
+            parts = [delta] if whole is None else whole.add(delta)
+            if parts is None:  # held until its last part is in
+                record.last_seen = time.monotonic()
+                return True
+            versions = [self._sum_part(part, record, known) for part in parts]
             self._lock.notify_all()
         if self.relay is not None:
-            self.relay(delta, bool(fresh), version)
+            for i, part in enumerate(parts):
+                # (Only the last of a message held whole completes it.)
+                self.relay(part, bool(fresh) and i == len(parts) - 1, versions[i])
         return True
+
+    def _sum_part(self, delta: DecodedDelta, record: WorkerRecord, known: bool) -> int:
+        """(Lock held.) Sum one admitted part into the model (unless ``known``: held there
+        already) and count it; returns the model's version after it."""
+        h = delta.header
+        assert self.w is not None
+        if self.tree_counts is not None and h.covers:
+            # In this critical section, which applies the dead parent's messages too:
+            # one of them is either in the counts already or refused (its sender dead).
+            known = self.tree_counts.take(h.worker_id, h.seq, h.part, h.parts, h.covers,
+                                          h.resent, known)
+        if not known:
+            t0 = time.perf_counter()
+            result = kernels.apply_delta(self.w, self._empty, delta.indices, delta.values)
+            self.apply_seconds += time.perf_counter() - t0
+            if result != 0:  # decode_delta checked this; a non-zero result is a bug
+                raise StaleOrUnknown(f"apply_delta refused delta {delta.key} ({result})")
+            self.deltas_received += 1
+        self.bytes_received += delta.nbytes
+        record.deltas_applied += 1
+        record.bytes_received += delta.nbytes
+        record.round = max(record.round, h.round)
+        record.examples = max(record.examples, h.examples)
+        record.last_seen = time.monotonic()
+        if h.final and h.part == h.parts - 1:
+            record.final_delta = True
+        return self.deltas_received
 
     def take_tree_skipped(self, key: tuple[int, int, int]) -> bool:
         """Topology tree, async: whether apply_delta took part ``key`` (sender, seq, part)
@@ -484,6 +507,7 @@ class RunState:
         if not record.dead:
             record.dead, record.dead_reason = True, reason
             record.drops += 1
+            self.whole_parts.forget(record.worker_id)  # its unfinished messages: never summed
 
     def totals(self, unchanged: tuple[int, npt.NDArray[np.float64]] | None = None) -> Totals:
         """The model and its counters, read together (an evaluation's view).

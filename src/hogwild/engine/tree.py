@@ -530,6 +530,19 @@ class AppliedCounts:
         count = dict(covers).get(sender, 0)
         return count > 0 and any(lo <= count <= hi for lo, hi in self.ranges.get(sender, ()))
 
+    def take(self, sender: int, seq: int, part: int, parts: int,
+             covers: Iterable[tuple[int, int]], resent: bool, known: bool) -> bool:
+        """Part ``part`` of ``parts`` of a message of ``sender`` goes in: True if it is held
+        already (re-sent, its count in the model: counted, not summed, noted in
+        :attr:`skipped`), else ``known``; the message's counts are recorded at its last part."""
+        covers = list(covers)
+        if resent and self.holds(sender, covers):
+            known = True
+            self.skipped.add((sender, seq, part))
+        if part == parts - 1:
+            self.record(sender, covers, not known, resent)
+        return known
+
     def record(self, sender: int, covers: Iterable[tuple[int, int]], applied: bool,
                resent: bool = False) -> None:
         """The last part of a message from ``sender`` carrying ``covers`` went in

@@ -113,6 +113,22 @@ class Inbox:
             self._cond.notify_all()
             return True
 
+    def seen(self, key: tuple[int, int, int]) -> bool:
+        """Whether (sender, seq, part) ``key`` was queued already (offer would refuse it)."""
+        with self._cond:
+            tracker = self._seen.get(key[0])
+            return tracker is not None and tracker.seen(key[1], key[2])
+
+    def room(self, sender: int, coordinates: int) -> None:
+        """Busy unless ``coordinates`` more from ``sender`` fit in its bound (a message held
+        whole is offered part by part only once all of it fits)."""
+        with self._cond:
+            queued = self._queued_from.get(sender, 0)
+            if self.max_queued is not None and queued + coordinates > self.max_queued:
+                self.refused_busy += 1
+                raise Busy(f"{queued:,} coordinates from worker {sender} wait to be applied "
+                           "already; retry")
+
     # ---------------------------------------------------------------- applying side
 
     def drain(self) -> list[DecodedDelta]:

@@ -37,6 +37,7 @@ from hogwild.protocol.codec import check_version
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 from hogwild.protocol.security import from_settings, same_key
 from hogwild.protocol.streams import ReceivedShard
+from hogwild.protocol.wholeparts import WholeParts
 from hogwild.worker.admission import Admission
 from hogwild.worker.announcements import Announcements
 from hogwild.worker.callers import Callers
@@ -51,7 +52,8 @@ from hogwild.worker.report import Reports
 from hogwild.worker.rounds import RoundLoop
 from hogwild.worker.sender import Destination, OutgoingDelta
 from hogwild.worker.timing import Timers
-from hogwild.worker.tree_async import resend_async, tree_heard
+from hogwild.worker.tree_async import resend_async
+from hogwild.worker.tree_intake import take_tree_delta
 
 log = logging.getLogger("hogwild.worker")
 
@@ -96,6 +98,8 @@ class WorkerNode:
         # neighbour's final is never seen before what it vouches for is owed on), the
         # exchange thread takes what is due. Taken after _exchange_lock, never before.
         self._tree_lock = threading.RLock()
+        # Topology tree: a child's multi-part message, held until whole (protocol/wholeparts).
+        self.whole_parts = WholeParts()
         self.stop_requested = threading.Event()
         self.stop_reason = ""
         self.leaving = False              # SIGTERM: finish without waiting for peers
@@ -419,26 +423,7 @@ class WorkerNode:
                 self.loop.apply_arrived()
             return False
         with self._tree_lock:
-            h, sync = delta.header, plan.mode == "sync"
-            # Sync: an orphan's re-sent message that its dead parent passed on here already
-            # counts (seq, round) but is neither applied nor owed on again (TreeLinks.arrived).
-            held = (self.tree.known(h.worker_id, h.round) if sync else
-                    h.resent and self.tree.held(h.worker_id, h.covers))
-            if not self.inbox.offer(dataclasses.replace(
-                    delta, indices=delta.indices[:0], values=delta.values[:0], dense=False)
-                    if held else delta, limit):
-                return True
-            if sync and self.tree.arrived(h.worker_id, h.round, delta.indices, delta.values):
-                return False
-            if not sync and tree_heard(self.tree, h, held):
-                return False
-            self.tree.received(h.worker_id, delta.indices, delta.values, h.round)
-            # On at once (no hop waits for a round boundary), once the destinations are
-            # open; before, it stays owed for the first exchange.
-            if plan.mode == "async" and self.destinations:
-                for f in self.tree.forward(self.rounds):
-                    self._tree_put(f)
-        return False
+            return take_tree_delta(self, plan, delta, limit)
 
     def heartbeat(self, message: pb.HeartbeatRequest) -> None:
         """A peer says it is alive (it may be waiting on someone else)."""
