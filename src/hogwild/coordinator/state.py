@@ -606,12 +606,3 @@ class RunState:
     def max_round(self) -> int:
         with self._lock:
             return max((r.round for r in self.workers.values()), default=0)
-
-    def wait_change(self, timeout: float) -> None:
-        """Sleep until something changes or ``timeout`` passes."""
-        with self._lock:
-            self._lock.wait(timeout)
-
-    def applied_from(self) -> dict[int, int]:
-        with self._lock:
-            return {r.worker_id: r.deltas_applied for r in self.workers.values()}
