@@ -13,6 +13,11 @@ releases the GIL, so the threads run in parallel.
 two rounds is its caller's: a cluster worker exchanges deltas there (worker/rounds.py), the
 in-process trainer nothing (the null exchange: :meth:`ThreadRounds.run_alone`, one round a
 pass over each thread's block).
+
+On a GPU (``Calls.device``, engine/gpu_rounds.py) one "thread" streams through the whole
+shard, ``threads * round_size`` rows a round, and each of its kernel calls is one launch on
+the device instead of a CPU kernel: the cursor, the wrap, the passes and the schedule stay
+this module's.
 """
 
 from __future__ import annotations
@@ -87,6 +92,16 @@ def make_cursors(n_rows: int, threads: int, start_fraction: float = 0.0) -> list
     return cursors
 
 
+class DeviceKernel(Protocol):
+    """A kernel call on an accelerator (engine/gpu_rounds.py): rows [start, stop) of the
+    arrays it holds, the step counter from ``t0`` by one per row; updates ``w`` in place and
+    returns (t_end, loss sum), as ``kernels.sgd_range`` does."""
+
+    def sgd_range(self, start: int, stop: int, w: npt.NDArray[np.float64], plan: ThreadPlan,
+                  lr0: float, schedule: int, power_t: float,
+                  t0: float) -> tuple[float, float]: ...
+
+
 class Turns(Protocol):
     """Locked mode's turn-taking: thread ``k`` runs a kernel call only while it holds the turn."""
 
@@ -104,6 +119,7 @@ class Calls:
     (None: from ``plan.thread_buffer``). ``batch_size`` > 1: a step per that many rows by their
     mean gradient (kernels.sgd_batch_range, linear model only; ``scratch`` then holds each
     thread's gradient buffers). ``turns``: take turns for each call (locked mode).
+    ``device``: the calls run there (one cursor over all the rows; see the module docstring).
     """
 
     rows: int | None = None
@@ -112,6 +128,7 @@ class Calls:
     scratch: tuple[tuple[npt.NDArray[np.float64], npt.NDArray[np.uint8],
                          npt.NDArray[np.int64]], ...] = ()
     turns: Turns | None = None
+    device: DeviceKernel | None = None
 
 
 WORKER_CALLS = Calls()
@@ -120,12 +137,16 @@ WORKER_CALLS = Calls()
 def train_round(arrays: CSRArrays, w: npt.NDArray[np.float64], plan: ThreadPlan,
                 cursor: ThreadCursor, hot: int = 0, rows: int | None = None,
                 calls: Calls = WORKER_CALLS, k: int = 0) -> tuple[float, int]:
-    """``rows`` (default ``round_size``) SGD steps for thread ``k`` (fewer only if its block
-    is empty); returns (sum of pre-update losses, rows processed). Safe to run from T threads
-    at once."""
+    """``rows`` (default ``round_size``; on a device ``threads * round_size``) SGD steps for
+    thread ``k`` (fewer only if its block is empty); returns (sum of pre-update losses, rows
+    processed). Safe to run from T threads at once."""
     if cursor.hi <= cursor.lo:
         return 0.0, 0
-    remaining = plan.round_size if rows is None else rows
+    device = calls.device
+    # A device stands for all T threads: it trains their rows of a round as one stream,
+    # whose step counter moves by 1 a row (its sgd_range), not by T.
+    remaining = (plan.round_size * (plan.threads if device is not None else 1)
+                 if rows is None else rows)
     loss_sum = 0.0
     done = 0
     t_step = float(plan.threads)
@@ -147,7 +168,10 @@ def train_round(arrays: CSRArrays, w: npt.NDArray[np.float64], plan: ThreadPlan,
         if turns is not None:
             turns.acquire(k)
         try:
-            if spec.is_mlp:
+            if device is not None:
+                t_end, part = device.sgd_range(start, stop, w, plan, lr0, schedule, power_t,
+                                               cursor.t + t_shift)
+            elif spec.is_mlp:
                 t_end, part = mlp_kernels.mlp_sgd_range(
                     arrays.indptr, arrays.indices, arrays.values, arrays.labels, start, stop,
                     w, plan.n_features, hidden, plan.loss_code, lr0, schedule, power_t,

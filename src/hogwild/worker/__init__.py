@@ -60,6 +60,10 @@ def serve(settings: Settings) -> int:
     it while it was frozen) registers again with a fresh node, on the same server and address:
     the coordinator gives it its old id, its shard and the current global model.
     """
+    if settings.device != "cpu":  # no such GPU: refused before registering (numba loads now)
+        from hogwild.engine.gpu import cuda_device
+
+        cuda_device(settings.device)
     server, port, servicer, health = _build(settings, None)
     probes = start_serving(server, health, settings, log)
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from hogwild.engine.round import ModelNotFinite
 from hogwild.engine.rules import barrier_ready, lag, may_start
-from hogwild.engine.threads import ThreadRounds, make_cursors
+from hogwild.engine.threads import WORKER_CALLS, ThreadRounds, make_cursors
 from hogwild.errors import ClusterError
 from hogwild.protocol import pb
 from hogwild.protocol.codec import DecodedDelta, DeltaHeader, encode_delta_parts
@@ -75,11 +75,20 @@ class RoundLoop:
                                    name="heartbeat", daemon=True)
         beating.start()
         fraction = (plan.start_offset / arrays.n_rows) if arrays.n_rows else 0.0
-        cursors = make_cursors(arrays.n_rows, plan.threads, fraction)
+        calls, streams = WORKER_CALLS, plan.threads
+        if node.settings.device != "cpu":
+            # This machine's own device (the coordinator's means nothing here): one launch
+            # does the round of all `threads` (engine/gpu_rounds.py).
+            from hogwild.engine.gpu_rounds import device_calls
+
+            calls, streams = device_calls(node.settings.device, arrays, plan.spec), 1
+            log.info("training on %s: %d rows a round, one kernel launch each (two where "
+                     "the shard wraps)", node.settings.device, plan.threads * plan.round_size)
+        cursors = make_cursors(arrays.n_rows, streams, fraction)
         self.gate = plan.first_round
         # The coordinator may have shrunk the step (node.step_plan): read at every round.
         threads = ThreadRounds(arrays, node.engine.w, lambda: node.step_plan or plan, cursors,
-                               plan.first_round, plan.max_rounds, hot=node.hot,
+                               plan.first_round, plan.max_rounds, hot=node.hot, calls=calls,
                                gate=self.may_start, on_round=self.count_round,
                                on_failure=self.thread_failed, cond=node._cond)
         self.threads = threads
