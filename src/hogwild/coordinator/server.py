@@ -117,7 +117,10 @@ def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None,
     sigterm = SignalWatch(signal.SIGTERM, on_sigterm).install()
     sigusr1 = SignalWatch(signal.SIGUSR1, on_sigusr1).install()
     probes = start_serving(server, health, settings, log)
-    print(f"{READY_PREFIX}{port}", file=out, flush=True)
+    # One write (print() writes the newline apart, and a log line could land between): the
+    # launcher reads this line by its prefix.
+    out.write(f"{READY_PREFIX}{port}\n")
+    out.flush()
     driver = RunDriver(settings, state, health, stop, out, resume, plot, run)
     metrics: MetricsServer | None = None
     health.watch(lambda: driver.alive_at, stall_seconds(settings.barrier_timeout,

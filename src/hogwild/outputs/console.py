@@ -42,6 +42,13 @@ def current() -> Verbosity:
     return _current
 
 
+def _line(out: TextIO, text: str) -> None:
+    """``text`` and its newline in one write: print() writes them apart, and a line of
+    another thread (a log record, on the same stream) could land between the two."""
+    out.write(text + "\n")
+    out.flush()
+
+
 class Console:
     """Where a command's human lines go, and which of them are printed."""
 
@@ -59,7 +66,7 @@ class Console:
         if self.level >= level:
             if self._live is not None:
                 self._live.clear(self.out)
-            print(text, file=self.out, flush=True)
+            _line(self.out, text)
 
     def result(self, text: str) -> None:
         """The final line: printed at every level, except -q with --json (the JSON object on
@@ -67,7 +74,7 @@ class Console:
         if not (self.as_json and self.level <= QUIET):
             if self._live is not None:
                 self._live.clear(self.out)
-            print(text, file=self.out, flush=True)
+            _line(self.out, text)
 
     def json_result(self, metrics: Any) -> None:
         """With --json: ``metrics`` as one line of JSON on standard output (as metrics.json
@@ -75,7 +82,7 @@ class Console:
         if self.as_json:
             from hogwild.outputs.artifacts import dumps
 
-            print(dumps(metrics), file=sys.stdout, flush=True)
+            _line(sys.stdout, dumps(metrics))
 
     def rows(self) -> RowThrottle:
         """The filter of this command's progress rows; on a terminal at normal verbosity the
@@ -146,7 +153,7 @@ class RowThrottle:
         budget (epochs) trained, for the ETA."""
         if self.due():
             self.clear(out)
-            print(text, file=out, flush=True)
+            _line(out, text)
             self.printed += 1
             self.held = None
         elif self.level > QUIET:
@@ -181,6 +188,6 @@ class RowThrottle:
         """Print the last row if it was held back (the end of the run)."""
         self.clear(out)
         if self.held is not None:
-            print(self.held, file=out, flush=True)
+            _line(out, self.held)
             self.printed += 1
             self.held = None

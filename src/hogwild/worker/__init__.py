@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 
 import grpc
 
@@ -74,7 +75,8 @@ def serve(settings: Settings) -> int:
 
     # Before the port is announced: whoever reads it may send SIGTERM at once.
     sigterm = SignalWatch(signal.SIGTERM, on_sigterm).install()
-    print(f"worker listening on port {port}", flush=True)
+    sys.stdout.write(f"worker listening on port {port}\n")  # one write: see below
+    sys.stdout.flush()
     metrics: MetricsServer | None = None
     health.watch(lambda: servicer.node.alive_at,
                  stall_seconds(settings.barrier_timeout, settings.rpc_timeout))
@@ -89,7 +91,10 @@ def serve(settings: Settings) -> int:
             if not node.register(port):
                 return EXIT_LEFT  # SIGTERM before the coordinator answered
             # For `hogwild run`, which names this process's output by the id (see announce).
-            print(f"{REGISTERED_PREFIX}{node.worker_id}", flush=True)
+            # One write (print() writes the newline apart, and a log line could land
+            # between): the launcher reads this line by its prefix.
+            sys.stdout.write(f"{REGISTERED_PREFIX}{node.worker_id}\n")
+            sys.stdout.flush()
             if not warmed:
                 warmup()
                 codec_warmup()
