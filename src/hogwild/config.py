@@ -31,6 +31,7 @@ from hogwild.settings.rules import (
     TOPOLOGIES,
     TRAINER_MODES,
     Bound,
+    sgd_problem,
 )
 from hogwild.settings.schema import (
     COMMANDS,
@@ -50,7 +51,7 @@ __all__ = [
     "MULTICLASS_MODES", "SCHEDULES", "SHIPPING", "SIGTERM_ACTIONS", "TOPOLOGIES",
     "TRAINER_MODES", "Bound", "ConfigError", "Settings", "choices", "commands",
     "default_config_path", "default_text", "env_overrides", "help_text", "is_switch", "load",
-    "read_yaml", "render_settings_yaml", "used_by",
+    "read_yaml", "render_settings_yaml", "sgd_problem", "used_by",
 ]
 
 if __name__ == "__main__":

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from .helpers import Cluster, published, tree_run_with_a_death
+from .helpers import Cluster, Proc, published, tree_run_with_a_death
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -30,15 +31,7 @@ def test_tree_sync_orphan_of_a_deeper_death_loses_nothing(cluster: Cluster,
                                          timeout=120)
     assert "tree: re-attached around worker(s) 2: parent 0" in ids[ORPHAN].output(), \
         ids[ORPHAN].output()
-    survivors = sorted(s["worker_id"] for s in metrics["worker_states"])
-    assert survivors == [w for w in range(N) if w != VICTIM]
-    with np.load(published(out) / "final_states" / "global.npz") as g:
-        global_w = g["w"]
-    assert np.any(global_w != 0)
-    for wid in survivors:
-        with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
-            np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5,
-                                       err_msg=f"worker {wid}")
+    _survivors_equal_the_global_model(out, metrics, [w for w in range(N) if w != VICTIM])
 
 
 def test_tree_async_orphan_of_a_deeper_death_is_caught_up(cluster: Cluster,
@@ -54,15 +47,20 @@ def test_tree_async_orphan_of_a_deeper_death_is_caught_up(cluster: Cluster,
     assert re.search(rf"tree: worker {ORPHAN} had got \d+ of the \d+ message\(s\) sent to "
                      rf"its dead parent {VICTIM}; owed the \d+ since", parent), parent
     assert "lost to it" not in parent, parent
+    _coordinator_holds_every_message_up(ids, metrics, [w for w in range(N) if w != VICTIM])
+
+
+def _coordinator_holds_every_message_up(ids: dict[int, Proc], metrics: dict[str, Any],
+                                        survivors: list[int]) -> None:
     recovery = metrics["tree_recovery"]
-    for wid in (w for w in range(N) if w != VICTIM):
+    for wid in survivors:
         sent = [int(n) for n in FINAL.findall(ids[wid].output())]
         assert len(sent) == 1, ids[wid].output()
         assert recovery["applied_up"][str(wid)] == sent[0], (wid, recovery)
         assert recovery["applied_count"][str(wid)] == sent[0], (wid, recovery)
 
 
-def _survivors_equal_the_global_model(out: Path, metrics: dict[str, object],
+def _survivors_equal_the_global_model(out: Path, metrics: dict[str, Any],
                                       survivors: list[int]) -> None:
     states = metrics["worker_states"]
     assert isinstance(states, list)
@@ -96,9 +94,4 @@ def test_tree_async_two_deaths_on_one_path_keep_every_message(cluster: Cluster,
     ids, metrics = tree_run_with_a_death(cluster, out, mode="async", workers=N,
                                          fanout=K, victim=(0, VICTIM), time_budget=6,
                                          timeout=120, chunk_bytes=4096)
-    recovery = metrics["tree_recovery"]
-    for wid in (1, 3, 4, 5, 6):
-        sent = [int(n) for n in FINAL.findall(ids[wid].output())]
-        assert len(sent) == 1, ids[wid].output()
-        assert recovery["applied_up"][str(wid)] == sent[0], (wid, recovery)
-        assert recovery["applied_count"][str(wid)] == sent[0], (wid, recovery)
+    _coordinator_holds_every_message_up(ids, metrics, [1, 3, 4, 5, 6])

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.config import BOUNDS
+from hogwild.config import BOUNDS, sgd_problem
 from hogwild.data._threads import run_parallel
 from hogwild.engine.threads import Calls, ThreadCursor, ThreadRounds
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRArrays, CSRLike, check_weights, csr_arrays, new_weights
 from hogwild.model.hot import ROWS_PER_HOT_FEATURE, choose_hot_features
-from hogwild.model.losses import LOSS_NAMES, get_loss
-from hogwild.model.schedule import SCHEDULES, kernel_schedule
+from hogwild.model.losses import get_loss
+from hogwild.model.schedule import kernel_schedule
 from hogwild.model.spec import ModelSpec
 
 MODES: tuple[str, ...] = ("hogwild", "locked", "serial", "syncsgd")
@@ -70,15 +70,9 @@ class TrainParams:
         def bad(name: str, why: str) -> ValueError:
             return ValueError(f"{name}: {why} (got {getattr(self, name)!r})")
 
-        if self.loss not in LOSS_NAMES:
-            raise bad("loss", f"must be one of {', '.join(LOSS_NAMES)}")
-        if self.lr_schedule not in SCHEDULES:
-            raise bad("lr_schedule", f"must be one of {', '.join(SCHEDULES)}")
-        # The settings' own bounds (hogwild.config.BOUNDS), so that the Python API and the
-        # command line accept the same values.
-        for name in ("learning_rate", "lr_decay", "power_t", "l2"):
-            if getattr(self, name) not in BOUNDS[name]:
-                raise bad(name, BOUNDS[name].why)
+        problem = sgd_problem(self)  # the settings' own choices and bounds
+        if problem is not None:
+            raise bad(*problem)
         for name in ("threads", "batch_size"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) not in BOUNDS[name]:
                 raise bad(name, f"must be an integer and {BOUNDS[name].why.removeprefix('must be ')}")

@@ -69,6 +69,21 @@ BOUNDS: dict[str, Bound] = {
 }
 
 
+def sgd_problem(values: Any) -> tuple[str, str] | None:
+    """The first of ``values``' SGD hyperparameters (attributes loss, lr_schedule,
+    learning_rate, lr_decay, power_t, l2) outside the settings' choices and bounds, as
+    (name, why); None when all are in. The in-process trainer and a worker's run plan both
+    check theirs so: the Python API, the command line and the wire accept the same values."""
+    if values.loss not in LOSSES:
+        return "loss", f"must be one of {', '.join(LOSSES)}"
+    if values.lr_schedule not in SCHEDULES:
+        return "lr_schedule", f"must be one of {', '.join(SCHEDULES)}"
+    for name in ("learning_rate", "lr_decay", "power_t", "l2"):
+        if getattr(values, name) not in BOUNDS[name]:
+            return name, BOUNDS[name].why
+    return None
+
+
 def check_address(key: str, value: str) -> None:
     """``value`` is host:port with a port in 1..65535."""
     host, sep, port = value.rpartition(":")

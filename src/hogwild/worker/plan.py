@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from hogwild.config import BOUNDS, COMBINES, DELTA_DTYPES, MODES, TOPOLOGIES
+from hogwild.config import BOUNDS, COMBINES, DELTA_DTYPES, MODES, TOPOLOGIES, sgd_problem
 from hogwild.engine.rules import ExchangeRules
 from hogwild.errors import InvalidMessage
 from hogwild.model.compression import Compression
-from hogwild.model.losses import LOSS_NAMES, get_loss
+from hogwild.model.losses import get_loss
 from hogwild.model.schedule import SCHEDULES
 from hogwild.model.spec import ModelSpec
 from hogwild.protocol import pb
@@ -121,15 +121,10 @@ class RunPlan:
             raise bad("round_size", "round_size and max_rounds must be >= 1")
         if m.first_round > m.max_rounds + 1:
             raise bad("first_round", "must be at most max_rounds + 1")
-        if m.loss not in LOSS_NAMES:
-            raise bad("loss", f"must be one of {', '.join(LOSS_NAMES)}")
-        if m.lr_schedule not in SCHEDULES:
-            raise bad("lr_schedule", f"must be one of {', '.join(SCHEDULES)}")
-        # The settings' bounds (hogwild.config.BOUNDS): what the coordinator's own settings
-        # were checked against.
-        for name in ("learning_rate", "lr_decay", "power_t", "l2"):
-            if getattr(m, name) not in BOUNDS[name]:
-                raise bad(name, BOUNDS[name].why)
+        # What the coordinator's own settings were checked against.
+        problem = sgd_problem(m)
+        if problem is not None:
+            raise bad(*problem)
         if spec.is_mlp and m.deep_lr_scale not in BOUNDS["deep_lr_scale"]:
             raise bad("deep_lr_scale", f"{BOUNDS['deep_lr_scale'].why} for model mlp")
         for name in ("barrier_timeout", "rpc_timeout"):
