@@ -71,7 +71,8 @@ class _HogwildModel(BaseEstimator):
                  fit_bias: bool = _SCHEMA.fit_bias, seed: int = _SCHEMA.seed,
                  trainer: str = _SCHEMA.trainer, thread_buffer: bool = _SCHEMA.thread_buffer,
                  batch_size: int = _SCHEMA.batch_size, shuffle: bool = True,
-                 epoch_rows: int | None = None, warm_start: bool = False) -> None:
+                 epoch_rows: int | None = None, warm_start: bool = False,
+                 device: str = _SCHEMA.device) -> None:
         self.loss = loss
         self.learning_rate = learning_rate
         self.lr_schedule = lr_schedule
@@ -88,12 +89,13 @@ class _HogwildModel(BaseEstimator):
         self.shuffle = shuffle
         self.epoch_rows = epoch_rows
         self.warm_start = warm_start
+        self.device = device
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         # Lock-free threads race by design: only one thread gives repeatable weights.
-        tags.non_deterministic = self.threads != 1
+        tags.non_deterministic = self.threads != 1 or self.device != "cpu"
         return tags
 
     # --- training ------------------------------------------------------------------------
@@ -111,6 +113,24 @@ class _HogwildModel(BaseEstimator):
                                hot_features=hot)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{type(self).__name__}: bad parameter {exc}") from None
+
+    def _gpu(self, n_features: int, params: Any, w: F64) -> Any:
+        """The GPU trainer of ``device`` (cuda or cuda:N, the gpu extra installed); a
+        ValueError naming the parameter when the device or a setting does not fit."""
+        from hogwild.config import DEVICE_FORMAT
+        from hogwild.errors import ConfigError
+
+        name = type(self).__name__
+        if not isinstance(self.device, str) or DEVICE_FORMAT.fullmatch(self.device) is None:
+            raise ValueError(f"{name}: device must be cpu, cuda or cuda:N, got {self.device!r}")
+        from hogwild.engine.gpu import GPUTrainer, cuda_device
+
+        try:
+            return GPUTrainer(n_features, params, w=w, device=cuda_device(self.device))
+        except ConfigError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"{name}: bad parameter for device {self.device}: {exc}") from None
 
     def _check_epochs(self, epochs: Any) -> int:
         if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
@@ -180,7 +200,7 @@ class _HogwildModel(BaseEstimator):
         for k in range(targets.shape[0]):
             rows = CSRData(data.indptr, data.indices, data.values, targets[k], d)
             w = to_internal(weights[k], order) if order is not None else weights[k].copy()
-            model = Trainer(d, params, w=w)
+            model = Trainer(d, params, w=w) if self.device == "cpu" else self._gpu(d, params, w)
             model.t = first_t
             for e in range(epochs or 1):
                 model.fit_epoch(rows, e)
@@ -435,7 +455,8 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
                  fit_bias: bool = _SCHEMA.fit_bias, seed: int = _SCHEMA.seed,
                  trainer: str = _SCHEMA.trainer, thread_buffer: bool = _SCHEMA.thread_buffer,
                  batch_size: int = _SCHEMA.batch_size, shuffle: bool = True,
-                 epoch_rows: int | None = None, warm_start: bool = False) -> None:
+                 epoch_rows: int | None = None, warm_start: bool = False,
+                 device: str = _SCHEMA.device) -> None:
         super().__init__(loss=loss, learning_rate=learning_rate, lr_schedule=lr_schedule,
                          lr_decay=lr_decay, power_t=power_t, l2=l2, epochs=epochs,
                          threads=threads, fit_bias=fit_bias, seed=seed, trainer=trainer,
