@@ -18,6 +18,7 @@ from hogwild.settings.rules import (
     COMBINES,
     DELTA_DTYPES,
     DEVICE_FORMAT,
+    DEVICE_LIST_FORMAT,
     GPU_TRAINER_MODES,
     LOG_LEVELS,
     LOSSES,
@@ -32,6 +33,7 @@ from hogwild.settings.rules import (
     TRAINER_MODES,
     Bound,
     sgd_problem,
+    worker_devices,
 )
 from hogwild.settings.schema import (
     COMMANDS,
@@ -46,12 +48,14 @@ from hogwild.settings.schema import (
 )
 
 __all__ = [
-    "BOUNDS", "COMBINES", "COMMANDS", "DELTA_DTYPES", "DEVICE_FORMAT", "ENV_PREFIX",
+    "BOUNDS", "COMBINES", "COMMANDS", "DELTA_DTYPES", "DEVICE_FORMAT", "DEVICE_LIST_FORMAT",
+    "ENV_PREFIX",
     "GPU_TRAINER_MODES", "KEYS", "LOG_LEVELS", "LOSSES", "MAX_THREADS", "MODEL_KINDS", "MODES",
     "MULTICLASS_MODES", "SCHEDULES", "SHIPPING", "SIGTERM_ACTIONS", "TOPOLOGIES",
     "TRAINER_MODES", "Bound", "ConfigError", "Settings", "choices", "commands",
     "default_config_path", "default_text", "env_overrides", "help_text", "is_switch", "load",
     "read_yaml", "render_settings_yaml", "sgd_problem", "used_by",
+    "worker_devices",
 ]
 
 if __name__ == "__main__":

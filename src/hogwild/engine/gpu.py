@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.config import DEVICE_FORMAT, GPU_TRAINER_MODES
+from hogwild.config import DEVICE_FORMAT, DEVICE_LIST_FORMAT, GPU_TRAINER_MODES
 from hogwild.engine.trainer import EpochStats, Trainer, TrainParams
 from hogwild.errors import ConfigError
 from hogwild.model.arrays import CSRArrays
@@ -74,6 +74,10 @@ def cuda_device(device: str) -> int:
     ConfigError (exit 2) in one line when numba finds no usable CUDA device (no driver, no
     GPU) or fewer GPUs than the index needs. Under ``NUMBA_ENABLE_CUDASIM=1`` numba's
     simulator stands in for one GPU."""
+    if DEVICE_LIST_FORMAT.fullmatch(device):
+        raise ConfigError("device", f"device {device} names several GPUs: that is for "
+                                    "`hogwild run`, which gives them to its workers in turn; "
+                                    "train and a worker take one (cuda or cuda:N)")
     index = device_index(device)
     if index is None:
         raise ConfigError("device", "a GPU trainer needs device cuda or cuda:N, got cpu")

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TextIO
 
 from hogwild import config
-from hogwild.config import Settings
+from hogwild.config import Settings, worker_devices
 from hogwild.errors import EXIT_LEFT, ClusterError
 from hogwild.outputs.console import NORMAL, QUIET, VERBOSE, Verbosity
 from hogwild.runtime.announce import READY_PREFIX, REGISTERED_PREFIX, RESULT_START
@@ -329,9 +329,11 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
         worker_settings = worker_base.replace(
             coordinator_address=f"127.0.0.1:{port}",
             metrics_port=None if settings.metrics_port is None else 0)
-        worker_args = _role_argv("worker", worker_settings, config_path)[3:]  # after -m cli
-        for worker in workers:
-            worker.hand_arguments(worker_args)
+        # Each its own device where several GPUs are named (cuda:0,1: in turn).
+        devices = worker_devices(settings.device, len(workers))
+        for worker, device in zip(workers, devices, strict=True):
+            own = worker_settings.replace(device=device)
+            worker.hand_arguments(_role_argv("worker", own, config_path)[3:])  # after -m cli
         code = _supervise(coordinator, workers, keep_going, out, v.level)
         if code == 0 and v.as_json:
             if coordinator.result is None:

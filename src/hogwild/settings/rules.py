@@ -24,6 +24,8 @@ SIGTERM_ACTIONS = ("finish", "checkpoint")
 # The device setting: cpu, cuda (the first GPU) or cuda:N; the trainer modes a GPU runs
 # (hogwild: many warps; serial: one, the CPU kernel's serial pass).
 DEVICE_FORMAT = re.compile(r"cpu|cuda(?::(0|[1-9][0-9]{0,3}))?")
+# `hogwild run` may name several GPUs of its machine, given to its workers in turn.
+DEVICE_LIST_FORMAT = re.compile(r"cuda:(?:0|[1-9][0-9]{0,3})(?:,(?:0|[1-9][0-9]{0,3}))+")
 GPU_TRAINER_MODES = ("hogwild", "serial")
 # model mlp on a GPU: the hidden sizes add up to at most this many units (each warp keeps its
 # row's pre-activations and deltas in shared memory, whose size the kernel fixes at compile
@@ -84,6 +86,15 @@ def sgd_problem(values: Any) -> tuple[str, str] | None:
     return None
 
 
+def worker_devices(device: str, workers: int) -> list[str]:
+    """The device of each of `hogwild run`'s ``workers``: a list (cuda:0,1) goes round them
+    in turn, anything else is every worker's."""
+    if DEVICE_LIST_FORMAT.fullmatch(device) is None:
+        return [device] * workers
+    indices = device.removeprefix("cuda:").split(",")
+    return [f"cuda:{indices[i % len(indices)]}" for i in range(workers)]
+
+
 def check_address(key: str, value: str) -> None:
     """``value`` is host:port with a port in 1..65535."""
     host, sep, port = value.rpartition(":")
@@ -102,8 +113,10 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "workers": (lambda v: 1 <= v <= 1024, "must be between 1 and 1024"),
     "threads": BOUNDS["threads"].rule,
     "batch_size": BOUNDS["batch_size"].rule,
-    "device": (lambda v: DEVICE_FORMAT.fullmatch(v) is not None,
-               "must be cpu, cuda or cuda:N (N the GPU's index)"),
+    "device": (lambda v: (DEVICE_FORMAT.fullmatch(v) or DEVICE_LIST_FORMAT.fullmatch(v))
+               is not None,
+               ("must be cpu, cuda or cuda:N (N the GPU's index), or for run cuda:N,M,... "
+                "(one GPU per worker, in turn)")),
     # Upper bounds are those of the wire (int32 staleness, uint64 counts and seed) and of
     # the 32-bit feature ids: beyond them a run would fail later with a traceback.
     "staleness": (lambda v: 1 <= v < 1 << 31,
