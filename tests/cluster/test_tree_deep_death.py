@@ -4,18 +4,28 @@ worker 2 is a child of worker 0 and the parent of worker 6): worker 6 re-attache
 equal to the coordinator's model. Async: worker 6 is caught up by worker 0. Two deaths on
 one path at once (workers 0 and 2): worker 6 re-attaches to the coordinator; sync survivors
 still end equal to the global model, and the async coordinator holds every message each
-survivor sent up."""
+survivor sent up; likewise when worker 0 dies after worker 6 re-attached to it."""
 
 from __future__ import annotations
 
 import re
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from .helpers import Cluster, Proc, published, tree_run_with_a_death
+from .helpers import (
+    PROGRESS_ROW,
+    Cluster,
+    Proc,
+    published,
+    read_metrics,
+    reuters_settings,
+    tree_run_with_a_death,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -95,3 +105,32 @@ def test_tree_async_two_deaths_on_one_path_keep_every_message(cluster: Cluster,
                                          fanout=K, victim=(0, VICTIM), time_budget=6,
                                          timeout=120, chunk_bytes=4096)
     _coordinator_holds_every_message_up(ids, metrics, [1, 3, 4, 5, 6])
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_tree_deaths_one_after_the_other(cluster: Cluster, tmp_path: Path, mode: str) -> None:
+    # Worker 2 dies; once its orphan 6 has re-attached to worker 0, worker 0 dies too: 6 (and
+    # 0's other child 3) re-attach to the coordinator.
+    out = tmp_path / "out"
+    cluster.start(N, mode=mode, topology="tree", **reuters_settings(
+        out, epochs=1_000_000, time_budget=8, barrier_timeout=2, rpc_timeout=5,
+        eval_interval=0.3, tree_fanout=K))
+    assert cluster.coordinator is not None
+    ids = cluster.worker_ids(120)
+    cluster.coordinator.wait_for(PROGRESS_ROW, 120)
+    ids[VICTIM].proc.send_signal(signal.SIGKILL)
+    ids[ORPHAN].wait_for(re.compile(r"tree: re-attached around worker\(s\) 2: parent 0"), 60)
+    time.sleep(0.5)  # a few rounds through the new parent
+    ids[0].proc.send_signal(signal.SIGKILL)
+    assert cluster.coordinator.wait(120) == 0, cluster.output()
+    survivors = [1, 3, 4, 5, 6]
+    for wid in survivors:
+        assert ids[wid].wait(30) == 0, cluster.output()
+    assert re.search(r"tree: re-attached around worker\(s\) [02, ]+: parent coordinator",
+                     ids[ORPHAN].output()), ids[ORPHAN].output()
+    metrics = read_metrics(out)
+    assert sorted(metrics["dropped_workers"]) == [0, VICTIM]
+    if mode == "sync":
+        _survivors_equal_the_global_model(out, metrics, survivors)
+    else:
+        _coordinator_holds_every_message_up(ids, metrics, survivors)
