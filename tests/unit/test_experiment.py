@@ -170,7 +170,8 @@ def test_quick_experiment_writes_tables_and_plots(tmp_path: Path,
     assert len(lines) == len(rows)
     for line in lines:
         rec = json.loads(line)
-        assert [e["epoch"] for e in rec["epoch_rows"]] == list(range(1, opts.epochs + 1))
+        # Epoch 0 is the model before training, as in `train` and `run`.
+        assert [e["epoch"] for e in rec["epoch_rows"]] == list(range(opts.epochs + 1))
         key = "train_rmse" if rec["loss"] == "squared" else "train_error"
         errors = [e[key] for e in rec["epoch_rows"]]
         assert all(e is not None and 0.0 <= e <= (10.0 if key == "train_rmse" else 1.0)

@@ -91,7 +91,15 @@ def run_inprocess(spec: RunSpec, splits: Splits, settings: Settings, opts: Exper
     rec = _base_record(spec, opts, repeat)
     rec.update(train_rows=splits.train.n_rows, n_features=splits.train.n_features,
                learning_rate=params.learning_rate)
-    epochs: list[Record] = []
+    # Epoch 0: the model before training, as `hogwild train` and `hogwild run` record it
+    # (the curves of in-process and cluster runs start at the same point).
+    tr0 = evaluate(splits.train, trainer.w, loss)
+    va0 = evaluate(splits.val, trainer.w, loss) if splits.val.n_rows else None
+    epochs: list[Record] = [{
+        "epoch": 0, "seconds": 0.0, "cpu_seconds": 0.0, "elapsed": 0.0,
+        "train_loss_during": None, "train_loss": tr0.loss,
+        "val_loss": va0.loss if va0 else None,
+        **_errors("train", tr0, loss.is_classifier), **_errors("val", va0, loss.is_classifier)}]
     wall = cpu = 0.0
     status = "ok"
     for epoch in range(opts.epochs):
@@ -115,7 +123,7 @@ def run_inprocess(spec: RunSpec, splits: Splits, settings: Settings, opts: Exper
                    **_errors("val", va, loss.is_classifier))
         epochs.append(row)
     rec.update(wall_seconds=wall, cpu_seconds=cpu, cores_used=cpu / wall if wall > 0 else None,
-               status=status, epochs_done=len(epochs), epoch_rows=epochs)
+               status=status, epochs_done=len(epochs) - 1, epoch_rows=epochs)
     if status == "ok":
         test = evaluate(splits.test, trainer.w, loss)
         last = epochs[-1]
