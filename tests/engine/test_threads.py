@@ -8,6 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from hogwild.data.csr import CSRData
 from hogwild.engine.simulate import KernelPlan
 from hogwild.engine.threads import ThreadRounds, make_cursors
 from hogwild.engine.trainer import Trainer, TrainParams
@@ -125,8 +126,9 @@ def test_a_failing_thread_is_reported_and_the_others_finish() -> None:
 
 def test_the_trainer_epoch_is_one_round_of_the_loop() -> None:
     rows = _rows()
+    data = CSRData(rows.indptr, rows.indices, rows.values, rows.labels, N_FEATURES)
     trainer = Trainer(N_FEATURES, TrainParams(mode="serial", learning_rate=0.5))
-    trainer._epoch(rows, 0)
+    trainer.fit_epoch(data, 0)
     w = np.zeros(N_FEATURES + 1)
     ThreadRounds(rows, w, lambda: _plan(1, 0), make_cursors(rows.n_rows, 1), 1, 1,
                  whole_blocks=True).run_alone()
@@ -134,5 +136,5 @@ def test_the_trainer_epoch_is_one_round_of_the_loop() -> None:
     # the same ones given to the trainer's plan give the same weights.
     params = TrainParams(mode="serial", learning_rate=0.5, lr_decay=1.0, power_t=1.0, l2=0.0)
     trainer = Trainer(N_FEATURES, params)
-    trainer._epoch(rows, 0)
+    trainer.fit_epoch(data, 0)
     assert np.array_equal(trainer.w, w)
