@@ -231,3 +231,34 @@ def test_hogwild_run_hands_the_metrics_security_to_every_process(bundle: Bundle)
         flags = setting_flags(settings, role)
         assert f"--metrics-token-file={bundle.token}" in flags
         assert "--metrics-tls=true" in flags
+
+
+def test_clients_beyond_the_bound_are_closed_at_once_and_scrapes_go_on() -> None:
+    from hogwild.outputs.prometheus import MAX_CLIENTS
+
+    settings = Settings(bind_host="127.0.0.1", metrics_port=0)
+    server = serve_metrics(settings, "worker", _Counting())
+    assert server is not None
+    silent = [socket.create_connection(("127.0.0.1", server.port))
+              for _ in range(MAX_CLIENTS)]
+    try:
+        time.sleep(0.3)  # each silent client now holds one of the server's threads
+        one_more = socket.create_connection(("127.0.0.1", server.port))
+        one_more.settimeout(5.0)
+        started = time.monotonic()
+        assert one_more.recv(1) == b""  # closed by the server, not left waiting
+        assert time.monotonic() - started < 2.0
+        one_more.close()
+    finally:
+        for s in silent:
+            s.close()
+    # The silent clients gone (their threads see the close), scrapes are answered again.
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            assert _fetch(server.url)[0] == 200
+            break
+        except (urllib.error.URLError, ConnectionError, http.client.HTTPException):
+            assert time.monotonic() < deadline, "no scrape answered after the flood"
+            time.sleep(0.1)
+    server.close()

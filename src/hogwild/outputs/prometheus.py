@@ -72,6 +72,9 @@ class _Collector:
 # A client gets this long to finish its TLS handshake, and then each read or write of its
 # request: one that connects and stalls holds one thread for this long, never the server.
 CLIENT_SECONDS = 10.0
+# Clients answered at once: each holds a thread for up to CLIENT_SECONDS; more are closed at
+# once rather than given threads without bound (a scraper needs one; a flood gets nothing).
+MAX_CLIENTS = 8
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -89,6 +92,30 @@ class _Server(socketserver.ThreadingMixIn, WSGIServer):
 
     daemon_threads = True
     tls: ssl.SSLContext | None = None
+    refused_clients = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for this client if fewer than MAX_CLIENTS are being answered, else the
+        connection is closed at once (the accepting thread never waits)."""
+        if not self._slots.acquire(blocking=False):
+            self.refused_clients += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         if self.tls is None:
