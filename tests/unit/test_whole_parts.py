@@ -42,6 +42,7 @@ def test_a_sender_with_too_many_open_messages_is_busy_and_forget_drops_its_parts
     with pytest.raises(Busy, match="worker 3 has 2 messages"):
         whole.room(third)
     whole.room(_parts("r", 4, 1)[0])  # another sender is not held back
+    assert whole.senders() == {3}
     whole.forget(3)
     assert whole.held_parts() == 0 and whole.discarded == 2
     whole.room(third)

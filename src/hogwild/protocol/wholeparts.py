@@ -68,5 +68,9 @@ class WholeParts:
         for key in [k for k in self._held if k[0] == sender]:
             self.discarded += len(self._held.pop(key))
 
+    def senders(self) -> set[int]:
+        """The senders with parts held."""
+        return {sender for sender, _ in self._held}
+
     def held_parts(self) -> int:
         return sum(len(p) for p in self._held.values())

@@ -119,6 +119,12 @@ class Inbox:
             tracker = self._seen.get(key[0])
             return tracker is not None and tracker.seen(key[1], key[2])
 
+    def dropped(self, sender: int) -> bool:
+        """Whether ``sender`` is a peer this worker dropped."""
+        with self._cond:
+            peer = self.peers.get(sender)
+            return peer is not None and peer.dropped
+
     def room(self, sender: int, coordinates: int) -> None:
         """Busy unless ``coordinates`` more from ``sender`` fit in its bound (a message held
         whole is offered part by part only once all of it fits)."""

@@ -20,6 +20,9 @@ def take_tree_delta(node: WorkerNode, plan: RunPlan, delta: DecodedDelta,
     part (protocol/wholeparts.py: a dead child's unfinished message is never summed, so the
     orphans' re-sends are not summed twice); Busy, with nothing taken, if it does not fit."""
     whole = node.whole_parts
+    for sender in whole.senders():  # a dropped neighbour's unfinished messages: never summed
+        if node.inbox.dropped(sender):
+            whole.forget(sender)
     if whole.holds(delta) or node.inbox.seen(delta.key):
         return True
     whole.room(delta)
