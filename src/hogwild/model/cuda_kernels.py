@@ -50,12 +50,13 @@ at the end.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from numba import cuda as _cuda
 from numba import float64
+
+from hogwild.model import kernels as _cpu
 
 # numba.cuda's kernel API (threadIdx, shared, atomic, the decorators) is not typed: Any.
 cuda: Any = _cuda
@@ -71,9 +72,7 @@ def _kernel(fn: Callable[..., None]) -> Any:
     """A CUDA kernel: launched as ``kernel[blocks, threads](*args)``."""
     return cuda.jit(fn)
 
-# The CPU kernels' codes (kernels.py, losses.py), as literals: device code compares them.
-HINGE = 0
-LOGISTIC = 1
+# The CPU kernels' schedule code (kernels.py), as a literal: device code compares it.
 INVSCALING = 1
 
 WARP = 32
@@ -84,34 +83,10 @@ MAX_WARPS_PER_BLOCK = 8
 _PARTIALS = WARP * MAX_WARPS_PER_BLOCK
 
 
-@_device
-def _loss(code: int, m: float, y: float) -> float:  # pragma: no cover - device code
-    if code == HINGE:
-        # Not max(): numba's generic max() does not compile as CUDA device code.
-        z = 1.0 - y * m
-        return z if z > 0.0 else 0.0  # noqa: FURB136
-    if code == LOGISTIC:
-        z = y * m
-        # log(1 + exp(-z)) without overflow for large |z|.
-        if z > 0.0:
-            return math.log1p(math.exp(-z))
-        return -z + math.log1p(math.exp(z))
-    d = m - y
-    return 0.5 * d * d
-
-
-@_device
-def _dloss(code: int, m: float, y: float) -> float:  # pragma: no cover - device code
-    if code == HINGE:
-        return -y if y * m < 1.0 else 0.0
-    if code == LOGISTIC:
-        z = y * m
-        # -y * sigmoid(-z); exp() only sees a non-positive argument.
-        if z >= 0.0:
-            e = math.exp(-z)
-            return -y * e / (1.0 + e)
-        return -y / (1.0 + math.exp(z))
-    return m - y
+# The CPU kernels' losses, compiled from their Python source as device functions: one
+# definition for both targets.
+_loss = _device(_cpu._loss.py_func)
+_dloss = _device(_cpu._dloss.py_func)
 
 
 @_kernel

@@ -120,11 +120,13 @@ BIAS_FLUSH_ROWS = 64
 HOT_TIER_GROWTH = 4
 
 
+# _loss and _dloss are also compiled as CUDA device functions (cuda_kernels.py, from their
+# Python source): one definition of the losses for both, in what both targets compile.
 @njit(nogil=True, cache=True, inline="always")
 def _loss(code: int, m: float, y: float) -> float:
     if code == HINGE:
         z = 1.0 - y * m
-        return max(0.0, z)
+        return z if z > 0.0 else 0.0  # noqa: FURB136 - max() is no CUDA device code
     if code == LOGISTIC:
         z = y * m
         # log(1 + exp(-z)) without overflow for large |z|.
