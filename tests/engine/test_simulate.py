@@ -22,7 +22,8 @@ from hogwild.engine.guard import SwingGuard
 from hogwild.engine.network import Network
 from hogwild.engine.rounds import MIN_ROUNDS_PER_EPOCH, max_rounds
 from hogwild.engine.rules import ExchangeRules
-from hogwild.engine.simulate import KernelPlan, Scenario, SimResult, Simulation
+from hogwild.engine.simulate import Scenario, SimResult, Simulation
+from hogwild.engine.threads import KernelPlan
 from hogwild.inprocess.local import Splits, load_splits, model_spec
 from hogwild.model.arrays import csr_arrays
 from hogwild.model.evaluation import evaluate_model

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from hogwild.data.csr import CSRData
-from hogwild.engine.simulate import KernelPlan
-from hogwild.engine.threads import ThreadRounds, make_cursors
+from hogwild.engine.threads import KernelPlan, ThreadRounds, make_cursors
 from hogwild.engine.trainer import Trainer, TrainParams
 from hogwild.model.arrays import CSRArrays
 from hogwild.model.spec import ModelSpec

@@ -23,7 +23,7 @@ import json
 import numpy as np
 from hogwild.data.synthetic import make_rcv1_like
 from hogwild.engine.gpu_rounds import GPURounds
-from hogwild.engine.simulate import KernelPlan
+from hogwild.engine.threads import KernelPlan
 from hogwild.engine.threads import Calls, ThreadRounds, make_cursors, train_round
 from hogwild.model.arrays import csr_arrays
 from hogwild.model.spec import ModelSpec

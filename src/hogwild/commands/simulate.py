@@ -17,7 +17,8 @@ from hogwild.engine.guard import SwingGuard
 from hogwild.engine.network import DEFAULT_SPEED, Network
 from hogwild.engine.rounds import choose_round_size, fit_round_size, max_rounds
 from hogwild.engine.rules import ExchangeRules
-from hogwild.engine.simulate import KernelPlan, Scenario, SimResult, Simulation
+from hogwild.engine.simulate import Scenario, SimResult, Simulation
+from hogwild.engine.threads import KernelPlan
 from hogwild.errors import DataError, TrainingDiverged, UsageError
 from hogwild.inprocess.common import test_quality
 from hogwild.inprocess.local import load_splits, model_spec

@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from hogwild.coordinator.checkpoint import WorkerEntry
 from hogwild.errors import StaleOrUnknown
+from hogwild.protocol.codec import DeltaHeader
 
 
 @dataclass
@@ -36,6 +37,16 @@ class WorkerRecord:
     drops: int = 0               # times it was dropped (each one announced once)
     registered: bool = True      # False: known from a checkpoint, not registered again yet
     secret_digest: bytes = b""   # SHA-256 of the registering process's secret
+
+    def took(self, header: DeltaHeader, nbytes: int) -> None:
+        """One part of its delta of ``nbytes`` went in (summed, or held already)."""
+        self.deltas_applied += 1
+        self.bytes_received += nbytes
+        self.round = max(self.round, header.round)
+        self.examples = max(self.examples, header.examples)
+        self.last_seen = time.monotonic()
+        if header.final and header.part == header.parts - 1:
+            self.final_delta = True
 
 
 class AddressClaimed(StaleOrUnknown):

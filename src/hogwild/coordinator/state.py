@@ -376,12 +376,10 @@ class RunState:
                 raise StaleOrUnknown(f"worker {h.worker_id} was dropped from the run "
                                      f"({record.dead_reason})")
             whole = self.whole_parts if self.tree_fanout is not None else None
-            if whole is not None:
-                if self._seen[h.worker_id].seen(h.seq, h.part):
-                    self.duplicates += 1
-                    return False
+            tracker = self._seen[h.worker_id]
+            if whole is not None and not tracker.seen(h.seq, h.part):
                 whole.room(delta)  # Busy before anything of it is recorded
-            fresh = self._seen[h.worker_id].admit(h.seq, h.part, h.parts)
+            fresh = tracker.admit(h.seq, h.part, h.parts)
             if fresh is None:
                 self.duplicates += 1
                 return False
@@ -415,13 +413,7 @@ class RunState:
                 raise StaleOrUnknown(f"apply_delta refused delta {delta.key} ({result})")
             self.deltas_received += 1
         self.bytes_received += delta.nbytes
-        record.deltas_applied += 1
-        record.bytes_received += delta.nbytes
-        record.round = max(record.round, h.round)
-        record.examples = max(record.examples, h.examples)
-        record.last_seen = time.monotonic()
-        if h.final and h.part == h.parts - 1:
-            record.final_delta = True
+        record.took(h, delta.nbytes)
         return self.deltas_received
 
     def take_tree_skipped(self, key: tuple[int, int, int]) -> bool:

@@ -42,40 +42,12 @@ from hogwild.engine.network import BYTES_PER_ENTRY, DEFAULT_SPEED, Network
 from hogwild.engine.round import ModelNotFinite, RoundEngine
 from hogwild.engine.rules import ExchangeRules, barrier_ready, lag, may_start
 from hogwild.engine.sparse import sum_sparse
-from hogwild.engine.threads import ThreadCursor, make_cursors, train_round
+from hogwild.engine.threads import KernelPlan, ThreadCursor, make_cursors, train_round
 from hogwild.engine.treeshape import children, parent
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRArrays
-from hogwild.model.losses import get_loss
-from hogwild.model.spec import ModelSpec
 
 COORDINATOR = -1
-
-
-@dataclass(frozen=True)
-class KernelPlan:
-    """How each virtual worker's threads train (engine.threads.ThreadPlan)."""
-
-    spec: ModelSpec
-    loss: str
-    round_size: int
-    threads: int
-    learning_rate: float
-    lr_schedule: str = "inverse"
-    lr_decay: float = 1.0
-    power_t: float = 1.0
-    l2: float = 0.0
-    fit_bias: bool = True
-    thread_buffer: bool = False
-    deep_lr_scale: float = 1.0
-
-    @property
-    def n_features(self) -> int:
-        return self.spec.n_features
-
-    @property
-    def loss_code(self) -> int:
-        return get_loss(self.loss).code
 
 
 @dataclass(frozen=True)

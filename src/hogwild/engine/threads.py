@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from hogwild.model import kernels, mlp_kernels
 from hogwild.model.arrays import CSRArrays
+from hogwild.model.losses import get_loss
 from hogwild.model.mlp_kernels import BUFFERED_FLUSH_ROWS
 from hogwild.model.schedule import kernel_schedule
 from hogwild.model.spec import ModelSpec
@@ -67,6 +68,33 @@ class ThreadPlan(Protocol):
     def thread_buffer(self) -> bool: ...
     @property
     def deep_lr_scale(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """A :class:`ThreadPlan` of its own: the simulator's virtual workers and the in-process
+    trainer's epochs (a cluster worker reads its RunPlan)."""
+
+    spec: ModelSpec
+    loss: str
+    round_size: int
+    threads: int
+    learning_rate: float
+    lr_schedule: str = "inverse"
+    lr_decay: float = 1.0
+    power_t: float = 1.0
+    l2: float = 0.0
+    fit_bias: bool = True
+    thread_buffer: bool = False
+    deep_lr_scale: float = 1.0
+
+    @property
+    def n_features(self) -> int:
+        return self.spec.n_features
+
+    @property
+    def loss_code(self) -> int:
+        return get_loss(self.loss).code
 
 
 @dataclass

@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from hogwild.config import BOUNDS, sgd_problem
 from hogwild.data._threads import run_parallel
-from hogwild.engine.threads import Calls, ThreadCursor, ThreadRounds
+from hogwild.engine.threads import Calls, KernelPlan, ThreadCursor, ThreadRounds
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRArrays, CSRLike, check_weights, csr_arrays, new_weights
 from hogwild.model.hot import ROWS_PER_HOT_FEATURE, choose_hot_features
@@ -122,50 +122,6 @@ class _TurnTaking:
             self._cond.notify_all()
 
 
-@dataclass(frozen=True)
-class _EpochPlan:
-    """What the engine's training threads read of an in-process epoch (engine.threads.ThreadPlan)."""
-
-    spec: ModelSpec
-    loss_code: int
-    threads: int
-    params: TrainParams
-    deep_lr_scale: float = 1.0
-    thread_buffer: bool = True  # (the MLP's flush interval is passed as Calls.flush_rows)
-
-    @property
-    def round_size(self) -> int:
-        return 0  # (never read: each round is a whole pass over the thread's block)
-
-    @property
-    def n_features(self) -> int:
-        return self.spec.n_features
-
-    @property
-    def lr_schedule(self) -> str:
-        return self.params.lr_schedule
-
-    @property
-    def learning_rate(self) -> float:
-        return float(self.params.learning_rate)
-
-    @property
-    def lr_decay(self) -> float:
-        return float(self.params.lr_decay)
-
-    @property
-    def power_t(self) -> float:
-        return float(self.params.power_t)
-
-    @property
-    def l2(self) -> float:
-        return float(self.params.l2)
-
-    @property
-    def fit_bias(self) -> bool:
-        return bool(self.params.fit_bias)
-
-
 class Trainer:
     """Trains the linear model ``w`` (float64, n_features + 1, bias last) in this process.
 
@@ -258,8 +214,11 @@ class Trainer:
                       scratch=tuple(self._scratch_for(n_threads)) if mini > 1 else (),
                       turns=_TurnTaking(n_threads) if p.mode == "locked" and n_threads > 1
                       else None)
-        plan = _EpochPlan(self._model_spec(), self.loss.code, n_threads, p,
-                          self._deep_lr_scale())
+        # (round_size is not read: each round is a whole pass over the thread's block; the
+        # MLP's flush interval goes as Calls.flush_rows.)
+        plan = KernelPlan(self._model_spec(), p.loss, 0, n_threads, float(p.learning_rate),
+                          p.lr_schedule, float(p.lr_decay), float(p.power_t), float(p.l2),
+                          bool(p.fit_bias), True, self._deep_lr_scale())
         # Contiguous blocks, one per thread; step counters interleave (thread k sees
         # t, t + T, t + 2T, ... from t0 + k), approximating the global example count.
         cursors = [ThreadCursor(lo, hi, lo, passes=epoch, t=self.t + k)
