@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -233,3 +234,18 @@ def tree_run_with_a_death(cluster: Cluster, out: Path, *, mode: str, workers: in
     metrics = read_metrics(out)
     assert sorted(metrics["dropped_workers"]) == sorted(victims)
     return ids, metrics
+
+
+def survivors_equal_the_global_model(out: Path, metrics: dict[str, Any],
+                                     survivors: list[int]) -> None:
+    """Every survivor's final weights equal the coordinator's (float32 rounding aside)."""
+    states = metrics["worker_states"]
+    assert isinstance(states, list)
+    assert sorted(s["worker_id"] for s in states) == survivors
+    with np.load(published(out) / "final_states" / "global.npz") as g:
+        global_w = g["w"]
+    assert np.any(global_w != 0)
+    for wid in survivors:
+        with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
+            np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5,
+                                       err_msg=f"worker {wid}")

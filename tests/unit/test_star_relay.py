@@ -222,9 +222,9 @@ def test_async_an_empty_aggregate_carries_a_round_that_moved_alone(monkeypatch: 
 def test_a_tree_root_takes_a_worker_back_as_its_leaf(monkeypatch: Any) -> None:
     """Tree, 4 workers, fan-out 2 (the root's children 0 and 1; 2 and 3 below 0). Worker 0
     dies with a sum still pending at the root; 2 and 3 are adopted; 0 registers again and
-    becomes one more leaf of the root. Its old sum goes to 1, and to 2 and 3 less their own
-    parts of it (none here: their first messages are of a later round); its new deltas go
-    to everyone; it gets everything new."""
+    becomes one more leaf of the root. Its old sum goes to 1, and to 2 and 3 in their
+    resync (everything that crossed 0's old edge); its new deltas go to everyone; it gets
+    everything new."""
     sent = _capture_sends(monkeypatch, 4)
     state = _started_state(4)
     state.tree_fanout = 2
@@ -251,14 +251,16 @@ def test_a_tree_root_takes_a_worker_back_as_its_leaf(monkeypatch: Any) -> None:
             time.sleep(0.01)
         got = {w: _dense(sent[w][-1]) for w in range(4)}
         assert all(sent[w][-1].round == 2 for w in range(4))
-        # The adopted were told at once, empty, of a round they hold (the one before the
-        # last aggregate: they may lack that one, which their dead parent held).
+        # The adopted were levelled at once, with the round the root had sent: everything
+        # that crossed 0's edge (up {0: 1}, {2: 4}; down {1: 2}).
         for w in (2, 3):
-            assert [(d.round, d.indices.shape[0]) for d in sent[w]] == [(0, 0), (2, 4)]
+            assert [(d.round, d.indices.shape[0]) for d in sent[w]] == [(1, 3), (2, 3)]
+            assert sent[w][0].resync_cut == 2
+            np.testing.assert_array_equal(_dense(sent[w][0])[[0, 1, 2]], [1, 2, 4])
         np.testing.assert_array_equal(got[0][[2, 3, 4, 5, 6]], [0, 0, 16, 32, 64])
         np.testing.assert_array_equal(got[1][[2, 3, 4, 5, 6]], [4, 8, 0, 32, 64])
-        np.testing.assert_array_equal(got[2][[2, 3, 4, 5, 6]], [4, 8, 16, 0, 64])
-        np.testing.assert_array_equal(got[3][[2, 3, 4, 5, 6]], [4, 8, 16, 32, 0])
+        np.testing.assert_array_equal(got[2][[2, 3, 4, 5, 6]], [0, 8, 16, 0, 64])
+        np.testing.assert_array_equal(got[3][[2, 3, 4, 5, 6]], [0, 8, 16, 32, 0])
         # The worker taken back: its model + its own + what it got is the global model.
         mine = model.copy()
         mine[3] += 8.0

@@ -11,7 +11,7 @@ import numpy as np
 
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.tree_root import TreeRoot
-from hogwild.engine.tree import ASYNC_SLACK_ROUNDS, DOWN_KEPT, TreeLinks
+from hogwild.engine.tree import ASYNC_SLACK_ROUNDS, TreeLinks
 from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
 from hogwild.worker.sender import OutgoingDelta, _mark
 
@@ -19,15 +19,13 @@ from .tree_roots import DIM, root_of_four
 
 
 def _send(state: RunState, wid: int, seq: int, entries: dict[int, float],
-          covers: dict[int, int], resent: bool = False, orphan_heard: int | None = None
-          ) -> None:
+          covers: dict[int, int], resent: bool = False) -> None:
     """Worker ``wid``'s message up, as its sender encodes it (counts on every part)."""
     idx = np.array(sorted(entries), np.int32)
     val = np.array([entries[i] for i in sorted(entries)], np.float32)
     messages = encode_delta_parts(DeltaHeader(state.run_id, wid, 1, seq, DIM), idx, val,
                                   dense=False)
-    _mark(messages, OutgoingDelta(1, False, 0, idx, val, covers=covers, resent=resent,
-                                  orphan_heard=orphan_heard))
+    _mark(messages, OutgoingDelta(1, False, 0, idx, val, covers=covers, resent=resent))
     for m in messages:
         assert state.apply_delta(decode_delta(m, DIM))
 
@@ -164,74 +162,132 @@ def _wait_for(sent: dict[int, list[OutgoingDelta]], wid: int, count: int) -> Non
     assert len(sent[wid]) >= count, sent[wid]
 
 
-def test_root_sends_an_orphan_what_its_dead_parent_had_not_passed_down(
-        monkeypatch: Any) -> None:
+def _dense(indices: Any, values: Any) -> np.ndarray:
+    out = np.zeros(DIM)
+    np.add.at(out, np.asarray(indices), np.asarray(values, dtype=np.float64))
+    return out
+
+
+def test_root_levels_an_orphan_with_what_crossed_the_dead_edge(monkeypatch: Any) -> None:
     state, root, sent = _root(monkeypatch)
     try:
         _send(state, 1, 1, {5: 1.0}, {1: 1})
-        _wait_for(sent, 0, 1)
-        _send(state, 1, 2, {6: 2.0}, {1: 2})
-        _wait_for(sent, 0, 2)
-        assert [d.down_index for d in sent[0]] == [1, 2]
-        # Worker 2 heard worker 0's sums holding the first aggregate only, then 0 died.
-        _send(state, 2, 1, {}, {2: 1}, orphan_heard=1)
+        _wait_for(sent, 0, 1)  # down worker 0's edge: 1's message
+        # Up it: 0's own work with 2's first two messages and 3's first.
+        _send(state, 0, 1, {0: 0.5, 2: 4.0, 3: 8.0}, {0: 1, 2: 2, 3: 1})
+        # Worker 2 goes around its dead parent: the coordinator adopts 2 and 3.
+        _send(state, 2, 1, {2: 16.0}, {2: 3}, resent=True)
         assert state.workers[0].dead
-        caught = [d for d in sent[2] if d.indices.size]
-        assert len(caught) == 1
-        assert caught[0].indices.tolist() == [6] and caught[0].values.tolist() == [2.0]
-        assert root.recovery()["orphans_caught_up"] == 1
-        # Worker 3 had it all: sent nothing more (its report counts it as caught up).
-        _send(state, 3, 1, {}, {3: 1}, orphan_heard=2)
-        assert not [d for d in sent[3] if d.indices.size]
+        for orphan, cut in ((2, 2), (3, 1)):
+            (resync,) = [d for d in sent[orphan] if d.resync_cut is not None]
+            assert resync.resync_cut == cut and resync.apart
+            # Everything that crossed 0's edge, each contribution once.
+            np.testing.assert_array_equal(
+                _dense(resync.indices, resync.values),
+                _dense([0, 2, 3, 5], [0.5, 4.0, 8.0, 1.0]))
         assert root.recovery()["orphans_caught_up"] == 2
     finally:
         root.close()
 
 
-def test_worker_parent_owes_an_orphan_what_it_sent_the_dead_child() -> None:
+def _up(tree: TreeLinks, own_round: int, entries: dict[int, float]) -> None:
+    """A node's own delta, sent up at once (async)."""
+    tree.own(np.array(sorted(entries), np.int32), np.array([entries[i] for i in sorted(entries)]))
+    for f in tree.forward(own_round):
+        assert f.neighbour == tree.parent
+
+
+def test_worker_parent_sends_an_orphan_what_crossed_the_dead_edge() -> None:
     # Worker 0 (parent: the coordinator, sender id -7 here), child 2 with child 6.
     tree = TreeLinks([-7, 2], rounds_done=0)
     tree.parent, tree.me = -7, 0
-    tree.heard(-7, (), (), down_index=4, parent_heard=0)
+    tree.track(DIM)
     for r in range(1, 4):  # three messages down to 2, one coordinate each
         tree.received(-7, np.array([r], np.int32), np.array([float(r)]))
         (f,) = tree.forward(r)
-        assert (f.neighbour, f.down_index, f.parent_heard) == (2, r, 4)
-    tree.adopt(6, [2], async_orphan=True)  # 2 died: 6 is a child now
+        assert f.neighbour == 2 and f.resync_cut is None
+    # Up from 2: its own and 6's first three messages.
+    tree.received(2, np.array([6, 7], np.int32), np.array([60.0, 70.0]))
+    tree.heard(2, [(2, 1), (6, 3)], ())
+    tree.forward(3)
+    tree.adopt(6, [2], orphan=True, sync=False)  # 2 died: 6 is a child now
     tree.remove(2)
-    tree.catch_up_async(6, 1)  # 2's sums it got held 0's first message to 2 only
-    (f,) = tree.forward(4)
-    assert f.neighbour == 6
-    assert f.indices.tolist() == [2, 3] and f.values.tolist() == [2.0, 3.0]
-    assert tree.caught_up == 1 and tree.catch_up_missed == 0
+    resync = tree.take_resync(6, 4, sync=False)
+    assert resync is not None and resync.neighbour == 6 and resync.resync_cut == 3
+    np.testing.assert_array_equal(_dense(resync.indices, resync.values),
+                                  _dense([1, 2, 3, 6, 7], [1.0, 2.0, 3.0, 60.0, 70.0]))
+    assert tree.take_resync(6, 4, sync=False) is None  # once
+    assert tree.caught_up == 1
 
 
-def test_orphan_reports_how_far_it_got_through_its_dead_parent() -> None:
-    tree = TreeLinks([2], rounds_done=0)  # worker 6 under worker 2
-    tree.parent, tree.me = 2, 6
-    tree.heard(2, (), (), down_index=5, parent_heard=3)
-    tree.heard(2, (), (), down_index=6, parent_heard=2)  # counts only grow
-    tree.orphaned()
-    tree.adopt(-7, [2])
-    tree.remove(2)
-    tree.parent = -7
-    assert tree.orphan_heard == 3
-    tree.own(np.array([1], np.int32), np.array([1.0]))
-    (f,) = tree.forward(1)
-    assert f.orphan_heard == 3
-    tree.heard(-7, (), (), down_index=1)  # the new parent answered: no more reports
-    tree.own(np.array([1], np.int32), np.array([1.0]))
-    (f,) = tree.forward(2)
-    assert f.orphan_heard is None
-
-
-def test_lost_downward_messages_are_counted() -> None:
+def test_an_edge_adopted_around_a_death_inherits_its_world() -> None:
+    # Worker 0 learns of 2's death and adopts 6, itself dead already (its death not yet
+    # known): 6's edge starts with 2's world and counts, so 6's orphan 13 is levelled from it.
     tree = TreeLinks([-7, 2], rounds_done=0)
     tree.parent, tree.me = -7, 0
-    for r in range(1, DOWN_KEPT + 6):
-        tree.received(-7, np.array([1], np.int32), np.array([1.0]))
-        tree.forward(r)
-    tree.adopt(6, [2], async_orphan=True)
+    tree.track(DIM)
+    tree.received(2, np.array([4], np.int32), np.array([4.0]))
+    tree.heard(2, [(2, 1), (6, 2), (13, 5)], ())
+    tree.forward(1)
+    tree.adopt(6, [2], orphan=True, sync=False)
     tree.remove(2)
-    tree.catch_up_async(6, 1)
-    assert tree.catch_up_missed == 4  # messages 2-5 fell out of the kept ones
+    first = tree.take_resync(6, 1, sync=False)
+    assert first is not None and first.resync_cut == 2
+    tree.adopt(13, [6], orphan=True, sync=False)
+    tree.remove(6)
+    second = tree.take_resync(13, 1, sync=False)
+    assert second is not None and second.resync_cut == 5
+    np.testing.assert_array_equal(_dense(second.indices, second.values),
+                                  _dense([4], [4.0]))
+
+
+def test_an_orphan_is_levelled_with_its_new_parents_world() -> None:
+    # Worker 6 under worker 2 under worker 0. 6 sends up 3 messages; 2 passes the first two
+    # up and dies. Through 2, 6 had got 0's message {1: 1} and 2's own {2: 2} (which never
+    # went up: lost everywhere) and its sibling 5's {3: 3} (which 2 never passed up: 5
+    # re-sends it to 0, which relays it to 6 again).
+    tree = TreeLinks([2], rounds_done=0)
+    tree.parent, tree.me = 2, 6
+    tree.track(DIM)
+    for r, j in enumerate([7, 8, 9], start=1):
+        _up(tree, r, {j: float(j)})
+    for j in (1, 2, 3):
+        tree.received(2, np.array([j], np.int32), np.array([float(j)]))
+    own_total = _dense([7, 8, 9], [7.0, 8.0, 9.0])
+    tree.orphaned(sync=False)
+    tree.adopt(0, [2])
+    tree.remove(2)
+    tree.parent = 0
+    # Before the resync: 0's next message, relayed from elsewhere, arrives as usual.
+    tree.received(0, np.array([4], np.int32), np.array([4.0]))
+    # 0's world of the dead edge: its message down ({1: 1}) and 2's sums up, which held
+    # 6's messages 1-2 ({7: 7, 8: 8}) and 5's first ({0: 0.5}, passed up but not down).
+    assert tree.view is not None
+    change = tree.view.level(2, [(np.array([0, 1, 7, 8], np.int32),
+                                  np.array([0.5, 1.0, 7.0, 8.0], np.float32))])
+    assert change is not None
+    tree.view.settle()
+    tree.received(0, *change)
+    # The parent side is now the world less 6's own 1-2, plus what 0 sent since; the own
+    # side is all of 6's messages (its third went to 0 again as a re-send).
+    parent_side = _dense([0, 1, 4], [0.5, 1.0, 4.0])
+    np.testing.assert_allclose(tree.view.sum, own_total + parent_side)
+    np.testing.assert_allclose(_dense(*change), _dense([0, 2, 3], [0.5, -2.0, -3.0]))
+    assert tree.view.level(2, []) is None  # settled: a second resync is a stray
+
+
+def test_own_messages_let_go_are_left_out_like_everywhere() -> None:
+    tree = TreeLinks([2], rounds_done=0)
+    tree.parent, tree.me, tree.keep_rounds = 2, 6, 0
+    tree.track(DIM)
+    for r in range(1, ASYNC_SLACK_ROUNDS + 3):  # the oldest two are let go unconfirmed
+        _up(tree, r, {1: 1.0})
+    assert tree.retained_dropped == 1
+    tree.orphaned(sync=False)
+    assert tree.view is not None
+    change = tree.view.level(0, [])  # the new parent holds none of them
+    assert change is not None
+    # Every own message is undone from the parent side's view of it but the one let go,
+    # which is in no model: the model keeps only what can still reach the others.
+    assert tree.view.lost == 1
+    np.testing.assert_allclose(_dense(*change), _dense([1], [-1.0]))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hogwild.engine.tree import EDGE_ROUNDS_KEPT, TreeLinks
+from hogwild.engine.tree import TreeLinks
 from hogwild.engine.treeshape import same_side
 
 DIM = 8
@@ -49,49 +49,51 @@ def _two_rounds(links: TreeLinks) -> None:
 
 
 def _adopt_6_for_dead_2(links: TreeLinks) -> None:
-    links.adopt(6, [2], orphan=True)
+    links.adopt(6, [2], orphan=True, sync=True)
     links.remove(2)
 
 
-def test_the_orphan_of_a_dead_child_resends_nothing_twice_and_gets_what_it_missed() -> None:
+def test_the_orphan_of_a_dead_child_resends_nothing_twice_and_is_levelled() -> None:
     """6 heard round 1 complete from 2, which passed 6's round 2 up and died before passing
-    round 2 down: 6's re-sent round 2 is known (owed to nobody) and 6 is owed round 2 as 2
-    had it (what 0 sent it, and what 2 sent up less 6's own part)."""
+    round 2 down: 6's re-sent round 2 is known (owed to nobody), and 6 is sent everything
+    that crossed 2's edge, labelled with the last round sent to 2, its own messages of
+    rounds up to 2 among it."""
     links = _worker_0()
+    links.track(DIM)
     _two_rounds(links)
     _adopt_6_for_dead_2(links)
-    assert links.known(6, 2)
-    assert links.arrived(6, 2, *_sparse({6: 2.0}))
-    assert links.resent_known == 1 and links.catch_up_missed == 0
-    assert not links.owed(UP) and not links.owed(3)
-    # 6's next message is new: owed up and to 3 as usual, not back to 6.
-    assert not links.known(6, 3) and not links.arrived(6, 3, *_sparse({6: 3.0}))
+    assert links.known(6, 2) and links.known(6, 1)
+    resync = links.take_resync(6, 2, sync=True)
+    assert resync is not None and (resync.round, resync.resync_cut) == (2, 2)
+    # Up 2's edge: {2: r, 6: r}; down it: the parent's {1: r}, 3's {3: r}, 0's own {0: r}.
+    np.testing.assert_array_equal(_dense(resync.indices, resync.values),
+                                  _dense(*_sparse({0: 3.0, 1: 3.0, 2: 3.0, 3: 3.0, 6: 3.0})))
+    assert links.take_resync(6, 2, sync=True) is None
+    # 6's next message is new: owed up and to 3 as usual, not back to 6; labels on the new
+    # edge go on from the dead one's.
+    assert not links.known(6, 3)
     links.received(6, *_sparse({6: 3.0}), 3)
     np.testing.assert_array_equal(_dense(*links.take(UP)), _dense(*_sparse({6: 3.0})))
-    got = _dense(*links.take(6))
-    # Round 2 as 2 had it: the parent's {1: 2} and 3's {3: 2}, 0's own {0: 2}, 2's own {2: 2};
-    # not 6's own {6: 2} (nor its round 3).
-    np.testing.assert_array_equal(got, _dense(*_sparse({0: 2.0, 1: 2.0, 2: 2.0, 3: 2.0})))
+    assert not links.owed(6) and links.sent_round[6] == 2
 
 
-def test_an_orphan_that_heard_every_round_is_owed_nothing_more() -> None:
-    links = _worker_0()
-    _two_rounds(links)
-    _adopt_6_for_dead_2(links)
-    # Its first message is round 3: it heard round 2 complete from 2.
-    assert not links.arrived(6, 3, *_sparse({6: 3.0}))
-    assert 6 not in links.orphans
-    assert not links.owed(6)
-
-
-def test_rounds_no_longer_kept_are_counted() -> None:
-    links = _worker_0()
-    for r in range(1, EDGE_ROUNDS_KEPT + 3):
-        links.received(2, *_sparse({2: 1.0}), r)
-        links.due(r, False, {UP: Peer(r), 2: Peer(r), 3: Peer(r)}, sync=True)
-    _adopt_6_for_dead_2(links)
-    # It last heard round 0 and re-sends every round (all held here already); once the last
-    # known one is in, it is caught up, less the 2 oldest rounds, no longer kept.
-    for r in range(1, EDGE_ROUNDS_KEPT + 3):
-        assert links.arrived(6, r, *_sparse({6: 1.0}))
-    assert links.catch_up_missed == 2 and 6 not in links.orphans
+def test_a_sync_orphan_is_levelled_with_its_new_parents_world() -> None:
+    """6 under 2: it sent rounds 1-3 up; 2 sent it rounds 1 and 2 ({1: 1}, {2: 2}); 2's sums
+    up held 6's rounds 1 and 2 when it died. Its new parent's world of 2's edge holds 6's
+    rounds 1-2, its sibling's {3: 3} (passed up, never down) and {1: 1} (sent down to 2);
+    2's own {2: 2} reached 6 and nobody else."""
+    links = TreeLinks([2], lambda a, b: same_side(6, a, b, 2))
+    links.parent = 2
+    links.track(DIM)
+    for r, j in enumerate([5, 6, 7], start=1):
+        links.own(*_sparse({j: float(j)}))
+        links.due(r, False, {2: Peer(r - 1)}, sync=True)
+    links.received(2, *_sparse({1: 1.0}), 1)
+    links.received(2, *_sparse({2: 2.0}), 2)
+    links.passed(2)  # 2's round 2 vouched for 6's messages of rounds up to 2
+    assert [label for label, _, _ in links.retained] == [3]
+    links.orphaned(sync=True)
+    assert links.view is not None
+    change = links.view.level(2, [_sparse({1: 1.0, 3: 3.0, 5: 5.0, 6: 6.0})])
+    assert change is not None
+    np.testing.assert_array_equal(_dense(*change), _dense(*_sparse({2: -2.0, 3: 3.0})))

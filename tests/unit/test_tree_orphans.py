@@ -1,7 +1,7 @@
 """Topology tree, sync: the orphans of a dead child of the root lose nothing. Their re-sent
 messages reach the global model once (one the dead child had passed on is taken as known),
-and each gets what it missed through the dead child; a worker's messages to its parent are
-kept until the parent vouches for them."""
+and each is sent everything that crossed the dead child's edge to level its model with; a
+worker's messages to its parent are kept until the parent vouches for them."""
 
 from __future__ import annotations
 
@@ -33,6 +33,11 @@ def _dense(delta: OutgoingDelta) -> np.ndarray:
     return out
 
 
+def _resync(sent: list[OutgoingDelta]) -> OutgoingDelta:
+    (resync,) = [d for d in sent if d.resync_cut is not None]
+    return resync
+
+
 def _root(monkeypatch: Any) -> tuple[RunState, TreeRoot, dict[int, list[OutgoingDelta]]]:
     return root_of_four(monkeypatch, "sync")
 
@@ -52,12 +57,12 @@ def _two_rounds_through_worker_0(state: RunState, sent: dict[int, list[OutgoingD
     _send(state, 0, 2, 2, {2: 4.0, 5: 1.0, 6: 1.0})
 
 
-def test_orphans_that_missed_the_last_aggregate_get_it_and_resend_nothing_twice(
+def test_orphans_that_missed_the_last_aggregate_are_levelled_and_resend_nothing_twice(
         monkeypatch: Any) -> None:
     """Worker 0 passed round 2 up, the root sent round 2, and 0 died before passing it down:
-    2 and 3 re-send their round 2 (known: not summed again) and get round 2 less their own
-    part. The first re-sent message alone tells the root that 0 died (its sender routes
-    around 0)."""
+    2 and 3 re-send their round 2 (known: not summed again) and are each sent what crossed
+    0's edge, labelled round 2, with their own messages of rounds up to 2 in it. The first
+    re-sent message alone tells the root that 0 died (its sender routes around 0)."""
     state, root, sent = _root(monkeypatch)
     try:
         _two_rounds_through_worker_0(state, sent)
@@ -68,18 +73,17 @@ def test_orphans_that_missed_the_last_aggregate_get_it_and_resend_nothing_twice(
         assert state.workers[0].dead
         _send(state, 3, 1, 2, {6: 1.0})
         np.testing.assert_array_equal(state.model_copy(), model)
-        assert root.replays_known == 2 and root.catch_up_missed == 0
+        assert root.replays_known == 2
         # What metrics.json reports of it.
         assert root.recovery() == {"orphans_adopted": 2, "resent_known": 2,
-                                   "orphans_caught_up": 2, "catch_up_missed": 0}
-        round_2 = np.zeros(DIM)
-        round_2[[1, 2, 5, 6]] = [8.0, 4.0, 1.0, 1.0]
-        for orphan, own in ((2, 5), (3, 6)):
-            catch_up = [d for d in sent[orphan] if d.round == 2]
-            assert len(catch_up) == 1
-            expected = round_2.copy()
-            expected[own] = 0.0
-            np.testing.assert_array_equal(_dense(catch_up[0]), expected)
+                                   "orphans_caught_up": 2}
+        # Up 0's edge: {0: 1}, then {2: 4, 5: 1, 6: 1}; down it: the aggregates {1: 2}, {1: 8}.
+        world = np.zeros(DIM)
+        world[[0, 1, 2, 5, 6]] = [1.0, 10.0, 4.0, 1.0, 1.0]
+        for orphan in (2, 3):
+            resync = _resync(sent[orphan])
+            assert (resync.round, resync.resync_cut) == (2, 2) and resync.apart
+            np.testing.assert_array_equal(_dense(resync), world)
         # Round 3 from everyone: new, summed once, relayed as usual.
         _send(state, 1, 3, 3, {1: 16.0})
         _send(state, 2, 2, 3, {5: 32.0})
@@ -93,10 +97,10 @@ def test_orphans_that_missed_the_last_aggregate_get_it_and_resend_nothing_twice(
         root.close()
 
 
-def test_orphans_of_a_sum_still_pending_get_the_rest_of_it(monkeypatch: Any) -> None:
+def test_orphans_of_a_sum_still_pending_hold_it_from_their_resync(monkeypatch: Any) -> None:
     """Worker 0 passed round 2 up and died before the root's round 2: the orphans' round 2
-    is known, and round 2's aggregate brings each of them 0's sum less its own part (once it
-    was left out whole: the rest of it was lost to them)."""
+    is known; their resync holds 0's round-2 sum, so round 2's aggregate leaves it out for
+    them and brings it to worker 1."""
     state, root, sent = _root(monkeypatch)
     try:
         _two_rounds_through_worker_0(state, sent)
@@ -107,8 +111,11 @@ def test_orphans_of_a_sum_still_pending_get_the_rest_of_it(monkeypatch: Any) -> 
         np.testing.assert_array_equal(state.model_copy(), model)
         _send(state, 1, 2, 2, {1: 8.0})
         _until(lambda: all(sent[w] and sent[w][-1].round == 2 for w in (1, 2, 3)))
-        np.testing.assert_array_equal(_dense(sent[2][-1])[[1, 2, 5, 6]], [8, 4, 0, 1])
-        np.testing.assert_array_equal(_dense(sent[3][-1])[[1, 2, 5, 6]], [8, 4, 1, 0])
+        for orphan in (2, 3):
+            resync = _resync(sent[orphan])
+            assert (resync.round, resync.resync_cut) == (1, 2)
+            np.testing.assert_array_equal(_dense(resync)[[0, 1, 2, 5, 6]], [1, 2, 4, 1, 1])
+            np.testing.assert_array_equal(_dense(sent[orphan][-1])[[1, 2, 5, 6]], [8, 0, 0, 0])
         np.testing.assert_array_equal(_dense(sent[1][-1])[[1, 2, 5, 6]], [0, 4, 1, 1])
     finally:
         root.close()

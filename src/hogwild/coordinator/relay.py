@@ -27,7 +27,6 @@ import functools
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -53,9 +52,6 @@ _EMPTY: Sparse = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64))
 # after the relay labelled it (a worker taken back, a tree's orphan and a resumed run start
 # at the next aggregate's round too), so r + 1 is the most; the rest is slack.
 SYNC_ROUNDS_AHEAD = 1 + 4
-# Sync: the sums of the last aggregates kept (round, everything summed for it), from which a
-# tree's orphan is sent the rounds its dead parent got and did not pass on (TreeRoot).
-TOTALS_KEPT = 4
 
 
 class StarRelay:
@@ -100,10 +96,6 @@ class StarRelay:
         # Tree: what a worker taken back had sent before it died and the relay has yet to
         # pass on (its old subtree's sums), apart from what its new incarnation sends.
         self._ghosts: dict[int, Sparse] = {}
-        # What the next aggregate to a worker carries besides the others' pending sums (a
-        # tree's orphan: see TreeRoot), and the totals of the last sync aggregates.
-        self._extra: dict[int, Sparse] = {}
-        self._totals: deque[tuple[int, Sparse]] = deque(maxlen=TOTALS_KEPT)
         self.destinations = {wid: self._destination(wid, address)
                              for wid, address in workers.items()}
         self._thread = threading.Thread(target=self._run, name="star-relay", daemon=True)
@@ -226,8 +218,6 @@ class StarRelay:
                 upto, (known_idx, known_val) = self._known[wid]
                 idx, val = merge_sparse(idx, val, known_idx, -known_val)
                 self._known[wid] = (upto, _EMPTY)
-            if wid in self._extra:
-                idx, val = merge_sparse(idx, val, *self._extra.pop(wid))
             aggregate = OutgoingDelta(round_, final, examples, idx, val,
                                       applied=self._applied_counts())
             self._stamp(wid, aggregate)
@@ -243,8 +233,6 @@ class StarRelay:
             self._pending[wid] = _EMPTY
         self._ghosts.clear()
         self._sent_round = max(self._sent_round, round_)
-        if self.mode == "sync":
-            self._totals.append((round_, total))
 
     def _stamp(self, wid: int, aggregate: OutgoingDelta) -> None:
         """(Holding the lock.) Number an aggregate for ``wid`` on its edge (a tree, async:

@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +32,7 @@ from hogwild.coordinator.records import (
 )
 from hogwild.engine.tree import AppliedCounts
 from hogwild.engine.treeshape import ancestors
+from hogwild.engine.treeview import EdgeSums
 from hogwild.errors import ClusterError, NotAllowed, NotReady, StaleOrUnknown
 from hogwild.model import kernels
 from hogwild.protocol.codec import DecodedDelta, DeltaHeader, check_values
@@ -38,6 +40,8 @@ from hogwild.protocol.keys import COORDINATOR, KeyRing
 from hogwild.protocol.security import same_key
 from hogwild.protocol.sequence import SequenceTracker
 from hogwild.protocol.wholeparts import WholeParts
+
+T = TypeVar("T")
 
 
 class RunState:
@@ -99,9 +103,11 @@ class RunState:
         # stay routed around: the layout counts them dead, the run does not. Added under
         # this lock and the tree root's; read under either.
         self.detached: set[int] = set()
-        # Topology tree, async: per origin, the messages up the model holds (set by the tree
-        # root). Checked and recorded in apply_delta's critical section, with the apply.
+        # Topology tree (set by the tree root), recorded in apply_delta's critical section
+        # with the apply: async, per origin, the messages up the model holds; per sender,
+        # the sum of what the model took from it (engine/treeview.py).
         self.tree_counts: AppliedCounts | None = None
+        self.tree_sums: EdgeSums | None = None
         # Topology tree: multi-part messages summed whole or not at all (protocol/wholeparts).
         self.whole_parts = WholeParts()
 
@@ -412,23 +418,16 @@ class RunState:
             if result != 0:  # decode_delta checked this; a non-zero result is a bug
                 raise StaleOrUnknown(f"apply_delta refused delta {delta.key} ({result})")
             self.deltas_received += 1
+            if self.tree_sums is not None:
+                self.tree_sums.add(h.worker_id, delta.indices, delta.values)
         self.bytes_received += delta.nbytes
         record.took(h, delta.nbytes)
         return self.deltas_received
 
-    def take_tree_skipped(self, key: tuple[int, int, int]) -> bool:
-        """Topology tree, async: whether apply_delta took part ``key`` (sender, seq, part)
-        of a re-sent message as held already, not summed (said once per part)."""
+    def tree_applied(self, view: Callable[[AppliedCounts], T], default: T) -> T:
+        """Topology tree, async: ``view`` of what the model holds per origin and edge."""
         with self._lock:
-            if self.tree_counts is None or key not in self.tree_counts.skipped:
-                return False
-            self.tree_counts.skipped.discard(key)
-            return True
-
-    def tree_applied(self, view: Callable[[AppliedCounts], dict[int, int]]) -> dict[int, int]:
-        """Topology tree, async: ``view`` of the per-origin counts the model holds."""
-        with self._lock:
-            return {} if self.tree_counts is None else view(self.tree_counts)
+            return default if self.tree_counts is None else view(self.tree_counts)
 
     def progress(self, run_id: str, worker_id: int, round_: int, examples: int,
                  train_loss: float, done: bool, max_staleness: int,

@@ -5,17 +5,18 @@ delta) and each gets the sum of the other children's (:class:`StarRelay`, same s
 finals, keys and sender id). When a child dies, its live children re-attach here
 (``live_children`` of the coordinator around the dead): they are adopted as soon as the
 death is known, and what a dead child had sent is never relayed to its own subtree, which
-contributed it (async; sync orphans get the rest of it, below).
+contributed it: the orphans are levelled instead (below).
 
-Sync, a child's death costs no contribution: its orphans re-send what they had sent it and
-it had not passed on (TreeLinks.retained), each message under its own round. Only the first
-may be one the global model holds already (the dead child passed it on, then died before
-telling them): its round is at most the dead child's last complete one here, so it is taken
-as known (RunState applies nothing of it) and the model gets each contribution once. That
-first round also says what the orphan last heard complete from the dead child: the rest
-(the sums of the last aggregates, TOTALS_KEPT of them, less the orphan's own part) is sent
-to it, so it misses nothing that went through the dead child either. What the dead child
-trained itself and never sent is all that is lost.
+A child's death costs no contribution. Upwards, its orphans re-send what they had sent it
+that may not have gone further (sync: TreeLinks.retained, each message under its own round;
+async: what the applied counts do not cover). What the dead child had passed on already is
+known here (sync: a round at most the dead child's last complete one here; async: by the
+counts) and is not summed again, so the model gets each contribution once. Downwards, each
+orphan is levelled: it is sent everything that crossed the dead child's edge, both ways,
+with which of its own messages that holds, and sets the part of its model that came from its
+parents to it (engine/treeview.py), so it misses nothing that went through the dead child
+and holds nothing twice. What the dead child trained itself and never sent is all that is
+lost.
 
 A worker that registers again (restarted, or refused after a freeze) comes back as one more
 point of this relay, a leaf of the coordinator configured as a star worker: its place in the
@@ -27,7 +28,6 @@ everybody gets its deltas the same way.
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -38,8 +38,9 @@ import numpy.typing as npt
 from hogwild.coordinator.relay import _EMPTY, Sparse, StarRelay
 from hogwild.coordinator.state import RunState
 from hogwild.engine.sparse import merge_sparse
-from hogwild.engine.tree import DOWN_KEPT, AppliedCounts
+from hogwild.engine.tree import AppliedCounts
 from hogwild.engine.treeshape import COORDINATOR, ancestors, between, children, live_children
+from hogwild.engine.treeview import EdgeSums, Resync, own_part
 from hogwild.protocol.codec import DecodedDelta, DeltaHeader
 from hogwild.worker.sender import OutgoingDelta
 
@@ -60,19 +61,9 @@ class TreeRoot(StarRelay):
         super().__init__(state, top, dim, mode, barrier_timeout, rpc_timeout, chunk_bytes,
                          open_channel, half=half, period=period, first_round=first_round)
         # Sync orphans: the last round complete here from the dead child they came through
-        # (their messages up to it are in the model already), the round each last heard
-        # complete from it (from its first message here), its messages the model held
-        # already (round, sum), and those whose missing rounds were sent.
+        # (their messages up to it are in the model already: known if sent again).
         self._via: dict[int, int] = {}
-        self._behind: dict[int, int] = {}
-        self._ref: dict[int, list[tuple[int, Sparse]]] = {}
-        self._caught: set[int] = set()
         self.replays_known = 0    # re-sent message parts the model held already
-        self.catch_up_missed = 0  # rounds an orphan missed that were no longer kept (lost)
-        # Async: per origin worker, how many of its messages to its parent the model holds
-        # (from the counts every message up carries; told to everyone in the aggregates),
-        # and the parts of re-sent messages it held already (sender, seq, part), which
-        # check_round told the state not to apply and offer leaves out of the sums.
         # Async: which messages up the model holds, per origin worker, is kept by the state
         # (AppliedCounts), which checks a re-sent message against them and records an
         # applied one's in the critical section of the apply: no message can be summed
@@ -80,14 +71,13 @@ class TreeRoot(StarRelay):
         if mode != "sync":
             state.tree_counts = AppliedCounts()
         self.resent_applied = 0   # async: re-sent messages the model did not hold yet
-        # Async, downwards: per child, the aggregates sent it (a count, and the last
-        # DOWN_KEPT of them), and the orphans adopted around a dead child not yet caught up
-        # (the dead child, its kept aggregates, how many it was sent): each reports how far
-        # it got through the dead one and is sent the rest (TreeLinks.catch_up_async).
-        self._down_sent: dict[int, int] = {}
-        self._down_log: dict[int, deque[tuple[int, Sparse]]] = {}
-        self._async_via: dict[int, tuple[int, list[tuple[int, Sparse]], int]] = {}
-        self.async_caught = 0
+        # Levelling orphans (engine/treeview.py): per child edge the sum of the aggregates
+        # sent down it (the state sums what came up it, in the apply's critical section),
+        # and (async) the counts an adopted edge's world holds from the dead one's.
+        state.tree_sums = EdgeSums(dim)
+        self._down_sums = EdgeSums(dim)
+        self._inherited: dict[int, dict[int, int]] = {}
+        self.resyncs_sent = 0
 
     def _adopt(self) -> None:
         """(Holding the relay's lock.) The live children of dead children are children now
@@ -97,6 +87,7 @@ class TreeRoot(StarRelay):
             return
         fresh = [c for c in live_children(COORDINATOR, self.fanout, self.n, dead)
                  if c not in self._pending]
+        resyncs: list[tuple[int, Resync]] = []
         for c in fresh:
             self._pending[c] = _EMPTY
             self._round[c] = self._before_first
@@ -108,10 +99,8 @@ class TreeRoot(StarRelay):
                        if a in self._round and a not in self.state.detached]
             if self.mode == "sync" and through:
                 self._via[c] = self._round[through[0]]
-            elif through:
-                x = through[0]
-                self._async_via[c] = (x, list(self._down_log.get(x, ())),
-                                      self._down_sent.get(x, 0))
+            if through:
+                resyncs.append(self._resync(c, through[0]))
             log.warning("tree: worker %d re-attached to the coordinator", c)
         if fresh:
             # A new dict: closing and counting iterate the old one undisturbed.
@@ -122,19 +111,29 @@ class TreeRoot(StarRelay):
                 # passed on (sync: its sender thread had it queued when it died; async: the
                 # orphan's staleness bound), while this relay waits for the orphan's next
                 # round or has nothing new to send: the round already sent is vouched for
-                # to the orphan at once, empty (async: what the dead parent held is lost to
-                # its subtree, as anything else it had not forwarded; sync: _catch_up).
+                # to the orphan at once (sync orphans by their resync, below, which holds
+                # what crossed the dead edge; async ones by an empty greeting before it).
                 for c in fresh:
-                    # Sync: one round less, vouching for nothing it may lack (its first
-                    # message says what it lacks; _catch_up sends it); it tells the orphan
-                    # that its parent died, if it does not know yet.
-                    label = self._sent_round - (1 if c in self._via else 0)
+                    if c in self._via:
+                        continue
                     empty = OutgoingDelta(
-                        max(label, self._before_first), False, sum(self._examples.values()),
+                        self._sent_round, False, sum(self._examples.values()),
                         *_EMPTY, applied=self._applied_counts())
                     self._stamp(c, empty)
                     self.destinations[c].put_delta(empty)
                     self.aggregates += 1
+            for c, r in resyncs:  # after the greeting, which tells the orphan its parent died
+                resync = OutgoingDelta(max(self._sent_round, self._before_first), False,
+                                       sum(self._examples.values()), *r.world,
+                                       applied=self._applied_counts(), apart=True,
+                                       resync_cut=r.cut)
+                self._stamp(c, resync)
+                self.destinations[c].put_delta(resync)
+                self.aggregates += 1
+                self.resyncs_sent += 1
+                log.info("tree: worker %d adopted around dead worker %d: sent it everything "
+                         "that crossed that edge (%d entries; its own %s among them)", c,
+                         r.dead, r.world[0].shape[0], own_part(r.cut, self.mode == "sync"))
 
     def check_round(self, worker_id: int, round_: int, header: DeltaHeader | None = None
                     ) -> bool:
@@ -175,9 +174,8 @@ class TreeRoot(StarRelay):
         with self._cond:
             self._adopt()
             if self.mode != "sync":
-                if h.orphaned and h.part == h.parts - 1:
-                    self._catch_up_async(h.worker_id, h.orphan_heard)
-                if h.resent and self.state.take_tree_skipped((h.worker_id, h.seq, h.part)):
+                if h.resent and self.state.tree_applied(
+                        lambda a: a.take_skipped((h.worker_id, h.seq, h.part)), False):
                     if complete:
                         self.replays_known += 1
                         self._round[h.worker_id] = max(self._round[h.worker_id], h.round)
@@ -186,96 +184,40 @@ class TreeRoot(StarRelay):
                 if complete and h.resent and not self._done:
                     self.resent_applied += 1
             cut = self._via.get(h.worker_id)
-            if cut is not None and not self._done:
-                self._behind.setdefault(h.worker_id, h.round - 1)
-                if h.round <= cut:  # in the model through the dead parent (check_round)
-                    self.replays_known += 1
-                    self._ref.setdefault(h.worker_id, []).append(
-                        (h.round, (delta.indices, np.asarray(delta.values, dtype=np.float64))))
-                    if complete:
-                        self._round[h.worker_id] = max(self._round[h.worker_id], h.round)
-                        self._catch_up(h.worker_id)
-                    self._cond.notify_all()
-                    return
-                if h.worker_id not in self._caught:
-                    self._catch_up(h.worker_id)
+            if cut is not None and not self._done and h.round <= cut:
+                # In the model through the dead parent (check_round), and in the orphan's
+                # resync: relayed to nobody again.
+                self.replays_known += 1
+                if complete:
+                    self._round[h.worker_id] = max(self._round[h.worker_id], h.round)
+                self._cond.notify_all()
+                return
             super().offer(delta, complete, version)
 
     def _stamp(self, wid: int, aggregate: OutgoingDelta) -> None:
+        self._down_sums.add(wid, aggregate.indices, aggregate.values)
+
+    def _resync(self, orphan: int, dead: int) -> tuple[int, Resync]:
+        """(Holding the relay's lock; ``dead`` is dead in the state, which takes nothing
+        more from it.) What levels ``orphan``, adopted around ``dead``: everything that
+        crossed the edge to the dead one, and which of the orphan's own messages that holds
+        (sync: those of rounds up to the dead one's last here; async: its count that edge
+        carried; an edge adopted around an earlier death starts with that one's counts:
+        its resync held that world)."""
+        world = merge_sparse(*self._up_world(dead), *self._down_sums.world(dead))
         if self.mode == "sync":
-            return
-        index = self._down_sent[wid] = self._down_sent.get(wid, 0) + 1
-        aggregate.down_index = index
-        self._down_log.setdefault(wid, deque(maxlen=DOWN_KEPT)).append(
-            (index, (aggregate.indices, np.asarray(aggregate.values, dtype=np.float64))))
+            return orphan, Resync(dead, self._round[dead], world)
+        seen = self._inherited.get(dead, {})
+        for o, c in self.state.tree_applied(lambda a: a.edge_counts(dead), dict[int, int]()).items():
+            seen[o] = max(seen.get(o, 0), c)
+        self._inherited[orphan] = dict(seen)
+        return orphan, Resync(dead, seen.get(orphan, 0), world)
 
-    def _catch_up_async(self, wid: int, heard: int) -> None:
-        """(Holding the relay's lock.) Async: orphan ``wid`` reports that its dead parent's
-        sums held the aggregates sent the dead one up to count ``heard``: the ones after
-        (sums of the other subtrees, nothing of its own) are sent it now; those no longer
-        kept are counted and logged."""
-        entry = self._async_via.pop(wid, None)
-        if entry is None or self._done:
-            return
-        dead, kept, sent = entry
-        idx, val = _EMPTY
-        since = [(i, piece) for i, piece in kept if i > heard]
-        for _, piece in since:
-            idx, val = merge_sparse(idx, val, *piece)
-        first = kept[0][0] if kept else sent + 1
-        lost = max(0, min(first, sent + 1) - heard - 1)
-        if lost:
-            self.catch_up_missed += lost
-            log.warning("tree: worker %d missed %d aggregate(s) sent to its dead parent %d, "
-                        "which are no longer kept here: what they carried is lost to it",
-                        wid, lost, dead)
-        dest = self.destinations.get(wid)
-        if since and dest is not None:
-            aggregate = OutgoingDelta(self._sent_round, False, sum(self._examples.values()),
-                                      idx, val, applied=self._applied_counts())
-            self._stamp(wid, aggregate)
-            dest.put_delta(aggregate)
-            self.aggregates += 1
-        self.async_caught += 1
-        log.info("tree: worker %d had got %d of the %d aggregate(s) sent to its dead parent "
-                 "%d; sent the %d since", wid, heard, sent, dead, len(since))
-
-    def _catch_up(self, wid: int) -> None:
-        """(Holding the relay's lock.) Send orphan ``wid`` what it missed of the rounds
-        after the last one it heard complete from its dead parent: the totals of the
-        aggregates since (kept: TOTALS_KEPT), less its own messages among them; its own
-        message summed in what is still pending is left out of its next aggregate."""
-        if wid in self._caught:
-            return
-        self._caught.add(wid)
-        behind = self._behind.get(wid, self._sent_round)
-        kept = {r: t for r, t in self._totals}
-        idx, val = _EMPTY
-        lost = [r for r in range(behind + 1, self._sent_round + 1) if r not in kept]
-        for r, (t_idx, t_val) in kept.items():
-            if r > behind:
-                idx, val = merge_sparse(idx, val, t_idx, t_val)
-        later = _EMPTY
-        for r, (o_idx, o_val) in self._ref.pop(wid, []):
-            if r <= self._sent_round:
-                idx, val = merge_sparse(idx, val, o_idx, -o_val)
-            else:
-                later = merge_sparse(*later, o_idx, -o_val)
-        if later[0].size:
-            self._extra[wid] = merge_sparse(*self._extra.get(wid, _EMPTY), *later)
-        if lost:
-            self.catch_up_missed += len(lost)
-            log.warning("tree: worker %d missed rounds %s through its dead parent, which "
-                        "are no longer kept here: what they carried is lost to it", wid,
-                        ", ".join(map(str, lost)))
-        if behind < self._sent_round:
-            dest = self.destinations.get(wid)
-            if dest is not None:
-                dest.put_delta(OutgoingDelta(self._sent_round, False,
-                                             sum(self._examples.values()), idx, val))
-                self.aggregates += 1
-        log.info("tree: worker %d last heard round %d complete through its dead parent; "
-                 "sent the %d round(s) since", wid, behind, self._sent_round - behind)
+    def _up_world(self, dead: int) -> Sparse:
+        """What the model took from ``dead``: all of it, since the state refuses a dead
+        sender's messages in the critical section that sums an accepted one."""
+        sums = self.state.tree_sums
+        return sums.world(dead) if sums is not None else _EMPTY
 
     def recovery(self) -> dict[str, Any]:
         """The coordinator's side of the recovery of a dead interior worker's orphans: how
@@ -285,19 +227,18 @@ class TreeRoot(StarRelay):
         with self._cond:
             out: dict[str, Any] = {
                 "orphans_adopted": len(self._via), "resent_known": self.replays_known,
-                "orphans_caught_up": len(self._caught) + self.async_caught,
-                "catch_up_missed": self.catch_up_missed}
+                "orphans_caught_up": self.resyncs_sent}
             if self.mode != "sync":
                 out["resent_applied"] = self.resent_applied
                 out["applied_up"] = {
-                    str(o): c for o, c in self.state.tree_applied(AppliedCounts.tops).items()}
+                    str(o): c for o, c in self.state.tree_applied(AppliedCounts.tops, dict[int, int]()).items()}
                 # How many of them: the largest count unless one in between is missing.
                 out["applied_count"] = {
-                    str(o): c for o, c in self.state.tree_applied(AppliedCounts.totals).items()}
+                    str(o): c for o, c in self.state.tree_applied(AppliedCounts.totals, dict[int, int]()).items()}
             return out
 
     def _applied_counts(self) -> dict[int, int] | None:
-        return self.state.tree_applied(AppliedCounts.prefix) if self.mode != "sync" else None
+        return self.state.tree_applied(AppliedCounts.prefix, dict[int, int]()) if self.mode != "sync" else None
 
     def _live(self) -> list[int]:
         self._adopt()
@@ -310,11 +251,6 @@ class TreeRoot(StarRelay):
         detached = self.state.detached
         if wid in detached:
             return [self._pending[wid], *([self._ghosts[wid]] if wid in self._ghosts else [])]
-        if wid in self._via:
-            # A sync orphan: its part of its dead parent's sums (pending, or a ghost if the
-            # parent was taken back) is known from its re-sent messages and left out alone
-            # (_catch_up); the rest of them is owed to it.
-            return [self._pending[wid]]
         # A worker taken back is no longer on anybody's side: its new sums go to everyone.
         own = [p for s, p in self._pending.items()
                if s == wid or (s not in detached and between(s, wid, self.fanout) is not None)]

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from hogwild.engine.sparse import merge_sparse
+from hogwild.engine.treeview import EdgeSums, OrphanView, Resync, own_part
 
 # Sync: the messages sent to the parent that are kept until the parent's own messages say
 # they went past it (see TreeLinks.retained). Two at most in a healthy run (the parent's round
@@ -37,23 +37,11 @@ from hogwild.engine.sparse import merge_sparse
 # log and counted in ``retained_dropped``.
 RETAINED_MAX = 8
 
-# Sync: the messages of the last rounds kept per child edge, both ways (round, sum), from
-# which a worker adopting the orphans of a dead child sends each what the dead child got and
-# did not pass on (see TreeLinks.catch_up); as the coordinator keeps its last aggregates.
-EDGE_ROUNDS_KEPT = 4
-
 # Async: a worker's messages to its parent are kept until the coordinator's applied counts
 # (carried down in every message from the parent) cover them, for at most the staleness
 # bound plus this many rounds (or this many rounds when unbounded); past it the oldest is
 # let go, said once in the log and counted in ``retained_dropped``.
 ASYNC_SLACK_ROUNDS = 8
-
-# Async: the messages a node sent each child that are kept (index, sum), from which a child's
-# orphans are owed what it got from here and had not passed down when it died. Messages go
-# on at every round boundary and on arrival, so this spans a few seconds of a busy edge;
-# past it the oldest is let go, and an orphan that needed it is told so in the log and
-# counted (``catch_up_missed``).
-DOWN_KEPT = 64
 
 log = logging.getLogger("hogwild.worker")
 
@@ -82,12 +70,9 @@ class Flush:
     # the edge (this node's own count included); to a child, the coordinator's applied counts.
     covers: dict[int, int] | None = None
     applied: dict[int, int] | None = None
-    # Async: to a child, this message's count on the edge and the largest count of the
-    # parent's messages this node holds; to a new parent, the orphan's report (see
-    # TreeLinks.orphaned).
-    down_index: int = 0
-    parent_heard: int = 0
-    orphan_heard: int | None = None
+    # Async: to a child adopted around a dead one, the resync (engine/treeview.py): the
+    # child's own count the dead edge carried; its values are the dead edge's world.
+    resync_cut: int | None = None
 
 
 @dataclass
@@ -107,24 +92,6 @@ def merge_counts(into: dict[int, int], counts: Iterable[tuple[int, int]]) -> Non
     for origin, count in counts:
         if count > into.get(origin, 0):
             into[origin] = count
-
-
-@dataclass
-class Orphan:
-    """Sync: a child adopted in place of a dead child ``dead``. ``cut``: the last round heard
-    from the dead child here (its sums up to it held the orphan's messages labelled up to
-    it); ``sent``: the last round sent to it; ``up``/``down``: the dead edge's last rounds,
-    received and sent (round -> sum); ``known``: the orphan's re-sent messages labelled at
-    most ``cut`` (not summed again: left out of what it is sent); ``behind``: the round it
-    last heard complete from the dead child (one less than its first message's)."""
-
-    dead: int
-    cut: int
-    sent: int
-    up: dict[int, list[Sparse]]
-    down: dict[int, list[Sparse]]
-    known: list[Sparse] = field(default_factory=list)
-    behind: int | None = None
 
 
 class TreeLinks:
@@ -151,14 +118,12 @@ class TreeLinks:
         self.parent: int | None = None
         self.retained: list[tuple[int, npt.NDArray[np.int32], npt.NDArray[np.float64]]] = []
         self.retained_dropped = 0
-        # Sync, per child edge: the last EDGE_ROUNDS_KEPT rounds received and sent (what
-        # an orphan of that child misses if it dies), and the orphans adopted not yet caught up.
-        self._up: dict[int, deque[tuple[int, Sparse]]] = {}
-        self._down: dict[int, deque[tuple[int, Sparse]]] = {}
+        # Sync, per child: the last round heard from it; per child adopted around a dead
+        # one, the last round heard from the dead (its re-sent messages labelled up to it
+        # reached here through the dead: known, neither applied nor owed on again).
         self._heard: dict[int, int] = {}
-        self.orphans: dict[int, Orphan] = {}
+        self.cuts: dict[int, int] = {}
         self.resent_known = 0     # re-sent messages taken as known (held through the dead)
-        self.catch_up_missed = 0  # rounds an orphan missed that were no longer kept
         # Async, per origin worker: ``covers``, how many of its messages to its parent what
         # this node sent or owes its parent holds (from its children's messages, and its own
         # count ``me``); ``applied``, how many the coordinator applied, last heard from the
@@ -171,119 +136,63 @@ class TreeLinks:
         self.applied: dict[int, int] = {}
         self.unconfirmed: list[Unconfirmed] = []
         self.resent_applied = 0   # async: re-sent messages from a child applied here
-        # Async, downwards: per child, the count of messages sent to it and the last
-        # DOWN_KEPT of them; ``parent_heard``, the largest count of the parent's messages
-        # to this node held here; ``parent_had``, the parent's own parent_heard in its last
-        # message (what this node got from two levels up through it). An orphan reports
-        # the latter to its new parent (``orphan_heard``) until it hears from it.
-        self.down_sent: dict[int, int] = {}
-        self._down_log: dict[int, deque[tuple[int, Sparse]]] = {}
-        self.parent_heard = 0
-        self.parent_had = 0
-        self.orphan_heard: int | None = None
-        # Async: adopted children in place of a dead child, not yet caught up: the dead
-        # child, the messages kept that were sent it, and how many were sent it in all.
-        self.async_orphans: dict[int, tuple[int, list[tuple[int, Sparse]], int]] = {}
-        self.caught_up = 0        # async: orphans owed what their dead parent had not passed
+        # Levelling orphans (engine/treeview.py, from :meth:`track`): per child edge the sum
+        # of what crossed it and (async) the counts its messages up carried (an adopted edge
+        # starts with the dead one's: its resync holds what that one did); this node's own
+        # sum of its messages up and what it applied from its parents; the resyncs due to
+        # children adopted around a dead one.
+        self.edges: EdgeSums | None = None
+        self.view: OrphanView | None = None
+        self._edge_covers: dict[int, dict[int, int]] = {}
+        self.resyncs: dict[int, Resync] = {}
+        self.caught_up = 0        # resyncs sent to orphans
 
     @property
     def neighbours(self) -> list[int]:
         return list(self._owed)
 
     def adopt(self, nbr: int, like: Iterable[int], orphan: bool = False,
-              async_orphan: bool = False) -> None:
+              sync: bool = True) -> None:
         """A new neighbour (it replaces the dead ones ``like`` on its side of the tree): it is
-        owed what they were owed and never got. ``orphan`` (sync): a new child in place of a
-        dead child, told apart until it is caught up (:meth:`arrived`); ``async_orphan``:
-        the same in an async run, caught up on its report (:meth:`catch_up_async`)."""
+        owed what they were owed and never got. ``orphan``: a new child in place of a dead
+        child, sent a resync (:meth:`take_resync`): everything that crossed the dead one's
+        edge, with the part of it that is the orphan's own (sync: its messages labelled up
+        to the last round heard from the dead, which are known here if it sends them again;
+        async: its count on that edge). Sync, the new edge's labels go on from the dead
+        one's: the resync vouches for the rounds sent to it, and what it was owed since is
+        of later rounds."""
         like = list(like)
         chunks = [c for old in like for c in self._owed.get(old, [])]
         self._owed.setdefault(nbr, []).extend(chunks)
         self.sent_round.setdefault(nbr, 0)
-        if async_orphan:
-            if len(like) == 1 and nbr not in self.async_orphans:
-                x = like[0]
-                self.async_orphans[nbr] = (x, list(self._down_log.get(x, ())),
-                                           self.down_sent.get(x, 0))
+        if not orphan or len(like) != 1 or self.edges is None:
             return
-        dead = [old for old in like if old in self._heard or old in self._down]
-        if orphan and len(dead) == 1 and nbr not in self.orphans:
-            x = dead[0]
-            self.orphans[nbr] = Orphan(
-                x, self._heard.get(x, 0), self.sent_round.get(x, 0),
-                _by_round(self._up.get(x, ())), _by_round(self._down.get(x, ())))
+        x = like[0]
+        if sync:
+            cut = self.cuts[nbr] = self._heard.get(x, 0)
+            self.sent_round[nbr] = max(self.sent_round[nbr], self.sent_round.get(x, 0))
+        else:
+            seen = self._edge_covers.get(x, {})
+            cut = seen.get(nbr, 0)
+            self._edge_covers[nbr] = dict(seen)
+        self.resyncs[nbr] = Resync(x, cut, self.edges.world(x))
 
     def known(self, sender: int, label: int) -> bool:
         """Sync: whether a message from ``sender`` labelled ``label`` is one this node holds
         already: an orphan's re-sent message that its dead parent had passed on here (its
         round is at most the last one heard from the dead). Not to be applied nor owed on."""
-        o = self.orphans.get(sender)
-        if o is None:
-            return False
-        behind = o.behind if o.behind is not None else label - 1
-        return behind < label <= o.cut
-
-    def arrived(self, sender: int, label: int, indices: npt.NDArray[np.int32],
-                values: npt.NDArray[Any]) -> bool:
-        """Sync: a message from ``sender`` labelled ``label``, before it is owed on. For an
-        orphan not yet caught up: its first message says which round it last heard complete
-        from its dead parent; one held already (:meth:`known`) is kept aside; once none can
-        follow, it is owed what it missed (:meth:`catch_up`). True if the message is known
-        (the caller applies and owes nothing of it)."""
-        o = self.orphans.get(sender)
-        if o is None:
-            return False
-        if o.behind is None:
-            o.behind = label - 1
-        held = o.behind < label <= o.cut
-        if held:
-            self.resent_known += 1
-            o.known.append((indices, np.asarray(values, dtype=np.float64)))
-        if label >= o.cut:
-            self.catch_up(sender)
-        return held
-
-    def catch_up(self, nbr: int) -> None:
-        """Owe orphan ``nbr`` what went through its dead parent after the round it last heard
-        complete from it: this node's messages to the dead of the rounds since, the dead's
-        messages here of the rounds since (less the orphan's own part of them: its known
-        re-sent messages); rounds no longer kept are counted and logged."""
-        o = self.orphans.pop(nbr, None)
-        if o is None:
-            return
-        behind = o.behind if o.behind is not None else o.cut
-        pieces: list[Sparse] = []
-        lost = []
-        for r in range(behind + 1, max(o.sent, o.cut) + 1):
-            if r <= o.sent:
-                pieces += o.down.get(r, [])
-                if r not in o.down:
-                    lost.append(r)
-            if r <= o.cut:
-                pieces += o.up.get(r, [])
-                if r not in o.up and r not in lost:
-                    lost.append(r)
-        pieces += [(i, -v) for i, v in o.known]
-        if lost:
-            self.catch_up_missed += len(lost)
-            log.warning("tree: worker %d missed rounds %s through its dead parent %d, which "
-                        "are no longer kept here: what they carried is lost to it", nbr,
-                        ", ".join(map(str, lost)), o.dead)
-        if pieces and nbr in self._owed and nbr not in self.closed:
-            self._owed[nbr].extend(pieces)
-        log.info("tree: worker %d last heard round %d complete through its dead parent %d; "
-                 "owed the %d round(s) since", nbr, behind, o.dead,
-                 max(o.sent, o.cut) - behind)
+        cut = self.cuts.get(sender)
+        return cut is not None and label <= cut
 
     def remove(self, nbr: int) -> None:
         """A neighbour that died: nothing more is owed to it."""
         self._owed.pop(nbr, None)
-        self._up.pop(nbr, None)
-        self._down.pop(nbr, None)
         self._heard.pop(nbr, None)
-        self.orphans.pop(nbr, None)
-        self.async_orphans.pop(nbr, None)
-        self._down_log.pop(nbr, None)
+        self.cuts.pop(nbr, None)
+        self.resyncs.pop(nbr, None)
+        self._edge_covers.pop(nbr, None)
+        if self.edges is not None:
+            self.edges.forget(nbr)
         self.sent_round.pop(nbr, None)
         self.closed.discard(nbr)
 
@@ -294,12 +203,14 @@ class TreeLinks:
     def received(self, sender: int | None, indices: npt.NDArray[np.int32],
                  values: npt.NDArray[Any], label: int | None = None) -> None:
         """A sum from neighbour ``sender`` (or a neighbour that has died since): owed to every
-        neighbour still open on another side. ``label``: its round (sync: a child's is
-        kept, see EDGE_ROUNDS_KEPT)."""
+        neighbour still open on another side. ``label``: its round (sync: a child's last
+        one is the cut of its orphans, see :meth:`adopt`)."""
         if label is not None and sender is not None and sender != self.parent:
             self._heard[sender] = max(self._heard.get(sender, 0), label)
-            _keep(self._up.setdefault(sender, deque(maxlen=EDGE_ROUNDS_KEPT)), label,
-                  (indices, np.asarray(values, dtype=np.float64)))
+        if sender is not None and sender == self.parent and self.view is not None:
+            self.view.add(indices, values)
+        elif sender is not None and self.edges is not None:
+            self.edges.add(sender, indices, values)
         if indices.shape[0] == 0:
             return
         for nbr, chunks in self._owed.items():
@@ -357,15 +268,18 @@ class TreeLinks:
                 self.closed.add(nbr)
             if sync and nbr == self.parent:
                 self._retain(label, idx, val)
-            elif sync:
-                _keep(self._down.setdefault(nbr, deque(maxlen=EDGE_ROUNDS_KEPT)), label,
-                      (idx, val))
             out.append(self._book(Flush(nbr, label, final, idx, val), sync))
         return out
 
     def _book(self, f: Flush, sync: bool) -> Flush:
-        """Async: a message to the parent is counted, labelled with what it covers and kept
-        until the coordinator applied it; one to a child carries the applied counts."""
+        """A message goes into its edge's sum (engine/treeview.py). Async: one to the parent
+        is counted, labelled with what it covers and kept until the coordinator applied it;
+        one to a child carries the applied counts."""
+        if f.neighbour == self.parent:
+            if self.view is not None:
+                self.view.add(f.indices, f.values)
+        elif self.edges is not None:
+            self.edges.add(f.neighbour, f.indices, f.values)
         if sync or self.me is None:
             return f
         if f.neighbour == self.parent:
@@ -375,16 +289,11 @@ class TreeLinks:
             self.unconfirmed.append(Unconfirmed(self.sent_up, f.round, f.covers, f.indices,
                                                 np.asarray(f.values, dtype=np.float64)))
             self._bound(f.round)
-            f.orphan_heard = self.orphan_heard
             if f.final:
                 log.info("tree: final message to the parent: %d message(s) up in all",
                          self.sent_up)
         else:
             f.applied = dict(self.applied)
-            f.down_index = self.down_sent[f.neighbour] = self.down_sent.get(f.neighbour, 0) + 1
-            f.parent_heard = self.parent_heard
-            self._down_log.setdefault(f.neighbour, deque(maxlen=DOWN_KEPT)).append(
-                (f.down_index, (f.indices, np.asarray(f.values, dtype=np.float64))))
         return f
 
     def _bound(self, newest: int) -> None:
@@ -399,21 +308,18 @@ class TreeLinks:
                             "if the parent dies now)", keep)
 
     def heard(self, sender: int, covers: Iterable[tuple[int, int]],
-              applied: Iterable[tuple[int, int]], down_index: int = 0,
-              parent_heard: int = 0) -> None:
+              applied: Iterable[tuple[int, int]]) -> None:
         """Async: the last part of a message from ``sender`` arrived (and is owed on under
-        the same lock): a child's counts are held here now; the parent's says what the
-        coordinator applied (this node's messages it covers are let go) and how far down
-        the edges above its sums reach."""
+        the same lock): a child's counts are held here now (and on its edge); the parent's
+        says what the coordinator applied (this node's messages it covers are let go)."""
         if sender == self.parent:
-            self.parent_heard = max(self.parent_heard, down_index)
-            self.parent_had = max(self.parent_had, parent_heard)
-            self.orphan_heard = None  # the new parent answered: it has the report
             merge_counts(self.applied, applied)
             done = self.applied.get(self.me, 0) if self.me is not None else 0
             self.unconfirmed = [u for u in self.unconfirmed if u.index > done]
         else:
+            covers = list(covers)
             merge_counts(self.covers, covers)
+            merge_counts(self._edge_covers.setdefault(sender, {}), covers)
 
     def held(self, sender: int, covers: Iterable[tuple[int, int]]) -> bool:
         """Async: whether a message re-sent by ``sender`` (a child whose parent died) is
@@ -421,34 +327,38 @@ class TreeLinks:
         count = dict(covers).get(sender, 0)
         return 0 < count <= self.covers.get(sender, 0)
 
-    def orphaned(self) -> None:
-        """Async, the parent died: report to the next one how far this node got its
-        messages through the dead one (see TreeLinks.catch_up_async); the new edge's
-        counts start afresh."""
-        self.orphan_heard = self.parent_had
-        self.parent_heard = self.parent_had = 0
+    def track(self, dim: int) -> None:
+        """Keep the sums that level an orphan with the global model (see
+        engine/treeview.py): one model-sized vector per child edge and one of its own."""
+        self.edges = EdgeSums(dim)
+        self.view = OrphanView(dim)
 
-    def catch_up_async(self, nbr: int, heard: int) -> None:
-        """Async: orphan ``nbr`` reports that its dead parent's sums held this node's
-        messages to the dead one up to count ``heard``: it is owed the ones after (they
-        carry nothing of its own side). Those no longer kept are counted and logged."""
-        entry = self.async_orphans.pop(nbr, None)
-        if entry is None:
+    def orphaned(self, sync: bool) -> None:
+        """The parent died (sync: once what it vouched for is let go): freeze this node's
+        sum until the new parent's resync (:meth:`OrphanView.level`) says what the parent
+        side of its model should be, with this node's messages up that may not be in it."""
+        if self.view is None:
             return
-        dead, kept, sent = entry
-        pieces = [piece for index, piece in kept if index > heard]
-        first = kept[0][0] if kept else sent + 1
-        lost = max(0, min(first, sent + 1) - heard - 1)
-        if lost:
-            self.catch_up_missed += lost
-            log.warning("tree: worker %d missed %d message(s) sent to its dead parent %d, "
-                        "which are no longer kept here: what they carried is lost to it",
-                        nbr, lost, dead)
-        if pieces and nbr in self._owed and nbr not in self.closed:
-            self._owed[nbr].extend(pieces)
+        if sync:
+            self.view.freeze(self.retained, None)
+        else:
+            self.view.freeze([(u.index, u.indices, u.values) for u in self.unconfirmed],
+                             self.sent_up)
+
+    def take_resync(self, nbr: int, own_round: int, sync: bool) -> Flush | None:
+        """The resync due to ``nbr``, adopted around a dead child (sent apart, as the first
+        message on the new edge, after an async greeting); None if none is due. Sync, it is
+        labelled with the last round sent to the dead: it vouches for those."""
+        r = self.resyncs.pop(nbr, None)
+        if r is None or nbr not in self._owed or nbr in self.closed:
+            return None
         self.caught_up += 1
-        log.info("tree: worker %d had got %d of the %d message(s) sent to its dead parent %d;"
-                 " owed the %d since", nbr, heard, sent, dead, len(pieces))
+        log.info("tree: worker %d adopted around dead worker %d: sent it everything that "
+                 "crossed that edge (%d entries; its own %s among them)", nbr, r.dead,
+                 r.world[0].shape[0], own_part(r.cut, sync))
+        label = self.sent_round[nbr] if sync else max(own_round, self.sent_round[nbr])
+        self.sent_round[nbr] = label
+        return self._book(Flush(nbr, label, False, *r.world, resync_cut=r.cut), sync)
 
     def resend(self) -> list[Unconfirmed]:
         """Async, the parent died: this node's messages the coordinator has not applied,
@@ -494,18 +404,6 @@ class TreeLinks:
                    for nbr in self.neighbours)
 
 
-def _keep(log_: deque[tuple[int, Sparse]], label: int, piece: Sparse) -> None:
-    """Add a message of round ``label`` to an edge's log (the oldest rounds fall out)."""
-    log_.append((label, piece))
-
-
-def _by_round(log_: Iterable[tuple[int, Sparse]]) -> dict[int, list[Sparse]]:
-    out: dict[int, list[Sparse]] = {}
-    for r, piece in log_:
-        out.setdefault(r, []).append(piece)
-    return out
-
-
 class AppliedCounts:
     """Async, at the coordinator: per origin worker, which of its messages up the global
     model holds, as disjoint ranges of its counts (1-based, inclusive). Kept by RunState
@@ -515,6 +413,7 @@ class AppliedCounts:
 
     def __init__(self) -> None:
         self.ranges: dict[int, list[tuple[int, int]]] = {}
+
         # Per sender, the largest count of each origin its messages carried: a message
         # holds, per origin, the counts above the last one its edge carried.
         self._edge: dict[int, dict[int, int]] = {}
@@ -542,6 +441,18 @@ class AppliedCounts:
         if part == parts - 1:
             self.record(sender, covers, not known, resent)
         return known
+
+    def take_skipped(self, key: tuple[int, int, int]) -> bool:
+        """Whether :meth:`take` took part ``key`` (sender, seq, part) of a re-sent message
+        as held already, not summed (said once per part)."""
+        if key not in self.skipped:
+            return False
+        self.skipped.discard(key)
+        return True
+
+    def edge_counts(self, sender: int) -> dict[int, int]:
+        """Per origin, the largest count ``sender``'s messages carried."""
+        return dict(self._edge.get(sender, {}))
 
     def record(self, sender: int, covers: Iterable[tuple[int, int]], applied: bool,
                resent: bool = False) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hogwild.protocol import _stubs as _build
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 
 def ensure_generated() -> None:

@@ -131,13 +131,10 @@ class DeltaHeader:
     covers: tuple[tuple[int, int], ...] = ()
     resent: bool = False
     applied: tuple[tuple[int, int], ...] = ()
-    # Topology tree, async, downwards (see engine/tree.py): the sender's count of messages to
-    # this child, and the largest such count of its own parent's it holds; an orphan's report
-    # of the last one it heard through its dead parent.
-    down_index: int = 0
-    parent_heard: int = 0
-    orphaned: bool = False
-    orphan_heard: int = 0
+    # Topology tree, async (see engine/treeview.py): a parent's resync to a child adopted
+    # around a dead one, and the child's own count the dead edge carried.
+    resync: bool = False
+    resync_cut: int = 0
 
 
 @dataclass(frozen=True)
@@ -385,8 +382,7 @@ def decode_delta(message: pb.Delta, dim: int | None = None,
                          bool(message.final), int(message.examples),
                          _origin_counts(message.covers, "covers"), bool(message.resent),
                          _origin_counts(message.applied, "applied"),
-                         int(message.down_index), int(message.parent_heard),
-                         bool(message.orphaned), int(message.orphan_heard))
+                         bool(message.resync), int(message.resync_cut))
     return DecodedDelta(header, idx, val, dense=bool(message.dense))
 
 

@@ -245,11 +245,10 @@ class WorkerNode:
             added = [y for y in now if y not in tree.neighbours]
             for y in added:
                 address = now[y]
-                # Sync: a child in place of a dead child is caught up (TreeLinks.arrived).
+                # A child in place of a dead child is levelled (TreeLinks.take_resync).
                 child = y != self._tree_parent(plan)
-                tree.adopt(y, [x for x in gone if tree.same_side(x, y)],
-                           orphan=plan.mode == "sync" and child,
-                           async_orphan=plan.mode != "sync" and child)
+                tree.adopt(y, [x for x in gone if tree.same_side(x, y)], orphan=child,
+                           sync=plan.mode == "sync")
                 self.inbox.add(y, address)
                 if y != COORDINATOR_SENDER_ID and self.destinations:
                     fresh_dests[y] = self._peer_destination(plan, y, address)
@@ -265,11 +264,16 @@ class WorkerNode:
             new_parent = self._tree_parent(plan)
             if new_parent != old_parent and tree.parent == old_parent:
                 self._tree_hand_over(plan, tree, old_parent, old_sent, new_parent)
-            if self.destinations and plan.mode == "async":
+            sync = plan.mode == "sync"
+            if self.destinations:
                 # After the re-sent messages: the new parent takes a re-sent message as held
                 # or not by its count, which a later message on the edge would raise.
-                for y in added:  # a new edge: see TreeLinks.greet
-                    self._tree_put(tree.greet(y, self.rounds))
+                for y in added:
+                    if not sync:  # a new edge: see TreeLinks.greet
+                        self._tree_put(tree.greet(y, self.rounds))
+                    resync = tree.take_resync(y, self.rounds, sync)  # see engine/treeview
+                    if resync is not None:
+                        self._tree_put(resync)
         for dest in stale:
             dest.abandon()
         up = live_parent(plan.worker_id, k, self.tree_dead)
@@ -297,6 +301,7 @@ class WorkerNode:
         heard = self.inbox.snapshot().get(old)
         if heard is not None:
             tree.passed(heard.round)  # what its last messages vouched for went past it
+        tree.orphaned(sync=True)  # levelled by the new parent's resync (engine/treeview.py)
         # The new parent (the coordinator, or a worker: TreeLinks.arrived) reads the round
         # of this node's first message as one past the last it heard complete from the dead
         # parent: nothing new may go under a round sent.
@@ -359,6 +364,7 @@ class WorkerNode:
             if self.tree is not None:
                 self.tree.parent = self._tree_parent(plan)
                 self.tree.me, self.tree.keep_rounds = plan.worker_id, plan.staleness
+                self.tree.track(plan.dim)
             self.examples = plan.examples_base
             self.rounds = plan.first_round - 1
             self.phase = Phase.CONFIGURED
@@ -510,8 +516,8 @@ class WorkerNode:
             raise ClusterError(f"tree: no destination for neighbour {f.neighbour}")
         dest.put_delta(OutgoingDelta(f.round, f.final, self.examples, f.indices, f.values,
                                      covers=f.covers, applied=f.applied,
-                                     down_index=f.down_index, parent_heard=f.parent_heard,
-                                     orphan_heard=f.orphan_heard))
+                                     resync_cut=f.resync_cut,
+                                     apart=f.resync_cut is not None))
         self.deltas_sent += 1
 
     def _tree_wait(self, plan: RunPlan, ready: Callable[[dict[int, PeerStatus]], bool],

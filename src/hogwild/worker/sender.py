@@ -73,11 +73,9 @@ class OutgoingDelta:
     covers: dict[int, int] | None = None
     resent: bool = False
     applied: dict[int, int] | None = None
-    # Tree, async, downwards: this message's count on the edge to a child, the largest
-    # count of the sender's parent's it holds; an orphan's report to its new parent.
-    down_index: int = 0
-    parent_heard: int = 0
-    orphan_heard: int | None = None
+    # Tree, async: a resync to a child adopted around a dead one (engine/treeview.py),
+    # the child's own count the dead edge carried. Sent apart, never summed with another.
+    resync_cut: int | None = None
 
     def absorb(self, other: OutgoingDelta) -> None:
         """Sum ``other`` (a later delta) into this one."""
@@ -86,10 +84,6 @@ class OutgoingDelta:
         # Counts only grow along an edge: the sum holds what the later one says.
         self.covers = _newest(self.covers, other.covers)
         self.applied = _newest(self.applied, other.applied)
-        self.down_index = max(self.down_index, other.down_index)
-        self.parent_heard = max(self.parent_heard, other.parent_heard)
-        if self.orphan_heard is None:
-            self.orphan_heard = other.orphan_heard
         self.round = max(self.round, other.round)
         self.final = self.final or other.final
         self.examples = max(self.examples, other.examples)
@@ -105,9 +99,9 @@ def _newest(a: dict[int, int] | None, b: dict[int, int] | None) -> dict[int, int
 
 
 def _mark(messages: list[Any], delta: OutgoingDelta) -> None:
-    """Carry ``delta``'s tree bookkeeping on each of its parts (Delta fields 15-21)."""
+    """Carry ``delta``'s tree bookkeeping on each of its parts (Delta fields 15-17, 22-23)."""
     if (delta.covers is None and delta.applied is None and not delta.resent
-            and not delta.down_index and delta.orphan_heard is None):
+            and delta.resync_cut is None):
         return
     for m in messages:
         for origin, count in sorted((delta.covers or {}).items()):
@@ -115,10 +109,8 @@ def _mark(messages: list[Any], delta: OutgoingDelta) -> None:
         for origin, count in sorted((delta.applied or {}).items()):
             m.applied.add(origin=origin, count=count)
         m.resent = delta.resent
-        m.down_index = delta.down_index
-        m.parent_heard = delta.parent_heard
-        if delta.orphan_heard is not None:
-            m.orphaned, m.orphan_heard = True, delta.orphan_heard
+        if delta.resync_cut is not None:
+            m.resync, m.resync_cut = True, delta.resync_cut
 
 
 def wire_values(values: npt.NDArray[np.floating[Any]], half: bool

@@ -22,15 +22,14 @@ def resend_async(node: WorkerNode, tree: TreeLinks, old: int, new: int) -> None:
     parent ``new`` again every message the coordinator's applied count of this node does not
     cover, each alone under its round, with the counts it first carried, marked re-sent.
     They stay kept until the coordinator's counts cover them (``new`` may die too)."""
-    tree.orphaned()  # its messages up report how far it got through ``old``
+    tree.orphaned(sync=False)  # frozen until the new parent's resync levels it (engine/treeview.py)
     replays = tree.resend()
     dest = node.destinations.get(COORDINATOR_ID if new == COORDINATOR_SENDER_ID else new)
     if dest is None:  # not running yet: nothing was sent to anyone
         return
     for u in replays:
         dest.put_delta(OutgoingDelta(u.round, False, node.examples, u.indices, u.values,
-                                     apart=True, covers=u.covers, resent=True,
-                                     orphan_heard=tree.orphan_heard))
+                                     apart=True, covers=u.covers, resent=True))
         node.deltas_sent += 1
     where = "the coordinator" if new == COORDINATOR_SENDER_ID else f"worker {new}"
     if replays:
@@ -49,10 +48,6 @@ def tree_heard(tree: TreeLinks, h: DeltaHeader, held: bool) -> bool:
     """(The tree lock held.) Async bookkeeping of a message from a tree neighbour, taken
     into the inbox already; True if it is a re-sent message held here already (counted,
     neither applied nor owed on)."""
-    if h.part == h.parts - 1 and h.orphaned:
-        # A child adopted around its dead parent says how far it got through it: it is
-        # owed the rest of what this node sent the dead one (on with its next message).
-        tree.catch_up_async(h.worker_id, h.orphan_heard)
     if held:
         if h.part == h.parts - 1:
             tree.resent_known += 1
@@ -60,5 +55,5 @@ def tree_heard(tree: TreeLinks, h: DeltaHeader, held: bool) -> bool:
     if h.part == h.parts - 1:
         if h.resent:
             tree.resent_applied += 1
-        tree.heard(h.worker_id, h.covers, h.applied, h.down_index, h.parent_heard)
+        tree.heard(h.worker_id, h.covers, h.applied)
     return False

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from hogwild.protocol.codec import DecodedDelta
 from hogwild.worker.plan import RunPlan
@@ -11,6 +14,8 @@ from hogwild.worker.tree_async import tree_heard
 
 if TYPE_CHECKING:
     from hogwild.worker.node import WorkerNode
+
+log = logging.getLogger("hogwild.worker")
 
 
 def take_tree_delta(node: WorkerNode, plan: RunPlan, delta: DecodedDelta,
@@ -29,19 +34,47 @@ def take_tree_delta(node: WorkerNode, plan: RunPlan, delta: DecodedDelta,
     parts = whole.add(delta)
     if parts is None:
         return False
-    if len(parts) > 1:
+    h = delta.header
+    tree = node.tree
+    assert tree is not None
+    levelled = None
+    if h.resync and h.worker_id == tree.parent and tree.view is not None:
+        # Not added: the parent side of the model is set to it (engine/treeview.py). The
+        # difference travels in the last part; the others go in empty (their keys count).
+        levelled = tree.view.level(h.resync_cut, [(p.indices, p.values) for p in parts])
+    if len(parts) > 1 or levelled is not None:
+        size = (sum(int(p.values.shape[0]) for p in parts) if levelled is None
+                else int(levelled[0].shape[0]))
         try:
-            node.inbox.room(delta.header.worker_id,
-                            sum(int(p.values.shape[0]) for p in parts))
+            node.inbox.room(h.worker_id, size)
         except Exception:
             for p in parts:  # held again: the sender retries this part
                 if p is not delta:
                     whole.add(p)
             raise
+    if h.resync and levelled is None:
+        # Nothing frozen to level (this worker never saw its parent die): nothing of it
+        # is applied, rather than a whole edge's sums added twice.
+        if tree.view is not None:
+            tree.view.stray += 1
+        log.warning("tree: a resync from worker %d with no dead parent to replace: "
+                    "applied none of it", h.worker_id)
+        parts = [_emptied(p) for p in parts]
+    elif levelled is not None:
+        assert tree.view is not None
+        tree.view.settle()
+        parts = [*(_emptied(p) for p in parts[:-1]),
+                 dataclasses.replace(parts[-1], indices=levelled[0],
+                                     values=levelled[1].astype(np.float32), dense=False)]
     duplicate = False
     for part in parts:
         duplicate = _take(node, plan, part, limit)
     return duplicate
+
+
+def _emptied(delta: DecodedDelta) -> DecodedDelta:
+    return dataclasses.replace(delta, indices=delta.indices[:0], values=delta.values[:0],
+                               dense=False)
 
 
 def _take(node: WorkerNode, plan: RunPlan, delta: DecodedDelta, limit: int | None) -> bool:
@@ -49,14 +82,14 @@ def _take(node: WorkerNode, plan: RunPlan, delta: DecodedDelta, limit: int | Non
     assert tree is not None
     h, sync = delta.header, plan.mode == "sync"
     # Sync: an orphan's re-sent message that its dead parent passed on here already counts
-    # (seq, round) but is neither applied nor owed on again (TreeLinks.arrived).
+    # (seq, round) but is neither applied nor owed on again (TreeLinks.known).
     held = (tree.known(h.worker_id, h.round) if sync else
             h.resent and tree.held(h.worker_id, h.covers))
-    if not node.inbox.offer(dataclasses.replace(
-            delta, indices=delta.indices[:0], values=delta.values[:0], dense=False)
-            if held else delta, limit):
+    if not node.inbox.offer(_emptied(delta) if held else delta, limit):
         return True
-    if sync and tree.arrived(h.worker_id, h.round, delta.indices, delta.values):
+    if sync and held:
+        if h.part == h.parts - 1:
+            tree.resent_known += 1
         return False
     if not sync and tree_heard(tree, h, held):
         return False
