@@ -83,7 +83,7 @@ def bench_cpu(settings: Any, splits: Any, epochs: int, threads: int) -> list[Any
 
 def gpu_missing() -> str | None:
     """Why the GPU row cannot run (no CUDA device, numba's reason), or None."""
-    from hogwild.engine.gpu import cuda_device
+    from hogwild.engine.gpu_device import cuda_device
     from hogwild.errors import ConfigError
 
     try:

@@ -123,7 +123,8 @@ class _HogwildModel(BaseEstimator):
         name = type(self).__name__
         if not isinstance(self.device, str) or DEVICE_FORMAT.fullmatch(self.device) is None:
             raise ValueError(f"{name}: device must be cpu, cuda or cuda:N, got {self.device!r}")
-        from hogwild.engine.gpu import GPUTrainer, cuda_device
+        from hogwild.engine.gpu import GPUTrainer
+        from hogwild.engine.gpu_device import cuda_device
 
         try:
             return GPUTrainer(n_features, params, w=w, device=cuda_device(self.device))

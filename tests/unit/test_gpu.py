@@ -78,7 +78,8 @@ _SETUP = """
 import json
 import numpy as np
 from hogwild.data.synthetic import make_rcv1_like
-from hogwild.engine.gpu import GPUTrainer, cuda_device
+from hogwild.engine.gpu import GPUTrainer
+from hogwild.engine.gpu_device import cuda_device
 from hogwild.engine.trainer import Trainer, TrainParams
 """
 

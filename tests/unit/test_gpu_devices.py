@@ -25,7 +25,7 @@ def test_a_list_of_gpus_goes_round_the_workers() -> None:
 
 
 def test_a_list_of_gpus_is_for_run_only() -> None:
-    from hogwild.engine.gpu import cuda_device
+    from hogwild.engine.gpu_device import cuda_device
 
     with pytest.raises(ConfigError, match=r"device cuda:0,1 names several GPUs: that is for "
                                           r"`hogwild run`"):

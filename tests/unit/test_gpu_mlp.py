@@ -23,7 +23,7 @@ import subprocess
 import sys
 import numpy as np
 from hogwild.data.synthetic import make_rcv1_like
-from hogwild.engine.gpu import cuda_device
+from hogwild.engine.gpu_device import cuda_device
 from hogwild.engine.gpu_mlp import GPUMLPTrainer
 from hogwild.engine.mlp import MLPTrainer
 from hogwild.engine.trainer import TrainParams

@@ -23,14 +23,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.engine.gpu import (
-    _LAUNCH,
+from hogwild.engine.gpu_device import (
+    LAUNCH,
     MAX_WARPS,
     ROWS_PER_WARP,
     WARPS_PER_BLOCK,
-    WEIGHT_DTYPES,
-    _numba_cuda,
+    check_gpu_shape,
+    check_launch,
     cuda_device,
+    numba_cuda,
 )
 from hogwild.engine.threads import Calls, ThreadPlan
 from hogwild.model.arrays import CSRArrays
@@ -43,7 +44,7 @@ F64 = npt.NDArray[np.float64]
 class GPURounds:
     """Runs ranges of ``arrays``' rows on one GPU with HOGWILD! warps, for a model ``spec``.
 
-    ``device``: the GPU's index (:func:`~hogwild.engine.gpu.cuda_device`); ``weight_dtype``:
+    ``device``: the GPU's index (:func:`~hogwild.engine.gpu_device.cuda_device`); ``weight_dtype``:
     the dtype of the weights on the device (float32 or float64); a range of ``n`` rows runs
     ``min(max_warps, n // ROWS_PER_WARP)`` examples at once (at least one), as the ``train``
     path's epochs do. ``launches`` counts the kernel launches made.
@@ -52,26 +53,17 @@ class GPURounds:
     def __init__(self, arrays: CSRArrays, spec: ModelSpec, device: int = 0, *,
                  weight_dtype: str = "float32", max_warps: int = MAX_WARPS,
                  warps_per_block: int = WARPS_PER_BLOCK) -> None:
-        if weight_dtype not in WEIGHT_DTYPES:
-            raise ValueError(f"weight_dtype: must be one of {', '.join(WEIGHT_DTYPES)} "
-                             f"(got {weight_dtype!r})")
-        if not isinstance(max_warps, int) or max_warps < 1:
-            raise ValueError(f"max_warps: must be an integer >= 1 (got {max_warps!r})")
+        check_launch(weight_dtype, max_warps, warps_per_block,
+                     lambda: self.most_per_block(spec))
         from hogwild.model import cuda_kernels, cuda_mlp_kernels
 
         if spec.is_mlp:
-            from hogwild.engine.gpu_mlp import check_gpu_shape
-
             check_gpu_shape(spec)
             self._kernel: Any = cuda_mlp_kernels.mlp_sgd_epoch
-            most = cuda_mlp_kernels.MAX_WARPS_PER_BLOCK
         else:
             self._kernel = cuda_kernels.sgd_epoch
-            most = cuda_kernels.MAX_WARPS_PER_BLOCK
-        if not 1 <= warps_per_block <= most:
-            raise ValueError(f"warps_per_block: must be in 1..{most} (got {warps_per_block!r})")
         self._warp = cuda_kernels.WARP  # threads per example in flight
-        self._cuda = _numba_cuda()
+        self._cuda = numba_cuda()
         self._gpu: Any = self._cuda.gpus[device]
         self.spec = spec
         self.n_rows = arrays.n_rows
@@ -88,14 +80,25 @@ class GPURounds:
                  self._cuda.to_device(dense_layout(spec.n_features, hidden)))
                 if spec.is_mlp else ())
 
+    @staticmethod
+    def most_per_block(spec: ModelSpec) -> int:
+        """The warps per block the model's kernel takes at most."""
+        from hogwild.model import cuda_kernels, cuda_mlp_kernels
+
+        return (cuda_mlp_kernels.MAX_WARPS_PER_BLOCK if spec.is_mlp
+                else cuda_kernels.MAX_WARPS_PER_BLOCK)
+
     def warps(self, n_rows: int) -> int:
         """Examples in flight at once in a launch over ``n_rows`` rows."""
         return max(1, min(self.max_warps, n_rows // ROWS_PER_WARP))
 
     def sgd_range(self, start: int, stop: int, w: F64, plan: ThreadPlan, lr0: float,
-                  schedule: int, power_t: float, t0: float) -> tuple[float, float]:
+                  schedule: int, power_t: float, t0: float, alone: bool = False
+                  ) -> tuple[float, float]:
         """Rows [start, stop) as one launch, steps counted from ``t0`` by one a row; adds
-        what the launch changed to ``w`` in place; returns (t_end, loss sum)."""
+        what the launch changed to ``w`` in place (``alone``: nothing else writes ``w``
+        meanwhile, the ``train`` path: the result is copied over it, in place); returns
+        (t_end, loss sum)."""
         n = stop - start
         if not 0 <= start <= stop <= self.n_rows:
             raise ValueError(f"rows [{start}, {stop}) outside the {self.n_rows} rows held")
@@ -105,7 +108,7 @@ class GPURounds:
         per_block = min(self.warps_per_block, warps)
         blocks = -(-warps // per_block)
         indptr, indices, values, labels = self._rows
-        with _LAUNCH, self._gpu:
+        with LAUNCH, self._gpu:
             # The exchange applies peers' deltas to w at any time (async mode: RPC threads),
             # during this launch too. Copying the device's result over w would undo them, so
             # the weights sent up are kept and only the launch's own change (result - sent)
@@ -119,6 +122,9 @@ class GPURounds:
             self.launches += 1
             result = dw.copy_to_host()
             loss_sum = float(loss.copy_to_host()[0])
+        if alone:
+            w[:] = result
+            return t0 + n, loss_sum
         change = result.astype(np.float64) - sent.astype(np.float64)
         moved = np.flatnonzero(change)  # the rows' weights: only they are written back
         w[moved] += change[moved]

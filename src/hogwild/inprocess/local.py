@@ -316,7 +316,7 @@ def warm_kernels(settings: Settings) -> None:
 def _train(settings: Settings, console: Console, started: float,
            plot: BackgroundPlot, run: artifacts.RunDir) -> dict[str, Any]:
     if settings.device != "cpu":  # no GPU: refused before any data is read or CUDA is warmed
-        from hogwild.engine.gpu import cuda_device
+        from hogwild.engine.gpu_device import cuda_device
 
         cuda_device(settings.device)
     preload_in_background(lambda: warm_kernels(settings))
