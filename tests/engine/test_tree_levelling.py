@@ -267,3 +267,17 @@ def _as_plain(level: Any) -> Any:
         (idx, val), = world
         return idx, val
     return plain
+
+
+def test_a_63_worker_tree_with_four_deaths_ends_level() -> None:
+    """Six levels deep (fan-out 2): four deaths, the first interior ones on one path."""
+    rng = random.Random(7)
+    sim = TreeSim(63, 2, 7)
+    steps = 4000
+    deaths = _deaths(sim, rng, 4, steps)
+    sim.run(steps, deaths)
+    root = sim.nodes[COORDINATOR].w
+    assert sum(node.tree.caught_up for node in sim.nodes.values()) >= 2
+    for node in sim.survivors():
+        np.testing.assert_allclose(node.w, root, rtol=0, atol=1e-9,
+                                   err_msg=f"worker {node.me}, deaths {deaths}")
