@@ -97,3 +97,21 @@ def test_a_sync_orphan_is_levelled_with_its_new_parents_world() -> None:
     change = links.view.level(2, [_sparse({1: 1.0, 3: 3.0, 5: 5.0, 6: 6.0})])
     assert change is not None
     np.testing.assert_array_equal(_dense(*change), _dense(*_sparse({2: -2.0, 3: 3.0})))
+
+
+def test_an_orphan_adopted_around_a_dead_orphan_keeps_the_cut() -> None:
+    """6 was adopted around 2 and was dead itself: its child 14 comes through 6's edge,
+    which carried only 6's resync (2's world): 14's messages of rounds up to 2 are in it."""
+    links = TreeLinks([UP, 2, 3], lambda a, b: same_side(0, a, b, 2))
+    links.parent = UP
+    links.track(32)
+    _two_rounds(links)
+    _adopt_6_for_dead_2(links)
+    first = links.take_resync(6, 2, sync=True)
+    assert first is not None
+    links.adopt(14, [6], orphan=True, sync=True)
+    links.remove(6)
+    assert links.known(14, 2) and not links.known(14, 3)
+    second = links.take_resync(14, 2, sync=True)
+    assert second is not None and (second.round, second.resync_cut) == (2, 2)
+    np.testing.assert_array_equal(second.values, first.values)

@@ -121,6 +121,27 @@ def test_orphans_of_a_sum_still_pending_hold_it_from_their_resync(monkeypatch: A
         root.close()
 
 
+def test_an_orphan_of_an_orphan_that_died_too_is_levelled_from_its_world(
+        monkeypatch: Any) -> None:
+    """7 workers: 0 dies, 2 (0's child, 6's parent) is adopted, then found dead too: 6 comes
+    through 2, whose edge held nothing of its own but the resync of 0's world. 6's round 2,
+    in the model through 0, is known, and its resync says so."""
+    state, root, sent = root_of_four(monkeypatch, "sync", n=7)
+    try:
+        _two_rounds_through_worker_0(state, sent)
+        state.mark_dead(0, "killed")
+        _send(state, 3, 1, 2, {6: 1.0})   # adopts 2 and 3 (2 is dead, not yet known)
+        state.mark_dead(2, "killed")
+        model = state.model_copy()
+        _send(state, 6, 1, 2, {5: 1.0})   # re-sent: the root had it through 2 and 0
+        np.testing.assert_array_equal(state.model_copy(), model)
+        resync = _resync(sent[6])
+        assert resync.resync_cut == 2
+        np.testing.assert_array_equal(_dense(resync), _dense(_resync(sent[2])))
+    finally:
+        root.close()
+
+
 def test_messages_to_the_parent_are_kept_until_it_vouches_for_them() -> None:
     class Peer:
         def __init__(self, round_: int) -> None:

@@ -98,7 +98,10 @@ class TreeRoot(StarRelay):
             through = [a for a in ancestors(c, self.fanout)
                        if a in self._round and a not in self.state.detached]
             if self.mode == "sync" and through:
-                self._via[c] = self._round[through[0]]
+                # (A dead point adopted around an earlier death holds what that one's
+                # sums held: its resync.)
+                x = through[0]
+                self._via[c] = max(self._round[x], self._via.get(x, self._before_first))
             if through:
                 resyncs.append(self._resync(c, through[0]))
             log.warning("tree: worker %d re-attached to the coordinator", c)
@@ -206,7 +209,7 @@ class TreeRoot(StarRelay):
         its resync held that world)."""
         world = merge_sparse(*self._up_world(dead), *self._down_sums.world(dead))
         if self.mode == "sync":
-            return orphan, Resync(dead, self._round[dead], world)
+            return orphan, Resync(dead, self._via[orphan], world)
         seen = self._inherited.get(dead, {})
         for o, c in self.state.tree_applied(lambda a: a.edge_counts(dead), dict[int, int]()).items():
             seen[o] = max(seen.get(o, 0), c)

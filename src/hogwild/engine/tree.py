@@ -169,7 +169,8 @@ class TreeLinks:
             return
         x = like[0]
         if sync:
-            cut = self.cuts[nbr] = self._heard.get(x, 0)
+            # An edge adopted around an earlier death holds what that one's sums held.
+            cut = self.cuts[nbr] = max(self._heard.get(x, 0), self.cuts.get(x, 0))
             self.sent_round[nbr] = max(self.sent_round[nbr], self.sent_round.get(x, 0))
         else:
             seen = self._edge_covers.get(x, {})
