@@ -235,7 +235,7 @@ class StarRelay:
         self._sent_round = max(self._sent_round, round_)
 
     def _stamp(self, wid: int, aggregate: OutgoingDelta) -> None:
-        """(Holding the lock.) Number an aggregate for ``wid`` on its edge (a tree, async:
+        """(Holding the lock.) Book an aggregate for ``wid`` on its edge (a tree: its sum,
         see TreeRoot); nothing in a star."""
 
     def _applied_counts(self) -> dict[int, int] | None:

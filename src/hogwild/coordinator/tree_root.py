@@ -103,7 +103,7 @@ class TreeRoot(StarRelay):
                 x = through[0]
                 self._via[c] = max(self._round[x], self._via.get(x, self._before_first))
             if through:
-                resyncs.append(self._resync(c, through[0]))
+                resyncs.append((c, self._resync(c, through[0])))
             log.warning("tree: worker %d re-attached to the coordinator", c)
         if fresh:
             # A new dict: closing and counting iterate the old one undisturbed.
@@ -200,7 +200,7 @@ class TreeRoot(StarRelay):
     def _stamp(self, wid: int, aggregate: OutgoingDelta) -> None:
         self._down_sums.add(wid, aggregate.indices, aggregate.values)
 
-    def _resync(self, orphan: int, dead: int) -> tuple[int, Resync]:
+    def _resync(self, orphan: int, dead: int) -> Resync:
         """(Holding the relay's lock; ``dead`` is dead in the state, which takes nothing
         more from it.) What levels ``orphan``, adopted around ``dead``: everything that
         crossed the edge to the dead one, and which of the orphan's own messages that holds
@@ -209,12 +209,12 @@ class TreeRoot(StarRelay):
         its resync held that world)."""
         world = merge_sparse(*self._up_world(dead), *self._down_sums.world(dead))
         if self.mode == "sync":
-            return orphan, Resync(dead, self._via[orphan], world)
+            return Resync(dead, self._via[orphan], world)
         seen = self._inherited.get(dead, {})
-        for o, c in self.state.tree_applied(lambda a: a.edge_counts(dead), dict[int, int]()).items():
+        for o, c in self._counts(lambda a: a.edge_counts(dead)).items():
             seen[o] = max(seen.get(o, 0), c)
         self._inherited[orphan] = dict(seen)
-        return orphan, Resync(dead, seen.get(orphan, 0), world)
+        return Resync(dead, seen.get(orphan, 0), world)
 
     def _up_world(self, dead: int) -> Sparse:
         """What the model took from ``dead``: all of it, since the state refuses a dead
@@ -224,24 +224,28 @@ class TreeRoot(StarRelay):
 
     def recovery(self) -> dict[str, Any]:
         """The coordinator's side of the recovery of a dead interior worker's orphans: how
-        many adopted, re-sent message parts taken as known (the dead worker had passed them
-        on), orphans caught up, and rounds an orphan missed that were no longer kept; async:
-        re-sent messages applied, and per worker its messages up the model holds."""
+        many adopted (sync), re-sent message parts taken as known (the dead worker had
+        passed them on), orphans levelled; async: re-sent messages applied, and per worker
+        its messages up the model holds."""
         with self._cond:
             out: dict[str, Any] = {
                 "orphans_adopted": len(self._via), "resent_known": self.replays_known,
                 "orphans_caught_up": self.resyncs_sent}
             if self.mode != "sync":
                 out["resent_applied"] = self.resent_applied
-                out["applied_up"] = {
-                    str(o): c for o, c in self.state.tree_applied(AppliedCounts.tops, dict[int, int]()).items()}
+                out["applied_up"] = {str(o): c for o, c in self._counts(AppliedCounts.tops).items()}
                 # How many of them: the largest count unless one in between is missing.
                 out["applied_count"] = {
-                    str(o): c for o, c in self.state.tree_applied(AppliedCounts.totals, dict[int, int]()).items()}
+                    str(o): c for o, c in self._counts(AppliedCounts.totals).items()}
             return out
 
+    def _counts(self, view: Callable[[AppliedCounts], dict[int, int]]) -> dict[int, int]:
+        """Async: ``view`` of the per-origin counts the model holds (none in sync)."""
+        none: dict[int, int] = {}
+        return self.state.tree_applied(view, none)
+
     def _applied_counts(self) -> dict[int, int] | None:
-        return self.state.tree_applied(AppliedCounts.prefix, dict[int, int]()) if self.mode != "sync" else None
+        return self._counts(AppliedCounts.prefix) if self.mode != "sync" else None
 
     def _live(self) -> list[int]:
         self._adopt()

@@ -32,7 +32,6 @@ from hogwild.engine.gpu_device import (
     numba_cuda,
 )
 from hogwild.engine.gpu_rounds import GPURounds
-from hogwild.engine.threads import KernelPlan
 from hogwild.engine.trainer import EpochStats, Trainer, TrainParams
 from hogwild.model.arrays import CSRArrays
 from hogwild.model.schedule import kernel_schedule
@@ -96,9 +95,7 @@ class GPUTrainer(Trainer):
         n = a.n_rows
         schedule, lr0, power_t, t_shift = kernel_schedule(
             p.lr_schedule, float(p.learning_rate), float(p.lr_decay), float(p.power_t), epoch, n)
-        plan = KernelPlan(self._model_spec(), p.loss, 0, 1, float(p.learning_rate),
-                          p.lr_schedule, float(p.lr_decay), float(p.power_t), float(p.l2),
-                          bool(p.fit_bias), False, self._deep_lr_scale())
+        plan = self._kernel_plan(1, thread_buffer=False)
         runner = self._runner(a)
         began = time.perf_counter()
         # In place: callers hold self.w (hogwild train validates and saves that array).

@@ -216,9 +216,7 @@ class Trainer:
                       else None)
         # (round_size is not read: each round is a whole pass over the thread's block; the
         # MLP's flush interval goes as Calls.flush_rows.)
-        plan = KernelPlan(self._model_spec(), p.loss, 0, n_threads, float(p.learning_rate),
-                          p.lr_schedule, float(p.lr_decay), float(p.power_t), float(p.l2),
-                          bool(p.fit_bias), True, self._deep_lr_scale())
+        plan = self._kernel_plan(n_threads, thread_buffer=True)
         # Contiguous blocks, one per thread; step counters interleave (thread k sees
         # t, t + T, t + 2T, ... from t0 + k), approximating the global example count.
         cursors = [ThreadCursor(lo, hi, lo, passes=epoch, t=self.t + k)
@@ -240,6 +238,13 @@ class Trainer:
             train_loss=sum(loss_sums) / n if n else 0.0,
             examples=n,
         )
+
+    def _kernel_plan(self, threads: int, thread_buffer: bool) -> KernelPlan:
+        """The kernels' view of these settings (round_size unread: a round is a pass)."""
+        p = self.params
+        return KernelPlan(self._model_spec(), p.loss, 0, threads, float(p.learning_rate),
+                          p.lr_schedule, float(p.lr_decay), float(p.power_t), float(p.l2),
+                          bool(p.fit_bias), thread_buffer, self._deep_lr_scale())
 
     def _flush_rows(self) -> int | None:
         """Rows between two publications of the MLP's dense-layer changes (None: linear)."""

@@ -70,8 +70,8 @@ class Flush:
     # the edge (this node's own count included); to a child, the coordinator's applied counts.
     covers: dict[int, int] | None = None
     applied: dict[int, int] | None = None
-    # Async: to a child adopted around a dead one, the resync (engine/treeview.py): the
-    # child's own count the dead edge carried; its values are the dead edge's world.
+    # To a child adopted around a dead one, the resync (engine/treeview.py): which of the
+    # child's own messages the dead edge's world holds; its values are that world.
     resync_cut: int | None = None
 
 

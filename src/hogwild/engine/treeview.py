@@ -123,7 +123,6 @@ class OrphanView:
         self.sum = np.zeros(dim, dtype=np.float64)
         self._frozen: tuple[npt.NDArray[np.float64], list[OwnMessage], int | None] | None = None
         self.lost = 0      # own messages past the cut let go unvouched: lost everywhere
-        self.stray = 0     # resync messages with nothing frozen to level (applied as none)
 
     def add(self, indices: npt.NDArray[Any], values: npt.NDArray[Any]) -> None:
         """An own message up, or a message from the parent (as applied)."""
@@ -136,10 +135,6 @@ class OrphanView:
         go). A later death replaces it: the next parent's world holds whatever the one
         before would have sent."""
         self._frozen = (self.sum.copy(), list(unvouched), sent_up)
-
-    @property
-    def waiting(self) -> bool:
-        return self._frozen is not None
 
     def level(self, cut: int, world: Iterable[tuple[npt.NDArray[np.int32], npt.NDArray[Any]]]
               ) -> Sparse | None:

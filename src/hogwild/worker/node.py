@@ -286,11 +286,11 @@ class WorkerNode:
                         new: int) -> None:
         """(Both locks held.) The parent died: what this node sent it that it had not
         passed on goes again, to the new parent. Sync: each message it cannot yet vouch
-        for goes alone under its round, the first one telling the new parent which round
-        this node last heard complete from the dead one; the new parent (the coordinator:
-        TreeRoot; a worker: TreeLinks.arrived) takes what it holds already (through the
-        dead parent) as known rather than sum it twice, and sends what this node missed.
-        The labels on the new edge go on from the old one's."""
+        for goes alone under its round; the new parent (the coordinator: TreeRoot; a
+        worker: TreeLinks.known) takes one labelled up to the last round it heard from the
+        dead parent as held already rather than sum it twice. What this node got through
+        the dead parent is levelled by the new parent's resync (engine/treeview.py). The
+        labels on the new edge go on from the old one's."""
         tree.parent = new
         if plan.mode != "sync":
             # Async: every message the coordinator's counts do not cover yet goes again,
@@ -302,9 +302,9 @@ class WorkerNode:
         if heard is not None:
             tree.passed(heard.round)  # what its last messages vouched for went past it
         tree.orphaned(sync=True)  # levelled by the new parent's resync (engine/treeview.py)
-        # The new parent (the coordinator, or a worker: TreeLinks.arrived) reads the round
-        # of this node's first message as one past the last it heard complete from the dead
-        # parent: nothing new may go under a round sent.
+        # The new parent takes a message labelled up to the last round it heard from the
+        # dead parent as held already (at most one this node sent it): nothing new may go
+        # under a round sent.
         tree.sent_round[new] = max(tree.sent_round.get(new, 0), old_sent)
         replays, tree.retained = tree.retained, []
         dest = self.destinations.get(COORDINATOR_ID if new == COORDINATOR_SENDER_ID else new)

@@ -55,8 +55,6 @@ def take_tree_delta(node: WorkerNode, plan: RunPlan, delta: DecodedDelta,
     if h.resync and levelled is None:
         # Nothing frozen to level (this worker never saw its parent die): nothing of it
         # is applied, rather than a whole edge's sums added twice.
-        if tree.view is not None:
-            tree.view.stray += 1
         log.warning("tree: a resync from worker %d with no dead parent to replace: "
                     "applied none of it", h.worker_id)
         parts = [_emptied(p) for p in parts]
