@@ -88,6 +88,7 @@ def simulate_job(settings: Settings, options: SimOptions,
                  out: TextIO | None = None) -> dict[str, Any]:
     """Run `hogwild simulate`: load and split as `run` does, simulate, write the outputs
     (lines to ``out``, default sys.stdout, as the process's verbosity says)."""
+    settings = settings.for_run()
     console = Console(out)
     started = time.perf_counter()
     root = artifacts.check_runs_root(settings.out_dir)

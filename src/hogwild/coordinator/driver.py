@@ -73,7 +73,7 @@ class RunDriver:
                  stop: StopSignal, out: TextIO | None = None,
                  resume: Checkpoint | None = None, plot: BackgroundPlot | None = None,
                  run_dir: artifacts.RunDir | None = None) -> None:
-        self.settings = settings
+        self.settings = settings = settings.for_run()
         # Where this run writes (its own directory under out_dir, published at the end).
         self.run_dir = run_dir or artifacts.RunDir.existing(settings.out_dir)
         # sys.stdout at call time, not at import (a test may have replaced it since)

@@ -68,6 +68,7 @@ def serve(settings: Settings, out: TextIO | None = None,
     out_dir cannot be created or written. ``plot``: the loss plot's helper, if the caller
     has started it already.
     """
+    settings = settings.for_run()
     root = artifacts.check_runs_root(settings.out_dir)
     where = checkpoint.locate(settings.resume) if settings.resume else None
     if where is None:

@@ -3,7 +3,8 @@
 A worker's model is ``w`` (written by its training threads without a lock) and ``snap``,
 what its peers and the coordinator already hold of it: ``w - snap`` is the worker's own
 change not yet sent. At a round boundary :meth:`RoundEngine.build` turns that change into
-the delta to send (the averaged part cut to 1/W first, see ``averaging``; compression keeps
+the delta to send (the averaged part cut to 1/W first, see ``averaging``, or the whole change
+filtered by block momentum with ``combine: momentum``, see ``momentum``; compression keeps
 the rest in the residual); :meth:`RoundEngine.apply` adds what arrived from others to both,
 so it is never sent back. The engine knows no transport, no threads and no clock: the
 cluster's worker calls it under its exchange lock, the simulator calls it from one thread.
@@ -17,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.engine.averaging import OwnAverage
-from hogwild.engine.rules import ExchangeRules, PeerView
+from hogwild.engine.momentum import BlockMomentum
+from hogwild.engine.rules import ExchangeRules, PeerView, contributing
 from hogwild.errors import InvalidMessage
 from hogwild.model import kernels
 from hogwild.model.compression import compress_delta
@@ -40,6 +42,7 @@ class RoundEngine:
         self.w = w
         self.snap = w.copy()
         self.averaging = OwnAverage()  # own changes to the averaged part, cut to 1/W
+        self.momentum = BlockMomentum()  # combine momentum: the filter of own changes
 
     def load(self, weights: npt.NDArray[np.float64]) -> None:
         """Start from ``weights`` (a run under way): nobody's new update, so no delta is
@@ -47,6 +50,7 @@ class RoundEngine:
         self.w[:] = weights
         self.snap[:] = weights
         self.averaging.clear()
+        self.momentum.clear()
 
     def apply(self, deltas: Iterable[tuple[Indices, Values]]) -> int:
         """Add others' deltas to ``w`` and ``snap``; returns how many were applied.
@@ -74,8 +78,11 @@ class RoundEngine:
         if not deferring:
             # The final delta settles everything: the model then ends as its peers' do.
             view = peers()  # one copy of the peer table for both
-            self.averaging.settle(self.w, self.snap, view, everything=True)
-            self.averaging.cut(rules, self.w, self.snap, view)
+            if rules.combine == "momentum":
+                self.momentum.filter(self.w, self.snap, contributing(rules, view), final)
+            else:
+                self.averaging.settle(self.w, self.snap, view, everything=True)
+                self.averaging.cut(rules, self.w, self.snap, view)
         # O(dim), like build_delta: a diverged model is reported, never sent on.
         if not is_finite(self.w):
             raise ModelNotFinite("the weights are no longer finite")
@@ -87,6 +94,8 @@ class RoundEngine:
         if not np.isfinite(val[:n]).all():  # finite in float64, beyond float32's range
             raise ModelNotFinite("a weight change overflows float32")
         sent_idx, sent_val = self.compress(idx[:n], val[:n], final)
+        if rules.combine == "momentum":
+            self.momentum.sent(self.w, self.snap)
         if deferring:
             self.averaging.defer(rules, round_, sent_idx, sent_val, self.w, self.snap, peers())
         return sent_idx, sent_val

@@ -7,10 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from hogwild.model.compression import Compression
-
-MODES = ("sync", "async")
-TOPOLOGIES = ("mesh", "star", "tree")
-COMBINES = ("sum", "average")
+from hogwild.settings.rules import COMBINES, MODES, TOPOLOGIES
 
 
 class PeerView(Protocol):
@@ -49,8 +46,9 @@ class ExchangeRules:
 
     @property
     def defers(self) -> bool:
-        """Whether the averaged part of own changes is settled late (async mesh only)."""
-        return self.mode == "async" and self.topology == "mesh"
+        """Whether the averaged part of own changes is settled late (async mesh only; block
+        momentum filters the whole change at once in every mode)."""
+        return self.mode == "async" and self.topology == "mesh" and self.combine != "momentum"
 
 
 def contributing(rules: ExchangeRules, peers: Mapping[int, PeerView]) -> int:

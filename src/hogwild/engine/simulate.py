@@ -15,8 +15,9 @@ simulated, so 64 workers behave on 2 cores as they would on 64 machines:
   one message (as the real senders coalesce), so a flooded worker falls behind and its
   peers see old deltas, the staleness that many cores produce and two cores hide;
 * mesh: a worker sends to every peer and the coordinator; star and tree: to its tree
-  neighbours (star: the coordinator alone), and every node floods what it hears on to its
-  other neighbours at once (relays forward without waiting for a round);
+  neighbours (star: the coordinator alone). As the cluster's relays do, a sync node sends
+  each neighbour one sum a round, once its own round and every other neighbour's are in
+  (:class:`_Edges`); an async one floods what it hears on at once;
 * the coordinator's model is the sum of everything it received; it is evaluated every
   ``1 / evals_per_epoch`` of an epoch of examples trained, and once at the end.
 
@@ -122,15 +123,23 @@ class _Packet:
     parts: list[Part]
     rounds: dict[int, int]
     finals: set[int]
+    label: int = 0          # sync relays: the edge's round this message completes
+    last: bool = False      # ... and whether it is the edge's final message
 
     def merge(self, other: _Packet) -> None:
         self.parts.extend(other.parts)  # summed once, when it is sent
         for wid, r in other.rounds.items():
             self.rounds[wid] = max(r, self.rounds.get(wid, 0))
         self.finals |= other.finals
+        self.label = max(self.label, other.label)
+        self.last = self.last or other.last
 
     def seal(self) -> Part:
         """The one delta this message carries, in the wire's float32."""
+        if not self.parts:  # a relay's round with nothing to pass on still goes
+            part: Part = (np.zeros(0, np.int32), np.zeros(0, np.float32))
+            self.parts = [part]
+            return part
         idx, val = sum_sparse(self.parts)
         part = (idx, val.astype(np.float32))
         self.parts = [part]
@@ -143,6 +152,22 @@ class _Sender:
 
     busy_until: float = 0.0
     pending: dict[int, _Packet] = field(default_factory=dict)  # insertion order = FIFO
+
+
+@dataclass
+class _Edges:
+    """Sync star and tree: what one node owes each neighbour, sent once a round, as the
+    cluster's relays do (engine/tree.py, coordinator/relay.py): the message of round R to j
+    goes once this node's own round R is in and every other neighbour's round R arrived, and
+    the final one once this node and every other neighbour have finished."""
+
+    owed: dict[int, _Packet]
+    heard: dict[int, int]                # per neighbour: the highest round label arrived
+    ended: set[int] = field(default_factory=set)   # neighbours whose final arrived
+    sent: dict[int, int] = field(default_factory=dict)
+    closed: set[int] = field(default_factory=set)  # neighbours sent the final message
+    own_round: int = 0
+    own_final: bool = False
 
 
 @dataclass
@@ -192,6 +217,12 @@ class Simulation:
                 RoundEngine(rules, w0.copy()), speed, max(nnz, 1.0),
                 {p: _Peer() for p in range(scenario.workers) if p != wid}))
         self.senders: dict[int, _Sender] = {n: _Sender() for n in self._nodes()}
+        # Sync star and tree relay a round's sums once they are complete; async ones (and
+        # mesh workers) send each delta as it comes.
+        self.batched = rules.mode == "sync" and rules.topology != "mesh"
+        self.edges = {n: _Edges({j: _Packet([], {}, set()) for j in self.neighbours(n)},
+                                {j: 0 for j in self.neighbours(n)})
+                      for n in self._nodes()} if self.batched else {}
         self.events: list[tuple[float, int, str, tuple[Any, ...]]] = []
         self.order = 0
         self.now = 0.0
@@ -321,15 +352,48 @@ class Simulation:
             return
         packet = _Packet([(idx.copy(), val.copy())], {wk.wid: round_},
                          {wk.wid} if final else set())
+        if self.batched:
+            edges = self.edges[wk.wid]
+            edges.own_round, edges.own_final = round_, final
+            for n in self.neighbours(wk.wid):
+                edges.owed[n].merge(packet)
+            self._relay(wk.wid)
+            return
         for n in self.neighbours(wk.wid):
             self._queue(wk.wid, n, packet)
+
+    def _relay(self, node: int) -> None:
+        """Sync star/tree: send every neighbour the message that has become due."""
+        edges = self.edges[node]
+        own = node == COORDINATOR or edges.own_final
+        for j in self.neighbours(node):
+            if j in edges.closed:
+                continue
+            others = [k for k in edges.heard if k != j]
+            if own and all(k in edges.ended for k in others):
+                due, last = max(edges.sent.get(j, 0), edges.own_round), True
+            else:
+                due = min([edges.heard[k] for k in others]
+                          + ([] if node == COORDINATOR else [edges.own_round]), default=0)
+                last = False
+                if node == COORDINATOR and not others:
+                    due = 0
+                if due <= edges.sent.get(j, 0):
+                    continue
+            packet = edges.owed[j]
+            packet.label, packet.last = due, last
+            edges.owed[j] = _Packet([], {}, set())
+            edges.sent[j] = due
+            if last:
+                edges.closed.add(j)
+            self._queue(node, j, packet)
 
     def _queue(self, node: int, to: int, packet: _Packet) -> None:
         sender = self.senders[node]
         waiting = sender.pending.get(to)
         if waiting is None:
             sender.pending[to] = _Packet(list(packet.parts), dict(packet.rounds),
-                                         set(packet.finals))
+                                         set(packet.finals), packet.label, packet.last)
         else:
             waiting.merge(packet)
         if sender.busy_until <= self.now:
@@ -370,7 +434,17 @@ class Simulation:
                 wk.engine.settle(wk.peers)
             else:
                 wk.queued.append((idx, val))
-        if self.rules.topology != "mesh":
+        if self.batched:
+            edges = self.edges[node]
+            edges.heard[came_from] = max(edges.heard[came_from], packet.label)
+            if packet.last:
+                edges.ended.add(came_from)
+            for n in self.neighbours(node):
+                if n != came_from:
+                    edges.owed[n].merge(_Packet([packet.parts[0]], dict(packet.rounds),
+                                                set(packet.finals)))
+            self._relay(node)
+        elif self.rules.topology != "mesh":
             for n in self.neighbours(node):
                 if n != came_from:
                     self._queue(node, n, packet)

@@ -22,10 +22,11 @@ from hogwild.settings.rules import (
     SCHEDULES,
     SHIPPING,
     SIGTERM_ACTIONS,
-    TOPOLOGIES,
+    TOPOLOGY_CHOICES,
     TRAINER_MODES,
     check_address,
     check_together,
+    resolve_topology,
 )
 
 # The subcommands that read settings. A field's ``commands`` metadata names the ones that use
@@ -83,28 +84,33 @@ class Settings:
     round_size: int | None = field(
         default=None,
         metadata=_doc("examples each thread processes between two delta exchanges; null = "
-                      "auto (about 2M non-zeros of work per thread); with combine sum never "
-                      "more than 1/max(4, 2(W-1)) of an epoch over all W workers, since deltas "
-                      "summed from too old a point overshoot, nor more than an epoch with "
-                      "combine average",
+                      "auto (about 2M non-zeros of work per thread, 5M with combine momentum "
+                      "or average); never more than a quarter epoch with combine momentum, "
+                      "1/max(4, 2(W-1)) of an epoch over all W workers with combine sum, "
+                      "since deltas summed from too old a point overshoot, nor more than an "
+                      "epoch with combine average",
                       commands=_RC))
     combine: str = field(
-        default="sum",
-        metadata=_doc("how the workers' deltas of a round add up: sum = every worker's steps "
-                      "count in full (HOGWILD! across nodes; best with small rounds); average "
-                      "= each counts 1/W, W the workers (periodic model averaging: stable with "
-                      "rounds up to an epoch, so fewer exchanges, but slower to converge with "
-                      "many workers: see docs/concepts/defaults.md)",
+        default="momentum",
+        metadata=_doc("how the workers' deltas of a round add up: momentum = each worker's "
+                      "change counts 1/W and a block momentum of 1 - 1/W over the rounds "
+                      "(BMUF) moves the model as far as a sum would without its overshoot, "
+                      "so rounds stay a quarter epoch at any W; sum = every worker's steps "
+                      "count in full (HOGWILD! across nodes; needs rounds that shrink as W "
+                      "grows); average = each counts 1/W (periodic model averaging: stable, "
+                      "but slower to converge with many workers); see "
+                      "docs/concepts/defaults.md",
                       choices=COMBINES, commands=_RC))
     topology: str = field(
-        default="mesh",
-        metadata=_doc("mesh = every worker sends its delta to every peer and the coordinator "
+        default="auto",
+        metadata=_doc("auto = mesh up to 8 workers, tree beyond; "
+                      "mesh = every worker sends its delta to every peer and the coordinator "
                       "(n(n+1) messages per round); star = workers send only to the "
                       "coordinator, which sends each one the sum of the others' deltas (2n); "
                       "tree = a k-ary tree rooted at the coordinator (tree_fanout): each edge "
                       "carries one sum up and one down per round (2n), depth O(log n), so no "
                       "node sends to more than k + 1 others",
-                      choices=TOPOLOGIES, commands=_RC))
+                      choices=TOPOLOGY_CHOICES, commands=_RC))
     tree_fanout: int = field(
         default=4,
         metadata=_doc("topology tree: children per node (the coordinator included); worker i's "
@@ -396,6 +402,12 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied and validated."""
         return build({**dataclasses.asdict(self), **changes}, source="override")
+
+    def for_run(self) -> Settings:
+        """These settings as a run of ``workers`` workers uses them (``topology: auto``
+        made the topology it stands for)."""
+        topology = resolve_topology(self.topology, self.workers)
+        return self if topology == self.topology else self.replace(topology=topology)
 
 
 FIELDS = {f.name: f for f in fields(Settings)}
