@@ -29,7 +29,7 @@ from hogwild.model.compression import Compression
 from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss
 from hogwild.outputs import artifacts
-from hogwild.outputs.console import QUIET, VERBOSE, Console
+from hogwild.outputs.console import QUIET, VERBOSE, Console, number
 from hogwild.settings.simulation import DEFAULT_MAX_EVENTS, WARN_EVENTS
 
 log = logging.getLogger("hogwild.simulate")
@@ -192,7 +192,7 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
     published = run.publish()
     final, best = metrics["final_test_accuracy"], metrics["test_accuracy"]
     acc = ("-" if best is None else
-           f"{best:.4f} (best validated model; the last one {final:.4f})")
+           f"{_fmt(best)} (best validated model; the last one {_fmt(final)})")
     console.result(f"done: {result.rounds} rounds in {result.seconds:.3g} simulated s "
                    f"({wall:.2f}s here), {result.messages} messages, {result.bytes / 1e6:.1f} MB, "
                    f"max staleness {result.max_staleness}; test accuracy {acc}; outputs in "
@@ -214,7 +214,7 @@ def _print_rows(result: SimResult, out: TextIO, every: bool = False) -> None:
 
 
 def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
+    return number(value)
 
 
 def _metrics(settings: Settings, splits: Any, spec: Any, result: SimResult,
