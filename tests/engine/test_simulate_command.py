@@ -7,6 +7,8 @@ import json
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
+import pytest
+
 from hogwild import cli
 
 
@@ -45,5 +47,59 @@ def test_a_bad_simulation_flag_is_one_line(tmp_path: Path) -> None:
         ("hogwild simulate: error: --speeds: 2 values for 3 workers (give one, or one per "
         "worker)")]
     code, _, err = _run("simulate", "--bandwidth", "0", "--out", str(tmp_path))
-    assert code == 2 and "bandwidth must be finite and > 0" in err
+    assert code == 2 and "--bandwidth 0.0: must be between 1 and 1e13" in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flag, value, named", [
+    ("--speed-spread", "1e300", "--speed-spread 1e+300: must be between 0 and 3"),
+    ("--speed-spread", "nan", "--speed-spread nan: must be between 0 and 3"),
+    ("--slices", "1000000000", "--slices 1000000000: must be between 1 and 1024"),
+    ("--slices", "2.5", "--slices: '2.5' is not a whole number"),
+    ("--evals-per-epoch", "1000000000", "--evals-per-epoch 1000000000.0: must be above 0"),
+    ("--evals-per-epoch", "0", "--evals-per-epoch 0.0: must be above 0"),
+    ("--speeds", "1,abc,3", "--speeds: value 2 ('abc') is not a number"),
+    ("--speeds", "4e8,inf", "--speeds: value 2 (inf) must be between 1 and 1e13"),
+    ("--speed", "-1", "--speed -1.0: must be between 1 and 1e13"),
+    ("--latency", "1e300", "--latency 1e+300: must be between 0 and 3600"),
+    ("--overhead", "x", "--overhead: 'x' is not a number"),
+    ("--max-events", "0", "--max-events 0.0: must be between 1 and 1e12"),
+])
+def test_a_hostile_simulation_flag_is_one_line_naming_it(tmp_path: Path, flag: str,
+                                                          value: str, named: str) -> None:
+    """Refused before any data is read, with the flag named: no traceback, no long run."""
+    code, out, err = _run("simulate", flag, value, "--out", str(tmp_path))
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"hogwild simulate: error: {named}"), err
+    assert "rows" not in out  # no data loaded
+
+
+def test_a_simulation_too_large_is_refused_before_it_runs(tmp_path: Path) -> None:
+    """1024 workers in a mesh: R x W x W deliveries, refused with the estimate and the
+    setting that makes it, before the shards are cut; --max-events lets it through."""
+    code, out, err = _run("simulate", "--workers", "1024", "--threads", "1",
+                          "--out", str(tmp_path))
+    assert code == 2, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("hogwild simulate: error: this simulation would take about ")
+    assert "--workers 1024" in line and "x 1024 x 1024" in line and "--max-events" in line
+    assert "simulating" not in out
+
+
+def test_the_estimate_is_the_simulation_s_own_count(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """A sync mesh: the deliveries estimated (R x W x W) are the messages it sends, within
+    10 %; a run above WARN_EVENTS says so before it starts (lowered here to show it)."""
+    import hogwild.commands.simulate as job
+
+    monkeypatch.setattr(job, "WARN_EVENTS", 100)
+    code, _out, err = _run("simulate", "--workers", "4", "--threads", "1", "--epochs", "2",
+                           "--log-level", "warning", "--out", str(tmp_path))
+    assert code == 0, err
+    metrics = json.loads((tmp_path / "latest" / "metrics.json").read_text())
+    estimate = metrics["rounds"] * 4 * 4
+    assert abs(metrics["messages"] - estimate) <= 0.1 * estimate, (metrics["messages"],
+                                                                   estimate)
+    assert any("this simulation takes about" in r.getMessage() for r in caplog.records)

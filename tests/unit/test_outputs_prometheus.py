@@ -233,32 +233,130 @@ def test_hogwild_run_hands_the_metrics_security_to_every_process(bundle: Bundle)
         assert "--metrics-tls=true" in flags
 
 
-def test_clients_beyond_the_bound_are_closed_at_once_and_scrapes_go_on() -> None:
-    from hogwild.outputs.prometheus import MAX_CLIENTS
+def _idle_and_trickling(port: int, idle: int, trickling: int) -> list[socket.socket]:
+    """``idle`` connections that say nothing and ``trickling`` ones that have sent part of a
+    request (and will send the rest a byte at a time, never finishing)."""
+    sockets = [socket.create_connection(("127.0.0.1", port)) for _ in range(idle)]
+    for _ in range(trickling):
+        slow = socket.create_connection(("127.0.0.1", port))
+        slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        sockets.append(slow)
+    return sockets
 
-    settings = Settings(bind_host="127.0.0.1", metrics_port=0)
-    server = serve_metrics(settings, "worker", _Counting())
-    assert server is not None
-    silent = [socket.create_connection(("127.0.0.1", server.port))
-              for _ in range(MAX_CLIENTS)]
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    sock.settimeout(0.0)
     try:
-        time.sleep(0.3)  # each silent client now holds one of the server's threads
-        one_more = socket.create_connection(("127.0.0.1", server.port))
-        one_more.settimeout(5.0)
-        started = time.monotonic()
-        assert one_more.recv(1) == b""  # closed by the server, not left waiting
-        assert time.monotonic() - started < 2.0
-        one_more.close()
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False  # still open, nothing sent
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_a_scrape_is_answered_among_idle_and_trickling_clients(bundle: Bundle,
+                                                               tls: bool) -> None:
+    """20 idle and 5 trickling connections: a scrape (with and without a token, over HTTP and
+    HTTPS) is answered while they stay connected, on the same single thread."""
+    settings = (_tls_settings(bundle) if tls
+                else Settings(bind_host="127.0.0.1", metrics_port=0))
+    reader = _Counting()
+    server = serve_metrics(settings, "worker", reader)
+    assert server is not None
+    context = ssl.create_default_context(cafile=str(bundle.ca)) if tls else None
+    token = bundle.token.read_text().strip() if tls else None
+    crowd = _idle_and_trickling(server.port, 20, 5)
+    try:
+        time.sleep(0.2)
+        for s in crowd[20:]:
+            s.sendall(b"X")  # a byte more: no deadline per read would ever fire
+        status, _, body = _fetch(server.url, token, context=context)
+        assert status == 200 and "hogwild_worker_rounds_total 5.0" in body
+        if tls:
+            assert _fetch(server.url, "wrong", context=context)[0] == 401
+        assert reader.calls == 1
+        assert server.evicted == 0  # room for all of them: nobody was closed
     finally:
-        for s in silent:
+        for s in crowd:
             s.close()
-    # The silent clients gone (their threads see the close), scrapes are answered again.
-    deadline = time.monotonic() + 5.0
-    while True:
-        try:
-            assert _fetch(server.url)[0] == 200
-            break
-        except (urllib.error.URLError, ConnectionError, http.client.HTTPException):
-            assert time.monotonic() < deadline, "no scrape answered after the flood"
-            time.sleep(0.1)
-    server.close()
+        server.close(linger=False)
+
+
+def test_when_full_the_oldest_idle_client_is_closed_for_a_scrape(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from hogwild.outputs.metrics_http import MAX_CLIENTS
+
+    server = serve_metrics(Settings(bind_host="127.0.0.1", metrics_port=0), "worker",
+                           _Counting())
+    assert server is not None
+    # Five more than fit: the five oldest are closed as the newest connect.
+    crowd = _idle_and_trickling(server.port, MAX_CLIENTS + 5, 0)
+    try:
+        time.sleep(0.3)
+        assert server.evicted == 5
+        assert _fetch(server.url)[0] == 200  # room made: one more of the oldest closed
+        assert server.evicted == 6
+        time.sleep(0.1)
+        closed = [_closed_by_server(s) for s in crowd]
+        assert closed[:6] == [True] * 6, "the oldest idle clients make room"
+        assert not any(closed[6:]), "a newer client was closed"
+    finally:
+        for s in crowd:
+            s.close()
+        server.close(linger=False)
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "WARNING")]
+
+
+def test_a_client_that_never_finishes_is_closed_at_the_deadline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from hogwild.outputs import metrics_http
+
+    monkeypatch.setattr(metrics_http, "REQUEST_SECONDS", 0.5)
+    server = serve_metrics(Settings(bind_host="127.0.0.1", metrics_port=0), "worker",
+                           _Counting())
+    assert server is not None
+    slow = _idle_and_trickling(server.port, 0, 1)[0]
+    try:
+        slow.settimeout(10.0)
+        # A byte every 0.1 s: each read is quick, the request never whole.
+        closed = False
+        for _ in range(100):
+            try:
+                slow.sendall(b"X")
+            except OSError:
+                closed = True
+                break
+            slow.settimeout(0.1)
+            try:
+                if slow.recv(1) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                pass
+            except ConnectionResetError:
+                closed = True
+                break
+        assert closed, "a trickling client was never closed"
+        assert server._server.timed_out == 1
+    finally:
+        slow.close()
+        server.close(linger=False)
+
+
+def test_request_lines_are_logged_escaped(caplog: pytest.LogCaptureFixture) -> None:
+    server = serve_metrics(Settings(bind_host="127.0.0.1", metrics_port=0), "worker",
+                           _Counting())
+    assert server is not None
+    caplog.set_level("DEBUG", logger="hogwild.metrics")
+    try:
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.sendall(b"GET /\x1b[2J\x07evil HTTP/1.0\r\n\r\n")
+            sock.settimeout(5.0)
+            while sock.recv(4096):
+                pass
+    finally:
+        server.close(linger=False)
+    lines = [r.getMessage() for r in caplog.records if "evil" in r.getMessage()]
+    assert lines and all("\x1b" not in line and "\x07" not in line for line in lines)
+    assert any("\\x1b[2J\\x07evil" in line for line in lines)

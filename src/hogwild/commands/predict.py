@@ -18,7 +18,7 @@ from hogwild.data.labels import as_written
 from hogwild.errors import DataError, ModelError
 from hogwild.model.saved import SavedModel
 from hogwild.outputs import artifacts
-from hogwild.outputs.console import NORMAL, QUIET
+from hogwild.outputs.console import NORMAL, QUIET, number
 
 OUTPUTS = ("label", "raw", "proba")
 # Significant digits written: labels exactly as stored (float64 round trip), scores 9.
@@ -158,7 +158,7 @@ def prediction_chunks(scored: Scored, output: str,
 
 
 def _fmt(value: Any) -> str:
-    return "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
+    return number(value) if value is None or isinstance(value, float) else str(value)
 
 
 def summary_lines(scored: Scored, full: bool) -> list[str]:

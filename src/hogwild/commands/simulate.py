@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -28,7 +29,10 @@ from hogwild.model.compression import Compression
 from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss
 from hogwild.outputs import artifacts
-from hogwild.outputs.console import QUIET, VERBOSE, Console
+from hogwild.outputs.console import QUIET, VERBOSE, Console, number
+from hogwild.settings.simulation import DEFAULT_MAX_EVENTS, WARN_EVENTS
+
+log = logging.getLogger("hogwild.simulate")
 
 # Progress rows printed at most (evenly spread over the run's evaluations, the last always).
 PRINTED_ROWS = 12
@@ -44,6 +48,7 @@ class SimOptions:
     network: Network = field(default_factory=Network)
     slices: int = 4
     evals_per_epoch: float = 4.0
+    max_events: float = DEFAULT_MAX_EVENTS
 
     def worker_speeds(self, workers: int, seed: int) -> tuple[float, ...]:
         """One speed per worker: as given, or ``speed`` scattered by ``spread`` (seeded)."""
@@ -84,6 +89,40 @@ def scenario_of(settings: Settings, options: SimOptions, train_rows: int, train_
         evals_per_epoch=options.evals_per_epoch, seed=settings.seed)
 
 
+def estimate_events(scenario: Scenario) -> tuple[int, int, int]:
+    """What the simulation will do, before it runs: (deliveries, steps, total). Each of the
+    W workers' deltas of each of R rounds reaches every other node, the coordinator included
+    (W per delta, directly in a mesh, forwarded over the tree's W edges in star and tree,
+    where a busy sender sums what it forwards but still handles each part), and each worker
+    trains each round in ``slices`` steps. Measured on a 2-core machine against the runs'
+    own counts: within 2 % for a mesh of 8, 16 and 32 workers (R x W x W deliveries)."""
+    rounds, workers = scenario.max_rounds, scenario.workers
+    deliveries = rounds * workers * workers
+    steps = rounds * workers * scenario.slices
+    return deliveries, steps, deliveries + steps
+
+
+def check_cost(scenario: Scenario, topology: str, max_events: float) -> int:
+    """The estimated events; UsageError naming what makes them so many when they exceed
+    ``max_events``, a warning when they exceed WARN_EVENTS."""
+    deliveries, steps, total = estimate_events(scenario)
+    w, r = scenario.workers, scenario.max_rounds
+    if deliveries >= steps:
+        why = (f"--workers {w}: each of {r} rounds sends every worker's delta to every "
+               f"other node ({topology}): {r} x {w} x {w} = {deliveries:.3g} deliveries")
+    else:
+        why = (f"--slices {scenario.slices}: {r} rounds x {w} workers x {scenario.slices} "
+               f"steps = {steps:.3g} steps")
+    if total > max_events:
+        raise UsageError(f"this simulation would take about {total:.3g} events, above "
+                         f"--max-events {max_events:.3g} ({why}); use fewer workers, epochs "
+                         f"or slices, or raise --max-events to run it anyway")
+    if total > WARN_EVENTS:
+        log.warning("this simulation takes about %.3g events (%s): minutes on one core",
+                    total, why)
+    return total
+
+
 def simulate_job(settings: Settings, options: SimOptions,
                  out: TextIO | None = None) -> dict[str, Any]:
     """Run `hogwild simulate`: load and split as `run` does, simulate, write the outputs
@@ -113,6 +152,7 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
         fit_bias=settings.fit_bias, thread_buffer=False,
         deep_lr_scale=settings.deep_lr_scale if spec.is_mlp else 1.0)
     scenario = scenario_of(settings, options, splits.train.n_rows, splits.train.nnz, kernel)
+    check_cost(scenario, settings.topology, options.max_events)  # before any shard is cut
     shards = [csr_arrays(part, spec.n_features)
               for part in shard(splits.train, settings.workers, seed=settings.seed,
                                 mode=settings.shipping if settings.shipping in
@@ -153,7 +193,7 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
     published = run.publish()
     final, best = metrics["final_test_accuracy"], metrics["test_accuracy"]
     acc = ("-" if best is None else
-           f"{best:.4f} (best validated model; the last one {final:.4f})")
+           f"{_fmt(best)} (best validated model; the last one {_fmt(final)})")
     console.result(f"done: {result.rounds} rounds in {result.seconds:.3g} simulated s "
                    f"({wall:.2f}s here), {result.messages} messages, {result.bytes / 1e6:.1f} MB, "
                    f"max staleness {result.max_staleness}; test accuracy {acc}; outputs in "
@@ -175,7 +215,7 @@ def _print_rows(result: SimResult, out: TextIO, every: bool = False) -> None:
 
 
 def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
+    return number(value)
 
 
 def _metrics(settings: Settings, splits: Any, spec: Any, result: SimResult,

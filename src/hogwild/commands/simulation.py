@@ -3,40 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import math
 from typing import TYPE_CHECKING
 
-from hogwild.engine.network import DEFAULT_SPEED, LATENCIES, Network
-from hogwild.errors import ConfigError, UsageError
+from hogwild.engine.network import Network
+from hogwild.errors import ConfigError
+from hogwild.settings.simulation import SIM_OPTIONS, read_options
 
 if TYPE_CHECKING:
     from hogwild.config import Settings
 
 
 def add_simulation_flags(parser: argparse.ArgumentParser) -> None:
-    """The simulated machines and network (the run's own settings come from the schema)."""
-    net = Network()
+    """The simulated machines and network (declared in hogwild.settings.simulation; the
+    run's own settings come from the schema). Values are read as text and checked by
+    read_options, so a bad one is refused naming its flag."""
     group = parser.add_argument_group("simulated machines and network")
-    group.add_argument("--speed", type=float, default=DEFAULT_SPEED, metavar="NNZ_PER_S",
-                       help="non-zeros one training thread processes per second")
-    group.add_argument("--speeds", default="", metavar="LIST",
-                       help="one speed per worker, comma-separated (overrides --speed)")
-    group.add_argument("--speed-spread", type=float, default=0.0, metavar="SIGMA",
-                       help="scatter the workers' speeds log-normally with this sigma "
-                            "(seeded): stragglers")
-    group.add_argument("--latency", type=float, default=net.latency, metavar="SECONDS",
-                       help="mean time a message is in flight, per hop")
-    group.add_argument("--jitter", choices=LATENCIES, default=net.jitter,
-                       help="latency distribution: fixed, exponential, or uniform on "
-                            "[0, 2 x latency]")
-    group.add_argument("--overhead", type=float, default=net.overhead, metavar="SECONDS",
-                       help="sender time per message (encoding, TLS, the RPC)")
-    group.add_argument("--bandwidth", type=float, default=net.bandwidth, metavar="BYTES_PER_S",
-                       help="bytes per second out of one node")
-    group.add_argument("--slices", type=int, default=4, metavar="N",
-                       help="steps per round between which arrived deltas are applied")
-    group.add_argument("--evals-per-epoch", type=float, default=4.0, metavar="N",
-                       help="validation evaluations of the coordinator's model per epoch")
+    for option in SIM_OPTIONS:
+        group.add_argument(option.flag, dest=f"sim_{option.key}", default=option.default,
+                           metavar=None if option.choices else option.metavar,
+                           choices=option.choices, help=option.help)
 
 
 def simulate(settings: Settings, args: argparse.Namespace) -> int:
@@ -44,20 +29,13 @@ def simulate(settings: Settings, args: argparse.Namespace) -> int:
 
     if settings.initial_model:  # the simulator's workers start from zeros
         raise ConfigError("initial_model", "not supported by `hogwild simulate`")
-
-    try:
-        speeds = tuple(float(x) for x in args.speeds.split(",") if x.strip())
-        options = SimOptions(
-            speeds=speeds, speed=args.speed, spread=args.speed_spread,
-            network=Network(latency=args.latency, jitter=args.jitter,
-                            overhead=args.overhead, bandwidth=args.bandwidth),
-            slices=args.slices, evals_per_epoch=args.evals_per_epoch)
-        if not all(math.isfinite(v) and v > 0 for v in (*speeds, args.speed)):
-            raise ValueError("--speed and --speeds must be positive numbers")
-        if args.speed_spread < 0 or args.slices < 1 or not args.evals_per_epoch > 0:
-            raise ValueError("--speed-spread must be >= 0, --slices and --evals-per-epoch "
-                             "positive")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    values = read_options({option.key: getattr(args, f"sim_{option.key}")
+                           for option in SIM_OPTIONS})
+    options = SimOptions(
+        speeds=values["speeds"], speed=values["speed"], spread=values["speed_spread"],
+        network=Network(latency=values["latency"], jitter=values["jitter"],
+                        overhead=values["overhead"], bandwidth=values["bandwidth"]),
+        slices=values["slices"], evals_per_epoch=values["evals_per_epoch"],
+        max_events=values["max_events"])
     simulate_job(settings, options)
     return 0

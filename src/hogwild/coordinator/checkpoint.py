@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import struct
 import zipfile
 import zlib
@@ -25,10 +26,11 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.npyio import NpzFile
 
-from hogwild.config import Settings
+from hogwild.config import MAX_THREADS, Settings
 from hogwild.errors import ConfigError
 from hogwild.outputs import artifacts
 from hogwild.outputs.history import ReadBack, read_back
+from hogwild.protocol.codec import MAX_EXAMPLES, MAX_ROUND
 
 CHECKPOINT_FILE = "checkpoint.npz"
 FORMAT_VERSION = 2
@@ -146,6 +148,7 @@ def load(directory: str | Path) -> Checkpoint | None:
         raise ConfigError("resume", f"{path} has format version {meta.get('format_version')}, "
                                     f"this hogwild reads {', '.join(map(str, READS_VERSIONS))}")
     try:
+        _check_fields(meta, w, best_w)
         elapsed = float(meta["elapsed"])
         if "history" in meta:  # version 1
             history = ReadBack.of_rows(meta["history"])
@@ -161,8 +164,134 @@ def load(directory: str | Path) -> Checkpoint | None:
             data=str(meta.get("data") or ""), model=dict(meta.get("model") or {}))
     except KeyError as exc:
         raise _damaged(path, f"it lacks {exc}") from None
+    except _Bad as exc:
+        raise _damaged(path, f"its {exc}") from None
     except (TypeError, ValueError) as exc:
         raise _damaged(path, str(exc)) from None
+
+
+# What each saved field may hold. The file's checksums say it is the file that was written,
+# not that its values are sane: one edited (or written by a buggy build) with a valid CRC
+# would otherwise fail deep in the resume (a negative round in the run config) or after the
+# shards have shipped, or run on with a NaN clock that no time budget ever reaches. The
+# counters' bounds are those a worker's own reports are held to (protocol.codec); a byte
+# count or a delta count far above anything a run reaches (2^62) is no count.
+MAX_COUNT = 1 << 62
+MAX_ELAPSED = 1e9           # seconds of training: 31 years
+MAX_TEXT = 300              # run id, address, host name (the registration's own bound)
+MAX_WORKERS_SAVED = 4096    # far above the settings' 1024
+_EARLY_KEYS = frozenset({"best_loss", "best_index", "evaluations", "since_best", "kept_loss",
+                         "kept_accuracy"})
+_WORKER_KEYS = frozenset(WorkerEntry.__dataclass_fields__)
+
+
+class _Bad(ValueError):
+    """A field out of range (its message says which, as the user reads the file)."""
+
+
+def _int(where: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Bad(f"{where} is {_shown(value)}, not a whole number")
+    if not low <= value <= high:
+        raise _Bad(f"{where} is {value}, outside {low}..{high}")
+
+
+def _float(where: str, value: Any, low: float, high: float, none: bool = False) -> None:
+    if value is None and none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Bad(f"{where} is {_shown(value)}, not a number")
+    if not math.isfinite(value) or not low <= value <= high:
+        raise _Bad(f"{where} is {value!r}, not a finite number in {low:g}..{high:g}")
+
+
+def _text(where: str, value: Any, limit: int = MAX_TEXT) -> None:
+    if not isinstance(value, str):
+        raise _Bad(f"{where} is {_shown(value)}, not text")
+    if len(value) > limit or not value.isprintable():
+        raise _Bad(f"{where} is {_shown(value)}: more than {limit} characters or not "
+                   "printable")
+
+
+def _shown(value: Any) -> str:
+    """A field's value for the error line: short, and escaped (it comes from the file)."""
+    text = repr(value).encode("unicode_escape").decode("ascii")
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _weights(where: str, w: npt.NDArray[np.float64], dim: int | None) -> None:
+    if w.ndim != 1 or w.size == 0 or (dim is not None and w.size != dim):
+        raise _Bad(f"{where} has shape {w.shape}, not a vector"
+                   + ("" if dim is None else f" of {dim} weights (as 'w')"))
+    if not np.isfinite(w).all():
+        raise _Bad(f"{where} holds a weight that is not finite")
+
+
+def _check_fields(meta: dict[str, Any], w: npt.NDArray[np.float64],
+                  best_w: npt.NDArray[np.float64] | None) -> None:
+    """_Bad naming the first field of the checkpoint that is not what save() writes."""
+    _weights("the array 'w'", w, None)
+    if best_w is not None:
+        _weights("the array 'best_w'", best_w, w.size)
+    _text("run_id", meta["run_id"])
+    if not meta["run_id"]:
+        raise _Bad("run_id is empty")
+    _int("round", meta["round"], 0, MAX_ROUND)
+    _float("elapsed", meta["elapsed"], 0.0, MAX_ELAPSED)
+    for key in ("deltas_received", "bytes_received", "duplicates"):
+        _int(key, meta[key], 0, MAX_COUNT)
+    if "history_rows" in meta:
+        _int("history_rows", meta["history_rows"], 0, MAX_COUNT)
+    for key in ("data",):
+        if meta.get(key) is not None:
+            _text(key, meta[key], 200)
+    _check_workers(meta["workers"])
+    _check_early(meta.get("early") or {})
+    model = meta.get("model") or {}
+    if not isinstance(model, dict) or not set(model) <= set(MODEL_SETTINGS):
+        raise _Bad(f"model is {_shown(model)}, not the model settings")
+
+
+def _check_workers(workers: Any) -> None:
+    if not isinstance(workers, list) or len(workers) > MAX_WORKERS_SAVED:
+        raise _Bad(f"workers is {_shown(workers)}, not a list of at most "
+                   f"{MAX_WORKERS_SAVED} workers")
+    seen: set[int] = set()
+    for i, entry in enumerate(workers):
+        where = f"workers[{i}]"
+        if not isinstance(entry, dict) or not {"worker_id", "address", "threads"} <= set(entry):
+            raise _Bad(f"{where} is {_shown(entry)}, not a worker")
+        if not set(entry) <= _WORKER_KEYS:
+            raise _Bad(f"{where} has a field {_shown(min(set(entry) - _WORKER_KEYS))}")
+        _int(f"{where}.worker_id", entry["worker_id"], 0, MAX_WORKERS_SAVED - 1)
+        if entry["worker_id"] in seen:
+            raise _Bad(f"{where}.worker_id {entry['worker_id']} appears twice")
+        seen.add(entry["worker_id"])
+        _text(f"{where}.address", entry["address"])
+        _int(f"{where}.threads", entry["threads"], 1, MAX_THREADS)
+        _text(f"{where}.hostname", entry.get("hostname", ""))
+        _int(f"{where}.pid", entry.get("pid", 0), 0, 1 << 32)
+        _int(f"{where}.examples", entry.get("examples", 0), 0, MAX_EXAMPLES)
+        _int(f"{where}.round", entry.get("round", 0), 0, MAX_ROUND)
+        for key in ("deltas_applied", "bytes_received"):
+            _int(f"{where}.{key}", entry.get(key, 0), 0, MAX_COUNT)
+        digest = entry.get("secret_digest", "")
+        _text(f"{where}.secret_digest", digest, 64)
+        if digest and (len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest)):
+            raise _Bad(f"{where}.secret_digest is {_shown(digest)}, not a SHA-256 in hex")
+
+
+def _check_early(early: Any) -> None:
+    if not isinstance(early, dict) or not set(early) <= _EARLY_KEYS:
+        raise _Bad(f"early is {_shown(early)}, not early stopping's counters")
+    evaluations = early.get("evaluations") or 0
+    _int("early.evaluations", evaluations, 0, MAX_COUNT)
+    _int("early.since_best", early.get("since_best") or 0, 0, evaluations)
+    if early.get("best_index") is not None:
+        _int("early.best_index", early["best_index"], 0, max(evaluations - 1, 0))
+    for key in ("best_loss", "kept_loss"):
+        _float(f"early.{key}", early.get(key), -math.inf, math.inf, none=True)
+    _float("early.kept_accuracy", early.get("kept_accuracy"), 0.0, 1.0, none=True)
 
 
 # What reading a damaged archive raises, from the zip layer (a cut file: BadZipFile, EOFError;

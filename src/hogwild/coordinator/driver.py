@@ -387,7 +387,7 @@ class RunDriver:
         self.console.result(
             f"done ({reason}): {metrics['epochs']:.2f} epochs, {metrics['rounds']} "
             f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "
-            f"test loss {test.loss:.4f}, test accuracy {acc}; "
+            f"test loss {fmt(test.loss)}, test accuracy {acc}; "
             f"{totals.deltas_received} deltas, "
             f"{totals.bytes_received / 1e6:.1f} MB received; outputs in {published}")
         self.console.json_result(metrics)

@@ -14,7 +14,7 @@ from hogwild.coordinator.state import RunState
 from hogwild.errors import TrainingDiverged
 from hogwild.model.evaluation import evaluate, is_finite
 from hogwild.model.spec import ModelSpec
-from hogwild.outputs.console import Console
+from hogwild.outputs.console import Console, number
 from hogwild.outputs.history import EvalHistory
 
 # Between the periodic evaluations (eval_interval apart, the ones printed and counted by
@@ -31,7 +31,7 @@ CURVE_GROWTH = 0.02
 
 
 def fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
+    return number(value)
 
 
 def check_diverged(w: npt.NDArray[np.float64], learning_rate: float,
@@ -135,8 +135,8 @@ class Evaluator:
         self.record(row)
         if not announce:
             return row
-        text = (f"{row['elapsed']:>7.2f}s {row['round']:>6} {examples:>10} "
-                f"{row['epochs']:>7.2f} {fmt(row['val_loss']):>9} "
+        text = (f"{number(row['elapsed'], 2):>7}s {row['round']:>6} {examples:>10} "
+                f"{number(row['epochs'], 2):>7} {fmt(row['val_loss']):>9} "
                 f"{fmt(row['val_accuracy']):>8} {row['deltas_received']:>7} "
                 f"{row['bytes_received'] / 1e6:>8.2f} {row['max_staleness']:>5}")
         if closing:  # the last row is always shown (a periodic one held back is older)

@@ -36,6 +36,12 @@ def load_data(s: Settings) -> tuple[Any, LocalShipping | None, TrainShape]:
 
         splits, local = load_splits(s), None
         train = TrainShape(splits.train.n_rows, splits.train.nnz, splits.train.n_features)
+        if splits.initial is not None:
+            from hogwild.inprocess.local import model_spec, warm_start_weights
+
+            # A warm start that is not this run's model (another loss, implausible weights)
+            # is refused now, not after the workers have registered.
+            warm_start_weights(s, splits, model_spec(s, splits.train.n_features))
     if splits.labels.task == MULTICLASS:
         classes = ", ".join(f"{v:g}" for v in splits.labels.classes or ())
         raise DataError(f"{s.data}: labels {{{classes}}} are {splits.labels.n_classes} "

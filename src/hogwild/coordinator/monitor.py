@@ -34,7 +34,7 @@ def stop_rules(settings: Settings, train_rows: int, resume: Checkpoint | None,
         rules.early.restore(resume.early, resume.best_w)
         if rules.early.best_index is not None:
             best = rules.early.best_loss
-            say(f"early stopping goes on: best validation loss {best:.4f}, "
+            say(f"early stopping goes on: best validation loss {fmt(best)}, "
                 f"{rules.early.state()['since_best']} evaluation(s) since")
     return rules
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from hogwild.config import Settings
 from hogwild.engine.stopping import EarlyStopping
+from hogwild.outputs.console import number
 
 
 class StopSignal:
@@ -128,7 +129,7 @@ def regression_warning(evaluated: Iterable[float | None], saved: float | None) -
     best = min(losses)
     if saved <= REGRESSION_FACTOR * best or saved - best < 0.05:
         return None
-    return (f"the saved model's validation loss {saved:.4f} is {saved / best:.1f}x the lowest "
-            f"evaluated during training ({best:.4f}): the validation loss rose as the run "
-            "trained; with several workers, summed deltas can overshoot: try a smaller "
-            "learning_rate or round_size")
+    return (f"the saved model's validation loss {number(saved)} is {number(saved / best, 1)}x "
+            f"the lowest evaluated during training ({number(best)}): the validation loss rose "
+            "as the run trained; with several workers, summed deltas can overshoot: try a "
+            "smaller learning_rate or round_size")

@@ -47,6 +47,7 @@ from hogwild.engine.threads import KernelPlan, ThreadCursor, make_cursors, train
 from hogwild.engine.treeshape import children, parent
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRArrays
+from hogwild.settings.rules import BOUNDS
 
 COORDINATOR = -1
 
@@ -71,10 +72,13 @@ class Scenario:
             raise ValueError("workers must be >= 1")
         if self.speeds and len(self.speeds) != self.workers:
             raise ValueError(f"speeds: {len(self.speeds)} given for {self.workers} workers")
-        if any(not (math.isfinite(s) and s > 0) for s in self.speeds):
-            raise ValueError("speeds must be finite and > 0")
-        if self.max_rounds < 1 or self.slices < 1 or self.evals_per_epoch <= 0:
-            raise ValueError("max_rounds, slices and evals_per_epoch must be positive")
+        if any(s not in BOUNDS["speed"] for s in self.speeds):
+            raise ValueError(f"speeds: each {BOUNDS['speed'].why}")
+        if self.max_rounds < 1:
+            raise ValueError("max_rounds must be positive")
+        for name in ("slices", "evals_per_epoch"):
+            if getattr(self, name) not in BOUNDS[name]:
+                raise ValueError(f"{name} {BOUNDS[name].why}")
         if not 2 <= self.tree_fanout <= 64:
             raise ValueError("tree_fanout must be between 2 and 64")
 

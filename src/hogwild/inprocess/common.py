@@ -15,6 +15,7 @@ from hogwild.model.evaluation import predict
 from hogwild.model.hot import RENUMBERED_HOT_FEATURES
 from hogwild.model.saved import default_task
 from hogwild.model.spec import ModelSpec
+from hogwild.outputs.console import number
 
 # Bytes a job keeps per feature id besides the weights: document frequency (int64), the
 # renumbering and its inverse (int32 each).
@@ -65,8 +66,8 @@ def test_quality(test: CSRData, w: np.ndarray, loss: str,
 
 
 def fmt_metric(value: float | None, digits: int = 4) -> str:
-    """A metric for a progress row: ``-`` when there is none."""
-    return "-" if value is None else f"{value:.{digits}f}"
+    """A metric for a progress row: ``-`` when there is none, compact when huge."""
+    return number(value, digits)
 
 
 def duration(seconds: float) -> str:

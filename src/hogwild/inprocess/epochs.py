@@ -88,7 +88,8 @@ class EpochBook:
         self.history.add(row)
         if self.scalars is not None:  # at the examples trained on: every epoch a whole pass
             self.scalars.add(row, (stats.epoch + 1) * self.epoch_rows)
-        self.rows.offer(f"{row['epoch']:>5} {elapsed:>7.2f}s {stats.train_loss:>10.4f} "
+        self.rows.offer(f"{row['epoch']:>5} {fmt_metric(elapsed, 2):>7}s "
+                        f"{fmt_metric(stats.train_loss):>10} "
                         f"{fmt_metric(row['val_loss']):>9} "
                         f"{fmt_metric(row['val_accuracy']):>8}",
                         self.console.out, done=(stats.epoch + 1) / max(1, settings.epochs))

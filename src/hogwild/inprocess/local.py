@@ -33,12 +33,12 @@ from hogwild.inprocess.common import (
 )
 from hogwild.inprocess.epochs import EpochBook
 from hogwild.inprocess.results import plot_title, write_outputs
-from hogwild.model.evaluation import evaluate_model, is_finite
+from hogwild.model.evaluation import evaluate_model, is_finite, predict, scores
 from hogwild.model.losses import get_loss
 from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
 from hogwild.outputs import artifacts
-from hogwild.outputs.console import Console
+from hogwild.outputs.console import Console, number
 from hogwild.outputs.plotter import BackgroundPlot
 from hogwild.runtime.warmup import preload_in_background
 
@@ -218,10 +218,54 @@ def warm_start_weights(settings: Settings, splits: Splits, spec: ModelSpec) -> n
         raise refuse("feature count", model.n_features, spec.n_features)
     order = splits.feature_order
     if spec.is_mlp:
-        return _mlp_to_internal(spec, model.w, order)
-    if model.w.ndim == 2:
-        return np.stack([to_internal(row, order) for row in model.w])
-    return to_internal(model.w, order)
+        w = _mlp_to_internal(spec, model.w, order)
+    elif model.w.ndim == 2:
+        w = np.stack([to_internal(row, order) for row in model.w])
+    else:
+        w = to_internal(model.w, order)
+    check_initial_weights(settings, splits, w, spec)
+    return w
+
+
+# How far from 0 a model's predictions on the run's own rows may start (for the squared loss,
+# this many times the largest |target|). A model trained here moves a margin by at most
+# learning_rate x |x|^2 per step and ends with margins of a few units (hinge: past 1 a
+# row no longer moves it; logistic: its loss is 0 in float64 beyond 37); a million is a
+# model no training makes, and its losses print as million-digit numbers while every step
+# of training is lost in its rounding (a weight of 1e300 keeps 1e284 as its smallest step).
+MAX_INITIAL_MARGIN = 1e6
+
+
+def check_initial_weights(settings: Settings, splits: Splits, w: np.ndarray,
+                          spec: ModelSpec) -> None:
+    """ConfigError naming the initial model when a weight is not finite, when a classifier's
+    weight is beyond MAX_INITIAL_MARGIN, or when its margins on the training, validation or
+    test rows are (for the squared loss: beyond that many times the largest |target|)."""
+    where = settings.initial_model
+    loss = get_loss(settings.loss)
+    if not is_finite(w):
+        raise ConfigError("initial_model", f"{where} holds a weight that is not finite")
+    scale = 1.0
+    if not loss.is_classifier and splits.train.n_rows:
+        scale = max(1.0, float(np.abs(splits.train.labels).max()))
+    limit = MAX_INITIAL_MARGIN * scale
+    largest = float(np.abs(w).max(initial=0.0))
+    if loss.is_classifier and largest > limit:
+        raise ConfigError("initial_model", f"{where} has a weight of {number(largest)}, "
+                          f"beyond {limit:g}: not a trained {settings.loss} model's (its "
+                          "margins stay within a few units); a damaged or edited file?")
+    for name, rows in (("training", splits.train), ("validation", splits.val),
+                       ("test", splits.test)):
+        if not rows.n_rows:
+            continue
+        margins = scores(rows, w) if w.ndim == 2 else predict(rows, w, spec)
+        worst = float(np.max(np.abs(margins)))
+        if not worst <= limit:  # NaN too
+            raise ConfigError("initial_model", f"{where} predicts {number(worst)} on a "
+                              f"{name} row, beyond {limit:g}"
+                              f"{'' if loss.is_classifier else ' x the largest |target|'}: "
+                              f"not a trained {settings.loss} model's; a damaged or edited "
+                              "file?")
 
 
 def _mlp_to_internal(spec: ModelSpec, w: np.ndarray, new_id_of_old: np.ndarray) -> np.ndarray:
@@ -422,7 +466,7 @@ def _train(settings: Settings, console: Console, started: float,
         say(f"saved the model of epoch {metrics['best_epoch']}, the best validated one "
             f"({kept}{fmt_metric(stopper.kept_loss)})")
     console.result(f"done ({stop_reason}): {epochs} epochs in "
-                   f"{duration(train_seconds)}, test loss {test.loss:.4f}, test accuracy "
+                   f"{duration(train_seconds)}, test loss {fmt_metric(test.loss)}, test accuracy "
                    f"{acc}; outputs in {published}")
     console.json_result(metrics)
     return metrics

@@ -35,6 +35,7 @@ from hogwild.errors import ConfigError, DataError, OutputError
 from hogwild.inprocess.common import (
     check_feature_memory,
     duration,
+    fmt_metric,
     test_quality,
     train_params,
 )
@@ -256,8 +257,8 @@ def train_job(settings: Settings, console: Console, started: float,
     published = run.publish()
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
     console.result(f"done ({stop_reason}): {book.epochs} epochs in "
-                   f"{duration(train_seconds)}, test loss {test.loss:.4f}, test accuracy "
-                   f"{acc}; outputs in {published}")
+                   f"{duration(train_seconds)}, test loss {fmt_metric(test.loss)}, "
+                   f"test accuracy {acc}; outputs in {published}")
     console.json_result(metrics)
     return metrics
 

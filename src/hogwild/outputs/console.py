@@ -3,6 +3,7 @@ a live status line (progress and ETA) on a terminal."""
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -40,6 +41,23 @@ def use(verbosity: Verbosity) -> None:
 def current() -> Verbosity:
     """This process's verbosity (normal, unless the command line said otherwise)."""
     return _current
+
+
+# Beyond this magnitude a number is printed in scientific notation: a fixed-point loss of
+# 1e300 is a 300-digit row.
+FIXED_BELOW = 1e5
+
+
+def number(value: float | None, digits: int = 4) -> str:
+    """A float for a human line: ``digits`` decimals while short (0.0312), scientific beyond
+    FIXED_BELOW (1.235e+300), ``nan`` / ``inf`` as such, ``-`` for None."""
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return str(float(value))
+    if abs(value) >= FIXED_BELOW:
+        return f"{value:.{max(digits - 1, 1)}e}"
+    return f"{value:.{digits}f}"
 
 
 def _line(out: TextIO, text: str) -> None:

@@ -6,17 +6,15 @@ import hmac
 import logging
 import math
 import socket
-import socketserver
 import ssl
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from hogwild.errors import ConfigError
+from hogwild.outputs.metrics_http import MetricsHTTPServer
 from hogwild.settings.rules import check_metrics_tls
 
 if TYPE_CHECKING:
@@ -67,74 +65,6 @@ class _Collector:
             metric = family(f"{self.prefix}_{m.name}", m.help, labels=names)
             metric.add_metric(values, float(m.value))
             yield metric
-
-
-# A client gets this long to finish its TLS handshake, and then each read or write of its
-# request: one that connects and stalls holds one thread for this long, never the server.
-CLIENT_SECONDS = 10.0
-# Clients answered at once: each holds a thread for up to CLIENT_SECONDS; more are closed at
-# once rather than given threads without bound (a scraper needs one; a flood gets nothing).
-MAX_CLIENTS = 8
-
-
-class _QuietHandler(WSGIRequestHandler):
-    timeout = CLIENT_SECONDS
-
-    def log_message(self, format: str, *args: Any) -> None:
-        # Not one stderr line per scrape (the library's default): debug log only.
-        log.debug("%s %s", self.address_string(), format % args)
-
-
-class _Server(socketserver.ThreadingMixIn, WSGIServer):
-    """A WSGI server that answers each client on a thread of its own, the TLS handshake
-    included: done on the accepting thread (a listening socket wrapped in TLS), one client
-    that never completes it would stop every scrape."""
-
-    daemon_threads = True
-    tls: ssl.SSLContext | None = None
-    refused_clients = 0
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """A thread for this client if fewer than MAX_CLIENTS are being answered, else the
-        connection is closed at once (the accepting thread never waits)."""
-        if not self._slots.acquire(blocking=False):
-            self.refused_clients += 1
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        if self.tls is None:
-            super().finish_request(request, client_address)
-            return
-        request.settimeout(CLIENT_SECONDS)
-        try:
-            wrapped = self.tls.wrap_socket(request, server_side=True)
-        except OSError as exc:  # not TLS, a certificate it refused, too slow: nothing to answer
-            log.debug("metrics: TLS handshake with %s failed: %s", client_address, exc)
-            return
-        try:
-            super().finish_request(wrapped, client_address)
-        finally:
-            wrapped.close()
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
 
 
 _UNAUTHORIZED = b"401 unauthorized: /metrics wants the header Authorization: Bearer <token>\n"
@@ -202,14 +132,18 @@ class MetricsServer:
     """A /metrics HTTP(S) server of its own registry (never the library's global one: two
     servers in one process, as in tests, stay apart)."""
 
-    def __init__(self, server: WSGIServer, thread: threading.Thread, host: str,
-                 port: int, linger: float, scheme: str = "http") -> None:
+    def __init__(self, server: MetricsHTTPServer, host: str, port: int, linger: float,
+                 scheme: str = "http") -> None:
         self._server = server
-        self._thread = thread
         self.host = host
         self.port = port
         self.linger = linger
         self.scheme = scheme
+
+    @property
+    def evicted(self) -> int:
+        """Idle or slow clients closed to make room for another (see metrics_http)."""
+        return self._server.evicted
 
     @property
     def url(self) -> str:
@@ -224,8 +158,6 @@ class MetricsServer:
             log.info("serving metrics %.0fs more (metrics_linger)", self.linger)
             time.sleep(self.linger)
         self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=2.0)
 
 
 def serve_metrics(settings: Settings, process: str, read: Reader,
@@ -250,25 +182,36 @@ def serve_metrics(settings: Settings, process: str, read: Reader,
         app = _require_token(app, token)
     host, port = settings.bind_host, settings.metrics_port
     try:
-        family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                    flags=socket.AI_PASSIVE)[0][0]
-        server = (_Server6 if family == socket.AF_INET6 else _Server)(
-            (host.strip("[]"), port), _QuietHandler)
+        sock = _listen(host, port)
     except OSError as exc:
         raise ConfigError("metrics_port", f"cannot serve metrics on {host}:{port}: "
                                           f"{exc.strerror or exc}") from None
-    server.set_app(app)
-    server.tls = tls
-    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
-    thread.start()
-    served = MetricsServer(server, thread, host, int(server.server_port),
-                           settings.metrics_linger, "https" if tls else "http")
+    server = MetricsHTTPServer(sock, app, tls)
+    server.start()
+    served = MetricsServer(server, host, server.server_port, settings.metrics_linger,
+                           "https" if tls else "http")
     if token is None and not _loopback(host):
         log.warning("metrics at %s without a token (metrics_token_file): anyone who reaches "
                     "the port can read them", served.url)
     else:
         log.info("metrics at %s%s", served.url, "" if token is None else " (token required)")
     return served
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (any address of the host's family for "")."""
+    family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                flags=socket.AI_PASSIVE)[0][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # As HTTP servers do: a port whose last connections are in TIME_WAIT is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _loopback(host: str) -> bool:

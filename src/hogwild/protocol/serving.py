@@ -10,6 +10,7 @@ from concurrent import futures
 import grpc
 
 from hogwild.errors import ClusterError
+from hogwild.protocol.malformed import MalformedGate
 from hogwild.protocol.security import Security
 
 log = logging.getLogger("hogwild.protocol")
@@ -21,10 +22,13 @@ SERVER_OPTIONS = (("grpc.so_reuseport", 0),)
 
 def new_server(max_workers: int, thread_name_prefix: str, security: Security) -> grpc.Server:
     """A gRPC server on its own thread pool (handlers block on model locks, never on I/O),
-    alone on its port, behind the token gate when there is a token."""
+    alone on its port, behind the token gate when there is a token. Unparsable request bytes
+    get INVALID_ARGUMENT (the gate runs after the token's, so a caller without the token is
+    refused before its bytes are read)."""
     return grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                   thread_name_prefix=thread_name_prefix),
-                       interceptors=security.server_interceptors(), options=SERVER_OPTIONS)
+                       interceptors=(*security.server_interceptors(), MalformedGate()),
+                       options=SERVER_OPTIONS)
 
 
 def is_loopback(host: str) -> bool:

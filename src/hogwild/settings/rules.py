@@ -84,6 +84,20 @@ BOUNDS: dict[str, Bound] = {
     "power_t": Bound(0, 2, "must be in [0, 2]"),
     "l2": Bound(0, _INF, "must be non-negative and finite", high_open=True),
     "tree_fanout": Bound(2, 64, "must be between 2 and 64"),
+    # `hogwild simulate`'s machines and network (declared in settings/simulation.py). The
+    # ranges hold every real machine and network with room to spare; beyond them a number
+    # is a typo or an attack (a log-normal sigma of 1e300 overflows, a billion slices or
+    # evaluations per epoch make a run of hours that prints nothing).
+    "speed": Bound(1, 1e13, "must be between 1 and 1e13 non-zeros per second per thread"),
+    "speed_spread": Bound(0, 3, "must be between 0 and 3 (a log-normal sigma: at 3, one "
+                                "worker in 20 is over 100x slower than the median, and one "
+                                "in 20 over 100x faster)"),
+    "latency": Bound(0, 3600, "must be between 0 and 3600 seconds"),
+    "overhead": Bound(0, 3600, "must be between 0 and 3600 seconds"),
+    "bandwidth": Bound(1, 1e13, "must be between 1 and 1e13 bytes per second"),
+    "slices": Bound(1, 1024, "must be between 1 and 1024"),
+    "evals_per_epoch": Bound(0, 1000, "must be above 0 and at most 1000", low_open=True),
+    "max_events": Bound(1, 1e12, "must be between 1 and 1e12"),
 }
 
 
