@@ -210,6 +210,13 @@ class RunDriver:
             if first is not None:
                 ev.record(first)
             rules = stop_rules(s, self.train.n_rows, self.resume, self._print)
+            if (warm_started and initial is not None and first is not None
+                    and first["val_loss"] is not None):
+                # The model given is a candidate for the one saved: a run that only made it
+                # worse hands it back unchanged.
+                rules.early.start_from(first["val_loss"], initial,
+                                       first["val_accuracy"])
+                ev.best_row = first
             self.adjuster = (Adjuster(SwingGuard(s.mode, s.staleness, s.swing_tolerance,
                                                  splits.val.n_rows),
                                       self.state.run_id, self.links.call, self._print)

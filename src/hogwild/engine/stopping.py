@@ -26,7 +26,8 @@ class EarlyStopping:
         self.min_delta = min_delta
         self.target_loss = target_loss
         self.best_loss = math.inf          # the lowest loss (patience counts from it)
-        self.best_index: int | None = None  # the kept model's evaluation
+        # The kept model's evaluation (-1: the model training started from, see start_from).
+        self.best_index: int | None = None
         self.best_weights: np.ndarray | None = None
         self.kept_loss = math.inf          # the kept model's loss and accuracy
         self.kept_accuracy: float | None = None
@@ -54,6 +55,18 @@ class EarlyStopping:
         kept_loss, kept_accuracy = state.get("kept_loss", best_loss), state.get("kept_accuracy")
         self.kept_loss = math.inf if kept_loss is None else float(kept_loss)
         self.kept_accuracy = None if kept_accuracy is None else float(kept_accuracy)
+
+    def start_from(self, loss: float | None, w: np.ndarray,
+                   accuracy: float | None = None) -> None:
+        """Make the model training starts from (a warm start's: a model the user gave, with
+        its validation ``loss`` and ``accuracy``) a candidate for the model kept, at index -1:
+        a run that only made it worse saves it unchanged. It is no evaluation of training:
+        patience and the target loss count from the first one."""
+        if loss is None or not math.isfinite(loss):
+            return
+        self.best_index = -1
+        self.kept_loss, self.kept_accuracy = loss, accuracy
+        self.best_weights = np.array(w, copy=True)
 
     def update(self, loss: float, w: np.ndarray | None = None,
                accuracy: float | None = None) -> str | None:

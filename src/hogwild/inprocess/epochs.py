@@ -28,11 +28,12 @@ class EpochBook:
     """The epochs of one `hogwild train` run: the epoch-0 row (the model before training),
     then per epoch a divergence check, the validation score, the history row (on disk as it
     is made, and in TensorBoard), the progress row, and the stop rules (early stopping,
-    target loss, time budget). The model kept is :attr:`stopper`'s."""
+    target loss, time budget). The model kept is :attr:`stopper`'s; ``warm_started``: the
+    model training starts from was given (initial_model), and is a candidate for it."""
 
     def __init__(self, settings: Settings, console: Console, run_dir: Path, run_name: str,
                  model_w: npt.NDArray[np.float64], validate: Validate,
-                 epoch_rows: int) -> None:
+                 epoch_rows: int, warm_started: bool = False) -> None:
         self.settings = settings
         self.console = console
         self.model_w = model_w
@@ -58,6 +59,9 @@ class EpochBook:
                           "val_accuracy": initial.accuracy if initial else None})
         if self.scalars is not None:
             self.scalars.add(self.history.rows.rows()[-1], 0)
+        if warm_started and initial is not None:
+            # A given model that training only made worse is the one to save, unchanged.
+            self.stopper.start_from(initial.loss, model_w, initial.accuracy)
         console.say(f"{'epoch':>5} {'elapsed':>8} {'train_loss':>10} {'val_loss':>9} "
                     f"{'val_acc':>8}")
         self.rows = console.rows()

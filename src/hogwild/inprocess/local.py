@@ -367,7 +367,8 @@ def _train(settings: Settings, console: Console, started: float,
         say(f"starting from the model in {settings.initial_model}")
     book = EpochBook(settings, console, run.path, run.name, model_w,
                      lambda w: (evaluate_model(splits.val, w, loss, spec)
-                                if splits.val.n_rows else None), splits.train.n_rows)
+                                if splits.val.n_rows else None), splits.train.n_rows,
+                     warm_started=splits.initial is not None)
     after_epoch = book.after_epoch
     if ovr is not None:
         per_class = ovr.targets(splits.train)
