@@ -129,7 +129,7 @@ def test_a_warm_start_that_only_gets_worse_saves_the_model_it_was_given(
     code, warm, err = _train(tmp_path, capsys, "b", "--epochs", "3", "--l2", "0.1",
                              "--initial-model", start)
     assert code == 0, err
-    assert warm["best_epoch"] == 0 and warm["epochs"] == 3
+    assert warm["best_epoch"] == warm["saved_epoch"] == 0 and warm["epochs"] == 3
     assert warm["test_loss"] == pytest.approx(first["test_loss"])
     np.testing.assert_allclose(SavedModel.load(tmp_path / "b" / "latest").w, given)
     cluster = ("--workers", "2", "--insecure", "--register-timeout", "60")
@@ -137,6 +137,7 @@ def test_a_warm_start_that_only_gets_worse_saves_the_model_it_was_given(
                             "--initial-model", start, command="run")
     assert code == 0, err
     assert run["saved_model"]["round"] == 0 and not run["saved_model"]["final"]
+    assert run["saved_epoch"] == 0
     assert run["test_loss"] == pytest.approx(first["test_loss"])
 
 

@@ -189,6 +189,8 @@ def _metrics(settings: Settings, splits: Any, spec: Any, result: SimResult,
         "val_loss": best["val_loss"] if best else None,
         "val_accuracy": best["val_accuracy"] if best else None,
         "best_epoch": best["epoch"] if best else None,
+        # The epoch of the weights saved (the last one's without a validation set).
+        "saved_epoch": (best or result.history[-1])["epoch"] if result.history else None,
         "workers": settings.workers, "threads": settings.threads, "mode": settings.mode,
         "topology": settings.topology, "combine": scenario.rules.combine,
         "staleness": settings.staleness, "round_size": scenario.kernel.round_size,

@@ -382,6 +382,7 @@ class RunDriver:
         checkpoint.remove(self.run_dir.path)
         published = self.run_dir.publish()
         acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
+        saved_epoch = metrics["saved_epoch"]
         if saved is not None and saved is not row:
             def scores(r: dict[str, Any]) -> str:
                 acc_part = ("" if r["val_accuracy"] is None
@@ -392,7 +393,9 @@ class RunDriver:
                         f"(epoch {saved['epochs']:.2f}, {scores(saved)}) rather than the last "
                         f"one ({scores(row)})")
         self.console.result(
-            f"done ({reason}): {metrics['epochs']:.2f} epochs, {metrics['rounds']} "
+            f"done ({reason}): {metrics['epochs']:.2f} epochs"
+            f"{'' if saved is None or saved is row else f' (model of epoch {saved_epoch:.2f})'}"
+            f", {metrics['rounds']} "
             f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "
             f"test loss {test.loss:.4f}, test accuracy {acc}; "
             f"{totals.deltas_received} deltas, "

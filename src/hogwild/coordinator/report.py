@@ -168,6 +168,8 @@ def run_metrics(s: Settings, splits: Any, spec: ModelSpec, state: RunState, tota
         "tree_recovery": relay.recovery() if relay else {},
         # Which evaluation's model was saved (the best validated one; None: a resumed
         # run's best, evaluated before the resume).
+        # The epoch of the weights saved (None: see saved_model).
+        "saved_epoch": None if saved is None else saved.get("epochs"),
         "saved_model": None if saved is None else {
             key: saved.get(key) for key in ("elapsed", "round", "epochs", "val_loss",
                                             "val_accuracy")} | {"final": saved is final_row},

@@ -36,7 +36,8 @@ class StopSignal:
 
 @dataclass
 class StopRules:
-    """Budget checks plus early stopping on the validation loss (keeping the best model)."""
+    """Budget checks plus early stopping on the validation loss, keeping the best model
+    (engine.stopping.better: a classifier's most accurate, else the lowest loss)."""
 
     epochs: int
     train_rows: int

@@ -7,6 +7,21 @@ import math
 import numpy as np
 
 
+def better(loss: float, accuracy: float | None, kept_loss: float,
+           kept_accuracy: float | None) -> bool:
+    """Whether a model scored (``loss``, ``accuracy``) beats the kept one: the definition of
+    "the best model" every trainer saves (train, run, simulate, the estimators).
+
+    A classifier (both accuracies known): the more accurate, the lower loss breaking a tie;
+    what a user compares classifiers by, and a model several points less accurate than one
+    the run had is a worse answer whatever its loss (a swinging run's lower-loss models were
+    the less accurate ones). Otherwise (a regression, no validation set): the lower loss.
+    """
+    if accuracy is not None and kept_accuracy is not None and accuracy != kept_accuracy:
+        return accuracy > kept_accuracy
+    return loss < kept_loss
+
+
 class EarlyStopping:
     """Feed it one validation loss per evaluation; it says when to stop and keeps the best weights.
 
@@ -14,10 +29,9 @@ class EarlyStopping:
     (0 disables it); reaching ``target_loss`` stops it too. A non-finite loss stops at once: the
     model has diverged and more steps cannot help.
 
-    The model kept is the best one evaluated: by validation accuracy where there is one (a
-    classifier: what a user compares runs by, and a model several points less accurate than
-    one the run had is a worse answer whatever its loss), the lower loss breaking ties; by
-    the loss otherwise. Patience still counts on the loss, the smoother of the two.
+    The model kept is the best one evaluated, as :func:`better` defines it (a classifier's
+    most accurate, else the lowest loss). Patience still counts on the loss, the smoother of
+    the two.
     """
 
     def __init__(self, patience: int = 0, min_delta: float = 0.0,
@@ -94,9 +108,5 @@ class EarlyStopping:
 
     def _better(self, loss: float, accuracy: float | None) -> bool:
         """Whether this evaluation's model beats the kept one (see the class docstring)."""
-        if self.best_index is None:
-            return True
-        kept = self.kept_accuracy
-        if accuracy is not None and kept is not None and accuracy != kept:
-            return accuracy > kept
-        return loss < self.kept_loss
+        return self.best_index is None or better(loss, accuracy, self.kept_loss,
+                                                 self.kept_accuracy)

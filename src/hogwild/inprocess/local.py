@@ -392,7 +392,8 @@ def _train(settings: Settings, console: Console, started: float,
     metrics: dict[str, Any] = {
         "command": "train", "test_loss": test.loss, "test_accuracy": test.accuracy,
         "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
-        "epochs": epochs, "best_epoch": book.best_epoch(), "seconds": train_seconds,
+        "epochs": epochs, "best_epoch": book.best_epoch(),
+        "saved_epoch": book.best_epoch(), "seconds": train_seconds,
         "load_seconds": loaded - started, "total_seconds": time.perf_counter() - started,
         "stop_reason": stop_reason, "threads": settings.threads, "trainer": settings.trainer,
         "batch_size": settings.batch_size,
@@ -422,7 +423,8 @@ def _train(settings: Settings, console: Console, started: float,
                 if stopper.kept_accuracy is not None else "validation loss ")
         say(f"saved the model of epoch {metrics['best_epoch']}, the best validated one "
             f"({kept}{fmt_metric(stopper.kept_loss)})")
-    console.result(f"done ({stop_reason}): {epochs} epochs in "
+    of = "" if metrics["saved_epoch"] == epochs else f" (model of epoch {metrics['saved_epoch']})"
+    console.result(f"done ({stop_reason}): {epochs} epochs{of} in "
                    f"{duration(train_seconds)}, test loss {test.loss:.4f}, test accuracy "
                    f"{acc}; outputs in {published}")
     console.json_result(metrics)

@@ -235,7 +235,8 @@ def train_job(settings: Settings, console: Console, started: float,
         "command": "train", "out_of_core": True, "test_loss": test.loss,
         "test_accuracy": test.accuracy, "val_loss": val.loss if val else None,
         "val_accuracy": val.accuracy if val else None, "epochs": book.epochs,
-        "best_epoch": book.best_epoch(), "seconds": train_seconds, "load_seconds": loaded - started,
+        "best_epoch": book.best_epoch(), "saved_epoch": book.best_epoch(),
+        "seconds": train_seconds, "load_seconds": loaded - started,
         "total_seconds": time.perf_counter() - started, "stop_reason": stop_reason,
         "threads": settings.threads, "trainer": settings.trainer, "loss": settings.loss,
         "train_rows": c[TRAIN], "test_rows": test.n, "n_features": source.n_features,
@@ -255,7 +256,9 @@ def train_job(settings: Settings, console: Console, started: float,
         raise OutputError.writing(run.path, exc) from None
     published = run.publish()
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
-    console.result(f"done ({stop_reason}): {book.epochs} epochs in "
+    of = ("" if metrics["saved_epoch"] == book.epochs
+          else f" (model of epoch {metrics['saved_epoch']})")
+    console.result(f"done ({stop_reason}): {book.epochs} epochs{of} in "
                    f"{duration(train_seconds)}, test loss {test.loss:.4f}, test accuracy "
                    f"{acc}; outputs in {published}")
     console.json_result(metrics)
