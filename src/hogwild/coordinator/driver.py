@@ -351,7 +351,8 @@ class RunDriver:
             log.warning("%s", text)
         plotted = self.history.rows.rows()
         if self.plot is not None:  # the history is final: drawn while the outputs are written
-            self.plot.start(self.run_dir.path, plotted, plot_title(s, "run"))
+            self.plot.start(self.run_dir.path, plotted, plot_title(s, "run"),
+                            saved=None if saved is None else saved.get("epochs"))
         trace_rows = score_trace(self.trace, splits.val, self.train.n_rows, loss, self.spec,
                                  self.run_dir.path, self._print)
         workers_out = write_worker_states(self.run_dir.path, self.spec, self.final_states,

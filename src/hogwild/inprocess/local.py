@@ -388,7 +388,7 @@ def _train(settings: Settings, console: Console, started: float,
         raise TrainingDiverged("test loss", settings.learning_rate)
     # The history is final and the model sound: the helper draws while the outputs are written.
     plotted = book.history.rows.rows()
-    plot.start(run.path, plotted, title=plot_title(settings, "train"))
+    plot.start(run.path, plotted, title=plot_title(settings, "train"), saved=book.best_epoch())
     metrics: dict[str, Any] = {
         "command": "train", "test_loss": test.loss, "test_accuracy": test.accuracy,
         "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
@@ -412,7 +412,8 @@ def _train(settings: Settings, console: Console, started: float,
                   run_dir=run.path)
     # The plot (drawn meanwhile) is the last file: then the run is published whole.
     try:
-        plot.finish(run.path, plotted, title=plot_title(settings, metrics["command"]))
+        plot.finish(run.path, plotted, title=plot_title(settings, metrics["command"]),
+                    saved=metrics["saved_epoch"])
     except OSError as exc:
         raise OutputError.writing(run.path, exc) from None
     published = run.publish()

@@ -251,7 +251,8 @@ def train_job(settings: Settings, console: Console, started: float,
                   classes=source.labels.classes, draw_plot=False, history_on_disk=True,
                   run_dir=run.path)
     try:  # the plot is the last file: then the run is published whole
-        plot.finish(run.path, plotted, title=f"hogwild train (out of core): {settings.data}")
+        plot.finish(run.path, plotted, title=f"hogwild train (out of core): {settings.data}",
+                    saved=metrics["saved_epoch"])
     except OSError as exc:
         raise OutputError.writing(run.path, exc) from None
     published = run.publish()
