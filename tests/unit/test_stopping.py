@@ -111,3 +111,16 @@ def test_every_trainer_keeps_its_best_model_by_one_rule() -> None:
         row = {"val_loss": loss, "val_accuracy": acc}
         kept = {"val_loss": kept_loss, "val_accuracy": kept_acc}
         assert simulated(row, kept) is expected
+
+
+def test_workers_that_trained_every_epoch_end_the_run_on_max_epochs() -> None:
+    """Whether the monitor sees the last round's examples before the final deltas or after,
+    a run that trained the epochs asked for ends on "max epochs"."""
+    from hogwild.coordinator.stopping import StopRules
+
+    rules = StopRules(epochs=2, train_rows=100, time_budget=0.0, early=EarlyStopping())
+    assert rules.budget(1.0, 200, all_finished=False, live_workers=2) == "max epochs"
+    assert rules.budget(1.0, 200, all_finished=True, live_workers=2) == "max epochs"
+    assert rules.budget(1.0, 150, all_finished=True, live_workers=2) == "workers finished"
+    assert rules.budget(1.0, 150, all_finished=False, live_workers=2) is None
+    assert rules.budget(1.0, 200, all_finished=True, live_workers=0) == "no live workers"

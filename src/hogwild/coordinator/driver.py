@@ -399,7 +399,7 @@ class RunDriver:
             f", {metrics['rounds']} "
             f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "
             f"test loss {test.loss:.4f}, test accuracy {acc}; "
-            f"{totals.deltas_received} deltas, "
+            f"{totals.delta_rounds} deltas, "
             f"{totals.bytes_received / 1e6:.1f} MB received; outputs in {published}")
         self.console.json_result(metrics)
         return metrics

@@ -130,6 +130,7 @@ class Evaluator:
                "val_accuracy": val.accuracy if val else None,
                "train_loss": float(np.mean(losses)) if losses else None,
                "deltas_received": totals.deltas_received,
+               "delta_rounds": totals.delta_rounds,
                "bytes_received": totals.bytes_received,
                "max_staleness": self.state.max_staleness()}
         self.record(row)
@@ -137,7 +138,7 @@ class Evaluator:
             return row
         text = (f"{row['elapsed']:>7.2f}s {row['round']:>6} {examples:>10} "
                 f"{row['epochs']:>7.2f} {fmt(row['val_loss']):>9} "
-                f"{fmt(row['val_accuracy']):>8} {row['deltas_received']:>7} "
+                f"{fmt(row['val_accuracy']):>8} {row['delta_rounds']:>7} "
                 f"{row['bytes_received'] / 1e6:>8.2f} {row['max_staleness']:>5}")
         if closing:  # the last row is always shown (a periodic one held back is older)
             self.rows.held = None
@@ -154,4 +155,5 @@ class Evaluator:
         return {"elapsed": 0.0, "round": 0, "examples": 0, "epochs": 0.0,
                 "val_loss": val.loss if val else None,
                 "val_accuracy": val.accuracy if val else None, "train_loss": None,
-                "deltas_received": 0, "bytes_received": 0, "max_staleness": 0}
+                "deltas_received": 0, "delta_rounds": 0, "bytes_received": 0,
+                "max_staleness": 0}

@@ -82,7 +82,7 @@ class MemberWatch:
                        reported=f"after {who} reported non-finite weights")
         measured = ("its validation loss " + fmt(val_loss) if val_loss is not None
                     else "no validation set to score it on")
-        why = (f"the global model is finite ({measured}, {totals.deltas_received} deltas), "
+        why = (f"the global model is finite ({measured}, {totals.delta_rounds} deltas), "
                "so the report is taken as about its own weights")
         for wid, round_ in sorted(claims.items()):
             # Said once, here: not again among the drops.
