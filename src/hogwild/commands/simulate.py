@@ -28,7 +28,7 @@ from hogwild.model.compression import Compression
 from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss
 from hogwild.outputs import artifacts
-from hogwild.outputs.console import QUIET, VERBOSE, Console
+from hogwild.outputs.console import QUIET, SIMULATE_ROWS, VERBOSE, Console, simulate_done
 
 # Progress rows printed at most (evenly spread over the run's evaluations, the last always).
 PRINTED_ROWS = 12
@@ -150,31 +150,21 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
                   splits.feature_order, spec=spec, hashing=splits.hashing,
                   task=splits.labels.task, classes=splits.labels.classes, run_dir=run.path)
     published = run.publish()
-    final, best = metrics["final_test_accuracy"], metrics["test_accuracy"]
-    acc = ("-" if best is None else
-           f"{best:.4f} (best validated model; the last one {final:.4f})")
-    console.result(f"done: {result.rounds} rounds in {result.seconds:.3g} simulated s "
-                   f"({wall:.2f}s here), {result.messages} messages, {result.bytes / 1e6:.1f} MB, "
-                   f"max staleness {result.max_staleness}; test accuracy {acc}; outputs in "
-                   f"{published}")
+    console.result(simulate_done(
+        result.rounds, result.seconds, wall, result.messages, result.bytes,
+        result.max_staleness, metrics["test_accuracy"], metrics["final_test_accuracy"],
+    ).text(published))
     return metrics
 
 
 def _print_rows(result: SimResult, out: TextIO, every: bool = False) -> None:
     rows = result.history
     step = 1 if every else max(1, math.ceil(len(rows) / PRINTED_ROWS))
-    print(f"{'epoch':>6} {'sim_ms':>9} {'train_loss':>10} {'val_loss':>9} {'val_acc':>8}",
-          file=out)
+    print(SIMULATE_ROWS.header(), file=out)
     for i, row in enumerate(rows):
         if i % step and i != len(rows) - 1:
             continue
-        print(f"{row['epoch']:>6.2f} {row['elapsed'] * 1e3:>9.2f} "
-              f"{_fmt(row['train_loss']):>10} {_fmt(row['val_loss']):>9} "
-              f"{_fmt(row['val_accuracy']):>8}", file=out)
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
+        print(SIMULATE_ROWS.row(row), file=out)
 
 
 def _metrics(settings: Settings, splits: Any, spec: Any, result: SimResult,

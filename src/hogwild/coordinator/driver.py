@@ -13,7 +13,7 @@ from hogwild.coordinator.adjust import Adjuster
 from hogwild.coordinator.advice import ConflictAdvice
 from hogwild.coordinator.checkpoint import Checkpoint
 from hogwild.coordinator.checkpointer import Checkpointer
-from hogwild.coordinator.evaluations import Evaluator, check_diverged, fmt
+from hogwild.coordinator.evaluations import Evaluator, check_diverged
 from hogwild.coordinator.launch import configure_and_start, start_relay
 from hogwild.coordinator.links import WorkerLinks
 from hogwild.coordinator.loading import data_fingerprint, load_data, say_data, starting_weights
@@ -44,7 +44,7 @@ from hogwild.model.evaluation import evaluate
 from hogwild.model.losses import get_loss
 from hogwild.model.spec import ModelSpec
 from hogwild.outputs import artifacts
-from hogwild.outputs.console import NORMAL, Console
+from hogwild.outputs.console import NORMAL, Console, run_done, run_saved_line
 from hogwild.outputs.history import EvalHistory
 from hogwild.outputs.plotter import BackgroundPlot
 from hogwild.outputs.tensorboard import open_scalars
@@ -382,25 +382,12 @@ class RunDriver:
         # (its directory renamed to its final name, out_dir/latest pointed at it).
         checkpoint.remove(self.run_dir.path)
         published = self.run_dir.publish()
-        acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
-        saved_epoch = metrics["saved_epoch"]
         if saved is not None and saved is not row:
-            def scores(r: dict[str, Any]) -> str:
-                acc_part = ("" if r["val_accuracy"] is None
-                            else f"validation accuracy {fmt(r['val_accuracy'])}, ")
-                return f"{acc_part}validation loss {fmt(r['val_loss'])}"
-
-            self._print(f"saved the best validated model, from round {saved['round']} "
-                        f"(epoch {saved['epochs']:.2f}, {scores(saved)}) rather than the last "
-                        f"one ({scores(row)})")
-        self.console.result(
-            f"done ({reason}): {metrics['epochs']:.2f} epochs"
-            f"{'' if saved is None or saved is row else f' (model of epoch {saved_epoch:.2f})'}"
-            f", {metrics['rounds']} "
-            f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "
-            f"test loss {test.loss:.4f}, test accuracy {acc}; "
-            f"{totals.delta_rounds} deltas, "
-            f"{totals.bytes_received / 1e6:.1f} MB received; outputs in {published}")
+            self._print(run_saved_line(saved, row))
+        self.console.result(run_done(
+            reason, metrics["epochs"], None if saved is row else metrics["saved_epoch"],
+            metrics["rounds"], train_seconds, s.workers, s.mode, test.loss, test.accuracy,
+            totals.delta_rounds, totals.bytes_received).text(published))
         self.console.json_result(metrics)
         return metrics
 

@@ -14,7 +14,7 @@ from hogwild.coordinator.state import RunState
 from hogwild.errors import TrainingDiverged
 from hogwild.model.evaluation import evaluate, is_finite
 from hogwild.model.spec import ModelSpec
-from hogwild.outputs.console import Console
+from hogwild.outputs.console import RUN_ROWS, Console
 from hogwild.outputs.history import EvalHistory
 
 # Between the periodic evaluations (eval_interval apart, the ones printed and counted by
@@ -75,9 +75,7 @@ class Evaluator:
 
     def header(self) -> None:
         """The progress rows' header; the rows are thinned out from here."""
-        self.console.say(f"{'elapsed':>8} {'round':>6} {'examples':>10} {'epochs':>7} "
-                         f"{'val_loss':>9} {'val_acc':>8} {'deltas':>7} {'MB_in':>8} "
-                         f"{'stale':>5}")
+        self.console.say(RUN_ROWS.header())
         self.rows = self.console.rows()
 
     def next_curve(self, began: float) -> float:
@@ -136,10 +134,7 @@ class Evaluator:
         self.record(row)
         if not announce:
             return row
-        text = (f"{row['elapsed']:>7.2f}s {row['round']:>6} {examples:>10} "
-                f"{row['epochs']:>7.2f} {fmt(row['val_loss']):>9} "
-                f"{fmt(row['val_accuracy']):>8} {row['delta_rounds']:>7} "
-                f"{row['bytes_received'] / 1e6:>8.2f} {row['max_staleness']:>5}")
+        text = RUN_ROWS.row(row)
         if closing:  # the last row is always shown (a periodic one held back is older)
             self.rows.held = None
             self.console.say(text)

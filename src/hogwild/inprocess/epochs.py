@@ -14,9 +14,8 @@ from hogwild.config import Settings
 from hogwild.engine.stopping import EarlyStopping
 from hogwild.engine.trainer import EpochStats
 from hogwild.errors import OutputError, TrainingDiverged
-from hogwild.inprocess.common import fmt_metric
 from hogwild.model.evaluation import Metrics, is_finite
-from hogwild.outputs.console import Console
+from hogwild.outputs.console import TRAIN_ROWS, Console, train_saved_line
 from hogwild.outputs.history import EvalHistory
 from hogwild.outputs.tensorboard import open_scalars
 
@@ -62,8 +61,7 @@ class EpochBook:
         if warm_started and initial is not None:
             # A given model that training only made worse is the one to save, unchanged.
             self.stopper.start_from(initial.loss, model_w, initial.accuracy)
-        console.say(f"{'epoch':>5} {'elapsed':>8} {'train_loss':>10} {'val_loss':>9} "
-                    f"{'val_acc':>8}")
+        console.say(TRAIN_ROWS.header())
         self.rows = console.rows()
         self.started = time.perf_counter()
 
@@ -92,10 +90,7 @@ class EpochBook:
         self.history.add(row)
         if self.scalars is not None:  # at the examples trained on: every epoch a whole pass
             self.scalars.add(row, (stats.epoch + 1) * self.epoch_rows)
-        self.rows.offer(f"{row['epoch']:>5} {elapsed:>7.2f}s {stats.train_loss:>10.4f} "
-                        f"{fmt_metric(row['val_loss']):>9} "
-                        f"{fmt_metric(row['val_accuracy']):>8}",
-                        self.console.out, done=(stats.epoch + 1) / max(1, settings.epochs))
+        self.rows.offer(TRAIN_ROWS.row(row), self.console.out, done=(stats.epoch + 1) / max(1, settings.epochs))
         # Without a validation set the training loss stands in for early stopping.
         decision = self.stopper.update(val.loss if val else stats.train_loss, self.model_w,
                                        accuracy=val.accuracy if val else None)
@@ -119,8 +114,15 @@ class EpochBook:
         return best if best is not None else self.model_w
 
     def best_epoch(self) -> int:
+        """The epoch of the model saved (0: the model given, see EarlyStopping.start_from)."""
         index = self.stopper.best_index
         return index + 1 if index is not None else self.epochs
+
+    def say_saved(self) -> None:
+        """One line when the model saved is not the last epoch's: which one, and its scores."""
+        if self.best_epoch() != self.epochs:
+            self.console.say(train_saved_line(self.best_epoch(), self.stopper.kept_loss,
+                                              self.stopper.kept_accuracy))
 
     def write_history(self) -> None:
         try:

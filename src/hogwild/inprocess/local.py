@@ -25,9 +25,7 @@ from hogwild.engine.trainer import Trainer
 from hogwild.errors import ConfigError, DataError, ModelError, OutputError, TrainingDiverged
 from hogwild.inprocess.common import (
     check_feature_memory,
-    duration,
     feature_memory,
-    fmt_metric,
     test_quality,
     train_params,
 )
@@ -38,7 +36,7 @@ from hogwild.model.losses import get_loss
 from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
 from hogwild.outputs import artifacts
-from hogwild.outputs.console import Console
+from hogwild.outputs.console import Console, train_done
 from hogwild.outputs.plotter import BackgroundPlot
 from hogwild.runtime.warmup import preload_in_background
 
@@ -417,16 +415,8 @@ def _train(settings: Settings, console: Console, started: float,
     except OSError as exc:
         raise OutputError.writing(run.path, exc) from None
     published = run.publish()
-    acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
-    if metrics["best_epoch"] != epochs:
-        stopper = book.stopper
-        kept = (f"validation accuracy {stopper.kept_accuracy:.4f}, loss "
-                if stopper.kept_accuracy is not None else "validation loss ")
-        say(f"saved the model of epoch {metrics['best_epoch']}, the best validated one "
-            f"({kept}{fmt_metric(stopper.kept_loss)})")
-    of = "" if metrics["saved_epoch"] == epochs else f" (model of epoch {metrics['saved_epoch']})"
-    console.result(f"done ({stop_reason}): {epochs} epochs{of} in "
-                   f"{duration(train_seconds)}, test loss {test.loss:.4f}, test accuracy "
-                   f"{acc}; outputs in {published}")
+    book.say_saved()
+    console.result(train_done(stop_reason, epochs, metrics["saved_epoch"], train_seconds,
+                              test.loss, test.accuracy).text(published))
     console.json_result(metrics)
     return metrics

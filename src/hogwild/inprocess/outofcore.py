@@ -34,7 +34,6 @@ from hogwild.engine.trainer import EpochStats, Trainer
 from hogwild.errors import ConfigError, DataError, OutputError
 from hogwild.inprocess.common import (
     check_feature_memory,
-    duration,
     test_quality,
     train_params,
 )
@@ -43,7 +42,7 @@ from hogwild.inprocess.results import write_outputs
 from hogwild.model.evaluation import Metrics, evaluate
 from hogwild.model.losses import get_loss
 from hogwild.outputs.artifacts import RunDir
-from hogwild.outputs.console import QUIET, Console
+from hogwild.outputs.console import QUIET, Console, train_done
 from hogwild.outputs.plotter import BackgroundPlot
 
 TRAIN, VAL, TEST = 0, 1, 2
@@ -256,12 +255,9 @@ def train_job(settings: Settings, console: Console, started: float,
     except OSError as exc:
         raise OutputError.writing(run.path, exc) from None
     published = run.publish()
-    acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
-    of = ("" if metrics["saved_epoch"] == book.epochs
-          else f" (model of epoch {metrics['saved_epoch']})")
-    console.result(f"done ({stop_reason}): {book.epochs} epochs{of} in "
-                   f"{duration(train_seconds)}, test loss {test.loss:.4f}, test accuracy "
-                   f"{acc}; outputs in {published}")
+    book.say_saved()
+    console.result(train_done(stop_reason, book.epochs, metrics["saved_epoch"], train_seconds,
+                              test.loss, test.accuracy).text(published))
     console.json_result(metrics)
     return metrics
 
