@@ -1,5 +1,6 @@
 """The same `hogwild run` twice reads the same: its stop reason, and its count of deltas (the
-worker rounds the model holds, however the messages carrying them were summed)."""
+worker rounds the model holds, however the messages carrying them were summed); its last
+progress row is timed as its done line."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ from .helpers import _env as child_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 
+# A progress row (elapsed, round, examples, ...) after the process's prefix.
+ROW = re.compile(r"^\[coordinator\]\s+\d+\.\d\ds\s+\d+\s+\d+\s")
 DONE = re.compile(r"done \((?P<reason>[^)]+)\): .*; (?P<deltas>\d+) deltas, ")
 
 
 def _run(tmp_path: Path, name: str, *extra: str) -> tuple[dict[str, Any], re.Match[str]]:
+    """One run's metrics and done line; its last progress row is timed as the done line."""
     argv = [sys.executable, "-m", "hogwild.cli", "run", "--workers=2", "--insecure",
             f"--out={tmp_path / name}", "--json", *extra]
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=child_env(),
@@ -27,7 +31,11 @@ def _run(tmp_path: Path, name: str, *extra: str) -> tuple[dict[str, Any], re.Mat
     assert proc.returncode == 0, proc.stderr
     done = DONE.search(proc.stderr)
     assert done is not None, proc.stderr
-    return json.loads(proc.stdout), done
+    metrics = json.loads(proc.stdout)
+    seconds = f"{metrics['seconds']:.2f}s"
+    rows = [line.split()[1:] for line in proc.stderr.splitlines() if ROW.match(line)]
+    assert rows and rows[-1][0] == seconds and f" in {seconds} with " in done[0], proc.stderr
+    return metrics, done
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

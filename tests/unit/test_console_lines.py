@@ -89,3 +89,80 @@ def test_no_other_module_formats_a_done_line_or_a_progress_row() -> None:
         offenders += [f"{path.relative_to(SRC)}: {m.group(0)}"
                       for pattern in (done, header) for m in pattern.finditer(text)]
     assert not offenders, offenders
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _printed(offers: list[tuple[str, bool]], gap: float = 1.0) -> list[str]:
+    """The rows a normal-verbosity throttle prints of ``offers`` (text, best), one per
+    0.1 s of a fake clock, then its flush at the end."""
+    import io
+
+    from hogwild.outputs.console import RowThrottle
+
+    clock = _Clock()
+    rows = RowThrottle(gap=gap, clock=clock)
+    out = io.StringIO()
+    for text, best in offers:
+        clock.now += 0.1
+        rows.offer(text, out, best=best)
+    rows.flush(out)
+    return out.getvalue().splitlines()
+
+
+def test_the_row_of_the_model_saved_and_the_last_row_are_always_printed_in_order() -> None:
+    # Epochs 1-10: the best at 7 (neither a power of two nor a second after the last row
+    # printed), worse after it.
+    best_so_far = {1, 2, 3, 4, 5, 6, 7}
+    offers = [(f"epoch {e}", e in best_so_far) for e in range(1, 11)]
+    assert _printed(offers) == ["epoch 1", "epoch 2", "epoch 4", "epoch 7", "epoch 8",
+                                "epoch 10"]
+    # A steadily improving run prints what it printed before: each row is the best so far.
+    improving = [(f"epoch {e}", True) for e in range(1, 11)]
+    assert _printed(improving) == ["epoch 1", "epoch 2", "epoch 4", "epoch 8", "epoch 10"]
+    # The best row last of all is printed once.
+    late = [(f"epoch {e}", e in (1, 10)) for e in range(1, 11)]
+    assert _printed(late) == ["epoch 1", "epoch 2", "epoch 4", "epoch 8", "epoch 10"]
+    # The best among rows held back after the last printed one comes before the last.
+    held = [(f"epoch {e}", e <= 9) for e in range(1, 12)]
+    assert _printed(held) == ["epoch 1", "epoch 2", "epoch 4", "epoch 8", "epoch 9",
+                              "epoch 11"]
+
+
+def test_the_closing_row_of_a_run_is_timed_as_the_done_line(tmp_path: Path) -> None:
+    """The closing evaluation sees deltas that arrive after the workers were stopped (they
+    were made before): its row is placed at the training time the done line prints, not at
+    the moment it was scored, which came after it."""
+    import io
+
+    import numpy as np
+
+    from hogwild.coordinator.evaluations import Evaluator
+    from hogwild.data.csr import CSRData
+    from hogwild.model.losses import get_loss
+    from hogwild.model.spec import ModelSpec
+    from hogwild.outputs.console import Console, Verbosity
+    from hogwild.outputs.history import EvalHistory
+
+    from .test_coordinator_state import DIM, _delta, _started
+
+    state = _started()
+    assert state.apply_delta(_delta(state, 0, 1))
+    val = CSRData(np.array([0, 1], dtype=np.int64), np.array([1], dtype=np.int32),
+                  np.ones(1, dtype=np.float32), np.array([1.0], dtype=np.float32), DIM - 1)
+    history = EvalHistory(tmp_path)
+    history.begin()
+    out = io.StringIO()
+    ev = Evaluator(state, ModelSpec.linear(DIM - 1), val, get_loss("hinge"), history, None,
+                   Console(out, Verbosity()), 100, 1, 0.1, curve_points=True)
+    ev.header()
+    row = ev.evaluate(0.0, state.seal(), closing=True, at=0.26)
+    ev.announce(row, last=True)
+    assert row["elapsed"] == 0.26 and row["delta_rounds"] == 1
+    assert out.getvalue().splitlines()[-1].startswith("   0.26s")

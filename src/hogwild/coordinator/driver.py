@@ -216,7 +216,7 @@ class RunDriver:
                 # worse hands it back unchanged.
                 rules.early.start_from(first["val_loss"], initial,
                                        first["val_accuracy"])
-                ev.best_row = first
+                ev.best_row = ev.starting_row = first
             self.adjuster = (Adjuster(SwingGuard(s.mode, s.staleness, s.swing_tolerance,
                                                  splits.val.n_rows),
                                       self.state.run_id, self.links.call, self._print)
@@ -332,13 +332,17 @@ class RunDriver:
         # From here the model takes no more deltas, so every figure below describes it.
         totals = self.state.seal()
         final_w = totals.w
-        # The last evaluation sees every delta, final ones included.
-        row = ev.evaluate(self.train_began, totals, closing=True)
+        # The last evaluation sees every delta, final ones included: the model trained until
+        # the workers were stopped, the time the done line says too.
+        row = ev.evaluate(self.train_began, totals, closing=True, at=train_seconds)
         metric = row["val_loss"] if row["val_loss"] is not None else row["train_loss"]
+        best_now = False
         if metric is not None:
             rules.evaluation(float(metric), final_w, accuracy=row["val_accuracy"])
-            if rules.took_best():
+            best_now = rules.took_best()
+            if best_now:
                 ev.best_row = row
+        ev.announce(row, best=best_now, last=True)
         best = rules.best_weights
         w = best if best is not None else final_w
         saved = ev.best_row if best is not None else row

@@ -50,7 +50,8 @@ class EpochBook:
             raise OutputError.writing(run_dir, exc) from None
         self.scalars = open_scalars(settings, run_name)
         # Epoch 0: the model before any training, so the curves start where training did
-        # (not printed, nor counted by early stopping: it is no epoch's result).
+        # (not printed, nor counted by early stopping: it is no epoch's result; a warm
+        # start's, a candidate for the model saved, is printed, see below).
         initial = validate(model_w)
         self.history.add({"epoch": 0, "elapsed": 0.0, "epoch_seconds": 0.0,
                           "train_loss": None, "examples": 0,
@@ -58,11 +59,14 @@ class EpochBook:
                           "val_accuracy": initial.accuracy if initial else None})
         if self.scalars is not None:
             self.scalars.add(self.history.rows.rows()[-1], 0)
-        if warm_started and initial is not None:
-            # A given model that training only made worse is the one to save, unchanged.
-            self.stopper.start_from(initial.loss, model_w, initial.accuracy)
         console.say(TRAIN_ROWS.header())
         self.rows = console.rows()
+        if warm_started and initial is not None:
+            # A given model that training only made worse is the one to save, unchanged;
+            # a candidate, its row is shown (the row of the model saved always is).
+            self.stopper.start_from(initial.loss, model_w, initial.accuracy)
+            self.rows.offer(TRAIN_ROWS.row(self.history.rows.rows()[-1]), console.out,
+                            best=self.stopper.best_index == -1)
         self.started = time.perf_counter()
 
     @property
@@ -90,10 +94,13 @@ class EpochBook:
         self.history.add(row)
         if self.scalars is not None:  # at the examples trained on: every epoch a whole pass
             self.scalars.add(row, (stats.epoch + 1) * self.epoch_rows)
-        self.rows.offer(TRAIN_ROWS.row(row), self.console.out, done=(stats.epoch + 1) / max(1, settings.epochs))
         # Without a validation set the training loss stands in for early stopping.
         decision = self.stopper.update(val.loss if val else stats.train_loss, self.model_w,
                                        accuracy=val.accuracy if val else None)
+        # Printed once weighed: the row of the model saved is never thinned out.
+        best = self.stopper.best_index == self.stopper.evaluations - 1
+        self.rows.offer(TRAIN_ROWS.row(row), self.console.out,
+                        done=(stats.epoch + 1) / max(1, settings.epochs), best=best)
         if decision:
             self.stop_reason = decision
             return True
@@ -103,7 +110,8 @@ class EpochBook:
         return False
 
     def close(self) -> None:
-        """Training is over: close TensorBoard, show the last row if it was thinned out."""
+        """Training is over: close TensorBoard, show the rows of the model saved and the last
+        one if they were thinned out."""
         if self.scalars is not None:
             self.scalars.close()
         self.rows.flush(self.console.out)

@@ -117,9 +117,16 @@ def eta_text(done: float, elapsed: float) -> str:
 
 class RowThrottle:
     """Which progress rows to print: every one with -v, none with -q; else the 1st, 2nd,
-    4th, 8th, ... and at most one per ``gap`` seconds in between. Every row still goes to
-    metrics.jsonl: only printing is thinned. :attr:`held` is the last row's text when it
-    was not printed, for the caller to print at the end (the last row is always shown)."""
+    4th, 8th, ... and at most one per ``gap`` seconds in between, and always the last one
+    and the best one (the row of the model saved). Every row still goes to metrics.jsonl:
+    only printing is thinned. :attr:`held` is the last row's text when it was not printed,
+    for the caller to print at the end.
+
+    The best row so far (offered with ``best=True``) that was not printed is kept aside
+    and printed just before the next row printed, or at the end: the rows stay in order,
+    and the one whose model is saved is never thinned out (a run that said "saved the model
+    of epoch 5" had printed no row of epoch 5). While the model keeps improving each row
+    is the best one, so this prints no more rows than before."""
 
     def __init__(self, level: int = NORMAL, gap: float = ROW_GAP,
                  clock: Callable[[], float] = time.monotonic, live: bool = False) -> None:
@@ -136,6 +143,7 @@ class RowThrottle:
         self.printed = 0
         self._last_printed: float | None = None
         self.held: str | None = None
+        self._best: str | None = None  # the best row so far, when it was not printed
 
     def due(self) -> bool:
         """Whether the next row is to be printed (each row is asked about once, in order)."""
@@ -150,19 +158,33 @@ class RowThrottle:
             return True
         return False
 
-    def offer(self, text: str, out: TextIO, done: float | None = None) -> None:
+    def offer(self, text: str, out: TextIO, done: float | None = None,
+              best: bool = False, due: bool = False) -> None:
         """Print the row ``text`` to ``out`` if it is due, else hold it as the latest (and
         on a terminal show it as the live line). ``done``: the fraction of the run's
-        budget (epochs) trained, for the ETA."""
-        if self.due():
+        budget (epochs) trained, for the ETA; ``best``: this row's model is the best so far
+        (the one to save if none beats it); ``due``: print it whatever the thinning says
+        (but not with -q)."""
+        if best:
+            self._best = None  # an earlier best row is no longer the one to show
+        if self.due() or (due and self.level > QUIET):
             self.clear(out)
+            self._print_best(out)
             _line(out, text)
             self.printed += 1
             self.held = None
         elif self.level > QUIET:
             self.held = text
+            if best:
+                self._best = text
             if self.live:
                 self._draw(text, out, done)
+
+    def _print_best(self, out: TextIO) -> None:
+        if self._best is not None:
+            _line(out, self._best)
+            self.printed += 1
+            self._best = None
 
     def _draw(self, text: str, out: TextIO, done: float | None) -> None:
         now = self.clock()
@@ -188,8 +210,11 @@ class RowThrottle:
             self._showing = False
 
     def flush(self, out: TextIO) -> None:
-        """Print the last row if it was held back (the end of the run)."""
+        """Print the best row and the last one if they were held back (the end of the run)."""
         self.clear(out)
+        if self._best is not None and self._best is not self.held:
+            self._print_best(out)
+        self._best = None
         if self.held is not None:
             _line(out, self.held)
             self.printed += 1
