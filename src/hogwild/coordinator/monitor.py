@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +33,7 @@ def stop_rules(settings: Settings, train_rows: int, resume: Checkpoint | None,
         # Early stopping goes on counting, and the best model so far is still the one
         # to save if nothing better comes.
         rules.early.restore(resume.early, resume.best_w)
-        if rules.early.best_index is not None:
+        if rules.early.best_index is not None and math.isfinite(rules.early.best_loss):
             best = rules.early.best_loss
             say(f"early stopping goes on: best validation loss {best:.4f}, "
                 f"{rules.early.state()['since_best']} evaluation(s) since")
