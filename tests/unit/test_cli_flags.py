@@ -17,7 +17,7 @@ from hogwild.commands.certs import main as certs_main
 from hogwild.commands.hash_csv import hash_command
 from hogwild.data.encodings import HashOptions
 from hogwild.data.sources import load_source
-from hogwild.inprocess.common import duration
+from hogwild.outputs.console import duration
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

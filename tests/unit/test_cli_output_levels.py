@@ -43,9 +43,11 @@ def test_a_long_train_prints_few_rows_and_keeps_every_one(
     history = (artifacts.published(tmp_path / "out") / artifacts.HISTORY_FILE).read_text()
     assert len(history.splitlines()) == 201  # epoch 0 (the model before training) and 200
     metrics = json.loads((tmp_path / "out" / "latest" / artifacts.METRICS_FILE).read_text())
-    # 1, 2, 4, ..., 128, at most one a second in between, and the last.
+    # 1, 2, 4, ..., 128, at most one a second in between, and the last; before any of
+    # them the best row held back since the last one printed (the model saved is shown).
     assert printed[:4] == [1, 2, 4, 8] and printed[-1] == 200, printed
-    assert len(printed) <= 9 + int(metrics["seconds"]) + 1, printed
+    assert len(printed) <= 2 * (9 + int(metrics["seconds"]) + 1), printed
+    assert printed == sorted(printed) and metrics["saved_epoch"] in printed, printed
 
 
 def test_verbose_prints_every_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -146,3 +146,33 @@ def test_a_place_nobody_takes_fails_after_the_deadline_naming_it() -> None:
         state.wait_for_places([1], 0.2)
     # Cancelled (SIGTERM): back at once with what was taken.
     assert state.wait_for_places([1], 5.0, cancelled=lambda: True) == []
+
+
+def test_deltas_count_the_worker_rounds_held_however_the_messages_were_summed() -> None:
+    """Worker 0 sends rounds 1, 2 and a sum of rounds 3-5 (queued behind a slow send), then
+    the rounding of that sum (round 5 again); worker 1 sends rounds 1-5 as one message in two
+    parts. The model holds 10 worker rounds, in 4 and 1 messages (6 parts)."""
+    dim = 1000  # (a model of 8 weights is never cut into parts)
+    state = RunState(2)
+    for i in range(2):
+        state.register(f"h:{i}", 1, "host", 100 + i)
+    state.wait_for_workers(1.0)
+    state.start_model(dim)
+
+    def send(worker: int, round_: int, seq: int, part: int = 0, parts: int = 1) -> None:
+        header = DeltaHeader(state.run_id, worker, round=round_, seq=seq, dim=dim, part=part,
+                             parts=parts)
+        message = encode_delta(header, np.array([part], dtype=np.int32),
+                               np.array([0.5], dtype=np.float32))
+        assert state.apply_delta(decode_delta(message, dim))
+
+    for seq, round_ in enumerate((1, 2, 5, 5), start=1):
+        send(0, round_, seq)
+    send(1, 5, 1, part=0, parts=2)
+    assert state.totals().delta_rounds == 5  # the message is not in until its last part
+    send(1, 5, 1, part=1, parts=2)
+    totals = state.totals()
+    assert totals.delta_rounds == 10 and totals.deltas_received == 6
+    state.rejoined(1, 7)  # back in the run from after round 7: its round 8 is one more
+    send(1, 8, 1)
+    assert state.totals().delta_rounds == 11

@@ -131,3 +131,28 @@ def test_bad_path_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureF
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("hogwild inspect: error:") and str(path) in err[0]
+
+
+def test_the_epoch_of_the_saved_weights_is_told_when_it_is_not_the_last() -> None:
+    from hogwild.commands.inspect import summary_lines
+
+    doc: dict[str, Any] = {"model": "m", "kind": "linear", "task": "binary", "loss": "hinge",
+                           "classes": None, "epochs": 5, "saved_epoch": 2, "data": "d.svm",
+                           "n_features": 3, "nonzero": 3, "notes": [], "top": 0,
+                           "bias": 0.0, "norm": 1.0}
+    assert "trained: epochs 5, weights of epoch 2 (the best validated), data d.svm" in (
+        summary_lines(doc))
+    run = doc | {"epochs": 10.0, "saved_epoch": 9.875}
+    assert any("weights of epoch 9.88 " in line for line in summary_lines(run))
+    last = doc | {"saved_epoch": 5}
+    assert "trained: epochs 5, data d.svm" in summary_lines(last)
+
+
+def test_a_trained_model_records_the_epoch_of_its_weights(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "d.svm"
+    _svmlight(data)
+    _train(tmp_path, str(data))
+    code, doc = _inspect(capsys, str(tmp_path / "runs" / "latest"))
+    metrics = json.loads((tmp_path / "runs" / "latest" / "metrics.json").read_text())
+    assert code == 0 and doc["saved_epoch"] == metrics["saved_epoch"] == metrics["best_epoch"]

@@ -33,9 +33,10 @@ def test_a_history_changed_after_start_is_drawn_again(tmp_path: Path,
     drawn: list[int] = []
     real = plotter.plot_loss
 
-    def in_process(out_dir: Path, rows: list[dict[str, object]], title: str = "") -> Path:
+    def in_process(out_dir: Path, rows: list[dict[str, object]], title: str = "",
+                   saved: float | None = None) -> Path:
         drawn.append(len(rows))
-        return real(out_dir, rows, title=title)
+        return real(out_dir, rows, title=title, saved=saved)
 
     monkeypatch.setattr(plotter, "plot_loss", in_process)
     plot = BackgroundPlot()
@@ -112,3 +113,38 @@ def test_a_helper_handed_to_a_forked_child_draws_or_ends_and_is_reaped(
     assert proc.stdout.split() == ["0", "0"], proc.stdout + proc.stderr
     assert "plot helper failed" not in proc.stderr  # not redrawn in-process
     assert (tmp_path / "loss.png").is_file() == (action == "draw")
+
+
+def test_the_trained_points_fill_the_loss_axis_and_the_saved_epoch_is_marked() -> None:
+    """Epoch 0's loss (the untrained model's, 1.0) is drawn at the top edge of an axis fitted
+    to the trained points, not as the top of an axis that squashes them; a row without a
+    training loss breaks its line; the saved model's epoch is a vertical line."""
+    import math
+
+    from hogwild.outputs.plotter import loss_figure
+
+    rows = [{"epochs": 0.0, "val_loss": 1.0, "train_loss": None, "val_accuracy": 0.5}]
+    rows += [{"epochs": e, "val_loss": 0.05 - 0.002 * e,
+              "train_loss": 0.04 if e in (1.0, 1.5, 4.0) else None, "val_accuracy": 0.97}
+             for e in (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)]
+    fig = loss_figure(rows, "t", saved=2.0)
+    ax = fig.axes[0]
+    bottom, top = ax.get_ylim()
+    assert bottom == 0.0 and 0.049 < top < 0.1
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == ["epoch 0: 1"]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    train = [float(y) for y in lines["training loss"].get_ydata()]
+    # Measured at 1.0, 1.5 and 4.0 only: NaN between 1.5 and 4.0, so no line joins them.
+    assert [math.isnan(y) for y in train] == [False, False, True, True, False]
+    saved = lines["model saved (epoch 2)"]
+    assert list(saved.get_xdata()) == [2.0, 2.0]
+
+
+def test_a_curve_without_a_far_higher_start_keeps_every_point_in_view() -> None:
+    from hogwild.outputs.plotter import loss_figure
+
+    rows = [{"epoch": e, "val_loss": 0.5 - 0.05 * e, "train_loss": None, "val_accuracy": None}
+            for e in range(4)]
+    ax = loss_figure(rows).axes[0]
+    assert ax.get_ylim()[1] >= 0.5 and not ax.texts

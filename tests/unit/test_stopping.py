@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from hogwild.coordinator.stopping import StallWatch, StopSignal, regression_warning
-from hogwild.engine.stopping import EarlyStopping
+from hogwild.engine.stopping import EarlyStopping, better
 
 
 def test_patience_counts_evaluations_without_improvement() -> None:
@@ -96,3 +96,31 @@ def test_the_first_signal_decides_how_the_run_ends() -> None:
     finish.set("SIGUSR1")
     finish.set("SIGTERM", hand_over=True)
     assert (finish.name, finish.hand_over) == ("SIGUSR1", False)
+
+
+def test_every_trainer_keeps_its_best_model_by_one_rule() -> None:
+    """A classifier: the most accurate, the lower loss breaking a tie; a regression (or no
+    validation accuracy): the lower loss. The simulator's choice agrees with it."""
+    from hogwild.engine.simulate import _better as simulated
+
+    cases = [((0.35, 0.84), (0.40, 0.90), False), ((0.45, 0.91), (0.40, 0.90), True),
+             ((0.38, 0.90), (0.40, 0.90), True), ((0.42, 0.90), (0.40, 0.90), False),
+             ((0.30, None), (0.40, None), True), ((0.50, None), (0.40, None), False)]
+    for (loss, acc), (kept_loss, kept_acc), expected in cases:
+        assert better(loss, acc, kept_loss, kept_acc) is expected
+        row = {"val_loss": loss, "val_accuracy": acc}
+        kept = {"val_loss": kept_loss, "val_accuracy": kept_acc}
+        assert simulated(row, kept) is expected
+
+
+def test_workers_that_trained_every_epoch_end_the_run_on_max_epochs() -> None:
+    """Whether the monitor sees the last round's examples before the final deltas or after,
+    a run that trained the epochs asked for ends on "max epochs"."""
+    from hogwild.coordinator.stopping import StopRules
+
+    rules = StopRules(epochs=2, train_rows=100, time_budget=0.0, early=EarlyStopping())
+    assert rules.budget(1.0, 200, all_finished=False, live_workers=2) == "max epochs"
+    assert rules.budget(1.0, 200, all_finished=True, live_workers=2) == "max epochs"
+    assert rules.budget(1.0, 150, all_finished=True, live_workers=2) == "workers finished"
+    assert rules.budget(1.0, 150, all_finished=False, live_workers=2) is None
+    assert rules.budget(1.0, 200, all_finished=True, live_workers=0) == "no live workers"

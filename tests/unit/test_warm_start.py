@@ -11,6 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 from hogwild.cli import main
+from hogwild.engine.stopping import EarlyStopping
 from hogwild.estimators import HogwildClassifier, HogwildRegressor
 from hogwild.model.saved import SavedModel
 
@@ -115,6 +116,39 @@ def test_run_starts_the_workers_from_the_initial_model(
     w0 = SavedModel.load(tmp_path / "a" / "latest").w
     diffs = [state["max_abs_diff_to_global"] for state in warm["worker_states"]]
     assert len(diffs) == 2 and max(diffs) < 0.1 * float(np.abs(w0).max()), diffs
+
+
+def test_a_warm_start_that_only_gets_worse_saves_the_model_it_was_given(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The given model is a candidate for the saved one (epoch 0), in `train` and in `run`:
+    a strong l2 shrinks every epoch's model well below it."""
+    code, first, _ = _train(tmp_path, capsys, "a", "--epochs", "3")
+    assert code == 0
+    start = str(tmp_path / "a" / "latest")
+    given = SavedModel.load(tmp_path / "a" / "latest").w
+    code, warm, err = _train(tmp_path, capsys, "b", "--epochs", "3", "--l2", "0.1",
+                             "--initial-model", start)
+    assert code == 0, err
+    assert warm["best_epoch"] == warm["saved_epoch"] == 0 and warm["epochs"] == 3
+    assert warm["test_loss"] == pytest.approx(first["test_loss"])
+    np.testing.assert_allclose(SavedModel.load(tmp_path / "b" / "latest").w, given)
+    cluster = ("--workers", "2", "--insecure", "--register-timeout", "60")
+    code, run, err = _train(tmp_path, capsys, "c", "--epochs", "3", "--l2", "0.1", *cluster,
+                            "--initial-model", start, command="run")
+    assert code == 0, err
+    assert run["saved_model"]["round"] == 0 and not run["saved_model"]["final"]
+    assert run["saved_epoch"] == 0
+    assert run["test_loss"] == pytest.approx(first["test_loss"])
+
+
+def test_the_given_model_is_kept_unless_an_epoch_beats_it() -> None:
+    stopper = EarlyStopping(patience=1)
+    stopper.start_from(0.30, np.array([7.0]), accuracy=0.95)
+    assert stopper.update(0.50, np.array([1.0]), accuracy=0.90) is None  # patience: from here
+    assert stopper.best_index == -1 and stopper.best_weights is not None
+    assert stopper.best_weights[0] == 7.0
+    stopper.update(0.25, np.array([2.0]), accuracy=0.96)
+    assert stopper.best_index == 1 and stopper.best_weights[0] == 2.0
 
 
 def _blobs(seed: int, rows: int = 1500, d: int = 40) -> tuple[sp.csr_matrix, np.ndarray]:

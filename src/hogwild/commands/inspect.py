@@ -63,6 +63,10 @@ def describe_model(model: SavedModel, path: str, top: int) -> dict[str, Any]:
         "n_features": model.n_features, "created": model.meta.get("created"),
         "hogwild_version": model.meta.get("hogwild_version"),
         "epochs": metrics.get("epochs") if isinstance(metrics, dict) else None,
+        # The epoch of the weights saved (the best validated one, not always the last);
+        # models written before the key existed: `train`'s best_epoch.
+        "saved_epoch": (metrics.get("saved_epoch", metrics.get("best_epoch"))
+                        if isinstance(metrics, dict) else None),
         "data": trained.get("data") if isinstance(trained, dict) else None,
         "top": top, "notes": [],
     }
@@ -202,12 +206,22 @@ class FeatureNamer:
         return self._codes[name]
 
 
+def _number(value: Any) -> Any:
+    """An epoch count as a person reads it: 5, 2.75 (`run` counts fractions of epochs)."""
+    if isinstance(value, float):
+        return f"{value:.2f}".rstrip("0").rstrip(".")
+    return value
+
+
 def summary_lines(doc: Mapping[str, Any]) -> list[str]:
     """The human-readable report of a :func:`describe_model` document."""
     classes = "" if doc["classes"] is None else f", classes {doc['classes']}"
     what = f"{doc['kind']}, {doc['task']}, {doc['loss']} loss{classes}"
     lines = [f"model: {doc['model']} ({what})"]
     trained = [f"{key} {doc[key]}" for key in ("epochs", "data", "created") if doc.get(key)]
+    saved = doc.get("saved_epoch")
+    if doc.get("epochs") and saved is not None and saved != doc["epochs"]:
+        trained.insert(1, f"weights of epoch {_number(saved)} (the best validated)")
     if trained:
         lines.append("trained: " + ", ".join(trained))
     if doc["kind"] == "mlp":

@@ -29,7 +29,7 @@ from hogwild.model.compression import Compression
 from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss
 from hogwild.outputs import artifacts
-from hogwild.outputs.console import QUIET, VERBOSE, Console, number
+from hogwild.outputs.console import QUIET, SIMULATE_ROWS, VERBOSE, Console, simulate_done
 from hogwild.settings.simulation import DEFAULT_MAX_EVENTS, WARN_EVENTS
 
 log = logging.getLogger("hogwild.simulate")
@@ -191,31 +191,21 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
                   splits.feature_order, spec=spec, hashing=splits.hashing,
                   task=splits.labels.task, classes=splits.labels.classes, run_dir=run.path)
     published = run.publish()
-    final, best = metrics["final_test_accuracy"], metrics["test_accuracy"]
-    acc = ("-" if best is None else
-           f"{_fmt(best)} (best validated model; the last one {_fmt(final)})")
-    console.result(f"done: {result.rounds} rounds in {result.seconds:.3g} simulated s "
-                   f"({wall:.2f}s here), {result.messages} messages, {result.bytes / 1e6:.1f} MB, "
-                   f"max staleness {result.max_staleness}; test accuracy {acc}; outputs in "
-                   f"{published}")
+    console.result(simulate_done(
+        result.rounds, result.seconds, wall, result.messages, result.bytes,
+        result.max_staleness, metrics["test_accuracy"], metrics["final_test_accuracy"],
+    ).text(published))
     return metrics
 
 
 def _print_rows(result: SimResult, out: TextIO, every: bool = False) -> None:
     rows = result.history
     step = 1 if every else max(1, math.ceil(len(rows) / PRINTED_ROWS))
-    print(f"{'epoch':>6} {'sim_ms':>9} {'train_loss':>10} {'val_loss':>9} {'val_acc':>8}",
-          file=out)
+    print(SIMULATE_ROWS.header(), file=out)
     for i, row in enumerate(rows):
         if i % step and i != len(rows) - 1:
             continue
-        print(f"{row['epoch']:>6.2f} {row['elapsed'] * 1e3:>9.2f} "
-              f"{_fmt(row['train_loss']):>10} {_fmt(row['val_loss']):>9} "
-              f"{_fmt(row['val_accuracy']):>8}", file=out)
-
-
-def _fmt(value: float | None) -> str:
-    return number(value)
+        print(SIMULATE_ROWS.row(row), file=out)
 
 
 def _metrics(settings: Settings, splits: Any, spec: Any, result: SimResult,
@@ -230,6 +220,8 @@ def _metrics(settings: Settings, splits: Any, spec: Any, result: SimResult,
         "val_loss": best["val_loss"] if best else None,
         "val_accuracy": best["val_accuracy"] if best else None,
         "best_epoch": best["epoch"] if best else None,
+        # The epoch of the weights saved (the last one's without a validation set).
+        "saved_epoch": (best or result.history[-1])["epoch"] if result.history else None,
         "workers": settings.workers, "threads": settings.threads, "mode": settings.mode,
         "topology": settings.topology, "combine": scenario.rules.combine,
         "staleness": settings.staleness, "round_size": scenario.kernel.round_size,

@@ -13,7 +13,7 @@ from hogwild.coordinator.adjust import Adjuster
 from hogwild.coordinator.advice import ConflictAdvice
 from hogwild.coordinator.checkpoint import Checkpoint
 from hogwild.coordinator.checkpointer import Checkpointer
-from hogwild.coordinator.evaluations import Evaluator, check_diverged, fmt
+from hogwild.coordinator.evaluations import Evaluator, check_diverged
 from hogwild.coordinator.launch import configure_and_start, start_relay
 from hogwild.coordinator.links import WorkerLinks
 from hogwild.coordinator.loading import data_fingerprint, load_data, say_data, starting_weights
@@ -44,7 +44,7 @@ from hogwild.model.evaluation import evaluate
 from hogwild.model.losses import get_loss
 from hogwild.model.spec import ModelSpec
 from hogwild.outputs import artifacts
-from hogwild.outputs.console import NORMAL, Console
+from hogwild.outputs.console import NORMAL, Console, run_done, run_saved_line
 from hogwild.outputs.history import EvalHistory
 from hogwild.outputs.plotter import BackgroundPlot
 from hogwild.outputs.tensorboard import open_scalars
@@ -210,6 +210,13 @@ class RunDriver:
             if first is not None:
                 ev.record(first)
             rules = stop_rules(s, self.train.n_rows, self.resume, self._print)
+            if (warm_started and initial is not None and first is not None
+                    and first["val_loss"] is not None):
+                # The model given is a candidate for the one saved: a run that only made it
+                # worse hands it back unchanged.
+                rules.early.start_from(first["val_loss"], initial,
+                                       first["val_accuracy"])
+                ev.best_row = ev.starting_row = first
             self.adjuster = (Adjuster(SwingGuard(s.mode, s.staleness, s.swing_tolerance,
                                                  splits.val.n_rows),
                                       self.state.run_id, self.links.call, self._print)
@@ -325,13 +332,17 @@ class RunDriver:
         # From here the model takes no more deltas, so every figure below describes it.
         totals = self.state.seal()
         final_w = totals.w
-        # The last evaluation sees every delta, final ones included.
-        row = ev.evaluate(self.train_began, totals, closing=True)
+        # The last evaluation sees every delta, final ones included: the model trained until
+        # the workers were stopped, the time the done line says too.
+        row = ev.evaluate(self.train_began, totals, closing=True, at=train_seconds)
         metric = row["val_loss"] if row["val_loss"] is not None else row["train_loss"]
+        best_now = False
         if metric is not None:
             rules.evaluation(float(metric), final_w, accuracy=row["val_accuracy"])
-            if rules.took_best():
+            best_now = rules.took_best()
+            if best_now:
                 ev.best_row = row
+        ev.announce(row, best=best_now, last=True)
         best = rules.best_weights
         w = best if best is not None else final_w
         saved = ev.best_row if best is not None else row
@@ -344,7 +355,8 @@ class RunDriver:
             log.warning("%s", text)
         plotted = self.history.rows.rows()
         if self.plot is not None:  # the history is final: drawn while the outputs are written
-            self.plot.start(self.run_dir.path, plotted, plot_title(s, "run"))
+            self.plot.start(self.run_dir.path, plotted, plot_title(s, "run"),
+                            saved=None if saved is None else saved.get("epochs"))
         trace_rows = score_trace(self.trace, splits.val, self.train.n_rows, loss, self.spec,
                                  self.run_dir.path, self._print)
         workers_out = write_worker_states(self.run_dir.path, self.spec, self.final_states,
@@ -374,22 +386,12 @@ class RunDriver:
         # (its directory renamed to its final name, out_dir/latest pointed at it).
         checkpoint.remove(self.run_dir.path)
         published = self.run_dir.publish()
-        acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
         if saved is not None and saved is not row:
-            def scores(r: dict[str, Any]) -> str:
-                acc_part = ("" if r["val_accuracy"] is None
-                            else f"validation accuracy {fmt(r['val_accuracy'])}, ")
-                return f"{acc_part}validation loss {fmt(r['val_loss'])}"
-
-            self._print(f"saved the best validated model, from round {saved['round']} "
-                        f"(epoch {saved['epochs']:.2f}, {scores(saved)}) rather than the last "
-                        f"one ({scores(row)})")
-        self.console.result(
-            f"done ({reason}): {metrics['epochs']:.2f} epochs, {metrics['rounds']} "
-            f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "
-            f"test loss {fmt(test.loss)}, test accuracy {acc}; "
-            f"{totals.deltas_received} deltas, "
-            f"{totals.bytes_received / 1e6:.1f} MB received; outputs in {published}")
+            self._print(run_saved_line(saved, row))
+        self.console.result(run_done(
+            reason, metrics["epochs"], None if saved is row else metrics["saved_epoch"],
+            metrics["rounds"], train_seconds, s.workers, s.mode, test.loss, test.accuracy,
+            totals.delta_rounds, totals.bytes_received).text(published))
         self.console.json_result(metrics)
         return metrics
 

@@ -14,7 +14,7 @@ from hogwild.coordinator.state import RunState
 from hogwild.errors import TrainingDiverged
 from hogwild.model.evaluation import evaluate, is_finite
 from hogwild.model.spec import ModelSpec
-from hogwild.outputs.console import Console, number
+from hogwild.outputs.console import RUN_ROWS, Console, number
 from hogwild.outputs.history import EvalHistory
 
 # Between the periodic evaluations (eval_interval apart, the ones printed and counted by
@@ -71,14 +71,16 @@ class Evaluator:
         self.deltas_at_last = -1         # state.deltas_received at the last evaluation
         self.train_loss: float | None = None  # the last evaluation's training loss
         self.best_row: dict[str, Any] | None = None  # the evaluation whose model is kept
+        # A warm start's epoch-0 row: a candidate for the model saved, so printed first.
+        self.starting_row: dict[str, Any] | None = None
         self.last_w: npt.NDArray[np.float64] = np.zeros(0)  # the last evaluation's model
 
     def header(self) -> None:
         """The progress rows' header; the rows are thinned out from here."""
-        self.console.say(f"{'elapsed':>8} {'round':>6} {'examples':>10} {'epochs':>7} "
-                         f"{'val_loss':>9} {'val_acc':>8} {'deltas':>7} {'MB_in':>8} "
-                         f"{'stale':>5}")
+        self.console.say(RUN_ROWS.header())
         self.rows = self.console.rows()
+        if self.starting_row is not None:
+            self.announce(self.starting_row, best=self.best_row is self.starting_row)
 
     def next_curve(self, began: float) -> float:
         """When the next curve point is due (see CURVE_MIN_GAP), counted from now. Never with
@@ -96,11 +98,12 @@ class Evaluator:
         if self.scalars is not None:
             self.scalars.add(row, int(row["examples"]))
 
-    def evaluate(self, began: float, totals: Totals | None = None, announce: bool = True,
-                 closing: bool = False) -> dict[str, Any]:
-        """Score the global model on the validation set and record the row in the history;
-        ``announce``: print it as a progress row too (the periodic evaluations);
-        ``closing``: the run's last evaluation."""
+    def evaluate(self, began: float, totals: Totals | None = None, closing: bool = False,
+                 at: float | None = None) -> dict[str, Any]:
+        """Score the global model on the validation set and record the row in the history
+        (:meth:`announce` prints it); ``closing``: the run's last evaluation, of the model
+        trained until ``at`` seconds (when the workers were stopped: the deltas still
+        arriving were made before that, and the done line's time is that one too)."""
         t0 = time.perf_counter()
         if totals is None:
             totals = self.state.totals()
@@ -124,34 +127,40 @@ class Evaluator:
         if not fresh:
             losses = []
         # The row describes the model taken at t0; training went on while it was evaluated.
-        row: dict[str, Any] = {"elapsed": t0 - began, "round": totals.rounds,
+        row: dict[str, Any] = {"elapsed": t0 - began if at is None else at,
+               "round": totals.rounds,
                "examples": examples, "epochs": examples / max(1, self.train_rows),
                "val_loss": val.loss if val else None,
                "val_accuracy": val.accuracy if val else None,
                "train_loss": float(np.mean(losses)) if losses else None,
                "deltas_received": totals.deltas_received,
+               "delta_rounds": totals.delta_rounds,
                "bytes_received": totals.bytes_received,
                "max_staleness": self.state.max_staleness()}
         self.record(row)
-        if not announce:
-            return row
-        text = (f"{number(row['elapsed'], 2):>7}s {row['round']:>6} {examples:>10} "
-                f"{number(row['epochs'], 2):>7} {fmt(row['val_loss']):>9} "
-                f"{fmt(row['val_accuracy']):>8} {row['deltas_received']:>7} "
-                f"{row['bytes_received'] / 1e6:>8.2f} {row['max_staleness']:>5}")
-        if closing:  # the last row is always shown (a periodic one held back is older)
-            self.rows.held = None
-            self.console.say(text)
-        else:  # thinned out: see hogwild.outputs.console.RowThrottle
-            self.rows.offer(text, self.console.out, done=row["epochs"] / max(1, self.epochs))
         return row
+
+    def announce(self, row: dict[str, Any], best: bool = False, last: bool = False) -> None:
+        """Print ``row`` as a progress row, thinned out (see outputs.console.RowThrottle):
+        ``best``: its model is the best so far (its row is never thinned out if it is the one
+        saved); ``last``: the closing row, always printed (a periodic one held back is
+        older)."""
+        text = RUN_ROWS.row(row)
+        if last:
+            self.rows.held = None
+            self.rows.offer(text, self.console.out, best=best, due=True)
+            self.rows.flush(self.console.out)
+        else:
+            self.rows.offer(text, self.console.out, done=row["epochs"] / max(1, self.epochs),
+                            best=best)
 
     def initial_row(self) -> dict[str, Any]:
         """The evaluation of the model no worker has trained yet (the curves' first point;
-        not printed, nor weighed by early stopping)."""
+        not weighed by early stopping; printed only as a warm start's, see starting_row)."""
         val = (evaluate(self.val, self.state.model_copy(), self.loss, self.spec)
                if self.val.n_rows else None)
         return {"elapsed": 0.0, "round": 0, "examples": 0, "epochs": 0.0,
                 "val_loss": val.loss if val else None,
                 "val_accuracy": val.accuracy if val else None, "train_loss": None,
-                "deltas_received": 0, "bytes_received": 0, "max_staleness": 0}
+                "deltas_received": 0, "delta_rounds": 0, "bytes_received": 0,
+                "max_staleness": 0}

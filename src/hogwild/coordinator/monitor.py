@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +33,7 @@ def stop_rules(settings: Settings, train_rows: int, resume: Checkpoint | None,
         # Early stopping goes on counting, and the best model so far is still the one
         # to save if nothing better comes.
         rules.early.restore(resume.early, resume.best_w)
-        if rules.early.best_index is not None:
+        if rules.early.best_index is not None and math.isfinite(rules.early.best_loss):
             best = rules.early.best_loss
             say(f"early stopping goes on: best validation loss {fmt(best)}, "
                 f"{rules.early.state()['since_best']} evaluation(s) since")
@@ -82,7 +83,7 @@ class MemberWatch:
                        reported=f"after {who} reported non-finite weights")
         measured = ("its validation loss " + fmt(val_loss) if val_loss is not None
                     else "no validation set to score it on")
-        why = (f"the global model is finite ({measured}, {totals.deltas_received} deltas), "
+        why = (f"the global model is finite ({measured}, {totals.delta_rounds} deltas), "
                "so the report is taken as about its own weights")
         for wid, round_ in sorted(claims.items()):
             # Said once, here: not again among the drops.
@@ -164,33 +165,39 @@ class Monitor:
             if now < next_eval and now >= next_curve:
                 # A model no delta changed since the last row adds nothing to the curve.
                 if self.state.deltas_received != ev.deltas_at_last:
-                    ev.evaluate(began, announce=False)
+                    ev.evaluate(began)  # (a curve point: not printed, not weighed)
                 next_curve = ev.next_curve(began)
             if now >= next_eval:
                 row = ev.evaluate(began)
-                if self.adjuster is not None and row["deltas_received"] != evaluated_deltas:
-                    self.adjuster.observe(row, self.state.live_workers())
-                # Counted from the evaluation's end: one slower than eval_interval never
-                # runs back to back with the next, taking a core from the workers.
-                next_eval = time.perf_counter() + s.eval_interval
-                next_curve = ev.next_curve(began)
+                # The same model as at the last evaluation (no delta since: a round longer
+                # than eval_interval, e.g. the MLP's) says nothing about progress, so it does
+                # not count towards `patience`, nor is it shown to the swing guard.
+                fresh = row["deltas_received"] != evaluated_deltas
                 metric = row["val_loss"]
                 if metric is None and ev.loss_reports_seen != reports_at_eval:
                     # No validation set: the training loss, if a worker reported one since
                     # the previous evaluation (repeated, it counted as no progress each time).
                     metric = ev.train_loss
                 reports_at_eval = ev.loss_reports_seen
-                # The same model as at the last evaluation (no delta since: a round longer
-                # than eval_interval, e.g. the MLP's) says nothing about progress, so it does
-                # not count towards `patience`.
-                if metric is not None and row["deltas_received"] != evaluated_deltas:
-                    evaluated_deltas = row["deltas_received"]
+                decision, best = None, False
+                if metric is not None and fresh:
                     decision = rules.evaluation(float(metric), ev.last_w,
                                                 accuracy=row["val_accuracy"])
-                    if rules.took_best():
+                    best = rules.took_best()
+                    if best:
                         ev.best_row = row
-                    if decision is not None:
-                        return decision
+                # Printed once weighed: the row of the model saved is never thinned out.
+                ev.announce(row, best=best)
+                if self.adjuster is not None and fresh:
+                    self.adjuster.observe(row, self.state.live_workers())
+                if metric is not None and fresh:
+                    evaluated_deltas = row["deltas_received"]
+                # Counted from the evaluation's end: one slower than eval_interval never
+                # runs back to back with the next, taking a core from the workers.
+                next_eval = time.perf_counter() + s.eval_interval
+                next_curve = ev.next_curve(began)
+                if decision is not None:
+                    return decision
 
     def _warn_stalled(self, silent: float) -> None:
         """One console line: no delta for ``silent`` seconds, and where each worker was."""

@@ -30,6 +30,11 @@ class WorkerRecord:
     dead: bool = False
     dead_reason: str = ""
     deltas_applied: int = 0      # delta messages (parts) from this worker applied here
+    # Its rounds whose updates the global model holds: a message may hold several (queued
+    # behind a slow send, they are summed into one), so messages are no stable count of
+    # them; each message's round (the highest it holds) says how far it got.
+    rounds_held: int = 0
+    delta_round: int = 0         # the highest round of its deltas summed so far
     bytes_received: int = 0
     max_staleness: int = 0
     last_seen: float = field(default_factory=time.monotonic)
@@ -43,6 +48,9 @@ class WorkerRecord:
         self.deltas_applied += 1
         self.bytes_received += nbytes
         self.round = max(self.round, header.round)
+        if header.part == header.parts - 1 and header.round > self.delta_round:
+            self.rounds_held += header.round - self.delta_round
+            self.delta_round = header.round
         self.examples = max(self.examples, header.examples)
         self.last_seen = time.monotonic()
         if header.final and header.part == header.parts - 1:
@@ -81,12 +89,16 @@ class Totals:
     applied_from: dict[int, int]
     examples: int
     rounds: int
+    # Worker rounds whose deltas the model holds (WorkerRecord.rounds_held, summed): what
+    # the progress rows and the done line call deltas.
+    delta_rounds: int = 0
 
 
 def records_from(entries: list[WorkerEntry]) -> list[WorkerRecord]:
     """A checkpoint's workers, each waiting to register again."""
+    # (the checkpoint's model holds each worker's rounds up to the one it had reached)
     return [WorkerRecord(e.worker_id, e.address, e.threads, e.hostname, e.pid, round=e.round,
-                         examples=e.examples, deltas_applied=e.deltas_applied,
+                         rounds_held=e.round, delta_round=e.round, examples=e.examples, deltas_applied=e.deltas_applied,
                          bytes_received=e.bytes_received, registered=False,
                          secret_digest=bytes.fromhex(e.secret_digest))
             for e in entries]

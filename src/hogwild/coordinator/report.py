@@ -121,7 +121,10 @@ def run_metrics(s: Settings, splits: Any, spec: ModelSpec, state: RunState, tota
         "stop_reason": reason, "workers": s.workers, "threads": threads,
         "mode": s.mode,
         "staleness": s.staleness, "shipping": s.shipping, "loss": s.loss,
+        # Delta messages (parts) received, which timing changes (queued ones are summed into
+        # one), and the worker rounds they held, which it does not (the done line's deltas).
         "deltas_received": totals.deltas_received,
+        "delta_rounds": totals.delta_rounds,
         "bytes_received": totals.bytes_received,
         "duplicates_ignored": totals.duplicates,
         # As measured by the workers (bounded by `staleness`); the coordinator's own view of
@@ -168,6 +171,8 @@ def run_metrics(s: Settings, splits: Any, spec: ModelSpec, state: RunState, tota
         "tree_recovery": relay.recovery() if relay else {},
         # Which evaluation's model was saved (the best validated one; None: a resumed
         # run's best, evaluated before the resume).
+        # The epoch of the weights saved (None: see saved_model).
+        "saved_epoch": None if saved is None else saved.get("epochs"),
         "saved_model": None if saved is None else {
             key: saved.get(key) for key in ("elapsed", "round", "epochs", "val_loss",
                                             "val_accuracy")} | {"final": saved is final_row},

@@ -299,7 +299,7 @@ class RunState:
             record = self.workers[worker_id]
             record.dead, record.dead_reason = False, ""
             record.done = record.final_delta = False
-            record.round = round_
+            record.round = record.delta_round = round_
             record.last_seen = time.monotonic()
             # Its new incarnation numbers its deltas from 1 again.
             self._new_sequence(worker_id)
@@ -515,7 +515,8 @@ class RunState:
                 bytes_received=self.bytes_received, duplicates=self.duplicates,
                 applied_from={r.worker_id: r.deltas_applied for r in self.workers.values()},
                 examples=sum(r.examples for r in self.workers.values()),
-                rounds=max((r.round for r in self.workers.values()), default=0))
+                rounds=max((r.round for r in self.workers.values()), default=0),
+                delta_rounds=sum(r.rounds_held for r in self.workers.values()))
 
     def counters(self) -> dict[str, int]:
         """The run's counters without the model (what /metrics reports at each scrape)."""

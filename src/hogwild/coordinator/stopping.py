@@ -37,7 +37,8 @@ class StopSignal:
 
 @dataclass
 class StopRules:
-    """Budget checks plus early stopping on the validation loss (keeping the best model)."""
+    """Budget checks plus early stopping on the validation loss, keeping the best model
+    (engine.stopping.better: a classifier's most accurate, else the lowest loss)."""
 
     epochs: int
     train_rows: int
@@ -55,10 +56,13 @@ class StopRules:
         """Why to stop now regardless of the model, or None."""
         if live_workers == 0:
             return "no live workers"
-        if all_finished:
-            return "workers finished"
+        # Before "workers finished": workers that trained the epochs asked for finish too,
+        # and which of the two the monitor saw first (the last round's examples, or the
+        # final deltas a moment later) made the same run end for either reason.
         if examples >= self.epochs * self.train_rows:
             return "max epochs"
+        if all_finished:
+            return "workers finished"
         if self.time_budget and elapsed >= self.time_budget:
             return "time budget"
         return None

@@ -7,6 +7,21 @@ import math
 import numpy as np
 
 
+def better(loss: float, accuracy: float | None, kept_loss: float,
+           kept_accuracy: float | None) -> bool:
+    """Whether a model scored (``loss``, ``accuracy``) beats the kept one: the definition of
+    "the best model" every trainer saves (train, run, simulate, the estimators).
+
+    A classifier (both accuracies known): the more accurate, the lower loss breaking a tie;
+    what a user compares classifiers by, and a model several points less accurate than one
+    the run had is a worse answer whatever its loss (a swinging run's lower-loss models were
+    the less accurate ones). Otherwise (a regression, no validation set): the lower loss.
+    """
+    if accuracy is not None and kept_accuracy is not None and accuracy != kept_accuracy:
+        return accuracy > kept_accuracy
+    return loss < kept_loss
+
+
 class EarlyStopping:
     """Feed it one validation loss per evaluation; it says when to stop and keeps the best weights.
 
@@ -14,10 +29,9 @@ class EarlyStopping:
     (0 disables it); reaching ``target_loss`` stops it too. A non-finite loss stops at once: the
     model has diverged and more steps cannot help.
 
-    The model kept is the best one evaluated: by validation accuracy where there is one (a
-    classifier: what a user compares runs by, and a model several points less accurate than
-    one the run had is a worse answer whatever its loss), the lower loss breaking ties; by
-    the loss otherwise. Patience still counts on the loss, the smoother of the two.
+    The model kept is the best one evaluated, as :func:`better` defines it (a classifier's
+    most accurate, else the lowest loss). Patience still counts on the loss, the smoother of
+    the two.
     """
 
     def __init__(self, patience: int = 0, min_delta: float = 0.0,
@@ -26,7 +40,8 @@ class EarlyStopping:
         self.min_delta = min_delta
         self.target_loss = target_loss
         self.best_loss = math.inf          # the lowest loss (patience counts from it)
-        self.best_index: int | None = None  # the kept model's evaluation
+        # The kept model's evaluation (-1: the model training started from, see start_from).
+        self.best_index: int | None = None
         self.best_weights: np.ndarray | None = None
         self.kept_loss = math.inf          # the kept model's loss and accuracy
         self.kept_accuracy: float | None = None
@@ -55,6 +70,18 @@ class EarlyStopping:
         self.kept_loss = math.inf if kept_loss is None else float(kept_loss)
         self.kept_accuracy = None if kept_accuracy is None else float(kept_accuracy)
 
+    def start_from(self, loss: float | None, w: np.ndarray,
+                   accuracy: float | None = None) -> None:
+        """Make the model training starts from (a warm start's: a model the user gave, with
+        its validation ``loss`` and ``accuracy``) a candidate for the model kept, at index -1:
+        a run that only made it worse saves it unchanged. It is no evaluation of training:
+        patience and the target loss count from the first one."""
+        if loss is None or not math.isfinite(loss):
+            return
+        self.best_index = -1
+        self.kept_loss, self.kept_accuracy = loss, accuracy
+        self.best_weights = np.array(w, copy=True)
+
     def update(self, loss: float, w: np.ndarray | None = None,
                accuracy: float | None = None) -> str | None:
         """Record one evaluation (its validation ``accuracy`` where there is one); return why
@@ -81,9 +108,5 @@ class EarlyStopping:
 
     def _better(self, loss: float, accuracy: float | None) -> bool:
         """Whether this evaluation's model beats the kept one (see the class docstring)."""
-        if self.best_index is None:
-            return True
-        kept = self.kept_accuracy
-        if accuracy is not None and kept is not None and accuracy != kept:
-            return accuracy > kept
-        return loss < self.kept_loss
+        return self.best_index is None or better(loss, accuracy, self.kept_loss,
+                                                 self.kept_accuracy)

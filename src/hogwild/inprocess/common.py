@@ -15,7 +15,6 @@ from hogwild.model.evaluation import predict
 from hogwild.model.hot import RENUMBERED_HOT_FEATURES
 from hogwild.model.saved import default_task
 from hogwild.model.spec import ModelSpec
-from hogwild.outputs.console import number
 
 # Bytes a job keeps per feature id besides the weights: document frequency (int64), the
 # renumbering and its inverse (int32 each).
@@ -64,13 +63,3 @@ def test_quality(test: CSRData, w: np.ndarray, loss: str,
     return {f"test_{key}": value for key, value in report.items()
             if key not in ("loss", "accuracy", "rows")}
 
-
-def fmt_metric(value: float | None, digits: int = 4) -> str:
-    """A metric for a progress row: ``-`` when there is none, compact when huge."""
-    return number(value, digits)
-
-
-def duration(seconds: float) -> str:
-    """A wall time for a progress line: 1.25s, or in milliseconds below 10 ms (3.4ms),
-    where two decimals of a second would print 0.00s."""
-    return f"{seconds:.2f}s" if seconds >= 0.01 else f"{seconds * 1e3:.2g}ms"

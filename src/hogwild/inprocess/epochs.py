@@ -14,9 +14,8 @@ from hogwild.config import Settings
 from hogwild.engine.stopping import EarlyStopping
 from hogwild.engine.trainer import EpochStats
 from hogwild.errors import OutputError, TrainingDiverged
-from hogwild.inprocess.common import fmt_metric
 from hogwild.model.evaluation import Metrics, is_finite
-from hogwild.outputs.console import Console
+from hogwild.outputs.console import TRAIN_ROWS, Console, train_saved_line
 from hogwild.outputs.history import EvalHistory
 from hogwild.outputs.tensorboard import open_scalars
 
@@ -28,11 +27,12 @@ class EpochBook:
     """The epochs of one `hogwild train` run: the epoch-0 row (the model before training),
     then per epoch a divergence check, the validation score, the history row (on disk as it
     is made, and in TensorBoard), the progress row, and the stop rules (early stopping,
-    target loss, time budget). The model kept is :attr:`stopper`'s."""
+    target loss, time budget). The model kept is :attr:`stopper`'s; ``warm_started``: the
+    model training starts from was given (initial_model), and is a candidate for it."""
 
     def __init__(self, settings: Settings, console: Console, run_dir: Path, run_name: str,
                  model_w: npt.NDArray[np.float64], validate: Validate,
-                 epoch_rows: int) -> None:
+                 epoch_rows: int, warm_started: bool = False) -> None:
         self.settings = settings
         self.console = console
         self.model_w = model_w
@@ -50,7 +50,8 @@ class EpochBook:
             raise OutputError.writing(run_dir, exc) from None
         self.scalars = open_scalars(settings, run_name)
         # Epoch 0: the model before any training, so the curves start where training did
-        # (not printed, nor counted by early stopping: it is no epoch's result).
+        # (not printed, nor counted by early stopping: it is no epoch's result; a warm
+        # start's, a candidate for the model saved, is printed, see below).
         initial = validate(model_w)
         self.history.add({"epoch": 0, "elapsed": 0.0, "epoch_seconds": 0.0,
                           "train_loss": None, "examples": 0,
@@ -58,9 +59,14 @@ class EpochBook:
                           "val_accuracy": initial.accuracy if initial else None})
         if self.scalars is not None:
             self.scalars.add(self.history.rows.rows()[-1], 0)
-        console.say(f"{'epoch':>5} {'elapsed':>8} {'train_loss':>10} {'val_loss':>9} "
-                    f"{'val_acc':>8}")
+        console.say(TRAIN_ROWS.header())
         self.rows = console.rows()
+        if warm_started and initial is not None:
+            # A given model that training only made worse is the one to save, unchanged;
+            # a candidate, its row is shown (the row of the model saved always is).
+            self.stopper.start_from(initial.loss, model_w, initial.accuracy)
+            self.rows.offer(TRAIN_ROWS.row(self.history.rows.rows()[-1]), console.out,
+                            best=self.stopper.best_index == -1)
         self.started = time.perf_counter()
 
     @property
@@ -88,14 +94,13 @@ class EpochBook:
         self.history.add(row)
         if self.scalars is not None:  # at the examples trained on: every epoch a whole pass
             self.scalars.add(row, (stats.epoch + 1) * self.epoch_rows)
-        self.rows.offer(f"{row['epoch']:>5} {fmt_metric(elapsed, 2):>7}s "
-                        f"{fmt_metric(stats.train_loss):>10} "
-                        f"{fmt_metric(row['val_loss']):>9} "
-                        f"{fmt_metric(row['val_accuracy']):>8}",
-                        self.console.out, done=(stats.epoch + 1) / max(1, settings.epochs))
         # Without a validation set the training loss stands in for early stopping.
         decision = self.stopper.update(val.loss if val else stats.train_loss, self.model_w,
                                        accuracy=val.accuracy if val else None)
+        # Printed once weighed: the row of the model saved is never thinned out.
+        best = self.stopper.best_index == self.stopper.evaluations - 1
+        self.rows.offer(TRAIN_ROWS.row(row), self.console.out,
+                        done=(stats.epoch + 1) / max(1, settings.epochs), best=best)
         if decision:
             self.stop_reason = decision
             return True
@@ -105,7 +110,8 @@ class EpochBook:
         return False
 
     def close(self) -> None:
-        """Training is over: close TensorBoard, show the last row if it was thinned out."""
+        """Training is over: close TensorBoard, show the rows of the model saved and the last
+        one if they were thinned out."""
         if self.scalars is not None:
             self.scalars.close()
         self.rows.flush(self.console.out)
@@ -116,8 +122,15 @@ class EpochBook:
         return best if best is not None else self.model_w
 
     def best_epoch(self) -> int:
+        """The epoch of the model saved (0: the model given, see EarlyStopping.start_from)."""
         index = self.stopper.best_index
         return index + 1 if index is not None else self.epochs
+
+    def say_saved(self) -> None:
+        """One line when the model saved is not the last epoch's: which one, and its scores."""
+        if self.best_epoch() != self.epochs:
+            self.console.say(train_saved_line(self.best_epoch(), self.stopper.kept_loss,
+                                              self.stopper.kept_accuracy))
 
     def write_history(self) -> None:
         try:

@@ -25,9 +25,7 @@ from hogwild.engine.trainer import Trainer
 from hogwild.errors import ConfigError, DataError, ModelError, OutputError, TrainingDiverged
 from hogwild.inprocess.common import (
     check_feature_memory,
-    duration,
     feature_memory,
-    fmt_metric,
     test_quality,
     train_params,
 )
@@ -38,7 +36,7 @@ from hogwild.model.losses import get_loss
 from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
 from hogwild.outputs import artifacts
-from hogwild.outputs.console import Console, number
+from hogwild.outputs.console import Console, number, train_done
 from hogwild.outputs.plotter import BackgroundPlot
 from hogwild.runtime.warmup import preload_in_background
 
@@ -411,7 +409,8 @@ def _train(settings: Settings, console: Console, started: float,
         say(f"starting from the model in {settings.initial_model}")
     book = EpochBook(settings, console, run.path, run.name, model_w,
                      lambda w: (evaluate_model(splits.val, w, loss, spec)
-                                if splits.val.n_rows else None), splits.train.n_rows)
+                                if splits.val.n_rows else None), splits.train.n_rows,
+                     warm_started=splits.initial is not None)
     after_epoch = book.after_epoch
     if ovr is not None:
         per_class = ovr.targets(splits.train)
@@ -431,11 +430,12 @@ def _train(settings: Settings, console: Console, started: float,
         raise TrainingDiverged("test loss", settings.learning_rate)
     # The history is final and the model sound: the helper draws while the outputs are written.
     plotted = book.history.rows.rows()
-    plot.start(run.path, plotted, title=plot_title(settings, "train"))
+    plot.start(run.path, plotted, title=plot_title(settings, "train"), saved=book.best_epoch())
     metrics: dict[str, Any] = {
         "command": "train", "test_loss": test.loss, "test_accuracy": test.accuracy,
         "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
-        "epochs": epochs, "best_epoch": book.best_epoch(), "seconds": train_seconds,
+        "epochs": epochs, "best_epoch": book.best_epoch(),
+        "saved_epoch": book.best_epoch(), "seconds": train_seconds,
         "load_seconds": loaded - started, "total_seconds": time.perf_counter() - started,
         "stop_reason": stop_reason, "threads": settings.threads, "trainer": settings.trainer,
         "batch_size": settings.batch_size,
@@ -454,19 +454,13 @@ def _train(settings: Settings, console: Console, started: float,
                   run_dir=run.path)
     # The plot (drawn meanwhile) is the last file: then the run is published whole.
     try:
-        plot.finish(run.path, plotted, title=plot_title(settings, metrics["command"]))
+        plot.finish(run.path, plotted, title=plot_title(settings, metrics["command"]),
+                    saved=metrics["saved_epoch"])
     except OSError as exc:
         raise OutputError.writing(run.path, exc) from None
     published = run.publish()
-    acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
-    if metrics["best_epoch"] != epochs:
-        stopper = book.stopper
-        kept = (f"validation accuracy {stopper.kept_accuracy:.4f}, loss "
-                if stopper.kept_accuracy is not None else "validation loss ")
-        say(f"saved the model of epoch {metrics['best_epoch']}, the best validated one "
-            f"({kept}{fmt_metric(stopper.kept_loss)})")
-    console.result(f"done ({stop_reason}): {epochs} epochs in "
-                   f"{duration(train_seconds)}, test loss {fmt_metric(test.loss)}, test accuracy "
-                   f"{acc}; outputs in {published}")
+    book.say_saved()
+    console.result(train_done(stop_reason, epochs, metrics["saved_epoch"], train_seconds,
+                              test.loss, test.accuracy).text(published))
     console.json_result(metrics)
     return metrics

@@ -34,8 +34,6 @@ from hogwild.engine.trainer import EpochStats, Trainer
 from hogwild.errors import ConfigError, DataError, OutputError
 from hogwild.inprocess.common import (
     check_feature_memory,
-    duration,
-    fmt_metric,
     test_quality,
     train_params,
 )
@@ -44,7 +42,7 @@ from hogwild.inprocess.results import write_outputs
 from hogwild.model.evaluation import Metrics, evaluate
 from hogwild.model.losses import get_loss
 from hogwild.outputs.artifacts import RunDir
-from hogwild.outputs.console import QUIET, Console
+from hogwild.outputs.console import QUIET, Console, train_done
 from hogwild.outputs.plotter import BackgroundPlot
 
 TRAIN, VAL, TEST = 0, 1, 2
@@ -236,7 +234,8 @@ def train_job(settings: Settings, console: Console, started: float,
         "command": "train", "out_of_core": True, "test_loss": test.loss,
         "test_accuracy": test.accuracy, "val_loss": val.loss if val else None,
         "val_accuracy": val.accuracy if val else None, "epochs": book.epochs,
-        "best_epoch": book.best_epoch(), "seconds": train_seconds, "load_seconds": loaded - started,
+        "best_epoch": book.best_epoch(), "saved_epoch": book.best_epoch(),
+        "seconds": train_seconds, "load_seconds": loaded - started,
         "total_seconds": time.perf_counter() - started, "stop_reason": stop_reason,
         "threads": settings.threads, "trainer": settings.trainer, "loss": settings.loss,
         "train_rows": c[TRAIN], "test_rows": test.n, "n_features": source.n_features,
@@ -251,14 +250,14 @@ def train_job(settings: Settings, console: Console, started: float,
                   classes=source.labels.classes, draw_plot=False, history_on_disk=True,
                   run_dir=run.path)
     try:  # the plot is the last file: then the run is published whole
-        plot.finish(run.path, plotted, title=f"hogwild train (out of core): {settings.data}")
+        plot.finish(run.path, plotted, title=f"hogwild train (out of core): {settings.data}",
+                    saved=metrics["saved_epoch"])
     except OSError as exc:
         raise OutputError.writing(run.path, exc) from None
     published = run.publish()
-    acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
-    console.result(f"done ({stop_reason}): {book.epochs} epochs in "
-                   f"{duration(train_seconds)}, test loss {fmt_metric(test.loss)}, "
-                   f"test accuracy {acc}; outputs in {published}")
+    book.say_saved()
+    console.result(train_done(stop_reason, book.epochs, metrics["saved_epoch"], train_seconds,
+                              test.loss, test.accuracy).text(published))
     console.json_result(metrics)
     return metrics
 

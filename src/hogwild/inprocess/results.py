@@ -116,7 +116,9 @@ def _write_run_files(settings: Settings, out_dir: Path, metrics: dict[str, Any],
     if not history_on_disk:
         artifacts.write_history(out_dir, history)
     if draw_plot and plot is not None:
-        plot.finish(out_dir, history, title=plot_title(settings, metrics["command"]))
+        plot.finish(out_dir, history, title=plot_title(settings, metrics["command"]),
+                    saved=metrics.get("saved_epoch"))
     elif draw_plot:
-        plotter.plot_loss(out_dir, history, title=plot_title(settings, metrics["command"]))
+        plotter.plot_loss(out_dir, history, title=plot_title(settings, metrics["command"]),
+                          saved=metrics.get("saved_epoch"))
     artifacts.write_metrics(out_dir, metrics)

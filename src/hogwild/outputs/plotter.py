@@ -21,6 +21,7 @@ import contextlib
 import io
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -58,13 +59,13 @@ class BackgroundPlot:
             log.debug("no plot helper (%s): the plot will be drawn in-process", exc)
 
     def start(self, out_dir: str | Path, rows: Sequence[Mapping[str, Any]],
-              title: str = "") -> None:
+              title: str = "", saved: float | None = None) -> None:
         """Hand the helper the final history now: it draws while this process goes on with
         its other outputs; ``finish`` with the same arguments then waits for the file."""
         proc = self._proc
         if proc is None or self._drawing is not None:
             return
-        self._request = _request(out_dir, rows, title)
+        self._request = _request(out_dir, rows, title, saved)
         self._drawing = threading.Thread(target=self._talk, args=(proc, self._request),
                                          name="plot", daemon=True)
         self._drawing.start()
@@ -81,18 +82,20 @@ class BackgroundPlot:
             self._failure = exc
 
     def finish(self, out_dir: str | Path, rows: Sequence[Mapping[str, Any]],
-               title: str = "") -> Path:
-        """Have ``loss.png`` drawn in ``out_dir``; returns its path once it is written."""
-        self.start(out_dir, rows, title)
+               title: str = "", saved: float | None = None) -> Path:
+        """Have ``loss.png`` drawn in ``out_dir``; returns its path once it is written.
+        ``saved``: the epoch of the model saved, marked on the plot."""
+        self.start(out_dir, rows, title, saved)
         drawing, self._drawing = self._drawing, None
         self._proc = None
         if drawing is not None:
             drawing.join()
-            if self._failure is None and self._request == _request(out_dir, rows, title):
+            if self._failure is None and self._request == _request(out_dir, rows, title,
+                                                                   saved):
                 return Path(out_dir) / "loss.png"
             if self._failure is not None:
                 log.warning("plot helper failed (%s); drawing in-process", self._failure)
-        return plot_loss(out_dir, rows, title=title)
+        return plot_loss(out_dir, rows, title=title, saved=saved)
 
     def close(self) -> None:
         """Stop the helper if it was never used (e.g. the job failed)."""
@@ -133,8 +136,10 @@ def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
                 pipe.close()
 
 
-def _request(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str) -> bytes:
-    return dumps({"out_dir": str(Path(out_dir)), "rows": list(rows), "title": title}).encode()
+def _request(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str,
+             saved: float | None) -> bytes:
+    return dumps({"out_dir": str(Path(out_dir)), "rows": list(rows), "title": title,
+                  "saved": saved}).encode()
 
 
 # Characters of a title line at the plot's width and font: longer titles are wrapped, not
@@ -143,6 +148,9 @@ TITLE_WIDTH = 70
 # The accuracy axis spans at least this much (and the losses' starts at 0): the last points of
 # a run differing in the fourth decimal are not drawn as a cliff.
 MIN_ACCURACY_SPAN = 0.05
+# The first loss point more than this many times the highest trained one is drawn at the top
+# edge of an axis fitted to the trained ones (see loss_limit).
+CLIP_FACTOR = 1.5
 
 
 def epoch_of(row: Mapping[str, Any]) -> float | None:
@@ -165,10 +173,33 @@ def accuracy_limits(values: Sequence[float]) -> tuple[float, float]:
     return lo, hi
 
 
-def loss_figure(rows: Sequence[Mapping[str, Any]], title: str = "") -> Figure:
+def loss_limit(first: float | None, rest: Sequence[float]) -> float | None:
+    """The top of the loss axis when the first point (epoch 0: the model before training)
+    would squash the trained ones into the bottom of the plot; None to show every point.
+
+    An untrained model's loss (1.0 for the hinge, 0.69 for the logistic) is often ten times
+    a trained one's: on one linear axis the curve that matters took the bottom tenth. A log
+    axis would keep every point but reads badly near the small differences that matter at
+    the end of a run and turns the linear plot's honest zero into an arbitrary floor; so the
+    axis spans the trained points and the first one is drawn at the top edge, its value
+    written beside it."""
+    if first is None or not rest:
+        return None
+    top = max(rest)
+    if top <= 0 or first <= CLIP_FACTOR * top:
+        return None
+    return 1.1 * top
+
+
+def loss_figure(rows: Sequence[Mapping[str, Any]], title: str = "",
+                saved: float | None = None) -> Figure:
     """The loss plot as a bare Agg figure: validation and training loss (left axis) and
     validation accuracy (right axis) against epochs, from epoch 0 (the model before training)
-    on; against elapsed seconds only for rows that give no epoch."""
+    on; against elapsed seconds only for rows that give no epoch. Only measured points are
+    drawn, each with a marker, and joined only to a neighbouring row that measured the same
+    value (a row without one breaks the line: a straight line across it claimed points that
+    were never measured). The loss axis spans the trained points (see loss_limit).
+    ``saved``: the epoch of the model saved, a dotted vertical line."""
     import textwrap
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -189,12 +220,39 @@ def loss_figure(rows: Sequence[Mapping[str, Any]], title: str = "") -> Figure:
         return [(x, float(r[key])) for r in rows
                 if (x := x_of(r)) is not None and isinstance(r.get(key), (int, float))]
 
+    def gapped(key: str) -> tuple[list[float], list[float]]:
+        """Every row's x and value from the first measured one to the last, NaN where a row
+        has none (matplotlib breaks the line there)."""
+        xs, ys = [], []
+        for r in rows:
+            x, value = x_of(r), r.get(key)
+            if x is not None:
+                xs.append(x)
+                ys.append(float(value) if isinstance(value, (int, float)) else math.nan)
+        kept = [i for i, y in enumerate(ys) if not math.isnan(y)]
+        return xs[kept[0]:kept[-1] + 1], ys[kept[0]:kept[-1] + 1]
+
+    # The model before training: the first row, at epoch 0 (or before any example).
+    start = rows[0] if rows and (x_of(rows[0]) == 0 or rows[0].get("examples") == 0) else None
+    firsts: list[tuple[float, float, Any]] = []   # the untrained model's points
+    rest: list[float] = []
     for key, label in (("val_loss", "validation loss"), ("train_loss", "training loss")):
         if pts := points(key):
-            xs, ys = zip(*pts)
-            ax.plot(xs, ys, marker="o", markersize=3, label=label)
+            line, = ax.plot(*gapped(key), marker="o", markersize=3, label=label)
+            measured_at_start = start is not None and isinstance(start.get(key), (int, float))
+            if measured_at_start:
+                firsts.append((*pts[0], line.get_color()))
+            rest.extend(y for _, y in pts[1 if measured_at_start else 0:])
     if ax.lines:
         ax.set_ylim(bottom=0.0)  # every loss here is at least 0
+        top = loss_limit(max((y for _, y, _ in firsts), default=None), rest)
+        if top is not None:
+            ax.set_ylim(0.0, top)
+            for x0, y0, color in firsts:
+                if y0 > top:  # drawn at the edge, its value beside it
+                    ax.plot([x0], [top], marker="^", markersize=6, color=color, clip_on=False)
+                    ax.annotate(f"epoch 0: {y0:.3g}", (x0, top), xytext=(8, -12),
+                                textcoords="offset points", fontsize=8, color=color)
     if acc := points("val_accuracy"):
         ax2 = ax.twinx()
         xs, ys = zip(*acc)
@@ -203,6 +261,9 @@ def loss_figure(rows: Sequence[Mapping[str, Any]], title: str = "") -> Figure:
                  label="validation accuracy")
         ax2.set_ylim(*accuracy_limits(ys))
         ax2.set_ylabel("validation accuracy")
+    if saved is not None:
+        ax.axvline(float(saved), color="0.4", linestyle=":", linewidth=1.2,
+                   label=f"model saved (epoch {saved:.3g})")
     xs_all = [x for r in rows if (x := x_of(r)) is not None]
     if xs_all:  # from epoch 0 (or the first point before it), with room for the markers
         lo, hi = min(0.0, *xs_all), max(xs_all)
@@ -216,15 +277,18 @@ def loss_figure(rows: Sequence[Mapping[str, Any]], title: str = "") -> Figure:
     # One legend for both axes, under the plot, where it cannot hide a curve.
     handles = [h for a in fig.axes for h in a.get_legend_handles_labels()[0]]
     if handles:
-        fig.legend(handles=handles, loc="outside lower center", ncol=len(handles),
+        # (two columns beyond three entries: four in a row overran the figure's width)
+        fig.legend(handles=handles, loc="outside lower center",
+                   ncol=len(handles) if len(handles) <= 3 else 2,
                    frameon=False)
     return fig
 
 
-def plot_loss(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str = "") -> Path:
-    """``loss.png``: validation and training loss, and validation accuracy, against epochs
-    (see hogwild.outputs.plotter.loss_figure)."""
-    fig = loss_figure(rows, title)
+def plot_loss(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str = "",
+              saved: float | None = None) -> Path:
+    """``loss.png``: validation and training loss, and validation accuracy, against epochs,
+    the saved model's epoch marked (see hogwild.outputs.plotter.loss_figure)."""
+    fig = loss_figure(rows, title, saved)
     buffer = io.BytesIO()
     # zlib level 1: the same pixels, a file a little larger, encoded in a third of the time.
     fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})
@@ -248,7 +312,8 @@ def main() -> int:
     if not raw:
         return 0  # the job ended without a plot
     request = json.loads(raw)
-    plot_loss(request["out_dir"], request["rows"], title=request.get("title", ""))
+    plot_loss(request["out_dir"], request["rows"], title=request.get("title", ""),
+              saved=request.get("saved"))
     sys.stdout.buffer.write(DRAWN + b"\n")
     sys.stdout.flush()
     before_exit()  # the job waits for this process to end
