@@ -29,7 +29,7 @@ from hogwild.model.compression import Compression
 from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss
 from hogwild.outputs import artifacts
-from hogwild.outputs.console import QUIET, SIMULATE_ROWS, VERBOSE, Console, simulate_done
+from hogwild.outputs.console import QUIET, SIMULATE_ROWS, VERBOSE, Console, number, simulate_done
 from hogwild.settings.simulation import DEFAULT_MAX_EVENTS, WARN_EVENTS
 
 log = logging.getLogger("hogwild.simulate")
@@ -49,6 +49,7 @@ class SimOptions:
     slices: int = 4
     evals_per_epoch: float = 4.0
     max_events: float = DEFAULT_MAX_EVENTS
+    calibrate: bool = False          # measure speed and message cost on this machine first
 
     def worker_speeds(self, workers: int, seed: int) -> tuple[float, ...]:
         """One speed per worker: as given, or ``speed`` scattered by ``spread`` (seeded)."""
@@ -151,6 +152,8 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
         lr_decay=settings.lr_decay, power_t=settings.power_t, l2=settings.l2,
         fit_bias=settings.fit_bias, thread_buffer=False,
         deep_lr_scale=settings.deep_lr_scale if spec.is_mlp else 1.0)
+    if options.calibrate:
+        options = _calibrated(options, splits.train, kernel, settings.workers, console)
     scenario = scenario_of(settings, options, splits.train.n_rows, splits.train.nnz, kernel)
     check_cost(scenario, settings.topology, options.max_events)  # before any shard is cut
     shards = [csr_arrays(part, spec.n_features)
@@ -191,11 +194,37 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
                   splits.feature_order, spec=spec, hashing=splits.hashing,
                   task=splits.labels.task, classes=splits.labels.classes, run_dir=run.path)
     published = run.publish()
-    console.result(simulate_done(
+    done = simulate_done(
         result.rounds, result.seconds, wall, result.messages, result.bytes,
-        result.max_staleness, metrics["test_accuracy"], metrics["final_test_accuracy"],
-    ).text(published))
+        result.max_staleness, metrics["test_accuracy"], metrics["final_test_accuracy"])
+    shares = metrics["time_shares"]
+    done.add("scale", f"{metrics['speedup']:.2f}x one worker's time for the same epochs "
+                      f"({number(metrics['one_worker_seconds'], 3)} s)")
+    done.add("scale", f"worker time {shares['training']:.0%} training, "
+                      f"{shares['waiting']:.0%} waiting, their senders busy "
+                      f"{shares['sending']:.0%}")
+    console.result(done.text(published))
     return metrics
+
+
+def _calibrated(options: SimOptions, train: Any, kernel: KernelPlan, workers: int,
+                console: Console) -> SimOptions:
+    """``options`` with this machine's kernel speed (unless --speeds names them) and the
+    measured cost of a delta message (engine.calibration, protocol.msgcost)."""
+    from hogwild.engine.calibration import MAX_ROWS, busy_threads, kernel_speed
+    from hogwild.protocol.msgcost import measure
+
+    rows = csr_arrays(train.slice(0, min(train.n_rows, MAX_ROWS)), kernel.spec.n_features)
+    concurrent = busy_threads(workers, kernel.threads)
+    speed = kernel_speed(rows, kernel, concurrent)
+    cost = measure(kernel.spec.dim)
+    net = replace(options.network, overhead=cost.overhead, bandwidth=cost.bandwidth)
+    console.say(f"calibrated on this machine: {speed:.3g} non-zeros/s per thread "
+                f"({concurrent} at once); a delta "
+                f"message {cost.small_seconds * 1e3:.2f} ms (16 entries), "
+                f"{cost.dense_seconds * 1e3:.2f} ms ({cost.dense_entries:,} entries): "
+                f"{cost.overhead * 1e3:.2f} ms + {cost.bandwidth / 1e9:.3g} GB/s")
+    return replace(options, speed=options.speed if options.speeds else speed, network=net)
 
 
 def _print_rows(result: SimResult, out: TextIO, every: bool = False) -> None:
@@ -238,6 +267,17 @@ def _metrics(settings: Settings, splits: Any, spec: Any, result: SimResult,
         "classes": splits.labels.json_classes(),
         "adjustments": result.adjustments,
     }
+    # One worker with as many threads would train the same examples with no message at all:
+    # the sum of the kernel work at the workers' mean speed.
+    speeds = scenario.speeds or (DEFAULT_SPEED,)
+    per_row = splits.train.nnz / max(1, splits.train.n_rows)
+    one = result.examples * per_row / (sum(speeds) / len(speeds) * max(1, settings.threads))
+    worker_time = max(result.seconds * scenario.workers, 1e-12)
+    metrics.update({
+        "one_worker_seconds": one, "speedup": one / max(result.seconds, 1e-12),
+        "time_shares": {"training": result.trained / worker_time,
+                        "sending": result.sending / worker_time,
+                        "waiting": result.waited / worker_time}})
     metrics.update(test_quality(splits.test, result.best_weights, settings.loss, spec,
                                 splits.labels.task, splits.labels.classes))
     return metrics

@@ -22,6 +22,11 @@ def add_simulation_flags(parser: argparse.ArgumentParser) -> None:
         group.add_argument(option.flag, dest=f"sim_{option.key}", default=option.default,
                            metavar=None if option.choices else option.metavar,
                            choices=option.choices, help=option.help)
+    group.add_argument("--calibrate", action="store_true",
+                       help="measure this machine first (one thread's kernel speed on the "
+                            "training rows, and the cost of a delta message over loopback "
+                            "gRPC) and simulate with those instead of --speed, --overhead "
+                            "and --bandwidth")
 
 
 def simulate(settings: Settings, args: argparse.Namespace) -> int:
@@ -36,6 +41,6 @@ def simulate(settings: Settings, args: argparse.Namespace) -> int:
         network=Network(latency=values["latency"], jitter=values["jitter"],
                         overhead=values["overhead"], bandwidth=values["bandwidth"]),
         slices=values["slices"], evals_per_epoch=values["evals_per_epoch"],
-        max_events=values["max_events"])
+        max_events=values["max_events"], calibrate=bool(args.calibrate))
     simulate_job(settings, options)
     return 0

@@ -98,6 +98,8 @@ class SimResult:
     bytes: int
     max_staleness: int
     waited: float                                # worker-seconds spent at barriers/gates
+    trained: float = 0.0                         # worker-seconds spent training
+    sending: float = 0.0                         # worker-seconds their senders were busy
     diverged: bool = False
     adjustments: list[dict[str, Any]] = field(default_factory=list)  # the guard's (in order)
 
@@ -235,6 +237,8 @@ class Simulation:
         self.examples = 0
         self.max_staleness = 0
         self.waited = 0.0
+        self.trained = 0.0
+        self.sending = 0.0
         self.history: list[dict[str, Any]] = []
         self.loss_sum = 0.0
         self.loss_rows = 0
@@ -283,7 +287,8 @@ class Simulation:
             weights=self.global_w, best_weights=best_w, history=self.history,
             best=self.best, seconds=self.now, rounds=max(wk.round for wk in self.workers),
             examples=self.examples, messages=self.messages, bytes=self.bytes,
-            max_staleness=self.max_staleness, waited=self.waited, diverged=self.diverged,
+            max_staleness=self.max_staleness, waited=self.waited, trained=self.trained,
+            sending=self.sending, diverged=self.diverged,
             adjustments=[a.as_dict() for a in self.guard.adjustments] if self.guard else [])
 
     def _start_round(self, wk: _Worker) -> None:
@@ -308,6 +313,7 @@ class Simulation:
         self.examples += rows
         per_thread = rows / max(1, kernel.threads)
         duration = per_thread * wk.nnz_per_row / wk.speed
+        self.trained += duration
         if s + 1 < slices:
             self._at(self.now + duration, "slice", wid, round_, s + 1)
         else:
@@ -412,6 +418,8 @@ class Simulation:
         idx, _ = packet.seal()
         took = self.sc.network.send_time(idx.size)
         sender.busy_until = self.now + took
+        if node != COORDINATOR:
+            self.sending += took
         self.messages += 1
         self.bytes += BYTES_PER_ENTRY * idx.size
         self._at(sender.busy_until, "sent", node)

@@ -11,12 +11,15 @@ from hogwild.errors import ConfigError
 
 MODES = ("sync", "async")
 TOPOLOGIES = ("mesh", "star", "tree")  # what a run uses, and the wire carries
-# The topology setting may also say "auto": a mesh up to this many workers, a tree beyond. A
-# mesh worker sends W messages a round (its peers and the coordinator), a tree node at most
-# tree_fanout + 1, and a sync tree's round takes its depth in hops up and down. Simulated on
-# 2M RCV1-shaped rows with the default cost model (1 ms a message), 8 workers reached the
-# one-worker accuracy in 0.063 s through a mesh and 0.073 s through a tree; 16 in a tree
-# in 0.072 s, where a mesh costs each of them 16 messages a round.
+# The topology setting may also say "auto": a mesh up to this many workers; beyond, a tree in
+# sync mode and a star in async mode. A mesh worker sends W messages a round (its peers and
+# the coordinator), a tree node at most tree_fanout + 1, and a sync tree's round takes its
+# depth in hops up and down. Simulated on 2M RCV1-shaped rows with the default cost model
+# (1 ms a message) and combine momentum: 8 workers reached the one-worker accuracy in 0.063
+# s through a mesh and 0.073 s through a tree; 16 in a tree in 0.072 s (a mesh costs each of
+# them 16 messages a round). Async, block momentum through a tree's relays, which pass sums
+# on a hop at a time, swung and never got there with 16 or 64 workers; through the star
+# (one hop to the coordinator and one back) 16 workers got there in 0.060 s.
 AUTO_MESH_MAX_WORKERS = 8
 TOPOLOGY_CHOICES = ("auto", *TOPOLOGIES)
 COMBINES = ("sum", "average", "momentum")  # what a run uses, and the wire carries
@@ -41,12 +44,14 @@ GPU_TRAINER_MODES = ("hogwild", "serial")
 GPU_MLP_MAX_UNITS = 256
 
 
-def resolve_topology(topology: str, workers: int) -> str:
+def resolve_topology(topology: str, workers: int, mode: str = "sync") -> str:
     """The topology W workers run: ``topology``, or for ``auto`` a mesh up to
-    AUTO_MESH_MAX_WORKERS and a tree beyond."""
+    AUTO_MESH_MAX_WORKERS and beyond a tree (sync) or a star (async)."""
     if topology != "auto":
         return topology
-    return "mesh" if workers <= AUTO_MESH_MAX_WORKERS else "tree"
+    if workers <= AUTO_MESH_MAX_WORKERS:
+        return "mesh"
+    return "tree" if mode == "sync" else "star"
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,8 @@ class Settings:
                       choices=COMBINES, commands=_RC))
     topology: str = field(
         default="auto",
-        metadata=_doc("auto = mesh up to 8 workers, tree beyond; "
+        metadata=_doc("auto = mesh up to 8 workers; beyond, tree in sync mode and star in "
+                      "async mode; "
                       "mesh = every worker sends its delta to every peer and the coordinator "
                       "(n(n+1) messages per round); star = workers send only to the "
                       "coordinator, which sends each one the sum of the others' deltas (2n); "
@@ -406,7 +407,7 @@ class Settings:
     def for_run(self) -> Settings:
         """These settings as a run of ``workers`` workers uses them (``topology: auto``
         made the topology it stands for)."""
-        topology = resolve_topology(self.topology, self.workers)
+        topology = resolve_topology(self.topology, self.workers, self.mode)
         return self if topology == self.topology else self.replace(topology=topology)
 
 
