@@ -267,9 +267,10 @@ def main_process(argv: Sequence[str] | None, plot: BackgroundPlot | None = None)
     """Run one command line (default: sys.argv) as the whole process, which ends when this
     returns (see hogwild.runtime.startup). ``plot``: a loss plot helper started already (the command
     closes it)."""
-    from hogwild.runtime.startup import single_blas_thread
+    from hogwild.runtime.startup import quiet_grpc_core, single_blas_thread
 
     single_blas_thread()  # before anything imports numpy
+    quiet_grpc_core()  # before anything imports grpc
     try:
         return _main(argv, None, whole_process=True, plot=plot)
     finally:
