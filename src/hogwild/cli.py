@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hogwild import __version__, config
-from hogwild.commands import data_tools, experiments, models, operations, roles, simulation
+from hogwild.commands import data_tools, experiments, models, operations, roles, runs, simulation
 from hogwild.commands.common import add_output_flags, setup_logging, verbosity_of
 from hogwild.config import Settings
 from hogwild.errors import ConfigError, HogwildError, UsageError
@@ -204,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     data_tools.add_hash(sub)
     operations.add_health(sub)
     operations.add_certs(sub)
+    runs.add_runs(sub)
     models.add_model_commands(sub)
     return parser
 
@@ -263,6 +264,7 @@ _WITHOUT_SETTINGS: dict[str, Callable[[argparse.Namespace, Mapping[str, str]], i
     "eval": lambda args, env: models.predict_or_eval(args),
     "experiment": experiments.experiment,
     "inspect": lambda args, env: models.inspect(args),
+    "runs": runs.runs,
 }
 
 # The module each command imports first (numpy, numba, grpc, ...): loaded as long-lived

@@ -149,7 +149,7 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
     write_outputs(settings, result.best_weights, metrics, result.history,
                   splits.feature_order, spec=spec, hashing=splits.hashing,
                   task=splits.labels.task, classes=splits.labels.classes, run_dir=run.path)
-    published = run.publish()
+    published = run.publish(settings.keep_runs)
     final, best = metrics["final_test_accuracy"], metrics["test_accuracy"]
     acc = ("-" if best is None else
            f"{best:.4f} (best validated model; the last one {final:.4f})")

@@ -413,7 +413,7 @@ def _train(settings: Settings, console: Console, started: float,
         plot.finish(run.path, plotted, title=plot_title(settings, metrics["command"]))
     except OSError as exc:
         raise OutputError.writing(run.path, exc) from None
-    published = run.publish()
+    published = run.publish(settings.keep_runs)
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
     if metrics["best_epoch"] != epochs:
         stopper = book.stopper

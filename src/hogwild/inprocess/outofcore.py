@@ -253,7 +253,7 @@ def train_job(settings: Settings, console: Console, started: float,
         plot.finish(run.path, plotted, title=f"hogwild train (out of core): {settings.data}")
     except OSError as exc:
         raise OutputError.writing(run.path, exc) from None
-    published = run.publish()
+    published = run.publish(settings.keep_runs)
     acc = "-" if test.accuracy is None else f"{test.accuracy:.4f}"
     console.result(f"done ({stop_reason}): {book.epochs} epochs in "
                    f"{duration(train_seconds)}, test loss {test.loss:.4f}, test accuracy "

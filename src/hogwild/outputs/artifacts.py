@@ -117,6 +117,26 @@ def save_weights(path: str | Path, w: np.ndarray) -> Path:
     return atomic_write_bytes(path, buffer.getvalue())
 
 
+def save_compact_weights(path: str | Path, w: np.ndarray) -> Path:
+    """A weight vector as an ``.npz`` of its non-zeros in float32: ``index`` (int32, int64
+    past 2**31 entries), ``value`` (float32) and ``dim``, written atomically. A model of
+    4M features, 2% of them non-zero, takes 0.6 MB instead of 32 MB."""
+    values = np.asarray(w, dtype=np.float32)
+    index = np.flatnonzero(values)
+    index = index.astype(np.int32 if values.size < 1 << 31 else np.int64)
+    buffer = io.BytesIO()
+    np.savez(buffer, index=index, value=values[index], dim=np.int64(values.size))
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_compact_weights(path: str | Path) -> np.ndarray:
+    """The dense float64 vector of a file written by :func:`save_compact_weights`."""
+    with np.load(path) as archive:
+        w = np.zeros(int(archive["dim"]), dtype=np.float64)
+        w[archive["index"]] = archive["value"]
+    return w
+
+
 def save_model(out_dir: str | Path, w: np.ndarray, meta: Mapping[str, Any]) -> Path:
     """Write ``model.npz`` (weights; ``w[-1]`` is the bias) and ``model.json`` (metadata)."""
     out = Path(out_dir)
@@ -350,10 +370,12 @@ class RunDir:
         """The directory's name once it is published."""
         return self.root / self.name
 
-    def publish(self) -> Path:
+    def publish(self, keep_runs: int = 0) -> Path:
         """Rename the finished directory to its final name and point ``latest`` at it;
         returns the final path. OutputError if either step fails (the run's files are then
-        complete in :attr:`path`, and ``latest`` still names the run before)."""
+        complete in :attr:`path`, and ``latest`` still names the run before). Then, with
+        ``keep_runs`` (the setting), the oldest complete runs of the root beyond that many
+        are removed (hogwild.outputs.runs.prune; never this one)."""
         if self.published:
             return self.path
         (self.path / LOCK_FILE).unlink(missing_ok=True)  # the flock is on the open file
@@ -372,6 +394,13 @@ class RunDir:
                               f"{published(self.root)} could not be pointed at it: "
                               f"{exc.strerror or exc}") from None
         _fsync_dir(self.root)
+        if keep_runs:
+            from hogwild.outputs.runs import prune  # (it lists runs with this module's names)
+
+            removed = prune(self.root, keep_runs, protect=[self.final])
+            if removed:
+                log.info("removed %d old run(s) of %s (keep_runs %d)", len(removed),
+                         self.root, keep_runs)
         return self.final
 
     def _link_latest(self) -> None:
