@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any, TextIO
 
 import numpy as np
@@ -124,8 +125,8 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
 
     net = options.network
     console.say(f"simulating {settings.workers} worker(s) x {settings.threads} thread(s), "
-                f"{settings.mode}, {settings.topology}, combine {scenario.rules.combine}, staleness "
-                f"{'unbounded' if settings.staleness is None else settings.staleness}; "
+                f"{settings.mode}, {settings.topology}, combine {scenario.rules.combine}"
+                f"{_staleness(settings)}; "
                 f"{scenario.kernel.round_size} examples per thread per round, "
                 f"{scenario.max_rounds} rounds; message {net.overhead * 1e3:g} ms + "
                 f"{net.latency * 1e3:g} ms ({net.jitter}) latency, "
@@ -160,17 +161,38 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
     return metrics
 
 
+def _staleness(settings: Settings) -> str:
+    """The header's staleness bound: async runs only (a sync run waits for every round)."""
+    if settings.mode != "async":
+        return ""
+    return f", staleness {'unbounded' if settings.staleness is None else settings.staleness}"
+
+
 def _print_rows(result: SimResult, out: TextIO, every: bool = False) -> None:
+    """The progress table. A row's training loss is the mean over the examples trained since
+    the row before; the last row's may cover only the short stretch the workers trained
+    after the last evaluation due (a few dozen examples, against a quarter epoch for the
+    others), a mean too noisy to compare: it is shown in parentheses, with a note."""
     rows = result.history
     step = 1 if every else max(1, math.ceil(len(rows) / PRINTED_ROWS))
+    spans = [b["examples"] - a["examples"] for a, b in pairwise(rows)]
+    typical = sorted(spans)[len(spans) // 2] if spans else 0
+    short: tuple[int, int] | None = None
     print(f"{'epoch':>6} {'sim_ms':>9} {'train_loss':>10} {'val_loss':>9} {'val_acc':>8}",
           file=out)
     for i, row in enumerate(rows):
         if i % step and i != len(rows) - 1:
             continue
+        train = _fmt(row["train_loss"])
+        span = spans[i - 1] if i else 0
+        if row["train_loss"] is not None and i and span * 2 < typical:
+            train, short = f"({train})", (span, typical)
         print(f"{row['epoch']:>6.2f} {row['elapsed'] * 1e3:>9.2f} "
-              f"{_fmt(row['train_loss']):>10} {_fmt(row['val_loss']):>9} "
+              f"{train:>10} {_fmt(row['val_loss']):>9} "
               f"{_fmt(row['val_accuracy']):>8}", file=out)
+    if short is not None:
+        print(f"(training loss over the last {short[0]:,} examples only, against about "
+              f"{short[1]:,} per row: too few to compare)", file=out)
 
 
 def _fmt(value: float | None) -> str:
