@@ -15,7 +15,7 @@ from hogwild.cli import main
 from hogwild.config import Settings
 from hogwild.errors import ConfigError
 from hogwild.outputs import artifacts
-from hogwild.outputs.runs import list_runs, prune
+from hogwild.outputs.artifacts import list_runs, prune
 
 
 def _run(root: Path, name: str, *, complete: bool = True, payload: int = 10) -> Path:

@@ -35,7 +35,7 @@ def _megabytes(size: int) -> str:
 
 def runs(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """The `hogwild runs` command."""
-    from hogwild.outputs.runs import list_runs, prune
+    from hogwild.outputs.artifacts import list_runs, prune
 
     root = args.out
     if root is None:
