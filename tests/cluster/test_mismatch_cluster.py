@@ -69,6 +69,11 @@ def test_tls_on_one_side_or_another_ca(cluster: Cluster, tmp_path: Path) -> None
     key, line = _refused_worker(cluster, address, "other-cert", **mixed)
     assert key == "tls_cert" and "refuses this worker's certificate" in line, line
 
+    # The right credentials, dialling a name the coordinator's certificate does not carry.
+    key, line = _refused_worker(cluster, address, "other-name", **_tls(ours, "worker"),
+                                tls_server_name="elsewhere.example.org")
+    assert key == "tls_server_name" and "elsewhere.example.org" in line, line
+
     assert cluster.coordinator is not None
     assert "Handshake failed" not in cluster.coordinator.output()
 
