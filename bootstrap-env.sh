@@ -40,7 +40,8 @@ if [ "$want" != "$have" ] && ! { [ "$extras" = "test" ] && [[ "$have" == "${want
   echo "$want" > "$stamp"
 fi
 
-# gRPC stubs come from protos/ (regenerated only when the .proto changed).
+# gRPC stubs come from protos/ (generated only when missing or older than the .proto;
+# `python -m hogwild.protocol.build --force` regenerates them in any case).
 .venv/bin/python -m hogwild.protocol.build
 # Compile the numba kernels once so the first run does not pay for it.
 .venv/bin/python -m hogwild.runtime.warmup

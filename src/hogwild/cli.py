@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hogwild import __version__, config
-from hogwild.commands import data_tools, experiments, models, operations, roles, simulation
+from hogwild.commands import data_tools, experiments, models, operations, roles, runs, simulation
 from hogwild.commands.common import add_output_flags, setup_logging, verbosity_of
 from hogwild.config import Settings
 from hogwild.errors import ConfigError, HogwildError, UsageError
@@ -104,6 +104,31 @@ class _Parser(argparse.ArgumentParser):
         return out
 
 
+class _SubParser(_Parser):
+    """A subcommand's parser: its own usage on any error of its command line (an unknown
+    flag included, which the top-level parser would report with the top-level usage), and
+    the arguments that may be given as a positional or a flag (``either``) resolved."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.either: list[tuple[str, str, str]] = []
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        for dest, flag, metavar in self.either:
+            positional, given = getattr(namespace, dest), getattr(namespace, f"{dest}_flag")
+            if positional is not None and given is not None:
+                self.error(f"{metavar} given twice (as an argument and as {flag}): give one")
+            if positional is None and given is None:
+                self.error(f"the following arguments are required: {metavar} (or {flag} "
+                           f"{metavar})")
+            setattr(namespace, dest, given if positional is None else positional)
+            delattr(namespace, f"{dest}_flag")
+        return namespace, []
+
+
 def _add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
     """One --flag per setting (help from the settings schema), plus the command's aliases.
 
@@ -160,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sparse linear models trained with HOGWILD! lock-free SGD, "
                     "on one machine or across many over gRPC.")
     parser.add_argument("--version", action="version", version=f"hogwild {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                parser_class=_SubParser)
     for command in ("train", "run", "coordinator", "worker", "simulate"):
         cmd = sub.add_parser(command, help=_DESCRIPTIONS[command],
                              description=_DESCRIPTIONS[command])
@@ -178,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     data_tools.add_hash(sub)
     operations.add_health(sub)
     operations.add_certs(sub)
+    runs.add_runs(sub)
     models.add_model_commands(sub)
     return parser
 
@@ -237,6 +264,7 @@ _WITHOUT_SETTINGS: dict[str, Callable[[argparse.Namespace, Mapping[str, str]], i
     "eval": lambda args, env: models.predict_or_eval(args),
     "experiment": experiments.experiment,
     "inspect": lambda args, env: models.inspect(args),
+    "runs": runs.runs,
 }
 
 # The module each command imports first (numpy, numba, grpc, ...): loaded as long-lived
@@ -267,9 +295,10 @@ def main_process(argv: Sequence[str] | None, plot: BackgroundPlot | None = None)
     """Run one command line (default: sys.argv) as the whole process, which ends when this
     returns (see hogwild.runtime.startup). ``plot``: a loss plot helper started already (the command
     closes it)."""
-    from hogwild.runtime.startup import single_blas_thread
+    from hogwild.runtime.startup import quiet_grpc_core, single_blas_thread
 
     single_blas_thread()  # before anything imports numpy
+    quiet_grpc_core()  # before anything imports grpc
     try:
         return _main(argv, None, whole_process=True, plot=plot)
     finally:

@@ -19,6 +19,7 @@ from hogwild.settings.rules import (
     DELTA_DTYPES,
     DEVICE_FORMAT,
     DEVICE_LIST_FORMAT,
+    FINAL_STATES,
     GPU_TRAINER_MODES,
     LOG_LEVELS,
     LOSSES,
@@ -49,7 +50,7 @@ from hogwild.settings.schema import (
 
 __all__ = [
     "BOUNDS", "COMBINES", "COMMANDS", "DELTA_DTYPES", "DEVICE_FORMAT", "DEVICE_LIST_FORMAT",
-    "ENV_PREFIX",
+    "ENV_PREFIX", "FINAL_STATES",
     "GPU_TRAINER_MODES", "KEYS", "LOG_LEVELS", "LOSSES", "MAX_THREADS", "MODEL_KINDS", "MODES",
     "MULTICLASS_MODES", "SCHEDULES", "SHIPPING", "SIGTERM_ACTIONS", "TOPOLOGIES",
     "TRAINER_MODES", "Bound", "ConfigError", "Settings", "choices", "commands",

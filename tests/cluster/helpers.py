@@ -10,12 +10,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+
+from hogwild.outputs.artifacts import load_compact_weights
 
 REPO = Path(__file__).resolve().parents[2]
 # The shared data sets sit beside the checkout (or beside the directory of worktrees).
@@ -173,6 +176,14 @@ def incomplete(out_dir: Path) -> Path:
     return found[0]
 
 
+@contextmanager
+def final_states(out_dir: Path, name: str) -> Iterator[dict[str, np.ndarray]]:
+    """One model of final_states/ (``global.npz``, ``worker-ID.npz``) of the run last
+    published under ``out_dir``, as {"w": dense weights}: the run must have asked for them
+    (final_states: compact)."""
+    yield {"w": load_compact_weights(published(out_dir) / "final_states" / name)}
+
+
 def read_metrics(out_dir: Path) -> dict[str, Any]:
     """metrics.json of the run last published under the runs root ``out_dir``."""
     return dict(json.loads((published(out_dir) / "metrics.json").read_text()))
@@ -184,7 +195,7 @@ def reuters_settings(out: Path, **extra: Any) -> dict[str, Any]:
     return {"data": str(train), "test_data": str(test), "threads": 1, "epochs": 10,
             "patience": 0, "eval_interval": 0.5, "out_dir": str(out), "rpc_timeout": 5,
             "barrier_timeout": 5, "connect_timeout": 60, "register_timeout": 120,
-            "data_cache": False, **extra}
+            "data_cache": False, "final_states": "compact", **extra}
 
 
 def finished_run(workdir: Path, n_workers: int, **extra: Any) -> dict[str, Any]:
@@ -242,10 +253,10 @@ def survivors_equal_the_global_model(out: Path, metrics: dict[str, Any],
     states = metrics["worker_states"]
     assert isinstance(states, list)
     assert sorted(s["worker_id"] for s in states) == survivors
-    with np.load(published(out) / "final_states" / "global.npz") as g:
+    with final_states(out, "global.npz") as g:
         global_w = g["w"]
     assert np.any(global_w != 0)
     for wid in survivors:
-        with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
+        with final_states(out, f"worker-{wid}.npz") as f:
             np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5,
                                        err_msg=f"worker {wid}")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from .helpers import finished_run, published
+from .helpers import final_states, finished_run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -50,8 +50,8 @@ def test_compressed_run_matches_the_uncompressed_accuracy(
         assert _peer_bytes(squeezed) < _peer_bytes(plain)
         # The final delta sends every residual in float32: workers end on the global model.
         out = squeezed["out"]
-        with np.load(published(out) / "final_states" / "global.npz") as g:
+        with final_states(out, "global.npz") as g:
             global_w = g["w"]
         for wid in range(2):
-            with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
+            with final_states(out, f"worker-{wid}.npz") as f:
                 np.testing.assert_allclose(f["w"], global_w, rtol=1e-6, atol=1e-6)

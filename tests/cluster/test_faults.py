@@ -33,6 +33,7 @@ from .helpers import (
     REGISTERED,
     Cluster,
     Proc,
+    final_states,
     incomplete,
     published,
     read_metrics,
@@ -52,7 +53,7 @@ def reuters(out: Path, **extra: Any) -> dict[str, Any]:
     base = {"data": str(train), "test_data": str(test), "threads": 1, "epochs": 10,
             "patience": 0, "eval_interval": 0.3, "out_dir": str(out), "rpc_timeout": 3,
             "barrier_timeout": 3, "connect_timeout": 60, "register_timeout": 120,
-            "data_cache": False}
+            "data_cache": False, "final_states": "compact"}
     base.update(extra)
     return base
 
@@ -336,10 +337,10 @@ def test_a_restarted_worker_rejoins_through_the_star_relay(cluster: Cluster, tmp
     assert states[2]["rounds"] > 0 and states[2]["applied_from"][relay] > 0
     assert again.output().count("registered as worker 2") == 1, again.output()
     if mode == "sync":
-        with np.load(published(out) / "final_states" / "global.npz") as g:
+        with final_states(out, "global.npz") as g:
             global_w = g["w"]
         for wid in states:
-            with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
+            with final_states(out, f"worker-{wid}.npz") as f:
                 np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5)
 
 
@@ -374,10 +375,10 @@ def test_a_restarted_interior_tree_worker_rejoins_as_a_leaf_of_the_coordinator(
     assert again.output().count("registered as worker 0") == 1, again.output()
     if mode == "sync":
         # It and worker 1 (outside its old subtree) applied every delta once.
-        with np.load(published(out) / "final_states" / "global.npz") as g:
+        with final_states(out, "global.npz") as g:
             global_w = g["w"]
         for wid in (0, 1):
-            with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
+            with final_states(out, f"worker-{wid}.npz") as f:
                 np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from hogwild.model.saved import SavedModel
 
-from .helpers import Cluster, published, read_metrics
+from .helpers import Cluster, final_states, published, read_metrics
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -24,7 +24,8 @@ def test_mlp_run_with_two_workers(cluster: Cluster, tmp_path: Path, mode: str) -
                   deep_lr_scale=1.0, data="bundled:spamassassin", threads=2, epochs=4,
                   patience=0,
                   eval_interval=0.5, out_dir=str(out), rpc_timeout=10, barrier_timeout=10,
-                  connect_timeout=60, register_timeout=60, data_cache=False)
+                  connect_timeout=60, register_timeout=60, data_cache=False,
+                  final_states="compact")
     assert cluster.coordinator is not None
     assert cluster.coordinator.wait(150) == 0
     for worker in cluster.workers:
@@ -45,11 +46,11 @@ def test_mlp_run_with_two_workers(cluster: Cluster, tmp_path: Path, mode: str) -
     assert saved.arrays["wide"].shape == (meta["n_features"],)
     # Both parts trained: the output layer left its zero start, the wide weights too.
     assert np.any(saved.arrays["W2"]) and np.any(saved.arrays["wide"])
-    with np.load(published(out) / "final_states" / "global.npz") as g:
+    with final_states(out, "global.npz") as g:
         global_w = g["w"]
     assert global_w.shape == (spec.dim,)
     for wid in range(2):
-        with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
+        with final_states(out, f"worker-{wid}.npz") as f:
             # Sync: the same deltas applied everywhere, in another order, from the same
             # seeded initialisation (workers starting elsewhere would differ here).
             if mode == "sync":

@@ -20,7 +20,7 @@ import pytest
 
 from hogwild.errors import EXIT_LEFT
 
-from .helpers import PROGRESS_ROW, Cluster, published, read_metrics, require_reuters
+from .helpers import PROGRESS_ROW, Cluster, final_states, published, read_metrics, require_reuters
 from .helpers import _env as child_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -32,7 +32,7 @@ def _reuters_settings(out: Path, **extra: Any) -> dict[str, Any]:
     base = {"data": str(train), "test_data": str(test), "threads": 2, "epochs": 10,
             "patience": 0, "eval_interval": 0.5, "out_dir": str(out), "rpc_timeout": 5,
             "barrier_timeout": 5, "connect_timeout": 60, "register_timeout": 60,
-            "data_cache": False}
+            "data_cache": False, "final_states": "compact"}
     base.update(extra)
     return base
 
@@ -70,10 +70,10 @@ def _check_exactly_once(metrics: dict[str, Any], n_workers: int) -> None:
 def _check_workers_equal_the_global_model(out: Path, n_workers: int) -> np.ndarray:
     """Sync mode: every worker's final weights are the coordinator's global model (the same
     deltas added in another order, and a float32 rounding residual); returns that model."""
-    with np.load(published(out) / "final_states" / "global.npz") as g:
+    with final_states(out, "global.npz") as g:
         global_w = g["w"]
     for wid in range(n_workers):
-        with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
+        with final_states(out, f"worker-{wid}.npz") as f:
             np.testing.assert_allclose(f["w"], global_w, rtol=1e-6, atol=1e-6)
     return global_w
 

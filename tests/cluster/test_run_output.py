@@ -12,7 +12,7 @@ import pytest
 
 from hogwild.runtime.launcher import child_env
 
-from .helpers import read_metrics
+from .helpers import published, read_metrics
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -56,3 +56,6 @@ def test_run_json_is_one_object_equal_to_metrics_json(tmp_path: Path) -> None:
     # The progress went to standard error; the conflicts of this dense data set are no
     # warning (no setting of the run acts on them).
     assert "[coordinator] done (" in proc.stderr and "conflict" not in proc.stderr
+    # final_states is off by default: no model per worker on disk, the counters in metrics.
+    assert not (published(tmp_path / "out") / "final_states").exists()
+    assert sorted(s["worker_id"] for s in printed["worker_states"]) == [0, 1]

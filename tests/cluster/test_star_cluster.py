@@ -14,7 +14,14 @@ import pytest
 
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 
-from .helpers import PROGRESS_ROW, Cluster, finished_run, published, read_metrics, reuters_settings
+from .helpers import (
+    PROGRESS_ROW,
+    Cluster,
+    final_states,
+    finished_run,
+    read_metrics,
+    reuters_settings,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -43,11 +50,11 @@ def test_star_reaches_the_mesh_accuracy(mode: str, extra: dict[str, Any],
     if mode == "sync":
         # Every worker applied the same deltas: all equal the coordinator's model.
         out = star["out"]
-        with np.load(published(out) / "final_states" / "global.npz") as g:
+        with final_states(out, "global.npz") as g:
             global_w = g["w"]
         assert np.any(global_w != 0)
         for wid in range(3):
-            with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
+            with final_states(out, f"worker-{wid}.npz") as f:
                 np.testing.assert_allclose(f["w"], global_w, rtol=1e-6, atol=1e-6)
         # One message per worker and round each way, against n(n+1) = 12 in a mesh.
         rounds = star["rounds"]
@@ -76,10 +83,10 @@ def test_star_sync_run_survives_a_killed_worker(cluster: Cluster, tmp_path: Path
     assert survivors
     assert metrics["stop_reason"] == "time budget"
     assert metrics["test_accuracy"] is not None and metrics["test_accuracy"] > 0.9
-    with np.load(published(out) / "final_states" / "global.npz") as g:
+    with final_states(out, "global.npz") as g:
         global_w = g["w"]
     for st in survivors:
         # The survivors kept applying the same set after the drop, the killed worker's
         # deltas that reached the coordinator included: they still equal the model.
-        with np.load(published(out) / "final_states" / f"worker-{st['worker_id']}.npz") as f:
+        with final_states(out, f"worker-{st['worker_id']}.npz") as f:
             np.testing.assert_allclose(f["w"], global_w, rtol=1e-5, atol=1e-5)

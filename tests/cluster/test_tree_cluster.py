@@ -16,7 +16,14 @@ import pytest
 
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 
-from .helpers import PROGRESS_ROW, Cluster, finished_run, published, read_metrics, reuters_settings
+from .helpers import (
+    PROGRESS_ROW,
+    Cluster,
+    final_states,
+    finished_run,
+    read_metrics,
+    reuters_settings,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -26,11 +33,11 @@ NEIGHBOURS = {0: {RELAY, "2", "3"}, 1: {RELAY}, 2: {"0"}, 3: {"0"}}
 
 
 def _assert_all_equal_global(out: Path, ids: list[int], tol: float = 1e-6) -> None:
-    with np.load(published(out) / "final_states" / "global.npz") as g:
+    with final_states(out, "global.npz") as g:
         global_w = g["w"]
     assert np.any(global_w != 0)
     for wid in ids:
-        with np.load(published(out) / "final_states" / f"worker-{wid}.npz") as f:
+        with final_states(out, f"worker-{wid}.npz") as f:
             np.testing.assert_allclose(f["w"], global_w, rtol=tol, atol=tol)
 
 

@@ -103,3 +103,33 @@ def test_the_estimate_is_the_simulation_s_own_count(tmp_path: Path,
     assert abs(metrics["messages"] - estimate) <= 0.1 * estimate, (metrics["messages"],
                                                                    estimate)
     assert any("this simulation takes about" in r.getMessage() for r in caplog.records)
+def test_the_header_shows_a_staleness_bound_for_async_runs_only(tmp_path: Path) -> None:
+    code, out, err = _run("simulate", "--workers", "2", "--threads", "1", "--mode", "sync",
+                          "--epochs", "1", "--out", str(tmp_path))
+    assert code == 0, err
+    header = next(line for line in out.splitlines() if line.startswith("simulating "))
+    assert "sync, mesh, combine sum;" in header and "staleness" not in header, header
+
+
+def test_a_last_row_over_a_short_stretch_is_marked() -> None:
+    """The last row's training loss may average the few examples trained after the last
+    evaluation due: shown in parentheses, with a note saying how few."""
+    from types import SimpleNamespace
+
+    from hogwild.commands.simulate import _print_rows
+
+    def row(epoch: float, examples: int, loss: float | None) -> dict[str, object]:
+        return {"epoch": epoch, "elapsed": epoch / 100, "examples": examples,
+                "train_loss": loss, "val_loss": 0.03, "val_accuracy": 0.99}
+
+    history = [row(0, 0, None), row(1, 1000, 0.05), row(2, 2000, 0.023),
+               row(2.05, 2050, 0.002)]
+    out = io.StringIO()
+    _print_rows(SimpleNamespace(history=history), out)  # type: ignore[arg-type]
+    lines = out.getvalue().splitlines()
+    assert "(0.0020)" in lines[4] and "0.0230" in lines[3] and "(" not in lines[3]
+    assert lines[5] == ("(training loss over the last 50 examples only, against about "
+                        "1,000 per row: too few to compare)")
+    out = io.StringIO()
+    _print_rows(SimpleNamespace(history=history[:3]), out)  # type: ignore[arg-type]
+    assert "(" not in out.getvalue().split("\n", 1)[1]

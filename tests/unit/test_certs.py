@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import shlex
 import stat
 from pathlib import Path
 
@@ -10,8 +11,9 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from hogwild.cli import main
-from hogwild.commands.certs import FILES, write_bundle
+from hogwild import config
+from hogwild.cli import build_parser, main, settings_from_args
+from hogwild.commands.certs import FILES, Bundle, write_bundle
 from hogwild.errors import ConfigError
 
 
@@ -62,8 +64,32 @@ def test_bad_host_is_refused(tmp_path: Path) -> None:
 def test_cli_writes_every_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["certs", "--out", str(tmp_path / "c"), "--hosts", "a.example,10.0.0.1"]) == 0
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == sorted(FILES)
-    assert "tls_ca=" in capsys.readouterr().out
+    assert "--tls-ca" in capsys.readouterr().out
     assert main(["certs", "--out", str(tmp_path / "c")]) == 2  # exists: one line, exit 2
+
+
+@pytest.mark.parametrize("role", ["coordinator", "worker"])
+def test_printed_flags_and_yaml_give_the_role_its_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, role: str) -> None:
+    """What `hogwild certs` prints can be pasted: the flag line after the command, the YAML
+    snippet as a settings file; both name the role's files (from any directory)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["certs", "--out", "c"]) == 0
+    out = capsys.readouterr().out
+    bundle = Bundle(tmp_path / "c")
+    expected = {"tls_ca": bundle.ca, "tls_cert": bundle.cert(role), "tls_key": bundle.key(role),
+                "auth_token_file": bundle.token}
+    command = next(line.strip() for line in out.splitlines()
+                   if line.strip().startswith(f"hogwild {role} "))
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    from_flags = settings_from_args(args, {})
+    snippet = out.split(f"# settings.yaml of the {role}\n")[1].split("\n\n")[0]
+    (tmp_path / "settings.yaml").write_text(snippet)
+    from_yaml = config.load(tmp_path / "settings.yaml", {}, {})
+    for settings in (from_flags, from_yaml):
+        for key, path in expected.items():
+            assert Path(getattr(settings, key)) == path.resolve(), (key, out)
 
 
 def test_a_directory_it_cannot_write_is_one_line_and_leaves_nothing(

@@ -170,3 +170,33 @@ def test_the_launchers_command_lines_still_parse() -> None:
         for key in config.KEYS:
             if config.used_by(key, command):
                 assert getattr(back, key) == getattr(flipped, key), (command, key)
+
+
+@pytest.mark.parametrize(("command", "flag"), [("inspect", "--model"), ("analyze", "--data")])
+def test_the_path_is_a_positional_or_a_flag(command: str, flag: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`inspect --model X` and `analyze --data X` mean what `inspect X` and `analyze X` do
+    (predict and eval spell them as flags); neither or both is a usage error that shows the
+    subcommand's own usage."""
+    parser = build_parser()
+    dest = flag[2:]
+    assert getattr(parser.parse_args([command, "runs/latest"]), dest) == "runs/latest"
+    assert getattr(parser.parse_args([command, flag, "runs/latest"]), dest) == "runs/latest"
+    for argv in ([command], [command, "a", flag, "b"]):
+        with pytest.raises(SystemExit) as info:
+            parser.parse_args(argv)
+        assert info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"usage: hogwild {command} ") and flag in err, err
+
+
+@pytest.mark.parametrize("argv", [["inspect", "m", "--modle", "x"], ["eval", "--bogus"],
+                                  ["analyze", "d", "--thread", "2"], ["train", "--epoch", "3"]])
+def test_a_subcommands_usage_error_shows_its_usage(argv: list[str],
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: hogwild {argv[0]} "), err
+    assert f"hogwild {argv[0]}: error:" in err

@@ -20,10 +20,12 @@ import datetime
 import ipaddress
 import os
 import secrets
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -210,14 +212,32 @@ def write_bundle(directory: str | Path, hosts: Sequence[str] = (), days: int = 3
     return bundle
 
 
+def role_settings(bundle: Bundle, role: str) -> dict[str, str]:
+    """The settings that give ``role`` (coordinator, worker) these credentials: absolute
+    paths, so that they hold from any working directory."""
+    return {"tls_ca": str(bundle.ca.resolve()), "tls_cert": str(bundle.cert(role).resolve()),
+            "tls_key": str(bundle.key(role).resolve()),
+            "auth_token_file": str(bundle.token.resolve())}
+
+
+def role_flags(bundle: Bundle, role: str) -> str:
+    """The same settings as command-line flags, quoted for a POSIX shell."""
+    return " ".join(f"--{key.replace('_', '-')} {shlex.quote(value)}"
+                    for key, value in role_settings(bundle, role).items())
+
+
 def main(out: str, hosts: str, days: int, force: bool) -> int:
-    """The `hogwild certs` command."""
+    """The `hogwild certs` command: writes the credentials, then prints, for each role, the
+    flags to paste after `hogwild coordinator` / `hogwild worker` and the same settings as a
+    settings.yaml snippet."""
     names = [h for h in (part.strip() for part in hosts.split(",")) if h]
     bundle = write_bundle(out, names, days=days, overwrite=force)
     print(f"wrote a CA, coordinator/worker/client certificates and a token to {bundle.directory}"
           f" (valid {days} days; names: {', '.join(host_names(names))})")
-    print(f"  coordinator: tls_ca={bundle.ca} tls_cert={bundle.cert('coordinator')} "
-          f"tls_key={bundle.key('coordinator')} auth_token_file={bundle.token}")
-    print(f"  worker:      tls_ca={bundle.ca} tls_cert={bundle.cert('worker')} "
-          f"tls_key={bundle.key('worker')} auth_token_file={bundle.token}")
+    for role in ("coordinator", "worker"):
+        print(f"\n{role} flags:\n  hogwild {role} {role_flags(bundle, role)}")
+    for role in ("coordinator", "worker"):
+        snippet = yaml.safe_dump(role_settings(bundle, role), sort_keys=False,
+                                 default_flow_style=False)
+        print(f"\n# settings.yaml of the {role}\n{snippet}", end="")
     return 0

@@ -28,6 +28,18 @@ def add_output_flags(parser: argparse.ArgumentParser, command: str) -> None:
                                 "human lines go to standard error")
 
 
+def add_positional_or_flag(parser: argparse.ArgumentParser, dest: str, flag: str,
+                           metavar: str, help: str) -> None:
+    """``dest`` given either as a positional argument or as ``flag VALUE`` (the spelling of
+    the commands that take it among other flags). The command's parser (hogwild.cli's
+    subcommand parser, which keeps an ``either`` list) requires exactly one of the two, and
+    leaves the value in ``dest``."""
+    parser.add_argument(dest, nargs="?", metavar=metavar, help=f"{help} (or {flag} {metavar})")
+    parser.add_argument(flag, dest=f"{dest}_flag", metavar=metavar, help=f"the same as {metavar}")
+    either: list[tuple[str, str, str]] = getattr(parser, "either")  # noqa: B009
+    either.append((dest, flag, metavar))
+
+
 def verbosity_of(args: argparse.Namespace) -> console.Verbosity:
     """The command line's -q / -v / --json (normal, no JSON, for commands without them)."""
     level = (console.QUIET if getattr(args, "quiet", False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hogwild.commands.common import add_positional_or_flag
 from hogwild.errors import ConfigError, DataError
 
 
@@ -33,7 +34,8 @@ def add_analyze(sub: Any) -> None:
         "analyze", help="conflict statistics of a data set and a safe HOGWILD! concurrency",
         description="feature popularity, the row conflict graph (Ω, Δ, ρ) and the safe number "
                     "of examples in flight, τ <= n/(2Δ), as threads x workers x round size")
-    analyze.add_argument("data", metavar="DATA", help="a data source, as the `data` setting")
+    add_positional_or_flag(analyze, "data", "--data", "DATA",
+                           "a data source, as the `data` setting")
     analyze.add_argument("--threads", type=int, default=2, help="threads per worker")
     analyze.add_argument("--workers", type=int, default=1, help="workers")
     analyze.add_argument("--round-size", type=int, default=1,

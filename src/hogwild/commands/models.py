@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hogwild.commands.common import add_output_flags, verbosity_of
+from hogwild.commands.common import add_output_flags, add_positional_or_flag, verbosity_of
 from hogwild.errors import ConfigError, UsageError
 
 
@@ -24,8 +24,8 @@ def add_model_commands(sub: Any) -> None:
         description="feature count, nonzero weights, bias, norm (an MLP's layer shapes) and "
                     "the top weights, each named: the feature id, or for a model trained on a "
                     "csv: source the column and value it stands for")
-    inspect.add_argument("model", metavar="MODEL",
-                         help="run directory (runs/latest), or its model.npz / model.json")
+    add_positional_or_flag(inspect, "model", "--model", "MODEL",
+                           "run directory (runs/latest), or its model.npz / model.json")
     inspect.add_argument("--top", type=int, default=10, metavar="N",
                          help="weights shown of each sign (0: the summary only)")
     inspect.add_argument("--json", action="store_true", help="one JSON object on stdout")

@@ -6,6 +6,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any, TextIO
 
 import numpy as np
@@ -168,8 +169,8 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
 
     net = options.network
     console.say(f"simulating {settings.workers} worker(s) x {settings.threads} thread(s), "
-                f"{settings.mode}, {settings.topology}, combine {scenario.rules.combine}, staleness "
-                f"{'unbounded' if settings.staleness is None else settings.staleness}; "
+                f"{settings.mode}, {settings.topology}, combine {scenario.rules.combine}"
+                f"{_staleness(settings)}; "
                 f"{scenario.kernel.round_size} examples per thread per round, "
                 f"{scenario.max_rounds} rounds; message {net.overhead * 1e3:g} ms + "
                 f"{net.latency * 1e3:g} ms ({net.jitter}) latency, "
@@ -193,7 +194,7 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
     write_outputs(settings, result.best_weights, metrics, result.history,
                   splits.feature_order, spec=spec, hashing=splits.hashing,
                   task=splits.labels.task, classes=splits.labels.classes, run_dir=run.path)
-    published = run.publish()
+    published = run.publish(settings.keep_runs)
     done = simulate_done(
         result.rounds, result.seconds, wall, result.messages, result.bytes,
         result.max_staleness, metrics["test_accuracy"], metrics["final_test_accuracy"])
@@ -227,14 +228,35 @@ def _calibrated(options: SimOptions, train: Any, kernel: KernelPlan, workers: in
     return replace(options, speed=options.speed if options.speeds else speed, network=net)
 
 
+def _staleness(settings: Settings) -> str:
+    """The header's staleness bound: async runs only (a sync run waits for every round)."""
+    if settings.mode != "async":
+        return ""
+    return f", staleness {'unbounded' if settings.staleness is None else settings.staleness}"
+
+
 def _print_rows(result: SimResult, out: TextIO, every: bool = False) -> None:
+    """The progress table. A row's training loss is the mean over the examples trained since
+    the row before; the last row's may cover only the short stretch the workers trained
+    after the last evaluation due (a few dozen examples, against a quarter epoch for the
+    others), a mean too noisy to compare: it is shown in parentheses, with a note."""
     rows = result.history
     step = 1 if every else max(1, math.ceil(len(rows) / PRINTED_ROWS))
+    spans = [b["examples"] - a["examples"] for a, b in pairwise(rows)]
+    typical = sorted(spans)[len(spans) // 2] if spans else 0
+    short: tuple[int, int] | None = None
     print(SIMULATE_ROWS.header(), file=out)
     for i, row in enumerate(rows):
         if i % step and i != len(rows) - 1:
             continue
+        span = spans[i - 1] if i else 0
+        if row["train_loss"] is not None and i and span * 2 < typical:
+            short = (span, typical)
+            row = {**row, "train_loss": f"({number(row['train_loss'])})"}
         print(SIMULATE_ROWS.row(row), file=out)
+    if short is not None:
+        print(f"(training loss over the last {short[0]:,} examples only, against about "
+              f"{short[1]:,} per row: too few to compare)", file=out)
 
 
 def _metrics(settings: Settings, splits: Any, spec: Any, result: SimResult,

@@ -360,7 +360,7 @@ class RunDriver:
         trace_rows = score_trace(self.trace, splits.val, self.train.n_rows, loss, self.spec,
                                  self.run_dir.path, self._print)
         workers_out = write_worker_states(self.run_dir.path, self.spec, self.final_states,
-                                          final_w, splits.feature_order)
+                                          final_w, splits.feature_order, s.final_states)
         metrics = run_metrics(
             s, splits, self.spec, self.state, totals, test, val, reason=reason,
             seconds=Seconds(train_seconds, load_seconds, time.perf_counter() - began,
@@ -385,7 +385,7 @@ class RunDriver:
         # Every file is written: nothing to resume any more, and the run is published whole
         # (its directory renamed to its final name, out_dir/latest pointed at it).
         checkpoint.remove(self.run_dir.path)
-        published = self.run_dir.publish()
+        published = self.run_dir.publish(s.keep_runs)
         if saved is not None and saved is not row:
             self._print(run_saved_line(saved, row))
         self.console.result(run_done(

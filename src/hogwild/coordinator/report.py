@@ -72,17 +72,19 @@ def score_trace(trace: ModelTrace | None, val: Any, train_rows: int, loss: Any,
 
 
 def write_worker_states(out: Path, spec: ModelSpec, final_states: dict[int, FinalState],
-                        global_w: npt.NDArray[np.float64],
-                        feature_order: np.ndarray) -> list[dict[str, Any]]:
-    """Each collected worker model beside the global one (final_states/, in the input
-    files' feature ids), with counters."""
+                        global_w: npt.NDArray[np.float64], feature_order: np.ndarray,
+                        files: str = "none") -> list[dict[str, Any]]:
+    """Each collected worker's counters; with ``files`` compact (the final_states setting),
+    also its model beside the global one (final_states/, in the input files' feature ids,
+    non-zeros in float32)."""
     out = out / "final_states"
     rows = []
-    if final_states:
-        artifacts.save_weights(out / "global.npz", spec.restore(global_w, feature_order))
+    if final_states and files == "compact":
+        artifacts.save_compact_weights(out / "global.npz", spec.restore(global_w, feature_order))
     for wid, st in sorted(final_states.items()):
-        artifacts.save_weights(out / f"worker-{wid}.npz",
-                               spec.restore(st.weights, feature_order))
+        if files == "compact":
+            artifacts.save_compact_weights(out / f"worker-{wid}.npz",
+                                           spec.restore(st.weights, feature_order))
         rows.append({"worker_id": wid, "rounds": st.rounds, "examples": st.examples,
                      "deltas_sent": st.deltas_sent,
                      "applied_from": {str(k): v for k, v in st.applied_from.items()},

@@ -458,7 +458,7 @@ def _train(settings: Settings, console: Console, started: float,
                     saved=metrics["saved_epoch"])
     except OSError as exc:
         raise OutputError.writing(run.path, exc) from None
-    published = run.publish()
+    published = run.publish(settings.keep_runs)
     book.say_saved()
     console.result(train_done(stop_reason, epochs, metrics["saved_epoch"], train_seconds,
                               test.loss, test.accuracy).text(published))

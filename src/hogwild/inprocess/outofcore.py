@@ -254,7 +254,7 @@ def train_job(settings: Settings, console: Console, started: float,
                     saved=metrics["saved_epoch"])
     except OSError as exc:
         raise OutputError.writing(run.path, exc) from None
-    published = run.publish()
+    published = run.publish(settings.keep_runs)
     book.say_saved()
     console.result(train_done(stop_reason, book.epochs, metrics["saved_epoch"], train_seconds,
                               test.loss, test.accuracy).text(published))

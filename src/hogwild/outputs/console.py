@@ -277,7 +277,11 @@ class RowFormat:
 
 
 def _metric(key: str) -> Callable[[Mapping[str, Any]], str]:
-    return lambda row: fmt_metric(row.get(key))
+    """The column of ``key``: its number, or a text the caller made of it (as it is)."""
+    def text(row: Mapping[str, Any]) -> str:
+        value = row.get(key)
+        return value if isinstance(value, str) else fmt_metric(value)
+    return text
 
 
 def _seconds(row: Mapping[str, Any]) -> str:

@@ -8,6 +8,7 @@ Every server and every channel is built here, from the same :class:`Security`:
 * **run token** (``auth_token`` / ``auth_token_file``): sent as ``authorization: Bearer ...``
   on every call and checked by a server interceptor, in constant time, before any handler
   runs (UNAUTHENTICATED otherwise). Health checks stay open, for probes; nothing else does.
+  A server without a token refuses the calls that carry one: the two sides disagree.
 * **sender keys**: the coordinator gives each worker, over the authenticated channel, a key
   per direction (worker -> coordinator, coordinator -> worker, worker -> peer); the key rides
   as ``hogwild-key`` metadata and binds a call to the sender it claims to be (checked by the
@@ -25,6 +26,7 @@ import hmac
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +37,7 @@ import grpc
 
 from hogwild.config import Settings
 from hogwild.errors import Busy, ConfigError
+from hogwild.protocol import mismatch
 
 log = logging.getLogger("hogwild.protocol")
 
@@ -81,7 +84,9 @@ class Security:
     # ------------------------------------------------------------------ servers
 
     def server_interceptors(self) -> tuple[grpc.ServerInterceptor, ...]:
-        return (TokenGate(self.token),) if self.token else ()
+        # Always a gate: without a token of its own a server still refuses calls that carry
+        # one (a client set up for another run, or a token set on one side only).
+        return (TokenGate(self.token),)
 
     def server_credentials(self) -> grpc.ServerCredentials:
         assert self.ca is not None and self.cert is not None and self.key is not None
@@ -166,39 +171,90 @@ def _read(key: str, path: str) -> bytes:
 # ---------------------------------------------------------------------- the token gate
 
 
-def _deny(request: Any, context: grpc.ServicerContext) -> Any:
-    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong run token")
-
-
 class TokenGate(grpc.ServerInterceptor):  # type: ignore[misc]
     """Refuse every call without the run token (UNAUTHENTICATED) before its handler runs;
-    health checks pass. The comparison takes the same time wherever the tokens differ."""
+    health checks pass. Without a token of its own, refuse the calls that carry one. The
+    comparison takes the same time wherever the tokens differ.
 
-    def __init__(self, token: str) -> None:
-        self._expected = (TOKEN_SCHEME + token).encode()
+    The details say which of the three it was (the client names the setting to fix), and the
+    server logs one line per peer host and kind of refusal, at most once a minute (a client
+    that retries would otherwise write a line per call)."""
+
+    def __init__(self, token: str, log_every: float = 60.0) -> None:
+        self._expected = (TOKEN_SCHEME + token).encode() if token else b""
+        self._notes = RateLimitedNotes(log_every)
 
     def intercept_service(self, continuation: Callable[[Any], Any],
                           details: grpc.HandlerCallDetails) -> Any:
-        if details.method in OPEN_METHODS or self._admits(details.invocation_metadata):
+        if details.method in OPEN_METHODS:
+            return continuation(details)
+        refusal = self._refusal(details.invocation_metadata)
+        if refusal is None:
             return continuation(details)
         handler = continuation(details)
         if handler is None:
             return None  # unknown method: UNIMPLEMENTED, as without a gate
-        if handler.request_streaming and handler.response_streaming:
-            return grpc.stream_stream_rpc_method_handler(_deny)
-        if handler.request_streaming:
-            return grpc.stream_unary_rpc_method_handler(_deny)
-        if handler.response_streaming:
-            return grpc.unary_stream_rpc_method_handler(_deny)
-        return grpc.unary_unary_rpc_method_handler(_deny)
 
-    def _admits(self, metadata: Sequence[tuple[str, Any]] | None) -> bool:
+        def deny(request: Any, context: grpc.ServicerContext) -> Any:
+            host = peer_host(context.peer())
+            self._notes.note((host, refusal), "refused calls from %s: %s; %s", host, refusal,
+                             _FIX[refusal])
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal)
+
+        if handler.request_streaming and handler.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(deny)
+        if handler.request_streaming:
+            return grpc.stream_unary_rpc_method_handler(deny)
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(deny)
+        return grpc.unary_unary_rpc_method_handler(deny)
+
+    def _refusal(self, metadata: Sequence[tuple[str, Any]] | None) -> str | None:
+        """None when the call may pass; else the details of its refusal."""
         given = b""
         for name, value in metadata or ():
             if name == TOKEN_HEADER:
                 given = value.encode() if isinstance(value, str) else bytes(value)
                 break
-        return hmac.compare_digest(given, self._expected)
+        if not self._expected:
+            return mismatch.UNEXPECTED_TOKEN if given else None
+        if hmac.compare_digest(given, self._expected):
+            return None
+        return mismatch.WRONG_TOKEN if given else mismatch.NO_TOKEN
+
+
+# What the server's operator reads after each refusal: the setting on the caller's side.
+_FIX = {
+    mismatch.NO_TOKEN: "give that node this server's token (auth_token_file)",
+    mismatch.WRONG_TOKEN: "give that node this server's token file (auth_token_file)",
+    mismatch.UNEXPECTED_TOKEN: "set the same auth_token_file here, or none on that node",
+}
+
+
+def peer_host(peer: str) -> str:
+    """The host of a gRPC peer string ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000")."""
+    address = peer.partition(":")[2] or peer
+    host = address.rpartition(":")[0] or address
+    return host.strip("[]")
+
+
+class RateLimitedNotes:
+    """Warnings logged at most once per ``every`` seconds for each key."""
+
+    def __init__(self, every: float) -> None:
+        self._every = every
+        self._last: dict[object, float] = {}
+        self._lock = threading.Lock()
+
+    def note(self, key: object, message: str, *args: object) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(key)
+            if last is not None and now - last < self._every:
+                return False
+            self._last[key] = now
+        log.warning(message, *args)
+        return True
 
 
 def sender_key(context: grpc.ServicerContext) -> str:

@@ -14,6 +14,12 @@ numpy's OpenBLAS starts a thread per core when numpy is imported, and they spin 
 wall time). No command multiplies dense matrices (the kernels are numba's and the threads
 hogwild's own), so a command's process asks for one BLAS thread before it imports numpy,
 unless the user set ``OPENBLAS_NUM_THREADS``; its children inherit the setting.
+
+gRPC's core logs each failed TLS handshake at its info level, to standard error and without
+the peer's address: a client with the wrong credentials that retries wrote one such line per
+attempt. A command's process keeps gRPC's core to its errors (``GRPC_VERBOSITY``, read when
+grpc loads) unless the user set the variable; the failure is told instead by the client, which
+names the setting (hogwild.protocol.mismatch), and by the server's token gate, once per peer.
 """
 
 from __future__ import annotations
@@ -29,12 +35,19 @@ from contextlib import contextmanager
 from typing import TextIO, cast
 
 BLAS_THREADS_VARIABLE = "OPENBLAS_NUM_THREADS"
+GRPC_VERBOSITY_VARIABLE = "GRPC_VERBOSITY"
 
 
 def single_blas_thread() -> None:
     """One BLAS thread for this process and its children, unless the user chose a number.
     Call before numpy is imported: OpenBLAS reads the variable when it loads."""
     os.environ.setdefault(BLAS_THREADS_VARIABLE, "1")
+
+
+def quiet_grpc_core() -> None:
+    """gRPC's core logs its errors only, in this process and its children, unless the user
+    chose a level. Call before grpc is imported."""
+    os.environ.setdefault(GRPC_VERBOSITY_VARIABLE, "ERROR")
 
 
 @contextmanager

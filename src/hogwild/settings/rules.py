@@ -32,6 +32,7 @@ MODEL_KINDS = ("linear", "mlp")
 MULTICLASS_MODES = ("ovr",)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 SIGTERM_ACTIONS = ("finish", "checkpoint")
+FINAL_STATES = ("none", "compact")
 # The device setting: cpu, cuda (the first GPU) or cuda:N; the trainer modes a GPU runs
 # (hogwild: many warps; serial: one, the CPU kernel's serial pass).
 DEVICE_FORMAT = re.compile(r"cpu|cuda(?::(0|[1-9][0-9]{0,3}))?")
@@ -184,6 +185,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "chunk_bytes": (lambda v: 4096 <= v <= (1 << 20), "must be between 4096 and 1048576"),
     "data": (lambda v: bool(v.strip()), "must not be empty"),
     "out_dir": (lambda v: bool(v.strip()), "must not be empty"),
+    "keep_runs": (lambda v: 0 <= v < 1 << 31, "must be 0 (keep every run) or positive"),
 }
 
 

@@ -13,6 +13,7 @@ from hogwild.errors import ConfigError
 from hogwild.settings.rules import (
     COMBINES,
     DELTA_DTYPES,
+    FINAL_STATES,
     LOG_LEVELS,
     LOSSES,
     MODEL_KINDS,
@@ -351,6 +352,20 @@ class Settings:
                                       "plot to a directory of its own in it (TIME-ID, "
                                       "TIME-ID.incomplete until every file is written) and "
                                       "then points out_dir/latest at it", commands=_TRC))
+    keep_runs: int = field(
+        default=20,
+        metadata=_doc("when a run is published, remove the oldest complete runs of out_dir "
+                      "beyond this many (0 = keep every run); only directories named as runs "
+                      "(TIME-ID) that hold a run's files, never the one just written nor the "
+                      "one out_dir/latest names, nor incomplete ones (rename a run to keep "
+                      "it); `hogwild runs list|prune` do the same by hand", commands=_TRC))
+    final_states: str = field(
+        default="none",
+        metadata=_doc("write each worker's final model beside the global one in the run's "
+                      "final_states/ (worker-ID.npz, global.npz): none = no file (the counters "
+                      "are in metrics.json either way); compact = the non-zero weights as "
+                      "int32/int64 indices and float32 values", choices=FINAL_STATES,
+                      commands=_RC))
     checkpoint_interval: float = field(
         default=10.0,
         metadata=_doc("seconds between the coordinator's checkpoints (global model, counters, "

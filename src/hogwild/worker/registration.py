@@ -9,8 +9,9 @@ import time
 import grpc
 
 from hogwild.config import Settings
-from hogwild.errors import ClusterError
+from hogwild.errors import ClusterError, ConfigError
 from hogwild.protocol import pb, pb_grpc
+from hogwild.protocol.mismatch import diagnose_tls, explain_token
 from hogwild.protocol.security import Security
 
 # Answers that no retry changes: the coordinator saw the request and refused it.
@@ -38,7 +39,9 @@ def register_with(settings: Settings, security: Security, request: pb.RegisterRe
                   stop: threading.Event) -> pb.RegisterReply | None:
     """The coordinator's answer to ``request``, retried with backoff (the coordinator may
     still be starting) until connect_timeout; None if ``stop`` was set first (SIGTERM).
-    ClusterError if it refused, or could not be reached in time."""
+    ConfigError (at the first failed call) when TLS or the run token differ on the two
+    sides, naming the setting; ClusterError if it refused, or could not be reached in
+    time."""
     address = settings.coordinator_address
     deadline = time.monotonic() + settings.connect_timeout
     backoff = 0.1
@@ -50,6 +53,7 @@ def register_with(settings: Settings, security: Security, request: pb.RegisterRe
                 return reply
             except grpc.RpcError as exc:
                 code = exc.code()
+                _check_mismatch(settings, address, code, exc.details() or "")
                 if code in _REFUSALS:
                     raise ClusterError(f"the coordinator at {address} refused the "
                                        f"registration: {exc.details()}") from None
@@ -61,3 +65,18 @@ def register_with(settings: Settings, security: Security, request: pb.RegisterRe
                         f"{settings.connect_timeout:g}s ({code.name}: {exc.details()})") from None
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
+
+
+def _check_mismatch(settings: Settings, address: str, code: grpc.StatusCode,
+                    details: str) -> None:
+    """ConfigError when a failed Register shows settings that can never work together: no
+    retry changes them, so the worker says which at once (not after connect_timeout)."""
+    server = f"the coordinator at {address}"
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        line = explain_token(details, settings, server)
+        if line is not None:
+            raise ConfigError("auth_token_file", line)
+    elif code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN):
+        found = diagnose_tls(address, settings, server)
+        if found is not None:
+            raise ConfigError(*found)
