@@ -31,6 +31,7 @@ from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss
 from hogwild.outputs import artifacts
 from hogwild.outputs.console import QUIET, SIMULATE_ROWS, VERBOSE, Console, number, simulate_done
+from hogwild.settings.rules import resolve_topology
 from hogwild.settings.simulation import DEFAULT_MAX_EVENTS, WARN_EVENTS
 
 log = logging.getLogger("hogwild.simulate")
@@ -79,7 +80,9 @@ def scenario_of(settings: Settings, options: SimOptions, train_rows: int, train_
     if settings.round_size is None:
         size = fit_round_size(size, train_rows, total, settings.epochs)
     rules = ExchangeRules(mode=settings.mode, staleness=settings.staleness,
-                          combine=combine, topology=settings.topology,
+                          combine=combine,
+                          topology=resolve_topology(settings.topology, settings.workers,
+                                                    settings.mode),
                           compression=Compression(settings.delta_threshold,
                                                   settings.delta_topk,
                                                   settings.delta_dtype == "float16"))
