@@ -31,7 +31,7 @@ from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss
 from hogwild.outputs import artifacts
 from hogwild.outputs.console import QUIET, SIMULATE_ROWS, VERBOSE, Console, number, simulate_done
-from hogwild.settings.rules import resolve_topology
+from hogwild.settings.rules import resolve_combine, resolve_topology
 from hogwild.settings.simulation import DEFAULT_MAX_EVENTS, WARN_EVENTS
 
 log = logging.getLogger("hogwild.simulate")
@@ -74,7 +74,7 @@ def scenario_of(settings: Settings, options: SimOptions, train_rows: int, train_
     """The run ``settings`` describe, as the coordinator would lay it out (combine rule,
     round size, rounds), on the machines and network of ``options``."""
     total = settings.workers * settings.threads
-    combine = settings.combine
+    combine = resolve_combine(settings.combine, train_rows, settings.workers)
     size = choose_round_size(settings.round_size, train_rows, train_nnz, total,
                              combine, settings.workers)
     if settings.round_size is None:

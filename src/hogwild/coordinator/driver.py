@@ -132,6 +132,8 @@ class RunDriver:
             self.plot = BackgroundPlot()  # imports matplotlib in its own process meanwhile
         preload_in_background()
         splits, self.local, self.train = load_data(s)
+        # combine: auto is decided by the rows each worker will hold.
+        s = self.settings = self.advice.settings = s.for_run(self.train.n_rows)
         self.data_fingerprint = data_fingerprint(s, splits, self.local, self.resume)
         say_data(splits, self.local, self._print)
         load_seconds = time.perf_counter() - began

@@ -11,7 +11,7 @@ import yaml
 
 from hogwild.errors import ConfigError
 from hogwild.settings.rules import (
-    COMBINES,
+    COMBINE_CHOICES,
     DELTA_DTYPES,
     FINAL_STATES,
     LOG_LEVELS,
@@ -27,6 +27,7 @@ from hogwild.settings.rules import (
     TRAINER_MODES,
     check_address,
     check_together,
+    resolve_combine,
     resolve_topology,
 )
 
@@ -92,16 +93,17 @@ class Settings:
                       "epoch with combine average",
                       commands=_RC))
     combine: str = field(
-        default="momentum",
-        metadata=_doc("how the workers' deltas of a round add up: momentum = each worker's "
-                      "change counts 1/W and a block momentum of 1 - 1/W over the rounds "
-                      "(BMUF) moves the model as far as a sum would without its overshoot, "
-                      "so rounds stay a quarter epoch at any W; sum = every worker's steps "
-                      "count in full (HOGWILD! across nodes; needs rounds that shrink as W "
-                      "grows); average = each counts 1/W (periodic model averaging: stable, "
-                      "but slower to converge with many workers); see "
+        default="auto",
+        metadata=_doc("how the workers' deltas of a round add up: auto = momentum where "
+                      "each worker holds at least 10,000 training rows, sum below; momentum "
+                      "= each worker's change counts 1/W and a block momentum of 1 - 1/W "
+                      "over the rounds (BMUF) moves the model as far as a sum would without "
+                      "its overshoot, so rounds stay a quarter epoch at any W; sum = every "
+                      "worker's steps count in full (HOGWILD! across nodes; needs rounds "
+                      "that shrink as W grows); average = each counts 1/W (periodic model "
+                      "averaging: stable, but slower to converge with many workers); see "
                       "docs/concepts/defaults.md",
-                      choices=COMBINES, commands=_RC))
+                      choices=COMBINE_CHOICES, commands=_RC))
     topology: str = field(
         default="auto",
         metadata=_doc("auto = mesh up to 8 workers; beyond, tree in sync mode and star in "
@@ -419,11 +421,19 @@ class Settings:
         """A copy with ``changes`` applied and validated."""
         return build({**dataclasses.asdict(self), **changes}, source="override")
 
-    def for_run(self) -> Settings:
-        """These settings as a run of ``workers`` workers uses them (``topology: auto``
-        made the topology it stands for)."""
+    def for_run(self, train_rows: int | None = None) -> Settings:
+        """These settings as a run of ``workers`` workers uses them: ``topology: auto`` made
+        the topology it stands for, and once the training rows are known (``train_rows``)
+        ``combine: auto`` the combine rule."""
+        changes: dict[str, str] = {}
         topology = resolve_topology(self.topology, self.workers, self.mode)
-        return self if topology == self.topology else self.replace(topology=topology)
+        if topology != self.topology:
+            changes["topology"] = topology
+        if train_rows is not None:
+            combine = resolve_combine(self.combine, train_rows, self.workers)
+            if combine != self.combine:
+                changes["combine"] = combine
+        return self.replace(**changes) if changes else self
 
 
 FIELDS = {f.name: f for f in fields(Settings)}
