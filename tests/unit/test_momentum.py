@@ -1,0 +1,92 @@
+"""Block momentum taken apart per worker: the sum of the workers' terms is global BMUF."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hogwild.engine.momentum import BlockMomentum, block_momentum
+from hogwild.engine.round import RoundEngine
+from hogwild.engine.rules import ExchangeRules
+from hogwild.model.compression import Compression
+from hogwild.settings.rules import resolve_combine, resolve_topology
+
+
+class _Peer:
+    def __init__(self) -> None:
+        self.round = 0
+        self.settled = False
+
+
+def test_the_workers_terms_add_up_to_global_block_momentum() -> None:
+    """W filters, each on its own change, move the summed model exactly as BMUF with
+    Nesterov's look-ahead moves the global one: v_r = eta v_(r-1) + mean(d_r), the workers
+    starting each round from w_r + eta v_r, and the last round ending on w_F itself."""
+    rng = np.random.default_rng(0)
+    workers, dim, rounds = 3, 7, 5
+    eta = block_momentum(workers)
+    filters = [BlockMomentum() for _ in range(workers)]
+    start = rng.normal(size=dim)
+    shared = start.copy()             # the model every worker holds after a round (sync)
+    w_global, v = start.copy(), np.zeros(dim)
+    for r in range(rounds):
+        final = r == rounds - 1
+        changes = [rng.normal(size=dim) for _ in range(workers)]
+        terms = []
+        for f, d in zip(filters, changes, strict=True):
+            w = shared + d
+            snap = shared.copy()
+            f.filter(w, snap, workers, final)
+            terms.append(w - snap)
+            f.sent(w, w)  # everything went out: nothing owed
+        shared = shared + sum(terms)
+        v = eta * v + np.mean(changes, axis=0)
+        w_global = w_global + v
+        expected = w_global if final else w_global + eta * v
+        np.testing.assert_allclose(shared, expected, rtol=0, atol=1e-12)
+
+
+def test_one_worker_sends_its_change_unfiltered() -> None:
+    f = BlockMomentum()
+    w, snap = np.array([1.0, 2.0]), np.zeros(2)
+    f.filter(w, snap, 1, final=False)
+    np.testing.assert_array_equal(w, [1.0, 2.0])
+
+
+def test_what_compression_holds_back_is_owed_once_not_filtered_again() -> None:
+    """With delta_topk the unsent part stays in w - snap; the next round sends it as it is
+    beside the new filtered term, so nothing is lost nor counted twice."""
+    rules = ExchangeRules(combine="momentum", n_peers=1,
+                          compression=Compression(0.0, 1, False))
+    engine = RoundEngine(rules, np.zeros(3))
+    peers = {1: _Peer()}
+    engine.w[:] = [4.0, 1.0, 0.0]
+    idx, val = engine.build(1, False, lambda: peers)
+    sent = np.zeros(3)
+    sent[idx] += val
+    # eta = 1/2, d/W = [2, .5, 0], look-ahead x1.5 = [3, .75, 0]; top-1 sends index 0
+    np.testing.assert_allclose(sent, [3.0, 0.0, 0.0])
+    owed = engine.w - engine.snap
+    np.testing.assert_allclose(owed, [0.0, 0.75, 0.0])
+    idx2, val2 = engine.build(2, True, lambda: peers)  # no new change; the final round
+    total = sent.copy()
+    total[idx2] += val2
+    # v2 = eta v1 = [1, .25, 0]; final term v2 - eta v1 = 0, plus the owed .75
+    np.testing.assert_allclose(total, [3.0, 0.75, 0.0], atol=1e-6)
+
+
+@pytest.mark.parametrize(("rows", "workers", "expected"), [
+    (2_000_000, 64, "momentum"), (200_000, 16, "momentum"), (200_000, 32, "sum"),
+    (8_643, 2, "sum"), (50_000, 1, "momentum")])
+def test_combine_auto_follows_the_rows_each_worker_holds(rows: int, workers: int,
+                                                         expected: str) -> None:
+    assert resolve_combine("auto", rows, workers) == expected
+    assert resolve_combine("sum", rows, workers) == "sum"
+
+
+@pytest.mark.parametrize(("workers", "mode", "expected"), [
+    (2, "sync", "mesh"), (8, "async", "mesh"), (9, "sync", "tree"), (64, "async", "star")])
+def test_topology_auto_follows_the_workers_and_the_mode(workers: int, mode: str,
+                                                        expected: str) -> None:
+    assert resolve_topology("auto", workers, mode) == expected
+    assert resolve_topology("star", workers, mode) == "star"
