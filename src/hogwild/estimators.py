@@ -51,6 +51,16 @@ _REGRESSOR_DEFAULTS: dict[str, Any] = {"loss": "squared", "learning_rate": 0.05}
 _DTYPES = (np.float64, np.float32)
 
 
+def _averaged(w: F64, w0: F64, sums: F64, first_t: float, end_t: float) -> F64:
+    """The mean of the iterates of steps ``first_t`` .. ``end_t - 1`` (step counters) from
+    ``w0``, given the last iterate ``w`` and the kernels' averaging sum (each change times
+    its step counter, which is its index in the average plus ``first_t - 1``)."""
+    from hogwild.model.kernels import averaged
+
+    shift = first_t - 1.0
+    return averaged(w, w0, sums - shift * (w - w0), end_t - first_t)
+
+
 def _csr_data(X: Any, labels: npt.ArrayLike | None = None) -> CSRData:
     """A validated array or sparse matrix as CSRData (float32 values, int32 ids)."""
     n = X.shape[0]
@@ -72,7 +82,7 @@ class _HogwildModel(BaseEstimator):
                  trainer: str = _SCHEMA.trainer, thread_buffer: bool = _SCHEMA.thread_buffer,
                  batch_size: int = _SCHEMA.batch_size, shuffle: bool = True,
                  epoch_rows: int | None = None, warm_start: bool = False,
-                 device: str = _SCHEMA.device) -> None:
+                 device: str = _SCHEMA.device, average: bool = False) -> None:
         self.loss = loss
         self.learning_rate = learning_rate
         self.lr_schedule = lr_schedule
@@ -90,6 +100,7 @@ class _HogwildModel(BaseEstimator):
         self.epoch_rows = epoch_rows
         self.warm_start = warm_start
         self.device = device
+        self.average = average
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -104,11 +115,14 @@ class _HogwildModel(BaseEstimator):
         from hogwild.model.hot import RENUMBERED_HOT_FEATURES
 
         hot = RENUMBERED_HOT_FEATURES if renumbered else 0
+        # The mean of the iterates weighs each step by its position in the sequence, which
+        # racing threads do not keep (one runs ahead of another): averaging uses one thread.
+        threads = 1 if self.average else int(self.threads)
         try:
             return TrainParams(loss=self.loss, learning_rate=float(self.learning_rate),
                                lr_schedule=self.lr_schedule, lr_decay=float(self.lr_decay),
                                power_t=float(self.power_t), l2=float(self.l2),
-                               fit_bias=bool(self.fit_bias), threads=int(self.threads),
+                               fit_bias=bool(self.fit_bias), threads=threads,
                                mode=self.trainer, batch_size=self.batch_size,
                                hot_features=hot)
         except (TypeError, ValueError) as exc:
@@ -139,87 +153,119 @@ class _HogwildModel(BaseEstimator):
                              f"got {epochs!r}")
         return int(epochs)
 
-    def _stream_params(self, params: Any, seen: int, n_rows: int) -> tuple[Any, float]:
-        """partial_fit's step sizes: (TrainParams, the trainer's first step counter) that
-        continue the schedule from the ``seen`` examples before, whatever the calls' sizes.
+    def _horizon(self) -> int:
+        """Rows per epoch of partial_fit's schedule: ``epoch_rows``, else the rows of the last
+        fit, else the stream's horizon (model/schedule.py: stream_horizon)."""
+        from hogwild.model.schedule import stream_horizon
 
-        The schedule counts examples, so it needs an epoch's length: ``epoch_rows``, else the
-        rows of the last fit, else every example seen by the end of this call (a stream makes
-        one pass). The trainer's epochs count calls; it is given the plain step this call
-        needs instead (``constant`` at the epoch's rate, or ``invscaling`` with the
-        schedule's rate, power and counter)."""
-        from dataclasses import replace
-
-        from hogwild.model.kernels import CONSTANT
-        from hogwild.model.schedule import kernel_schedule
-
-        unit = self._epoch_length(seen + n_rows)
-        code, lr0, power_t, t_shift = kernel_schedule(
-            params.lr_schedule, params.learning_rate, params.lr_decay, params.power_t,
-            seen // max(unit, 1), unit)
-        plain = replace(params, lr_schedule="constant" if code == CONSTANT else "invscaling",
-                        learning_rate=lr0, lr_decay=1.0, power_t=power_t)
-        return plain, seen + 1.0 + t_shift
-
-    def _epoch_length(self, seen: int) -> int:
-        """Rows per epoch of partial_fit's schedule, ``seen`` the examples after this call."""
         rows = self.epoch_rows
         if rows is None:
-            return int(getattr(self, "_epoch_rows", 0) or seen)
+            fitted = int(getattr(self, "_epoch_rows", 0))
+            return fitted or stream_horizon(float(self.learning_rate), float(self.l2))
         if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
             raise ValueError(f"{type(self).__name__}: epoch_rows must be an integer >= 1 or "
                              f"None, got {rows!r}")
         return int(rows)
 
+    def _check_average(self) -> bool:
+        if not isinstance(self.average, (bool, np.bool_)):
+            # ValueError, as scikit-learn's parameter checks (and the others here) raise.
+            raise ValueError(  # noqa: TRY004
+                f"{type(self).__name__}: average must be True or False, got {self.average!r}")
+        if self.average and (self.trainer == "syncsgd" or self.batch_size != 1
+                             or self.device != "cpu"):
+            raise ValueError(f"{type(self).__name__}: average=True needs per-example steps on "
+                             f"the CPU (batch_size 1, trainer not syncsgd, device cpu)")
+        return bool(self.average)
+
     def _train(self, data: CSRData, targets: F64, weights: F64, epochs: int | None) -> None:
         """``epochs`` passes of the Hogwild trainer from the first step (fit), or None: one
-        pass continuing the step-size schedule after the examples seen before (partial_fit),
-        for each row of ``targets`` (one label vector per model), updating ``weights``
-        (K, d + 1) in the data's feature ids."""
+        pass in the rows' order continuing the step-size schedule after the examples seen
+        before (partial_fit), for each row of ``targets`` (one label vector per model),
+        updating ``weights`` (K, d + 1) in the data's feature ids: the raw iterate, or with
+        ``average`` the mean of the iterates (the raw one is kept for the next call)."""
         from hogwild.data.reorder import frequency_order, renumber, restore_weights, to_internal
         from hogwild.engine.trainer import Trainer
 
+        average = self._check_average()
         calls = int(getattr(self, "_calls", 0))
-        seen = int(getattr(self, "_seen", 0)) if epochs is None else 0
-        if self.shuffle and data.n_rows > 1:
-            # The project streams rows in one fixed random order (permuted once per call):
-            # sequential memory access, and the order still varies with the seed.
+        stream = epochs is None
+        t = float(getattr(self, "t_", 1.0)) if stream else 1.0
+        if self.shuffle and not stream and data.n_rows > 1:
+            # fit streams rows in one fixed random order (permuted once per call):
+            # sequential memory access, and the order still varies with the seed. partial_fit
+            # keeps the caller's order: a stream in any chunking is then one pass of it.
             rng = np.random.default_rng([int(self.seed), calls])
             perm = rng.permutation(data.n_rows)
             data = data.take(perm)
             targets = targets[:, perm]
         d = data.n_features
         # Threads buffer the hottest weights only on ids ranked by frequency (see trainer).
-        renumbered = self.trainer == "hogwild" and int(self.threads) > 1 and self.thread_buffer
+        renumbered = (self.trainer == "hogwild" and int(self.threads) > 1 and self.thread_buffer
+                      and not average)
         order = frequency_order(data) if renumbered else None
         if order is not None:
             data = renumber(data, order)
         params = self._params(d, renumbered)
-        first_t = 1.0
-        if epochs is None:
-            params, first_t = self._stream_params(params, seen, data.n_rows)
+        horizon = self._horizon() if stream else None
+        raw_before: F64 | None = getattr(self, "_iterate", None)
+        if stream and not average and raw_before is not None:
+            # Averaging was turned off: go on from the raw iterate, not from its mean.
+            weights[:] = raw_before
+            self._forget_average()
+        # Averaging state per model: the raw iterate, where averaging began, its sum.
+        iterate = getattr(self, "_iterate", None) if stream else None
+        start = getattr(self, "_avg_start", None) if stream else None
+        sums = getattr(self, "_avg_sum", None) if stream else None
+        if average and (iterate is None or start is None or sums is None):
+            iterate, start, sums = weights.copy(), weights.copy(), np.zeros_like(weights)
+            self._avg_from = t
         for k in range(targets.shape[0]):
-            rows = CSRData(data.indptr, data.indices, data.values, targets[k], d)
-            w = to_internal(weights[k], order) if order is not None else weights[k].copy()
+            rows = CSRData(data.indptr, data.indices, data.values, targets[k], d,
+                           weights=data.weights)
+            raw = iterate[k] if average and iterate is not None else weights[k]
+            w = to_internal(raw, order) if order is not None else raw.copy()
             model = Trainer(d, params, w=w) if self.device == "cpu" else self._gpu(d, params, w)
-            model.t = first_t
+            model.t = t
+            model.epoch_rows = horizon
+            if average and sums is not None:
+                model.average_sum = (to_internal(sums[k], order) if order is not None
+                                     else sums[k].copy())
+            first = (int(t - 1.0) // horizon) if horizon is not None else 0
             for e in range(epochs or 1):
-                model.fit_epoch(rows, e)
+                model.fit_epoch(rows, first + e)
             if not np.isfinite(model.w).all():
                 raise ValueError(f"{type(self).__name__}: training diverged (weights are not "
                                  f"finite); lower learning_rate (now {self.learning_rate})")
-            weights[k] = restore_weights(model.w, order) if order is not None else model.w
+            out = restore_weights(model.w, order) if order is not None else model.w
+            if average and iterate is not None and start is not None and sums is not None:
+                total = model.average_sum
+                assert total is not None
+                sums[k] = restore_weights(total, order) if order is not None else total
+                iterate[k] = out
+                weights[k] = _averaged(out, start[k], sums[k], float(self._avg_from),
+                                       model.t)
+            else:
+                weights[k] = out
         self._calls = calls + 1
-        self._seen = seen + (epochs or 1) * data.n_rows
-        if epochs is not None:
+        self.t_ = t + (epochs or 1) * data.n_rows
+        if average:
+            self._iterate, self._avg_start, self._avg_sum = iterate, start, sums
+        if not stream:
             self._epoch_rows = data.n_rows
 
     def _warm(self) -> bool:
         """Whether fit starts from the current weights: warm_start and a fitted model."""
         return bool(self.warm_start) and hasattr(self, "weights_")
 
+    def _forget_average(self) -> None:
+        for name in ("_iterate", "_avg_start", "_avg_sum", "_avg_from"):
+            if hasattr(self, name):
+                delattr(self, name)
+
     def _forget(self) -> None:
-        for name in ("_calls", "_seen", "_epoch_rows"):
+        for name in ("_calls", "t_", "_epoch_rows", "_iterate", "_avg_start", "_avg_sum",
+                     "_avg_from"):
             if hasattr(self, name):
                 delattr(self, name)
 
@@ -278,9 +324,10 @@ class _HogwildModel(BaseEstimator):
         schedule stands (so that partial_fit after load continues it)."""
         meta: dict[str, Any] = {"estimator": type(self).__name__, "params": self.get_params(),
                                 "n_iter": self.n_iter_}
-        for key, name in (("examples_seen", "_seen"), ("epoch_rows_fitted", "_epoch_rows")):
-            if hasattr(self, name):
-                meta[key] = int(getattr(self, name))
+        if hasattr(self, "t_"):
+            meta["examples_seen"] = int(self.t_) - 1
+        if hasattr(self, "_epoch_rows"):
+            meta["epoch_rows_fitted"] = int(self._epoch_rows)
         return meta
 
     def _resume_schedule(self, meta: Mapping[str, Any]) -> None:
@@ -294,7 +341,7 @@ class _HogwildModel(BaseEstimator):
                 seen = rows * epochs
         self._forget()
         if isinstance(seen, int) and seen >= 0:
-            self._seen = seen
+            self.t_ = float(seen + 1)
         if isinstance(rows, int) and rows > 0:
             self._epoch_rows = rows
 
@@ -457,12 +504,13 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
                  trainer: str = _SCHEMA.trainer, thread_buffer: bool = _SCHEMA.thread_buffer,
                  batch_size: int = _SCHEMA.batch_size, shuffle: bool = True,
                  epoch_rows: int | None = None, warm_start: bool = False,
-                 device: str = _SCHEMA.device) -> None:
+                 device: str = _SCHEMA.device, average: bool = False) -> None:
         super().__init__(loss=loss, learning_rate=learning_rate, lr_schedule=lr_schedule,
                          lr_decay=lr_decay, power_t=power_t, l2=l2, epochs=epochs,
                          threads=threads, fit_bias=fit_bias, seed=seed, trainer=trainer,
                          thread_buffer=thread_buffer, batch_size=batch_size,
-                         shuffle=shuffle, epoch_rows=epoch_rows, warm_start=warm_start)
+                         shuffle=shuffle, epoch_rows=epoch_rows, warm_start=warm_start,
+                         device=device, average=average)
 
     def _check_loss(self) -> None:
         if self.loss != "squared":
