@@ -22,9 +22,10 @@ import numpy.typing as npt
 
 try:
     from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+    from sklearn.utils.class_weight import compute_class_weight
     from sklearn.utils.metaestimators import available_if
     from sklearn.utils.multiclass import check_classification_targets
-    from sklearn.utils.validation import check_is_fitted, validate_data
+    from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("hogwild's estimators need scikit-learn >= 1.6: "
                       "pip install '.[sklearn]' from a clone, or pip install scikit-learn") from exc
@@ -61,11 +62,13 @@ def _averaged(w: F64, w0: F64, sums: F64, first_t: float, end_t: float) -> F64:
     return averaged(w, w0, sums - shift * (w - w0), end_t - first_t)
 
 
-def _csr_data(X: Any, labels: npt.ArrayLike | None = None) -> CSRData:
-    """A validated array or sparse matrix as CSRData (float32 values, int32 ids)."""
+def _csr_data(X: Any, labels: npt.ArrayLike | None = None,
+              weights: npt.ArrayLike | None = None) -> CSRData:
+    """A validated array or sparse matrix as CSRData (float32 values, int32 ids), with the
+    rows' weights when given."""
     n = X.shape[0]
     y = np.zeros(n, dtype=np.float32) if labels is None else labels
-    return CSRData.from_scipy(X, y)
+    return CSRData.from_scipy(X, y, weights)
 
 
 class _HogwildModel(BaseEstimator):
@@ -254,6 +257,20 @@ class _HogwildModel(BaseEstimator):
         if not stream:
             self._epoch_rows = data.n_rows
 
+    def _sample_weight(self, sample_weight: Any, X: Any) -> F64 | None:
+        """``sample_weight`` as one float64 per row of X (None: unweighted); ValueError
+        naming it when it has another length or a value that is not finite and >= 0."""
+        if sample_weight is None:
+            return None
+        # scikit-learn's check: one number per row (NaN and inf refused there).
+        sw: F64 = _check_sample_weight(sample_weight, X, dtype=np.float64)
+        bad = ~np.isfinite(sw) | (sw < 0)
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise ValueError(f"{type(self).__name__}: sample_weight must be finite and >= 0; "
+                             f"row {row} has {sw[row]}")
+        return sw
+
     def _warm(self) -> bool:
         """Whether fit starts from the current weights: warm_start and a fitted model."""
         return bool(self.warm_start) and hasattr(self, "weights_")
@@ -363,9 +380,58 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
 
     _task_kind = "classifier"
 
-    def fit(self, X: Any, y: Any) -> HogwildClassifier:
+    def __init__(self, *, loss: str = _SCHEMA.loss,
+                 learning_rate: float = _SCHEMA.learning_rate,
+                 lr_schedule: str = _SCHEMA.lr_schedule, lr_decay: float = _SCHEMA.lr_decay,
+                 power_t: float = _SCHEMA.power_t, l2: float = _SCHEMA.l2,
+                 epochs: int = _SCHEMA.epochs, threads: int = _SCHEMA.threads,
+                 fit_bias: bool = _SCHEMA.fit_bias, seed: int = _SCHEMA.seed,
+                 trainer: str = _SCHEMA.trainer, thread_buffer: bool = _SCHEMA.thread_buffer,
+                 batch_size: int = _SCHEMA.batch_size, shuffle: bool = True,
+                 epoch_rows: int | None = None, warm_start: bool = False,
+                 device: str = _SCHEMA.device, average: bool = False,
+                 class_weight: Any = None) -> None:
+        super().__init__(loss=loss, learning_rate=learning_rate, lr_schedule=lr_schedule,
+                         lr_decay=lr_decay, power_t=power_t, l2=l2, epochs=epochs,
+                         threads=threads, fit_bias=fit_bias, seed=seed, trainer=trainer,
+                         thread_buffer=thread_buffer, batch_size=batch_size,
+                         shuffle=shuffle, epoch_rows=epoch_rows, warm_start=warm_start,
+                         device=device, average=average)
+        self.class_weight = class_weight
+
+    def _row_weights(self, y: Any, sample_weight: Any, X: Any, streaming: bool) -> F64 | None:
+        """Each row's weight: its sample_weight times its class's weight (class_weight as
+        scikit-learn defines it: None, "balanced" or {label: weight}; the setting's text
+        form ``1:2.0,-1:1.0`` is read too). None when neither is given."""
+        from hogwild.settings.rules import BALANCED, parse_class_weight
+
+        name = type(self).__name__
+        sw = self._sample_weight(sample_weight, X)
+        spec = self.class_weight
+        if isinstance(spec, str) and spec != BALANCED:
+            try:
+                spec = parse_class_weight(spec)
+            except ValueError as exc:
+                raise ValueError(f"{name}: class_weight {exc}, got {spec!r}") from None
+        if spec is None:
+            return sw
+        if spec == BALANCED and streaming:
+            raise ValueError(f"{name}: class_weight='balanced' needs the class counts of "
+                             "all the data, which partial_fit does not see: give "
+                             "class_weight=compute_class_weight('balanced', classes=..., "
+                             "y=...) of scikit-learn as a dict")
+        try:
+            per_class = compute_class_weight(spec, classes=self.classes_, y=y)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name}: class_weight {spec!r}: {exc}") from None
+        rows: F64 = per_class[np.searchsorted(self.classes_, y)]
+        return rows if sw is None else rows * sw
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> HogwildClassifier:
         """Train for ``epochs`` passes: from zero weights, or with ``warm_start`` from the
-        weights of the last fit (same features and classes; the step sizes start again)."""
+        weights of the last fit (same features and classes; the step sizes start again).
+        ``sample_weight``: a weight >= 0 per row (with ``class_weight``'s, multiplied),
+        scaling its gradient as if the row occurred that many times."""
         warm = self._warm()
         # Warm: X must have the fitted feature count (validate_data says so otherwise).
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, reset=not warm)
@@ -382,15 +448,18 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
         previous = self.weights_.copy() if warm else None
         self._forget()
         self.classes_ = classes
+        rows = self._row_weights(y, sample_weight, X, streaming=False)
         weights = (previous if previous is not None
                    else np.zeros((self._n_models(), X.shape[1] + 1), dtype=np.float64))
-        self._train(_csr_data(X), self._targets(y), weights, epochs)
+        self._train(_csr_data(X, None, rows), self._targets(y), weights, epochs)
         self._set_weights(weights, epochs)
         return self
 
-    def partial_fit(self, X: Any, y: Any, classes: Any = None) -> HogwildClassifier:
-        """One pass over (X, y), continuing from the current weights; the first call needs
-        ``classes`` (every label that will ever be seen)."""
+    def partial_fit(self, X: Any, y: Any, classes: Any = None,
+                    sample_weight: Any = None) -> HogwildClassifier:
+        """One pass over (X, y) in their order, continuing from the current weights and
+        step-size schedule; the first call needs ``classes`` (every label that will ever be
+        seen). ``sample_weight`` as in :meth:`fit`."""
         first = not hasattr(self, "weights_")
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, reset=first)
         check_classification_targets(y)
@@ -411,7 +480,8 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
         if unknown.size:
             raise ValueError(f"labels {unknown.tolist()} are not in classes "
                              f"{self.classes_.tolist()}")
-        self._train(_csr_data(X), self._targets(y), weights, None)
+        rows = self._row_weights(y, sample_weight, X, streaming=True)
+        self._train(_csr_data(X, None, rows), self._targets(y), weights, None)
         self._set_weights(weights, getattr(self, "n_iter_", 0) + 1 if not first else 1)
         return self
 
@@ -516,9 +586,10 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
         if self.loss != "squared":
             raise ValueError(f"HogwildRegressor: loss must be 'squared', got {self.loss!r}")
 
-    def fit(self, X: Any, y: Any) -> HogwildRegressor:
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> HogwildRegressor:
         """Train for ``epochs`` passes: from zero weights, or with ``warm_start`` from the
-        weights of the last fit (same features; the step sizes start again)."""
+        weights of the last fit (same features; the step sizes start again).
+        ``sample_weight``: a weight >= 0 per row, scaling its gradient."""
         self._check_loss()
         warm = self._warm()
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, y_numeric=True,
@@ -528,12 +599,14 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
         self._forget()
         weights = (previous if previous is not None
                    else np.zeros((1, X.shape[1] + 1), dtype=np.float64))
-        self._train(_csr_data(X), np.asarray(y, dtype=np.float64)[None, :], weights, epochs)
+        self._train(_csr_data(X, None, self._sample_weight(sample_weight, X)),
+                    np.asarray(y, dtype=np.float64)[None, :], weights, epochs)
         self._set_weights(weights, epochs)
         return self
 
-    def partial_fit(self, X: Any, y: Any) -> HogwildRegressor:
-        """One pass over (X, y), continuing from the current weights."""
+    def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> HogwildRegressor:
+        """One pass over (X, y) in their order, continuing from the current weights and
+        step-size schedule; ``sample_weight`` as in :meth:`fit`."""
         self._check_loss()
         first = not hasattr(self, "weights_")
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, y_numeric=True,
@@ -543,7 +616,8 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
             weights = np.zeros((1, X.shape[1] + 1), dtype=np.float64)
         else:
             weights = self.weights_.copy()
-        self._train(_csr_data(X), np.asarray(y, dtype=np.float64)[None, :], weights, None)
+        self._train(_csr_data(X, None, self._sample_weight(sample_weight, X)),
+                    np.asarray(y, dtype=np.float64)[None, :], weights, None)
         self._set_weights(weights, 1 if first else self.n_iter_ + 1)
         return self
 

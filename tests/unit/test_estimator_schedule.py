@@ -29,7 +29,8 @@ def test_every_shared_default_is_the_schemas(estimator: Any) -> None:
     # Every hyperparameter but the estimator's own (row order, partial_fit's epoch, and
     # scikit-learn's warm_start and average) is a setting.
     assert set(defaults) - shared == {"shuffle", "epoch_rows", "warm_start", "average"}
-    own = _REGRESSOR_OWN if estimator is HogwildRegressor else {}
+    # The classifier's class_weight: scikit-learn's None for the schema's "" (no weights).
+    own = _REGRESSOR_OWN if estimator is HogwildRegressor else {"class_weight": None}
     for name in sorted(shared):
         expected = own.get(name, schema[name])
         assert defaults[name] == expected, (estimator.__name__, name)
