@@ -22,10 +22,9 @@ import numpy.typing as npt
 
 try:
     from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
-    from sklearn.utils.class_weight import compute_class_weight
     from sklearn.utils.metaestimators import available_if
     from sklearn.utils.multiclass import check_classification_targets
-    from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+    from sklearn.utils.validation import check_is_fitted, validate_data
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("hogwild's estimators need scikit-learn >= 1.6: "
                       "pip install '.[sklearn]' from a clone, or pip install scikit-learn") from exc
@@ -33,6 +32,13 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 from hogwild.config import Settings
 from hogwild.data.csr import CSRData
 from hogwild.errors import ModelError
+from hogwild.estimator_options import (
+    check_average,
+    mean_of_iterates,
+    row_weights,
+    sample_weights,
+    stream_epoch_rows,
+)
 from hogwild.model.saved import SavedModel, label_value, ovr_proba
 from hogwild.outputs import artifacts
 
@@ -50,16 +56,6 @@ _REGRESSOR_DEFAULTS: dict[str, Any] = {"loss": "squared", "learning_rate": 0.05}
 
 # X is converted to these dtypes; the kernels read float32 values (the project's CSR contract).
 _DTYPES = (np.float64, np.float32)
-
-
-def _averaged(w: F64, w0: F64, sums: F64, first_t: float, end_t: float) -> F64:
-    """The mean of the iterates of steps ``first_t`` .. ``end_t - 1`` (step counters) from
-    ``w0``, given the last iterate ``w`` and the kernels' averaging sum (each change times
-    its step counter, which is its index in the average plus ``first_t - 1``)."""
-    from hogwild.model.kernels import averaged
-
-    shift = first_t - 1.0
-    return averaged(w, w0, sums - shift * (w - w0), end_t - first_t)
 
 
 def _csr_data(X: Any, labels: npt.ArrayLike | None = None,
@@ -157,29 +153,10 @@ class _HogwildModel(BaseEstimator):
         return int(epochs)
 
     def _horizon(self) -> int:
-        """Rows per epoch of partial_fit's schedule: ``epoch_rows``, else the rows of the last
-        fit, else the stream's horizon (model/schedule.py: stream_horizon)."""
-        from hogwild.model.schedule import stream_horizon
-
-        rows = self.epoch_rows
-        if rows is None:
-            fitted = int(getattr(self, "_epoch_rows", 0))
-            return fitted or stream_horizon(float(self.learning_rate), float(self.l2))
-        if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
-            raise ValueError(f"{type(self).__name__}: epoch_rows must be an integer >= 1 or "
-                             f"None, got {rows!r}")
-        return int(rows)
-
-    def _check_average(self) -> bool:
-        if not isinstance(self.average, (bool, np.bool_)):
-            # ValueError, as scikit-learn's parameter checks (and the others here) raise.
-            raise ValueError(  # noqa: TRY004
-                f"{type(self).__name__}: average must be True or False, got {self.average!r}")
-        if self.average and (self.trainer == "syncsgd" or self.batch_size != 1
-                             or self.device != "cpu"):
-            raise ValueError(f"{type(self).__name__}: average=True needs per-example steps on "
-                             f"the CPU (batch_size 1, trainer not syncsgd, device cpu)")
-        return bool(self.average)
+        """Rows per epoch of partial_fit's schedule (estimator_options.stream_epoch_rows)."""
+        return stream_epoch_rows(type(self).__name__, self.epoch_rows,
+                                 int(getattr(self, "_epoch_rows", 0)),
+                                 float(self.learning_rate), float(self.l2))
 
     def _train(self, data: CSRData, targets: F64, weights: F64, epochs: int | None) -> None:
         """``epochs`` passes of the Hogwild trainer from the first step (fit), or None: one
@@ -190,7 +167,8 @@ class _HogwildModel(BaseEstimator):
         from hogwild.data.reorder import frequency_order, renumber, restore_weights, to_internal
         from hogwild.engine.trainer import Trainer
 
-        average = self._check_average()
+        average = check_average(type(self).__name__, self.average, self.trainer,
+                                self.batch_size, self.device)
         calls = int(getattr(self, "_calls", 0))
         stream = epochs is None
         t = float(getattr(self, "t_", 1.0)) if stream else 1.0
@@ -246,8 +224,8 @@ class _HogwildModel(BaseEstimator):
                 assert total is not None
                 sums[k] = restore_weights(total, order) if order is not None else total
                 iterate[k] = out
-                weights[k] = _averaged(out, start[k], sums[k], float(self._avg_from),
-                                       model.t)
+                weights[k] = mean_of_iterates(out, start[k], sums[k], float(self._avg_from),
+                                              model.t)
             else:
                 weights[k] = out
         self._calls = calls + 1
@@ -258,18 +236,7 @@ class _HogwildModel(BaseEstimator):
             self._epoch_rows = data.n_rows
 
     def _sample_weight(self, sample_weight: Any, X: Any) -> F64 | None:
-        """``sample_weight`` as one float64 per row of X (None: unweighted); ValueError
-        naming it when it has another length or a value that is not finite and >= 0."""
-        if sample_weight is None:
-            return None
-        # scikit-learn's check: one number per row (NaN and inf refused there).
-        sw: F64 = _check_sample_weight(sample_weight, X, dtype=np.float64)
-        bad = ~np.isfinite(sw) | (sw < 0)
-        if bad.any():
-            row = int(np.argmax(bad))
-            raise ValueError(f"{type(self).__name__}: sample_weight must be finite and >= 0; "
-                             f"row {row} has {sw[row]}")
-        return sw
+        return sample_weights(type(self).__name__, sample_weight, X)
 
     def _warm(self) -> bool:
         """Whether fit starts from the current weights: warm_start and a fitted model."""
@@ -400,32 +367,10 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
         self.class_weight = class_weight
 
     def _row_weights(self, y: Any, sample_weight: Any, X: Any, streaming: bool) -> F64 | None:
-        """Each row's weight: its sample_weight times its class's weight (class_weight as
-        scikit-learn defines it: None, "balanced" or {label: weight}; the setting's text
-        form ``1:2.0,-1:1.0`` is read too). None when neither is given."""
-        from hogwild.settings.rules import BALANCED, parse_class_weight
-
+        """Each row's weight: sample_weight times class_weight's (estimator_options)."""
         name = type(self).__name__
-        sw = self._sample_weight(sample_weight, X)
-        spec = self.class_weight
-        if isinstance(spec, str) and spec != BALANCED:
-            try:
-                spec = parse_class_weight(spec)
-            except ValueError as exc:
-                raise ValueError(f"{name}: class_weight {exc}, got {spec!r}") from None
-        if spec is None:
-            return sw
-        if spec == BALANCED and streaming:
-            raise ValueError(f"{name}: class_weight='balanced' needs the class counts of "
-                             "all the data, which partial_fit does not see: give "
-                             "class_weight=compute_class_weight('balanced', classes=..., "
-                             "y=...) of scikit-learn as a dict")
-        try:
-            per_class = compute_class_weight(spec, classes=self.classes_, y=y)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{name}: class_weight {spec!r}: {exc}") from None
-        rows: F64 = per_class[np.searchsorted(self.classes_, y)]
-        return rows if sw is None else rows * sw
+        return row_weights(name, self.class_weight, self.classes_, y,
+                           sample_weights(name, sample_weight, X), streaming)
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> HogwildClassifier:
         """Train for ``epochs`` passes: from zero weights, or with ``warm_start`` from the
