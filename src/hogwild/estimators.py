@@ -306,7 +306,13 @@ class _HogwildModel(BaseEstimator):
     def _meta(self) -> dict[str, Any]:
         """model.json's own keys: the estimator, its parameters, and where the step-size
         schedule stands (so that partial_fit after load continues it)."""
-        meta: dict[str, Any] = {"estimator": type(self).__name__, "params": self.get_params(),
+        params = self.get_params()
+        weights = params.get("class_weight")
+        if isinstance(weights, Mapping):
+            # JSON keys are text: kept in the setting's form LABEL:WEIGHT, which load reads.
+            params["class_weight"] = ",".join(f"{float(k)!r}:{float(v)!r}"
+                                              for k, v in weights.items())
+        meta: dict[str, Any] = {"estimator": type(self).__name__, "params": params,
                                 "n_iter": self.n_iter_}
         if hasattr(self, "t_"):
             meta["examples_seen"] = int(self.t_) - 1

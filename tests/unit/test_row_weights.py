@@ -217,3 +217,14 @@ def test_the_run_config_carries_the_class_weights_and_widens_the_bound() -> None
             RunPlan.from_message(_config(class_weights=bad))
     with pytest.raises(InvalidMessage, match="class_weights: weigh a linear classifier"):
         RunPlan.from_message(_config(class_weights=[1.0, 2.0], loss="squared"))
+
+
+def test_class_weight_and_average_survive_save_and_load(tmp_path: Path) -> None:
+    X, y = _rows(100)
+    clf = HogwildClassifier(threads=1, class_weight={1: 2.0}, average=True).fit(X, y)
+    clf.save(tmp_path / "m")
+    loaded = HogwildClassifier.load(tmp_path / "m")
+    assert loaded.class_weight == "1.0:2.0" and loaded.average is True
+    assert loaded.t_ == clf.t_ and np.array_equal(loaded.predict(X), clf.predict(X))
+    loaded.partial_fit(X, y)  # the class weights still name the classes; averaging anew
+    assert loaded.t_ == clf.t_ + 100
