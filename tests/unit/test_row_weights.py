@@ -228,3 +228,22 @@ def test_class_weight_and_average_survive_save_and_load(tmp_path: Path) -> None:
     assert loaded.t_ == clf.t_ and np.array_equal(loaded.predict(X), clf.predict(X))
     loaded.partial_fit(X, y)  # the class weights still name the classes; averaging anew
     assert loaded.t_ == clf.t_ + 100
+
+
+def test_train_command_weighs_the_classes_of_multiclass_data(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 6)).astype(np.float32)
+    y = np.argmax(X[:, :3] + rng.normal(scale=0.5, size=(600, 3)), axis=1) * 10.0
+    keep = np.flatnonzero((y != 20) | (np.arange(600) % 8 == 0))  # class 20 rare
+    data = tmp_path / "three.svm"
+    write_svmlight(CSRData.from_scipy(sp.csr_matrix(X[keep]), y[keep]), data)
+    recall = {}
+    for flag in ("", "balanced", "20:6"):
+        out = tmp_path / (flag.replace(":", "-") or "plain")
+        assert main(["train", "--data", str(data), "--epochs", "3", "--threads", "1",
+                     "--no-data-cache", "--out", str(out), "--class-weight", flag],
+                    environ={}) == 0
+        model = HogwildClassifier.load(out / "latest")
+        rare = y == 20
+        recall[flag] = float(np.mean(model.predict(X[rare]) == 20))
+    assert recall["balanced"] > recall[""] + 0.1 and recall["20:6"] > recall[""] + 0.1, recall
