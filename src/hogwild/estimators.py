@@ -342,12 +342,16 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
     Parameters are the settings of ``hogwild train``, with the same defaults (``loss``,
     ``learning_rate``, ``lr_schedule``, ``lr_decay``, ``power_t``, ``l2``, ``epochs``,
     ``threads``, ``fit_bias``, ``seed``, ``trainer``, ``thread_buffer``, ``batch_size``);
-    ``shuffle`` permutes the rows once per call. ``epoch_rows``: the rows of one pass, for
-    the step-size schedule of ``partial_fit``, which counts examples, not calls (None: the
-    rows of the last ``fit``, else all the examples seen so far, as one pass of a stream).
+    ``shuffle`` permutes ``fit``'s rows once per call (``partial_fit`` keeps the caller's
+    order). ``epoch_rows``: the rows of one pass, for the step-size schedule of
+    ``partial_fit``, which counts examples (``t_``), not calls (None: the rows of the last
+    ``fit``, else the stream's horizon 1 / (learning_rate x l2), model/schedule.py).
     ``warm_start``: as in scikit-learn, ``fit`` starts from the weights of the previous fit
-    (or of a loaded model) instead of zeros.
-    After fit: ``classes_``, ``coef_`` (1, d) or (K, d), ``intercept_``, ``n_iter_``,
+    (or of a loaded model) instead of zeros. ``average``: averaged SGD, predicting with the
+    mean of the iterates (one thread). ``class_weight``: None, "balanced" or {label: weight}
+    as in scikit-learn (or the setting's text, ``1:2.0,-1:1.0``); ``fit`` and
+    ``partial_fit`` also take ``sample_weight``.
+    After fit: ``classes_``, ``coef_`` (1, d) or (K, d), ``intercept_``, ``n_iter_``, ``t_``,
     ``n_features_in_`` and ``weights_`` (the rows of ``w`` as saved, bias last).
     """
 
