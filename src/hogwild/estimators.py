@@ -32,6 +32,13 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 from hogwild.config import Settings
 from hogwild.data.csr import CSRData
 from hogwild.errors import ModelError
+from hogwild.estimator_options import (
+    check_average,
+    mean_of_iterates,
+    row_weights,
+    sample_weights,
+    stream_epoch_rows,
+)
 from hogwild.model.saved import SavedModel, label_value, ovr_proba
 from hogwild.outputs import artifacts
 
@@ -51,11 +58,13 @@ _REGRESSOR_DEFAULTS: dict[str, Any] = {"loss": "squared", "learning_rate": 0.05}
 _DTYPES = (np.float64, np.float32)
 
 
-def _csr_data(X: Any, labels: npt.ArrayLike | None = None) -> CSRData:
-    """A validated array or sparse matrix as CSRData (float32 values, int32 ids)."""
+def _csr_data(X: Any, labels: npt.ArrayLike | None = None,
+              weights: npt.ArrayLike | None = None) -> CSRData:
+    """A validated array or sparse matrix as CSRData (float32 values, int32 ids), with the
+    rows' weights when given."""
     n = X.shape[0]
     y = np.zeros(n, dtype=np.float32) if labels is None else labels
-    return CSRData.from_scipy(X, y)
+    return CSRData.from_scipy(X, y, weights)
 
 
 class _HogwildModel(BaseEstimator):
@@ -72,7 +81,7 @@ class _HogwildModel(BaseEstimator):
                  trainer: str = _SCHEMA.trainer, thread_buffer: bool = _SCHEMA.thread_buffer,
                  batch_size: int = _SCHEMA.batch_size, shuffle: bool = True,
                  epoch_rows: int | None = None, warm_start: bool = False,
-                 device: str = _SCHEMA.device) -> None:
+                 device: str = _SCHEMA.device, average: bool = False) -> None:
         self.loss = loss
         self.learning_rate = learning_rate
         self.lr_schedule = lr_schedule
@@ -90,6 +99,7 @@ class _HogwildModel(BaseEstimator):
         self.epoch_rows = epoch_rows
         self.warm_start = warm_start
         self.device = device
+        self.average = average
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -104,11 +114,14 @@ class _HogwildModel(BaseEstimator):
         from hogwild.model.hot import RENUMBERED_HOT_FEATURES
 
         hot = RENUMBERED_HOT_FEATURES if renumbered else 0
+        # The mean of the iterates weighs each step by its position in the sequence, which
+        # racing threads do not keep (one runs ahead of another): averaging uses one thread.
+        threads = 1 if self.average else int(self.threads)
         try:
             return TrainParams(loss=self.loss, learning_rate=float(self.learning_rate),
                                lr_schedule=self.lr_schedule, lr_decay=float(self.lr_decay),
                                power_t=float(self.power_t), l2=float(self.l2),
-                               fit_bias=bool(self.fit_bias), threads=int(self.threads),
+                               fit_bias=bool(self.fit_bias), threads=threads,
                                mode=self.trainer, batch_size=self.batch_size,
                                hot_features=hot)
         except (TypeError, ValueError) as exc:
@@ -139,87 +152,104 @@ class _HogwildModel(BaseEstimator):
                              f"got {epochs!r}")
         return int(epochs)
 
-    def _stream_params(self, params: Any, seen: int, n_rows: int) -> tuple[Any, float]:
-        """partial_fit's step sizes: (TrainParams, the trainer's first step counter) that
-        continue the schedule from the ``seen`` examples before, whatever the calls' sizes.
-
-        The schedule counts examples, so it needs an epoch's length: ``epoch_rows``, else the
-        rows of the last fit, else every example seen by the end of this call (a stream makes
-        one pass). The trainer's epochs count calls; it is given the plain step this call
-        needs instead (``constant`` at the epoch's rate, or ``invscaling`` with the
-        schedule's rate, power and counter)."""
-        from dataclasses import replace
-
-        from hogwild.model.kernels import CONSTANT
-        from hogwild.model.schedule import kernel_schedule
-
-        unit = self._epoch_length(seen + n_rows)
-        code, lr0, power_t, t_shift = kernel_schedule(
-            params.lr_schedule, params.learning_rate, params.lr_decay, params.power_t,
-            seen // max(unit, 1), unit)
-        plain = replace(params, lr_schedule="constant" if code == CONSTANT else "invscaling",
-                        learning_rate=lr0, lr_decay=1.0, power_t=power_t)
-        return plain, seen + 1.0 + t_shift
-
-    def _epoch_length(self, seen: int) -> int:
-        """Rows per epoch of partial_fit's schedule, ``seen`` the examples after this call."""
-        rows = self.epoch_rows
-        if rows is None:
-            return int(getattr(self, "_epoch_rows", 0) or seen)
-        if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
-            raise ValueError(f"{type(self).__name__}: epoch_rows must be an integer >= 1 or "
-                             f"None, got {rows!r}")
-        return int(rows)
+    def _horizon(self) -> int:
+        """Rows per epoch of partial_fit's schedule (estimator_options.stream_epoch_rows)."""
+        return stream_epoch_rows(type(self).__name__, self.epoch_rows,
+                                 int(getattr(self, "_epoch_rows", 0)),
+                                 float(self.learning_rate), float(self.l2))
 
     def _train(self, data: CSRData, targets: F64, weights: F64, epochs: int | None) -> None:
         """``epochs`` passes of the Hogwild trainer from the first step (fit), or None: one
-        pass continuing the step-size schedule after the examples seen before (partial_fit),
-        for each row of ``targets`` (one label vector per model), updating ``weights``
-        (K, d + 1) in the data's feature ids."""
+        pass in the rows' order continuing the step-size schedule after the examples seen
+        before (partial_fit), for each row of ``targets`` (one label vector per model),
+        updating ``weights`` (K, d + 1) in the data's feature ids: the raw iterate, or with
+        ``average`` the mean of the iterates (the raw one is kept for the next call)."""
         from hogwild.data.reorder import frequency_order, renumber, restore_weights, to_internal
         from hogwild.engine.trainer import Trainer
 
+        average = check_average(type(self).__name__, self.average, self.trainer,
+                                self.batch_size, self.device)
         calls = int(getattr(self, "_calls", 0))
-        seen = int(getattr(self, "_seen", 0)) if epochs is None else 0
-        if self.shuffle and data.n_rows > 1:
-            # The project streams rows in one fixed random order (permuted once per call):
-            # sequential memory access, and the order still varies with the seed.
+        stream = epochs is None
+        t = float(getattr(self, "t_", 1.0)) if stream else 1.0
+        if self.shuffle and not stream and data.n_rows > 1:
+            # fit streams rows in one fixed random order (permuted once per call):
+            # sequential memory access, and the order still varies with the seed. partial_fit
+            # keeps the caller's order: a stream in any chunking is then one pass of it.
             rng = np.random.default_rng([int(self.seed), calls])
             perm = rng.permutation(data.n_rows)
             data = data.take(perm)
             targets = targets[:, perm]
         d = data.n_features
         # Threads buffer the hottest weights only on ids ranked by frequency (see trainer).
-        renumbered = self.trainer == "hogwild" and int(self.threads) > 1 and self.thread_buffer
+        renumbered = (self.trainer == "hogwild" and int(self.threads) > 1 and self.thread_buffer
+                      and not average)
         order = frequency_order(data) if renumbered else None
         if order is not None:
             data = renumber(data, order)
         params = self._params(d, renumbered)
-        first_t = 1.0
-        if epochs is None:
-            params, first_t = self._stream_params(params, seen, data.n_rows)
+        horizon = self._horizon() if stream else None
+        raw_before: F64 | None = getattr(self, "_iterate", None)
+        if stream and not average and raw_before is not None:
+            # Averaging was turned off: go on from the raw iterate, not from its mean.
+            weights[:] = raw_before
+            self._forget_average()
+        # Averaging state per model: the raw iterate, where averaging began, its sum.
+        iterate = getattr(self, "_iterate", None) if stream else None
+        start = getattr(self, "_avg_start", None) if stream else None
+        sums = getattr(self, "_avg_sum", None) if stream else None
+        if average and (iterate is None or start is None or sums is None):
+            iterate, start, sums = weights.copy(), weights.copy(), np.zeros_like(weights)
+            self._avg_from = t
         for k in range(targets.shape[0]):
-            rows = CSRData(data.indptr, data.indices, data.values, targets[k], d)
-            w = to_internal(weights[k], order) if order is not None else weights[k].copy()
+            rows = CSRData(data.indptr, data.indices, data.values, targets[k], d,
+                           weights=data.weights)
+            raw = iterate[k] if average and iterate is not None else weights[k]
+            w = to_internal(raw, order) if order is not None else raw.copy()
             model = Trainer(d, params, w=w) if self.device == "cpu" else self._gpu(d, params, w)
-            model.t = first_t
+            model.t = t
+            model.epoch_rows = horizon
+            if average and sums is not None:
+                model.average_sum = (to_internal(sums[k], order) if order is not None
+                                     else sums[k].copy())
+            first = (int(t - 1.0) // horizon) if horizon is not None else 0
             for e in range(epochs or 1):
-                model.fit_epoch(rows, e)
+                model.fit_epoch(rows, first + e)
             if not np.isfinite(model.w).all():
                 raise ValueError(f"{type(self).__name__}: training diverged (weights are not "
                                  f"finite); lower learning_rate (now {self.learning_rate})")
-            weights[k] = restore_weights(model.w, order) if order is not None else model.w
+            out = restore_weights(model.w, order) if order is not None else model.w
+            if average and iterate is not None and start is not None and sums is not None:
+                total = model.average_sum
+                assert total is not None
+                sums[k] = restore_weights(total, order) if order is not None else total
+                iterate[k] = out
+                weights[k] = mean_of_iterates(out, start[k], sums[k], float(self._avg_from),
+                                              model.t)
+            else:
+                weights[k] = out
         self._calls = calls + 1
-        self._seen = seen + (epochs or 1) * data.n_rows
-        if epochs is not None:
+        self.t_ = t + (epochs or 1) * data.n_rows
+        if average:
+            self._iterate, self._avg_start, self._avg_sum = iterate, start, sums
+        if not stream:
             self._epoch_rows = data.n_rows
+
+    def _sample_weight(self, sample_weight: Any, X: Any) -> F64 | None:
+        return sample_weights(type(self).__name__, sample_weight, X)
 
     def _warm(self) -> bool:
         """Whether fit starts from the current weights: warm_start and a fitted model."""
         return bool(self.warm_start) and hasattr(self, "weights_")
 
+    def _forget_average(self) -> None:
+        for name in ("_iterate", "_avg_start", "_avg_sum", "_avg_from"):
+            if hasattr(self, name):
+                delattr(self, name)
+
     def _forget(self) -> None:
-        for name in ("_calls", "_seen", "_epoch_rows"):
+        for name in ("_calls", "t_", "_epoch_rows", "_iterate", "_avg_start", "_avg_sum",
+                     "_avg_from"):
             if hasattr(self, name):
                 delattr(self, name)
 
@@ -276,11 +306,18 @@ class _HogwildModel(BaseEstimator):
     def _meta(self) -> dict[str, Any]:
         """model.json's own keys: the estimator, its parameters, and where the step-size
         schedule stands (so that partial_fit after load continues it)."""
-        meta: dict[str, Any] = {"estimator": type(self).__name__, "params": self.get_params(),
+        params = self.get_params()
+        weights = params.get("class_weight")
+        if isinstance(weights, Mapping):
+            # JSON keys are text: kept in the setting's form LABEL:WEIGHT, which load reads.
+            params["class_weight"] = ",".join(f"{float(k)!r}:{float(v)!r}"
+                                              for k, v in weights.items())
+        meta: dict[str, Any] = {"estimator": type(self).__name__, "params": params,
                                 "n_iter": self.n_iter_}
-        for key, name in (("examples_seen", "_seen"), ("epoch_rows_fitted", "_epoch_rows")):
-            if hasattr(self, name):
-                meta[key] = int(getattr(self, name))
+        if hasattr(self, "t_"):
+            meta["examples_seen"] = int(self.t_) - 1
+        if hasattr(self, "_epoch_rows"):
+            meta["epoch_rows_fitted"] = int(self._epoch_rows)
         return meta
 
     def _resume_schedule(self, meta: Mapping[str, Any]) -> None:
@@ -294,7 +331,7 @@ class _HogwildModel(BaseEstimator):
                 seen = rows * epochs
         self._forget()
         if isinstance(seen, int) and seen >= 0:
-            self._seen = seen
+            self.t_ = float(seen + 1)
         if isinstance(rows, int) and rows > 0:
             self._epoch_rows = rows
 
@@ -305,20 +342,51 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
     Parameters are the settings of ``hogwild train``, with the same defaults (``loss``,
     ``learning_rate``, ``lr_schedule``, ``lr_decay``, ``power_t``, ``l2``, ``epochs``,
     ``threads``, ``fit_bias``, ``seed``, ``trainer``, ``thread_buffer``, ``batch_size``);
-    ``shuffle`` permutes the rows once per call. ``epoch_rows``: the rows of one pass, for
-    the step-size schedule of ``partial_fit``, which counts examples, not calls (None: the
-    rows of the last ``fit``, else all the examples seen so far, as one pass of a stream).
+    ``shuffle`` permutes ``fit``'s rows once per call (``partial_fit`` keeps the caller's
+    order). ``epoch_rows``: the rows of one pass, for the step-size schedule of
+    ``partial_fit``, which counts examples (``t_``), not calls (None: the rows of the last
+    ``fit``, else the stream's horizon 1 / (learning_rate x l2), model/schedule.py).
     ``warm_start``: as in scikit-learn, ``fit`` starts from the weights of the previous fit
-    (or of a loaded model) instead of zeros.
-    After fit: ``classes_``, ``coef_`` (1, d) or (K, d), ``intercept_``, ``n_iter_``,
+    (or of a loaded model) instead of zeros. ``average``: averaged SGD, predicting with the
+    mean of the iterates (one thread). ``class_weight``: None, "balanced" or {label: weight}
+    as in scikit-learn (or the setting's text, ``1:2.0,-1:1.0``); ``fit`` and
+    ``partial_fit`` also take ``sample_weight``.
+    After fit: ``classes_``, ``coef_`` (1, d) or (K, d), ``intercept_``, ``n_iter_``, ``t_``,
     ``n_features_in_`` and ``weights_`` (the rows of ``w`` as saved, bias last).
     """
 
     _task_kind = "classifier"
 
-    def fit(self, X: Any, y: Any) -> HogwildClassifier:
+    def __init__(self, *, loss: str = _SCHEMA.loss,
+                 learning_rate: float = _SCHEMA.learning_rate,
+                 lr_schedule: str = _SCHEMA.lr_schedule, lr_decay: float = _SCHEMA.lr_decay,
+                 power_t: float = _SCHEMA.power_t, l2: float = _SCHEMA.l2,
+                 epochs: int = _SCHEMA.epochs, threads: int = _SCHEMA.threads,
+                 fit_bias: bool = _SCHEMA.fit_bias, seed: int = _SCHEMA.seed,
+                 trainer: str = _SCHEMA.trainer, thread_buffer: bool = _SCHEMA.thread_buffer,
+                 batch_size: int = _SCHEMA.batch_size, shuffle: bool = True,
+                 epoch_rows: int | None = None, warm_start: bool = False,
+                 device: str = _SCHEMA.device, average: bool = False,
+                 class_weight: Any = None) -> None:
+        super().__init__(loss=loss, learning_rate=learning_rate, lr_schedule=lr_schedule,
+                         lr_decay=lr_decay, power_t=power_t, l2=l2, epochs=epochs,
+                         threads=threads, fit_bias=fit_bias, seed=seed, trainer=trainer,
+                         thread_buffer=thread_buffer, batch_size=batch_size,
+                         shuffle=shuffle, epoch_rows=epoch_rows, warm_start=warm_start,
+                         device=device, average=average)
+        self.class_weight = class_weight
+
+    def _row_weights(self, y: Any, sample_weight: Any, X: Any, streaming: bool) -> F64 | None:
+        """Each row's weight: sample_weight times class_weight's (estimator_options)."""
+        name = type(self).__name__
+        return row_weights(name, self.class_weight, self.classes_, y,
+                           sample_weights(name, sample_weight, X), streaming)
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> HogwildClassifier:
         """Train for ``epochs`` passes: from zero weights, or with ``warm_start`` from the
-        weights of the last fit (same features and classes; the step sizes start again)."""
+        weights of the last fit (same features and classes; the step sizes start again).
+        ``sample_weight``: a weight >= 0 per row (with ``class_weight``'s, multiplied),
+        scaling its gradient as if the row occurred that many times."""
         warm = self._warm()
         # Warm: X must have the fitted feature count (validate_data says so otherwise).
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, reset=not warm)
@@ -335,15 +403,18 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
         previous = self.weights_.copy() if warm else None
         self._forget()
         self.classes_ = classes
+        rows = self._row_weights(y, sample_weight, X, streaming=False)
         weights = (previous if previous is not None
                    else np.zeros((self._n_models(), X.shape[1] + 1), dtype=np.float64))
-        self._train(_csr_data(X), self._targets(y), weights, epochs)
+        self._train(_csr_data(X, None, rows), self._targets(y), weights, epochs)
         self._set_weights(weights, epochs)
         return self
 
-    def partial_fit(self, X: Any, y: Any, classes: Any = None) -> HogwildClassifier:
-        """One pass over (X, y), continuing from the current weights; the first call needs
-        ``classes`` (every label that will ever be seen)."""
+    def partial_fit(self, X: Any, y: Any, classes: Any = None,
+                    sample_weight: Any = None) -> HogwildClassifier:
+        """One pass over (X, y) in their order, continuing from the current weights and
+        step-size schedule; the first call needs ``classes`` (every label that will ever be
+        seen). ``sample_weight`` as in :meth:`fit`."""
         first = not hasattr(self, "weights_")
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, reset=first)
         check_classification_targets(y)
@@ -364,7 +435,8 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
         if unknown.size:
             raise ValueError(f"labels {unknown.tolist()} are not in classes "
                              f"{self.classes_.tolist()}")
-        self._train(_csr_data(X), self._targets(y), weights, None)
+        rows = self._row_weights(y, sample_weight, X, streaming=True)
+        self._train(_csr_data(X, None, rows), self._targets(y), weights, None)
         self._set_weights(weights, getattr(self, "n_iter_", 0) + 1 if not first else 1)
         return self
 
@@ -457,20 +529,22 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
                  trainer: str = _SCHEMA.trainer, thread_buffer: bool = _SCHEMA.thread_buffer,
                  batch_size: int = _SCHEMA.batch_size, shuffle: bool = True,
                  epoch_rows: int | None = None, warm_start: bool = False,
-                 device: str = _SCHEMA.device) -> None:
+                 device: str = _SCHEMA.device, average: bool = False) -> None:
         super().__init__(loss=loss, learning_rate=learning_rate, lr_schedule=lr_schedule,
                          lr_decay=lr_decay, power_t=power_t, l2=l2, epochs=epochs,
                          threads=threads, fit_bias=fit_bias, seed=seed, trainer=trainer,
                          thread_buffer=thread_buffer, batch_size=batch_size,
-                         shuffle=shuffle, epoch_rows=epoch_rows, warm_start=warm_start)
+                         shuffle=shuffle, epoch_rows=epoch_rows, warm_start=warm_start,
+                         device=device, average=average)
 
     def _check_loss(self) -> None:
         if self.loss != "squared":
             raise ValueError(f"HogwildRegressor: loss must be 'squared', got {self.loss!r}")
 
-    def fit(self, X: Any, y: Any) -> HogwildRegressor:
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> HogwildRegressor:
         """Train for ``epochs`` passes: from zero weights, or with ``warm_start`` from the
-        weights of the last fit (same features; the step sizes start again)."""
+        weights of the last fit (same features; the step sizes start again).
+        ``sample_weight``: a weight >= 0 per row, scaling its gradient."""
         self._check_loss()
         warm = self._warm()
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, y_numeric=True,
@@ -480,12 +554,14 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
         self._forget()
         weights = (previous if previous is not None
                    else np.zeros((1, X.shape[1] + 1), dtype=np.float64))
-        self._train(_csr_data(X), np.asarray(y, dtype=np.float64)[None, :], weights, epochs)
+        self._train(_csr_data(X, None, self._sample_weight(sample_weight, X)),
+                    np.asarray(y, dtype=np.float64)[None, :], weights, epochs)
         self._set_weights(weights, epochs)
         return self
 
-    def partial_fit(self, X: Any, y: Any) -> HogwildRegressor:
-        """One pass over (X, y), continuing from the current weights."""
+    def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> HogwildRegressor:
+        """One pass over (X, y) in their order, continuing from the current weights and
+        step-size schedule; ``sample_weight`` as in :meth:`fit`."""
         self._check_loss()
         first = not hasattr(self, "weights_")
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, y_numeric=True,
@@ -495,7 +571,8 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
             weights = np.zeros((1, X.shape[1] + 1), dtype=np.float64)
         else:
             weights = self.weights_.copy()
-        self._train(_csr_data(X), np.asarray(y, dtype=np.float64)[None, :], weights, None)
+        self._train(_csr_data(X, None, self._sample_weight(sample_weight, X)),
+                    np.asarray(y, dtype=np.float64)[None, :], weights, None)
         self._set_weights(weights, 1 if first else self.n_iter_ + 1)
         return self
 

@@ -103,3 +103,37 @@ def test_scipy_round_trip_sorts_and_sums_duplicates() -> None:
     c = CSRData.from_scipy(m, [1])
     assert c.indices.tolist() == [0, 2] and c.values.tolist() == [2.0, 4.0]
     c.validate()
+
+
+def test_row_weights_default_to_none_and_are_coerced() -> None:
+    d = small()
+    assert d.weights is None
+    w = small().with_weights([1, 0.5, 0, 2])
+    assert w.weights is not None and w.weights.dtype == np.float32
+    assert w.weights.tolist() == [1.0, 0.5, 0.0, 2.0]
+    assert w.nbytes == d.nbytes + 4 * 4
+    assert CSRData.from_scipy(d.to_scipy(), d.labels, [1, 2, 3, 4]).weights.tolist() == [
+        1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(("weights", "message"), [
+    ([1.0, 1.0, 1.0], "one per row"),
+    ([[1.0, 1.0], [1.0, 1.0]], "one per row"),
+    ([1.0, -0.5, 1.0, 1.0], "row 1 must be finite and >= 0"),
+    ([1.0, 1.0, float("nan"), 1.0], "row 2 must be finite and >= 0"),
+    ([1.0, 1.0, 1.0, float("inf")], "row 3 must be finite and >= 0"),
+    ([1.0, 1.0, 1.0, 1e39], "row 3 must be finite and >= 0"),  # overflows float32
+    (["a", "b", "c", "d"], "must be numbers"),
+])
+def test_row_weights_are_validated(weights: list[object], message: str) -> None:
+    with pytest.raises(DataError, match=message):
+        small().with_weights(weights)
+
+
+def test_row_weights_follow_take_slice_and_feature_count() -> None:
+    d = small().with_weights([1, 2, 3, 4])
+    assert d.take(np.array([3, 0, 0])).weights.tolist() == [4, 1, 1]
+    assert d.slice(1, 3).weights.tolist() == [2, 3]
+    assert d.with_n_features(10).weights.tolist() == [1, 2, 3, 4]
+    assert small().take(np.array([1])).weights is None
+    assert small().slice(0, 2).weights is None

@@ -146,3 +146,11 @@ def test_count_features_skips_and_counts_out_of_range() -> None:
     bad = reorder.count_features(np.array([0, 3, 3, 4, -1, 1], dtype=np.int32), counts)
     assert bad == 2
     np.testing.assert_array_equal(counts, [1, 1, 0, 2])
+
+
+def test_renumber_keeps_the_row_weights() -> None:
+    data = random_csr()
+    weights = np.linspace(0.0, 3.0, data.n_rows)
+    out = renumber(data.with_weights(weights), frequency_order(data))
+    assert out.weights is not None
+    assert np.array_equal(out.weights, weights.astype(np.float32))

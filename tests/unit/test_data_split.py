@@ -62,3 +62,24 @@ def test_replicate_shards() -> None:
         shard(d, 2, seed=0, mode="mirror")
     with pytest.raises(ValueError):
         shard(d, 0, seed=0)
+
+
+def test_row_weights_follow_splits_and_shards() -> None:
+    from hogwild.data.split import shard, split_shuffled, train_val_test_split
+
+    base = _weighted()
+    parts = train_val_test_split(base, val_fraction=0.2, test_fraction=0.2, seed=3)
+    parts += split_shuffled(base, val_fraction=0.2, test_fraction=0.2)
+    parts += tuple(shard(base, 3, seed=1))
+    for part in parts:
+        # Each row's weight is its label's (made so below): a row keeps its own weight.
+        assert part.weights is not None
+        assert np.array_equal(part.weights, part.labels * 10.0)
+
+
+def _weighted() -> CSRData:
+    rng = np.random.default_rng(0)
+    labels = rng.integers(1, 50, size=60).astype(np.float32)
+    indptr = np.arange(61, dtype=np.int64)
+    indices = rng.integers(0, 5, size=60).astype(np.int32)
+    return CSRData(indptr, indices, np.ones(60, np.float32), labels, 5, weights=labels * 10.0)

@@ -27,9 +27,10 @@ def test_every_shared_default_is_the_schemas(estimator: Any) -> None:
                 inspect.signature(estimator.__init__).parameters.items() if name != "self"}
     shared = set(defaults) & set(schema)
     # Every hyperparameter but the estimator's own (row order, partial_fit's epoch, and
-    # scikit-learn's warm_start) is a setting.
-    assert set(defaults) - shared == {"shuffle", "epoch_rows", "warm_start"}
-    own = _REGRESSOR_OWN if estimator is HogwildRegressor else {}
+    # scikit-learn's warm_start and average) is a setting.
+    assert set(defaults) - shared == {"shuffle", "epoch_rows", "warm_start", "average"}
+    # The classifier's class_weight: scikit-learn's None for the schema's "" (no weights).
+    own = _REGRESSOR_OWN if estimator is HogwildRegressor else {"class_weight": None}
     for name in sorted(shared):
         expected = own.get(name, schema[name])
         assert defaults[name] == expected, (estimator.__name__, name)

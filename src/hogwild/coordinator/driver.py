@@ -38,6 +38,7 @@ from hogwild.coordinator.shipper import Shipper
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.stopping import StopRules, StopSignal, regression_warning
 from hogwild.coordinator.trace import ModelTrace, earlier_rows
+from hogwild.data.classweights import run_class_weights
 from hogwild.engine.guard import SwingGuard
 from hogwild.errors import OutputError, TrainingDiverged
 from hogwild.model.evaluation import evaluate
@@ -178,7 +179,10 @@ class RunDriver:
             size = self.round_size = round_size(s, self.train, workers)
             max_rounds = run_max_rounds(s, workers, self.train.n_rows, size)
             layout = Layout(dim, n_features, self.train.n_rows, max_rounds, size, len(workers))
-            configs = RunConfigs(s, self.state, spec, layout, self.shipper.max_abs_value())
+            configs = RunConfigs(s, self.state, spec, layout, self.shipper.max_abs_value(),
+                                 run_class_weights(s.class_weight, splits.labels.classes,
+                                                   None if self.local is not None
+                                                   else splits.train.labels))
             self.relay = start_relay(s, self.state, workers, dim, self.first_round)
             configure_and_start(self.links, configs, workers, self.first_round,
                                 self.resume is not None or warm_started, self._workers_started)

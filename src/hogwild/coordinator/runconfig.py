@@ -66,12 +66,13 @@ class RunConfigs:
     step with the one each config implies."""
 
     def __init__(self, settings: Settings, state: RunState, spec: ModelSpec, layout: Layout,
-                 max_abs_value: float | None) -> None:
+                 max_abs_value: float | None, class_weights: tuple[float, ...] = ()) -> None:
         self.settings = settings
         self.state = state
         self.spec = spec
         self.layout = layout
         self.max_abs_value = max_abs_value  # largest |x| shipped (None: not seen here)
+        self.class_weights = class_weights  # of labels -1 and +1 (empty: unweighted)
 
     def value_bound_fields(self, record: WorkerRecord) -> tuple[float | None, int]:
         """(max_abs_value, run_threads) for a worker's RunConfig, and the coordinator's own
@@ -85,7 +86,8 @@ class RunConfigs:
             model=self.spec.kind, loss=s.loss, lr_schedule=s.lr_schedule,
             learning_rate=s.learning_rate, lr_decay=s.lr_decay, l2=s.l2,
             max_abs_value=self.max_abs_value, run_threads=run_threads,
-            round_size=lay.round_size, max_rounds=lay.max_rounds)
+            round_size=lay.round_size, max_rounds=lay.max_rounds,
+            class_weights=self.class_weights)
         # Only ever raised (the first config sets it from inf: no bound before the run).
         held = self.state.max_delta_value
         if held == math.inf or bound > held:
@@ -125,4 +127,4 @@ class RunConfigs:
             delta_dtype=s.delta_dtype, topology=topology or s.topology,
             tree_fanout=s.tree_fanout,
             combine=self.settings.combine, max_abs_value=max_abs_value,
-            run_threads=run_threads)
+            run_threads=run_threads, class_weights=list(self.class_weights))

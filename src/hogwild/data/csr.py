@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from hogwild.errors import DataError
 from hogwild.runtime.jit import njit
@@ -14,6 +15,7 @@ INDPTR_DTYPE = np.int64
 INDEX_DTYPE = np.int32
 VALUE_DTYPE = np.float32
 LABEL_DTYPE = np.float32
+WEIGHT_DTYPE = np.float32
 
 
 @njit(nogil=True, cache=True)
@@ -60,13 +62,33 @@ def _check_structure(indptr: Any, indices: Any, values: Any, labels: Any,
     return 0, -1
 
 
+def check_row_weights(weights: npt.ArrayLike, n_rows: int) -> np.ndarray:
+    """``weights`` as a contiguous float32 vector of ``n_rows`` finite values >= 0, or a
+    DataError naming the first bad row."""
+    try:
+        w = np.ascontiguousarray(weights, dtype=WEIGHT_DTYPE)
+    except (TypeError, ValueError):
+        raise DataError("row weights must be numbers") from None
+    if w.ndim != 1 or w.shape[0] != n_rows:
+        raise DataError(f"row weights must be one per row: {n_rows} rows, weights of shape "
+                        f"{w.shape}")
+    bad = ~np.isfinite(w) | (w < 0)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise DataError(f"weight of row {row} must be finite and >= 0, got {float(w[row])}")
+    return w
+
+
 @dataclass(frozen=True, eq=False)
 class CSRData:
     """Rows of a sparse data set with their labels.
 
     ``indptr`` int64 (n_rows + 1, starts at 0), ``indices`` int32 0-based and strictly
-    increasing within a row, ``values`` float32, ``labels`` float32. Construction
-    coerces dtypes and checks lengths (O(1)); :meth:`validate` runs the full check.
+    increasing within a row, ``values`` float32, ``labels`` float32. ``weights``: an
+    optional float32 weight per row (finite, >= 0; None = every row weighs 1), by which the
+    trainers scale the row's gradient; row selections carry it along. Construction coerces
+    dtypes and checks lengths (O(1)) and the weights (O(n_rows)); :meth:`validate` runs the
+    full check.
     """
 
     indptr: np.ndarray
@@ -77,6 +99,7 @@ class CSRData:
     # Set by the text parsers when a label does not survive float32 as written (see
     # hogwild.data.labelcheck): a classifier refuses such data, a regression ignores it.
     label_note: str | None = None
+    weights: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         # Coercion is a no-op (no copy) when the arrays already have the contract's dtypes.
@@ -100,6 +123,8 @@ class CSRData:
         if int(self.indptr[0]) != 0 or int(self.indptr[-1]) != self.indices.shape[0]:
             raise DataError(f"CSR indptr must run from 0 to nnz={self.indices.shape[0]}, got "
                             f"{int(self.indptr[0])}..{int(self.indptr[-1])}")
+        if self.weights is not None:
+            object.__setattr__(self, "weights", check_row_weights(self.weights, self.n_rows))
 
     # --- sizes -------------------------------------------------------------------------
     @property
@@ -114,9 +139,9 @@ class CSRData:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the four arrays."""
+        """Bytes held by the arrays (the four, and the row weights when there are some)."""
         return int(self.indptr.nbytes + self.indices.nbytes + self.values.nbytes
-                   + self.labels.nbytes)
+                   + self.labels.nbytes + (0 if self.weights is None else self.weights.nbytes))
 
     def __repr__(self) -> str:
         return (f"CSRData(n_rows={self.n_rows}, n_features={self.n_features}, "
@@ -139,7 +164,7 @@ class CSRData:
         _gather_rows(self.indptr, self.indices, self.values, rows, new_indptr,
                      out_indices, out_values)
         return CSRData(new_indptr, out_indices, out_values, self.labels[rows], self.n_features,
-                       self.label_note)
+                       self.label_note, None if self.weights is None else self.weights[rows])
 
     def slice(self, start: int, stop: int) -> CSRData:
         """Contiguous rows ``start:stop`` (Python slice rules); arrays are views, indptr rebased."""
@@ -148,7 +173,8 @@ class CSRData:
         a = int(self.indptr[start])
         b = int(self.indptr[stop])
         return CSRData(self.indptr[start:stop + 1] - a, self.indices[a:b], self.values[a:b],
-                       self.labels[start:stop], self.n_features, self.label_note)
+                       self.labels[start:stop], self.n_features, self.label_note,
+                       None if self.weights is None else self.weights[start:stop])
 
     def with_n_features(self, n: int) -> CSRData:
         """The same rows declared over ``n`` features; DataError if an index is ``>= n``."""
@@ -158,7 +184,14 @@ class CSRData:
         if self.nnz and int(self.indices.max()) >= n:
             raise DataError(f"feature index {int(self.indices.max())} does not fit "
                             f"n_features={n}")
-        return CSRData(self.indptr, self.indices, self.values, self.labels, n, self.label_note)
+        return CSRData(self.indptr, self.indices, self.values, self.labels, n, self.label_note,
+                       self.weights)
+
+    def with_weights(self, weights: npt.ArrayLike | None) -> CSRData:
+        """The same rows with these row weights (None: unweighted); DataError when they are
+        not one finite value >= 0 per row."""
+        return CSRData(self.indptr, self.indices, self.values, self.labels, self.n_features,
+                       self.label_note, None if weights is None else np.asarray(weights))
 
     def max_index(self) -> int:
         """Largest stored feature index, or -1 if there are no non-zeros."""
@@ -196,8 +229,9 @@ class CSRData:
                              shape=(self.n_rows, self.n_features))
 
     @classmethod
-    def from_scipy(cls, X: Any, y: Any) -> CSRData:
-        """Build from any scipy sparse matrix (or dense array) and a label vector."""
+    def from_scipy(cls, X: Any, y: Any, weights: npt.ArrayLike | None = None) -> CSRData:
+        """Build from any scipy sparse matrix (or dense array), a label vector and optional
+        row weights."""
         import scipy.sparse as sp
 
         m = sp.csr_matrix(X)
@@ -207,4 +241,5 @@ class CSRData:
         labels = np.asarray(y, dtype=LABEL_DTYPE).ravel()
         return cls(np.asarray(m.indptr, dtype=INDPTR_DTYPE),
                    np.asarray(m.indices, dtype=INDEX_DTYPE),
-                   np.asarray(m.data, dtype=VALUE_DTYPE), labels, int(m.shape[1]))
+                   np.asarray(m.data, dtype=VALUE_DTYPE), labels, int(m.shape[1]),
+                   weights=None if weights is None else np.asarray(weights))

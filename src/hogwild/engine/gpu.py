@@ -93,8 +93,12 @@ class GPUTrainer(Trainer):
     def _epoch(self, a: CSRArrays, epoch: int) -> EpochStats:
         p = self.params
         n = a.n_rows
+        if a.weights is not None or self.average_sum is not None:
+            raise ValueError("a GPU trains without row weights and without averaging; use "
+                             "device cpu")
         schedule, lr0, power_t, t_shift = kernel_schedule(
-            p.lr_schedule, float(p.learning_rate), float(p.lr_decay), float(p.power_t), epoch, n)
+            p.lr_schedule, float(p.learning_rate), float(p.lr_decay), float(p.power_t), epoch,
+            self.epoch_rows or n)
         plan = self._kernel_plan(1, thread_buffer=False)
         runner = self._runner(a)
         began = time.perf_counter()

@@ -72,8 +72,9 @@ class GPURounds:
         self.warps_per_block = warps_per_block
         self.launches = 0
         with self._gpu:
-            # For the whole run: every round reads its rows from these copies.
-            self._rows: tuple[Any, ...] = tuple(self._cuda.to_device(x) for x in arrays)
+            # For the whole run: every round reads its rows from these copies (the four CSR
+            # arrays: row weights are refused on a GPU, engine/threads.py).
+            self._rows: tuple[Any, ...] = tuple(self._cuda.to_device(x) for x in arrays[:4])
             hidden = spec.hidden_array()
             self._shape: tuple[Any, ...] = (
                 (self._cuda.to_device(hidden),

@@ -19,6 +19,7 @@ class _Relabelled(NamedTuple):
     values: npt.NDArray[np.float32]
     labels: npt.NDArray[np.float32]
     n_features: int
+    weights: npt.NDArray[np.float32] | None = None
 
 
 class OneVsRest:
@@ -41,7 +42,8 @@ class OneVsRest:
         index = a.labels
         return [_Relabelled(a.indptr, a.indices, a.values,
                             np.where(index == np.float32(k), np.float32(1.0),
-                                     np.float32(-1.0)).astype(np.float32), self.n_features)
+                                     np.float32(-1.0)).astype(np.float32), self.n_features,
+                            a.weights)
                 for k in range(self.w.shape[0])]
 
     def fit_epoch(self, per_class: list[_Relabelled], epoch: int) -> EpochStats:

@@ -148,6 +148,9 @@ class Calls:
     mean gradient (kernels.sgd_batch_range, linear model only; ``scratch`` then holds each
     thread's gradient buffers). ``turns``: take turns for each call (locked mode).
     ``device``: the calls run there (one cursor over all the rows; see the module docstring).
+    ``average``: the averaging sum of averaged SGD (kernels.averaged; per-example linear
+    kernel on the CPU only), None: off. ``epoch_rows``: the rows of one epoch for the
+    step-size schedule (None: the arrays' rows; a stream trained in pieces sets it).
     """
 
     rows: int | None = None
@@ -157,6 +160,8 @@ class Calls:
                          npt.NDArray[np.int64]], ...] = ()
     turns: Turns | None = None
     device: DeviceKernel | None = None
+    average: npt.NDArray[np.float64] | None = None
+    epoch_rows: int | None = None
 
 
 WORKER_CALLS = Calls()
@@ -183,6 +188,13 @@ def train_round(arrays: CSRArrays, w: npt.NDArray[np.float64], plan: ThreadPlan,
     # Dense layers of the MLP: published every BUFFERED_FLUSH_ROWS rows with thread_buffer.
     flush_rows = calls.flush_rows or (BUFFERED_FLUSH_ROWS if plan.thread_buffer else 1)
     turns = calls.turns
+    row_weights = arrays.weights
+    if (row_weights is not None or calls.average is not None) and (
+            device is not None or spec.is_mlp):
+        raise ValueError("row weights and averaging are trained by the linear model's CPU "
+                         "kernels only (not model mlp, not a GPU)")
+    if calls.average is not None and calls.batch_size > 1:
+        raise ValueError("averaging needs per-example steps (batch_size 1)")
     while remaining > 0:
         start = cursor.pos
         stop = min(cursor.hi, start + remaining)
@@ -192,7 +204,7 @@ def train_round(arrays: CSRArrays, w: npt.NDArray[np.float64], plan: ThreadPlan,
         # step counter (own examples) that is the run's epochs (partition or replicate).
         schedule, lr0, power_t, t_shift = kernel_schedule(
             plan.lr_schedule, plan.learning_rate, plan.lr_decay, plan.power_t, cursor.passes,
-            arrays.n_rows)
+            calls.epoch_rows or arrays.n_rows)
         if turns is not None:
             turns.acquire(k)
         try:
@@ -210,12 +222,20 @@ def train_round(arrays: CSRArrays, w: npt.NDArray[np.float64], plan: ThreadPlan,
                     arrays.indptr, arrays.indices, arrays.values, arrays.labels, start, stop,
                     w, plan.n_features, plan.loss_code, lr0, schedule, power_t,
                     cursor.t + t_shift, plan.l2, plan.fit_bias, t_step, calls.batch_size,
-                    *calls.scratch[k])
-            else:
+                    *calls.scratch[k], row_weights)
+            elif row_weights is None and calls.average is None:
                 t_end, part = kernels.sgd_range(
                     arrays.indptr, arrays.indices, arrays.values, arrays.labels, start, stop,
                     w, plan.n_features, plan.loss_code, lr0, schedule, power_t,
                     cursor.t + t_shift, plan.l2, plan.fit_bias, t_step, hot)
+            else:
+                # The averaging index is the step counter without the schedule's offset:
+                # 1 + the examples seen.
+                t_end, part = kernels.sgd_range(
+                    arrays.indptr, arrays.indices, arrays.values, arrays.labels, start, stop,
+                    w, plan.n_features, plan.loss_code, lr0, schedule, power_t,
+                    cursor.t + t_shift, plan.l2, plan.fit_bias, t_step, hot, row_weights,
+                    calls.average, t_shift)
         finally:
             if turns is not None:
                 turns.release()

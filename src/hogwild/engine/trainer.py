@@ -128,6 +128,12 @@ class Trainer:
     ``w`` may be passed in; it is then used in place, never copied, so another thread (e.g. a
     delta exchange) can read and update the same array while training runs.
 
+    Rows may carry weights (CSRData.weights): each row's gradient is scaled by its weight.
+    :attr:`average_sum`, when set to a zero vector the size of ``w`` (or one carried over
+    from earlier calls), turns on averaged SGD: the kernels add each weight change times its
+    step number to it, and :meth:`averaged` gives the mean of the iterates since ``w0``
+    (per-example steps only: not syncsgd or batch_size > 1).
+
     Each epoch of the hogwild, locked and serial modes is one round of the engine's thread
     loop (engine/threads.py), the loop a cluster worker runs, with nothing exchanged after
     it. ``syncsgd`` is the synchronous mini-batch baseline: threads meet at a barrier after
@@ -145,6 +151,9 @@ class Trainer:
         self.w: npt.NDArray[np.float64] = self._initial_weights(w)
         # Examples seen so far (+1): the invscaling step counter, carried across epochs.
         self.t = 1.0
+        self.average_sum: npt.NDArray[np.float64] | None = None
+        # Rows of an epoch for the schedule (None: each pass's rows; see Calls.epoch_rows).
+        self.epoch_rows: int | None = None
         self._next_epoch = 0
         # Per-thread gradient scratch of the mini-batch kernels, made on first use.
         self._scratch: list[_Scratch] = []
@@ -187,16 +196,21 @@ class Trainer:
         nothing exchanged after it, each thread one pass over its block of rows."""
         p = self.params
         n = a.n_rows
+        unit = self.epoch_rows or n
         _, _, _, t_shift = kernel_schedule(
-            p.lr_schedule, float(p.learning_rate), float(p.lr_decay), float(p.power_t), epoch, n)
+            p.lr_schedule, float(p.learning_rate), float(p.lr_decay), float(p.power_t), epoch,
+            unit)
         n_threads = 1 if p.mode == "serial" else max(1, min(p.threads, n))
+        if self.average_sum is not None and (p.mode == "syncsgd" or p.batch_size > 1):
+            raise ValueError("averaging needs per-example steps: not trainer syncsgd nor "
+                             "batch_size > 1")
         if p.mode == "syncsgd":
             # At most one thread per row of a mini-batch: more would only wait at barriers.
             n_threads = min(n_threads, p.batch_size)
             if n_threads > 1:
                 schedule, lr0, power_t, _ = kernel_schedule(
                     p.lr_schedule, float(p.learning_rate), float(p.lr_decay),
-                    float(p.power_t), epoch, n)
+                    float(p.power_t), epoch, unit)
                 return self._sync_epoch(a, epoch, lr0, schedule, n_threads, power_t,
                                         t_shift)
         batch = min(p.batch_rows, LOCKED_BATCH_ROWS) if p.mode == "locked" else p.batch_rows
@@ -213,7 +227,7 @@ class Trainer:
         calls = Calls(rows=batch, flush_rows=self._flush_rows(), batch_size=mini,
                       scratch=tuple(self._scratch_for(n_threads)) if mini > 1 else (),
                       turns=_TurnTaking(n_threads) if p.mode == "locked" and n_threads > 1
-                      else None)
+                      else None, average=self.average_sum, epoch_rows=self.epoch_rows)
         # (round_size is not read: each round is a whole pass over the thread's block; the
         # MLP's flush interval goes as Calls.flush_rows.)
         plan = self._kernel_plan(n_threads, thread_buffer=True)
@@ -238,6 +252,13 @@ class Trainer:
             train_loss=sum(loss_sums) / n if n else 0.0,
             examples=n,
         )
+
+    def averaged(self, w0: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """The mean of the iterates since averaging began at ``w0`` (step counter 1), from
+        :attr:`average_sum`; ``w`` itself when averaging is off."""
+        if self.average_sum is None:
+            return self.w.copy()
+        return kernels.averaged(self.w, w0, self.average_sum, self.t - 1.0)
 
     def _kernel_plan(self, threads: int, thread_buffer: bool) -> KernelPlan:
         """The kernels' view of these settings (round_size unread: a round is a pass)."""
@@ -302,7 +323,7 @@ class Trainer:
                     counts[k], part = kernels.batch_gradient(
                         a.indptr, a.indices, a.values, a.labels, lo, hi, self.w,
                         self.n_features, self.loss.code, l2, fit_bias, grad, seen,
-                        touched, 0)
+                        touched, 0, a.weights)
                     loss_sums[k] += part
                     barrier.wait()
             except threading.BrokenBarrierError:

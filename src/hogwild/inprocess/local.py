@@ -12,6 +12,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from hogwild.config import Settings
+from hogwild.data.classweights import class_counts, class_weights, row_weights
 from hogwild.data.conflicts import startup_report
 from hogwild.data.conflicts import warmup as warmup_conflicts
 from hogwild.data.csr import CSRData
@@ -136,6 +137,12 @@ def _split_and_renumber(settings: Settings, data: CSRData, test: CSRData | None,
     train, _, _ = split_shuffled(data, **split)
     if train.n_rows == 0:
         raise DataError(f"no training rows left in {settings.data!r} after the split")
+    per_class = class_weights(settings.class_weight, labels.classes,
+                              None if labels.classes is None
+                              else class_counts(train.labels, labels.n_classes))
+    if per_class is not None:
+        # Every set carries them (slices of one set of arrays); training reads the train set's.
+        data = data.with_weights(row_weights(data.labels, per_class, data.weights))
     order = frequency_order(train)
     # Freshly loaded arrays that nothing else holds: renumber them where they are.
     data = renumber(data, order, in_place=True)

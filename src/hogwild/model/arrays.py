@@ -29,12 +29,14 @@ class CSRLike(Protocol):
 
 
 class CSRArrays(NamedTuple):
-    """The arrays the kernels take, with the dtypes they were compiled for."""
+    """The arrays the kernels take, with the dtypes they were compiled for; ``weights``: the
+    rows' weights (float32, finite and >= 0, checked by CSRData), or None: unweighted."""
 
     indptr: npt.NDArray[np.int64]
     indices: npt.NDArray[np.int32]
     values: npt.NDArray[np.float32]
     labels: npt.NDArray[np.float32]
+    weights: npt.NDArray[np.float32] | None = None
 
     @property
     def n_rows(self) -> int:
@@ -126,7 +128,12 @@ def csr_arrays(data: CSRLike, n_features: int) -> CSRArrays:
     lo, hi = _index_range(indices)
     if lo < 0 or hi >= n_features:
         raise DataError(f"feature index out of range [0, {n_features}): min {lo}, max {hi}")
-    return CSRArrays(indptr, indices, values, labels)
+    weights = getattr(data, "weights", None)
+    if weights is not None:
+        weights = np.ascontiguousarray(weights, dtype=np.float32)
+        if weights.shape != (n_rows,):
+            raise DataError(f"{weights.shape[0]} row weights for {n_rows} rows")
+    return CSRArrays(indptr, indices, values, labels, weights)
 
 
 def new_weights(n_features: int) -> npt.NDArray[np.float64]:

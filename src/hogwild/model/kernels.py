@@ -179,6 +179,7 @@ def sgd_range(
     indptr: I64, indices: I32, values: F32, labels: F32, start: int, stop: int, w: F64,
     n_features: int, loss_code: int, lr0: float, schedule_code: int, power_t: float,
     t0: float, l2: float, fit_bias: bool, t_step: float = 1.0, hot: int = 0,
+    row_weights: F32 | None = None, avg: F64 | None = None, avg_shift: float = 0.0,
 ) -> tuple[float, float]:
     """One SGD pass over rows [start, stop) in order, updating ``w`` in place, lock-free.
 
@@ -188,6 +189,11 @@ def sgd_range(
     in ascending order and pays off when ids are ranked by frequency. Returns
     ``(t_end, loss_sum)``: the counter after the last row and the sum of the losses at the
     margins computed before each update.
+
+    ``row_weights`` (one per row, >= 0): row r's gradient is scaled by its weight, as if
+    the row occurred that many times. ``avg``: the averaging sum of :func:`averaged`; each
+    change c of a weight at step counter t adds (t - avg_shift) * c to it. Either None
+    (the default) compiles the branch away: the plain pass runs the code it always did.
     """
     nh = min(max(hot, 0), n_features)
     nh_u = np.uint64(nh)
@@ -204,6 +210,7 @@ def sgd_range(
     loss_sum = 0.0
     shrink_l2 = l2 > 0.0
     until_flush = BIAS_FLUSH_ROWS
+    avg_bias = 0.0
     for r in range(start, stop):
         lo = np.uint64(indptr[r])
         hi = np.uint64(indptr[r + 1])
@@ -228,6 +235,12 @@ def sgd_range(
         y = np.float64(labels[r])
         loss_sum += _loss(loss_code, m, y)
         g = _dloss(loss_code, m, y)
+        # A row of weight c steps as c copies of it would (to first order): gradient and
+        # L2 shrink scaled by c.
+        rw = 1.0
+        if row_weights is not None:
+            rw = np.float64(row_weights[r])
+            g *= rw
         if g != 0.0:
             # The step size only matters on updating steps (a minority of hinge steps once
             # the model fits), and lr0 / t (power_t 1: the default schedule) avoids a pow().
@@ -238,8 +251,13 @@ def sgd_range(
             else:
                 lr = lr0 / t**power_t
             step = lr * g
-            if shrink_l2:
-                keep = 1.0 - lr * l2
+            if avg is not None:
+                _average_step(w, view, avg, indices, values, lo, split, hi, step,
+                              1.0 - lr * l2 * rw if shrink_l2 else 1.0, t - avg_shift)
+                if fit_bias:
+                    avg_bias -= (t - avg_shift) * step
+            elif shrink_l2:
+                keep = 1.0 - lr * l2 * rw
                 for k in range(lo, split):
                     j = np.uint64(indices[k])
                     view[j] = view[j] * keep - step * values[k]
@@ -278,8 +296,40 @@ def sgd_range(
                 _publish(w, view, base, min(span, nh))
     if fit_bias:
         w[n_features] += bias - bias0
+        if avg is not None:
+            avg[n_features] += avg_bias
     _publish(w, view, base, nh)
     return t, loss_sum
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _average_step(w: F64, view: F64, avg: F64, indices: I32, values: F32, lo: np.uint64,
+                  split: np.uint64, hi: np.uint64, step: float, keep: float, s: float) -> None:
+    """One update of a row's features (``keep`` the L2 shrink, 1.0 without), recording each
+    weight's change c as ``avg[j] += s * c`` (see :func:`averaged`)."""
+    for k in range(lo, split):
+        j = np.uint64(indices[k])
+        old = view[j]
+        new = old * keep - step * values[k]
+        view[j] = new
+        avg[j] += s * (new - old)
+    for k in range(split, hi):
+        j = np.uint64(indices[k])
+        old = w[j]
+        new = old * keep - step * values[k]
+        w[j] = new
+        avg[j] += s * (new - old)
+
+
+def averaged(w: F64, w0: F64, avg: F64, steps: float) -> F64:
+    """The mean of the iterates w_1 .. w_S of an SGD run from ``w0`` (averaged SGD, Polyak
+    and Juditsky), from its last iterate ``w`` and ``avg`` = sum over every change c made at
+    step s of s * c, which a kernel given ``avg`` keeps in O(1) per write: the sum of the
+    iterates is S w0 + sum_s c_s (S - s + 1) = S w0 + (S + 1)(w - w0) - avg."""
+    if steps <= 0:
+        return w.copy()
+    out: F64 = w0 + (steps + 1.0) / steps * (w - w0) - avg / steps
+    return out
 
 
 # --- Mini-batch SGD -----------------------------------------------------------------------
@@ -298,9 +348,10 @@ def sgd_range(
 def _accumulate(indptr: I64, indices: I32, values: F32, labels: F32, start: int, stop: int,
                 w: F64, n_features: int, loss_code: int, l2: float, fit_bias: bool, grad: F64,
                 seen: npt.NDArray[np.uint8], touched: I64,
-                n_touched: int) -> tuple[int, float]:
-    """Add the gradients of rows [start, stop) at ``w`` to ``grad``; returns the new count of
-    touched coordinates and the sum of the rows' losses."""
+                n_touched: int, row_weights: F32 | None) -> tuple[int, float]:
+    """Add the gradients of rows [start, stop) at ``w`` to ``grad`` (each scaled by its row's
+    weight when ``row_weights`` is given); returns the new count of touched coordinates and
+    the sum of the rows' losses."""
     loss_sum = 0.0
     shrink_l2 = l2 > 0.0
     for r in range(start, stop):
@@ -312,6 +363,8 @@ def _accumulate(indptr: I64, indices: I32, values: F32, labels: F32, start: int,
         y = np.float64(labels[r])
         loss_sum += _loss(loss_code, m, y)
         g = _dloss(loss_code, m, y)
+        if row_weights is not None:
+            g *= row_weights[r]
         if g == 0.0:
             continue
         for k in range(lo, hi):
@@ -321,7 +374,9 @@ def _accumulate(indptr: I64, indices: I32, values: F32, labels: F32, start: int,
                 touched[n_touched] = j
                 n_touched += 1
             if shrink_l2:
-                grad[j] += g * values[k] + l2 * w[j]
+                # The L2 term is scaled too: a weighted row is that many copies of itself.
+                grad[j] += g * values[k] + (l2 * w[j] if row_weights is None
+                                            else l2 * row_weights[r] * w[j])
             else:
                 grad[j] += g * values[k]
         if fit_bias:
@@ -338,11 +393,12 @@ def _accumulate(indptr: I64, indices: I32, values: F32, labels: F32, start: int,
 def batch_gradient(indptr: I64, indices: I32, values: F32, labels: F32, start: int, stop: int,
                    w: F64, n_features: int, loss_code: int, l2: float, fit_bias: bool,
                    grad: F64, seen: npt.NDArray[np.uint8], touched: I64,
-                   n_touched: int) -> tuple[int, float]:
-    """Sum the gradients of rows [start, stop) at ``w`` into the scratch (``w`` is only read);
-    returns (touched count, loss sum). Continue an accumulation by passing its count back."""
+                   n_touched: int, row_weights: F32 | None = None) -> tuple[int, float]:
+    """Sum the gradients of rows [start, stop) at ``w`` into the scratch (``w`` is only read;
+    ``row_weights`` scale each row's); returns (touched count, loss sum). Continue an
+    accumulation by passing its count back."""
     return _accumulate(indptr, indices, values, labels, start, stop, w, n_features, loss_code,
-                       l2, fit_bias, grad, seen, touched, n_touched)
+                       l2, fit_bias, grad, seen, touched, n_touched, row_weights)
 
 
 @njit(nogil=True, cache=True)
@@ -361,13 +417,13 @@ def sgd_batch_range(
     indptr: I64, indices: I32, values: F32, labels: F32, start: int, stop: int, w: F64,
     n_features: int, loss_code: int, lr0: float, schedule_code: int, power_t: float,
     t0: float, l2: float, fit_bias: bool, t_step: float, batch_size: int, grad: F64,
-    seen: npt.NDArray[np.uint8], touched: I64,
+    seen: npt.NDArray[np.uint8], touched: I64, row_weights: F32 | None = None,
 ) -> tuple[float, float]:
     """Mini-batch SGD over rows [start, stop): consecutive blocks of ``batch_size`` rows (the
     last one may be shorter), each one step of lr * (mean gradient of its rows), lock-free
     on the shared ``w`` like ``sgd_range``. The step size is the schedule's value at the
-    block's first row; the counter advances by ``t_step`` per row. Returns
-    ``(t_end, loss_sum)`` as ``sgd_range`` does."""
+    block's first row; the counter advances by ``t_step`` per row; ``row_weights`` scale
+    each row's gradient. Returns ``(t_end, loss_sum)`` as ``sgd_range`` does."""
     t = t0
     loss_sum = 0.0
     b = max(batch_size, 1)
@@ -378,7 +434,8 @@ def sgd_batch_range(
         else:
             lr = lr0
         n_touched, part = _accumulate(indptr, indices, values, labels, b0, b1, w, n_features,
-                                      loss_code, l2, fit_bias, grad, seen, touched, 0)
+                                      loss_code, l2, fit_bias, grad, seen, touched, 0,
+                                      row_weights)
         loss_sum += part
         apply_gradient(w, grad, seen, touched, n_touched, lr / (b1 - b0))
         t += t_step * (b1 - b0)

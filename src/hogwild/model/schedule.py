@@ -30,3 +30,19 @@ def kernel_schedule(name: str, learning_rate: float, lr_decay: float, power_t: f
         return kernels.INVSCALING, learning_rate, power_t, 0.0
     rows = float(max(epoch_rows, 1))
     return kernels.INVSCALING, learning_rate * rows, 1.0, rows - 1.0
+
+
+# The longest horizon stream_horizon gives (l2 = 0: the rate stays learning_rate for 2^40
+# examples, i.e. constant), small enough for the kernels' float64 step counter.
+_LONGEST_HORIZON = 1 << 40
+
+
+def stream_horizon(learning_rate: float, l2: float) -> int:
+    """Rows per "epoch" of a stream whose length is unknown (partial_fit without an epoch
+    length): 1 / (learning_rate * l2), so that the inverse schedule's step
+    learning_rate / (1 + examples seen / horizon) is 1 / (l2 (t + t0)), t0 = 1 /
+    (learning_rate * l2): the step of Bottou's SGD and of scikit-learn's ``optimal``
+    schedule for an L2-regularised loss, which needs no epoch length."""
+    if l2 <= 0.0 or learning_rate <= 0.0:
+        return _LONGEST_HORIZON
+    return int(min(max(round(1.0 / (learning_rate * l2)), 1), _LONGEST_HORIZON))

@@ -24,6 +24,9 @@ def warmup() -> None:
                           1.0, 0.0, fit_bias)
         kernels.sgd_range(indptr, indices, values, labels, 0, 2, w, n_features, 0, 0.1, 0, 0.5,
                           1.0, 0.0, fit_bias, 2.0, 1)
+        # Rows weighted by their class (class_weight), as a cluster worker trains them.
+        kernels.sgd_range(indptr, indices, values, labels, 0, 2, w, n_features, 0, 0.1, 0, 0.5,
+                          1.0, 0.0, fit_bias, 2.0, 1, np.ones(2, dtype=np.float32), None, 0.0)
         grad = np.zeros(n_features + 1, dtype=np.float64)
         seen = np.zeros(n_features + 1, dtype=np.uint8)
         touched = np.zeros(n_features + 1, dtype=np.int64)

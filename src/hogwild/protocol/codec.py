@@ -168,7 +168,8 @@ _BOUNDED_GRADIENT_LOSSES = frozenset({"hinge", "logistic"})
 
 def value_bound(*, model: str, loss: str, lr_schedule: str, learning_rate: float,
                 lr_decay: float, l2: float, max_abs_value: float | None, run_threads: int,
-                round_size: int, max_rounds: int) -> float:
+                round_size: int, max_rounds: int,
+                class_weights: tuple[float, ...] = ()) -> float:
     """The largest |value| a legitimate delta of a run may carry; inf where no simple sound
     bound exists (then only finiteness is checked).
 
@@ -194,6 +195,9 @@ def value_bound(*, model: str, loss: str, lr_schedule: str, learning_rate: float
     the MLP, whose hidden layers' gradients are products of weights; and where a setting is
     unknown (an older coordinator, shipping local) or voids the argument (lr_decay > 1 with
     the constant schedule, lr * l2 > 1).
+
+    Class weights scale a row's gradient (and its L2 shrink) by its class's weight: the
+    bound takes lr times the largest weight above 1 as the step.
     """
     if model not in ("", "linear") or loss not in _BOUNDED_GRADIENT_LOSSES:
         return math.inf
@@ -203,7 +207,8 @@ def value_bound(*, model: str, loss: str, lr_schedule: str, learning_rate: float
         return math.inf
     if lr_schedule == "constant" and lr_decay > 1.0:
         return math.inf
-    lr = learning_rate  # the step at t = 1: every schedule's largest (see kernel_schedule)
+    # The step at t = 1: every schedule's largest (see kernel_schedule).
+    lr = learning_rate * max((1.0, *class_weights))
     if not (0.0 < lr < math.inf and 0.0 <= l2 < math.inf) or lr * l2 > 1.0:
         return math.inf
     x = max(max_abs_value, 1.0)  # the bias's "feature" is 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -149,6 +150,41 @@ def worker_devices(device: str, workers: int) -> list[str]:
     return [f"cuda:{indices[i % len(indices)]}" for i in range(workers)]
 
 
+# class_weight: "balanced", or LABEL:WEIGHT pairs separated by commas.
+BALANCED = "balanced"
+CLASS_WEIGHT_WHY = ("must be balanced or LABEL:WEIGHT pairs such as 1:2.0,-1:1.0 (labels as "
+                    "the data writes them, weights finite and >= 0, each label once)")
+
+
+def parse_class_weight(text: str) -> str | dict[float, float] | None:
+    """The class_weight setting: None (empty: every class weighs 1), ``"balanced"``, or
+    {label: weight}; ValueError (CLASS_WEIGHT_WHY) when it is none of these."""
+    text = text.strip()
+    if not text:
+        return None
+    if text == BALANCED:
+        return BALANCED
+    out: dict[float, float] = {}
+    for pair in text.split(","):
+        label, sep, weight = pair.partition(":")
+        try:
+            key, value = float(label), float(weight)
+        except ValueError:
+            raise ValueError(CLASS_WEIGHT_WHY) from None
+        if not sep or key in out or not math.isfinite(key) or not 0 <= value < math.inf:
+            raise ValueError(CLASS_WEIGHT_WHY)
+        out[key] = value
+    return out
+
+
+def _is_class_weight(text: str) -> bool:
+    try:
+        parse_class_weight(text)
+    except ValueError:
+        return False
+    return True
+
+
 def check_address(key: str, value: str) -> None:
     """``value`` is host:port with a port in 1..65535."""
     host, sep, port = value.rpartition(":")
@@ -202,6 +238,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "tree_fanout": BOUNDS["tree_fanout"].rule,
     "chunk_bytes": (lambda v: 4096 <= v <= (1 << 20), "must be between 4096 and 1048576"),
     "data": (lambda v: bool(v.strip()), "must not be empty"),
+    "class_weight": (_is_class_weight, CLASS_WEIGHT_WHY),
     "out_dir": (lambda v: bool(v.strip()), "must not be empty"),
     "keep_runs": (lambda v: 0 <= v < 1 << 31, "must be 0 (keep every run) or positive"),
 }
@@ -224,6 +261,8 @@ def check_together(clean: Mapping[str, Any]) -> None:
                                      "every round); use combine sum, or no compression")
     if clean.get("device", "cpu") != "cpu":
         _check_gpu(clean)
+    if clean.get("class_weight", "").strip():
+        _check_class_weight(clean)
     if clean.get("model") == "mlp":
         # The MLP's kernel steps once per example (hogwild, locked or serial threads).
         if clean.get("batch_size", 1) != 1:
@@ -232,6 +271,20 @@ def check_together(clean: Mapping[str, Any]) -> None:
         if clean.get("trainer") == "syncsgd":
             raise ConfigError("trainer", "model mlp trains with hogwild, locked or serial "
                                          "threads, not syncsgd")
+
+
+def _check_class_weight(clean: Mapping[str, Any]) -> None:
+    """Class weights scale the gradient of each row of a class in the linear model's CPU
+    kernels: a classifier's loss, not the MLP's or a GPU's kernels."""
+    if clean.get("loss") == "squared":
+        raise ConfigError("class_weight", "weighs the classes of a classifier: not with loss "
+                                          "squared (regression)")
+    given = [f"model {clean['model']}" if clean.get("model", "linear") != "linear" else "",
+             f"device {clean['device']}" if clean.get("device", "cpu") != "cpu" else "",
+             "out_of_core" if clean.get("out_of_core") else ""]
+    if any(given):
+        raise ConfigError("class_weight", f"is trained by the linear model on the CPU: not "
+                                          f"with {' and '.join(g for g in given if g)}")
 
 
 def _check_gpu(clean: Mapping[str, Any]) -> None:

@@ -222,6 +222,16 @@ class Settings:
                       "(or the MLP's random start); its model kind, loss, task, classes, "
                       "feature count and hashing must be this run's, else the run is refused "
                       "(empty = none)", commands=_TRC))
+    class_weight: str = field(
+        default="",
+        metadata=_doc("weight of each class's rows in the loss: balanced = n_rows / (classes "
+                      "x rows of the class), counted on the training rows (as scikit-learn's "
+                      "class_weight='balanced'), or LABEL:WEIGHT pairs with the labels as the "
+                      "data writes them, e.g. 1:2.0,-1:1.0 (a label not named weighs 1); each "
+                      "row's gradient is scaled by its weight. Classifiers (hinge, logistic) "
+                      "of model linear on the CPU; cluster runs give the weights to every "
+                      "worker (balanced counts the coordinator's training rows, so not with "
+                      "shipping local); empty = every row weighs 1", commands=_TRC))
     multiclass: str = field(
         default="ovr",
         metadata=_doc("data with more than two label values: ovr = one-vs-rest, one weight "

@@ -25,6 +25,7 @@ import grpc
 import numpy as np
 
 from hogwild.config import Settings
+from hogwild.data.classweights import row_weights
 from hogwild.engine.round import RoundEngine
 from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.tree import Flush, TreeLinks
@@ -339,7 +340,12 @@ class WorkerNode:
                 raise InvalidMessage(f"shard has {self.shard.data.n_features} features, the "
                                      f"model {plan.n_features}")
             try:
-                self.arrays = csr_arrays(self.shard.data, plan.n_features)
+                data = self.shard.data
+                if plan.class_weights:
+                    # Labels -1 / +1: each row weighs its class's weight.
+                    data = data.with_weights(row_weights(data.labels, plan.class_weights,
+                                                         data.weights))
+                self.arrays = csr_arrays(data, plan.n_features)
             except DataError as exc:
                 raise InvalidMessage(f"shard unusable with this config: {exc}") from None
             self.plan = self.step_plan = plan

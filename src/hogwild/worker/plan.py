@@ -61,6 +61,8 @@ class RunPlan:
     # largest |x| of the run's training rows (None: not known) and every worker's threads.
     max_abs_value: float | None = None
     run_threads: int = 0
+    # The weights of the rows labelled -1 and +1 (empty: every row weighs 1).
+    class_weights: tuple[float, ...] = ()
 
     @property
     def max_delta_value(self) -> float:
@@ -70,7 +72,8 @@ class RunPlan:
             model=self.model, loss=self.loss, lr_schedule=self.lr_schedule,
             learning_rate=self.learning_rate, lr_decay=self.lr_decay, l2=self.l2,
             max_abs_value=self.max_abs_value, run_threads=self.run_threads,
-            round_size=self.round_size, max_rounds=self.max_rounds)
+            round_size=self.round_size, max_rounds=self.max_rounds,
+            class_weights=self.class_weights)
 
     @property
     def spec(self) -> ModelSpec:
@@ -150,6 +153,12 @@ class RunPlan:
             raise bad("max_abs_value", "must be finite and non-negative")
         if m.run_threads and m.run_threads < m.threads:
             raise bad("run_threads", "must be 0 (not known) or at least this worker's threads")
+        if len(m.class_weights) not in (0, 2) or not all(
+                0 <= w < math.inf for w in m.class_weights):
+            raise bad("class_weights", "must be empty or the weights of labels -1 and +1, "
+                                       "finite and >= 0")
+        if m.class_weights and (m.loss == "squared" or spec.is_mlp):
+            raise bad("class_weights", "weigh a linear classifier's classes only")
         down = frozenset(int(p.worker_id) for p in m.peers if p.down)
         if down and m.topology not in ("", "mesh", "tree"):
             raise bad("peers", "only a mesh or a tree names peers that are down")
@@ -173,4 +182,5 @@ class RunPlan:
                                     m.delta_dtype == "float16"),
             topology=m.topology or "mesh", tree_fanout=int(m.tree_fanout) or 4,
             combine=m.combine or "sum", down=down, max_abs_value=max_abs_value,
-            run_threads=int(m.run_threads))
+            run_threads=int(m.run_threads),
+            class_weights=tuple(float(w) for w in m.class_weights))
