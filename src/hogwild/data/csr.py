@@ -14,6 +14,7 @@ INDPTR_DTYPE = np.int64
 INDEX_DTYPE = np.int32
 VALUE_DTYPE = np.float32
 LABEL_DTYPE = np.float32
+WEIGHT_DTYPE = np.float32
 
 
 @njit(nogil=True, cache=True)
@@ -77,6 +78,8 @@ class CSRData:
     # Set by the text parsers when a label does not survive float32 as written (see
     # hogwild.data.labelcheck): a classifier refuses such data, a regression ignores it.
     label_note: str | None = None
+    # Per-row example weights (float32, finite and >= 0), or None: every row weighs 1.
+    weights: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         # Coercion is a no-op (no copy) when the arrays already have the contract's dtypes.
@@ -100,6 +103,20 @@ class CSRData:
         if int(self.indptr[0]) != 0 or int(self.indptr[-1]) != self.indices.shape[0]:
             raise DataError(f"CSR indptr must run from 0 to nnz={self.indices.shape[0]}, got "
                             f"{int(self.indptr[0])}..{int(self.indptr[-1])}")
+        if self.weights is not None:
+            self._check_weights()
+
+    def _check_weights(self) -> None:
+        weights = np.ascontiguousarray(self.weights, dtype=WEIGHT_DTYPE)
+        if weights.shape != self.labels.shape:
+            raise DataError(f"CSR has {self.labels.shape[0]} rows but weights of shape "
+                            f"{weights.shape}")
+        bad = ~(np.isfinite(weights) & (weights >= 0))
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise DataError(f"weight of row {row} is {float(weights[row])}: weights must be "
+                            "finite and >= 0")
+        object.__setattr__(self, "weights", weights)
 
     # --- sizes -------------------------------------------------------------------------
     @property
@@ -139,7 +156,7 @@ class CSRData:
         _gather_rows(self.indptr, self.indices, self.values, rows, new_indptr,
                      out_indices, out_values)
         return CSRData(new_indptr, out_indices, out_values, self.labels[rows], self.n_features,
-                       self.label_note)
+                       self.label_note, None if self.weights is None else self.weights[rows])
 
     def slice(self, start: int, stop: int) -> CSRData:
         """Contiguous rows ``start:stop`` (Python slice rules); arrays are views, indptr rebased."""
@@ -148,7 +165,8 @@ class CSRData:
         a = int(self.indptr[start])
         b = int(self.indptr[stop])
         return CSRData(self.indptr[start:stop + 1] - a, self.indices[a:b], self.values[a:b],
-                       self.labels[start:stop], self.n_features, self.label_note)
+                       self.labels[start:stop], self.n_features, self.label_note,
+                       None if self.weights is None else self.weights[start:stop])
 
     def with_n_features(self, n: int) -> CSRData:
         """The same rows declared over ``n`` features; DataError if an index is ``>= n``."""
@@ -158,7 +176,8 @@ class CSRData:
         if self.nnz and int(self.indices.max()) >= n:
             raise DataError(f"feature index {int(self.indices.max())} does not fit "
                             f"n_features={n}")
-        return CSRData(self.indptr, self.indices, self.values, self.labels, n, self.label_note)
+        return CSRData(self.indptr, self.indices, self.values, self.labels, n, self.label_note,
+                       self.weights)
 
     def max_index(self) -> int:
         """Largest stored feature index, or -1 if there are no non-zeros."""

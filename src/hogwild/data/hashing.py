@@ -1,4 +1,4 @@
-"""Feature hashing of raw CSV/TSV columns (categorical, text, numeric) into CSR rows.
+"""Feature hashing of raw table columns (CSV/TSV, Parquet, Arrow) into CSR rows.
 
 Every column gets its own block of feature ids, so columns never collide with each other:
 
@@ -21,7 +21,15 @@ Every column gets its own block of feature ids, so columns never collide with ea
   only when all k buckets agree, which happens to a share 1 - (1 - B**-k)**(D-1) of the
   values: about 63 % for sqrt buckets with k = 2 (B**2 ≈ D), 1-2 % for k = 3 with D in the
   thousands.
-* ``text``: whitespace tokens (lower-cased) hashed like ``hashed``, value = count in the cell.
+* ``text``: whitespace tokens (lower-cased) hashed like ``hashed``, value = count in the cell;
+  a token-list column (Parquet/Arrow ``list<string>``) gives its tokens as they are.
+* ``sparse``: a pair of list columns (indices, values): feature offset + index, the value as
+  given; the block is as wide as the largest index of the fitted data + 1 (a larger index in
+  new data stores nothing).
+* ``cross``: every feature of one column times every feature of another in the same row,
+  hashed (:mod:`hogwild.data.crosses`), after all the columns.
+
+A ``weight`` column gives each row its weight (finite, >= 0); the label column its label.
 
 Hashing is vectorised per column: the distinct values are found by one dict built and
 queried through ``map`` (each cell gets its value's index with C calls only, no Python
@@ -42,9 +50,18 @@ from typing import Any
 
 import numpy as np
 
+from hogwild.data.columns import Columns, Needs, TableColumns
+from hogwild.data.crosses import apply_cross, fit_cross
 from hogwild.data.csr import CSRData
-from hogwild.data.csvtable import F64, Table, numeric_column, read_table
-from hogwild.data.encodings import Block, HashOptions, column_block, fit_column
+from hogwild.data.csvtable import F64, Table, read_table
+from hogwild.data.encodings import (
+    DEFAULT_HASH_BITS,
+    TOP_VALUES,
+    Block,
+    HashOptions,
+    column_block,
+    fit_column,
+)
 from hogwild.data.labelcheck import LabelWatch
 from hogwild.errors import DataError
 
@@ -54,24 +71,76 @@ FORMAT = "hogwild-hashing"
 VERSION = 2
 READABLE_VERSIONS = (1, 2)
 HASH = "xxh3_128"
-KINDS = ("numeric", "onehot", "hashed", "text")
+KINDS = ("numeric", "onehot", "hashed", "text", "sparse", "cross")
 
 
-def _roles(table: Table, options: HashOptions) -> list[tuple[str, str]]:
-    """(column, role) in header order; role is label/categorical/text/numeric/ignore."""
+def roles(path: str, names: list[str], options: HashOptions) -> list[tuple[str, str]]:
+    """(column, role) in file order; role is label/weight/categorical/text/numeric/ignore,
+    sparse (a pair's index column) or sparse_values (its value column)."""
     named = {c: "categorical" for c in options.categorical}
     named.update({c: "text" for c in options.text})
     named.update({c: "ignore" for c in options.ignore})
     if options.numeric is not None:
         named.update({c: "numeric" for c in options.numeric})
+    for index, values in options.sparse:
+        named[index], named[values] = "sparse", "sparse_values"
     if options.label is not None:
         named[options.label] = "label"
-    missing = [c for c in named if c not in table.columns]
+    if options.weight is not None:
+        named[options.weight] = "weight"
+    crossed = [c for cross in options.cross for c in cross]
+    missing = list(dict.fromkeys(c for c in [*named, *crossed] if c not in names))
     if missing:
-        raise DataError(f"{table.path}: no column(s) {', '.join(missing)} (header: "
-                        f"{', '.join(table.header)})")
+        raise DataError(f"{path}: no column(s) {', '.join(missing)} (columns: "
+                        f"{', '.join(names)})")
     default = "numeric" if options.numeric is None else "ignore"
-    return [(c, named.get(c, default)) for c in table.header]
+    return [(c, named.get(c, default)) for c in names]
+
+
+def fit_needs(path: str, names: list[str], options: HashOptions) -> Needs:
+    """The columns fitting ``options`` reads, and as what."""
+    numeric: dict[str, bool] = {}
+    categorical: set[str] = set()
+    tokens: set[str] = set()
+    for name, role in roles(path, names, options):
+        if role in ("label", "weight", "numeric"):
+            numeric[name] = role != "numeric"
+        elif role == "categorical":
+            categorical.add(name)
+        elif role == "text":
+            tokens.add(name)
+    return Needs(numeric, frozenset(categorical), frozenset(tokens), frozenset(options.sparse))
+
+
+def apply_needs(params: Mapping[str, Any], path: str, names: list[str]) -> Needs:
+    """The columns applying fitted ``params`` reads: every fitted column (DataError naming
+    the missing ones), the label and weight columns where the data has them."""
+    check_params(params)
+    specs = list(params["columns"])
+    missing = [c for c in dict.fromkeys(_sources(specs)) if c not in names]
+    if missing:
+        raise DataError(f"{path}: no column(s) {', '.join(missing)}, which the model "
+                        "was trained on")
+    numeric = {str(c["name"]): False for c in specs if c["kind"] == "numeric"}
+    for key in ("label", "weight"):
+        if params.get(key) and params[key] in names:
+            numeric[str(params[key])] = True
+    return Needs(numeric,
+                 frozenset(str(c["name"]) for c in specs if c["kind"] in ("onehot", "hashed")),
+                 frozenset(str(c["name"]) for c in specs if c["kind"] == "text"),
+                 frozenset((str(c["indices"]), str(c["values"])) for c in specs
+                           if c["kind"] == "sparse"))
+
+
+def _sources(specs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The file columns fitted specs read (a cross reads its operands' own)."""
+    out: list[str] = []
+    for spec in specs:
+        if spec["kind"] == "sparse":
+            out += [str(spec["indices"]), str(spec["values"])]
+        elif spec["kind"] != "cross":
+            out.append(str(spec["name"]))
+    return out
 
 
 def fit_hashing(path: str | Path, options: HashOptions) -> tuple[CSRData, dict[str, Any]]:
@@ -85,22 +154,52 @@ def fit_hashing(path: str | Path, options: HashOptions) -> tuple[CSRData, dict[s
 
 def fit_table(table: Table, options: HashOptions) -> tuple[CSRData, dict[str, Any]]:
     """:func:`fit_hashing` on a table already read."""
+    data, params = fit_columns(TableColumns(table), options)
+    params["sep"] = table.sep
+    return data, params
+
+
+def fit_columns(cols: Columns, options: HashOptions) -> tuple[CSRData, dict[str, Any]]:
+    """Choose each column's encoding on ``cols`` (any format) and return the rows and the
+    parameters that encode other data the same way."""
     specs: list[dict[str, Any]] = []
     blocks: list[Block] = []
     offset = 0
-    for name, role in _roles(table, options):
-        if role in ("label", "ignore"):
+    for name, role in roles(cols.path, cols.names, options):
+        if role in ("label", "weight", "ignore", "sparse_values"):
             continue
-        spec, block = fit_column(table, name, role, offset, options)
+        spec, block = fit_column(cols, name, role, offset, options)
         blocks.append(block)
         specs.append(spec)
         offset += int(spec["width"])
-    labels = (numeric_column(table, options.label, required=True)[0] if options.label is not None
-              else np.zeros(table.n_rows))
+    for names in options.cross:
+        spec, (rows, feats, vals) = fit_cross(
+            cols, names, specs, offset, options.hash_bits or DEFAULT_HASH_BITS, options.seed,
+            TOP_VALUES)
+        blocks.append(Block(rows, feats, vals))
+        specs.append(spec)
+        offset += int(spec["width"])
+    labels = (cols.numeric(options.label, True)[0] if options.label is not None
+              else np.zeros(cols.n_rows))
     params = {"format": FORMAT, "version": VERSION, "hash": HASH, "seed": options.seed,
-              "label": options.label, "sep": table.sep, "n_features": offset,
-              "columns": specs}
-    return _assemble(blocks, labels, table.n_rows, offset, table.path), params
+              "label": options.label, "n_features": offset, "columns": specs}
+    if options.weight is not None:
+        params["weight"] = options.weight
+    return _assemble(blocks, labels, cols.n_rows, offset, cols.path,
+                     _weights(cols, options.weight)), params
+
+
+def _weights(cols: Columns, name: str | None) -> F64 | None:
+    """The weight column's values (DataError naming the row of one that is negative)."""
+    if name is None:
+        return None
+    weights = cols.numeric(name, True)[0]
+    negative = np.flatnonzero(weights < 0)
+    if negative.size:
+        row = int(negative[0])
+        raise DataError(f"{cols.locate(row)}: column {name!r}: weight {weights[row]:g} is "
+                        "negative (weights must be >= 0)")
+    return weights
 
 
 def check_params(params: Mapping[str, Any]) -> None:
@@ -123,21 +222,32 @@ def apply_hashing(params: Mapping[str, Any], path: str | Path,
     may be missing (labels are then NaN, so that nothing is scored against made-up labels)."""
     check_params(params)
     text = str(path)
+    scheme, colon, rest = text.partition(":")
+    if colon and scheme in ("parquet", "arrow") and not Path(text).exists():
+        from hogwild.data.columnar import read_columns
+
+        return apply_columns(params, read_columns(scheme, rest.partition("?")[0],
+                                                  params=params))
     if text.startswith("csv:"):
         text = text[4:].partition("?")[0]
     table = read_table(text, sep or _apply_sep(text, params))
+    apply_needs(params, table.path, table.header)
+    return apply_columns(params, TableColumns(table))
+
+
+def apply_columns(params: Mapping[str, Any], cols: Columns) -> CSRData:
+    """The rows of ``cols`` encoded with fitted ``params`` (every fitted column present)."""
     specs = list(params["columns"])
-    missing = [c["name"] for c in specs if c["name"] not in table.columns]
-    if missing:
-        raise DataError(f"{table.path}: no column(s) {', '.join(missing)}, which the model "
-                        "was trained on")
     seed = int(params.get("seed", 0))
-    blocks = [column_block(table, spec, seed) for spec in specs]
-    label = params.get("label")
+    blocks = [Block(*apply_cross(cols, spec, specs, seed)) if spec["kind"] == "cross"
+              else column_block(cols, spec, seed) for spec in specs]
+    label, weight = params.get("label"), params.get("weight")
     # Without the label column the labels are NaN: no metrics can be computed against them.
-    labels = (numeric_column(table, label, required=True)[0] if label and label in table.columns
-              else np.full(table.n_rows, np.nan))
-    return _assemble(blocks, labels, table.n_rows, int(params["n_features"]), table.path)
+    labels = (cols.numeric(label, True)[0] if label and label in cols.names
+              else np.full(cols.n_rows, np.nan))
+    weights = _weights(cols, weight) if weight and weight in cols.names else None
+    return _assemble(blocks, labels, cols.n_rows, int(params["n_features"]), cols.path,
+                     weights)
 
 
 def _apply_sep(path: str, params: Mapping[str, Any]) -> str:
@@ -151,7 +261,7 @@ def _apply_sep(path: str, params: Mapping[str, Any]) -> str:
 
 
 def _assemble(blocks: Sequence[Block], labels: F64, n_rows: int, n_features: int,
-              source: str | Path) -> CSRData:
+              source: str | Path, weights: F64 | None = None) -> CSRData:
     """CSR rows from the blocks' entries (repeated (row, feature) pairs, e.g. a word twice in
     a cell, are summed); labels that float32 changes are noted as the svmlight parser notes
     them (a classifier refuses them)."""
@@ -165,6 +275,7 @@ def _assemble(blocks: Sequence[Block], labels: F64, n_rows: int, n_features: int
     watch = LabelWatch()
     watch.add(np.asarray(labels, dtype=np.float64), 0)
     note = watch.note(source)
-    if note is None:
+    if note is None and weights is None:
         return data
-    return CSRData(data.indptr, data.indices, data.values, data.labels, data.n_features, note)
+    return CSRData(data.indptr, data.indices, data.values, data.labels, data.n_features, note,
+                   weights)

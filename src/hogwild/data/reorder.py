@@ -208,7 +208,7 @@ def renumber(data: CSRData, new_id_of_old: npt.ArrayLike, *, in_place: bool = Fa
     if bad_rows:
         raise DataError(f"{bad_rows} row(s) hold the same feature index twice")
     return CSRData(data.indptr, out_indices, out_values, data.labels, data.n_features,
-                   data.label_note)
+                   data.label_note, data.weights)
 
 
 def restore_weights(w: F64, new_id_of_old: npt.ArrayLike) -> F64:

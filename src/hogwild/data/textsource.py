@@ -48,7 +48,8 @@ def local_source_error(spec: str) -> str | None:
         if name in BUNDLED_FEATURES and part in ("", "train", "test"):
             return None
         return f"unknown bundled data set {rest!r}"
-    if sep and scheme in ("synthetic", "lyrl2004", "csv") and not Path(spec).exists():
+    if sep and scheme in ("synthetic", "lyrl2004", "csv", "parquet", "arrow") \
+            and not Path(spec).exists():
         return (f"{scheme}: data is built by the coordinator and cannot be read by byte ranges; "
                 "give a svmlight file (a path or URL every node can read)")
     return None
