@@ -161,8 +161,8 @@ def test_inspect_names_crossed_features(tmp_path: Path,
         day = ["sunday", "monday"][int(rng.integers(0, 2))]
         lines.append(f"{int(city == 'paris' and day == 'sunday')},{city},{day}")
     (tmp_path / "c.csv").write_text("\n".join(lines) + "\n")
-    code = main(["train", "--data", f"csv:{tmp_path / 'c.csv'}?label=y&categorical=city,day"
-                 "&cross=city*day&hash_bits=12", "--out", str(tmp_path / "runs"),
+    source = f"csv:{tmp_path / 'c.csv'}?label=y&categorical=city,day&cross=city*day&hash_bits=12"
+    code = main(["train", "--data", source, "--out", str(tmp_path / "runs"),
                  "--epochs", "5", "--data-cache", "false", "--loss", "logistic", "-q"],
                 environ={})
     assert code == 0
