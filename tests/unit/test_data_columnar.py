@@ -223,3 +223,14 @@ def _feather(tmp_path: Path, cols: dict[str, list[Any]]) -> Path:
     path = tmp_path / "new.feather"
     feather.write_feather(_table(cols), path)
     return path
+
+
+def test_rows_are_placed_in_the_shuffled_order_as_they_are_assembled(
+        parts: tuple[Path, Path]) -> None:
+    from hogwild.data.split import shuffle_order
+
+    folder, _ = parts
+    plain, _ = load_source_hashed(f"parquet:{folder}?{QUERY}")
+    shuffled, _ = load_source_hashed(f"parquet:{folder}?{QUERY}", shuffle_seed=7)
+    _same(shuffled, plain.take(shuffle_order(plain.n_rows, 7)))
+    shuffled.validate()

@@ -12,13 +12,23 @@ from __future__ import annotations
 
 import glob
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from hogwild.data.columns import BOOL, Gathered, Needs, Pairs, Values, check_pairs, gather
+from hogwild.data.columns import (
+    BOOL,
+    Gathered,
+    Needs,
+    Pairs,
+    Values,
+    check_pairs,
+    gather,
+    row_of,
+)
 from hogwild.data.csvtable import F64, I64
 from hogwild.data.encodings import HashOptions
 from hogwild.data.textsource import is_url
@@ -205,6 +215,7 @@ class ArrowPart:
         return self._encode(flat.filter(keep), rows[mask])
 
     def _list(self, name: str, integer: bool) -> tuple[I64, Any]:
+        """(list length of each row, the lists' numbers flat)."""
         pa, pc = _pyarrow()
         arr = self.arrays[name]
         ok = pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)
@@ -215,22 +226,21 @@ class ArrowPart:
         counts = np.asarray(pc.list_value_length(arr).fill_null(0).to_numpy(
             zero_copy_only=False), dtype=np.int64)
         flat = pc.list_flatten(arr)
-        rows = np.repeat(np.arange(self.n_rows, dtype=np.int64), counts)
         if flat.null_count:
             at = int(np.flatnonzero(~np.asarray(flat.is_valid(), dtype=bool))[0])
-            raise DataError(f"{self.locate(int(rows[at]))}: column {name!r} holds a null")
+            raise DataError(f"{self.locate(row_of(counts, at))}: column {name!r} holds a null")
         dtype = np.int64 if integer and pa.types.is_integer(item) else np.float64
-        return rows, np.asarray(flat.to_numpy(zero_copy_only=False), dtype=dtype)
+        return counts, np.asarray(flat.to_numpy(zero_copy_only=False), dtype=dtype)
 
     def pairs(self, indices: str, values: str) -> Pairs:
-        rows_i, index = self._list(indices, True)
-        rows_v, vals = self._list(values, False)
+        counts_i, index = self._list(indices, True)
+        counts_v, vals = self._list(values, False)
         finite = np.isfinite(vals)
         if not finite.all():
             at = int(np.flatnonzero(~finite)[0])
-            raise DataError(f"{self.locate(int(rows_v[at]))}: column {values!r}: value "
-                            f"{vals[at]} is not finite")
-        return check_pairs(self, (indices, values), rows_i, index, rows_v, vals)
+            raise DataError(f"{self.locate(row_of(counts_v, at))}: column {values!r}: value {vals[at]} is "
+                            "not finite")
+        return check_pairs(self, (indices, values), counts_i, index, counts_v, vals)
 
 
 # ---------------------------------------------------------------------------- reading
@@ -266,6 +276,12 @@ def _batches(scheme: str, reader: Any, columns: list[str]) -> Iterator[Any]:
 
 
 def _parts(scheme: str, files: Files, needed: list[str]) -> Iterator[ArrowPart]:
+    """Every file's parts in order; the next part is read (pyarrow, without the GIL) while
+    the caller converts this one."""
+    return _ahead(_read_parts(scheme, files, needed))
+
+
+def _read_parts(scheme: str, files: Files, needed: list[str]) -> Iterator[ArrowPart]:
     pa, _ = _pyarrow()
     for name in files.names:
         try:
@@ -282,6 +298,21 @@ def _parts(scheme: str, files: Files, needed: list[str]) -> Iterator[ArrowPart]:
                     first += batch.num_rows
         except (pa.ArrowException, OSError) as exc:
             raise DataError(f"{name}: cannot read as {FORMATS[scheme]}: {exc}") from None
+
+
+_END = object()
+
+
+def _ahead(items: Iterator[ArrowPart]) -> Iterator[ArrowPart]:
+    """``items``, each produced in a helper thread while the previous one is consumed."""
+    with ThreadPoolExecutor(1, thread_name_prefix="hogwild-read") as pool:
+        pending = pool.submit(next, items, _END)
+        while True:
+            item = pending.result()
+            if item is _END:
+                return
+            pending = pool.submit(next, items, _END)
+            yield cast(ArrowPart, item)
 
 
 def _whole(column: Any) -> Any:

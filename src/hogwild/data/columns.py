@@ -32,7 +32,7 @@ BOOL = npt.NDArray[np.bool_]
 # Feature indices of a sparse pair are int32 in the CSR rows.
 MAX_PAIR_INDEX = 2 ** 31 - 2
 Values = tuple[list[str], I64, I64]          # distinct values, row of each cell, its value
-Pairs = tuple[I64, I64, F64]                 # row, index, value of each entry
+Pairs = tuple[I64, I64, F64]                 # entries in each row; index, value of each
 
 
 class Columns(Protocol):
@@ -60,7 +60,8 @@ class Columns(Protocol):
         """Tokens of a text (lower-cased, split on blanks) or token-list column."""
 
     def pairs(self, indices: str, values: str) -> Pairs:
-        """The entries of a sparse pair of columns (indices, values), checked."""
+        """The entries of a sparse pair of columns (indices, values), checked: how many
+        each row holds, and each entry's index and value, row after row."""
 
     def locate(self, row: int) -> str:
         """Where row ``row`` (0-based) is, for errors: FILE:LINE or FILE, row N."""
@@ -69,25 +70,36 @@ class Columns(Protocol):
         """``locate`` without holding the columns' arrays (kept after they are dropped)."""
 
 
-def check_pairs(cols: Columns, names: tuple[str, str], rows_i: I64, index: F64 | I64,
-                rows_v: I64, values: F64) -> Pairs:
-    """The entries of a sparse pair once both lists are read: same length in every row,
-    indices whole numbers in [0, 2**31 - 2]; else a DataError naming the row."""
+def check_pairs(cols: Columns, names: tuple[str, str], counts_i: I64, index: F64 | I64,
+                counts_v: I64, values: F64) -> Pairs:
+    """The entries of a sparse pair once both lists are read (``counts_*``: list length of
+    each row): same length in every row, indices whole numbers in [0, 2**31 - 2]; else a
+    DataError naming the row."""
     idx_name, val_name = names
-    if rows_i.shape != rows_v.shape or not np.array_equal(rows_i, rows_v):
-        n = max(int(rows_i[-1]) if rows_i.size else 0, int(rows_v[-1]) if rows_v.size else 0)
-        ci = np.bincount(rows_i, minlength=n + 1)
-        cv = np.bincount(rows_v, minlength=n + 1)
-        row = int(np.flatnonzero(ci != cv)[0])
+    if not np.array_equal(counts_i, counts_v):
+        row = int(np.flatnonzero(counts_i != counts_v)[0])
         raise DataError(f"{cols.locate(row)}: columns {idx_name!r} and {val_name!r} hold "
-                        f"{int(ci[row])} indices but {int(cv[row])} values")
-    as_int = np.asarray(index).astype(np.int64)
-    bad = (as_int != index) | (as_int < 0) | (as_int > MAX_PAIR_INDEX)
-    if bad.any():
+                        f"{int(counts_i[row])} indices but {int(counts_v[row])} values")
+    as_int: I64 = np.asarray(index, dtype=np.int64)   # no copy when already int64
+    # min/max first: the common case (all fine) makes no mask of every entry.
+    whole = as_int is index or bool(np.array_equal(as_int, index))
+    if index.size and not (whole and int(as_int.min()) >= 0
+                           and int(as_int.max()) <= MAX_PAIR_INDEX):
+        bad = (as_int != index) | (as_int < 0) | (as_int > MAX_PAIR_INDEX)
         at = int(np.flatnonzero(bad)[0])
-        raise DataError(f"{cols.locate(int(rows_i[at]))}: column {idx_name!r}: index "
+        raise DataError(f"{cols.locate(row_of(counts_i, at))}: column {idx_name!r}: index "
                         f"{index[at]} is not a whole number in [0, {MAX_PAIR_INDEX}]")
-    return rows_i, as_int, np.asarray(values, dtype=np.float64)
+    return counts_i, as_int, np.asarray(values, dtype=np.float64)
+
+
+def row_of(counts: I64, entry: int) -> int:
+    """The row of flat entry ``entry`` of lists whose lengths are ``counts``."""
+    return int(np.searchsorted(np.cumsum(counts), entry, side="right"))
+
+
+def pair_rows(counts: I64) -> I64:
+    """The row of each entry of lists whose lengths are ``counts``."""
+    return np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
 
 
 @dataclass
@@ -118,9 +130,9 @@ class TableColumns:
         return text_tokens(self.table, name)
 
     def pairs(self, indices: str, values: str) -> Pairs:
-        rows_i, index = number_lists(self.table, indices)
-        rows_v, vals = number_lists(self.table, values)
-        return check_pairs(self, (indices, values), rows_i, index, rows_v, vals)
+        counts_i, index = number_lists(self.table, indices)
+        counts_v, vals = number_lists(self.table, values)
+        return check_pairs(self, (indices, values), counts_i, index, counts_v, vals)
 
     def locate(self, row: int) -> str:
         return f"{self.table.path}:{line_of_row(self.table, row)}"
@@ -184,6 +196,7 @@ class Gathered:
     _numeric: dict[str, tuple[list[F64], list[BOOL]]] = field(default_factory=dict)
     _values: dict[tuple[str, str], _ValueParts] = field(default_factory=dict)
     _pairs: dict[tuple[str, str], list[Pairs]] = field(default_factory=dict)
+    _joined: dict[tuple[str, str], Pairs] = field(default_factory=dict)
     # First row and ``locate`` of each part, for errors found after gathering.
     _starts: list[int] = field(default_factory=list)
     _places: list[Callable[[int], str]] = field(default_factory=list)
@@ -201,8 +214,7 @@ class Gathered:
                 read = part.categorical(name) if kind == "categorical" else part.tokens(name)
                 self._values.setdefault((kind, name), _ValueParts()).add(read, base)
         for pair in sorted(needs.pairs):
-            rows, idx, vals = part.pairs(*pair)
-            self._pairs.setdefault(pair, []).append((rows + base, idx, vals))
+            self._pairs.setdefault(pair, []).append(part.pairs(*pair))
         self._starts.append(base)
         self._places.append(part.locator())
         self.n_rows += part.n_rows
@@ -218,9 +230,13 @@ class Gathered:
         return self._values[("tokens", name)].whole()
 
     def pairs(self, indices: str, values: str) -> Pairs:
-        parts = self._pairs[(indices, values)]
-        return (_cat([p[0] for p in parts], np.int64), _cat([p[1] for p in parts], np.int64),
-                _cat([p[2] for p in parts], np.float64))
+        key = (indices, values)
+        if key not in self._joined:  # joined once, then the parts are let go
+            parts = self._pairs.pop(key)
+            self._joined[key] = (_cat([p[0] for p in parts], np.int64),
+                                 _cat([p[1] for p in parts], np.int64),
+                                 _cat([p[2] for p in parts], np.float64))
+        return self._joined[key]
 
     def locate(self, row: int) -> str:
         at = int(np.searchsorted(self._starts, row, side="right")) - 1

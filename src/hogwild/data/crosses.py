@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.data.columns import Columns
+from hogwild.data.columns import Columns, pair_rows
 from hogwild.data.csvtable import F64, I64
 from hogwild.errors import DataError
 
@@ -73,7 +73,8 @@ def _operand(cols: Columns, spec: Mapping[str, Any], seed: int) -> _Entries:
         uniq, which = [""], np.zeros(rows.shape[0], dtype=np.int64)
         vals = values[rows] * float(spec.get("scale", 1.0))
     elif kind == "sparse":
-        rows, index, vals = cols.pairs(str(spec["indices"]), str(spec["values"]))
+        counts, index, vals = cols.pairs(str(spec["indices"]), str(spec["values"]))
+        rows = pair_rows(counts)
         distinct, which = np.unique(index, return_inverse=True)
         uniq = list(map(str, distinct.tolist()))
     else:

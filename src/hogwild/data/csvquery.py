@@ -98,8 +98,9 @@ def load_csv_source(rest: str, hashing: Mapping[str, Any] | None = None,
 
 
 def load_columnar_source(scheme: str, rest: str, hashing: Mapping[str, Any] | None = None,
-                         ) -> tuple[CSRData, dict[str, Any]]:
-    """A ``parquet:`` or ``arrow:`` source, as :func:`load_csv_source`."""
+                         shuffle_seed: int | None = None) -> tuple[CSRData, dict[str, Any]]:
+    """A ``parquet:`` or ``arrow:`` source, as :func:`load_csv_source`; rows placed in
+    ``shuffle_order(n_rows, shuffle_seed)`` as they are assembled, when given."""
     import time
 
     from hogwild.data.columnar import read_columns
@@ -107,8 +108,10 @@ def load_columnar_source(scheme: str, rest: str, hashing: Mapping[str, Any] | No
 
     path, options = parse_csv_spec(rest, scheme)
     if hashing is not None:
-        return apply_columns(hashing, read_columns(scheme, path, params=hashing)), dict(hashing)
+        return (apply_columns(hashing, read_columns(scheme, path, params=hashing),
+                              shuffle_seed), dict(hashing))
     started = time.perf_counter()
-    data, params = fit_columns(read_columns(scheme, path, options=options), options)
+    data, params = fit_columns(read_columns(scheme, path, options=options), options,
+                               shuffle_seed)
     params["fit_seconds"] = time.perf_counter() - started
     return data, params

@@ -234,7 +234,7 @@ def text_tokens(table: Table, name: str) -> tuple[list[str], I64, I64]:
 
 
 def number_lists(table: Table, name: str) -> tuple[I64, F64]:
-    """(row of each number, the number) of a column whose cells hold blank-separated
+    """(how many numbers each row holds, the numbers) of a column whose cells hold blank-separated
     numbers (one half of a sparse pair, e.g. ``"3 17 40"``): split and parsed through
     ``map``; a cell that does not parse stops the load naming its line."""
     cells = table.columns[name]
@@ -256,7 +256,7 @@ def number_lists(table: Table, name: str) -> tuple[I64, F64]:
         at = int(np.flatnonzero(~finite)[0])
         raise DataFormatError(str(table.path), _line_of_row(table, int(rows[at])),
                               f"column {name!r}: value {tokens[at]!r} is not finite")
-    return rows, values
+    return counts, values
 
 
 def line_of_row(table: Table, row: int) -> int:

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import xxhash
 
-from hogwild.data.columns import Columns
+from hogwild.data.columns import Columns, pair_rows
 from hogwild.data.csvtable import F64, I64
 from hogwild.errors import DataError
 
@@ -148,6 +148,9 @@ class Block:
     rows: I64
     cols: I64
     vals: F64
+    # Set instead of rows when the entries come row after row: row r holds
+    # entries indptr[r]:indptr[r + 1].
+    indptr: I64 | None = None
 
 
 def hashed_block(name: str, uniq: Sequence[str], rows: I64, which: I64, offset: int,
@@ -169,8 +172,13 @@ def hashed_block(name: str, uniq: Sequence[str], rows: I64, which: I64, offset: 
 def _sparse_block(cols: Columns, spec: dict[str, Any] | Any) -> Block:
     """A sparse pair's entries: feature offset + index (indices beyond the fitted width,
     which no training row had, store nothing)."""
-    rows, index, vals = cols.pairs(str(spec["indices"]), str(spec["values"]))
+    counts, index, vals = cols.pairs(str(spec["indices"]), str(spec["values"]))
     keep = (index < int(spec["width"])) & (vals != 0)
+    if keep.all():  # rows already in CSR shape: no row index per entry
+        indptr = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        return Block(np.zeros(0, dtype=np.int64), index + int(spec["offset"]), vals, indptr)
+    rows = pair_rows(counts)
     return Block(rows[keep], int(spec["offset"]) + index[keep], vals[keep])
 
 

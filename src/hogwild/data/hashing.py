@@ -49,11 +49,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from hogwild.data.columns import Columns, Needs, TableColumns
 from hogwild.data.crosses import apply_cross, fit_cross
 from hogwild.data.csr import CSRData
-from hogwild.data.csvtable import F64, Table, read_table
+from hogwild.data.csvtable import F64, I64, Table, read_table
 from hogwild.data.encodings import (
     DEFAULT_HASH_BITS,
     TOP_VALUES,
@@ -63,6 +64,7 @@ from hogwild.data.encodings import (
     fit_column,
 )
 from hogwild.data.labelcheck import LabelWatch
+from hogwild.data.split import shuffle_order
 from hogwild.errors import DataError
 
 FORMAT = "hogwild-hashing"
@@ -159,9 +161,11 @@ def fit_table(table: Table, options: HashOptions) -> tuple[CSRData, dict[str, An
     return data, params
 
 
-def fit_columns(cols: Columns, options: HashOptions) -> tuple[CSRData, dict[str, Any]]:
-    """Choose each column's encoding on ``cols`` (any format) and return the rows and the
-    parameters that encode other data the same way."""
+def fit_columns(cols: Columns, options: HashOptions, shuffle_seed: int | None = None,
+                ) -> tuple[CSRData, dict[str, Any]]:
+    """Choose each column's encoding on ``cols`` (any format) and return the rows (in
+    ``shuffle_order(n_rows, shuffle_seed)`` when given) and the parameters that encode
+    other data the same way."""
     specs: list[dict[str, Any]] = []
     blocks: list[Block] = []
     offset = 0
@@ -186,7 +190,7 @@ def fit_columns(cols: Columns, options: HashOptions) -> tuple[CSRData, dict[str,
     if options.weight is not None:
         params["weight"] = options.weight
     return _assemble(blocks, labels, cols.n_rows, offset, cols.path,
-                     _weights(cols, options.weight)), params
+                     _weights(cols, options.weight), shuffle_seed), params
 
 
 def _weights(cols: Columns, name: str | None) -> F64 | None:
@@ -235,8 +239,10 @@ def apply_hashing(params: Mapping[str, Any], path: str | Path,
     return apply_columns(params, TableColumns(table))
 
 
-def apply_columns(params: Mapping[str, Any], cols: Columns) -> CSRData:
-    """The rows of ``cols`` encoded with fitted ``params`` (every fitted column present)."""
+def apply_columns(params: Mapping[str, Any], cols: Columns,
+                  shuffle_seed: int | None = None) -> CSRData:
+    """The rows of ``cols`` encoded with fitted ``params`` (every fitted column present),
+    in ``shuffle_order(n_rows, shuffle_seed)`` when given."""
     specs = list(params["columns"])
     seed = int(params.get("seed", 0))
     blocks = [Block(*apply_cross(cols, spec, specs, seed)) if spec["kind"] == "cross"
@@ -247,7 +253,7 @@ def apply_columns(params: Mapping[str, Any], cols: Columns) -> CSRData:
               else np.full(cols.n_rows, np.nan))
     weights = _weights(cols, weight) if weight and weight in cols.names else None
     return _assemble(blocks, labels, cols.n_rows, int(params["n_features"]), cols.path,
-                     weights)
+                     weights, shuffle_seed)
 
 
 def _apply_sep(path: str, params: Mapping[str, Any]) -> str:
@@ -260,22 +266,70 @@ def _apply_sep(path: str, params: Mapping[str, Any]) -> str:
     return str(params.get("sep") or ",")
 
 
-def _assemble(blocks: Sequence[Block], labels: F64, n_rows: int, n_features: int,
-              source: str | Path, weights: F64 | None = None) -> CSRData:
-    """CSR rows from the blocks' entries (repeated (row, feature) pairs, e.g. a word twice in
-    a cell, are summed); labels that float32 changes are noted as the svmlight parser notes
-    them (a classifier refuses them)."""
+def _canonical(block: Block, n_rows: int, n_features: int) -> tuple[I64, I64, F64]:
+    """One block's entries as CSR (indptr, indices, values), indices strictly increasing in
+    each row (repeats summed). Entries already in row order (every encoding gives them so)
+    take no sort: the row pointers come from counting."""
     import scipy.sparse as sp
 
-    rows = np.concatenate([b.rows for b in blocks]) if blocks else np.zeros(0, np.int64)
-    cols = np.concatenate([b.cols for b in blocks]) if blocks else np.zeros(0, np.int64)
-    vals = np.concatenate([b.vals for b in blocks]) if blocks else np.zeros(0)
-    matrix = sp.csr_matrix((vals, (rows, cols)), shape=(n_rows, n_features))
-    data = CSRData.from_scipy(matrix, labels)
+    rows = block.rows
+    shape = (n_rows, n_features)
+    if block.indptr is not None:
+        matrix = sp.csr_matrix((block.vals, block.cols, block.indptr), shape=shape)
+    elif rows.size < 2 or bool((rows[1:] >= rows[:-1]).all()):
+        indptr = np.zeros(n_rows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])
+        matrix = sp.csr_matrix((block.vals, block.cols, indptr), shape=shape)
+    else:
+        matrix = sp.csr_matrix((block.vals, (rows, block.cols)), shape=shape)
+    if not matrix.has_canonical_format:
+        matrix.sum_duplicates()
+    return (np.asarray(matrix.indptr, dtype=np.int64), np.asarray(matrix.indices),
+            np.asarray(matrix.data))
+
+
+def _interleave(parts: Sequence[tuple[I64, I64, F64]], n_rows: int,
+                order: I64 | None = None,
+                ) -> tuple[I64, npt.NDArray[np.int32], npt.NDArray[np.float32]]:
+    """The rows of several CSR blocks side by side: each row holds block 0's entries, then
+    block 1's... (the blocks' feature ranges follow each other, so the indices stay sorted);
+    with ``order``, row i of the result is row ``order[i]`` of the blocks. Every entry is
+    placed by one vectorised scatter, no sort."""
+    counts = [np.diff(indptr) for indptr, _, _ in parts]
+    total = np.sum(counts, axis=0) if parts else np.zeros(n_rows, dtype=np.int64)
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(total if order is None else total[order], out=indptr[1:])
+    nnz = int(indptr[-1])
+    indices = np.empty(nnz, dtype=np.int32)
+    values = np.empty(nnz, dtype=np.float32)
+    # Where the next block's entries of each (source) row go.
+    start = indptr[:-1].copy()
+    if order is not None:
+        start[order] = indptr[:-1]
+    for (own, idx, val), count in zip(parts, counts):
+        if len(parts) == 1 and order is None:
+            dest: npt.NDArray[np.int64] | slice = slice(0, nnz)
+        else:
+            dest = np.repeat(start - own[:-1], count) + np.arange(idx.shape[0])
+        indices[dest] = idx
+        values[dest] = val
+        start += count
+    return indptr, indices, values
+
+
+def _assemble(blocks: Sequence[Block], labels: F64, n_rows: int, n_features: int,
+              source: str | Path, weights: F64 | None = None,
+              shuffle_seed: int | None = None) -> CSRData:
+    """CSR rows from the blocks' entries (repeated (row, feature) pairs, e.g. a word twice in
+    a cell, are summed), placed in ``shuffle_order(n_rows, shuffle_seed)`` when given; labels
+    that float32 changes are noted as the svmlight parser notes them (a classifier refuses
+    them)."""
+    order = None if shuffle_seed is None else shuffle_order(n_rows, shuffle_seed)
+    indptr, indices, values = _interleave([_canonical(b, n_rows, n_features) for b in blocks],
+                                          n_rows, order)
     watch = LabelWatch()
-    watch.add(np.asarray(labels, dtype=np.float64), 0)
-    note = watch.note(source)
-    if note is None and weights is None:
-        return data
-    return CSRData(data.indptr, data.indices, data.values, data.labels, data.n_features, note,
-                   weights)
+    watch.add(np.asarray(labels, dtype=np.float64), 0)  # data rows as the file has them
+    if order is not None:
+        labels = labels[order]
+        weights = None if weights is None else weights[order]
+    return CSRData(indptr, indices, values, labels, n_features, watch.note(source), weights)

@@ -113,11 +113,11 @@ def _load(spec: str, *, n_features: int | None, zero_based: bool, cache: bool,
         if scheme in ("parquet", "arrow"):
             from hogwild.data.csvquery import load_columnar_source
 
-            data, params = load_columnar_source(scheme, rest, hashing)
+            data, params = load_columnar_source(scheme, rest, hashing, shuffle_seed)
         if scheme in TABLE_SCHEMES:
             if n_features is not None and n_features != data.n_features:
                 data = data.with_n_features(n_features)
-            return data, params, False
+            return data, params, scheme != "csv"
         if scheme == "bundled":
             return _load_bundled(rest, n_features=n_features, cache=cache,
                                  shuffle_seed=shuffle_seed), None, True
