@@ -234,3 +234,22 @@ def test_rows_are_placed_in_the_shuffled_order_as_they_are_assembled(
     shuffled, _ = load_source_hashed(f"parquet:{folder}?{QUERY}", shuffle_seed=7)
     _same(shuffled, plain.take(shuffle_order(plain.n_rows, 7)))
     shuffled.validate()
+
+
+def test_weights_reach_the_training_split(parts: tuple[Path, Path]) -> None:
+    from hogwild import config
+    from hogwild.inprocess.local import load_splits
+
+    folder, _ = parts
+    splits = load_splits(config.load(None, {}, {"data": f"parquet:{folder}?{QUERY}",
+                                                "test_fraction": 0.2, "val_fraction": 0.1,
+                                                "data_cache": False}))
+    table = pq.read_table(folder)
+    by_row = {(float(y), float(w)) for y, w in zip(table.column("y").to_pylist(),
+                                                  table.column("w").to_pylist())}
+    for part in (splits.train, splits.val, splits.test):
+        assert part.weights is not None and part.weights.shape == (part.n_rows,)
+        # Each row keeps its own weight (labels are encoded -1/+1 from 0/1).
+        pairs = {((float(y) + 1) / 2, float(w)) for y, w in zip(part.labels, part.weights)}
+        assert pairs <= by_row
+    assert splits.train.n_rows + splits.val.n_rows + splits.test.n_rows == 60

@@ -88,6 +88,11 @@ def test_sparse_pair_columns_give_their_indices_and_values(tmp_path: Path) -> No
     assert spec["kind"] == "sparse" and spec["values"] == "val" and spec["width"] == 4
     dense = data.to_scipy().toarray()
     np.testing.assert_array_equal(dense, [[0, 0.5, 0, 2], [1, 0, 0, 0], [0, 0, 1, 1]])
+    # New rows: an index beyond the fitted width (4) and a zero value store nothing.
+    (tmp_path / "new.csv").write_text("y,w,color,size,desc,idx,val,n\n"
+                                      "1,1,red,S,x,9 1 2,5 2 0,1\n")
+    again = apply_hashing(params, tmp_path / "new.csv").to_scipy().toarray()
+    np.testing.assert_array_equal(again, [[0, 2, 0, 0]])
     bad = CSV.replace("0,1,0\n", "0 2,1,0\n")
     with pytest.raises(DataError) as err:
         _load(tmp_path, "label=y&sparse=idx:val&ignore=w,color,size,desc,n", bad)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from hogwild.data.columns import (
     BOOL,
@@ -214,7 +215,7 @@ class ArrowPart:
         mask = np.asarray(keep, dtype=bool)
         return self._encode(flat.filter(keep), rows[mask])
 
-    def _list(self, name: str, integer: bool) -> tuple[I64, Any]:
+    def _list(self, name: str, integer: bool) -> tuple[I64, npt.NDArray[Any]]:
         """(list length of each row, the lists' numbers flat)."""
         pa, pc = _pyarrow()
         arr = self.arrays[name]
@@ -229,8 +230,9 @@ class ArrowPart:
         if flat.null_count:
             at = int(np.flatnonzero(~np.asarray(flat.is_valid(), dtype=bool))[0])
             raise DataError(f"{self.locate(row_of(counts, at))}: column {name!r} holds a null")
-        dtype = np.int64 if integer and pa.types.is_integer(item) else np.float64
-        return counts, np.asarray(flat.to_numpy(zero_copy_only=False), dtype=dtype)
+        if integer or pa.types.is_floating(item):  # as stored (no copy)
+            return counts, flat.to_numpy(zero_copy_only=False)
+        return counts, np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float64)
 
     def pairs(self, indices: str, values: str) -> Pairs:
         counts_i, index = self._list(indices, True)

@@ -32,7 +32,8 @@ BOOL = npt.NDArray[np.bool_]
 # Feature indices of a sparse pair are int32 in the CSR rows.
 MAX_PAIR_INDEX = 2 ** 31 - 2
 Values = tuple[list[str], I64, I64]          # distinct values, row of each cell, its value
-Pairs = tuple[I64, I64, F64]                 # entries in each row; index, value of each
+# Entries in each row; index (an integer dtype) and value (a number dtype) of each, as read.
+Pairs = tuple[I64, npt.NDArray[Any], npt.NDArray[Any]]
 
 
 class Columns(Protocol):
@@ -70,8 +71,8 @@ class Columns(Protocol):
         """``locate`` without holding the columns' arrays (kept after they are dropped)."""
 
 
-def check_pairs(cols: Columns, names: tuple[str, str], counts_i: I64, index: F64 | I64,
-                counts_v: I64, values: F64) -> Pairs:
+def check_pairs(cols: Columns, names: tuple[str, str], counts_i: I64,
+                index: npt.NDArray[Any], counts_v: I64, values: npt.NDArray[Any]) -> Pairs:
     """The entries of a sparse pair once both lists are read (``counts_*``: list length of
     each row): same length in every row, indices whole numbers in [0, 2**31 - 2]; else a
     DataError naming the row."""
@@ -80,16 +81,18 @@ def check_pairs(cols: Columns, names: tuple[str, str], counts_i: I64, index: F64
         row = int(np.flatnonzero(counts_i != counts_v)[0])
         raise DataError(f"{cols.locate(row)}: columns {idx_name!r} and {val_name!r} hold "
                         f"{int(counts_i[row])} indices but {int(counts_v[row])} values")
-    as_int: I64 = np.asarray(index, dtype=np.int64)   # no copy when already int64
+    # Integer lists are kept as they are (int32 stays int32: no copy).
+    integer = bool(np.issubdtype(index.dtype, np.integer))
+    as_int = index if integer else index.astype(np.int64)
     # min/max first: the common case (all fine) makes no mask of every entry.
-    whole = as_int is index or bool(np.array_equal(as_int, index))
+    whole = integer or bool(np.array_equal(as_int, index))
     if index.size and not (whole and int(as_int.min()) >= 0
                            and int(as_int.max()) <= MAX_PAIR_INDEX):
         bad = (as_int != index) | (as_int < 0) | (as_int > MAX_PAIR_INDEX)
         at = int(np.flatnonzero(bad)[0])
         raise DataError(f"{cols.locate(row_of(counts_i, at))}: column {idx_name!r}: index "
                         f"{index[at]} is not a whole number in [0, {MAX_PAIR_INDEX}]")
-    return counts_i, as_int, np.asarray(values, dtype=np.float64)
+    return counts_i, as_int, values
 
 
 def row_of(counts: I64, entry: int) -> int:

@@ -73,8 +73,8 @@ def _operand(cols: Columns, spec: Mapping[str, Any], seed: int) -> _Entries:
         uniq, which = [""], np.zeros(rows.shape[0], dtype=np.int64)
         vals = values[rows] * float(spec.get("scale", 1.0))
     elif kind == "sparse":
-        counts, index, vals = cols.pairs(str(spec["indices"]), str(spec["values"]))
-        rows = pair_rows(counts)
+        counts, index, raw = cols.pairs(str(spec["indices"]), str(spec["values"]))
+        rows, vals = pair_rows(counts), np.asarray(raw, dtype=np.float64)
         distinct, which = np.unique(index, return_inverse=True)
         uniq = list(map(str, distinct.tolist()))
     else:

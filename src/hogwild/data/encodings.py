@@ -173,13 +173,19 @@ def _sparse_block(cols: Columns, spec: dict[str, Any] | Any) -> Block:
     """A sparse pair's entries: feature offset + index (indices beyond the fitted width,
     which no training row had, store nothing)."""
     counts, index, vals = cols.pairs(str(spec["indices"]), str(spec["values"]))
-    keep = (index < int(spec["width"])) & (vals != 0)
-    if keep.all():  # rows already in CSR shape: no row index per entry
+    width = int(spec["width"])
+    # Reductions first: the common case (every entry kept) builds no mask.
+    if index.size == 0 or (int(index.max()) < width and np.count_nonzero(vals) == vals.size):
+        # Rows already in CSR shape: no row index per entry.
         indptr = np.zeros(counts.shape[0] + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
-        return Block(np.zeros(0, dtype=np.int64), index + int(spec["offset"]), vals, indptr)
+        # int32 as the CSR rows hold them (offset + width fits: they are feature ids).
+        return Block(np.zeros(0, dtype=np.int64),
+                     np.add(index, int(spec["offset"]), dtype=np.int32), vals, indptr)
+    keep = (index < width) & (vals != 0)
     rows = pair_rows(counts)
-    return Block(rows[keep], int(spec["offset"]) + index[keep], vals[keep])
+    return Block(rows[keep], np.add(index[keep], int(spec["offset"]), dtype=np.int64),
+                 vals[keep])
 
 
 def fit_column(cols: Columns, name: str, role: str, offset: int,

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.data._rowcopy import append_rows, rows_increasing
 from hogwild.data.columns import Columns, Needs, TableColumns
 from hogwild.data.crosses import apply_cross, fit_cross
 from hogwild.data.csr import CSRData
@@ -275,6 +276,8 @@ def _canonical(block: Block, n_rows: int, n_features: int) -> tuple[I64, I64, F6
     rows = block.rows
     shape = (n_rows, n_features)
     if block.indptr is not None:
+        if rows_increasing(block.indptr, block.cols):  # as most sparse pairs come
+            return block.indptr, block.cols, block.vals
         matrix = sp.csr_matrix((block.vals, block.cols, block.indptr), shape=shape)
     elif rows.size < 2 or bool((rows[1:] >= rows[:-1]).all()):
         indptr = np.zeros(n_rows + 1, dtype=np.int64)
@@ -295,25 +298,24 @@ def _interleave(parts: Sequence[tuple[I64, I64, F64]], n_rows: int,
     block 1's... (the blocks' feature ranges follow each other, so the indices stay sorted);
     with ``order``, row i of the result is row ``order[i]`` of the blocks. Every entry is
     placed by one vectorised scatter, no sort."""
-    counts = [np.diff(indptr) for indptr, _, _ in parts]
-    total = np.sum(counts, axis=0) if parts else np.zeros(n_rows, dtype=np.int64)
+    total = np.zeros(n_rows, dtype=np.int64)
+    for own, _, _ in parts:
+        total += np.diff(own)
     indptr = np.zeros(n_rows + 1, dtype=np.int64)
     np.cumsum(total if order is None else total[order], out=indptr[1:])
     nnz = int(indptr[-1])
     indices = np.empty(nnz, dtype=np.int32)
     values = np.empty(nnz, dtype=np.float32)
+    if len(parts) == 1 and order is None:
+        indices[:] = parts[0][1]
+        values[:] = parts[0][2]
+        return indptr, indices, values
     # Where the next block's entries of each (source) row go.
     start = indptr[:-1].copy()
     if order is not None:
         start[order] = indptr[:-1]
-    for (own, idx, val), count in zip(parts, counts):
-        if len(parts) == 1 and order is None:
-            dest: npt.NDArray[np.int64] | slice = slice(0, nnz)
-        else:
-            dest = np.repeat(start - own[:-1], count) + np.arange(idx.shape[0])
-        indices[dest] = idx
-        values[dest] = val
-        start += count
+    for own, idx, val in parts:
+        append_rows(own, idx, val, start, indices, values)
     return indptr, indices, values
 
 
