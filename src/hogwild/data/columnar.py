@@ -1,5 +1,6 @@
-"""``parquet:PATH?...`` and ``arrow:PATH?...`` data read through pyarrow, a row group (or record
-batch) at a time: a file, a directory or a glob, local or any fsspec URL.
+"""``parquet:`` and ``arrow:`` data read through pyarrow, a row group (or record batch) at a time.
+
+PATH is a file, a directory or a glob, local or any fsspec URL.
 
 Each part's needed columns become flat numpy arrays with pyarrow compute calls (casts,
 dictionary encoding, whitespace splitting, list flattening): no Python code runs per row or

@@ -1,5 +1,6 @@
-"""A table's columns as the encodings read them, whatever the file format: numbers, values,
-tokens and index/value pairs, each as flat numpy arrays (row of each entry, what it holds).
+"""A table's columns as the encodings read them, whatever the file format, as flat numpy arrays.
+
+Numbers, values, tokens and index/value pairs: the row of each entry and what it holds.
 
 A CSV file is one table (:class:`TableColumns`); a Parquet or Arrow data set is read a row
 group at a time and each part's columns are gathered here (:func:`gather`), so the encodings

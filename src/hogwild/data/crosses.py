@@ -1,5 +1,6 @@
-"""Feature crosses (``cross=a*b``, Vowpal Wabbit's ``-q``): each feature of one column times
-each feature of another in the same row, hashed into a block of their own.
+"""Feature crosses (``cross=a*b``, Vowpal Wabbit's ``-q``), hashed into a block of their own.
+
+Each feature of one column times each feature of another in the same row.
 
 A value of an operand column hashes to 64 bits (two slices of the xxh3-128 hash that column
 hashing uses); a crossed feature's hash folds its operands' hashes in order (a multiply, an

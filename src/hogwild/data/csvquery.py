@@ -1,5 +1,4 @@
-"""`csv:FILE?label=COL&...` (and `parquet:`/`arrow:`) sources: the query read into the column
-mapping, the data loaded."""
+"""`csv:`, `parquet:` and `arrow:` sources: the query read into the column mapping, data loaded."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Resolve a data-source string (file path, bundled:, synthetic:, lyrl2004:, csv:, parquet:,
-arrow:) to CSRData."""
+"""Resolve a data-source string (a file path, or a scheme: bundled:, csv:, parquet:...) to CSRData."""
 
 from __future__ import annotations
 
