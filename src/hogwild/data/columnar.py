@@ -21,6 +21,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.data.columnmap import apply_needs, fit_needs
 from hogwild.data.columns import (
     BOOL,
     Gathered,
@@ -33,7 +34,7 @@ from hogwild.data.columns import (
 )
 from hogwild.data.csvtable import F64, I64
 from hogwild.data.encodings import HashOptions
-from hogwild.data.textsource import is_url
+from hogwild.data.urls import is_url
 from hogwild.errors import DataError
 
 FORMATS = {"parquet": "Parquet", "arrow": "Arrow IPC"}
@@ -329,8 +330,6 @@ def read_columns(scheme: str, path: str, *, options: HashOptions | None = None,
                  params: Mapping[str, Any] | None = None) -> Gathered:
     """The columns ``options`` map (fitting) or fitted ``params`` encode (applying) of every
     file under ``path``, gathered a row group at a time."""
-    from hogwild.data.hashing import apply_needs, fit_needs
-
     pa, _ = _pyarrow()
     files = list_files(scheme, path)
     first = files.names[0]
