@@ -95,7 +95,7 @@ def test_csv_warm_start_hashes_with_the_models_parameters(
     # svmlight data against a csv: model is another feature space.
     code, _, err = _train(tmp_path, capsys, "c", "--epochs", "1",
                           "--initial-model", str(tmp_path / "a" / "latest"))
-    assert code == 2 and "hashed CSV columns" in err
+    assert code == 2 and "mapped table columns" in err
 
 
 def test_run_starts_the_workers_from_the_initial_model(

@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from hogwild.data.columnmap import check_params
 from hogwild.data.encodings import HashOptions
-from hogwild.data.hashing import apply_hashing, check_params, fit_hashing
+from hogwild.data.hashing import apply_hashing, fit_hashing
 from hogwild.data.hashsummary import column_summary
 from hogwild.data.sources import describe
 from hogwild.data.svmlight import write_svmlight

@@ -140,7 +140,7 @@ class FeatureNamer:
                               key=lambda c: int(c.get("offset", 0)))
         self.seed = int(hashing.get("seed", 0))
         old = [str(c.get("name")) for c in self.columns
-               if c.get("kind") in ("hashed", "text") and "top_values" not in c]
+               if c.get("kind") in ("hashed", "text", "cross") and "top_values" not in c]
         if old:
             self.notes.append(f"column(s) {', '.join(old)}: the model keeps no values of its "
                               "hashed columns (saved by an earlier hogwild), so their "
@@ -165,6 +165,10 @@ class FeatureNamer:
         if kind == "onehot":
             values = column.get("values") or []
             return f"{name}={values[pos]}" if pos < len(values) else f"{name}[{pos}]"
+        if kind == "sparse":
+            return f"{name}[{pos}]"
+        if kind == "cross":
+            return self._cross_name(column, pos)
         buckets = int(column["buckets"])
         sub, bucket = divmod(pos, buckets)
         where = f"{name}[bucket {bucket}" + (f", hash {sub + 1}]" if int(column["k"]) > 1
@@ -177,6 +181,43 @@ class FeatureNamer:
             return f"{where}: none of the {len(values)} most frequent values"
         sep = " " if kind == "text" else "="
         shown = [("-" if signs[i, sub] < 0 else "") + f"{name}{sep}{values[i]}"
+                 for i in hits[:NAMED_PER_BUCKET].tolist()]
+        more = f" +{hits.size - NAMED_PER_BUCKET} more" if hits.size > NAMED_PER_BUCKET else ""
+        return " | ".join(shown) + more
+
+    def _operand_name(self, column: str, value: str) -> str:
+        """How one operand of a crossed value reads: ``col=value``, ``col word``, ``col``."""
+        spec = next((c for c in self.columns if c.get("name") == column
+                     or c.get("indices") == column), None)
+        kind = None if spec is None else spec.get("kind")
+        if kind == "numeric":
+            return column
+        if kind == "sparse":
+            return f"{column}[{value}]"
+        return f"{column}{' ' if kind == 'text' else '='}{value}"
+
+    def _cross_name(self, column: Mapping[str, Any], bucket: int) -> str:
+        """A cross's bucket by the crossed values that land in it (of those the model
+        keeps), e.g. ``color=red * size=L``."""
+        from hogwild.data.crosses import tuple_buckets
+
+        name = str(column["name"])
+        where = f"{name}[bucket {bucket}]"
+        names = [str(c) for c in column.get("columns") or []]
+        if "top_values" not in column or not names:
+            return where
+        key = f"\x00cross:{name}"
+        if key not in self._codes:
+            tuples = [[str(v) for v in t] for t in column["top_values"]]
+            codes, signs = tuple_buckets(names, tuples, int(column["buckets"]), self.seed)
+            self._codes[key] = (["\x1f".join(t) for t in tuples], codes[:, None],
+                                signs[:, None])
+        joined, codes, signs = self._codes[key]
+        hits = np.flatnonzero(codes[:, 0] == bucket)
+        if hits.size == 0:
+            return f"{where}: none of the {len(joined)} most frequent crossed values"
+        shown = [("-" if signs[i, 0] < 0 else "") + " * ".join(
+                     self._operand_name(c, v) for c, v in zip(names, joined[i].split("\x1f")))
                  for i in hits[:NAMED_PER_BUCKET].tolist()]
         more = f" +{hits.size - NAMED_PER_BUCKET} more" if hits.size > NAMED_PER_BUCKET else ""
         return " | ".join(shown) + more

@@ -21,7 +21,7 @@ from hogwild.engine.rounds import choose_round_size, fit_round_size, max_rounds
 from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.simulate import Scenario, SimResult, Simulation
 from hogwild.engine.threads import KernelPlan
-from hogwild.errors import DataError, TrainingDiverged, UsageError
+from hogwild.errors import ConfigError, DataError, TrainingDiverged, UsageError
 from hogwild.inprocess.common import test_quality
 from hogwild.inprocess.local import load_splits, model_spec
 from hogwild.inprocess.results import write_outputs
@@ -144,6 +144,9 @@ def simulate_job(settings: Settings, options: SimOptions,
 def _simulate(settings: Settings, options: SimOptions, console: Console, started: float,
               run: artifacts.RunDir) -> dict[str, Any]:
     splits = load_splits(settings)
+    if splits.train.weights is not None:  # the virtual workers train as a cluster's do
+        raise ConfigError("data", f"{settings.data}: a weight column (weight=) is used by "
+                          "`hogwild train` only, not by cluster runs nor their simulation")
     if splits.labels.task == MULTICLASS:
         raise DataError(f"{settings.data}: {splits.labels.n_classes} label values; simulate "
                         "trains binary classification and regression, as run does")

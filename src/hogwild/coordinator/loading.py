@@ -35,6 +35,13 @@ def load_data(s: Settings) -> tuple[Any, LocalShipping | None, TrainShape]:
         from hogwild.inprocess.local import load_splits
 
         splits, local = load_splits(s), None
+        if splits.train.weights is not None:
+            # The shards travel as four arrays: the weights would be dropped on the way,
+            # and the run would train a model the data did not ask for.
+            raise ConfigError("data", f"{s.data}: a weight column (weight=) is used by "
+                              "`hogwild train` only; cluster runs do not ship row weights: "
+                              "drop weight= or train in one process (class_weight works in "
+                              "both)")
         train = TrainShape(splits.train.n_rows, splits.train.nnz, splits.train.n_features)
         if splits.initial is not None:
             from hogwild.inprocess.local import model_spec, warm_start_weights

@@ -51,3 +51,29 @@ def close_gaps(dst_start: Any, dst_len: Any, indices: Any, values: Any) -> Any: 
         s = nxt
     dst_start[0] = 0
     return out
+
+
+@njit(nogil=True, cache=True)
+def append_rows(src_indptr: Any, src_indices: Any, src_values: Any, dst_next: Any,
+                dst_indices: Any, dst_values: Any) -> None:  # pragma: no cover - compiled
+    """Append each row ``r`` of a CSR block at ``dst_next[r]`` of the output arrays (which
+    advances by the row's length): blocks appended one after another lay their rows side by
+    side, in whatever order ``dst_next`` points the rows to."""
+    for r in range(src_indptr.shape[0] - 1):
+        a = src_indptr[r]
+        n = src_indptr[r + 1] - a
+        s = dst_next[r]
+        for k in range(n):
+            dst_indices[s + k] = src_indices[a + k]
+            dst_values[s + k] = src_values[a + k]
+        dst_next[r] = s + n
+
+
+@njit(nogil=True, cache=True)
+def rows_increasing(indptr: Any, indices: Any) -> bool:  # pragma: no cover - compiled
+    """Whether the indices of every row are strictly increasing (CSR's canonical form)."""
+    for r in range(indptr.shape[0] - 1):
+        for j in range(indptr[r] + 1, indptr[r + 1]):
+            if indices[j] <= indices[j - 1]:
+                return False
+    return True

@@ -1,4 +1,4 @@
-"""`csv:FILE?label=COL&...` sources: the query read into hashing options, the file loaded."""
+"""`csv:`, `parquet:` and `arrow:` sources: the query read into the column mapping, data loaded."""
 
 from __future__ import annotations
 
@@ -19,20 +19,41 @@ def names(raw: str) -> tuple[str, ...]:
 _SEPS = {"tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|", "space": " "}
 
 
-def parse_csv_spec(rest: str) -> tuple[str, HashOptions]:
-    """``FILE?label=COL&categorical=a,b&text=t&numeric=x,y&ignore=id&hash_bits=B&k=1&
-    buckets=bits&onehot_max=65536&scale=maxabs&sep=tab&seed=0`` -> (file, options)."""
-    spec = f"csv:{rest}"
+def _pairs(spec: str, raw: str) -> tuple[tuple[str, str], ...]:
+    """``idx:val,idx2:val2`` -> ((idx, val), (idx2, val2))."""
+    out = []
+    for item in names(raw):
+        index, colon, values = item.partition(":")
+        if not colon or not index.strip() or not values.strip():
+            raise DataError(f"{spec!r}: sparse={item!r}: expected INDICES:VALUES (two column "
+                            "names)")
+        out.append((index.strip(), values.strip()))
+    return tuple(out)
+
+
+def _crosses(raw: str) -> tuple[tuple[str, ...], ...]:
+    """``a*b,a*c`` -> (("a", "b"), ("a", "c"))."""
+    return tuple(tuple(c.strip() for c in item.split("*")) for item in names(raw))
+
+
+def parse_csv_spec(rest: str, scheme: str = "csv") -> tuple[str, HashOptions]:
+    """``FILE?label=COL&categorical=a,b&text=t&numeric=x,y&ignore=id&weight=w&sparse=i:v&
+    cross=a*b&hash_bits=B&k=1&buckets=bits&onehot_max=65536&scale=maxabs&sep=tab&seed=0``
+    -> (file, options); ``scheme`` names the source in errors (``sep`` is CSV's alone)."""
+    spec = f"{scheme}:{rest}"
     path, _, query = rest.partition("?")
     if not path:
-        raise DataError(f"{spec!r}: expected csv:FILE?label=COL&categorical=a,b,...")
+        raise DataError(f"{spec!r}: expected {scheme}:{'FILE' if scheme == 'csv' else 'PATH'}"
+                        "?label=COL&categorical=a,b,...")
     params: dict[str, str] = {}
     for key, value in parse_qsl(query, keep_blank_values=True):
         if key in params:
             raise DataError(f"{spec!r}: parameter {key!r} given twice")
         params[key] = value
     known = {"label", "categorical", "text", "numeric", "ignore", "hash_bits", "k",
-             "buckets", "onehot_max", "scale", "sep", "seed"}
+             "buckets", "onehot_max", "scale", "seed", "weight", "sparse", "cross"}
+    if scheme == "csv":
+        known.add("sep")
     unknown = sorted(set(params) - known)
     if unknown:
         raise DataError(f"{spec!r}: unknown parameter(s) {', '.join(unknown)} (known: "
@@ -59,7 +80,9 @@ def parse_csv_spec(rest: str) -> tuple[str, HashOptions]:
         hash_bits=integer("hash_bits", None), k=integer("k", None),
         buckets=params.get("buckets", "bits"),
         onehot_max=integer("onehot_max", DEFAULT_ONEHOT_MAX) or 0,
-        scale=params.get("scale", "maxabs"), sep=sep, seed=integer("seed", 0) or 0)
+        scale=params.get("scale", "maxabs"), sep=sep, seed=integer("seed", 0) or 0,
+        weight=params.get("weight") or None, sparse=_pairs(spec, params.get("sparse", "")),
+        cross=_crosses(params.get("cross", "")))
     return path, options
 
 
@@ -71,3 +94,23 @@ def load_csv_source(rest: str, hashing: Mapping[str, Any] | None = None,
     if hashing is not None:
         return apply_hashing(hashing, path, options.sep), dict(hashing)
     return fit_hashing(path, options)
+
+
+def load_columnar_source(scheme: str, rest: str, hashing: Mapping[str, Any] | None = None,
+                         shuffle_seed: int | None = None) -> tuple[CSRData, dict[str, Any]]:
+    """A ``parquet:`` or ``arrow:`` source, as :func:`load_csv_source`; rows placed in
+    ``shuffle_order(n_rows, shuffle_seed)`` as they are assembled, when given."""
+    import time
+
+    from hogwild.data.columnar import read_columns
+    from hogwild.data.hashing import apply_columns, fit_columns
+
+    path, options = parse_csv_spec(rest, scheme)
+    if hashing is not None:
+        return (apply_columns(hashing, read_columns(scheme, path, params=hashing),
+                              shuffle_seed), dict(hashing))
+    started = time.perf_counter()
+    data, params = fit_columns(read_columns(scheme, path, options=options), options,
+                               shuffle_seed)
+    params["fit_seconds"] = time.perf_counter() - started
+    return data, params

@@ -231,3 +231,34 @@ def text_tokens(table: Table, name: str) -> tuple[list[str], I64, I64]:
     rows = np.repeat(np.arange(len(cells), dtype=np.int64), counts)
     uniq, which = _factorize(tokens)
     return uniq, rows, which
+
+
+def number_lists(table: Table, name: str) -> tuple[I64, F64]:
+    """(how many numbers each row holds, the numbers) of a column whose cells hold blank-separated
+    numbers (one half of a sparse pair, e.g. ``"3 17 40"``): split and parsed through
+    ``map``; a cell that does not parse stops the load naming its line."""
+    cells = table.columns[name]
+    counts = np.fromiter(map(len, map(str.split, cells)), dtype=np.int64, count=len(cells))
+    tokens = " ".join(cells).split()
+    rows = np.repeat(np.arange(len(cells), dtype=np.int64), counts)
+    try:
+        values = np.fromiter(map(float, tokens), dtype=np.float64, count=len(tokens))
+    except ValueError:
+        values = np.zeros(len(tokens))
+        for at, token in enumerate(tokens):  # error path only: find the bad cell
+            try:
+                float(token)
+            except ValueError:
+                raise DataFormatError(str(table.path), _line_of_row(table, int(rows[at])),
+                                      f"column {name!r}: {token!r} is not a number") from None
+    finite = np.isfinite(values)
+    if not finite.all():
+        at = int(np.flatnonzero(~finite)[0])
+        raise DataFormatError(str(table.path), _line_of_row(table, int(rows[at])),
+                              f"column {name!r}: value {tokens[at]!r} is not finite")
+    return counts, values
+
+
+def line_of_row(table: Table, row: int) -> int:
+    """The file line of data row ``row`` (0-based), for errors found after parsing."""
+    return _line_of_row(table, row)

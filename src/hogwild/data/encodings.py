@@ -1,4 +1,4 @@
-"""Column encodings of hashed CSV data: one-hot vocabularies, signed k-way hashing, sqrt buckets."""
+"""Column encodings of tabular data: one-hot vocabularies, signed k-way hashing, sqrt buckets."""
 
 from __future__ import annotations
 
@@ -12,14 +12,8 @@ import numpy as np
 import numpy.typing as npt
 import xxhash
 
-from hogwild.data.csvtable import (
-    F64,
-    I64,
-    Table,
-    categorical_column,
-    numeric_column,
-    text_tokens,
-)
+from hogwild.data.columns import Columns, pair_rows
+from hogwild.data.csvtable import F64, I64
 from hogwild.errors import DataError
 
 DEFAULT_K = 2                  # with buckets=sqrt
@@ -40,7 +34,8 @@ SCALES = ("maxabs", "none")
 
 @dataclass(frozen=True)
 class HashOptions:
-    """What the user asks for (from ``csv:FILE?...`` or ``hogwild hash`` flags)."""
+    """What the user asks for (from ``csv:FILE?...``, ``parquet:PATH?...`` or ``hogwild
+    hash`` flags): each column's role, and how values become features."""
 
     label: str | None = None
     categorical: tuple[str, ...] = ()
@@ -54,6 +49,9 @@ class HashOptions:
     scale: str = "maxabs"
     sep: str | None = None                     # None = by suffix (.tsv/.tab: tab, else comma)
     seed: int = 0
+    weight: str | None = None                  # per-row weights
+    sparse: tuple[tuple[str, str], ...] = ()   # (indices, values) list columns
+    cross: tuple[tuple[str, ...], ...] = ()    # crossed columns, e.g. (("a", "b"),)
 
     def __post_init__(self) -> None:
         if self.k is not None and not 1 <= self.k <= MAX_K:
@@ -74,9 +72,13 @@ class HashOptions:
                             f"{self.scale!r}")
         if self.sep is not None and len(self.sep) != 1:
             raise DataError(f"hashing: sep must be one character, got {self.sep!r}")
-        named = [*self.categorical, *self.text, *(self.numeric or ()), *self.ignore]
-        if self.label is not None:
-            named.append(self.label)
+        named = [*self.categorical, *self.text, *(self.numeric or ()), *self.ignore,
+                 *(c for pair in self.sparse for c in pair)]
+        named += [c for c in (self.label, self.weight) if c is not None]
+        short = [c for c in self.cross if len(c) < 2]
+        if short:
+            raise DataError(f"hashing: a cross names two columns or more (a*b), got "
+                            f"{'*'.join(short[0])!r}")
         twice = sorted({c for c in named if named.count(c) > 1})
         if twice:
             raise DataError(f"hashing: column(s) {', '.join(twice)} named in two roles")
@@ -146,6 +148,9 @@ class Block:
     rows: I64
     cols: I64
     vals: F64
+    # Set instead of rows when the entries come row after row: row r holds
+    # entries indptr[r]:indptr[r + 1].
+    indptr: I64 | None = None
 
 
 def hashed_block(name: str, uniq: Sequence[str], rows: I64, which: I64, offset: int,
@@ -164,12 +169,39 @@ def hashed_block(name: str, uniq: Sequence[str], rows: I64, which: I64, offset: 
     return block, code_collisions(codes)
 
 
-def fit_column(table: Table, name: str, role: str, offset: int,
+def _sparse_block(cols: Columns, spec: dict[str, Any] | Any) -> Block:
+    """A sparse pair's entries: feature offset + index (indices beyond the fitted width,
+    which no training row had, store nothing)."""
+    counts, index, vals = cols.pairs(str(spec["indices"]), str(spec["values"]))
+    width = int(spec["width"])
+    # Reductions first: the common case (every entry kept) builds no mask.
+    if index.size == 0 or (int(index.max()) < width and np.count_nonzero(vals) == vals.size):
+        # Rows already in CSR shape: no row index per entry.
+        indptr = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        # int32 as the CSR rows hold them (offset + width fits: they are feature ids).
+        return Block(np.zeros(0, dtype=np.int64),
+                     np.add(index, int(spec["offset"]), dtype=np.int32), vals, indptr)
+    keep = (index < width) & (vals != 0)
+    rows = pair_rows(counts)
+    return Block(rows[keep], np.add(index[keep], int(spec["offset"]), dtype=np.int64),
+                 vals[keep])
+
+
+def fit_column(cols: Columns, name: str, role: str, offset: int,
                options: HashOptions) -> tuple[dict[str, Any], Block]:
-    """The encoding of one column (``role``: numeric, categorical or text) fitted on
-    ``table``, its features numbered from ``offset``: (its parameters, its entries)."""
+    """The encoding of one column (``role``: numeric, categorical, text, or sparse: the
+    index column of a pair) fitted on ``cols``, its features numbered from ``offset``:
+    (its parameters, its entries)."""
+    if role == "sparse":
+        values_of = dict(options.sparse)[name]
+        _, index, _ = cols.pairs(name, values_of)
+        pair: dict[str, Any] = {"name": name, "kind": "sparse", "indices": name,
+                                "values": values_of, "offset": offset,
+                                "width": int(index.max()) + 1 if index.size else 1}
+        return pair, _sparse_block(cols, pair)
     if role == "numeric":
-        values, present = numeric_column(table, name, required=False)
+        values, present = cols.numeric(name, False)
         peak = float(np.max(np.abs(values[present]))) if present.any() else 0.0
         scale = 1.0 / peak if options.scale == "maxabs" and peak > 0 else 1.0
         spec: dict[str, Any] = {"name": name, "kind": "numeric", "offset": offset,
@@ -177,8 +209,7 @@ def fit_column(table: Table, name: str, role: str, offset: int,
         rows = np.flatnonzero(present & (values != 0)).astype(np.int64)
         return spec, Block(rows, np.full(rows.shape[0], offset, dtype=np.int64),
                            values[rows] * scale)
-    uniq, rows, which = (text_tokens(table, name) if role == "text"
-                         else categorical_column(table, name))
+    uniq, rows, which = cols.tokens(name) if role == "text" else cols.categorical(name)
     distinct = len(uniq)
     if role == "categorical" and distinct <= options.onehot_max:
         # Sorted vocabulary: the layout does not depend on the order of the rows.
@@ -202,24 +233,25 @@ def fit_column(table: Table, name: str, role: str, offset: int,
     return spec, block
 
 
-def column_block(table: Table, spec: dict[str, Any], seed: int) -> Block:
+def column_block(cols: Columns, spec: dict[str, Any], seed: int) -> Block:
     """The (row, feature, value) entries of one column under its fitted parameters."""
     name, kind, offset = spec["name"], spec["kind"], int(spec["offset"])
+    if kind == "sparse":
+        return _sparse_block(cols, spec)
     if kind == "numeric":
-        values, present = numeric_column(table, name, required=False)
+        values, present = cols.numeric(name, False)
         rows = np.flatnonzero(present & (values != 0)).astype(np.int64)
         return Block(rows, np.full(rows.shape[0], offset, dtype=np.int64),
                      values[rows] * float(spec.get("scale", 1.0)))
     if kind == "onehot":
-        uniq, rows, which = categorical_column(table, name)
+        uniq, rows, which = cols.categorical(name)
         vocab = {v: i for i, v in enumerate(spec["values"])}
         pos = np.fromiter(map(vocab.get, uniq, itertools.repeat(-1)), dtype=np.int64,
                           count=len(uniq))
         keep = pos[which] >= 0  # a value unseen at fit time stores nothing
         return Block(rows[keep], offset + pos[which[keep]],
                      np.ones(int(keep.sum()), dtype=np.float64))
-    uniq, rows, which = (text_tokens(table, name) if kind == "text"
-                         else categorical_column(table, name))
+    uniq, rows, which = cols.tokens(name) if kind == "text" else cols.categorical(name)
     block, _ = hashed_block(name, uniq, rows, which, offset, int(spec["k"]),
                             int(spec["buckets"]), seed, bool(spec.get("signed", False)))
     return block

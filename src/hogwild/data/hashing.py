@@ -1,4 +1,4 @@
-"""Feature hashing of raw CSV/TSV columns (categorical, text, numeric) into CSR rows.
+"""Feature hashing of raw table columns (CSV/TSV, Parquet, Arrow) into CSR rows.
 
 Every column gets its own block of feature ids, so columns never collide with each other:
 
@@ -21,7 +21,15 @@ Every column gets its own block of feature ids, so columns never collide with ea
   only when all k buckets agree, which happens to a share 1 - (1 - B**-k)**(D-1) of the
   values: about 63 % for sqrt buckets with k = 2 (B**2 ≈ D), 1-2 % for k = 3 with D in the
   thousands.
-* ``text``: whitespace tokens (lower-cased) hashed like ``hashed``, value = count in the cell.
+* ``text``: whitespace tokens (lower-cased) hashed like ``hashed``, value = count in the cell;
+  a token-list column (Parquet/Arrow ``list<string>``) gives its tokens as they are.
+* ``sparse``: a pair of list columns (indices, values): feature offset + index, the value as
+  given; the block is as wide as the largest index of the fitted data + 1 (a larger index in
+  new data stores nothing).
+* ``cross``: every feature of one column times every feature of another in the same row,
+  hashed (:mod:`hogwild.data.crosses`), after all the columns.
+
+A ``weight`` column gives each row its weight (finite, >= 0); the label column its label.
 
 Hashing is vectorised per column: the distinct values are found by one dict built and
 queried through ``map`` (each cell gets its value's index with C calls only, no Python
@@ -41,37 +49,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from hogwild.data._rowcopy import append_rows, rows_increasing
+from hogwild.data.columnmap import FORMAT, HASH, VERSION, apply_needs, check_params, roles
+from hogwild.data.columns import Columns, TableColumns
+from hogwild.data.crosses import apply_cross, fit_cross
 from hogwild.data.csr import CSRData
-from hogwild.data.csvtable import F64, Table, numeric_column, read_table
-from hogwild.data.encodings import Block, HashOptions, column_block, fit_column
+from hogwild.data.csvtable import F64, I64, Table, read_table
+from hogwild.data.encodings import (
+    DEFAULT_HASH_BITS,
+    TOP_VALUES,
+    Block,
+    HashOptions,
+    column_block,
+    fit_column,
+)
 from hogwild.data.labelcheck import LabelWatch
+from hogwild.data.split import shuffle_order
 from hogwild.errors import DataError
-
-FORMAT = "hogwild-hashing"
-# 2: hashed columns may be signed (``"signed": true``). Version 1 parameters (no sign) are
-# still applied as they were fitted; an older hogwild refuses version 2 rather than drop signs.
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
-HASH = "xxh3_128"
-KINDS = ("numeric", "onehot", "hashed", "text")
-
-
-def _roles(table: Table, options: HashOptions) -> list[tuple[str, str]]:
-    """(column, role) in header order; role is label/categorical/text/numeric/ignore."""
-    named = {c: "categorical" for c in options.categorical}
-    named.update({c: "text" for c in options.text})
-    named.update({c: "ignore" for c in options.ignore})
-    if options.numeric is not None:
-        named.update({c: "numeric" for c in options.numeric})
-    if options.label is not None:
-        named[options.label] = "label"
-    missing = [c for c in named if c not in table.columns]
-    if missing:
-        raise DataError(f"{table.path}: no column(s) {', '.join(missing)} (header: "
-                        f"{', '.join(table.header)})")
-    default = "numeric" if options.numeric is None else "ignore"
-    return [(c, named.get(c, default)) for c in table.header]
 
 
 def fit_hashing(path: str | Path, options: HashOptions) -> tuple[CSRData, dict[str, Any]]:
@@ -85,35 +81,54 @@ def fit_hashing(path: str | Path, options: HashOptions) -> tuple[CSRData, dict[s
 
 def fit_table(table: Table, options: HashOptions) -> tuple[CSRData, dict[str, Any]]:
     """:func:`fit_hashing` on a table already read."""
+    data, params = fit_columns(TableColumns(table), options)
+    params["sep"] = table.sep
+    return data, params
+
+
+def fit_columns(cols: Columns, options: HashOptions, shuffle_seed: int | None = None,
+                ) -> tuple[CSRData, dict[str, Any]]:
+    """Choose each column's encoding on ``cols`` (any format) and return the rows (in
+    ``shuffle_order(n_rows, shuffle_seed)`` when given) and the parameters that encode
+    other data the same way."""
     specs: list[dict[str, Any]] = []
     blocks: list[Block] = []
     offset = 0
-    for name, role in _roles(table, options):
-        if role in ("label", "ignore"):
+    for name, role in roles(cols.path, cols.names, options):
+        if role in ("label", "weight", "ignore", "sparse_values"):
             continue
-        spec, block = fit_column(table, name, role, offset, options)
+        spec, block = fit_column(cols, name, role, offset, options)
         blocks.append(block)
         specs.append(spec)
         offset += int(spec["width"])
-    labels = (numeric_column(table, options.label, required=True)[0] if options.label is not None
-              else np.zeros(table.n_rows))
+    for names in options.cross:
+        spec, (rows, feats, vals) = fit_cross(
+            cols, names, specs, offset, options.hash_bits or DEFAULT_HASH_BITS, options.seed,
+            TOP_VALUES)
+        blocks.append(Block(rows, feats, vals))
+        specs.append(spec)
+        offset += int(spec["width"])
+    labels = (cols.numeric(options.label, True)[0] if options.label is not None
+              else np.zeros(cols.n_rows))
     params = {"format": FORMAT, "version": VERSION, "hash": HASH, "seed": options.seed,
-              "label": options.label, "sep": table.sep, "n_features": offset,
-              "columns": specs}
-    return _assemble(blocks, labels, table.n_rows, offset, table.path), params
+              "label": options.label, "n_features": offset, "columns": specs}
+    if options.weight is not None:
+        params["weight"] = options.weight
+    return _assemble(blocks, labels, cols.n_rows, offset, cols.path,
+                     _weights(cols, options.weight), shuffle_seed), params
 
 
-def check_params(params: Mapping[str, Any]) -> None:
-    """DataError unless ``params`` are hashing parameters this version can apply."""
-    if not isinstance(params, Mapping) or params.get("format") != FORMAT:
-        raise DataError("not hogwild hashing parameters (format 'hogwild-hashing' expected)")
-    if params.get("version") not in READABLE_VERSIONS or params.get("hash") != HASH:
-        raise DataError(f"hashing parameters version {params.get('version')} / hash "
-                        f"{params.get('hash')} are not supported (expected {VERSION} / {HASH})")
-    for col in params.get("columns", []):
-        if col.get("kind") not in KINDS:
-            raise DataError(f"hashing parameters: column {col.get('name')!r} has unknown kind "
-                            f"{col.get('kind')!r}")
+def _weights(cols: Columns, name: str | None) -> F64 | None:
+    """The weight column's values (DataError naming the row of one that is negative)."""
+    if name is None:
+        return None
+    weights = cols.numeric(name, True)[0]
+    negative = np.flatnonzero(weights < 0)
+    if negative.size:
+        row = int(negative[0])
+        raise DataError(f"{cols.locate(row)}: column {name!r}: weight {weights[row]:g} is "
+                        "negative (weights must be >= 0)")
+    return weights
 
 
 def apply_hashing(params: Mapping[str, Any], path: str | Path,
@@ -123,21 +138,34 @@ def apply_hashing(params: Mapping[str, Any], path: str | Path,
     may be missing (labels are then NaN, so that nothing is scored against made-up labels)."""
     check_params(params)
     text = str(path)
+    scheme, colon, rest = text.partition(":")
+    if colon and scheme in ("parquet", "arrow") and not Path(text).exists():
+        from hogwild.data.columnar import read_columns
+
+        return apply_columns(params, read_columns(scheme, rest.partition("?")[0],
+                                                  params=params))
     if text.startswith("csv:"):
         text = text[4:].partition("?")[0]
     table = read_table(text, sep or _apply_sep(text, params))
+    apply_needs(params, table.path, table.header)
+    return apply_columns(params, TableColumns(table))
+
+
+def apply_columns(params: Mapping[str, Any], cols: Columns,
+                  shuffle_seed: int | None = None) -> CSRData:
+    """The rows of ``cols`` encoded with fitted ``params`` (every fitted column present),
+    in ``shuffle_order(n_rows, shuffle_seed)`` when given."""
     specs = list(params["columns"])
-    missing = [c["name"] for c in specs if c["name"] not in table.columns]
-    if missing:
-        raise DataError(f"{table.path}: no column(s) {', '.join(missing)}, which the model "
-                        "was trained on")
     seed = int(params.get("seed", 0))
-    blocks = [column_block(table, spec, seed) for spec in specs]
-    label = params.get("label")
+    blocks = [Block(*apply_cross(cols, spec, specs, seed)) if spec["kind"] == "cross"
+              else column_block(cols, spec, seed) for spec in specs]
+    label, weight = params.get("label"), params.get("weight")
     # Without the label column the labels are NaN: no metrics can be computed against them.
-    labels = (numeric_column(table, label, required=True)[0] if label and label in table.columns
-              else np.full(table.n_rows, np.nan))
-    return _assemble(blocks, labels, table.n_rows, int(params["n_features"]), table.path)
+    labels = (cols.numeric(label, True)[0] if label and label in cols.names
+              else np.full(cols.n_rows, np.nan))
+    weights = _weights(cols, weight) if weight and weight in cols.names else None
+    return _assemble(blocks, labels, cols.n_rows, int(params["n_features"]), cols.path,
+                     weights, shuffle_seed)
 
 
 def _apply_sep(path: str, params: Mapping[str, Any]) -> str:
@@ -150,21 +178,71 @@ def _apply_sep(path: str, params: Mapping[str, Any]) -> str:
     return str(params.get("sep") or ",")
 
 
-def _assemble(blocks: Sequence[Block], labels: F64, n_rows: int, n_features: int,
-              source: str | Path) -> CSRData:
-    """CSR rows from the blocks' entries (repeated (row, feature) pairs, e.g. a word twice in
-    a cell, are summed); labels that float32 changes are noted as the svmlight parser notes
-    them (a classifier refuses them)."""
+def _canonical(block: Block, n_rows: int, n_features: int) -> tuple[I64, I64, F64]:
+    """One block's entries as CSR (indptr, indices, values), indices strictly increasing in
+    each row (repeats summed). Entries already in row order (every encoding gives them so)
+    take no sort: the row pointers come from counting."""
     import scipy.sparse as sp
 
-    rows = np.concatenate([b.rows for b in blocks]) if blocks else np.zeros(0, np.int64)
-    cols = np.concatenate([b.cols for b in blocks]) if blocks else np.zeros(0, np.int64)
-    vals = np.concatenate([b.vals for b in blocks]) if blocks else np.zeros(0)
-    matrix = sp.csr_matrix((vals, (rows, cols)), shape=(n_rows, n_features))
-    data = CSRData.from_scipy(matrix, labels)
+    rows = block.rows
+    shape = (n_rows, n_features)
+    if block.indptr is not None:
+        if rows_increasing(block.indptr, block.cols):  # as most sparse pairs come
+            return block.indptr, block.cols, block.vals
+        matrix = sp.csr_matrix((block.vals, block.cols, block.indptr), shape=shape)
+    elif rows.size < 2 or bool((rows[1:] >= rows[:-1]).all()):
+        indptr = np.zeros(n_rows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])
+        matrix = sp.csr_matrix((block.vals, block.cols, indptr), shape=shape)
+    else:
+        matrix = sp.csr_matrix((block.vals, (rows, block.cols)), shape=shape)
+    if not matrix.has_canonical_format:
+        matrix.sum_duplicates()
+    return (np.asarray(matrix.indptr, dtype=np.int64), np.asarray(matrix.indices),
+            np.asarray(matrix.data))
+
+
+def _interleave(parts: Sequence[tuple[I64, I64, F64]], n_rows: int,
+                order: I64 | None = None,
+                ) -> tuple[I64, npt.NDArray[np.int32], npt.NDArray[np.float32]]:
+    """The rows of several CSR blocks side by side: each row holds block 0's entries, then
+    block 1's... (the blocks' feature ranges follow each other, so the indices stay sorted);
+    with ``order``, row i of the result is row ``order[i]`` of the blocks. Every entry is
+    placed by one vectorised scatter, no sort."""
+    total = np.zeros(n_rows, dtype=np.int64)
+    for own, _, _ in parts:
+        total += np.diff(own)
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(total if order is None else total[order], out=indptr[1:])
+    nnz = int(indptr[-1])
+    indices = np.empty(nnz, dtype=np.int32)
+    values = np.empty(nnz, dtype=np.float32)
+    if len(parts) == 1 and order is None:
+        indices[:] = parts[0][1]
+        values[:] = parts[0][2]
+        return indptr, indices, values
+    # Where the next block's entries of each (source) row go.
+    start = indptr[:-1].copy()
+    if order is not None:
+        start[order] = indptr[:-1]
+    for own, idx, val in parts:
+        append_rows(own, idx, val, start, indices, values)
+    return indptr, indices, values
+
+
+def _assemble(blocks: Sequence[Block], labels: F64, n_rows: int, n_features: int,
+              source: str | Path, weights: F64 | None = None,
+              shuffle_seed: int | None = None) -> CSRData:
+    """CSR rows from the blocks' entries (repeated (row, feature) pairs, e.g. a word twice in
+    a cell, are summed), placed in ``shuffle_order(n_rows, shuffle_seed)`` when given; labels
+    that float32 changes are noted as the svmlight parser notes them (a classifier refuses
+    them)."""
+    order = None if shuffle_seed is None else shuffle_order(n_rows, shuffle_seed)
+    indptr, indices, values = _interleave([_canonical(b, n_rows, n_features) for b in blocks],
+                                          n_rows, order)
     watch = LabelWatch()
-    watch.add(np.asarray(labels, dtype=np.float64), 0)
-    note = watch.note(source)
-    if note is None:
-        return data
-    return CSRData(data.indptr, data.indices, data.values, data.labels, data.n_features, note)
+    watch.add(np.asarray(labels, dtype=np.float64), 0)  # data rows as the file has them
+    if order is not None:
+        labels = labels[order]
+        weights = None if weights is None else weights[order]
+    return CSRData(indptr, indices, values, labels, n_features, watch.note(source), weights)

@@ -33,6 +33,11 @@ def column_summary(params: Mapping[str, Any], first_id: int = 0,
                      f"({100 * share:.2f}%) share their whole code with another)")
         elif kind == "numeric":
             line += f" (scale {col['scale']:.6g})"
+        elif kind == "sparse":
+            line += f" (indices of {col['indices']}, values of {col['values']})"
+        elif kind == "cross":
+            line += (f" ({' x '.join(col['columns'])}: {col['distinct']:,} distinct crossed "
+                     f"values -> {col['buckets']:,} signed buckets)")
         yield line
     if len(shown) < len(columns):
         rest = columns[len(shown):]
@@ -53,5 +58,5 @@ def onehot_value(params: Mapping[str, Any], feature: int) -> tuple[str, str] | N
 def encoding_lines(params: Mapping[str, Any]) -> list[str]:
     """The training log's account of a ``csv:`` source: which encoding each column got
     (bounded as :func:`column_summary`), feature ids 0-based as the model's weights."""
-    return ["columns (csv: source, feature ids from 0):",
+    return ["columns (table source, feature ids from 0):",
             *column_summary(params, first_id=0)]

@@ -1,4 +1,4 @@
-"""Resolve a data-source string (file path, bundled:, synthetic:, lyrl2004:, csv:) to CSRData."""
+"""Resolve a data-source string (a file path, or a scheme: bundled:, csv:, parquet:...) to CSRData."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
 # Feature counts of the bundled sets, so that train and test files agree.
 BUNDLED_FEATURES = {"spamassassin": 23941, "rcv1_vw_subset": 47236}
 DEFAULT_SYNTHETIC_ROWS = 100_000
-SCHEMES = ("bundled", "synthetic", "lyrl2004", "csv")
+SCHEMES = ("bundled", "synthetic", "lyrl2004", "csv", "parquet", "arrow")
+# Sources whose columns are mapped to features (the model keeps the mapping).
+TABLE_SCHEMES = ("csv", "parquet", "arrow")
 
 
 def bundled_names() -> list[str]:
@@ -77,11 +79,13 @@ def load_source_hashed(spec: str, *, n_features: int | None = None, zero_based: 
     ``synthetic:seed000?rows=N&n_features=d&min_nnz=a&max_nnz=b&binary=1&noise=x&seed=s``;
     ``synthetic:regression?rows=N&dim=d&min_nnz=a&max_nnz=b&noise=sd&seed=s`` (real targets);
     ``lyrl2004:VEC1,VEC2@QRELS#TOPIC``;
-    ``csv:FILE?label=COL&categorical=a,b&text=t&hash_bits=B&...`` (see hogwild.data.csvquery).
+    ``csv:FILE?label=COL&categorical=a,b&text=t&hash_bits=B&...`` (see hogwild.data.csvquery);
+    ``parquet:PATH?...`` and ``arrow:PATH?...`` with the same keys (hogwild.data.columnar).
     Errors (unknown scheme, missing file, bad query parameter) raise DataError.
 
-    Returns the rows and, for ``csv:``, the hashing parameters (else None). ``hashing``:
-    parameters fitted on the training data, applied to a ``csv:`` source instead of fitting.
+    Returns the rows and, for a table (``csv:``, ``parquet:``, ``arrow:``), the fitted column
+    mapping (else None). ``hashing``: a mapping fitted on the training data, applied to a
+    table source instead of fitting.
     Rows come in the source's order, or with ``shuffle_seed`` in ``shuffle_order(n_rows,
     shuffle_seed)`` (text files are placed so while they are parsed).
     """
@@ -105,9 +109,14 @@ def _load(spec: str, *, n_features: int | None, zero_based: bool, cache: bool,
             from hogwild.data.csvquery import load_csv_source
 
             data, params = load_csv_source(rest, hashing)
+        if scheme in ("parquet", "arrow"):
+            from hogwild.data.csvquery import load_columnar_source
+
+            data, params = load_columnar_source(scheme, rest, hashing, shuffle_seed)
+        if scheme in TABLE_SCHEMES:
             if n_features is not None and n_features != data.n_features:
                 data = data.with_n_features(n_features)
-            return data, params, False
+            return data, params, scheme != "csv"
         if scheme == "bundled":
             return _load_bundled(rest, n_features=n_features, cache=cache,
                                  shuffle_seed=shuffle_seed), None, True

@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import re
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,18 +21,12 @@ import numpy as np
 
 from hogwild.data.sources import BUNDLED_DIR, BUNDLED_FEATURES
 from hogwild.data.textblocks import line_aligned
+from hogwild.data.urls import is_url
 from hogwild.errors import DataError
 
 _GZIP_MAGIC = b"\x1f\x8b"
-# scheme:// (two letters or more, so a Windows drive letter is not taken for one)
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 # Text bytes dropped at a time while skipping to a range of gzip data.
 _SKIP_BYTES = 1 << 22
-
-
-def is_url(spec: str) -> bool:
-    """Whether ``spec`` is an fsspec URL (``scheme://...``) rather than a local path."""
-    return bool(_URL.match(spec.strip()))
 
 
 def local_source_error(spec: str) -> str | None:
@@ -48,7 +41,8 @@ def local_source_error(spec: str) -> str | None:
         if name in BUNDLED_FEATURES and part in ("", "train", "test"):
             return None
         return f"unknown bundled data set {rest!r}"
-    if sep and scheme in ("synthetic", "lyrl2004", "csv") and not Path(spec).exists():
+    if sep and scheme in ("synthetic", "lyrl2004", "csv", "parquet", "arrow") \
+            and not Path(spec).exists():
         return (f"{scheme}: data is built by the coordinator and cannot be read by byte ranges; "
                 "give a svmlight file (a path or URL every node can read)")
     return None

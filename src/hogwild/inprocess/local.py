@@ -19,7 +19,12 @@ from hogwild.data.csr import CSRData
 from hogwild.data.labels import MULTICLASS, LabelMap, check_class_labels
 from hogwild.data.memory import PER_ID, ids_blamed
 from hogwild.data.reorder import frequency_order, renumber, to_internal
-from hogwild.data.sources import data_lines, default_test_source, load_source_hashed
+from hogwild.data.sources import (
+    TABLE_SCHEMES,
+    data_lines,
+    default_test_source,
+    load_source_hashed,
+)
 from hogwild.data.split import split_shuffled
 from hogwild.engine.ovr import OneVsRest
 from hogwild.engine.trainer import Trainer
@@ -170,12 +175,13 @@ def _warm_feature_space(settings: Settings, initial: SavedModel) -> Mapping[str,
     for other sources); ConfigError naming the mismatch when the data cannot be in that
     space (another source kind, feature count or id base)."""
     where = settings.initial_model
-    csv = settings.data.strip().startswith("csv:")
+    csv = settings.data.strip().partition(":")[0] in TABLE_SCHEMES
     if initial.hashing is not None and not csv:
-        raise ConfigError("initial_model", f"{where} was trained on hashed CSV columns "
-                          f"(a csv: source); data {settings.data!r} is not one")
+        raise ConfigError("initial_model", f"{where} was trained on mapped table columns "
+                          f"(a csv:, parquet: or arrow: source); data {settings.data!r} is "
+                          "not one")
     if initial.hashing is None and csv:
-        raise ConfigError("initial_model", f"{where} was not trained on a csv: source, so "
+        raise ConfigError("initial_model", f"{where} was not trained on a table source, so "
                           f"its features are not the columns of {settings.data!r}")
     if settings.n_features is not None and settings.n_features != initial.n_features:
         raise ConfigError("initial_model", f"{where} has {initial.n_features} features, "

@@ -1,0 +1,346 @@
+"""``parquet:`` and ``arrow:`` data read through pyarrow, a row group (or record batch) at a time.
+
+PATH is a file, a directory or a glob, local or any fsspec URL.
+
+Each part's needed columns become flat numpy arrays with pyarrow compute calls (casts,
+dictionary encoding, whitespace splitting, list flattening): no Python code runs per row or
+per value, and only the distinct values of a categorical or text column become Python
+strings. The parts are gathered (:mod:`hogwild.data.columns`) and encoded as a CSV table is.
+pyarrow is an optional extra: ``pip install 'hogwild[parquet]'``.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
+
+from hogwild.data.columnmap import apply_needs, fit_needs
+from hogwild.data.columns import (
+    BOOL,
+    Gathered,
+    Needs,
+    Pairs,
+    Values,
+    check_pairs,
+    gather,
+    row_of,
+)
+from hogwild.data.csvtable import F64, I64
+from hogwild.data.encodings import HashOptions
+from hogwild.data.urls import is_url
+from hogwild.errors import DataError
+
+FORMATS = {"parquet": "Parquet", "arrow": "Arrow IPC"}
+# In a directory, files with these endings are the data (others, e.g. _SUCCESS, are not).
+SUFFIXES = {"parquet": (".parquet", ".pq", ".parq"),
+            "arrow": (".arrow", ".feather", ".ipc", ".arrows")}
+_GLOB = ("*", "?", "[")
+
+
+def _pyarrow() -> tuple[Any, Any]:
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+    except ImportError:
+        raise DataError("parquet: and arrow: sources need pyarrow (pip install "
+                        "'hogwild[parquet]' from a clone)") from None
+    return pa, pc
+
+
+# ---------------------------------------------------------------------------- files
+
+
+@dataclass(frozen=True)
+class Files:
+    """The files of a data set: their names (for errors) and how to open one."""
+
+    names: list[str]
+    opener: Callable[[str], Any]
+
+
+def _data_files(scheme: str, found: list[str], is_dir: bool) -> list[str]:
+    if not is_dir:
+        return sorted(found)
+    # Hidden and bookkeeping files (.crc, _SUCCESS, _metadata) are not data.
+    visible = [f for f in found if not f.rsplit("/", 1)[-1].startswith((".", "_"))]
+    marked = [f for f in visible if f.lower().endswith(SUFFIXES[scheme])]
+    return sorted(marked or visible)
+
+
+def list_files(scheme: str, path: str) -> Files:
+    """The files ``path`` names (a file, a directory's files, a glob's matches), sorted."""
+    if is_url(path):
+        try:
+            import fsspec
+        except ImportError:
+            raise DataError(f"{path}: reading a URL needs fsspec (pip install "
+                            "'hogwild[remote]' from a clone)") from None
+        try:
+            fs, root = fsspec.core.url_to_fs(path)
+            if any(c in root for c in _GLOB):
+                found, is_dir = list(fs.glob(root)), False
+            elif fs.isdir(root):
+                found, is_dir = [str(f) for f in fs.find(root)], True
+            else:
+                found, is_dir = ([root] if fs.exists(root) else []), False
+        except (OSError, ValueError, ImportError) as exc:
+            raise DataError(f"{path}: cannot list: {exc}") from None
+        files = _data_files(scheme, found, is_dir)
+        if not files:
+            raise DataError(f"data not found: {path}")
+        names = [str(fs.unstrip_protocol(f)) for f in files]
+        by_name = dict(zip(names, files))
+        return Files(names, lambda name: fs.open(by_name[name], "rb"))
+    local = Path(path).expanduser()
+    if any(c in path for c in _GLOB) and not local.exists():
+        found = [f for f in glob.glob(str(local), recursive=True) if Path(f).is_file()]
+        files = _data_files(scheme, found, False)
+    elif local.is_dir():
+        found = [str(f) for f in local.rglob("*") if f.is_file()]
+        files = _data_files(scheme, [f.replace("\\", "/") for f in found], True)
+    else:
+        files = [str(local)] if local.is_file() else []
+    if not files:
+        raise DataError(f"data not found: {path}")
+    return Files(files, lambda name: open(name, "rb"))
+
+
+# ---------------------------------------------------------------------------- a part
+
+
+@dataclass
+class ArrowPart:
+    """One row group or record batch of one file: its columns (pyarrow arrays)."""
+
+    path: str
+    first_row: int                 # of the file, 0-based
+    arrays: dict[str, Any]
+    n_rows: int
+    names: list[str]
+
+    def locate(self, row: int) -> str:
+        return f"{self.path}, row {self.first_row + row + 1}"
+
+    def locator(self) -> Callable[[int], str]:
+        path, first = self.path, self.first_row
+        return lambda row: f"{path}, row {first + row + 1}"
+
+    def _fail(self, name: str, what: str) -> DataError:
+        return DataError(f"{self.path}: column {name!r} {what}")
+
+    def numeric(self, name: str, required: bool) -> tuple[F64, BOOL]:
+        pa, pc = _pyarrow()
+        arr = self.arrays[name]
+        kind = arr.type
+        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)
+                or pa.types.is_boolean(kind) or pa.types.is_decimal(kind)
+                or pa.types.is_null(kind)):
+            hint = "labels must be numbers" if required else "list it in categorical= or text="
+            raise self._fail(name, f"has type {kind}, not numbers ({hint})")
+        arr = pc.cast(arr, pa.float64())
+        present = np.asarray(arr.is_valid(), dtype=bool)
+        values = np.asarray(arr.fill_null(0.0).to_numpy(zero_copy_only=False),
+                            dtype=np.float64)
+        if required and not present.all():
+            raise DataError(f"{self.locate(int(np.flatnonzero(~present)[0]))}: column "
+                            f"{name!r} is empty (null)")
+        finite = np.isfinite(values)
+        if not finite.all():
+            row = int(np.flatnonzero(~finite)[0])
+            raise DataError(f"{self.locate(row)}: column {name!r}: value {values[row]} is "
+                            "not finite")
+        return values, present
+
+    def _strings(self, name: str) -> Any:
+        """The column as trimmed strings, empty ones null."""
+        pa, pc = _pyarrow()
+        arr = self.arrays[name]
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.dictionary_decode()
+        if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or \
+                pa.types.is_struct(arr.type) or pa.types.is_map(arr.type):
+            raise self._fail(name, f"has type {arr.type}: a categorical column holds one "
+                             "value a row (give a token list in text=)")
+        if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+            try:
+                arr = pc.cast(arr, pa.string())
+            except pa.ArrowException:
+                raise self._fail(name, f"has type {arr.type}, which does not read as "
+                                 "text") from None
+        arr = pc.utf8_trim_whitespace(arr)
+        return pc.if_else(pc.equal(arr, ""), pa.scalar(None, arr.type), arr)
+
+    def _encode(self, values: Any, rows: I64) -> Values:
+        """(distinct values, row of each, value of each) of non-null strings ``values``
+        whose rows are ``rows``."""
+        _, pc = _pyarrow()
+        encoded = pc.dictionary_encode(values)
+        valid = np.asarray(encoded.indices.is_valid(), dtype=bool)
+        which = np.asarray(encoded.indices.fill_null(0).to_numpy(zero_copy_only=False),
+                           dtype=np.int64)
+        return list(encoded.dictionary.to_pylist()), rows[valid], which[valid]
+
+    def categorical(self, name: str) -> Values:
+        return self._encode(self._strings(name), np.arange(self.n_rows, dtype=np.int64))
+
+    def tokens(self, name: str) -> Values:
+        pa, pc = _pyarrow()
+        arr = self.arrays[name]
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.dictionary_decode()
+        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+            # As a CSV text cell: lower-cased, split on blanks.
+            lists = pc.utf8_split_whitespace(pc.utf8_lower(arr))
+        elif pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+            lists = arr  # a token list: the tokens as given
+            item = arr.type.value_type
+            if not (pa.types.is_string(item) or pa.types.is_large_string(item)):
+                try:
+                    lists = pc.cast(arr, pa.list_(pa.string()))
+                except pa.ArrowException:
+                    raise self._fail(name, f"has type {arr.type}, not text or a list of "
+                                     "tokens") from None
+        else:
+            raise self._fail(name, f"has type {arr.type}, not text or a list of tokens")
+        counts = np.asarray(pc.list_value_length(lists).fill_null(0).to_numpy(
+            zero_copy_only=False), dtype=np.int64)
+        flat = pc.list_flatten(lists)
+        rows = np.repeat(np.arange(self.n_rows, dtype=np.int64), counts)
+        keep = pc.and_(pc.is_valid(flat), pc.not_equal(flat.fill_null(""), ""))
+        mask = np.asarray(keep, dtype=bool)
+        return self._encode(flat.filter(keep), rows[mask])
+
+    def _list(self, name: str, integer: bool) -> tuple[I64, npt.NDArray[Any]]:
+        """(list length of each row, the lists' numbers flat)."""
+        pa, pc = _pyarrow()
+        arr = self.arrays[name]
+        ok = pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)
+        item = arr.type.value_type if ok else None
+        if not ok or not (pa.types.is_integer(item) or pa.types.is_floating(item)):
+            raise self._fail(name, f"has type {arr.type}, not a list of numbers (sparse= "
+                             "takes two list columns: indices and values)")
+        counts = np.asarray(pc.list_value_length(arr).fill_null(0).to_numpy(
+            zero_copy_only=False), dtype=np.int64)
+        flat = pc.list_flatten(arr)
+        if flat.null_count:
+            at = int(np.flatnonzero(~np.asarray(flat.is_valid(), dtype=bool))[0])
+            raise DataError(f"{self.locate(row_of(counts, at))}: column {name!r} holds a null")
+        if integer or pa.types.is_floating(item):  # as stored (no copy)
+            return counts, flat.to_numpy(zero_copy_only=False)
+        return counts, np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+    def pairs(self, indices: str, values: str) -> Pairs:
+        counts_i, index = self._list(indices, True)
+        counts_v, vals = self._list(values, False)
+        finite = np.isfinite(vals)
+        if not finite.all():
+            at = int(np.flatnonzero(~finite)[0])
+            raise DataError(f"{self.locate(row_of(counts_v, at))}: column {values!r}: value {vals[at]} is "
+                            "not finite")
+        return check_pairs(self, (indices, values), counts_i, index, counts_v, vals)
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def _schema_names(scheme: str, handle: Any) -> tuple[list[str], Any]:
+    """(column names, a reader) of an open file."""
+    pa, _ = _pyarrow()
+    if scheme == "parquet":
+        import pyarrow.parquet as pq
+
+        reader = pq.ParquetFile(handle)
+        return list(reader.schema_arrow.names), reader
+    try:
+        reader = pa.ipc.open_file(handle)
+    except pa.ArrowInvalid:
+        handle.seek(0)
+        reader = pa.ipc.open_stream(handle)
+    return list(reader.schema.names), reader
+
+
+def _batches(scheme: str, reader: Any, columns: list[str]) -> Iterator[Any]:
+    """The file's parts, a row group (Parquet) or a record batch (Arrow) at a time."""
+    if scheme == "parquet":
+        for i in range(reader.num_row_groups):
+            # One thread: this runs beside the conversion of the part before (measured:
+            # pyarrow's own pool spent more CPU for no shorter load here).
+            yield reader.read_row_group(i, columns=columns, use_threads=False)
+    elif hasattr(reader, "num_record_batches"):
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i).select(columns)
+    else:
+        for batch in reader:
+            yield batch.select(columns)
+
+
+def _parts(scheme: str, files: Files, needed: list[str]) -> Iterator[ArrowPart]:
+    """Every file's parts in order; the next part is read (pyarrow, without the GIL) while
+    the caller converts this one."""
+    return _ahead(_read_parts(scheme, files, needed))
+
+
+def _read_parts(scheme: str, files: Files, needed: list[str]) -> Iterator[ArrowPart]:
+    pa, _ = _pyarrow()
+    for name in files.names:
+        try:
+            with files.opener(name) as handle:
+                names, reader = _schema_names(scheme, handle)
+                missing = [c for c in needed if c not in names]
+                if missing:
+                    raise DataError(f"{name}: no column(s) {', '.join(missing)} (columns: "
+                                    f"{', '.join(names)})")
+                first = 0
+                for batch in _batches(scheme, reader, needed):
+                    arrays = {c: _whole(batch.column(c)) for c in needed}
+                    yield ArrowPart(name, first, arrays, batch.num_rows, names)
+                    first += batch.num_rows
+        except (pa.ArrowException, OSError) as exc:
+            raise DataError(f"{name}: cannot read as {FORMATS[scheme]}: {exc}") from None
+
+
+_END = object()
+
+
+def _ahead(items: Iterator[ArrowPart]) -> Iterator[ArrowPart]:
+    """``items``, each produced in a helper thread while the previous one is consumed."""
+    with ThreadPoolExecutor(1, thread_name_prefix="hogwild-read") as pool:
+        pending = pool.submit(next, items, _END)
+        while True:
+            item = pending.result()
+            if item is _END:
+                return
+            pending = pool.submit(next, items, _END)
+            yield cast(ArrowPart, item)
+
+
+def _whole(column: Any) -> Any:
+    """One array from a (possibly chunked) column."""
+    return column.combine_chunks() if hasattr(column, "combine_chunks") else column
+
+
+def read_columns(scheme: str, path: str, *, options: HashOptions | None = None,
+                 params: Mapping[str, Any] | None = None) -> Gathered:
+    """The columns ``options`` map (fitting) or fitted ``params`` encode (applying) of every
+    file under ``path``, gathered a row group at a time."""
+    pa, _ = _pyarrow()
+    files = list_files(scheme, path)
+    first = files.names[0]
+    try:
+        with files.opener(first) as handle:
+            names, _ = _schema_names(scheme, handle)
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"{first}: cannot read as {FORMATS[scheme]}: {exc}") from None
+    if params is not None:
+        needs: Needs = apply_needs(params, first, names)
+    else:
+        needs = fit_needs(first, names, options or HashOptions())
+    needed = [c for c in names if c in needs.columns()]
+    return gather(_parts(scheme, files, needed), needs, path, names)
