@@ -376,17 +376,32 @@ class Simulation:
         """Sync star/tree: send every neighbour the message that has become due."""
         edges = self.edges[node]
         own = node == COORDINATOR or edges.own_final
+        # The lowest round heard from the neighbours other than j, for every j at once: the
+        # lowest of all unless j alone holds it, then the second lowest (a star's coordinator
+        # has W neighbours: no W x W scan per arrival).
+        heard = sorted(edges.heard.values())
+        lowest = heard[0] if heard else 0
+        second = heard[1] if len(heard) > 1 else None
+        alone = heard.count(lowest) == 1
+        ended = len(edges.ended)
         for j in self.neighbours(node):
             if j in edges.closed:
                 continue
-            others = [k for k in edges.heard if k != j]
-            if own and all(k in edges.ended for k in others):
+            n_others = len(edges.heard) - 1
+            if own and ended - (j in edges.ended) == n_others:
                 due, last = max(edges.sent.get(j, 0), edges.own_round), True
             else:
-                due = min([edges.heard[k] for k in others]
-                          + ([] if node == COORDINATOR else [edges.own_round]), default=0)
-                last = False
-                if node == COORDINATOR and not others:
+                if n_others == 0:
+                    others_low = None
+                elif alone and edges.heard[j] == lowest:
+                    others_low = second
+                else:
+                    others_low = lowest
+                bounds = [] if others_low is None else [others_low]
+                if node != COORDINATOR:
+                    bounds.append(edges.own_round)
+                due, last = (min(bounds) if bounds else 0), False
+                if node == COORDINATOR and n_others == 0:
                     due = 0
                 if due <= edges.sent.get(j, 0):
                     continue
