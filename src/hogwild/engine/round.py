@@ -43,6 +43,11 @@ class RoundEngine:
         self.snap = w.copy()
         self.averaging = OwnAverage()  # own changes to the averaged part, cut to 1/W
         self.momentum = BlockMomentum()  # combine momentum: the filter of own changes
+        # build_delta's output buffers, kept from round to round: two model-sized arrays
+        # allocated (and page-faulted in) every round cost more than the kernel itself
+        # on a sparse delta. What build returns is a copy of the part used.
+        self._idx = np.empty(0, dtype=np.int32)
+        self._val = np.empty(0, dtype=np.float32)
 
     def load(self, weights: npt.NDArray[np.float64]) -> None:
         """Start from ``weights`` (a run under way): nobody's new update, so no delta is
@@ -86,14 +91,21 @@ class RoundEngine:
         # O(dim), like build_delta: a diverged model is reported, never sent on.
         if not is_finite(self.w):
             raise ModelNotFinite("the weights are no longer finite")
-        idx = np.empty(self.w.size, dtype=np.int32)
-        val = np.empty(self.w.size, dtype=np.float32)
+        if self._idx.size < self.w.size:
+            self._idx = np.empty(self.w.size, dtype=np.int32)
+            self._val = np.empty(self.w.size, dtype=np.float32)
+        idx, val = self._idx, self._val
         n = int(kernels.build_delta(self.w, self.snap, idx, val))
         if n < 0:
             raise InvalidMessage("build_delta: buffers shorter than the model")
         if not np.isfinite(val[:n]).all():  # finite in float64, beyond float32's range
             raise ModelNotFinite("a weight change overflows float32")
         sent_idx, sent_val = self.compress(idx[:n], val[:n], final)
+        # Compression returns new arrays; what still points into the buffers is copied.
+        if np.may_share_memory(sent_idx, idx):
+            sent_idx = sent_idx.copy()
+        if np.may_share_memory(sent_val, val):
+            sent_val = sent_val.copy()
         if rules.combine == "momentum":
             self.momentum.sent(self.w, self.snap)
         if deferring:

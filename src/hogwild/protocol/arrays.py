@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import struct
+import sys
 import zlib
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -33,6 +34,7 @@ _DTYPES: dict[int, np.dtype[Any]] = {
     pb.DTYPE_FLOAT16: np.dtype("<f2"),
 }
 _CODES: dict[str, int] = {dt.str: code for code, dt in _DTYPES.items()}
+_LITTLE = sys.byteorder == "little"
 
 
 # ------------------------------------------------------------------------- array codecs
@@ -101,17 +103,27 @@ def encode_array(array: npt.NDArray[Any], codec: ArrayCodec = RAW) -> pb.Array:
 
 def _encode_array(array: npt.NDArray[Any], codec: ArrayCodec) -> tuple[pb.Array, bytes]:
     """(message, the stored bytes): callers that checksum the bytes avoid re-reading them."""
+    message = pb.Array()
+    return message, fill_array(message, array, codec)
+
+
+def fill_array(message: pb.Array, array: npt.NDArray[Any], codec: ArrayCodec = RAW) -> bytes:
+    """Set ``message`` (an empty Array, e.g. a field of the message that carries it) to
+    ``array``; returns the stored bytes. Filling a field in place spares the copy of the
+    whole payload that assigning a finished Array to it makes."""
     arr = np.asarray(array)
     if arr.ndim != 1:
         raise ValueError(f"only 1-D arrays travel, got shape {arr.shape}")
-    le = arr.dtype.newbyteorder("<")
+    le = arr.dtype if arr.dtype.isnative and _LITTLE else arr.dtype.newbyteorder("<")
     code = _CODES.get(le.str)
     if code is None:
         raise ValueError(f"dtype {arr.dtype} has no wire type")
     stored = codec.pack(np.ascontiguousarray(arr, dtype=le).tobytes())
-    message = pb.Array(dtype=code, length=arr.shape[0], data=stored,  # type: ignore[arg-type]
-                       encoding=codec.encoding)  # type: ignore[arg-type]
-    return message, stored
+    message.dtype = code  # type: ignore[assignment]
+    message.length = arr.shape[0]
+    message.data = stored
+    message.encoding = codec.encoding  # type: ignore[assignment]
+    return stored
 
 
 def decode_array(message: pb.Array, dtype: npt.DTypeLike, what: str,

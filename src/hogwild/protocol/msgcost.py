@@ -4,7 +4,8 @@
 message (``overhead``) and a cost per byte (``1 / bandwidth``), from the median round trip
 of real ``PushDelta`` calls of a small and of a dense delta. The server is a real gRPC
 server on 127.0.0.1 (a free port) whose handler decodes and checks each delta as a worker's
-does, so the figure covers both ends of a message; plain text, so TLS's cost is not in it.
+does, so the figure covers both ends of a message; plain text unless ``measure`` is given
+the credentials of a process (then mutual TLS and the run token, as `hogwild run` uses).
 """
 
 from __future__ import annotations
@@ -47,15 +48,17 @@ class _Sink(pb_grpc.WorkerServicer):
         return pb.Ack()
 
 
-def measure(dim: int, round_trips: int = ROUND_TRIPS) -> MessageCost:
-    """Time real PushDelta calls of a 16-entry and a ``dim``-entry delta over loopback."""
-    security = Security()
+def measure(dim: int, round_trips: int = ROUND_TRIPS,
+            security: Security | None = None) -> MessageCost:
+    """Time real PushDelta calls of a 16-entry and a ``dim``-entry delta over loopback
+    (plain text, or with ``security``'s credentials on both ends)."""
+    security = security if security is not None else Security()
     server = new_server(4, "calibrate", security)
     pb_grpc.add_WorkerServicer_to_server(_Sink(dim), server)  # type: ignore[no-untyped-call]
     port = bind(server, "127.0.0.1", 0, security)
     server.start()
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with _channel(security, f"127.0.0.1:{port}") as channel:
             push = pb_grpc.WorkerStub(channel).PushDelta  # type: ignore[no-untyped-call]
             rng = np.random.default_rng(0)
             small = _median_call(push, dim, 16, rng, round_trips)
@@ -65,6 +68,10 @@ def measure(dim: int, round_trips: int = ROUND_TRIPS) -> MessageCost:
     per_byte = max(0.0, (dense - small) / max(1, 8 * (dim - 16)))
     return MessageCost(overhead=small, bandwidth=1.0 / per_byte if per_byte > 0 else 1e12,
                        small_seconds=small, dense_seconds=dense, dense_entries=dim)
+
+
+def _channel(security: Security, address: str) -> grpc.Channel:
+    return security.channel(address) if security.tls else grpc.insecure_channel(address)
 
 
 def _median_call(push: Any, dim: int, entries: int, rng: np.random.Generator,
