@@ -389,9 +389,15 @@ class RunDriver:
             f"rounds in {train_seconds:.2f}s with {s.workers} worker(s) ({s.mode}); "
             f"test loss {test.loss:.4f}, test accuracy {acc}; "
             f"{totals.deltas_received} deltas, "
-            f"{totals.bytes_received / 1e6:.1f} MB received; outputs in {published}")
+            f"{totals.bytes_received / 1e6:.1f} MB received; "
+            f"{self._refused_text()}outputs in {published}")
         self.console.json_result(metrics)
         return metrics
+
+    def _refused_text(self) -> str:
+        """The done line's word on quarantined senders ("" if none)."""
+        who = self.state.quarantine.summary()
+        return f"quarantined for refused deltas: {who}; " if who else ""
 
     def close(self) -> None:
         self.links.close()

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from hogwild.coordinator.checkpoint import Checkpoint
 from hogwild.coordinator.peer_reports import PeerReports
+from hogwild.coordinator.quarantine import Quarantine
 from hogwild.coordinator.records import (
     AddressClaimed,
     Totals,
@@ -80,6 +81,7 @@ class RunState:
         self.reports = PeerReports(self._lock, self.check_sender, self._droppable,
                                    self._holding, self._drop, lambda wid: self.workers.get(wid))
         self._rejoins: list[int] = []     # workers that registered again during the run
+        self.quarantine = Quarantine()    # senders whose deltas were refused (under the lock)
         # Topology star: called (outside the lock) with every delta applied here, whether
         # it completed its (worker, seq) and the model's version once it was in (see
         # model_version); the relay forwards the sums to the other workers.
@@ -142,6 +144,7 @@ class RunState:
                     self.workers[known].address = address
                     self._by_address[address] = known
             if known is not None:
+                self.quarantine.check(known)
                 record = self.workers[known]
                 if not record.registered:  # back after the coordinator was resumed
                     if self.sealed:
@@ -491,6 +494,15 @@ class RunState:
         with self._lock:
             self._drop(self.workers[worker_id], reason)
             self._lock.notify_all()
+
+    def refuse(self, worker_id: int, why: str) -> None:
+        """A delta of ``worker_id`` was refused for its values: counted, and its sender
+        quarantined (dropped, and refused if it registers again)."""
+        with self._lock:
+            record = self.workers.get(worker_id)
+            if record is not None and self.quarantine.refuse(worker_id, why):
+                self._drop(record, f"quarantined: a delta it sent was refused ({why})")
+                self._lock.notify_all()
 
     def _drop(self, record: WorkerRecord, reason: str) -> None:
         """(Lock held.) ``record`` is dead from now on, for ``reason``; a drop is counted

@@ -38,7 +38,7 @@ from typing import IO, TYPE_CHECKING, Any, TextIO
 
 from hogwild import config
 from hogwild.config import Settings, worker_devices
-from hogwild.errors import EXIT_LEFT, ClusterError
+from hogwild.errors import EXIT_LEFT, EXIT_QUARANTINED, ClusterError
 from hogwild.outputs.console import NORMAL, QUIET, VERBOSE, Verbosity
 from hogwild.runtime.announce import READY_PREFIX, REGISTERED_PREFIX, RESULT_START
 from hogwild.runtime.forked import ForkedProcess, can_fork
@@ -415,6 +415,10 @@ def _supervise(coordinator: Child, workers: list[Child], keep_going: bool, out: 
                 if wcode == EXIT_LEFT:  # sent SIGTERM: it left after its final delta
                     if level > QUIET:
                         say(out, f"[run] {worker.name} left the run (SIGTERM); the others go on")
+                    continue
+                if wcode == EXIT_QUARANTINED:  # its deltas were refused: the run goes on
+                    say(out, f"[run] {worker.name} was quarantined (a delta it sent was "
+                             "refused); the others go on")
                     continue
                 say(out, f"[run] {worker.name} exited with code {wcode}")
                 if not keep_going:

@@ -9,7 +9,7 @@ import time
 import grpc
 
 from hogwild.config import Settings
-from hogwild.errors import ClusterError
+from hogwild.errors import QUARANTINED_PREFIX, ClusterError, Quarantined
 from hogwild.protocol import pb, pb_grpc
 from hogwild.protocol.security import Security
 
@@ -50,6 +50,10 @@ def register_with(settings: Settings, security: Security, request: pb.RegisterRe
                 return reply
             except grpc.RpcError as exc:
                 code = exc.code()
+                details = exc.details() or ""
+                if (code == grpc.StatusCode.PERMISSION_DENIED
+                        and details.startswith(QUARANTINED_PREFIX)):
+                    raise Quarantined(details[len(QUARANTINED_PREFIX):]) from None
                 if code in _REFUSALS:
                     raise ClusterError(f"the coordinator at {address} refused the "
                                        f"registration: {exc.details()}") from None

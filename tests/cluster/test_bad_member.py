@@ -1,0 +1,82 @@
+"""A member with valid credentials that sends wrong deltas (tests/cluster/bad_member.py).
+
+A delta refused for its values (1e30, NaN) quarantines its sender: the others carry on, the
+run says so (metrics.json, the done line) and exits EXIT_QUARANTINED, as does the worker."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hogwild.errors import EXIT_QUARANTINED
+
+from .helpers import READY, Cluster, Proc, flags, read_metrics, require_reuters
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+BAD_MEMBER = Path(__file__).resolve().parent / "bad_member.py"
+REGISTERED = re.compile(r"registered as worker (\d+) of")
+DONE = re.compile(r"done \((.+?)\): [\d.]+ epochs, (\d+) rounds in .*quarantined for refused "
+                  r"deltas: worker (\d+) \((\d+) refused\)")
+
+
+def settings(out: Path, **extra: Any) -> dict[str, Any]:
+    """Reuters earn until a time budget; deadlines short enough for a test."""
+    train, test = require_reuters()
+    return {"data": str(train), "test_data": str(test), "threads": 1, "epochs": 1_000_000,
+            "patience": 0, "eval_interval": 0.5, "out_dir": str(out), "rpc_timeout": 2,
+            "barrier_timeout": 2, "connect_timeout": 60, "register_timeout": 120,
+            "data_cache": False, "insecure": True, "bind_host": "127.0.0.1", **extra}
+
+
+def start_with_a_bad_member(cluster: Cluster, n: int, bad: str, **values: Any) -> Proc:
+    """A coordinator and ``n`` workers, the last started through bad_member.py with
+    ``--bad=bad``; returns the bad one's process."""
+    common = {"workers": n, **values}
+    cluster.coordinator = cluster._spawn("coordinator", "coordinator",
+                                         {**common, "coordinator_port": 0})
+    port = int(cluster.coordinator.wait_for(READY, 60).group(1))
+    worker = {**common, "worker_port": 0, "coordinator_address": f"127.0.0.1:{port}"}
+    for i in range(n - 1):
+        cluster.workers.append(cluster._spawn(f"worker-{i}", "worker", worker))
+    proc = Proc("bad-worker", [sys.executable, str(BAD_MEMBER), f"--bad={bad}", "worker",
+                               *flags(**worker)], cluster.workdir)
+    cluster.procs.append(proc)
+    cluster.workers.append(proc)
+    return proc
+
+
+@pytest.mark.parametrize(("mode", "topology", "bad"), [
+    ("sync", "mesh", "1e30@20"), ("async", "mesh", "nan@20"), ("sync", "star", "1e30@20")])
+def test_a_member_whose_deltas_are_refused_is_quarantined_and_the_run_goes_on(
+        cluster: Cluster, tmp_path: Path, mode: str, topology: str, bad: str) -> None:
+    out = tmp_path / "out"
+    extra = {"staleness": 2} if mode == "async" else {}
+    bad_proc = start_with_a_bad_member(cluster, 3, bad, **settings(
+        out, mode=mode, topology=topology, time_budget=8, **extra))
+    bad_id = int(bad_proc.wait_for(REGISTERED, 120).group(1))
+    assert cluster.coordinator is not None
+    # The run ends (time budget), without the bad member: not as asked, so EXIT_QUARANTINED.
+    assert cluster.coordinator.wait(240) == EXIT_QUARANTINED, cluster.output()
+    # The bad member is refused when it registers again, and says why.
+    assert bad_proc.wait(60) == EXIT_QUARANTINED, cluster.output()
+    assert "quarantined: worker" in bad_proc.output()
+    for proc in cluster.workers:
+        if proc is not bad_proc:
+            assert proc.wait(60) == 0, cluster.output()
+    done = cluster.coordinator.wait_for(DONE, 1)
+    assert done.group(1) == "time budget"
+    assert int(done.group(3)) == bad_id
+    metrics = read_metrics(out)
+    refused = metrics["refused_deltas"]
+    assert list(refused) == [str(bad_id)] and refused[str(bad_id)] >= 1
+    assert int(done.group(4)) == refused[str(bad_id)]
+    assert list(metrics["quarantined_workers"]) == [str(bad_id)]
+    assert bad_id in metrics["dropped_workers"]
+    # Progress did not freeze at round 20 (an honest run does hundreds of rounds in 8 s).
+    assert metrics["rounds"] > 100, metrics["rounds"]
+    assert metrics["test_accuracy"] > 0.95
