@@ -48,6 +48,7 @@ from hogwild.outputs.console import NORMAL, Console
 from hogwild.outputs.history import EvalHistory
 from hogwild.outputs.plotter import BackgroundPlot
 from hogwild.outputs.tensorboard import open_scalars
+from hogwild.protocol.deltanorms import NormWatch
 from hogwild.protocol.health import HealthReporter
 from hogwild.protocol.streams import FinalState
 
@@ -177,6 +178,9 @@ class RunDriver:
             max_rounds = run_max_rounds(s, workers, self.train.n_rows, size)
             layout = Layout(dim, n_features, self.train.n_rows, max_rounds, size, len(workers))
             configs = RunConfigs(s, self.state, spec, layout, self.shipper.max_abs_value())
+            if s.topology != "tree" and (s.delta_norm_bound > 0 or s.norm_clip > 0):
+                # A tree's coordinator gets its children's subtree sums: not comparable.
+                self.state.norms = NormWatch(s.delta_norm_bound, s.norm_clip)
             self.relay = start_relay(s, self.state, workers, dim, self.first_round)
             configure_and_start(self.links, configs, workers, self.first_round,
                                 self.resume is not None or warm_started, self._workers_started)

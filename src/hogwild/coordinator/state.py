@@ -37,6 +37,7 @@ from hogwild.engine.treeview import EdgeSums
 from hogwild.errors import ClusterError, NotAllowed, NotReady, StaleOrUnknown
 from hogwild.model import kernels
 from hogwild.protocol.codec import DecodedDelta, DeltaHeader, check_values
+from hogwild.protocol.deltanorms import NormWatch
 from hogwild.protocol.keys import COORDINATOR, KeyRing
 from hogwild.protocol.security import same_key
 from hogwild.protocol.sequence import SequenceTracker
@@ -98,6 +99,9 @@ class RunState:
         # once the run's settings and data are known; beyond it a delta is refused
         # (INVALID_ARGUMENT) before anything of it is recorded.
         self.max_delta_value = math.inf
+        # Each sender's delta against the recent ones' norms (protocol/deltanorms), where the
+        # coordinator receives each worker's own delta (mesh, star); None: not judged.
+        self.norms: NormWatch | None = None
         # Topology tree: its fan-out. Deltas come only from the coordinator's children:
         # workers whose heap ancestors are all dead (none, at first, for 0..k-1).
         self.tree_fanout: int | None = None
@@ -365,6 +369,8 @@ class RunState:
         h = delta.header
         # Outside the lock: O(entries), and the bound never changes once the run started.
         check_values(delta, self.max_delta_value)
+        if self.norms is not None:  # refused beyond its bound; clipped (star) beyond clip
+            delta = self.norms.check(delta)
         known = self.relay_check is not None and self.relay_check(h.worker_id, h.round, h)
         with self._lock:
             record = self.check_sender(h.run_id, h.worker_id)

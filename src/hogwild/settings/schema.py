@@ -121,6 +121,19 @@ class Settings:
         default="float32",
         metadata=_doc("type of delta values on the wire; float16 halves their bytes, the "
                       "rounding stays in the residual", choices=DELTA_DTYPES, commands=_RC))
+    delta_norm_bound: float = field(
+        default=20.0,
+        metadata=_doc("refuse a delta whose L2 norm per round is more than this many times the "
+                      "median of the last 101 deltas received from all senders (once 20 were), "
+                      "and quarantine its sender; checked by the coordinator (topology mesh, "
+                      "star) and by mesh workers, which see each sender's own delta (0 = off)",
+                      commands=_RC))
+    norm_clip: float = field(
+        default=0.0,
+        metadata=_doc("topology star only: a robust combine for members not trusted; the "
+                      "coordinator scales each worker's delta down to at most this many times "
+                      "the median norm per round of recent deltas before it sums and relays "
+                      "it (0 = off; e.g. 3)", commands=_RC))
     # --- deadlines (seconds) --------------------------------------------------------------
     register_timeout: float = field(
         default=120.0, metadata=_doc("how long the coordinator waits for all workers to register "

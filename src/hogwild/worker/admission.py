@@ -8,6 +8,7 @@ from hogwild.engine.treeshape import depth
 from hogwild.errors import RefusedValues, StaleOrUnknown
 from hogwild.protocol import pb
 from hogwild.protocol.codec import DecodedDelta, decode_delta
+from hogwild.protocol.deltanorms import NormWatch
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 from hogwild.worker.phase import Phase
 from hogwild.worker.plan import RunPlan
@@ -28,6 +29,7 @@ class Admission:
 
     def __init__(self, node: WorkerNode) -> None:
         self.node = node
+        self.norms: NormWatch | None = None  # the relative bound (mesh), made on first use
 
     def admit(self, message: pb.Delta) -> tuple[RunPlan, DecodedDelta, int]:
         """The run's plan, the decoded delta and the highest round it may carry."""
@@ -44,6 +46,12 @@ class Admission:
                 # Values beyond what the run's SGD steps can make are refused like non-finite
                 # ones: a member's 1e30 would wreck this model and, summed on, its peers'.
                 delta = decode_delta(message, plan.dim, plan.max_delta_value)
+                # And values far beyond what the other senders' deltas hold (a mesh: here
+                # each delta is its sender's own; elsewhere sums, judged where they start).
+                if plan.topology == "mesh" and plan.delta_norm_bound > 0:
+                    if self.norms is None:
+                        self.norms = NormWatch(plan.delta_norm_bound)
+                    delta = self.norms.check(delta)
         except RefusedValues as exc:
             self.refuse(int(message.worker_id), str(exc))
             raise

@@ -61,6 +61,8 @@ class RunPlan:
     # largest |x| of the run's training rows (None: not known) and every worker's threads.
     max_abs_value: float | None = None
     run_threads: int = 0
+    # A peer's delta norm per round against the median of recent ones (protocol/deltanorms).
+    delta_norm_bound: float = 0.0
 
     @property
     def max_delta_value(self) -> float:
@@ -150,6 +152,8 @@ class RunPlan:
             raise bad("max_abs_value", "must be finite and non-negative")
         if m.run_threads and m.run_threads < m.threads:
             raise bad("run_threads", "must be 0 (not known) or at least this worker's threads")
+        if not (m.delta_norm_bound == 0 or 2 <= m.delta_norm_bound < math.inf):
+            raise bad("delta_norm_bound", "must be 0 (off) or at least 2 and finite")
         down = frozenset(int(p.worker_id) for p in m.peers if p.down)
         if down and m.topology not in ("", "mesh", "tree"):
             raise bad("peers", "only a mesh or a tree names peers that are down")
@@ -173,4 +177,4 @@ class RunPlan:
                                     m.delta_dtype == "float16"),
             topology=m.topology or "mesh", tree_fanout=int(m.tree_fanout) or 4,
             combine=m.combine or "sum", down=down, max_abs_value=max_abs_value,
-            run_threads=int(m.run_threads))
+            run_threads=int(m.run_threads), delta_norm_bound=float(m.delta_norm_bound))
