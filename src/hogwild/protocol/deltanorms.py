@@ -9,9 +9,11 @@ median over the senders heard from lately of each one's median. One sender canno
 (however often it sends) while most senders are honest. Beyond ``bound`` times it a delta
 is refused (RefusedValues, which quarantines its sender); beyond ``clip`` times it (topology
 star, the coordinator's robust combine) it is scaled down to that size. Nothing is judged
-until MIN_SENDERS senders have been heard from: before, the reference could be the bad
-sender's own (so a receiver that hears fewer senders, a mesh worker of a 3-worker run,
-judges nothing; the coordinator hears them all).
+until MIN_SENDERS senders have been heard from HISTORY times each: before, the reference
+could be the bad sender's own (so a receiver that hears fewer senders, a mesh worker of a
+3-worker run, judges nothing; the coordinator hears them all), or rest on the first deltas
+after a (re)start, which can be far smaller than the ones after them (a resumed run's
+first ones were 1/250 of the next: judged against those, honest workers were refused).
 
 A delta may carry several rounds (queued rounds summed while a link was slow), so its norm
 is divided by the rounds since its sender's previous one, at most MAX_SPAN (a sender cannot
@@ -82,13 +84,13 @@ class NormWatch:
 
     def reference(self) -> float:
         """The median over the senders heard from lately of each one's median norm per
-        round; 0 while fewer than ``min_senders`` were."""
+        round; 0 while fewer than ``min_senders`` were, HISTORY times each."""
         with self._lock:
             return self._reference()
 
     def _reference(self) -> float:
         lately = [s.median for s in self._senders.values()
-                  if s.norms and self._accepted - s.heard <= RECENT]
+                  if len(s.norms) >= HISTORY and self._accepted - s.heard <= RECENT]
         return statistics.median(lately) if len(lately) >= self.min_senders else 0.0
 
     def check(self, delta: DecodedDelta) -> DecodedDelta:
