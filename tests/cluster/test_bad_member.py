@@ -108,7 +108,7 @@ def clean_accuracy(tmp_path: Path, topology: str) -> float:
 
 
 @pytest.mark.parametrize(("topology", "bad", "extra"), [
-    ("mesh", "x100@10", {"delta_norm_bound": 20.0}), ("mesh", "1e5@10", {}),
+    ("mesh", "x100@20", {"delta_norm_bound": 20.0}), ("mesh", "1e5@20", {}),
     ("star", "flip@1", {"norm_clip": 3.0})])
 def test_one_of_four_members_sending_wrong_deltas_below_the_bound_does_not_steer_the_run(
         cluster: Cluster, tmp_path: Path, topology: str, bad: str, extra: dict[str, Any]

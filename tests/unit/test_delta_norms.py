@@ -8,7 +8,7 @@ import pytest
 from hogwild import config
 from hogwild.errors import ConfigError, RefusedValues
 from hogwild.protocol.codec import DecodedDelta, DeltaHeader
-from hogwild.protocol.deltanorms import HISTORY, NormWatch
+from hogwild.protocol.deltanorms import HISTORY, MIN_HISTORY, NormWatch
 
 
 def delta(sender: int, round_: int, values: list[float], final: bool = False) -> DecodedDelta:
@@ -28,9 +28,9 @@ def warm(watch: NormWatch, senders: int = 4, rounds: int = HISTORY) -> int:
 
 def test_a_delta_far_beyond_the_median_is_refused_after_the_warm_up() -> None:
     watch = NormWatch(bound=20)
-    # Until 3 senders were heard from, 8 times each, nothing is judged.
+    # Until 3 senders were heard from, 4 times each, nothing is judged.
     warm(watch, senders=2)
-    warm(watch, senders=3, rounds=HISTORY - 1)
+    warm(watch, senders=3, rounds=MIN_HISTORY - 1)
     assert watch.reference() == 0
     assert watch.check(delta(3, 1, [1e5] * 4)).values[0] == pytest.approx(1e5)
     watch = NormWatch(bound=20)

@@ -9,7 +9,7 @@ median over the senders heard from lately of each one's median. One sender canno
 (however often it sends) while most senders are honest. Beyond ``bound`` times it a delta
 is refused (RefusedValues, which quarantines its sender); beyond ``clip`` times it (topology
 star, the coordinator's robust combine) it is scaled down to that size. Nothing is judged
-until MIN_SENDERS senders have been heard from HISTORY times each: before, the reference
+until MIN_SENDERS senders have been heard from MIN_HISTORY times each: before, the reference
 could be the bad sender's own (so a receiver that hears fewer senders, a mesh worker of a
 3-worker run, judges nothing; the coordinator hears them all), or rest on the first deltas
 after a (re)start, which can be far smaller than the ones after them (a resumed run's
@@ -36,6 +36,7 @@ from hogwild.errors import RefusedValues
 from hogwild.protocol.codec import DecodedDelta
 
 HISTORY = 8       # accepted norms kept per sender
+MIN_HISTORY = 4   # norms a sender needs before its median counts in the reference
 MIN_SENDERS = 3   # senders heard from before any delta is judged
 RECENT = 64       # a sender counts in the reference while it sent one of the last this many
 MAX_SPAN = 8      # most rounds one delta's norm is divided by
@@ -84,13 +85,13 @@ class NormWatch:
 
     def reference(self) -> float:
         """The median over the senders heard from lately of each one's median norm per
-        round; 0 while fewer than ``min_senders`` were, HISTORY times each."""
+        round; 0 while fewer than ``min_senders`` were, MIN_HISTORY times each."""
         with self._lock:
             return self._reference()
 
     def _reference(self) -> float:
         lately = [s.median for s in self._senders.values()
-                  if len(s.norms) >= HISTORY and self._accepted - s.heard <= RECENT]
+                  if len(s.norms) >= MIN_HISTORY and self._accepted - s.heard <= RECENT]
         return statistics.median(lately) if len(lately) >= self.min_senders else 0.0
 
     def check(self, delta: DecodedDelta) -> DecodedDelta:
