@@ -335,7 +335,7 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
             own = worker_settings.replace(device=device)
             worker.hand_arguments(_role_argv("worker", own, config_path)[3:])  # after -m cli
         code = _supervise(coordinator, workers, keep_going, out, v.level)
-        if code == 0 and v.as_json:
+        if code in (0, EXIT_QUARANTINED) and v.as_json:  # outputs written: metrics too
             if coordinator.result is None:
                 raise ClusterError("the coordinator ended without its metrics (--json)")
             print(coordinator.result, file=sys.stdout, flush=True)
