@@ -7,7 +7,7 @@ Runs (Reuters earn, 8 workers of 1 thread, on loopback): sync and async with the
 topology (mesh) for --minutes each, then star and tree (sync) for --other-minutes each. Each
 run gets kill -9 + restart of a worker and SIGSTOP of a worker for 5-15 s at random, one kill
 -9 of the coordinator followed by `--resume`, and one bad member (a worker restarted with its
-delta values 1e5 for a minute); see tests/cluster/soak.py. Each is compared with the same
+delta values 1e30 for a minute); see tests/cluster/soak.py. Each is compared with the same
 run without faults (--clean-minutes long). Prints the Markdown tables (one row a run, then
 every fault with its recovery time) and the targets each run missed, and writes the raw
 figures as JSON (--json).

@@ -2,7 +2,7 @@
 
 Built on chaos.py's faults (kill -9 a worker and start a new one at its address, SIGSTOP a
 worker), with two more: the coordinator killed and started again with ``--resume``, and one
-bad member (a worker restarted through bad_member.py, its deltas' values 1e5 for a minute).
+bad member (a worker restarted through bad_member.py, its deltas' values 1e30 for a minute).
 Every process's RSS and open descriptors are sampled every few seconds; each fault is logged
 with its recovery time, read off the coordinator's console (a worker back: "rejoined"; the
 coordinator back: its first progress row after "resumed run"; the bad member: "dropped:
@@ -378,11 +378,11 @@ class Soak:
             return None
         proc = self.current[wid]
         t0 = time.monotonic()
-        fault = Fault("bad member (1e5) for 60 s", f"worker {wid}", self._now(), lasted=60.0)
+        fault = Fault("bad member (1e30) for 60 s", f"worker {wid}", self._now(), lasted=60.0)
         proc.proc.send_signal(signal.SIGKILL)
         proc.proc.wait(10)
         time.sleep(1.0)
-        bad = self._respawn(wid, f"worker-{wid}-bad", bad="1e5@1:60")
+        bad = self._respawn(wid, f"worker-{wid}-bad", bad="1e30@1:60")
         assert self.coordinator is not None
         started = self._wait_line(bad, re.compile(r"bad member: altering deltas"), t0)
         caught = self._wait_line(self.coordinator,
