@@ -6,8 +6,10 @@
     │   └── DataFormatError       malformed input (names file and line)
     ├── ProtocolError             a message that breaks the wire contract
     │   ├── InvalidMessage        bad content (index out of range, NaN, length mismatch) -> INVALID_ARGUMENT
+    │   │   └── RefusedValues     a delta no honest sender makes (its sender is quarantined)
     │   ├── StaleOrUnknown        unknown run / worker / version mismatch -> FAILED_PRECONDITION
     │   ├── NotAllowed            a caller without the key of the sender it claims -> PERMISSION_DENIED
+    │   │   └── Quarantined       a member whose deltas were refused, for the rest of the run
     │   └── Conflict              a claim on something another holds (an address) -> ALREADY_EXISTS
     ├── Busy                      too many long calls at once -> RESOURCE_EXHAUSTED
     ├── ClusterError              the cluster cannot go on (workers missing, coordinator unreachable)
@@ -59,6 +61,12 @@ class InvalidMessage(ProtocolError):
     """The content of a message is invalid (maps to INVALID_ARGUMENT)."""
 
 
+class RefusedValues(InvalidMessage):
+    """A delta whose values no honest sender makes: an index out of range, a value not finite
+    or beyond the run's bound, a size far beyond what the other senders' deltas have. Its
+    sender is quarantined (maps to INVALID_ARGUMENT)."""
+
+
 class StaleOrUnknown(ProtocolError):
     """A message refers to an unknown run or worker or speaks another protocol version
     (maps to FAILED_PRECONDITION)."""
@@ -72,6 +80,19 @@ class NotReady(ProtocolError):
 class NotAllowed(ProtocolError):
     """The caller may reach the server but not act as the sender it names (maps to
     PERMISSION_DENIED)."""
+
+
+# How the refusal of a quarantined member's registration begins: the worker reads it to tell
+# "quarantined" (exit EXIT_QUARANTINED) from any other refusal (exit 1).
+QUARANTINED_PREFIX = "quarantined: "
+
+
+class Quarantined(NotAllowed):
+    """A member whose deltas were refused: its deltas, reports and registrations are refused
+    for the rest of the run (maps to PERMISSION_DENIED)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{QUARANTINED_PREFIX}{message}")
 
 
 class Busy(HogwildError):
@@ -122,3 +143,10 @@ class TrainingDiverged(HogwildError):
 # a supervisor that restarts failed processes (a Kubernetes Job: an evicted pod) starts it
 # again, and it rejoins or resumes; a run's own end, or the coordinator's Stop, gives 0.
 EXIT_LEFT = 143
+
+# Exit code of a run that ended and wrote its outputs without some of its members: the
+# coordinator quarantined one or more senders whose deltas it refused (metrics.json's
+# refused_deltas and quarantined_workers say which). The run did not finish as asked, so not
+# 0; not 1 either, which says no outputs were written. A quarantined worker exits with it
+# too, and `hogwild run` goes on without it (as without a worker that left on SIGTERM).
+EXIT_QUARANTINED = 3

@@ -1,5 +1,6 @@
 """Real Worker and Coordinator servers: a member's delta of huge finite values (1e30) is refused
-with INVALID_ARGUMENT and leaves the model untouched; a delta inside the run's bound goes."""
+with INVALID_ARGUMENT and leaves the model untouched; its sender is dropped (the coordinator
+quarantines it), so its later deltas are refused too; another member's delta goes."""
 
 from __future__ import annotations
 
@@ -55,10 +56,13 @@ def test_a_worker_refuses_a_members_huge_delta_and_keeps_its_model(worker: Worke
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "beyond what this run" in (info.value.details() or "")
     assert node._apply_inbox() == 0 and node.w.tobytes() == before
-    # The same seq with values a step of this run could make is taken and applied.
-    assert not worker.peer_stub.PushDelta(_delta(node.run_id, (0.5, -0.25)),
-                                          timeout=5).duplicate
-    assert node._apply_inbox() == 1 and node.w[50] == -0.25
+    # Its sender is dropped (no barrier waits for it) and counted; what it sends next is
+    # refused as from a dropped peer, even values a step of this run could make.
+    assert node.inbox.refused == {PEER: 1} and node.inbox.dropped(PEER)
+    with pytest.raises(grpc.RpcError) as info:
+        worker.peer_stub.PushDelta(_delta(node.run_id, (0.5, -0.25)), timeout=5)
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert node._apply_inbox() == 0 and node.w.tobytes() == before
 
 
 @pytest.fixture
@@ -80,6 +84,9 @@ def test_the_coordinator_refuses_a_members_huge_delta_and_keeps_its_model(
         coord.stub.PushDelta(_delta(state.run_id, (HUGE, 0.5), worker_id=0), timeout=5)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert not state.model_copy().any() and state.deltas_received == 0
-    assert not coord.stub.PushDelta(_delta(state.run_id, (0.75, 0.5), worker_id=0),
-                                    timeout=5).duplicate
-    assert state.model_copy()[3] == 0.75 and state.deltas_received == 1
+    # Its sender is quarantined: counted, dropped, and refused whatever it sends next.
+    assert state.quarantine.refused == {0: 1} and state.workers[0].dead
+    with pytest.raises(grpc.RpcError) as info:
+        coord.stub.PushDelta(_delta(state.run_id, (0.75, 0.5), worker_id=0), timeout=5)
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert not state.model_copy().any() and state.deltas_received == 0

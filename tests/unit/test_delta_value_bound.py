@@ -13,7 +13,7 @@ import pytest
 from hogwild import config
 from hogwild.coordinator.state import RunState
 from hogwild.engine.round import RoundEngine
-from hogwild.errors import InvalidMessage
+from hogwild.errors import InvalidMessage, StaleOrUnknown
 from hogwild.model import kernels
 from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.protocol.codec import (
@@ -192,14 +192,19 @@ def test_the_run_config_carries_what_the_bound_needs() -> None:
             RunPlan.from_message(_config(**bad))
 
 
-def test_a_members_huge_delta_is_refused_by_a_worker_and_its_seq_stays_free() -> None:
+def test_a_members_huge_delta_is_refused_by_a_worker_and_its_sender_dropped() -> None:
     node = _node()
     with pytest.raises(InvalidMessage, match="beyond what this run"):
         _push(node, _message(1, (0.25, HUGE), round_=3))
     assert node.inbox.queued() == 0 and node.inbox.peers[1].round == 0
     assert not node.w.any()
-    # A legitimate delta of the same sender and seq still goes, and is applied whole.
-    assert not _push(node, _message(1, (0.25, -0.5), round_=3))
+    # Counted, and dropped: no barrier waits for it (it would never send a round-3 delta
+    # the others take), and what it sends next is refused.
+    assert node.inbox.refused == {1: 1} and node.inbox.peers[1].settled
+    with pytest.raises(StaleOrUnknown, match="dropped"):
+        _push(node, _message(1, (0.25, -0.5), round_=3))
+    # Another member's delta still goes, and is applied whole.
+    assert not _push(node, _message(2, (0.25, -0.5), round_=3))
     assert node._apply_inbox() == 1
     assert node.w[0] == 0.25 and node.w[1] == -0.5
 

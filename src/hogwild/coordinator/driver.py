@@ -49,6 +49,7 @@ from hogwild.outputs.console import NORMAL, Console, run_done, run_saved_line
 from hogwild.outputs.history import EvalHistory
 from hogwild.outputs.plotter import BackgroundPlot
 from hogwild.outputs.tensorboard import open_scalars
+from hogwild.protocol.deltanorms import NormWatch
 from hogwild.protocol.health import HealthReporter
 from hogwild.protocol.streams import FinalState
 
@@ -183,6 +184,9 @@ class RunDriver:
                                  run_class_weights(s.class_weight, splits.labels.classes,
                                                    None if self.local is not None
                                                    else splits.train.labels))
+            if s.topology != "tree" and (s.delta_norm_bound > 0 or s.norm_clip > 0):
+                # A tree's coordinator gets its children's subtree sums: not comparable.
+                self.state.norms = NormWatch(s.delta_norm_bound, s.norm_clip)
             self.relay = start_relay(s, self.state, workers, dim, self.first_round)
             configure_and_start(self.links, configs, workers, self.first_round,
                                 self.resume is not None or warm_started, self._workers_started)
@@ -394,10 +398,14 @@ class RunDriver:
         published = self.run_dir.publish(s.keep_runs)
         if saved is not None and saved is not row:
             self._print(run_saved_line(saved, row))
-        self.console.result(run_done(
+        done = run_done(
             reason, metrics["epochs"], None if saved is row else metrics["saved_epoch"],
             metrics["rounds"], train_seconds, s.workers, s.mode, test.loss, test.accuracy,
-            totals.delta_rounds, totals.bytes_received).text(published))
+            totals.delta_rounds, totals.bytes_received)
+        quarantined = self.state.quarantine.summary()
+        if quarantined:
+            done.add("faults", f"quarantined for refused deltas: {quarantined}")
+        self.console.result(done.text(published))
         self.console.json_result(metrics)
         return metrics
 

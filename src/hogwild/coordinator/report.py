@@ -150,6 +150,16 @@ def run_metrics(s: Settings, splits: Any, spec: ModelSpec, state: RunState, tota
         "model": spec.kind,
         "coordinator_applied_from": {str(k): v for k, v in totals.applied_from.items()},
         "dropped_workers": sorted(r.worker_id for r in state.workers.values() if r.dead),
+        # Deltas refused for their values, per sender, and the senders quarantined for them
+        # (with the first refusal's reason); the exit code is EXIT_QUARANTINED if any.
+        "refused_deltas": {str(k): v for k, v in sorted(state.quarantine.refused.items())},
+        "quarantined_workers": {str(k): v for k, v in sorted(state.quarantine.why.items())},
+        # The coordinator's relative bound (protocol/deltanorms): the largest ratio of a
+        # delta's norm per round to the recent median it let through, and what it did.
+        "delta_norms": None if state.norms is None else {
+            "bound": state.norms.bound, "clip": state.norms.clip,
+            "peak_ratio": state.norms.stats.peak_ratio, "refused": state.norms.stats.refused,
+            "clipped": state.norms.stats.clipped},
         "peer_reports": [{"reporter": a, "peer": b, "round": c, "reason": d}
                          for a, b, c, d in state.peer_reports],
         # Reports not acted on: the accused peer answered, or they came too often; and

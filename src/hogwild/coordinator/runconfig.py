@@ -127,4 +127,5 @@ class RunConfigs:
             delta_dtype=s.delta_dtype, topology=topology or s.topology,
             tree_fanout=s.tree_fanout,
             combine=self.settings.combine, max_abs_value=max_abs_value,
-            run_threads=run_threads, class_weights=list(self.class_weights))
+            run_threads=run_threads, class_weights=list(self.class_weights),
+            delta_norm_bound=s.delta_norm_bound)

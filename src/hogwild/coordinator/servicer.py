@@ -16,7 +16,7 @@ from hogwild.config import MAX_THREADS
 from hogwild.coordinator.identity import register_claim
 from hogwild.coordinator.records import Accusation
 from hogwild.coordinator.state import RunState
-from hogwild.errors import InvalidMessage, NotAllowed, StaleOrUnknown
+from hogwild.errors import InvalidMessage, NotAllowed, RefusedValues, StaleOrUnknown
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import check_version, decode_delta
 from hogwild.protocol.health import LIVENESS
@@ -151,7 +151,13 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         dim = self.state.dim
         if dim is None:
             raise StaleOrUnknown("delta received before the run started")
-        applied = self.state.apply_delta(decode_delta(request, dim))
+        try:
+            applied = self.state.apply_delta(decode_delta(request, dim))
+        except RefusedValues as exc:
+            # A known sender (its key checked above) sent values no honest one sends: it is
+            # quarantined, and the others no longer wait for it.
+            self.state.refuse(request.worker_id, str(exc))
+            raise
         return self._ack(duplicate=not applied)
 
     @translate

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from hogwild.coordinator.checkpoint import Checkpoint
 from hogwild.coordinator.peer_reports import PeerReports
+from hogwild.coordinator.quarantine import Quarantine
 from hogwild.coordinator.records import (
     AddressClaimed,
     Totals,
@@ -36,6 +37,7 @@ from hogwild.engine.treeview import EdgeSums
 from hogwild.errors import ClusterError, NotAllowed, NotReady, StaleOrUnknown
 from hogwild.model import kernels
 from hogwild.protocol.codec import DecodedDelta, DeltaHeader, check_values
+from hogwild.protocol.deltanorms import NormWatch
 from hogwild.protocol.keys import COORDINATOR, KeyRing
 from hogwild.protocol.security import same_key
 from hogwild.protocol.sequence import SequenceTracker
@@ -80,6 +82,7 @@ class RunState:
         self.reports = PeerReports(self._lock, self.check_sender, self._droppable,
                                    self._holding, self._drop, lambda wid: self.workers.get(wid))
         self._rejoins: list[int] = []     # workers that registered again during the run
+        self.quarantine = Quarantine()    # senders whose deltas were refused (under the lock)
         # Topology star: called (outside the lock) with every delta applied here, whether
         # it completed its (worker, seq) and the model's version once it was in (see
         # model_version); the relay forwards the sums to the other workers.
@@ -96,6 +99,9 @@ class RunState:
         # once the run's settings and data are known; beyond it a delta is refused
         # (INVALID_ARGUMENT) before anything of it is recorded.
         self.max_delta_value = math.inf
+        # Each sender's delta against the recent ones' norms (protocol/deltanorms), where the
+        # coordinator receives each worker's own delta (mesh, star); None: not judged.
+        self.norms: NormWatch | None = None
         # Topology tree: its fan-out. Deltas come only from the coordinator's children:
         # workers whose heap ancestors are all dead (none, at first, for 0..k-1).
         self.tree_fanout: int | None = None
@@ -142,6 +148,7 @@ class RunState:
                     self.workers[known].address = address
                     self._by_address[address] = known
             if known is not None:
+                self.quarantine.check(known)
                 record = self.workers[known]
                 if not record.registered:  # back after the coordinator was resumed
                     if self.sealed:
@@ -362,6 +369,8 @@ class RunState:
         h = delta.header
         # Outside the lock: O(entries), and the bound never changes once the run started.
         check_values(delta, self.max_delta_value)
+        if self.norms is not None:  # refused beyond its bound; clipped (star) beyond clip
+            delta = self.norms.check(delta)
         known = self.relay_check is not None and self.relay_check(h.worker_id, h.round, h)
         with self._lock:
             record = self.check_sender(h.run_id, h.worker_id)
@@ -491,6 +500,15 @@ class RunState:
         with self._lock:
             self._drop(self.workers[worker_id], reason)
             self._lock.notify_all()
+
+    def refuse(self, worker_id: int, why: str) -> None:
+        """A delta of ``worker_id`` was refused for its values: counted, and its sender
+        quarantined (dropped, and refused if it registers again)."""
+        with self._lock:
+            record = self.workers.get(worker_id)
+            if record is not None and self.quarantine.refuse(worker_id, why):
+                self._drop(record, f"quarantined: a delta it sent was refused ({why})")
+                self._lock.notify_all()
 
     def _drop(self, record: WorkerRecord, reason: str) -> None:
         """(Lock held.) ``record`` is dead from now on, for ``reason``; a drop is counted

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.errors import InvalidMessage, StaleOrUnknown
+from hogwild.errors import InvalidMessage, RefusedValues, StaleOrUnknown
 from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.protocol.arrays import (
     MAX_CHUNK_BYTES,
@@ -392,12 +392,15 @@ def decode_delta(message: pb.Delta, dim: int | None = None,
         # carries some; empty ones would only fill the receiver's dedup window.
         raise InvalidMessage(f"empty part {message.part} of a delta in {message.parts} parts")
     code, pos = _scan_delta(idx, val, declared, max_value)
+    # RefusedValues: faults of the content itself, which no honest sender's delta has (its
+    # sender is quarantined); the faults above may be a version's or a label's.
     if code == 1:
-        raise InvalidMessage(f"delta index {int(idx[pos])} at position {pos} outside [0, {declared})")
+        raise RefusedValues(f"delta index {int(idx[pos])} at position {pos} outside "
+                            f"[0, {declared})")
     if code == 2:
-        raise InvalidMessage(f"delta value {float(val[pos])} at position {pos} is not finite")
+        raise RefusedValues(f"delta value {float(val[pos])} at position {pos} is not finite")
     if code == 3:
-        raise InvalidMessage(_beyond(float(val[pos]), pos, max_value))
+        raise RefusedValues(_beyond(float(val[pos]), pos, max_value))
     header = DeltaHeader(message.run_id, int(message.worker_id), int(message.round),
                          int(message.seq), declared, int(message.part), int(message.parts),
                          bool(message.final), int(message.examples),
@@ -413,10 +416,10 @@ def _beyond(value: float, pos: int, max_value: float) -> str:
 
 
 def check_values(delta: DecodedDelta, max_value: float) -> None:
-    """InvalidMessage if a value of an already decoded ``delta`` is above ``max_value`` in
+    """RefusedValues if a value of an already decoded ``delta`` is above ``max_value`` in
     magnitude (for a receiver that holds a delta decoded elsewhere)."""
     if max_value == math.inf:
         return
     code, pos = _scan_delta(delta.indices, delta.values, delta.header.dim, max_value)
     if code == 3:
-        raise InvalidMessage(_beyond(float(delta.values[pos]), pos, max_value))
+        raise RefusedValues(_beyond(float(delta.values[pos]), pos, max_value))

@@ -38,7 +38,7 @@ from typing import IO, TYPE_CHECKING, Any, TextIO
 
 from hogwild import config
 from hogwild.config import Settings, worker_devices
-from hogwild.errors import EXIT_LEFT, ClusterError
+from hogwild.errors import EXIT_LEFT, EXIT_QUARANTINED, ClusterError
 from hogwild.outputs.console import NORMAL, QUIET, VERBOSE, Verbosity
 from hogwild.runtime.announce import READY_PREFIX, REGISTERED_PREFIX, RESULT_START
 from hogwild.runtime.forked import ForkedProcess, can_fork
@@ -335,7 +335,7 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
             own = worker_settings.replace(device=device)
             worker.hand_arguments(_role_argv("worker", own, config_path)[3:])  # after -m cli
         code = _supervise(coordinator, workers, keep_going, out, v.level)
-        if code == 0 and v.as_json:
+        if code in (0, EXIT_QUARANTINED) and v.as_json:  # outputs written: metrics too
             if coordinator.result is None:
                 raise ClusterError("the coordinator ended without its metrics (--json)")
             print(coordinator.result, file=sys.stdout, flush=True)
@@ -415,6 +415,10 @@ def _supervise(coordinator: Child, workers: list[Child], keep_going: bool, out: 
                 if wcode == EXIT_LEFT:  # sent SIGTERM: it left after its final delta
                     if level > QUIET:
                         say(out, f"[run] {worker.name} left the run (SIGTERM); the others go on")
+                    continue
+                if wcode == EXIT_QUARANTINED:  # its deltas were refused: the run goes on
+                    say(out, f"[run] {worker.name} was quarantined (a delta it sent was "
+                             "refused); the others go on")
                     continue
                 say(out, f"[run] {worker.name} exited with code {wcode}")
                 if not keep_going:

@@ -235,6 +235,10 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "test_fraction": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
     "delta_threshold": (lambda v: 0 <= v < float("inf"), "must be non-negative and finite"),
     "delta_topk": (lambda v: 0 <= v < 1 << 63, "must be non-negative (0 = off)"),
+    "delta_norm_bound": (lambda v: v == 0 or 2 <= v < float("inf"),
+                         "must be 0 (off) or at least 2 and finite"),
+    "norm_clip": (lambda v: v == 0 or 1 <= v < float("inf"),
+                  "must be 0 (off) or at least 1 and finite"),
     "tree_fanout": BOUNDS["tree_fanout"].rule,
     "chunk_bytes": (lambda v: 4096 <= v <= (1 << 20), "must be between 4096 and 1048576"),
     "data": (lambda v: bool(v.strip()), "must not be empty"),
@@ -259,6 +263,10 @@ def check_together(clean: Mapping[str, Any]) -> None:
         raise ConfigError("combine", "combine average does not go with delta_threshold or "
                                      "delta_topk (the unsent residual would be averaged again "
                                      "every round); use combine sum, or no compression")
+    if clean.get("norm_clip", 0.0) > 0 and clean.get("topology", "mesh") != "star":
+        # Only the star's coordinator sees each sender's own delta before anyone applies it.
+        raise ConfigError("norm_clip", f"needs topology star (each worker's own delta reaches "
+                                       f"the coordinator alone), not {clean.get('topology', 'mesh')}")
     if clean.get("device", "cpu") != "cpu":
         _check_gpu(clean)
     if clean.get("class_weight", "").strip():

@@ -131,6 +131,22 @@ class Settings:
         default="float32",
         metadata=_doc("type of delta values on the wire; float16 halves their bytes, the "
                       "rounding stays in the residual", choices=DELTA_DTYPES, commands=_RC))
+    delta_norm_bound: float = field(
+        default=0.0,
+        metadata=_doc("refuse a delta whose L2 norm per round is more than this many times the "
+                      "median over the senders of each one's recent median, and quarantine its "
+                      "sender; checked by the coordinator (topology mesh, star) and by mesh "
+                      "workers, which see each sender's own delta. For members not trusted: "
+                      "honest deltas can stray far (right after a coordinator's resume they "
+                      "were 3e7 times their recent median), so an honest worker may be refused "
+                      "too; 20 refuses a member scaling its deltas by 100 (0 = off)",
+                      commands=_RC))
+    norm_clip: float = field(
+        default=0.0,
+        metadata=_doc("topology star only: a robust combine for members not trusted; the "
+                      "coordinator scales each worker's delta down to at most this many times "
+                      "the median norm per round of recent deltas before it sums and relays "
+                      "it (0 = off; e.g. 3)", commands=_RC))
     # --- deadlines (seconds) --------------------------------------------------------------
     register_timeout: float = field(
         default=120.0, metadata=_doc("how long the coordinator waits for all workers to register "

@@ -9,7 +9,7 @@ import sys
 import grpc
 
 from hogwild.config import Settings
-from hogwild.errors import EXIT_LEFT, ClusterError
+from hogwild.errors import EXIT_LEFT, EXIT_QUARANTINED, ClusterError, Quarantined
 from hogwild.model.warmup import warmup
 from hogwild.outputs.prometheus import MetricsServer, serve_metrics, worker_reader
 from hogwild.protocol import pb_grpc
@@ -55,7 +55,8 @@ def _build(settings: Settings, node: WorkerNode | None
 
 def serve(settings: Settings) -> int:
     """Run one worker to completion; 0 when the run ends (its own end or the coordinator's
-    Stop), EXIT_LEFT when SIGTERM made it leave a run still under way (final delta sent).
+    Stop), EXIT_LEFT when SIGTERM made it leave a run still under way (final delta sent),
+    EXIT_QUARANTINED when the coordinator refuses it for good (a delta of it was refused).
 
     A worker that loses its place in the run (the coordinator went away, or its peers dropped
     it while it was frozen) registers again with a fresh node, on the same server and address:
@@ -88,7 +89,14 @@ def serve(settings: Settings) -> int:
         warmed = False
         while True:
             node = servicer.node
-            if not node.register(port):
+            try:
+                registered = node.register(port)
+            except Quarantined as exc:
+                # Its deltas were refused: the run goes on without it (not a failure of the
+                # run's other processes, so not exit 1).
+                print(f"hogwild worker: {exc}", file=sys.stderr, flush=True)
+                return EXIT_QUARANTINED
+            if not registered:
                 return EXIT_LEFT  # SIGTERM before the coordinator answered
             # For `hogwild run`, which names this process's output by the id (see announce).
             # One write (print() writes the newline apart, and a log line could land

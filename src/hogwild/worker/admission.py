@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hogwild.engine.treeshape import depth
-from hogwild.errors import StaleOrUnknown
+from hogwild.errors import RefusedValues, StaleOrUnknown
 from hogwild.protocol import pb
 from hogwild.protocol.codec import DecodedDelta, decode_delta
+from hogwild.protocol.deltanorms import NormWatch
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 from hogwild.worker.phase import Phase
 from hogwild.worker.plan import RunPlan
@@ -28,6 +29,7 @@ class Admission:
 
     def __init__(self, node: WorkerNode) -> None:
         self.node = node
+        self.norms: NormWatch | None = None  # the relative bound (mesh), made on first use
 
     def admit(self, message: pb.Delta) -> tuple[RunPlan, DecodedDelta, int]:
         """The run's plan, the decoded delta and the highest round it may carry."""
@@ -39,11 +41,30 @@ class Admission:
         if message.worker_id not in node.inbox.peers:
             raise StaleOrUnknown(f"delta from worker {message.worker_id}, not a peer of "
                                  f"worker {node.worker_id}")
-        with node.timers.timed("decode"):
-            # Values beyond what the run's SGD steps can make are refused like non-finite
-            # ones: a member's 1e30 would wreck this model and, summed on, its peers'.
-            delta = decode_delta(message, plan.dim, plan.max_delta_value)
+        try:
+            with node.timers.timed("decode"):
+                # Values beyond what the run's SGD steps can make are refused like non-finite
+                # ones: a member's 1e30 would wreck this model and, summed on, its peers'.
+                delta = decode_delta(message, plan.dim, plan.max_delta_value)
+                # And values far beyond what the other senders' deltas hold (a mesh: here
+                # each delta is its sender's own; elsewhere sums, judged where they start).
+                if plan.topology == "mesh" and plan.delta_norm_bound > 0:
+                    if self.norms is None:
+                        self.norms = NormWatch(plan.delta_norm_bound)
+                    delta = self.norms.check(delta)
+        except RefusedValues as exc:
+            self.refuse(int(message.worker_id), str(exc))
+            raise
         return plan, delta, self.round_limit(plan, delta.header.worker_id)
+
+    def refuse(self, sender: int, why: str) -> None:
+        """A peer's delta was refused for its values: counted, and the peer dropped (and
+        reported to the coordinator), so that no barrier waits for its deltas any more. The
+        coordinator's relay (topology star, tree) is counted, never dropped."""
+        node = self.node
+        node.inbox.count_refused(sender)
+        if sender != COORDINATOR_SENDER_ID:
+            node._drop_peer(sender, node.rounds, f"a delta it sent was refused ({why})")
 
     def round_limit(self, plan: RunPlan, sender: int) -> int:
         """The highest round a delta from ``sender`` may be labelled now.

@@ -65,6 +65,7 @@ class Inbox:
         self.max_queued = max_queued
         self._queued_from: dict[int, int] = dict.fromkeys(peers, 0)
         self.refused_busy = 0
+        self.refused: dict[int, int] = {}  # per sender: deltas refused for their values
         self._seen: dict[int, SequenceTracker] = {pid: SequenceTracker() for pid in peers}
         self._rounds_done = rounds_done
         self.peers: dict[int, PeerStatus] = {
@@ -144,6 +145,11 @@ class Inbox:
             self._queue.clear()
             self._queued_from = dict.fromkeys(self._queued_from, 0)
         return items
+
+    def count_refused(self, sender: int) -> None:
+        """One more delta of ``sender`` refused for its values."""
+        with self._cond:
+            self.refused[sender] = self.refused.get(sender, 0) + 1
 
     def count_applied(self, deltas: list[DecodedDelta]) -> None:
         with self._cond:

@@ -63,6 +63,8 @@ class RunPlan:
     run_threads: int = 0
     # The weights of the rows labelled -1 and +1 (empty: every row weighs 1).
     class_weights: tuple[float, ...] = ()
+    # A peer's delta norm per round against the median of recent ones (protocol/deltanorms).
+    delta_norm_bound: float = 0.0
 
     @property
     def max_delta_value(self) -> float:
@@ -159,6 +161,8 @@ class RunPlan:
                                        "finite and >= 0")
         if m.class_weights and (m.loss == "squared" or spec.is_mlp):
             raise bad("class_weights", "weigh a linear classifier's classes only")
+        if not (m.delta_norm_bound == 0 or 2 <= m.delta_norm_bound < math.inf):
+            raise bad("delta_norm_bound", "must be 0 (off) or at least 2 and finite")
         down = frozenset(int(p.worker_id) for p in m.peers if p.down)
         if down and m.topology not in ("", "mesh", "tree"):
             raise bad("peers", "only a mesh or a tree names peers that are down")
@@ -183,4 +187,5 @@ class RunPlan:
             topology=m.topology or "mesh", tree_fanout=int(m.tree_fanout) or 4,
             combine=m.combine or "sum", down=down, max_abs_value=max_abs_value,
             run_threads=int(m.run_threads),
-            class_weights=tuple(float(w) for w in m.class_weights))
+            class_weights=tuple(float(w) for w in m.class_weights),
+            delta_norm_bound=float(m.delta_norm_bound))

@@ -9,7 +9,7 @@ import time
 import grpc
 
 from hogwild.config import Settings
-from hogwild.errors import ClusterError, ConfigError
+from hogwild.errors import QUARANTINED_PREFIX, ClusterError, ConfigError, Quarantined
 from hogwild.protocol import pb, pb_grpc
 from hogwild.protocol.mismatch import diagnose_tls, explain_token
 from hogwild.protocol.security import Security
@@ -53,7 +53,11 @@ def register_with(settings: Settings, security: Security, request: pb.RegisterRe
                 return reply
             except grpc.RpcError as exc:
                 code = exc.code()
-                _check_mismatch(settings, address, code, exc.details() or "")
+                details = exc.details() or ""
+                if (code == grpc.StatusCode.PERMISSION_DENIED
+                        and details.startswith(QUARANTINED_PREFIX)):
+                    raise Quarantined(details[len(QUARANTINED_PREFIX):]) from None
+                _check_mismatch(settings, address, code, details)
                 if code in _REFUSALS:
                     raise ClusterError(f"the coordinator at {address} refused the "
                                        f"registration: {exc.details()}") from None
