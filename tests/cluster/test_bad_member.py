@@ -23,7 +23,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 BAD_MEMBER = Path(__file__).resolve().parent / "bad_member.py"
 REGISTERED = re.compile(r"registered as worker (\d+) of")
-DONE = re.compile(r"done \((.+?)\): [\d.]+ epochs, (\d+) rounds in .*quarantined for refused "
+DONE = re.compile(r"done \((.+?)\): [\d.]+ epochs(?: \(model of epoch [\d.]+\))?, (\d+) "
+                  r"rounds in .*quarantined for refused "
                   r"deltas: worker (\d+) \((\d+) refused\)")
 
 

@@ -28,3 +28,8 @@ def test_without_the_weight_column_the_same_data_loads(tmp_path: Path) -> None:
     source = _csv(tmp_path).replace("&weight=w", "")
     splits, _, train = load_data(config.load(None, {}, {"data": source, "workers": 2}))
     assert train.n_rows > 0 and splits.train.weights is None
+    # class_weight travels in the run's configuration, not in the shards: allowed.
+    weighted = config.load(None, {}, {"data": source, "workers": 2,
+                                      "class_weight": "balanced"})
+    splits, _, _ = load_data(weighted)
+    assert splits.train.weights is not None

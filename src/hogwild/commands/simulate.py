@@ -144,7 +144,7 @@ def simulate_job(settings: Settings, options: SimOptions,
 def _simulate(settings: Settings, options: SimOptions, console: Console, started: float,
               run: artifacts.RunDir) -> dict[str, Any]:
     splits = load_splits(settings)
-    if splits.train.weights is not None:  # the virtual workers train as a cluster's do
+    if (splits.hashing or {}).get("weight"):  # the virtual workers train as a cluster's do
         raise ConfigError("data", f"{settings.data}: a weight column (weight=) is used by "
                           "`hogwild train` only, not by cluster runs nor their simulation")
     if splits.labels.task == MULTICLASS:

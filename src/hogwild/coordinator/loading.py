@@ -35,8 +35,8 @@ def load_data(s: Settings) -> tuple[Any, LocalShipping | None, TrainShape]:
         from hogwild.inprocess.local import load_splits
 
         splits, local = load_splits(s), None
-        if splits.train.weights is not None:
-            # The shards travel as four arrays: the weights would be dropped on the way,
+        if (splits.hashing or {}).get("weight"):
+            # The shards travel as four arrays: a weight column would be dropped on the way,
             # and the run would train a model the data did not ask for.
             raise ConfigError("data", f"{s.data}: a weight column (weight=) is used by "
                               "`hogwild train` only; cluster runs do not ship row weights: "
