@@ -132,7 +132,7 @@ def run_hogwild(train: Path, test: Path, out: Path, *, data_cache: bool, threads
     metrics = json.loads((out / "latest" / "metrics.json").read_text())
     if int(metrics["epochs"]) != EPOCHS:
         raise RuntimeError(f"hogwild ran {metrics['epochs']} epochs, expected {EPOCHS}")
-    if not (out / "loss.png").is_file():
+    if not (out / "latest" / "loss.png").is_file():
         raise RuntimeError("hogwild exited without its loss plot")
     return Run(name, seconds, float(metrics["test_accuracy"]),
                f"{note}; load {metrics['load_seconds']:.2f}s, train "

@@ -132,3 +132,26 @@ def test_a_cache_of_the_previous_layout_is_parsed_again_and_said(
            f"parsing {path} again" in caplog.text
     assert json.loads((where / "meta.json").read_text())["key"]["version"] == CACHE_VERSION
     assert find_cached(path, where, zero_based=False) is not None
+
+
+def test_reading_a_cache_hashes_its_arrays_as_it_loads_them_not_in_a_pass_before(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The checksums are still checked (the damage tests above), but on the blocks the load
+    # reads anyway: no separate pass over the cache files.
+    from hogwild.data import cache
+
+    path = _source(tmp_path)
+    truth = read_svmlight(path)
+    passes = [0]
+    real = cache._hash_rest
+
+    def counted(f: object) -> str:
+        passes[0] += 1
+        return real(f)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cache, "_hash_rest", counted)
+    parses = _parse_count(monkeypatch)
+    again = read_svmlight(path)
+    assert _same(again, truth) and parses[0] == 0 and passes[0] == 0
+    assert find_cached(path, cache_path(path), zero_based=False) is not None
+    assert passes[0] == 4  # find_cached on its own still checks all four arrays

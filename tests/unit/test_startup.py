@@ -118,6 +118,33 @@ def test_blas_probe_is_left_alone_once_scipy_linalg_is_loaded() -> None:
     assert "blas: True True" in _run(code)
 
 
+def test_command_kernels_run_without_importing_cffi_which_still_imports_after() -> None:
+    # The command's own import path (import_long_lived), then the first kernel calls.
+    code = ("import sys\n"
+            "from hogwild.runtime.startup import import_long_lived\n"
+            "import_long_lived('hogwild.inprocess.local')\n"
+            "from hogwild.model.warmup import warmup\n"
+            "warmup()\n"
+            "print('after kernels:', 'cffi' in sys.modules, 'pycparser' in sys.modules)\n"
+            "import cffi\n"
+            "print('cffi works:', cffi.FFI().sizeof('int'))\n")
+    out = _run(code)
+    assert "after kernels: False False" in out
+    assert "cffi works: 4" in out
+
+
+def test_a_library_user_keeps_numba_cffi_support() -> None:
+    # Importing hogwild as a library (no import_long_lived) leaves numba as it is.
+    code = ("import cffi\n"
+            "from hogwild.model.warmup import warmup\n"
+            "from hogwild.runtime.startup import import_long_lived\n"
+            "warmup()\n"
+            "import_long_lived('hogwild.inprocess.local')\n"
+            "from numba.core.typing import cffi_utils\n"
+            "print('supported:', cffi_utils.SUPPORTED)\n")
+    assert "supported: True" in _run(code)
+
+
 def _blas_run(code: str, **env_extra: str) -> str:
     env = _env()
     env.pop("OPENBLAS_NUM_THREADS", None)

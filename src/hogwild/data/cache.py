@@ -23,7 +23,8 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -89,15 +90,22 @@ class CachedArrays:
     max_index: int
     offsets: dict[str, int]
     label_note: str | None = None  # see hogwild.data.labelcheck
+    # Each array's checksum in meta.json, when find_cached left checking them to the reader
+    # (empty: they were checked already).
+    unchecked: Mapping[str, str] = field(default_factory=dict)
 
     def open(self, name: str) -> io.BufferedReader:
         return open(self.where / f"{name}.npy", "rb")
 
 
-def find_cached(source: Path, where: Path, *, zero_based: bool) -> CachedArrays | None:
+def find_cached(source: Path, where: Path, *, zero_based: bool,
+                check_content: bool = True) -> CachedArrays | None:
     """The cache in ``where`` if it is complete and matches ``source`` now, else None (a
     stale, foreign or damaged cache is ignored; the rows themselves are checked as they are
-    read, see hogwild.data.cacheblocks)."""
+    read, see hogwild.data.cacheblocks). ``check_content`` False: the arrays' checksums are
+    not computed here but handed on in ``unchecked``, for a reader that reads every array
+    once anyway and hashes it as it goes (hogwild.data.cacheblocks.load_cached): checking
+    here first read the whole cache twice."""
     try:
         meta = json.loads((where / "meta.json").read_text())
         key = meta.get("key") if isinstance(meta, dict) else None
@@ -128,16 +136,26 @@ def find_cached(source: Path, where: Path, *, zero_based: bool) -> CachedArrays 
                     return None
                 # The content itself: damage that keeps the shape (a label flipped, values
                 # scaled) passes every check of the rows and would train silently.
-                if _hash_rest(f) != checksums.get(name):
-                    log.warning("the data cache %s is damaged (its data does not match the "
-                                "checksum in %s): parsing %s again", where / f"{name}.npy",
-                                where / "meta.json", source)
+                if check_content and _hash_rest(f) != checksums.get(name):
+                    warn_damaged(where, name, source)
                     return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         if not isinstance(exc, FileNotFoundError):
             log.debug("ignoring unusable cache %s: %s", where, exc)
         return None
-    return CachedArrays(where, n_rows, nnz, max_index, offsets, label_note)
+    unchecked = {} if check_content else {name: str(checksums.get(name)) for name in ARRAYS}
+    return CachedArrays(where, n_rows, nnz, max_index, offsets, label_note, unchecked)
+
+
+def warn_damaged(where: Path, name: str, source: Path | str) -> None:
+    """Say that the array ``name`` of the cache in ``where`` does not match its checksum."""
+    log.warning("the data cache %s is damaged (its data does not match the checksum in %s): "
+                "parsing %s again", where / f"{name}.npy", where / "meta.json", source)
+
+
+def new_hasher() -> Any:
+    """A hasher of the kind meta.json's checksums are."""
+    return xxhash.xxh3_64()
 
 
 def _hash_rest(f: io.BufferedReader) -> str:

@@ -10,7 +10,7 @@ import numpy as np
 
 from hogwild.data._threads import default_threads
 from hogwild.data.blockparse import parse_text
-from hogwild.data.cache import CachedArrays, CacheWriter
+from hogwild.data.cache import ARRAYS, CachedArrays, CacheWriter, new_hasher, warn_damaged
 from hogwild.data.csr import CSRData, _check_structure
 from hogwild.data.labelcheck import LabelWatch
 from hogwild.data.placement import RowTarget
@@ -76,20 +76,33 @@ def read_cached_indptr(found: CachedArrays) -> np.ndarray:
 
 
 def load_cached(found: CachedArrays, *, seed: int | None = None, threads: int | None = None,
-                block_nnz: int = BLOCK_BYTES // 8) -> CSRData | None:
+                block_nnz: int = BLOCK_BYTES // 8, source: Path | str = "") -> CSRData | None:
     """The rows of a cache, read block by block (see cached_blocks) straight into their
     final places (shuffled by ``seed`` as in load_text); None if the cache turns out damaged
-    (the caller re-parses)."""
+    (the caller re-parses). Checksums that find_cached left ``unchecked`` are computed on
+    the blocks as they are read (they cover every array's data, in order, once): a
+    mismatch is warned about as find_cached does (naming ``source``) and gives None."""
     n_threads = max(1, threads if threads is not None else default_threads())
+    hashers = {name: new_hasher() for name in found.unchecked}
     try:
         indptr = read_cached_indptr(found)
+        if hashers:
+            hashers["indptr"].update(indptr.data)
         target = RowTarget.create(np.diff(indptr), seed, n_threads)
         for r0, block in cached_blocks(found, block_nnz, indptr):
+            if hashers:
+                hashers["indices"].update(block.indices.data)
+                hashers["values"].update(block.values.data)
+                hashers["labels"].update(block.labels.data)
             target.put(block.indptr, block.indices, block.values, block.labels, r0,
                        str(found.where))
     except DataError as exc:
         log.debug("ignoring unusable cache %s: %s", found.where, exc)
         return None
+    for name in ARRAYS:
+        if name in hashers and hashers[name].hexdigest() != found.unchecked[name]:
+            warn_damaged(found.where, name, source)
+            return None
     return target.finish(found.max_index + 1, found.label_note)
 
 

@@ -103,9 +103,10 @@ def read_svmlight(path: PathLike, *, n_features: int | None = None, zero_based: 
         else None
     t0 = time.perf_counter()
     if where is not None:
-        found = find_cached(path, where, zero_based=zero_based)
+        # The checksums are computed while the arrays are read, not in a pass of their own.
+        found = find_cached(path, where, zero_based=zero_based, check_content=False)
         if found is not None and (n_features is None or found.max_index < int(n_features)):
-            data = load_cached(found, seed=shuffle_seed, threads=threads)
+            data = load_cached(found, seed=shuffle_seed, threads=threads, source=path)
             if data is not None:
                 log.info("%s: %s rows read from the data cache %s in %.2fs", path,
                          f"{data.n_rows:,}", where, time.perf_counter() - t0)

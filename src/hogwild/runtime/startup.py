@@ -65,10 +65,38 @@ def long_lived() -> Iterator[None]:
 
 
 def import_long_lived(*modules: str) -> None:
-    """Import ``modules`` (and what they import) as long-lived objects."""
+    """Import ``modules`` (and what they import) as long-lived objects; numba, if they
+    load it, without its cffi support (see numba_without_cffi)."""
     with long_lived():
         for name in modules:
             importlib.import_module(name)
+        if "numba" in sys.modules:
+            numba_without_cffi()
+
+
+_CFFI_TYPING = "numba.core.typing.cffi_utils"
+
+
+def numba_without_cffi() -> None:
+    """Load numba's cffi typing while ``cffi`` cannot be imported.
+
+    The first call of any compiled kernel (cached or not) imports numba's cffi typing, which
+    imports cffi and builds a ``cffi.FFI()``, pulling in pycparser: 0.04-0.06 CPU s in every
+    process that calls a kernel (the job's, the coordinator's, each worker's), for a
+    feature no kernel here uses (numba then types cffi objects as unknown). Only the
+    command's own processes do this, not a program that imports hogwild as a library; the
+    block is lifted at once, so a later ``import cffi`` works as usual. Nothing is done when
+    either module is already loaded."""
+    if _CFFI_TYPING in sys.modules or "cffi" in sys.modules:
+        return
+    sys.modules["cffi"] = None  # type: ignore[assignment]  # import raises ImportError
+    try:
+        importlib.import_module(_CFFI_TYPING)
+    except ImportError:
+        pass  # a numba laid out otherwise: it imports cffi by itself later, as it did
+    finally:
+        if sys.modules.get("cffi", 0) is None:
+            del sys.modules["cffi"]
 
 
 def before_exit() -> None:
