@@ -19,16 +19,9 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-
 from hogwild import config
-from hogwild.commands.simulate import SimOptions, scenario_of
-from hogwild.data.split import shard
-from hogwild.engine.guard import SwingGuard
-from hogwild.engine.simulate import Simulation
-from hogwild.engine.threads import KernelPlan
+from hogwild.commands.simulate import SimOptions, kernel_plan, scenario_of, simulation_of
 from hogwild.inprocess.local import load_splits, model_spec
-from hogwild.model.arrays import csr_arrays
 from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss
 
@@ -38,28 +31,16 @@ TOLERANCE = 0.005
 def simulate(splits: Any, base: dict[str, Any], workers: int, mode: str, seed: int,
              evals: float) -> dict[str, Any]:
     s = config.load(None, {}, {**base, "workers": workers, "threads": 1, "mode": mode,
-                               "seed": seed}).for_run()
+                               "seed": seed}).for_run(splits.train.n_rows)
     spec = model_spec(s, splits.train.n_features)
-    kernel = KernelPlan(spec=spec, loss=s.loss, round_size=1, threads=1,
-                        learning_rate=s.learning_rate, lr_schedule=s.lr_schedule,
-                        lr_decay=s.lr_decay, power_t=s.power_t, l2=s.l2, fit_bias=s.fit_bias)
     sc = scenario_of(s, SimOptions(evals_per_epoch=evals), splits.train.n_rows,
-                     splits.train.nnz, kernel)
-    shards = [csr_arrays(p, spec.n_features) for p in shard(splits.train, workers, seed=seed)]
-    loss = get_loss(s.loss)
-
-    def evaluate(w: np.ndarray) -> tuple[float, float | None]:
-        m = evaluate_model(splits.val, w, loss, spec)
-        return m.loss, m.accuracy
-
-    guard = (SwingGuard(s.mode, s.staleness, s.swing_tolerance, splits.val.n_rows)
-             if s.swing_tolerance is not None else None)
+                     splits.train.nnz, kernel_plan(s, spec))
     began = time.perf_counter()
-    result = Simulation(sc, shards, evaluate, guard=guard).run()
-    test = evaluate_model(splits.test, result.best_weights, loss, spec).accuracy
+    result = simulation_of(s, splits, sc, spec).run()
+    test = evaluate_model(splits.test, result.best_weights, get_loss(s.loss), spec).accuracy
     return {"history": result.history, "seconds": result.seconds, "messages": result.messages,
             "bytes": result.bytes, "test": test, "topology": s.topology,
-            "combine": s.combine, "wall": time.perf_counter() - began}
+            "combine": sc.rules.combine, "wall": time.perf_counter() - began}
 
 
 def time_to(history: list[dict[str, Any]], target: float) -> float | None:
@@ -76,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="1,2,4,8,16,32,64")
     ap.add_argument("--modes", default="sync,async")
     ap.add_argument("--seeds", default="0")
-    ap.add_argument("--epochs", type=float, default=10)
+    ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--evals-per-epoch", type=float, default=16)
     args = ap.parse_args(argv)
     base = {"data": args.data, "test_data": args.test, "epochs": args.epochs}

@@ -107,6 +107,37 @@ def estimate_events(scenario: Scenario) -> tuple[int, int, int]:
     return deliveries, steps, deliveries + steps
 
 
+def kernel_plan(settings: Settings, spec: Any) -> KernelPlan:
+    """The virtual workers' kernel: the run's model, loss and step sizes (one round size
+    is filled in by scenario_of)."""
+    return KernelPlan(
+        spec=spec, loss=settings.loss, round_size=1, threads=settings.threads,
+        learning_rate=settings.learning_rate, lr_schedule=settings.lr_schedule,
+        lr_decay=settings.lr_decay, power_t=settings.power_t, l2=settings.l2,
+        fit_bias=settings.fit_bias, thread_buffer=False,
+        deep_lr_scale=settings.deep_lr_scale if spec.is_mlp else 1.0)
+
+
+def simulation_of(settings: Settings, splits: Any, scenario: Scenario,
+                  spec: Any) -> Simulation:
+    """The run's simulation, ready to run: the shards cut as the coordinator cuts them, the
+    validation set evaluated as it evaluates it, the swing guard acting as it acts."""
+    shards = [csr_arrays(part, spec.n_features)
+              for part in shard(splits.train, settings.workers, seed=settings.seed,
+                                mode=settings.shipping if settings.shipping in
+                                ("partition", "replicate") else "partition")]
+    loss = get_loss(settings.loss)
+
+    def evaluate(w: np.ndarray) -> tuple[float, float | None]:
+        m = evaluate_model(splits.val, w, loss, spec)
+        return m.loss, m.accuracy
+
+    guard = (SwingGuard(settings.mode, settings.staleness, settings.swing_tolerance,
+                        splits.val.n_rows)
+             if settings.swing_tolerance is not None and splits.val.n_rows else None)
+    return Simulation(scenario, shards, evaluate if splits.val.n_rows else None, guard=guard)
+
+
 def check_cost(scenario: Scenario, topology: str, max_events: float) -> int:
     """The estimated events; UsageError naming what makes them so many when they exceed
     ``max_events``, a warning when they exceed WARN_EVENTS."""
@@ -153,26 +184,11 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
     for line in data_lines(splits):
         console.say(line)
     spec = model_spec(settings, splits.train.n_features)
-    kernel = KernelPlan(
-        spec=spec, loss=settings.loss, round_size=1, threads=settings.threads,
-        learning_rate=settings.learning_rate, lr_schedule=settings.lr_schedule,
-        lr_decay=settings.lr_decay, power_t=settings.power_t, l2=settings.l2,
-        fit_bias=settings.fit_bias, thread_buffer=False,
-        deep_lr_scale=settings.deep_lr_scale if spec.is_mlp else 1.0)
+    kernel = kernel_plan(settings, spec)
     if options.calibrate:
         options = _calibrated(options, splits.train, kernel, settings.workers, console)
     scenario = scenario_of(settings, options, splits.train.n_rows, splits.train.nnz, kernel)
     check_cost(scenario, settings.topology, options.max_events)  # before any shard is cut
-    shards = [csr_arrays(part, spec.n_features)
-              for part in shard(splits.train, settings.workers, seed=settings.seed,
-                                mode=settings.shipping if settings.shipping in
-                                ("partition", "replicate") else "partition")]
-    loss = get_loss(settings.loss)
-
-    def evaluate(w: np.ndarray) -> tuple[float, float | None]:
-        m = evaluate_model(splits.val, w, loss, spec)
-        return m.loss, m.accuracy
-
     net = options.network
     console.say(f"simulating {settings.workers} worker(s) x {settings.threads} thread(s), "
                 f"{settings.mode}, {settings.topology}, combine {scenario.rules.combine}"
@@ -182,11 +198,9 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
                 f"{net.latency * 1e3:g} ms ({net.jitter}) latency, "
                 f"{net.bandwidth / 1e9:g} GB/s")
     began = time.perf_counter()
-    guard = (SwingGuard(settings.mode, settings.staleness, settings.swing_tolerance,
-                        splits.val.n_rows)
-             if settings.swing_tolerance is not None and splits.val.n_rows else None)
-    result = Simulation(scenario, shards, evaluate if splits.val.n_rows else None,
-                        guard=guard).run()
+    simulation = simulation_of(settings, splits, scenario, spec)
+    guard = simulation.guard
+    result = simulation.run()
     wall = time.perf_counter() - began
     if result.diverged:
         raise TrainingDiverged("the simulated run", settings.learning_rate)
