@@ -52,7 +52,7 @@ def driver(mode: str, staleness: int | None = None, max_rounds: int = 3,
     rules = ExchangeRules(mode=mode, staleness=staleness, n_peers=peers, averaged_from=8)
     engine = RoundEngine(rules, np.zeros(8))
     inbox, outbox = FakeInbox({p: Peer() for p in range(1, peers + 1)}), FakeOutbox()
-    return RoundDriver(engine, inbox, outbox, 1, max_rounds), inbox, outbox
+    return RoundDriver(engine, inbox, outbox.send, 1, max_rounds), inbox, outbox
 
 
 def test_sync_waits_at_the_barrier_until_every_peer_sent_the_round() -> None:

@@ -6,7 +6,7 @@ talks to the network through two narrow ends:
 
 * an :class:`Inbox`: the deltas that arrived and are not applied yet, and what is known of
   each peer's rounds and finals (``engine.rules.PeerView``);
-* an :class:`Outbox`: "send this delta of round r (final or not)".
+* an :data:`Outbox`: "send this delta of round r (final or not)".
 
 It never blocks. Each call returns what the caller does next (:class:`Next`): train the next
 round, wait (for the sync barrier, or for a peer too far behind in async mode) and call
@@ -38,11 +38,9 @@ class Inbox(Protocol):
         """The deltas arrived and not yet applied, oldest first (removed from the inbox)."""
 
 
-class Outbox(Protocol):
-    """Where the worker's own deltas go."""
-
-    def send(self, round_: int, final: bool, indices: Indices, values: Values) -> None:
-        """Send the delta of own changes of ``round_`` (``final``: the last one)."""
+# Where the worker's own deltas go: send(round, final, indices, values), ``final`` for the
+# last one (everything not sent yet).
+Outbox = Callable[[int, bool, Indices, Values], None]
 
 
 class Next(enum.Enum):
@@ -173,4 +171,4 @@ class RoundDriver:
         indices, values = self.engine.build(round_, final, self.inbox.peers)
         if self.timed is not None:
             self.timed("build_delta", time.perf_counter() - t0, 1)
-        self.outbox.send(round_, final, indices, values)
+        self.outbox(round_, final, indices, values)

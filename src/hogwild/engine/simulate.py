@@ -31,9 +31,10 @@ scheduling). Hogwild threads inside one worker run one after another here, so th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,48 +181,35 @@ class _Edges:
 
 
 @dataclass
-class _Worker:
-    """A virtual worker; also its driver's inbox (what arrived, the peers' rounds)."""
+class _Inbox:
+    """A virtual worker's inbox (its driver's): the peers' rounds, what arrived."""
 
-    wid: int
-    rows: CSRArrays
-    cursors: list[ThreadCursor]
-    engine: RoundEngine
-    speed: float
-    nnz_per_row: float
-    peer_table: dict[int, _Peer]
-    finished: bool = False
-    waiting_since: float | None = None
+    table: dict[int, _Peer]
     queued: list[Part] = field(default_factory=list)
-    driver: RoundDriver | None = None
 
     def peers(self) -> dict[int, _Peer]:
-        return self.peer_table
+        return self.table
 
-    def take(self) -> Sequence[Part]:
+    def take(self) -> list[Part]:
         items, self.queued = self.queued, []
         return items
 
-    @property
-    def steps(self) -> RoundDriver:
-        assert self.driver is not None
-        return self.driver
+
+@dataclass
+class _Worker:
+    wid: int
+    rows: CSRArrays
+    cursors: list[ThreadCursor]
+    speed: float
+    nnz_per_row: float
+    inbox: _Inbox
+    driver: RoundDriver
+    finished: bool = False
+    waiting_since: float | None = None
 
     @property
     def round(self) -> int:
-        return self.steps.round
-
-
-@dataclass
-class _Outbox:
-    """A virtual worker's outbox: its deltas go out on the simulated network."""
-
-    sim: Simulation
-    wid: int
-
-    def send(self, round_: int, final: bool, indices: npt.NDArray[np.int32],
-             values: npt.NDArray[np.float32]) -> None:
-        self.sim.send_own(self.wid, round_, final, indices, values)
+        return self.driver.round
 
 
 class Simulation:
@@ -250,11 +238,12 @@ class Simulation:
         for wid, rows in enumerate(shards):
             speed = scenario.speeds[wid] if scenario.speeds else DEFAULT_SPEED
             nnz = float(rows.indptr[-1]) / max(1, rows.n_rows)
-            wk = _Worker(wid, rows, make_cursors(rows.n_rows, scenario.kernel.threads),
-                         RoundEngine(rules, w0.copy()), speed, max(nnz, 1.0),
-                         {p: _Peer() for p in range(scenario.workers) if p != wid})
-            wk.driver = RoundDriver(wk.engine, wk, _Outbox(self, wid), 1, scenario.max_rounds)
-            self.workers.append(wk)
+            inbox = _Inbox({p: _Peer() for p in range(scenario.workers) if p != wid})
+            driver = RoundDriver(RoundEngine(rules, w0.copy()), inbox,
+                                 functools.partial(self.send_own, wid), 1, scenario.max_rounds)
+            self.workers.append(_Worker(wid, rows, make_cursors(rows.n_rows,
+                                                                scenario.kernel.threads),
+                                        speed, max(nnz, 1.0), inbox, driver))
         self.senders: dict[int, _Sender] = {n: _Sender() for n in self._nodes()}
         # Sync star and tree relay a round's sums once they are complete; async ones (and
         # mesh workers) send each delta as it comes.
@@ -319,7 +308,7 @@ class Simulation:
             weights=self.global_w, best_weights=best_w, history=self.history,
             best=self.best, seconds=self.now, rounds=max(wk.round for wk in self.workers),
             examples=self.examples, messages=self.messages, bytes=self.bytes,
-            max_staleness=max(wk.steps.max_staleness for wk in self.workers),
+            max_staleness=max(wk.driver.max_staleness for wk in self.workers),
             waited=self.waited, trained=self.trained,
             sending=self.sending, diverged=self.diverged,
             adjustments=[a.as_dict() for a in self.guard.adjustments] if self.guard else [])
@@ -339,7 +328,7 @@ class Simulation:
             plan = dataclasses.replace(kernel, round_size=size,
                                        learning_rate=kernel.learning_rate * self.lr_scale)
             for cursor in wk.cursors:
-                loss, n = train_round(wk.rows, wk.engine.w, plan, cursor)
+                loss, n = train_round(wk.rows, wk.driver.engine.w, plan, cursor)
                 self.loss_sum += loss
                 self.loss_rows += n
                 rows += n
@@ -357,7 +346,7 @@ class Simulation:
         # The driver's on_round_trained, with the evaluation between its two steps: an
         # adjustment of the guard (a tighter staleness bound) gates this round's successor.
         try:
-            wk.steps.end_round(round_)
+            wk.driver.end_round(round_)
         except ModelNotFinite:
             self.diverged = True
         if self.examples >= self.next_eval:
@@ -365,7 +354,7 @@ class Simulation:
             while self.next_eval <= self.examples:
                 self.next_eval += self.total_rows / self.sc.evals_per_epoch
         if not self.diverged:
-            self._act(wk, wk.steps.advance())
+            self._act(wk, wk.driver.advance())
 
     def _act(self, wk: _Worker, step: Next) -> None:
         """Do what the driver says: start the next round, finish, or wait."""
@@ -373,7 +362,7 @@ class Simulation:
             return
         if step is Next.FINISH:
             try:
-                wk.steps.finish()
+                wk.driver.finish()
             except ModelNotFinite:
                 self.diverged = True
             wk.finished = True
@@ -465,10 +454,10 @@ class Simulation:
             wk = self.workers[node]
             for source, r in packet.rounds.items():
                 if source != node:
-                    peer = wk.peer_table[source]
+                    peer = wk.inbox.table[source]
                     peer.round = max(peer.round, r)
                     peer.final = peer.final or source in packet.finals
-            wk.queued.append((idx, val))
+            wk.inbox.queued.append((idx, val))
         if self.batched:
             edges = self.edges[node]
             edges.heard[came_from] = max(edges.heard[came_from], packet.label)
@@ -487,7 +476,7 @@ class Simulation:
             # Applied at once in async mode (as the cluster's RPC threads do), else at the
             # worker's next round boundary; a waiting worker may go on.
             wk = self.workers[node]
-            step = wk.steps.on_arrival()
+            step = wk.driver.on_arrival()
             if step is not None:
                 self._act(wk, step)
 
@@ -516,7 +505,7 @@ class Simulation:
                         self.rules = dataclasses.replace(self.rules,
                                                          staleness=adjustment.staleness)
                         for wk in self.workers:
-                            wk.engine.rules = self.rules
+                            wk.driver.engine.rules = self.rules
         self.history.append(row)
 
 

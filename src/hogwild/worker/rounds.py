@@ -36,7 +36,7 @@ class RoundLoop:
     * ONE exchange thread (the caller of :meth:`run`) runs the round sequence of
       :class:`RoundDriver` (the simulator runs the same): at every round boundary apply the
       queued peer deltas, build the delta of own updates, and queue it for every peer and
-      the coordinator (:class:`WireOutbox`). In sync mode it then waits until every live peer's delta of that round
+      the coordinator (:meth:`send`). In sync mode it then waits until every live peer's delta of that round
       has arrived (deadline: barrier_timeout; a peer that misses it is dropped and reported),
       applies them, and only then lets the training threads start the next round, so every
       worker has applied exactly the same deltas before round r+1. In async mode the training
@@ -80,7 +80,7 @@ class RoundLoop:
         node, plan = self.node, self.node.plan
         assert plan is not None
         with self.driver_lock:
-            self._driver = RoundDriver(node.engine, InboxView(node.inbox), WireOutbox(self),
+            self._driver = RoundDriver(node.engine, InboxView(node.inbox), self.send,
                                        plan.first_round, plan.max_rounds,
                                        timed=node.timers.add)
             self._inbox = node.inbox
@@ -262,6 +262,28 @@ class RoundLoop:
         if plan.mode == "async" and node.tree is None:
             self.apply_arrived()  # what RPC threads queued while the lock was held
 
+    def send(self, round_: int, final: bool, indices: np.ndarray, values: np.ndarray) -> None:
+        """The driver's outbox: queue own delta for every destination, or the tree's relay."""
+        node = self.node
+        plan = node.plan
+        assert plan is not None
+        if node.tree is not None:
+            with node._tree_lock:
+                node.tree.own(indices, values)
+            node._tree_flush(plan, round_, final)
+            node.rounds = max(node.rounds, round_)
+            return
+        t1 = time.perf_counter()
+        messages = node._encode_delta(indices, values, round_, final, node.examples)
+        node.timers.add("encode", time.perf_counter() - t1, len(messages))
+        outgoing = OutgoingDelta(round_, final, node.examples, indices, values, messages)
+        for dest in node.destinations.values():
+            dest.put_delta(outgoing if not dest.coalesce else OutgoingDelta(
+                round_, final, node.examples, indices, values, messages))
+        node.deltas_sent += len(messages)
+        node.rounds = max(node.rounds, round_)
+        node.max_staleness = max(node.max_staleness, lag(round_, node.inbox.snapshot()))
+
     def encode_delta(self, indices: np.ndarray, values: np.ndarray, round_: int, final: bool,
                       examples: int) -> list[pb.Delta]:
         """The messages of one delta under a new seq (exchange and sender threads call it); each
@@ -369,30 +391,3 @@ class InboxView:
             self.source.count_applied(items)
         return [(d.indices, d.values) for d in items]
 
-
-class WireOutbox:
-    """The round driver's outbox on the wire: every destination, or the tree's relay."""
-
-    def __init__(self, loop: RoundLoop) -> None:
-        self.loop = loop
-
-    def send(self, round_: int, final: bool, indices: np.ndarray, values: np.ndarray) -> None:
-        node = self.loop.node
-        plan = node.plan
-        assert plan is not None
-        if node.tree is not None:
-            with node._tree_lock:
-                node.tree.own(indices, values)
-            node._tree_flush(plan, round_, final)
-            node.rounds = max(node.rounds, round_)
-            return
-        t1 = time.perf_counter()
-        messages = node._encode_delta(indices, values, round_, final, node.examples)
-        node.timers.add("encode", time.perf_counter() - t1, len(messages))
-        outgoing = OutgoingDelta(round_, final, node.examples, indices, values, messages)
-        for dest in node.destinations.values():
-            dest.put_delta(outgoing if not dest.coalesce else OutgoingDelta(
-                round_, final, node.examples, indices, values, messages))
-        node.deltas_sent += len(messages)
-        node.rounds = max(node.rounds, round_)
-        node.max_staleness = max(node.max_staleness, lag(round_, node.inbox.snapshot()))
