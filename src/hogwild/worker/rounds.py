@@ -36,12 +36,12 @@ class RoundLoop:
     * ONE exchange thread (the caller of :meth:`run`) runs the round sequence of
       :class:`RoundDriver` (the simulator runs the same): at every round boundary apply the
       queued peer deltas, build the delta of own updates, and queue it for every peer and
-      the coordinator (:meth:`send`). In sync mode it then waits until every live peer's delta of that round
-      has arrived (deadline: barrier_timeout; a peer that misses it is dropped and reported),
-      applies them, and only then lets the training threads start the next round, so every
-      worker has applied exactly the same deltas before round r+1. In async mode the training
-      threads never wait for it (with bounded staleness s they wait only for a peer more than
-      s rounds behind).
+      the coordinator (:meth:`send`). In sync mode it then waits until every live peer's
+      delta of that round has arrived (deadline: barrier_timeout; a peer that misses it is
+      dropped and reported), applies them, and only then lets the training threads start
+      the next round, so every worker has applied exactly the same deltas before round
+      r+1. In async mode the training threads never wait for it (with bounded staleness s
+      they wait only for a peer more than s rounds behind).
     * One sender thread per destination (sender.py); gRPC threads validate and queue. In
       async mode the gRPC thread that accepted a delta also applies it at once
       (:meth:`apply_arrived`) rather than leaving it for this worker's next round boundary, a
@@ -192,12 +192,12 @@ class RoundLoop:
             if node.fatal is not None:
                 raise ClusterError(node.fatal)
             if ready > last:
-                step = self.round_trained(plan, ready)
+                self.round_trained(plan, ready)
                 last = ready
-                # Async: the training threads wait at the staleness gate themselves.
+                # Async: the training threads wait at the staleness gate themselves. Sync:
+                # the barrier, passed already or not (a tree relays what arrived meanwhile).
                 if plan.mode == "sync":
-                    if step is Next.BARRIER:
-                        self.barrier(plan, ready)
+                    self.barrier(plan, ready)
                     with node._cond:
                         node._cond.notify_all()  # the next round is open (may_start)
             elif not alive:
@@ -233,8 +233,9 @@ class RoundLoop:
             return self.driver.apply_arrived()
 
     def round_trained(self, plan: RunPlan, round_: int) -> Next:
-        """The driver's step at a round boundary: apply, build, send, then the barrier or
-        the next round (what to wait for, if anything)."""
+        """The driver's step at a round boundary: apply, build, send, then past the barrier
+        or the staleness gate if it may (else what :meth:`barrier` or :meth:`may_start`
+        waits for)."""
         node = self.node
         with node._exchange_lock:
             try:
@@ -375,7 +376,6 @@ class RoundLoop:
             node.liveness.drop_silent(plan, node.rounds, "waiting for its final delta")
 
 
-
 class InboxView:
     """The worker's inbox as the round driver sees it."""
 
@@ -390,4 +390,3 @@ class InboxView:
         if items:
             self.source.count_applied(items)
         return [(d.indices, d.values) for d in items]
-
