@@ -208,6 +208,10 @@ class _Worker:
     waiting_since: float | None = None
 
     @property
+    def engine(self) -> RoundEngine:
+        return self.driver.engine
+
+    @property
     def round(self) -> int:
         return self.driver.round
 
@@ -328,7 +332,7 @@ class Simulation:
             plan = dataclasses.replace(kernel, round_size=size,
                                        learning_rate=kernel.learning_rate * self.lr_scale)
             for cursor in wk.cursors:
-                loss, n = train_round(wk.rows, wk.driver.engine.w, plan, cursor)
+                loss, n = train_round(wk.rows, wk.engine.w, plan, cursor)
                 self.loss_sum += loss
                 self.loss_rows += n
                 rows += n
@@ -505,7 +509,7 @@ class Simulation:
                         self.rules = dataclasses.replace(self.rules,
                                                          staleness=adjustment.staleness)
                         for wk in self.workers:
-                            wk.driver.engine.rules = self.rules
+                            wk.engine.rules = self.rules
         self.history.append(row)
 
 
