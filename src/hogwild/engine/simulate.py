@@ -2,7 +2,9 @@
 
 Each virtual worker is what a cluster worker is, minus the transport: its shard, its T
 training threads' cursors (engine/threads.py, the same kernel), a RoundEngine (the same
-averaging, delta building and compression) and the same gates (engine/rules.py). Time is
+averaging, delta building and compression) sequenced by the same RoundDriver (driver.py:
+the barrier, the staleness gate, the final), whose inbox and outbox are this module's
+simulated network. Time is
 simulated, so 64 workers behave on 2 cores as they would on 64 machines:
 
 * a worker trains a round in ``slices`` steps; a step of R rows per thread takes
@@ -29,6 +31,7 @@ scheduling). Hogwild threads inside one worker run one after another here, so th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import math
 from collections.abc import Callable
@@ -38,10 +41,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.engine.driver import Next, RoundDriver
 from hogwild.engine.guard import SwingGuard
 from hogwild.engine.network import BYTES_PER_ENTRY, DEFAULT_SPEED, Network
 from hogwild.engine.round import ModelNotFinite, RoundEngine
-from hogwild.engine.rules import ExchangeRules, barrier_ready, lag, may_start
+from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.sparse import sum_sparse
 from hogwild.engine.threads import KernelPlan, ThreadCursor, make_cursors, train_round
 from hogwild.engine.treeshape import children, parent
@@ -177,19 +181,39 @@ class _Edges:
 
 
 @dataclass
+class _Inbox:
+    """A virtual worker's inbox (its driver's): the peers' rounds, what arrived."""
+
+    table: dict[int, _Peer]
+    queued: list[Part] = field(default_factory=list)
+
+    def peers(self) -> dict[int, _Peer]:
+        return self.table
+
+    def take(self) -> list[Part]:
+        items, self.queued = self.queued, []
+        return items
+
+
+@dataclass
 class _Worker:
     wid: int
     rows: CSRArrays
     cursors: list[ThreadCursor]
-    engine: RoundEngine
     speed: float
     nnz_per_row: float
-    peers: dict[int, _Peer]
-    round: int = 0
+    inbox: _Inbox
+    driver: RoundDriver
     finished: bool = False
     waiting_since: float | None = None
-    queued: list[tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]] = field(
-        default_factory=list)
+
+    @property
+    def engine(self) -> RoundEngine:
+        return self.driver.engine
+
+    @property
+    def round(self) -> int:
+        return self.driver.round
 
 
 class Simulation:
@@ -218,10 +242,12 @@ class Simulation:
         for wid, rows in enumerate(shards):
             speed = scenario.speeds[wid] if scenario.speeds else DEFAULT_SPEED
             nnz = float(rows.indptr[-1]) / max(1, rows.n_rows)
-            self.workers.append(_Worker(
-                wid, rows, make_cursors(rows.n_rows, scenario.kernel.threads),
-                RoundEngine(rules, w0.copy()), speed, max(nnz, 1.0),
-                {p: _Peer() for p in range(scenario.workers) if p != wid}))
+            inbox = _Inbox({p: _Peer() for p in range(scenario.workers) if p != wid})
+            driver = RoundDriver(RoundEngine(rules, w0.copy()), inbox,
+                                 functools.partial(self.send_own, wid), 1, scenario.max_rounds)
+            self.workers.append(_Worker(wid, rows, make_cursors(rows.n_rows,
+                                                                scenario.kernel.threads),
+                                        speed, max(nnz, 1.0), inbox, driver))
         self.senders: dict[int, _Sender] = {n: _Sender() for n in self._nodes()}
         # Sync star and tree relay a round's sums once they are complete; async ones (and
         # mesh workers) send each delta as it comes.
@@ -235,7 +261,6 @@ class Simulation:
         self.messages = 0
         self.bytes = 0
         self.examples = 0
-        self.max_staleness = 0
         self.waited = 0.0
         self.trained = 0.0
         self.sending = 0.0
@@ -287,7 +312,8 @@ class Simulation:
             weights=self.global_w, best_weights=best_w, history=self.history,
             best=self.best, seconds=self.now, rounds=max(wk.round for wk in self.workers),
             examples=self.examples, messages=self.messages, bytes=self.bytes,
-            max_staleness=self.max_staleness, waited=self.waited, trained=self.trained,
+            max_staleness=max(wk.driver.max_staleness for wk in self.workers),
+            waited=self.waited, trained=self.trained,
             sending=self.sending, diverged=self.diverged,
             adjustments=[a.as_dict() for a in self.guard.adjustments] if self.guard else [])
 
@@ -321,45 +347,39 @@ class Simulation:
 
     def _on_round_end(self, wid: int, round_: int) -> None:
         wk = self.workers[wid]
-        wk.round = round_
-        self._apply_queued(wk)
-        self.max_staleness = max(self.max_staleness, lag(round_, wk.peers))
-        self._send_own(wk, round_, final=False)
+        # The driver's on_round_trained, with the evaluation between its two steps: an
+        # adjustment of the guard (a tighter staleness bound) gates this round's successor.
+        try:
+            wk.driver.end_round(round_)
+        except ModelNotFinite:
+            self.diverged = True
         if self.examples >= self.next_eval:
             self._evaluate()
             while self.next_eval <= self.examples:
                 self.next_eval += self.total_rows / self.sc.evals_per_epoch
-        self._advance(wk)
+        if not self.diverged:
+            self._act(wk, wk.driver.advance())
 
-    def _advance(self, wk: _Worker) -> None:
-        """Start the next round, finish, or wait (the barrier, the staleness gate)."""
+    def _act(self, wk: _Worker, step: Next) -> None:
+        """Do what the driver says: start the next round, finish, or wait."""
         if wk.finished or self.diverged:
             return
-        r = wk.round
-        if self.rules.mode == "sync" and self.sc.workers > 1:
-            if not barrier_ready(r, wk.peers):
-                self._wait(wk)
-                return
-            self._apply_queued(wk)
-        if r >= self.sc.max_rounds:
-            self._send_own(wk, r, final=True)
+        if step is Next.FINISH:
+            try:
+                wk.driver.finish()
+            except ModelNotFinite:
+                self.diverged = True
             wk.finished = True
-            return
-        if self.rules.mode == "async" and not may_start(self.rules, r + 1, wk.peers):
-            self._wait(wk)
-            return
-        self._start_round(wk)
+        elif step.waiting:
+            if wk.waiting_since is None:
+                wk.waiting_since = self.now
+        else:
+            self._start_round(wk)
 
-    def _wait(self, wk: _Worker) -> None:
-        if wk.waiting_since is None:
-            wk.waiting_since = self.now
-
-    def _send_own(self, wk: _Worker, round_: int, final: bool) -> None:
-        try:
-            idx, val = wk.engine.build(round_, final, lambda: wk.peers)
-        except ModelNotFinite:
-            self.diverged = True
-            return
+    def send_own(self, wid: int, round_: int, final: bool, idx: npt.NDArray[np.int32],
+                 val: npt.NDArray[np.float32]) -> None:
+        """A worker's own delta onto the network (its driver's outbox)."""
+        wk = self.workers[wid]
         packet = _Packet([(idx.copy(), val.copy())], {wk.wid: round_},
                          {wk.wid} if final else set())
         if self.batched:
@@ -453,14 +473,10 @@ class Simulation:
             wk = self.workers[node]
             for source, r in packet.rounds.items():
                 if source != node:
-                    peer = wk.peers[source]
+                    peer = wk.inbox.table[source]
                     peer.round = max(peer.round, r)
                     peer.final = peer.final or source in packet.finals
-            if self.rules.mode == "async" and self.rules.topology != "tree":
-                wk.engine.apply([(idx, val)])
-                wk.engine.settle(wk.peers)
-            else:
-                wk.queued.append((idx, val))
+            wk.inbox.queued.append((idx, val))
         if self.batched:
             edges = self.edges[node]
             edges.heard[came_from] = max(edges.heard[came_from], packet.label)
@@ -476,15 +492,12 @@ class Simulation:
                 if n != came_from:
                     self._queue(node, n, packet)
         if node != COORDINATOR:
+            # Applied at once in async mode (as the cluster's RPC threads do), else at the
+            # worker's next round boundary; a waiting worker may go on.
             wk = self.workers[node]
-            if wk.waiting_since is not None:
-                self._advance(wk)
-
-    def _apply_queued(self, wk: _Worker) -> None:
-        if wk.queued:
-            wk.engine.apply(wk.queued)
-            wk.queued = []
-        wk.engine.settle(wk.peers)
+            step = wk.driver.on_arrival()
+            if step is not None:
+                self._act(wk, step)
 
     # ------------------------------------------------------------------ evaluation
 

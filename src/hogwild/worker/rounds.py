@@ -1,21 +1,23 @@
-"""A worker's round loop: the training threads, the exchange at each round boundary, the barrier."""
+"""A worker's round loop: the training threads, and the round sequence (engine/driver.py) on the wire."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hogwild.engine.driver import Next, Part, RoundDriver
 from hogwild.engine.round import ModelNotFinite
-from hogwild.engine.rules import barrier_ready, lag, may_start
+from hogwild.engine.rules import PeerView, lag
 from hogwild.engine.threads import WORKER_CALLS, ThreadRounds, make_cursors
 from hogwild.errors import ClusterError
 from hogwild.protocol import pb
-from hogwild.protocol.codec import DecodedDelta, DeltaHeader, encode_delta_parts
-from hogwild.worker.inbox import PeerStatus
+from hogwild.protocol.codec import DeltaHeader, encode_delta_parts
+from hogwild.worker.inbox import Inbox, PeerStatus
 from hogwild.worker.phase import Phase
 from hogwild.worker.plan import RunPlan
 from hogwild.worker.sender import OutgoingDelta
@@ -31,14 +33,15 @@ class RoundLoop:
 
     * T training threads run :func:`train_round` on the shared ``w`` without any lock: the
       engine's thread loop (:class:`ThreadRounds`), gated by :meth:`may_start`.
-    * ONE exchange thread (the caller of :meth:`run`) does, at every round boundary: apply
-      the queued peer deltas, build the delta of own updates, and queue it for every peer and
-      the coordinator. In sync mode it then waits until every live peer's delta of that round
-      has arrived (deadline: barrier_timeout; a peer that misses it is dropped and reported),
-      applies them, and only then lets the training threads start the next round, so every
-      worker has applied exactly the same deltas before round r+1. In async mode the training
-      threads never wait for it (with bounded staleness s they wait only for a peer more than
-      s rounds behind).
+    * ONE exchange thread (the caller of :meth:`run`) runs the round sequence of
+      :class:`RoundDriver` (the simulator runs the same): at every round boundary apply the
+      queued peer deltas, build the delta of own updates, and queue it for every peer and
+      the coordinator (:meth:`send`). In sync mode it then waits until every live peer's
+      delta of that round has arrived (deadline: barrier_timeout; a peer that misses it is
+      dropped and reported), applies them, and only then lets the training threads start
+      the next round, so every worker has applied exactly the same deltas before round
+      r+1. In async mode the training threads never wait for it (with bounded staleness s
+      they wait only for a peer more than s rounds behind).
     * One sender thread per destination (sender.py); gRPC threads validate and queue. In
       async mode the gRPC thread that accepted a delta also applies it at once
       (:meth:`apply_arrived`) rather than leaving it for this worker's next round boundary, a
@@ -56,9 +59,32 @@ class RoundLoop:
     def __init__(self, node: WorkerNode) -> None:
         self.node = node
         self.threads: ThreadRounds | None = None
-        self.gate = 0                    # sync: highest round the threads may start
+        self._driver: RoundDriver | None = None
+        self._inbox: Inbox | None = None
+        self.driver_lock = threading.RLock()
         self.seq = 0
         self.seq_lock = threading.Lock()
+
+    @property
+    def driver(self) -> RoundDriver:
+        """The round sequence over this node's engine and inbox (made anew once configure
+        replaced them)."""
+        node = self.node
+        with self.driver_lock:  # RPC threads (applying) and the exchange thread ask for it
+            d = self._driver
+            if d is None or d.engine is not node.engine or self._inbox is not node.inbox:
+                d = self.new_driver()
+            return d
+
+    def new_driver(self) -> RoundDriver:
+        node, plan = self.node, self.node.plan
+        assert plan is not None
+        with self.driver_lock:
+            self._driver = RoundDriver(node.engine, InboxView(node.inbox), self.send,
+                                       plan.first_round, plan.max_rounds,
+                                       timed=node.timers.add)
+            self._inbox = node.inbox
+            return self._driver
 
     def run(self) -> None:
         """Train until max_rounds or a stop request, then finish (final delta, peers' finals).
@@ -85,7 +111,7 @@ class RoundLoop:
             log.info("training on %s: %d rows a round, one kernel launch each (two where "
                      "the shard wraps)", node.settings.device, plan.threads * plan.round_size)
         cursors = make_cursors(arrays.n_rows, streams, fraction)
-        self.gate = plan.first_round
+        self.new_driver()  # from Start's first round on
         # The coordinator may have shrunk the step (node.step_plan): read at every round.
         threads = ThreadRounds(arrays, node.engine.w, lambda: node.step_plan or plan, cursors,
                                plan.first_round, plan.max_rounds, hot=node.hot, calls=calls,
@@ -128,24 +154,23 @@ class RoundLoop:
 
     def may_start(self, r: int) -> bool:
         """Block until round ``r`` may start; False if the node is stopping."""
-        node = self.node
+        node, driver = self.node, self.driver
         plan = node.plan
         assert plan is not None
-        if plan.mode == "sync":
+        if plan.mode == "sync":  # open once the exchange thread passed the barrier before it
             with node._cond:
-                node._cond.wait_for(lambda: self.gate >= r or node.stop_requested.is_set())
+                node._cond.wait_for(lambda: driver.may_start(r) or node.stop_requested.is_set())
                 return not node.stop_requested.is_set()
         if node.stop_requested.is_set():
             return False
-        rules = node.engine.rules  # the configured bound, or the tighter one of an adjustment
-        if rules.staleness is not None:
-            slack = rules.staleness
-            # Once round r is done this worker is r rounds in; a peer more than `slack` rounds
-            # behind that holds us back until it catches up or falls silent for barrier_timeout.
-            while not node.inbox.wait(
-                    lambda peers: node.stop_requested.is_set() or may_start(rules, r, peers),
-                    min(0.25, plan.barrier_timeout)):
-                node.liveness.drop_silent(plan, r - 1, f"more than {slack} rounds behind")
+        # The configured bound, or the tighter one of an adjustment (the engine's rules).
+        slack = node.engine.rules.staleness
+        # Once round r is done this worker is r rounds in; a peer more than `slack` rounds
+        # behind that holds us back until it catches up or falls silent for barrier_timeout.
+        while not node.inbox.wait(
+                lambda peers: node.stop_requested.is_set() or driver.may_start(r, peers),
+                min(0.25, plan.barrier_timeout)):
+            node.liveness.drop_silent(plan, r - 1, f"more than {slack} rounds behind")
         return not node.stop_requested.is_set()
 
     def exchange_loop(self, plan: RunPlan) -> None:
@@ -167,13 +192,14 @@ class RoundLoop:
             if node.fatal is not None:
                 raise ClusterError(node.fatal)
             if ready > last:
-                self.exchange(plan, ready, final=False)
+                self.round_trained(plan, ready)
                 last = ready
+                # Async: the training threads wait at the staleness gate themselves. Sync:
+                # the barrier, passed already or not (a tree relays what arrived meanwhile).
                 if plan.mode == "sync":
                     self.barrier(plan, ready)
                     with node._cond:
-                        self.gate = ready + 1
-                        node._cond.notify_all()
+                        node._cond.notify_all()  # the next round is open (may_start)
             elif not alive:
                 return
             node.reports.maybe_report_progress(plan, done=False)
@@ -203,52 +229,58 @@ class RoundLoop:
                 node._exchange_lock.release()
 
     def apply_inbox(self) -> int:
-        node = self.node
-        with node._exchange_lock:  # never beside build_delta, nor another apply
-            items = node.inbox.drain()
-            applied = self.apply_items(items) if items else 0
-            node.engine.settle(node.inbox.snapshot())
-            return applied
+        with self.node._exchange_lock:  # never beside build_delta, nor another apply
+            return self.driver.apply_arrived()
 
-    def apply_items(self, items: list[DecodedDelta]) -> int:
-        node = self.node
-        t0 = time.perf_counter()
-        node.engine.apply((d.indices, d.values) for d in items)
-        node.inbox.count_applied(items)
-        node.timers.add("apply", time.perf_counter() - t0, len(items))
-        return len(items)
-
-    def exchange(self, plan: RunPlan, round_: int, final: bool) -> None:
-        """Apply what arrived, build the delta of own updates, queue it for everyone."""
+    def round_trained(self, plan: RunPlan, round_: int) -> Next:
+        """The driver's step at a round boundary: apply, build, send, then past the barrier
+        or the staleness gate if it may (else what :meth:`barrier` or :meth:`may_start`
+        waits for)."""
         node = self.node
         with node._exchange_lock:
-            self.exchange_locked(plan, round_, final)
+            try:
+                step = self.driver.on_round_trained(round_)
+            except ModelNotFinite:
+                node.reports.diverged(plan, round_)
+                raise
+        if plan.mode == "async" and node.tree is None:
+            self.apply_arrived()  # what RPC threads queued while the lock was held
+        return step
+
+    def exchange(self, plan: RunPlan, round_: int, final: bool) -> None:
+        """Apply what arrived, build the delta of own updates, queue it for everyone (the
+        final one: of the last round trained, whatever ``round_`` says)."""
+        node = self.node
+        with node._exchange_lock:
+            try:
+                if final:
+                    self.driver.finish()
+                else:
+                    self.driver.end_round(round_)
+            except ModelNotFinite:
+                node.reports.diverged(plan, round_)
+                raise
         if plan.mode == "async" and node.tree is None:
             self.apply_arrived()  # what RPC threads queued while the lock was held
 
-    def exchange_locked(self, plan: RunPlan, round_: int, final: bool) -> None:
+    def send(self, round_: int, final: bool, indices: np.ndarray, values: np.ndarray) -> None:
+        """The driver's outbox: queue own delta for every destination, or the tree's relay."""
         node = self.node
-        self.apply_inbox()
-        t0 = time.perf_counter()
-        try:
-            sent_idx, sent_val = node.engine.build(round_, final, node.inbox.snapshot)
-        except ModelNotFinite:
-            node.reports.diverged(plan, round_)
+        plan = node.plan
+        assert plan is not None
         if node.tree is not None:
-            node.timers.add("build_delta", time.perf_counter() - t0)
             with node._tree_lock:
-                node.tree.own(sent_idx, sent_val)
+                node.tree.own(indices, values)
             node._tree_flush(plan, round_, final)
             node.rounds = max(node.rounds, round_)
             return
         t1 = time.perf_counter()
-        messages = node._encode_delta(sent_idx, sent_val, round_, final, node.examples)
-        node.timers.add("build_delta", t1 - t0)
+        messages = node._encode_delta(indices, values, round_, final, node.examples)
         node.timers.add("encode", time.perf_counter() - t1, len(messages))
-        outgoing = OutgoingDelta(round_, final, node.examples, sent_idx, sent_val, messages)
+        outgoing = OutgoingDelta(round_, final, node.examples, indices, values, messages)
         for dest in node.destinations.values():
             dest.put_delta(outgoing if not dest.coalesce else OutgoingDelta(
-                round_, final, node.examples, sent_idx, sent_val, messages))
+                round_, final, node.examples, indices, values, messages))
         node.deltas_sent += len(messages)
         node.rounds = max(node.rounds, round_)
         node.max_staleness = max(node.max_staleness, lag(round_, node.inbox.snapshot()))
@@ -267,24 +299,36 @@ class RoundLoop:
         return encode_delta_parts(header, indices, values, node.settings.chunk_bytes)
 
     def barrier(self, plan: RunPlan, round_: int) -> None:
-        """Sync mode: wait for every live peer's round-``round_`` delta, then apply them."""
-        node = self.node
+        """Sync mode: wait for every live peer's round-``round_`` delta, then apply them
+        (the driver's barrier, with this worker's deadlines)."""
+        node, driver = self.node, self.driver
 
         def ready(peers: dict[int, PeerStatus]) -> bool:
-            return node.stop_requested.is_set() or barrier_ready(round_, peers)
+            return node.stop_requested.is_set() or driver.unblocked(peers)
 
         # A peer that is alive but itself waiting (heartbeats) is waited for; one silent for
         # barrier_timeout is dropped, so the barrier never hangs on a dead peer.
-        t0 = time.perf_counter()
-        if node.tree is not None:
-            node._tree_wait(plan, ready, finished=False, waiting_for=f"waiting for round {round_}")
-            node.timers.add("barrier_wait", time.perf_counter() - t0)
-            return
-        while not node.inbox.wait(ready, min(0.25, plan.barrier_timeout)):
-            node._alive()
-            node.liveness.drop_silent(plan, round_, f"waiting for round {round_}")
-        node.timers.add("barrier_wait", time.perf_counter() - t0)
-        self.apply_inbox()
+        waited = 0.0
+        while True:
+            t0 = time.perf_counter()
+            if node.tree is not None:
+                node._tree_wait(plan, ready, finished=False,
+                                waiting_for=f"waiting for round {round_}")
+            else:
+                while not node.inbox.wait(ready, min(0.25, plan.barrier_timeout)):
+                    node._alive()
+                    node.liveness.drop_silent(plan, round_, f"waiting for round {round_}")
+            waited += time.perf_counter() - t0
+            if node.fatal is not None:  # the exchange loop raises it
+                break
+            with node._exchange_lock:
+                if node.stop_requested.is_set():  # not passed: what arrived is applied still
+                    driver.apply_arrived()
+                    break
+                step = driver.on_arrival()  # passed: applies what arrived, opens the next
+                if step is None or not step.waiting:  # round (a peer joined meanwhile: not)
+                    break
+        node.timers.add("barrier_wait", waited)
 
     def finish(self, plan: RunPlan) -> None:
         """Send the final delta; wait (bounded) for every live peer's final; mark done."""
@@ -298,7 +342,7 @@ class RoundLoop:
                 node.phase = Phase.DONE
             node.done.set()
             return
-        self.exchange(plan, node.rounds, final=True)
+        self.exchange(plan, node.rounds, final=True)  # the driver's finish()
         node.reports.maybe_report_progress(plan, done=True)
         if node.tree is not None:
             # Even when leaving: its subtree reaches the rest of the run through it only.
@@ -325,10 +369,24 @@ class RoundLoop:
         while True:
             node._alive()
             settled = node.inbox.wait(
-                lambda peers: all(p.settled for p in peers.values()) or node.fatal is not None,
-                0.25)
+                lambda peers: self.driver.peers_settled(peers) or node.fatal is not None, 0.25)
             self.apply_inbox()
             if settled or node.fatal is not None:
                 return
             node.liveness.drop_silent(plan, node.rounds, "waiting for its final delta")
 
+
+class InboxView:
+    """The worker's inbox as the round driver sees it."""
+
+    def __init__(self, inbox: Inbox) -> None:
+        self.source = inbox
+
+    def peers(self) -> Mapping[int, PeerView]:
+        return self.source.snapshot()
+
+    def take(self) -> Sequence[Part]:
+        items = self.source.drain()
+        if items:
+            self.source.count_applied(items)
+        return [(d.indices, d.values) for d in items]
