@@ -83,7 +83,7 @@ def test_a_large_but_allowed_start_prints_compact_rows(
                             "--initial-model", str(model))
     assert code == 0, err
     rows = [line for line in out.splitlines() if re.match(r"\s+\d+\s", line)]
-    assert len(rows) == 2, out
+    assert len(rows) == 3, out  # the warm start's epoch 0, then epochs 1 and 2
     assert all(re.search(r"\d\.\d{3}e\+05", row) for row in rows), rows
     assert "test loss " in out and re.search(r"test loss \d\.\d{3}e\+05", out), out
     assert max(len(token) for line in out.splitlines() for token in line.split()

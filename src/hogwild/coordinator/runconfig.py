@@ -13,6 +13,7 @@ from hogwild.engine.rounds import choose_round_size, fit_round_size, max_rounds,
 from hogwild.model.spec import ModelSpec
 from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.protocol.codec import value_bound
+from hogwild.settings.rules import resolve_combine, resolve_topology
 
 log = logging.getLogger("hogwild.coordinator")
 
@@ -40,7 +41,7 @@ class TrainShape:
 
 def round_size(settings: Settings, train: TrainShape, workers: list[WorkerRecord]) -> int:
     """Examples per thread per round for the threads the workers registered with."""
-    combine = settings.combine
+    combine = resolve_combine(settings.combine, train.n_rows, len(workers))
     threads = sum(r.threads for r in workers)
     size = choose_round_size(settings.round_size, train.n_rows, train.nnz, threads,
                              combine, len(workers))
@@ -124,8 +125,10 @@ class RunConfigs:
             binary_features=self.spec.binary_features, deep_lr_scale=s.deep_lr_scale,
             first_round=first_round, examples_base=examples_base,
             delta_threshold=s.delta_threshold, delta_topk=s.delta_topk,
-            delta_dtype=s.delta_dtype, topology=topology or s.topology,
+            delta_dtype=s.delta_dtype,
+            topology=topology or resolve_topology(s.topology, lay.workers, s.mode),
             tree_fanout=s.tree_fanout,
-            combine=self.settings.combine, max_abs_value=max_abs_value,
+            combine=resolve_combine(s.combine, lay.train_rows, lay.workers),
+            max_abs_value=max_abs_value,
             run_threads=run_threads, class_weights=list(self.class_weights),
             delta_norm_bound=s.delta_norm_bound)
