@@ -242,11 +242,6 @@ class RowThrottle:
 # ---------------------------------------------------------------- progress rows and done line
 
 
-def fmt_metric(value: float | None, digits: int = 4) -> str:
-    """A metric for a progress row: ``-`` when there is none, compact when huge (number)."""
-    return number(value, digits)
-
-
 def duration(seconds: float) -> str:
     """A wall time for a progress line: 1.25s, or in milliseconds below 10 ms (3.4ms),
     where two decimals of a second would print 0.00s."""
@@ -280,7 +275,7 @@ def _metric(key: str) -> Callable[[Mapping[str, Any]], str]:
     """The column of ``key``: its number, or a text the caller made of it (as it is)."""
     def text(row: Mapping[str, Any]) -> str:
         value = row.get(key)
-        return value if isinstance(value, str) else fmt_metric(value)
+        return value if isinstance(value, str) else number(value)
     return text
 
 
@@ -340,10 +335,6 @@ class DoneLine:
         return f"{head}: {body}; outputs in {outputs}"
 
 
-def _accuracy(value: float | None) -> str:
-    return number(value)
-
-
 def _of_epoch(epochs: float, saved_epoch: float | None, digits: int | None) -> str:
     """`` (model of epoch E)`` when the weights saved are not the last epoch's."""
     if saved_epoch is None or saved_epoch == epochs:
@@ -359,7 +350,7 @@ def train_done(reason: str, epochs: int, saved_epoch: int, seconds: float, test_
             .add("training", f"{epochs} epochs{_of_epoch(epochs, saved_epoch, None)} in "
                              f"{duration(seconds)}")
             .add("training", f"test loss {number(test_loss)}")
-            .add("training", f"test accuracy {_accuracy(test_accuracy)}"))
+            .add("training", f"test accuracy {number(test_accuracy)}"))
 
 
 def run_done(reason: str, epochs: float, saved_epoch: float | None, rounds: int,
@@ -371,7 +362,7 @@ def run_done(reason: str, epochs: float, saved_epoch: float | None, rounds: int,
             .add("training", f"{rounds} rounds in {seconds:.2f}s with {workers} worker(s) "
                              f"({mode})")
             .add("test", f"test loss {number(test_loss)}")
-            .add("test", f"test accuracy {_accuracy(test_accuracy)}")
+            .add("test", f"test accuracy {number(test_accuracy)}")
             .add("traffic", f"{deltas} deltas")
             .add("traffic", f"{bytes_received / 1e6:.1f} MB received"))
 
@@ -381,7 +372,7 @@ def simulate_done(rounds: int, simulated: float, wall: float, messages: int, nby
                   final_test_accuracy: float | None) -> DoneLine:
     """`simulate`'s done line (a simulation has no stop reason of its own)."""
     acc = ("-" if test_accuracy is None else f"{number(test_accuracy)} (best validated model; "
-           f"the last one {_accuracy(final_test_accuracy)})")
+           f"the last one {number(final_test_accuracy)})")
     return (DoneLine()
             .add("training", f"{rounds} rounds in {simulated:.3g} simulated s "
                              f"({wall:.2f}s here)")
@@ -395,15 +386,15 @@ def train_saved_line(epoch: int, loss: float, accuracy: float | None) -> str:
     """`train`'s line when the model saved is not the last epoch's."""
     kept = ("validation loss " if accuracy is None
             else f"validation accuracy {number(accuracy)}, loss ")
-    return f"saved the model of epoch {epoch}, the best validated one ({kept}{fmt_metric(loss)})"
+    return f"saved the model of epoch {epoch}, the best validated one ({kept}{number(loss)})"
 
 
 def run_saved_line(saved: Mapping[str, Any], last: Mapping[str, Any]) -> str:
     """`run`'s line when the model saved is not the closing evaluation's (metrics.jsonl rows)."""
     def scores(r: Mapping[str, Any]) -> str:
         acc_part = ("" if r["val_accuracy"] is None
-                    else f"validation accuracy {fmt_metric(r['val_accuracy'])}, ")
-        return f"{acc_part}validation loss {fmt_metric(r['val_loss'])}"
+                    else f"validation accuracy {number(r['val_accuracy'])}, ")
+        return f"{acc_part}validation loss {number(r['val_loss'])}"
 
     return (f"saved the best validated model, from round {saved['round']} (epoch "
             f"{saved['epochs']:.2f}, {scores(saved)}) rather than the last one "
