@@ -66,8 +66,11 @@ def _coordinator_holds_every_message_up(ids: dict[int, Proc], metrics: dict[str,
     for wid in survivors:
         sent = [int(n) for n in FINAL.findall(ids[wid].output())]
         assert len(sent) == 1, ids[wid].output()
-        assert recovery["applied_up"][str(wid)] == sent[0], (wid, recovery)
-        assert recovery["applied_count"][str(wid)] == sent[0], (wid, recovery)
+        # (on a failure, the tree's own account of it: what was re-sent, let go, adopted)
+        story = "\n".join(line for p in ids.values() for line in p.output().splitlines()
+                          if "tree:" in line)
+        assert recovery["applied_up"][str(wid)] == sent[0], (wid, recovery, story)
+        assert recovery["applied_count"][str(wid)] == sent[0], (wid, recovery, story)
 
 
 def test_tree_sync_two_deaths_on_one_path_lose_nothing(cluster: Cluster,
