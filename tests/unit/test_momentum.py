@@ -85,7 +85,8 @@ def test_combine_auto_follows_the_rows_each_worker_holds(rows: int, workers: int
 
 
 @pytest.mark.parametrize(("workers", "mode", "expected"), [
-    (2, "sync", "mesh"), (8, "async", "mesh"), (9, "sync", "tree"), (64, "async", "star")])
+    (2, "sync", "mesh"), (4, "sync", "mesh"), (5, "sync", "tree"), (8, "async", "mesh"),
+    (9, "async", "star"), (64, "async", "star")])
 def test_topology_auto_follows_the_workers_and_the_mode(workers: int, mode: str,
                                                         expected: str) -> None:
     assert resolve_topology("auto", workers, mode) == expected

@@ -32,10 +32,13 @@ ROUND_NNZ = 2_000_000
 # mutual TLS), as much as its 2M non-zeros of kernel work; 5M non-zeros make it a third.
 ROUND_NNZ_AVERAGE = 5_000_000
 # With combine momentum (block momentum over averaged rounds, engine/momentum.py) an epoch
-# has at least this many rounds: the momentum needs a few rounds to build up. Simulated on
-# 2M RCV1-shaped rows, sync, 8 workers: rounds of 1/4 epoch reached the one-worker accuracy
-# in 0.95 epochs (4 rounds).
-MOMENTUM_ROUNDS_PER_EPOCH = 4
+# has at least this many rounds: the momentum needs a few rounds to build up, and each round
+# costs the exchange. Simulated (default cost model, one seed, bench/NOTES.md), the speed-up
+# to the one-worker accuracy with at least 1 / 2 / 4 rounds an epoch: 2M RCV1-shaped rows,
+# sync, 16 workers 5.3x / 8.7x / 7.2x, 64 workers 4.8x / 3.6x / 2.8x; async 16 workers
+# 7.1x / 8.0x / 6.8x; 200k rows, sync, 2 workers 1.1x / 1.5x / 1.5x, 4 workers 1.3x / 2.2x /
+# 1.3x, 8 workers (mesh) 1.5x / 1.0x / 0.7x.
+MOMENTUM_ROUNDS_PER_EPOCH = 2
 
 
 def round_rule(combine: str, workers: int = 1) -> tuple[int, int]:
@@ -45,7 +48,10 @@ def round_rule(combine: str, workers: int = 1) -> tuple[int, int]:
     if combine == "average":
         return ROUND_NNZ_AVERAGE, 1
     if combine == "momentum":
-        return ROUND_NNZ_AVERAGE, MOMENTUM_ROUNDS_PER_EPOCH
+        # One worker has no momentum to build (eta = 0) and sends one message a round: its
+        # rounds only refresh the coordinator's model, as often as summed rounds would.
+        per_epoch = MOMENTUM_ROUNDS_PER_EPOCH if workers > 1 else MIN_ROUNDS_PER_EPOCH
+        return ROUND_NNZ_AVERAGE, per_epoch
     return ROUND_NNZ, max(MIN_ROUNDS_PER_EPOCH, ROUNDS_PER_EPOCH_PER_WORKER * (workers - 1))
 
 

@@ -12,16 +12,18 @@ from hogwild.errors import ConfigError
 
 MODES = ("sync", "async")
 TOPOLOGIES = ("mesh", "star", "tree")  # what a run uses, and the wire carries
-# The topology setting may also say "auto": a mesh up to this many workers; beyond, a tree in
-# sync mode and a star in async mode. A mesh worker sends W messages a round (its peers and
-# the coordinator), a tree node at most tree_fanout + 1, and a sync tree's round takes its
-# depth in hops up and down. Simulated on 2M RCV1-shaped rows with the default cost model
-# (1 ms a message) and combine momentum: 8 workers reached the one-worker accuracy in 0.063
-# s through a mesh and 0.073 s through a tree; 16 in a tree in 0.072 s (a mesh costs each of
-# them 16 messages a round). Async, block momentum through a tree's relays, which pass sums
-# on a hop at a time, swung and never got there with 16 or 64 workers; through the star
-# (one hop to the coordinator and one back) 16 workers got there in 0.060 s.
-AUTO_MESH_MAX_WORKERS = 8
+# The topology setting may also say "auto": a mesh up to this many workers (by mode); beyond,
+# a tree in sync mode and a star in async mode. A mesh worker sends W messages a round (its
+# peers and the coordinator), a tree node at most tree_fanout + 1, and a sync tree's round
+# takes its depth in hops up and down. Simulated with the default cost model (1 ms a message)
+# and combine momentum, time to the one-worker accuracy (bench/NOTES.md): sync, 8 workers,
+# tree against mesh: 0.027 against 0.041 s on 200k RCV1-shaped rows, 0.068 against 0.070 s on
+# 2M; 4 workers, mesh against tree: 0.019 against 0.022 s (200k), 0.093 against 0.101 s (2M).
+# Async, block momentum through a tree's relays, which pass sums on a hop at a time, swung
+# and never got there with 8, 16 or 64 workers; a mesh of 8 got there in 0.032 s on 200k rows
+# (a star: 0.107 s), and through the star (one hop to the coordinator and one back) 16
+# workers got there in 0.051 s on 2M.
+AUTO_MESH_MAX_WORKERS = {"sync": 4, "async": 8}
 TOPOLOGY_CHOICES = ("auto", *TOPOLOGIES)
 COMBINES = ("sum", "average", "momentum")  # what a run uses, and the wire carries
 # The combine setting may also say "auto": block momentum where each worker holds at least
@@ -66,10 +68,10 @@ def resolve_combine(combine: str, train_rows: int, workers: int) -> str:
 
 def resolve_topology(topology: str, workers: int, mode: str = "sync") -> str:
     """The topology W workers run: ``topology``, or for ``auto`` a mesh up to
-    AUTO_MESH_MAX_WORKERS and beyond a tree (sync) or a star (async)."""
+    AUTO_MESH_MAX_WORKERS[mode] and beyond a tree (sync) or a star (async)."""
     if topology != "auto":
         return topology
-    if workers <= AUTO_MESH_MAX_WORKERS:
+    if workers <= AUTO_MESH_MAX_WORKERS.get(mode, AUTO_MESH_MAX_WORKERS["sync"]):
         return "mesh"
     return "tree" if mode == "sync" else "star"
 

@@ -87,7 +87,7 @@ class Settings:
         default=None,
         metadata=_doc("examples each thread processes between two delta exchanges; null = "
                       "auto (about 2M non-zeros of work per thread, 5M with combine momentum "
-                      "or average); never more than a quarter epoch with combine momentum, "
+                      "or average); never more than half an epoch with combine momentum, "
                       "1/max(4, 2(W-1)) of an epoch over all W workers with combine sum, "
                       "since deltas summed from too old a point overshoot, nor more than an "
                       "epoch with combine average",
@@ -106,8 +106,8 @@ class Settings:
                       choices=COMBINE_CHOICES, commands=_RC))
     topology: str = field(
         default="auto",
-        metadata=_doc("auto = mesh up to 8 workers; beyond, tree in sync mode and star in "
-                      "async mode; "
+        metadata=_doc("auto = mesh up to 4 workers in sync mode (then tree) and up to 8 in "
+                      "async mode (then star); "
                       "mesh = every worker sends its delta to every peer and the coordinator "
                       "(n(n+1) messages per round); star = workers send only to the "
                       "coordinator, which sends each one the sum of the others' deltas (2n); "
