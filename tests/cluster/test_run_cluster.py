@@ -162,6 +162,11 @@ def test_async_run_with_three_workers_finishes_accurately(cluster: Cluster,
     metrics = read_metrics(out)
     assert metrics["test_accuracy"] >= 0.97
     assert metrics["mode"] == "async" and metrics["workers"] == 3
+    # Reuters over 3 workers is under 10,000 rows each: combine auto sums, and says what
+    # that costs.
+    assert metrics["combine"] == "sum"
+    assert re.search(r"8,643 training rows over 3 workers is 2,881 a worker.*fewer workers "
+                     r"are likely faster", cluster.coordinator.output()), cluster.output()
     _check_exactly_once(metrics, 3)
 
 

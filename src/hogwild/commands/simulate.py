@@ -31,7 +31,7 @@ from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss
 from hogwild.outputs import artifacts
 from hogwild.outputs.console import QUIET, SIMULATE_ROWS, VERBOSE, Console, number, simulate_done
-from hogwild.settings.rules import resolve_combine, resolve_topology
+from hogwild.settings.rules import few_rows_a_worker, resolve_combine, resolve_topology
 from hogwild.settings.simulation import DEFAULT_MAX_EVENTS, WARN_EVENTS
 
 log = logging.getLogger("hogwild.simulate")
@@ -189,6 +189,8 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
         options = _calibrated(options, splits.train, kernel, settings.workers, console)
     scenario = scenario_of(settings, options, splits.train.n_rows, splits.train.nnz, kernel)
     check_cost(scenario, settings.topology, options.max_events)  # before any shard is cut
+    if settings.combine == "auto" and scenario.rules.combine == "sum" and settings.workers > 2:
+        console.say(f"note: {few_rows_a_worker(splits.train.n_rows, settings.workers)}")
     net = options.network
     console.say(f"simulating {settings.workers} worker(s) x {settings.threads} thread(s), "
                 f"{settings.mode}, {settings.topology}, combine {scenario.rules.combine}"
@@ -217,13 +219,8 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
     published = run.publish(settings.keep_runs)
     done = simulate_done(
         result.rounds, result.seconds, wall, result.messages, result.bytes,
-        result.max_staleness, metrics["test_accuracy"], metrics["final_test_accuracy"])
-    shares = metrics["time_shares"]
-    done.add("scale", f"{metrics['speedup']:.2f}x one worker's time for the same epochs "
-                      f"({number(metrics['one_worker_seconds'], 3)} s)")
-    done.add("scale", f"worker time {shares['training']:.0%} training, "
-                      f"{shares['waiting']:.0%} waiting, their senders busy "
-                      f"{shares['sending']:.0%}")
+        result.max_staleness, metrics["test_accuracy"], metrics["final_test_accuracy"],
+        metrics["speedup"], metrics["one_worker_seconds"], metrics["time_shares"])
     console.result(done.text(published))
     return metrics
 

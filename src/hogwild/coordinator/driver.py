@@ -52,6 +52,7 @@ from hogwild.outputs.tensorboard import open_scalars
 from hogwild.protocol.deltanorms import NormWatch
 from hogwild.protocol.health import HealthReporter
 from hogwild.protocol.streams import FinalState
+from hogwild.settings.rules import few_rows_a_worker
 
 if TYPE_CHECKING:
     from hogwild.coordinator.localplan import LocalShipping
@@ -135,7 +136,10 @@ class RunDriver:
         preload_in_background()
         splits, self.local, self.train = load_data(s)
         # combine: auto is decided by the rows each worker will hold.
+        asked = s.combine
         s = self.settings = self.advice.settings = s.for_run(self.train.n_rows)
+        if asked == "auto" and s.combine == "sum" and s.workers > 2:
+            log.warning(few_rows_a_worker(self.train.n_rows, s.workers))
         self.data_fingerprint = data_fingerprint(s, splits, self.local, self.resume)
         say_data(splits, self.local, self._print)
         load_seconds = time.perf_counter() - began

@@ -369,17 +369,26 @@ def run_done(reason: str, epochs: float, saved_epoch: float | None, rounds: int,
 
 def simulate_done(rounds: int, simulated: float, wall: float, messages: int, nbytes: int,
                   max_staleness: int, test_accuracy: float | None,
-                  final_test_accuracy: float | None) -> DoneLine:
-    """`simulate`'s done line (a simulation has no stop reason of its own)."""
+                  final_test_accuracy: float | None, speedup: float,
+                  one_worker_seconds: float, shares: Mapping[str, float]) -> DoneLine:
+    """`simulate`'s done line (a simulation has no stop reason of its own): what it did,
+    the test accuracy, the speed-up against one worker and where the workers' time went."""
     acc = ("-" if test_accuracy is None else f"{number(test_accuracy)} (best validated model; "
            f"the last one {number(final_test_accuracy)})")
+    # (3 significant digits: a run of many workers on little data is thousands of times
+    # slower than one, and one worker's time on a small set is a fraction of a millisecond)
     return (DoneLine()
             .add("training", f"{rounds} rounds in {simulated:.3g} simulated s "
                              f"({wall:.2f}s here)")
             .add("training", f"{messages} messages")
             .add("training", f"{nbytes / 1e6:.1f} MB")
             .add("training", f"max staleness {max_staleness}")
-            .add("test", f"test accuracy {acc}"))
+            .add("test", f"test accuracy {acc}")
+            .add("scale", f"{speedup:.3g}x one worker's time for the same epochs "
+                          f"({one_worker_seconds:.3g} s)")
+            .add("scale", f"worker time {shares['training']:.0%} training, "
+                          f"{shares['waiting']:.0%} waiting, their senders busy "
+                          f"{shares['sending']:.0%}"))
 
 
 def train_saved_line(epoch: int, loss: float, accuracy: float | None) -> str:

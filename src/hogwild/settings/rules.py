@@ -66,6 +66,16 @@ def resolve_combine(combine: str, train_rows: int, workers: int) -> str:
     return "momentum" if train_rows >= MOMENTUM_MIN_ROWS * max(1, workers) else "sum"
 
 
+def few_rows_a_worker(train_rows: int, workers: int) -> str:
+    """What combine auto's fallback to summed deltas means for a run: W workers of too few
+    rows each exchange far more often, and fewer of them are likely faster."""
+    return (f"{train_rows:,} training rows over {workers} workers is {train_rows // workers:,} "
+            f"a worker, under the {MOMENTUM_MIN_ROWS:,} block momentum needs: combine auto "
+            "sums the deltas instead, in rounds that shrink as workers are added, so this run "
+            "exchanges far more often than it trains and fewer workers are likely faster "
+            "(`hogwild simulate --workers N` compares)")
+
+
 def resolve_topology(topology: str, workers: int, mode: str = "sync") -> str:
     """The topology W workers run: ``topology``, or for ``auto`` a mesh up to
     AUTO_MESH_MAX_WORKERS[mode] and beyond a tree (sync) or a star (async)."""
