@@ -185,14 +185,15 @@ def _is_class_weight(text: str) -> bool:
     return True
 
 
-def check_address(key: str, value: str) -> None:
+def _is_address(value: str) -> bool:
     """``value`` is host:port with a port in 1..65535."""
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(key, f"expected host:port, got {value!r}")
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
 
 
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "coordinator_address": (_is_address, "expected host:port"),
+    "advertise_address": (lambda v: not v or _is_address(v), "expected host:port"),
     "coordinator_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535"),
     "worker_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535"),
     "health_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535 (or null)"),
@@ -251,8 +252,6 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 def check_together(clean: Mapping[str, Any]) -> None:
     """The checks that look at several settings at once (``clean``: the coerced values
     given, defaults included when built by load)."""
-    if clean.get("advertise_address"):
-        check_address("advertise_address", clean["advertise_address"])
     _check_security(clean)
     if clean.get("val_fraction", 0.0) + clean.get("test_fraction", 0.0) >= 1.0:
         raise ConfigError("test_fraction", "val_fraction + test_fraction must be below 1")

@@ -25,7 +25,6 @@ from hogwild.settings.rules import (
     SIGTERM_ACTIONS,
     TOPOLOGY_CHOICES,
     TRAINER_MODES,
-    check_address,
     check_together,
     resolve_combine,
     resolve_topology,
@@ -581,9 +580,12 @@ def _parse_text(key: str, text: str, kind: type, source: str) -> Any:
         raise ConfigError(key, f"cannot read {text!r} (from {source})") from None
 
 
-def build(values: Mapping[str, Any], source: str) -> Settings:
-    """A validated Settings from ``values`` (each read as its field's type), or a ConfigError
-    naming the key; ``source`` says where the values came from."""
+def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``values`` (any of the settings, by key) read as their fields' types and checked
+    against the schema's choices, bounds and cross-key rules (a key not given counts as its
+    default there); a ConfigError names the first bad key. ``source`` says where they came
+    from. Whatever holds copies of settings (a worker's RunConfig, an experiment) checks
+    them here rather than restating a rule."""
     clean = {key: coerce(key, value, source) for key, value in values.items()}
     for key, value in clean.items():
         allowed = choices(key)
@@ -592,7 +594,11 @@ def build(values: Mapping[str, Any], source: str) -> Settings:
         rule = RULES.get(key)
         if rule is not None and value is not None and not rule[0](value):
             raise ConfigError(key, f"{rule[1]}, got {value!r}")
-    check_address("coordinator_address", clean.get("coordinator_address",
-                                                    Settings.coordinator_address))
     check_together(clean)
-    return Settings(**clean)
+    return clean
+
+
+def build(values: Mapping[str, Any], source: str) -> Settings:
+    """A validated Settings from ``values`` (each read as its field's type), or a ConfigError
+    naming the key; ``source`` says where the values came from."""
+    return Settings(**check_values(values, source))
