@@ -87,6 +87,9 @@ def test_unknown_env_variable_is_named() -> None:
     ("seed", 1 << 64, "between 0 and 2**64 - 1"),
     ("staleness", 1 << 31, "between 1 and 2147483647"),
     ("n_features", 1 << 33, "feature ids are 32-bit"),
+    # an infinite deadline overflows the clock of every wait
+    ("rpc_timeout", float("inf"), "positive and finite"),
+    ("register_timeout", float("inf"), "positive and finite"),
 ])
 def test_bad_values_name_the_key(tmp_path: Path, key: str, value: object, fragment: str) -> None:
     with pytest.raises(ConfigError) as err:

@@ -213,10 +213,10 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "staleness": (lambda v: 1 <= v < 1 << 31,
                   "must be between 1 and 2147483647 (or null for unbounded)"),
     "round_size": (lambda v: 1 <= v < 1 << 63, "must be at least 1 (or null for auto)"),
-    "register_timeout": (lambda v: v > 0, "must be positive"),
-    "barrier_timeout": (lambda v: v > 0, "must be positive"),
-    "rpc_timeout": (lambda v: v > 0, "must be positive"),
-    "connect_timeout": (lambda v: v > 0, "must be positive"),
+    # Every wait has a deadline: an infinite one overflows the clock (threading's waits
+    # raise OverflowError), so a timeout is finite.
+    **{key: (lambda v: 0 < v < float("inf"), "must be positive and finite")
+       for key in ("register_timeout", "barrier_timeout", "rpc_timeout", "connect_timeout")},
     "learning_rate": BOUNDS["learning_rate"].rule,
     "deep_lr_scale": BOUNDS["deep_lr_scale"].rule,
     "lr_decay": BOUNDS["lr_decay"].rule,
