@@ -1,4 +1,4 @@
-"""The Settings dataclass: every setting's type, default and documentation, and building one from values."""
+"""The Settings dataclass: every setting's type, default and documentation; checking values and building one from them."""
 
 from __future__ import annotations
 
