@@ -217,11 +217,10 @@ def value_bound(*, model: str, loss: str, lr_schedule: str, learning_rate: float
         return math.inf
     if lr_schedule == "constant" and lr_decay > 1.0:
         return math.inf
-    # The step at t = 1: every schedule's largest (see kernel_schedule); the class weight
-    # may take it to inf.
+    # The step at t = 1: every schedule's largest (see kernel_schedule).
     lr = learning_rate * max((1.0, *class_weights))
     if (learning_rate not in BOUNDS["learning_rate"] or l2 not in BOUNDS["l2"]
-            or lr == math.inf or lr * l2 > 1.0):
+            or lr == math.inf or lr * l2 > 1.0):  # (a class weight may overflow lr)
         return math.inf
     x = max(max_abs_value, 1.0)  # the bias's "feature" is 1
     steps = float(run_threads) * float(round_size) * float(max_rounds + 2)

@@ -581,24 +581,19 @@ def _parse_text(key: str, text: str, kind: type, source: str) -> Any:
 
 
 def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """``values`` (any of the settings, by key) read as their fields' types and checked
-    against the schema's choices, bounds and cross-key rules (a key not given counts as its
-    default there); a ConfigError names the first bad key. ``source`` says where they came
-    from. Whatever holds copies of settings (a worker's RunConfig, an experiment) checks
-    them here rather than restating a rule."""
+    """``values`` (any settings, by key, from ``source``) read as their types and checked by
+    the schema's choices, bounds and cross-key rules (a key not given counts as its default):
+    the one check of settings, and of their copies elsewhere; ConfigError names the key."""
     clean = {key: coerce(key, value, source) for key, value in values.items()}
     for key, value in clean.items():
-        allowed = choices(key)
-        if allowed is not None and value not in allowed:
+        if (allowed := choices(key)) is not None and value not in allowed:
             raise ConfigError(key, f"must be one of {', '.join(allowed)}, got {value!r}")
-        rule = RULES.get(key)
-        if rule is not None and value is not None and not rule[0](value):
+        if (rule := RULES.get(key)) is not None and value is not None and not rule[0](value):
             raise ConfigError(key, f"{rule[1]}, got {value!r}")
     check_together(clean)
     return clean
 
 
 def build(values: Mapping[str, Any], source: str) -> Settings:
-    """A validated Settings from ``values`` (each read as its field's type), or a ConfigError
-    naming the key; ``source`` says where the values came from."""
+    """A validated Settings from ``values`` (see check_values), from ``source``."""
     return Settings(**check_values(values, source))
