@@ -55,9 +55,8 @@ __all__ = [
     "GPU_TRAINER_MODES", "KEYS", "LOG_LEVELS", "LOSSES", "MAX_THREADS", "MODEL_KINDS", "MODES",
     "MULTICLASS_MODES", "SCHEDULES", "SHIPPING", "SIGTERM_ACTIONS", "TOPOLOGIES",
     "TRAINER_MODES", "Bound", "ConfigError", "Settings", "check_values", "choices",
-    "commands",
-    "default_config_path", "default_text", "env_overrides", "help_text", "is_switch", "load",
-    "read_yaml", "render_settings_yaml", "sgd_problem", "used_by",
+    "commands", "default_config_path", "default_text", "env_overrides", "help_text",
+    "is_switch", "load", "read_yaml", "render_settings_yaml", "sgd_problem", "used_by",
     "worker_devices",
 ]
 
