@@ -40,6 +40,7 @@ from hogwild.settings.schema import (
     COMMANDS,
     KEYS,
     Settings,
+    check_values,
     choices,
     commands,
     default_text,
@@ -53,9 +54,9 @@ __all__ = [
     "ENV_PREFIX", "FINAL_STATES",
     "GPU_TRAINER_MODES", "KEYS", "LOG_LEVELS", "LOSSES", "MAX_THREADS", "MODEL_KINDS", "MODES",
     "MULTICLASS_MODES", "SCHEDULES", "SHIPPING", "SIGTERM_ACTIONS", "TOPOLOGIES",
-    "TRAINER_MODES", "Bound", "ConfigError", "Settings", "choices", "commands",
-    "default_config_path", "default_text", "env_overrides", "help_text", "is_switch", "load",
-    "read_yaml", "render_settings_yaml", "sgd_problem", "used_by",
+    "TRAINER_MODES", "Bound", "ConfigError", "Settings", "check_values", "choices",
+    "commands", "default_config_path", "default_text", "env_overrides", "help_text",
+    "is_switch", "load", "read_yaml", "render_settings_yaml", "sgd_problem", "used_by",
     "worker_devices",
 ]
 

@@ -28,11 +28,12 @@ class HogwildError(Exception):
 
 
 class ConfigError(HogwildError):
-    """A setting is unknown or has a bad value; ``key`` names it."""
+    """A setting is unknown or has a bad value; ``key`` names it, ``reason`` says why."""
 
     def __init__(self, key: str, message: str) -> None:
         super().__init__(f"setting {key!r}: {message}")
         self.key = key
+        self.reason = message
 
 
 class UsageError(HogwildError):

@@ -29,9 +29,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("hogwild's estimators need scikit-learn >= 1.6: "
                       "pip install '.[sklearn]' from a clone, or pip install scikit-learn") from exc
 
-from hogwild.config import Settings
+from hogwild.config import Settings, check_values
 from hogwild.data.csr import CSRData
-from hogwild.errors import ModelError
+from hogwild.errors import ConfigError, ModelError
 from hogwild.estimator_options import (
     check_average,
     mean_of_iterates,
@@ -131,7 +131,6 @@ class _HogwildModel(BaseEstimator):
         """The GPU trainer of ``device`` (cuda or cuda:N, the gpu extra installed); a
         ValueError naming the parameter when the device or a setting does not fit."""
         from hogwild.config import DEVICE_FORMAT
-        from hogwild.errors import ConfigError
 
         name = type(self).__name__
         if not isinstance(self.device, str) or DEVICE_FORMAT.fullmatch(self.device) is None:
@@ -147,10 +146,13 @@ class _HogwildModel(BaseEstimator):
             raise ValueError(f"{name}: bad parameter for device {self.device}: {exc}") from None
 
     def _check_epochs(self, epochs: Any) -> int:
-        if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
-            raise ValueError(f"{type(self).__name__}: epochs must be an integer >= 1, "
-                             f"got {epochs!r}")
-        return int(epochs)
+        name = type(self).__name__
+        try:  # the setting's rules; numpy's integers are integers here, text is not
+            if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)):
+                raise ConfigError("epochs", f"expected an integer, got {epochs!r}")
+            return int(check_values({"epochs": int(epochs)}, name)["epochs"])
+        except ConfigError as exc:
+            raise ValueError(f"{name}: epochs {exc.reason}") from None
 
     def _horizon(self) -> int:
         """Rows per epoch of partial_fit's schedule (estimator_options.stream_epoch_rows)."""

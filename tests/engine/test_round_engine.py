@@ -43,6 +43,10 @@ def test_rules_refuse_unknown_values() -> None:
         ExchangeRules(mode="eventually")
     with pytest.raises(ValueError, match="staleness"):
         ExchangeRules(staleness=0)
+    # The setting's bound (the wire's int32), not a restated one.
+    with pytest.raises(ValueError, match="'staleness': must be between 1 and 2147483647"):
+        ExchangeRules(staleness=1 << 31)
+    assert ExchangeRules(staleness=(1 << 31) - 1).staleness == (1 << 31) - 1
     with pytest.raises(ValueError, match="topology"):
         ExchangeRules(topology="ring")
 

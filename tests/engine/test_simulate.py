@@ -208,3 +208,13 @@ def test_scenario_refuses_what_it_cannot_simulate() -> None:
         Network(jitter="gaussian")
     with pytest.raises(ValueError, match="bandwidth"):
         Network(bandwidth=0)
+    # tree_fanout: the setting's bound, on and beyond both edges.
+    bound = config.BOUNDS["tree_fanout"]
+    for fanout in (int(bound.low) - 1, int(bound.low), int(bound.high), int(bound.high) + 1):
+        if fanout in bound:
+            Scenario(workers=2, kernel=kernel, rules=ExchangeRules(), max_rounds=1,
+                     tree_fanout=fanout)
+        else:
+            with pytest.raises(ValueError, match="tree_fanout must be between"):
+                Scenario(workers=2, kernel=kernel, rules=ExchangeRules(), max_rounds=1,
+                         tree_fanout=fanout)

@@ -209,6 +209,17 @@ def test_combine_average_with_topk_is_invalid_argument(worker_server: WorkerServ
     assert "combine" in (info.value.details() or "")
 
 
+def test_a_run_config_setting_the_schema_refuses_is_invalid_argument_naming_it(
+        worker_server: WorkerServer) -> None:
+    # delta_topk is a setting: the schema's bound (below 2**63) holds on the wire too.
+    _ship(worker_server, _big_shard(500, 4))
+    with pytest.raises(grpc.RpcError) as info:
+        _configure(worker_server, delta_topk=1 << 63)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "run config delta_topk: must be non-negative" in (info.value.details() or "")
+    assert worker_server.node.plan is None
+
+
 def test_configure_opens_the_connections_before_start(configured: WorkerServer) -> None:
     # Deltas of the first round must not wait for TCP and TLS handshakes: the destinations
     # (peer and coordinator) exist, connecting, before Start.

@@ -51,14 +51,17 @@ def _trainer_accepts(key: str, value: float) -> bool:
     return True
 
 
+RUN_CONFIG: dict[str, Any] = {
+    "protocol_version": PROTOCOL_VERSION, "run_id": "r", "worker_id": 0, "dim": 11,
+    "n_features": 10, "mode": "sync", "staleness": -1, "threads": 1, "round_size": 10,
+    "max_rounds": 2, "train_rows": 100, "loss": "hinge", "learning_rate": 0.1,
+    "lr_schedule": "constant", "lr_decay": 0.9, "power_t": 0.5, "l2": 0.0,
+    "fit_bias": True, "barrier_timeout": 1.0, "rpc_timeout": 1.0, "deep_lr_scale": 1.0,
+    "topology": "tree", "tree_fanout": 2}
+
+
 def _plan_accepts(key: str, value: float) -> bool:
-    fields: dict[str, Any] = {
-        "protocol_version": PROTOCOL_VERSION, "run_id": "r", "worker_id": 0, "dim": 11,
-        "n_features": 10, "mode": "sync", "staleness": -1, "threads": 1, "round_size": 10,
-        "max_rounds": 2, "train_rows": 100, "loss": "hinge", "learning_rate": 0.1,
-        "lr_schedule": "constant", "lr_decay": 0.9, "power_t": 0.5, "l2": 0.0,
-        "fit_bias": True, "barrier_timeout": 1.0, "rpc_timeout": 1.0, "deep_lr_scale": 1.0,
-        "topology": "tree", "tree_fanout": 2}
+    fields = dict(RUN_CONFIG)
     if key == "deep_lr_scale":  # a bound of the MLP's only
         fields.update(model="mlp", hidden=[2], dim=10 * 3 + 2 + 2 + 1)
     fields[key] = value
@@ -94,3 +97,20 @@ def test_the_worker_plan_checks_the_schema_bound(key: str) -> None:
 
 def test_one_set_of_schedule_names() -> None:
     assert tuple(SCHEDULES) == config.SCHEDULES
+
+
+@pytest.mark.parametrize("changes", [
+    {"round_size": 1 << 63}, {"delta_topk": 1 << 63}, {"staleness": 0}, {"staleness": -2},
+    {"rpc_timeout": math.inf}, {"barrier_timeout": 0.0}, {"delta_threshold": math.nan},
+    {"delta_norm_bound": 1.5}, {"mode": "eventually"}, {"lr_schedule": ""},
+    {"combine": "average", "delta_threshold": 0.1}])
+def test_the_worker_plan_refuses_a_run_config_with_the_schemas_own_reason(
+        changes: dict[str, Any]) -> None:
+    """One source for each rule: a RunConfig field that is a setting is refused exactly when
+    the schema refuses the setting, with the schema's words (the wire's -1 staleness being
+    the setting's null)."""
+    with pytest.raises(ConfigError) as schema:
+        config.check_values(changes, "test")
+    with pytest.raises(InvalidMessage) as wire:
+        RunPlan.from_message(pb.RunConfig(**{**RUN_CONFIG, **changes}))
+    assert str(wire.value) == f"run config {schema.value.key}: {schema.value.reason}"

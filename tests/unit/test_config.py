@@ -87,6 +87,9 @@ def test_unknown_env_variable_is_named() -> None:
     ("seed", 1 << 64, "between 0 and 2**64 - 1"),
     ("staleness", 1 << 31, "between 1 and 2147483647"),
     ("n_features", 1 << 33, "feature ids are 32-bit"),
+    # an infinite deadline overflows the clock of every wait
+    ("rpc_timeout", float("inf"), "positive and finite"),
+    ("register_timeout", float("inf"), "positive and finite"),
 ])
 def test_bad_values_name_the_key(tmp_path: Path, key: str, value: object, fragment: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -119,6 +122,24 @@ def test_combine_average_refuses_compression_that_keeps_a_residual() -> None:
     with pytest.raises(ConfigError) as err:
         config.load(None, {}, {"combine": "mean"})
     assert err.value.key == "combine"
+
+
+def test_check_values_applies_the_schema_to_some_settings() -> None:
+    # What holds copies of settings (a worker's run config, an experiment) checks them here:
+    # read as the field's type, the bound, the choices and the rules across keys.
+    assert config.check_values({"workers": 100, "learning_rate": 1}, "test") == {
+        "workers": 100, "learning_rate": 1.0}
+    cases = [({"workers": 2000}, "workers", "between 1 and 1024, got 2000"),
+             ({"staleness": 0}, "staleness", "between 1 and 2147483647"),
+             ({"mode": "semi"}, "mode", "must be one of sync, async, got 'semi'"),
+             ({"epochs": True}, "epochs", "expected an integer"),
+             ({"advertise_address": "nohost"}, "advertise_address", "expected host:port"),
+             ({"combine": "average", "delta_topk": 5}, "combine", "residual")]
+    for values, key, reason in cases:
+        with pytest.raises(ConfigError) as err:
+            config.check_values(values, "test")
+        assert err.value.key == key and reason in err.value.reason, values
+    assert config.check_values({"advertise_address": ""}, "test") == {"advertise_address": ""}
 
 
 def test_not_a_mapping_and_missing_file(tmp_path: Path) -> None:

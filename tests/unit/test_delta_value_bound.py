@@ -72,6 +72,10 @@ def test_the_bound_is_finite_where_the_gradient_is_bounded_and_inf_elsewhere() -
     assert _bound(lr_decay=1.5) == math.inf
     assert math.isfinite(_bound(lr_decay=1.5, lr_schedule="inverse"))
     assert _bound(learning_rate=2.0, l2=0.6) == math.inf
+    # Values the settings' bounds refuse, and a class weight that overflows the step.
+    for change in ({"learning_rate": 0.0}, {"learning_rate": math.nan}, {"l2": -1e-9},
+                   {"l2": math.inf}, {"learning_rate": 1e308, "class_weights": (10.0, 1.0)}):
+        assert _bound(**change) == math.inf, change
 
 
 def test_the_bound_grows_with_what_the_run_can_do() -> None:

@@ -4,6 +4,7 @@ partial_fit, save/load, and the lazy `import hogwild`."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,12 +18,12 @@ from sklearn.datasets import make_classification, make_regression
 from sklearn.model_selection import GridSearchCV, cross_val_score
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from hogwild import HogwildClassifier, HogwildRegressor
+from hogwild import HogwildClassifier, HogwildRegressor, config
 from hogwild.cli import main
 from hogwild.data.csr import CSRData
 from hogwild.data.sources import load_source
 from hogwild.data.svmlight import write_svmlight
-from hogwild.errors import ModelError
+from hogwild.errors import ConfigError, ModelError
 
 # The estimators run sklearn's checks with one thread and a fixed seed: several lock-free
 # threads race on the shared weights by design, so two fits differ in the last digits and
@@ -190,7 +191,18 @@ def test_regressor_dense_and_sparse_agree() -> None:
         HogwildRegressor(loss="hinge").fit(X, y)
 
 
-def test_import_hogwild_stays_cheap() -> None:
+def test_epochs_follow_the_settings_rules() -> None:
+    X, y = sp.random(20, 5, density=0.5, format="csr", random_state=0), np.arange(20) % 2
+    with pytest.raises(ConfigError) as schema:
+        config.check_values({"epochs": 0}, "test")
+    for epochs, why in ((0, schema.value.reason), (2.5, "expected an integer, got 2.5"),
+                        ("3", "expected an integer, got '3'"), (True, "expected an integer")):
+        with pytest.raises(ValueError, match=re.escape(f"HogwildClassifier: epochs {why}")):
+            HogwildClassifier(epochs=epochs).fit(X, y)
+    assert HogwildClassifier(epochs=np.int64(2), threads=1).fit(X, y).n_iter_ == 2
+
+
+
     code = ("import sys, hogwild; "
             "assert not {'numba', 'sklearn', 'grpc'} & set(sys.modules), sys.modules.keys(); "
             "assert hogwild.HogwildClassifier.__name__ == 'HogwildClassifier'; "

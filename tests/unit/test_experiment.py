@@ -63,6 +63,22 @@ def test_bad_options_name_the_key(change: dict[str, Any], key: str) -> None:
         ExperimentOptions(**change)
 
 
+def test_options_that_are_settings_follow_the_schemas_rules() -> None:
+    # workers up to the schema's 1024 (not a bound of the experiment's own), each value
+    # refused with the schema's reason under the option's name.
+    assert ExperimentOptions(workers=(1, 100, 1024)).workers == (1, 100, 1024)
+    for change, key, reason in [
+            ({"workers": (2, 1025)}, "workers", "between 1 and 1024, got 1025"),
+            ({"worker_threads": 257}, "worker_threads", "between 1 and 256, got 257"),
+            ({"sync_batch_size": 1 << 21}, "sync_batch_size", "between 1 and 1048576"),
+            ({"trainers": ("hogwild", "fast")}, "trainers", "syncsgd, got 'fast'"),
+            ({"epochs": True}, "epochs", "expected an integer"),
+            ({"seed": -1}, "seed", "between 0 and 2**64 - 1")]:
+        with pytest.raises(ConfigError) as err:
+            ExperimentOptions(**change)
+        assert err.value.key == key and reason in err.value.reason, change
+
+
 def test_bad_flag_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["experiment", "--threads", "1,two"]) == 2
     assert "threads" in capsys.readouterr().err

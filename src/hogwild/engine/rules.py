@@ -6,8 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from hogwild.errors import ConfigError
 from hogwild.model.compression import Compression
-from hogwild.settings.rules import COMBINES, MODES, TOPOLOGIES
+from hogwild.settings.rules import COMBINES, TOPOLOGIES
+from hogwild.settings.schema import check_values
 
 
 class PeerView(Protocol):
@@ -35,14 +37,15 @@ class ExchangeRules:
     compression: Compression = field(default_factory=Compression)
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        try:
+            check_values({"mode": self.mode, "staleness": self.staleness}, "exchange rules")
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        # A run's topology and combine: the settings' values with auto resolved.
         if self.topology not in TOPOLOGIES:
             raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}")
         if self.combine not in COMBINES:
             raise ValueError(f"combine must be one of {', '.join(COMBINES)}")
-        if self.staleness is not None and self.staleness < 1:
-            raise ValueError("staleness must be None (unbounded) or >= 1")
 
     @property
     def defers(self) -> bool:

@@ -83,8 +83,8 @@ class Scenario:
         for name in ("slices", "evals_per_epoch"):
             if getattr(self, name) not in BOUNDS[name]:
                 raise ValueError(f"{name} {BOUNDS[name].why}")
-        if not 2 <= self.tree_fanout <= 64:
-            raise ValueError("tree_fanout must be between 2 and 64")
+        if self.tree_fanout not in BOUNDS["tree_fanout"]:
+            raise ValueError(f"tree_fanout {BOUNDS['tree_fanout'].why}")
 
 
 @dataclass

@@ -6,10 +6,10 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from hogwild.config import BOUNDS
+from hogwild.config import TRAINER_MODES, check_values
 from hogwild.errors import ConfigError
 
-TRAINERS: tuple[str, ...] = ("hogwild", "locked", "serial", "syncsgd")
+TRAINERS: tuple[str, ...] = TRAINER_MODES
 STUDIES: tuple[str, ...] = ("threads", "size", "batch", "regression", "workers")
 LR_SCALINGS: tuple[str, ...] = ("none", "linear", "sqrt")
 
@@ -20,6 +20,12 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+# The options that are settings of the runs, and the setting whose rules each value follows.
+_SETTINGS_OF = {"threads": "threads", "trainers": "trainer", "batch_sizes": "batch_size",
+                "sync_batch_size": "batch_size", "workers": "workers",
+                "worker_threads": "threads", "epochs": "epochs", "seed": "seed"}
 
 
 @dataclass(frozen=True)
@@ -52,17 +58,18 @@ class ExperimentOptions:
             if not ok:
                 raise ConfigError(key, f"{why} (got {getattr(self, key)!r})")
 
-        need(bool(self.threads) and all(t in BOUNDS["threads"] for t in self.threads),
-             "threads", f"thread counts {BOUNDS['threads'].why}")
-        need(bool(self.trainers) and all(t in TRAINERS for t in self.trainers), "trainers",
-             f"trainers must be among {', '.join(TRAINERS)}")
+        for option, key in _SETTINGS_OF.items():
+            given = getattr(self, option)
+            for value in given if isinstance(given, tuple) else (given,):
+                try:
+                    check_values({key: value}, "experiment")
+                except ConfigError as exc:
+                    raise ConfigError(option, exc.reason) from None
+        # The experiment's own options.
+        need(bool(self.threads), "threads", "must not be empty")
+        need(bool(self.trainers), "trainers", "must not be empty")
         need(self.main_rows >= 100, "main_rows", "must be at least 100")
         need(all(r >= 100 for r in self.rows), "rows", "data sizes must be at least 100")
-        need(all(b >= 1 for b in self.batch_sizes), "batch_sizes", "must be at least 1")
-        need(self.sync_batch_size >= 1, "sync_batch_size", "must be at least 1")
-        need(all(1 <= w <= 64 for w in self.workers), "workers", "must be between 1 and 64")
-        need(self.worker_threads >= 1, "worker_threads", "must be at least 1")
-        need(self.epochs >= 1, "epochs", "must be at least 1")
         need(self.repeats >= 1, "repeats", "must be at least 1")
         need(self.loss in ("hinge", "logistic"), "loss", "must be hinge or logistic "
              "(the regression study always uses squared)")

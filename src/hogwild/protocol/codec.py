@@ -26,6 +26,7 @@ from hogwild.protocol.arrays import (
     fill_array,
 )
 from hogwild.runtime.jit import njit
+from hogwild.settings.rules import BOUNDS
 
 # The smallest payload a part of a split delta carries (encode_delta_parts refuses to cut
 # finer; nodes cut at chunk_bytes, which settings keep at 4096 or more): a delta therefore
@@ -218,7 +219,8 @@ def value_bound(*, model: str, loss: str, lr_schedule: str, learning_rate: float
         return math.inf
     # The step at t = 1: every schedule's largest (see kernel_schedule).
     lr = learning_rate * max((1.0, *class_weights))
-    if not (0.0 < lr < math.inf and 0.0 <= l2 < math.inf) or lr * l2 > 1.0:
+    if (learning_rate not in BOUNDS["learning_rate"] or l2 not in BOUNDS["l2"]
+            or lr == math.inf or lr * l2 > 1.0):  # (a class weight may overflow lr)
         return math.inf
     x = max(max_abs_value, 1.0)  # the bias's "feature" is 1
     steps = float(run_threads) * float(round_size) * float(max_rounds + 2)

@@ -197,14 +197,15 @@ def _is_class_weight(text: str) -> bool:
     return True
 
 
-def check_address(key: str, value: str) -> None:
+def _is_address(value: str) -> bool:
     """``value`` is host:port with a port in 1..65535."""
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(key, f"expected host:port, got {value!r}")
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
 
 
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "coordinator_address": (_is_address, "expected host:port"),
+    "advertise_address": (lambda v: not v or _is_address(v), "expected host:port"),
     "coordinator_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535"),
     "worker_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535"),
     "health_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535 (or null)"),
@@ -224,10 +225,10 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "staleness": (lambda v: 1 <= v < 1 << 31,
                   "must be between 1 and 2147483647 (or null for unbounded)"),
     "round_size": (lambda v: 1 <= v < 1 << 63, "must be at least 1 (or null for auto)"),
-    "register_timeout": (lambda v: v > 0, "must be positive"),
-    "barrier_timeout": (lambda v: v > 0, "must be positive"),
-    "rpc_timeout": (lambda v: v > 0, "must be positive"),
-    "connect_timeout": (lambda v: v > 0, "must be positive"),
+    # Every wait has a deadline: an infinite one overflows the clock (threading's waits
+    # raise OverflowError), so a timeout is finite.
+    **{key: (lambda v: 0 < v < float("inf"), "must be positive and finite")
+       for key in ("register_timeout", "barrier_timeout", "rpc_timeout", "connect_timeout")},
     "learning_rate": BOUNDS["learning_rate"].rule,
     "deep_lr_scale": BOUNDS["deep_lr_scale"].rule,
     "lr_decay": BOUNDS["lr_decay"].rule,
@@ -263,8 +264,6 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 def check_together(clean: Mapping[str, Any]) -> None:
     """The checks that look at several settings at once (``clean``: the coerced values
     given, defaults included when built by load)."""
-    if clean.get("advertise_address"):
-        check_address("advertise_address", clean["advertise_address"])
     _check_security(clean)
     if clean.get("val_fraction", 0.0) + clean.get("test_fraction", 0.0) >= 1.0:
         raise ConfigError("test_fraction", "val_fraction + test_fraction must be below 1")

@@ -1,4 +1,4 @@
-"""The Settings dataclass: every setting's type, default and documentation, and building one from values."""
+"""The Settings dataclass: every setting's type, default and documentation; checking values and building one from them."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from hogwild.settings.rules import (
     SIGTERM_ACTIONS,
     TOPOLOGY_CHOICES,
     TRAINER_MODES,
-    check_address,
     check_together,
     resolve_combine,
     resolve_topology,
@@ -581,18 +580,20 @@ def _parse_text(key: str, text: str, kind: type, source: str) -> Any:
         raise ConfigError(key, f"cannot read {text!r} (from {source})") from None
 
 
-def build(values: Mapping[str, Any], source: str) -> Settings:
-    """A validated Settings from ``values`` (each read as its field's type), or a ConfigError
-    naming the key; ``source`` says where the values came from."""
+def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``values`` (any settings, by key, from ``source``) read as their types and checked by
+    the schema's choices, bounds and cross-key rules (a key not given counts as its default):
+    the one check of settings, and of their copies elsewhere; ConfigError names the key."""
     clean = {key: coerce(key, value, source) for key, value in values.items()}
     for key, value in clean.items():
-        allowed = choices(key)
-        if allowed is not None and value not in allowed:
+        if (allowed := choices(key)) is not None and value not in allowed:
             raise ConfigError(key, f"must be one of {', '.join(allowed)}, got {value!r}")
-        rule = RULES.get(key)
-        if rule is not None and value is not None and not rule[0](value):
+        if (rule := RULES.get(key)) is not None and value is not None and not rule[0](value):
             raise ConfigError(key, f"{rule[1]}, got {value!r}")
-    check_address("coordinator_address", clean.get("coordinator_address",
-                                                    Settings.coordinator_address))
     check_together(clean)
-    return Settings(**clean)
+    return clean
+
+
+def build(values: Mapping[str, Any], source: str) -> Settings:
+    """A validated Settings from ``values`` (see check_values), from ``source``."""
+    return Settings(**check_values(values, source))

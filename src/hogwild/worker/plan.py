@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from hogwild.config import BOUNDS, COMBINES, DELTA_DTYPES, MODES, TOPOLOGIES, sgd_problem
+from hogwild.config import check_values
 from hogwild.engine.rules import ExchangeRules
-from hogwild.errors import InvalidMessage
+from hogwild.errors import ConfigError, InvalidMessage
 from hogwild.model.compression import Compression
 from hogwild.model.losses import get_loss
 from hogwild.model.schedule import SCHEDULES
@@ -116,37 +116,15 @@ class RunPlan:
             raise bad("model", str(exc)) from None
         if m.dim != spec.dim or m.dim > 2**31 - 1:
             raise bad("dim", f"must be {spec.dim} for this {spec.kind} model and fit int32")
-        if m.mode not in MODES:
-            raise bad("mode", f"must be one of {', '.join(MODES)}")
-        if m.staleness < -1 or m.staleness == 0:
-            raise bad("staleness", "must be -1 (unbounded) or >= 1")
-        if m.threads not in BOUNDS["threads"]:
-            raise bad("threads", BOUNDS["threads"].why)
-        if m.round_size < 1 or m.max_rounds < 1:
-            raise bad("round_size", "round_size and max_rounds must be >= 1")
+        _check_settings(m, spec)
+        # What follows is the wire's own: fields no setting holds, or holds in another form.
+        if m.max_rounds < 1:
+            raise bad("max_rounds", "must be >= 1")
         if m.first_round > m.max_rounds + 1:
             raise bad("first_round", "must be at most max_rounds + 1")
-        # What the coordinator's own settings were checked against.
-        problem = sgd_problem(m)
-        if problem is not None:
-            raise bad(*problem)
-        if spec.is_mlp and m.deep_lr_scale not in BOUNDS["deep_lr_scale"]:
-            raise bad("deep_lr_scale", f"{BOUNDS['deep_lr_scale'].why} for model mlp")
-        for name in ("barrier_timeout", "rpc_timeout"):
-            if not 0 < getattr(m, name) < math.inf:
-                raise bad(name, "must be positive and finite")
-        if not math.isfinite(m.delta_threshold) or m.delta_threshold < 0:
-            raise bad("delta_threshold", "must be finite and non-negative")
-        if m.delta_dtype not in ("", *DELTA_DTYPES):  # empty: the default
-            raise bad("delta_dtype", f"must be one of {', '.join(DELTA_DTYPES)}")
-        if m.combine not in ("", *COMBINES):
-            raise bad("combine", f"must be one of {', '.join(COMBINES)}")
-        if m.combine == "average" and (m.delta_threshold > 0 or m.delta_topk > 0):
-            raise bad("combine", "average does not go with delta_threshold or delta_topk")
-        if m.topology not in ("", *TOPOLOGIES):
-            raise bad("topology", f"must be one of {', '.join(TOPOLOGIES)}")
-        if m.topology == "tree" and m.tree_fanout not in BOUNDS["tree_fanout"]:
-            raise bad("tree_fanout", BOUNDS["tree_fanout"].why)
+        for name in ("combine", "topology"):
+            if getattr(m, name) == "auto":  # the settings' auto, which the coordinator resolves
+                raise bad(name, "must be resolved by the coordinator, not auto")
         peers = {int(p.worker_id): p.address for p in m.peers}
         if len(peers) != len(m.peers) or m.worker_id in peers:
             raise bad("peers", "peer ids must be unique and differ from this worker's")
@@ -161,8 +139,6 @@ class RunPlan:
                                        "finite and >= 0")
         if m.class_weights and (m.loss == "squared" or spec.is_mlp):
             raise bad("class_weights", "weigh a linear classifier's classes only")
-        if not (m.delta_norm_bound == 0 or 2 <= m.delta_norm_bound < math.inf):
-            raise bad("delta_norm_bound", "must be 0 (off) or at least 2 and finite")
         down = frozenset(int(p.worker_id) for p in m.peers if p.down)
         if down and m.topology not in ("", "mesh", "tree"):
             raise bad("peers", "only a mesh or a tree names peers that are down")
@@ -189,3 +165,27 @@ class RunPlan:
             run_threads=int(m.run_threads),
             class_weights=tuple(float(w) for w in m.class_weights),
             delta_norm_bound=float(m.delta_norm_bound))
+
+
+# The RunConfig fields that are settings under the same names, checked by the schema's own
+# rules, as the coordinator's settings were.
+_SETTINGS = ("mode", "threads", "round_size", "loss", "learning_rate", "lr_schedule",
+             "lr_decay", "power_t", "l2", "fit_bias", "barrier_timeout", "rpc_timeout", "seed",
+             "thread_buffer", "delta_threshold", "delta_topk", "delta_norm_bound")
+
+
+def _check_settings(m: pb.RunConfig, spec: ModelSpec) -> None:
+    """InvalidMessage naming the first of ``m``'s settings that the schema refuses."""
+    values = {key: getattr(m, key) for key in _SETTINGS}
+    values["staleness"] = None if m.staleness == -1 else m.staleness  # -1: null, unbounded
+    # proto3 sends "" for a text not set: the plan reads it as the default.
+    values.update({key: getattr(m, key) for key in ("delta_dtype", "combine", "topology")
+                   if getattr(m, key)})
+    if spec.is_mlp:  # only the MLP reads deep_lr_scale (0 from a linear run's coordinator)
+        values["deep_lr_scale"] = m.deep_lr_scale
+    if m.topology == "tree":  # only a tree reads tree_fanout
+        values["tree_fanout"] = m.tree_fanout
+    try:
+        check_values(values, "run config")
+    except ConfigError as exc:
+        raise InvalidMessage(f"run config {exc.key}: {exc.reason}") from None
