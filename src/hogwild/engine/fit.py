@@ -26,11 +26,6 @@ RowOf = Callable[[EpochStats | None, Metrics | None, float], Row]
 Observer = Callable[[Row, bool | None], None]
 
 
-def no_validation(w: F64) -> Metrics | None:
-    """The validation of a fit without validation rows."""
-    return None
-
-
 def train_row(stats: EpochStats | None, val: Metrics | None, elapsed: float) -> Row:
     """The history row of `hogwild train` (a line of metrics.jsonl)."""
     scores = {"val_loss": val.loss if val else None,
@@ -52,13 +47,13 @@ class FitLoop:
     ``learning_rate`` is named by the TrainingDiverged the loop raises; ``epochs`` is the most
     epochs the caller trains (what the rows' progress counts against)."""
 
-    def __init__(self, w: F64, validate: Validate = no_validation, *, epochs: int,
+    def __init__(self, w: F64, validate: Validate | None = None, *, epochs: int,
                  learning_rate: float, patience: int = 0, min_delta: float = 0.0,
                  target_loss: float | None = None, time_budget: float = 0.0,
                  keep_best: bool = True, row_of: RowOf = train_row,
                  observe: Observer | None = None) -> None:
         self.w = w
-        self.validate = validate
+        self.validate: Validate = validate or (lambda _: None)  # None: no validation rows
         self.max_epochs = epochs
         self.learning_rate = learning_rate
         self.time_budget = time_budget

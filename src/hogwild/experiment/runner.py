@@ -94,33 +94,31 @@ def run_inprocess(spec: RunSpec, splits: Splits, settings: Settings, opts: Exper
     rec.update(train_rows=splits.train.n_rows, n_features=splits.train.n_features,
                learning_rate=params.learning_rate)
     spent = [0.0, 0.0]  # wall and CPU seconds of training, the evaluations left out
-    took = [0.0, 0.0]  # the last epoch's
-    last: list[EpochStats] = []
+    epochs: list[Record] = []
 
     def epoch(e: int) -> EpochStats:
         c0 = time.process_time()
         t0 = time.perf_counter()
-        last[:] = [trainer.fit_epoch(splits.train, e)]
-        took[:] = [time.perf_counter() - t0, time.process_time() - c0]
-        spent[0] += took[0]
-        spent[1] += took[1]
-        return last[0]
-
-    def timed(stats: EpochStats | None) -> Record:
-        seconds, cpu_seconds = took if stats else (0.0, 0.0)
-        return {"epoch": stats.epoch + 1 if stats else 0, "seconds": seconds,
-                "cpu_seconds": cpu_seconds, "elapsed": spent[0],
-                "train_loss_during": stats.train_loss if stats else None}
+        stats = trainer.fit_epoch(splits.train, e)
+        seconds = time.perf_counter() - t0
+        cpu_seconds = time.process_time() - c0
+        spent[0] += seconds
+        spent[1] += cpu_seconds
+        # The row as far as training goes; the last one when the epoch diverged.
+        epochs.append({"epoch": e + 1, "seconds": seconds, "cpu_seconds": cpu_seconds,
+                       "elapsed": spent[0], "train_loss_during": stats.train_loss})
+        return stats
 
     def row_of(stats: EpochStats | None, va: Metrics | None, _: float) -> Record:
         # Epoch 0 is the model before training, as `hogwild train` and `hogwild run` record
         # it (the curves of in-process and cluster runs start at the same point).
+        row = epochs.pop() if stats else {"epoch": 0, "seconds": 0.0, "cpu_seconds": 0.0,
+                                          "elapsed": 0.0, "train_loss_during": None}
         tr = evaluate(splits.train, trainer.w, loss)
-        return {**timed(stats), "train_loss": tr.loss, "val_loss": va.loss if va else None,
+        return {**row, "train_loss": tr.loss, "val_loss": va.loss if va else None,
                 **_errors("train", tr, loss.is_classifier),
                 **_errors("val", va, loss.is_classifier)}
 
-    epochs: list[Record] = []
     fit = FitLoop(trainer.w, lambda w: evaluate(splits.val, w, loss) if splits.val.n_rows
                   else None, epochs=opts.epochs, learning_rate=params.learning_rate,
                   keep_best=False, row_of=row_of, observe=lambda row, _: epochs.append(row))
@@ -128,9 +126,8 @@ def run_inprocess(spec: RunSpec, splits: Splits, settings: Settings, opts: Exper
     status = "ok"
     try:
         fit.run(epoch)
-    except TrainingDiverged:  # kept in the records, with the epoch's training time
+    except TrainingDiverged:
         status = "diverged"
-        epochs.append(timed(last[0]))
     wall, cpu = spent
     rec.update(wall_seconds=wall, cpu_seconds=cpu, cores_used=cpu / wall if wall > 0 else None,
                status=status, epochs_done=len(epochs) - 1, epoch_rows=epochs)
