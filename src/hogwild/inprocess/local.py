@@ -26,7 +26,6 @@ from hogwild.data.sources import (
     load_source_hashed,
 )
 from hogwild.data.split import split_shuffled
-from hogwild.engine.fit import FitLoop
 from hogwild.engine.ovr import OneVsRest
 from hogwild.engine.trainer import Trainer
 from hogwild.errors import ConfigError, DataError, ModelError
@@ -422,12 +421,8 @@ def _train(settings: Settings, console: Console, started: float,
         model_w[...] = warm_start_weights(settings, splits, spec)
         say(f"starting from the model in {settings.initial_model}")
     record = TrainLog(settings, console, run.path, run.name, splits.train.n_rows)
-    loop = FitLoop(model_w, lambda w: (evaluate_model(splits.val, w, loss, spec)
-                                       if splits.val.n_rows else None),
-                   epochs=settings.epochs, learning_rate=settings.learning_rate,
-                   patience=settings.patience, min_delta=settings.min_delta,
-                   target_loss=settings.target_loss, time_budget=settings.time_budget,
-                   observe=record)
+    loop = record.fit_loop(model_w, lambda w: (evaluate_model(splits.val, w, loss, spec)
+                                               if splits.val.n_rows else None))
     loop.begin(warm_started=splits.initial is not None)
     if ovr is not None:
         per_class = ovr.targets(splits.train)

@@ -30,7 +30,6 @@ from hogwild.data.labels import MULTICLASS, LabelMap
 from hogwild.data.reorder import order_from_counts, renumber
 from hogwild.data.sources import load_source
 from hogwild.data.split import shuffle_order, split_sizes
-from hogwild.engine.fit import FitLoop
 from hogwild.engine.trainer import EpochStats, Trainer
 from hogwild.errors import ConfigError, DataError
 from hogwild.inprocess.common import (
@@ -218,11 +217,8 @@ def train_job(settings: Settings, console: Console, started: float,
     # The same epochs and end as the in-memory job: epoch-0 row, divergence check, history
     # on disk, TensorBoard, progress rows, stop rules, the model kept and the outputs.
     record = TrainLog(settings, console, run.path, run.name, c[TRAIN])
-    loop = FitLoop(trainer.w, lambda w: source.evaluate(VAL, w, settings.loss) if c[VAL]
-                   else None, epochs=settings.epochs, learning_rate=settings.learning_rate,
-                   patience=settings.patience, min_delta=settings.min_delta,
-                   target_loss=settings.target_loss, time_budget=settings.time_budget,
-                   observe=record)
+    loop = record.fit_loop(trainer.w, lambda w: source.evaluate(VAL, w, settings.loss)
+                           if c[VAL] else None)
     loop.begin()
     loop.run(lambda epoch: run_epoch(source, trainer, epoch, settings.seed))
     return finish_run(

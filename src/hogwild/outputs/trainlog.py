@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from hogwild.config import Settings
+from hogwild.engine.fit import FitLoop, Validate
 from hogwild.errors import OutputError
 from hogwild.outputs.console import TRAIN_ROWS, Console, RowThrottle
 from hogwild.outputs.history import EvalHistory
@@ -30,6 +33,14 @@ class TrainLog:
             raise OutputError.writing(run_dir, exc) from None
         self.scalars = open_scalars(settings, run_name)
         self.rows: RowThrottle | None = None  # made under the header, at epoch 0
+
+    def fit_loop(self, w: np.ndarray, validate: Validate) -> FitLoop:
+        """The fit loop of `hogwild train` over the weights ``w``: the settings' stop rules,
+        this log its observer."""
+        s = self.settings
+        return FitLoop(w, validate, epochs=s.epochs, learning_rate=s.learning_rate,
+                       patience=s.patience, min_delta=s.min_delta, target_loss=s.target_loss,
+                       time_budget=s.time_budget, observe=self)
 
     def __call__(self, row: dict[str, Any], best: bool | None) -> None:
         """One row; ``best``: whether it is the model kept so far (the row of the model saved
