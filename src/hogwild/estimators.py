@@ -13,15 +13,14 @@ from __future__ import annotations
 import io
 import sys
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 try:
-    from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+    from sklearn.base import ClassifierMixin, RegressorMixin
     from sklearn.utils.metaestimators import available_if
     from sklearn.utils.multiclass import check_classification_targets
     from sklearn.utils.validation import check_is_fitted, validate_data
@@ -29,316 +28,20 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("hogwild's estimators need scikit-learn >= 1.6: "
                       "pip install '.[sklearn]' from a clone, or pip install scikit-learn") from exc
 
-from hogwild.config import Settings, check_values
 from hogwild.data.csr import CSRData
-from hogwild.errors import ConfigError, ModelError
-from hogwild.estimator_options import (
-    check_average,
-    mean_of_iterates,
-    row_weights,
-    sample_weights,
-    stream_epoch_rows,
-)
+from hogwild.errors import ModelError
+from hogwild.estimator_base import DTYPES, F64, SCHEMA, HogwildEstimator, csr_data
+from hogwild.estimator_options import row_weights, sample_weights
 from hogwild.model.saved import SavedModel, label_value, ovr_proba
 from hogwild.outputs import artifacts
 
-if TYPE_CHECKING:
-    from typing_extensions import Self
-
-F64 = npt.NDArray[np.float64]
-
-# The estimators' defaults are the settings' (``hogwild train``'s): one schema, read here.
-_SCHEMA = Settings()
 # The regressor's own defaults, where the schema's (made for classification) do not fit the
 # squared loss: its steps grow with |x|^2 and the targets' scale, so the schema's rate 0.5
 # diverges on unscaled inputs (standard normal features of 15 columns already).
 _REGRESSOR_DEFAULTS: dict[str, Any] = {"loss": "squared", "learning_rate": 0.05}
 
-# X is converted to these dtypes; the kernels read float32 values (the project's CSR contract).
-_DTYPES = (np.float64, np.float32)
 
-
-def _csr_data(X: Any, labels: npt.ArrayLike | None = None,
-              weights: npt.ArrayLike | None = None) -> CSRData:
-    """A validated array or sparse matrix as CSRData (float32 values, int32 ids), with the
-    rows' weights when given."""
-    n = X.shape[0]
-    y = np.zeros(n, dtype=np.float32) if labels is None else labels
-    return CSRData.from_scipy(X, y, weights)
-
-
-class _HogwildModel(BaseEstimator):
-    """What both estimators share: parameters, the training loop, scoring, save/load."""
-
-    _task_kind = ""
-
-    def __init__(self, *, loss: str = _SCHEMA.loss,
-                 learning_rate: float = _SCHEMA.learning_rate,
-                 lr_schedule: str = _SCHEMA.lr_schedule, lr_decay: float = _SCHEMA.lr_decay,
-                 power_t: float = _SCHEMA.power_t, l2: float = _SCHEMA.l2,
-                 epochs: int = _SCHEMA.epochs, threads: int = _SCHEMA.threads,
-                 fit_bias: bool = _SCHEMA.fit_bias, seed: int = _SCHEMA.seed,
-                 trainer: str = _SCHEMA.trainer, thread_buffer: bool = _SCHEMA.thread_buffer,
-                 batch_size: int = _SCHEMA.batch_size, shuffle: bool = True,
-                 epoch_rows: int | None = None, warm_start: bool = False,
-                 device: str = _SCHEMA.device, average: bool = False) -> None:
-        self.loss = loss
-        self.learning_rate = learning_rate
-        self.lr_schedule = lr_schedule
-        self.lr_decay = lr_decay
-        self.power_t = power_t
-        self.l2 = l2
-        self.epochs = epochs
-        self.threads = threads
-        self.fit_bias = fit_bias
-        self.seed = seed
-        self.trainer = trainer
-        self.thread_buffer = thread_buffer
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.epoch_rows = epoch_rows
-        self.warm_start = warm_start
-        self.device = device
-        self.average = average
-
-    def __sklearn_tags__(self) -> Any:
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        # Lock-free threads race by design: only one thread gives repeatable weights.
-        tags.non_deterministic = self.threads != 1 or self.device != "cpu"
-        return tags
-
-    # --- training ------------------------------------------------------------------------
-    def _params(self, n_features: int, renumbered: bool) -> Any:
-        from hogwild.engine.trainer import TrainParams
-        from hogwild.model.hot import RENUMBERED_HOT_FEATURES
-
-        hot = RENUMBERED_HOT_FEATURES if renumbered else 0
-        # The mean of the iterates weighs each step by its position in the sequence, which
-        # racing threads do not keep (one runs ahead of another): averaging uses one thread.
-        threads = 1 if self.average else int(self.threads)
-        try:
-            return TrainParams(loss=self.loss, learning_rate=float(self.learning_rate),
-                               lr_schedule=self.lr_schedule, lr_decay=float(self.lr_decay),
-                               power_t=float(self.power_t), l2=float(self.l2),
-                               fit_bias=bool(self.fit_bias), threads=threads,
-                               mode=self.trainer, batch_size=self.batch_size,
-                               hot_features=hot)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{type(self).__name__}: bad parameter {exc}") from None
-
-    def _gpu(self, n_features: int, params: Any, w: F64) -> Any:
-        """The GPU trainer of ``device`` (cuda or cuda:N, the gpu extra installed); a
-        ValueError naming the parameter when the device or a setting does not fit."""
-        from hogwild.config import DEVICE_FORMAT
-
-        name = type(self).__name__
-        if not isinstance(self.device, str) or DEVICE_FORMAT.fullmatch(self.device) is None:
-            raise ValueError(f"{name}: device must be cpu, cuda or cuda:N, got {self.device!r}")
-        from hogwild.engine.gpu import GPUTrainer
-        from hogwild.engine.gpu_device import cuda_device
-
-        try:
-            return GPUTrainer(n_features, params, w=w, device=cuda_device(self.device))
-        except ConfigError as exc:
-            raise ValueError(f"{name}: {exc}") from None
-        except ValueError as exc:
-            raise ValueError(f"{name}: bad parameter for device {self.device}: {exc}") from None
-
-    def _check_epochs(self, epochs: Any) -> int:
-        name = type(self).__name__
-        try:  # the setting's rules; numpy's integers are integers here, text is not
-            if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)):
-                raise ConfigError("epochs", f"expected an integer, got {epochs!r}")
-            return int(check_values({"epochs": int(epochs)}, name)["epochs"])
-        except ConfigError as exc:
-            raise ValueError(f"{name}: epochs {exc.reason}") from None
-
-    def _horizon(self) -> int:
-        """Rows per epoch of partial_fit's schedule (estimator_options.stream_epoch_rows)."""
-        return stream_epoch_rows(type(self).__name__, self.epoch_rows,
-                                 int(getattr(self, "_epoch_rows", 0)),
-                                 float(self.learning_rate), float(self.l2))
-
-    def _train(self, data: CSRData, targets: F64, weights: F64, epochs: int | None) -> None:
-        """``epochs`` passes of the Hogwild trainer from the first step (fit), or None: one
-        pass in the rows' order continuing the step-size schedule after the examples seen
-        before (partial_fit), for each row of ``targets`` (one label vector per model),
-        updating ``weights`` (K, d + 1) in the data's feature ids: the raw iterate, or with
-        ``average`` the mean of the iterates (the raw one is kept for the next call)."""
-        from hogwild.data.reorder import frequency_order, renumber, restore_weights, to_internal
-        from hogwild.engine.trainer import Trainer
-
-        average = check_average(type(self).__name__, self.average, self.trainer,
-                                self.batch_size, self.device)
-        calls = int(getattr(self, "_calls", 0))
-        stream = epochs is None
-        t = float(getattr(self, "t_", 1.0)) if stream else 1.0
-        if self.shuffle and not stream and data.n_rows > 1:
-            # fit streams rows in one fixed random order (permuted once per call):
-            # sequential memory access, and the order still varies with the seed. partial_fit
-            # keeps the caller's order: a stream in any chunking is then one pass of it.
-            rng = np.random.default_rng([int(self.seed), calls])
-            perm = rng.permutation(data.n_rows)
-            data = data.take(perm)
-            targets = targets[:, perm]
-        d = data.n_features
-        # Threads buffer the hottest weights only on ids ranked by frequency (see trainer).
-        renumbered = (self.trainer == "hogwild" and int(self.threads) > 1 and self.thread_buffer
-                      and not average)
-        order = frequency_order(data) if renumbered else None
-        if order is not None:
-            data = renumber(data, order)
-        params = self._params(d, renumbered)
-        horizon = self._horizon() if stream else None
-        raw_before: F64 | None = getattr(self, "_iterate", None)
-        if stream and not average and raw_before is not None:
-            # Averaging was turned off: go on from the raw iterate, not from its mean.
-            weights[:] = raw_before
-            self._forget_average()
-        # Averaging state per model: the raw iterate, where averaging began, its sum.
-        iterate = getattr(self, "_iterate", None) if stream else None
-        start = getattr(self, "_avg_start", None) if stream else None
-        sums = getattr(self, "_avg_sum", None) if stream else None
-        if average and (iterate is None or start is None or sums is None):
-            iterate, start, sums = weights.copy(), weights.copy(), np.zeros_like(weights)
-            self._avg_from = t
-        for k in range(targets.shape[0]):
-            rows = CSRData(data.indptr, data.indices, data.values, targets[k], d,
-                           weights=data.weights)
-            raw = iterate[k] if average and iterate is not None else weights[k]
-            w = to_internal(raw, order) if order is not None else raw.copy()
-            model = Trainer(d, params, w=w) if self.device == "cpu" else self._gpu(d, params, w)
-            model.t = t
-            model.epoch_rows = horizon
-            if average and sums is not None:
-                model.average_sum = (to_internal(sums[k], order) if order is not None
-                                     else sums[k].copy())
-            first = (int(t - 1.0) // horizon) if horizon is not None else 0
-            for e in range(epochs or 1):
-                model.fit_epoch(rows, first + e)
-            if not np.isfinite(model.w).all():
-                raise ValueError(f"{type(self).__name__}: training diverged (weights are not "
-                                 f"finite); lower learning_rate (now {self.learning_rate})")
-            out = restore_weights(model.w, order) if order is not None else model.w
-            if average and iterate is not None and start is not None and sums is not None:
-                total = model.average_sum
-                assert total is not None
-                sums[k] = restore_weights(total, order) if order is not None else total
-                iterate[k] = out
-                weights[k] = mean_of_iterates(out, start[k], sums[k], float(self._avg_from),
-                                              model.t)
-            else:
-                weights[k] = out
-        self._calls = calls + 1
-        self.t_ = t + (epochs or 1) * data.n_rows
-        if average:
-            self._iterate, self._avg_start, self._avg_sum = iterate, start, sums
-        if not stream:
-            self._epoch_rows = data.n_rows
-
-    def _sample_weight(self, sample_weight: Any, X: Any) -> F64 | None:
-        return sample_weights(type(self).__name__, sample_weight, X)
-
-    def _warm(self) -> bool:
-        """Whether fit starts from the current weights: warm_start and a fitted model."""
-        return bool(self.warm_start) and hasattr(self, "weights_")
-
-    def _forget_average(self) -> None:
-        for name in ("_iterate", "_avg_start", "_avg_sum", "_avg_from"):
-            if hasattr(self, name):
-                delattr(self, name)
-
-    def _forget(self) -> None:
-        for name in ("_calls", "t_", "_epoch_rows", "_iterate", "_avg_start", "_avg_sum",
-                     "_avg_from"):
-            if hasattr(self, name):
-                delattr(self, name)
-
-    def _set_weights(self, weights: F64, n_iter: int) -> None:
-        self.weights_ = np.ascontiguousarray(weights, dtype=np.float64)
-        self.n_iter_ = int(n_iter)
-        self._publish_coef()
-
-    def _publish_coef(self) -> None:
-        raise NotImplementedError
-
-    # --- scoring -------------------------------------------------------------------------
-    def _margins(self, X: Any) -> F64:
-        from hogwild.model.scoring import margins
-
-        check_is_fitted(self, "weights_")
-        X = validate_data(self, X, accept_sparse="csr", dtype=_DTYPES, reset=False)
-        w = self.weights_[0] if self.weights_.shape[0] == 1 else self.weights_
-        return margins(w, _csr_data(X), int(self.threads))
-
-    # --- files ---------------------------------------------------------------------------
-    def to_saved(self) -> SavedModel:
-        """The fitted model as a SavedModel (format 2)."""
-        raise NotImplementedError
-
-    def save(self, path: str | Path) -> Path:
-        """Write model.npz + model.json (the saved-model format) into the directory ``path``."""
-        return self.to_saved().save(path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Self:
-        """An estimator fitted from a saved model (a run directory or its model files);
-        its parameters are taken from the model's settings where they have one."""
-        return cls.from_saved(SavedModel.load(path))
-
-    @classmethod
-    def from_saved(cls, model: SavedModel) -> Self:
-        """An estimator holding ``model``'s weights (ready to predict or to continue with
-        partial_fit)."""
-        known = set(cls().get_params())
-        params: dict[str, Any] = {}
-        for source in (model.meta.get("settings"), model.meta.get("params")):
-            if isinstance(source, Mapping):
-                params.update({k: v for k, v in source.items() if k in known})
-        params["loss"] = model.loss
-        params["fit_bias"] = model.fit_bias
-        est = cls(**params)
-        est._adopt(model)
-        return est
-
-    def _adopt(self, model: SavedModel) -> None:
-        raise NotImplementedError
-
-    def _meta(self) -> dict[str, Any]:
-        """model.json's own keys: the estimator, its parameters, and where the step-size
-        schedule stands (so that partial_fit after load continues it)."""
-        params = self.get_params()
-        weights = params.get("class_weight")
-        if isinstance(weights, Mapping):
-            # JSON keys are text: kept in the setting's form LABEL:WEIGHT, which load reads.
-            params["class_weight"] = ",".join(f"{float(k)!r}:{float(v)!r}"
-                                              for k, v in weights.items())
-        meta: dict[str, Any] = {"estimator": type(self).__name__, "params": params,
-                                "n_iter": self.n_iter_}
-        if hasattr(self, "t_"):
-            meta["examples_seen"] = int(self.t_) - 1
-        if hasattr(self, "_epoch_rows"):
-            meta["epoch_rows_fitted"] = int(self._epoch_rows)
-        return meta
-
-    def _resume_schedule(self, meta: Mapping[str, Any]) -> None:
-        """Where a saved model's schedule stood: this estimator's keys, or for a model of
-        ``hogwild train`` its epochs over its training rows."""
-        seen, rows = meta.get("examples_seen"), meta.get("epoch_rows_fitted")
-        metrics = meta.get("metrics")
-        if seen is None and isinstance(metrics, Mapping):
-            rows, epochs = metrics.get("train_rows"), metrics.get("epochs")
-            if isinstance(rows, int) and isinstance(epochs, int):
-                seen = rows * epochs
-        self._forget()
-        if isinstance(seen, int) and seen >= 0:
-            self.t_ = float(seen + 1)
-        if isinstance(rows, int) and rows > 0:
-            self._epoch_rows = rows
-
-
-class HogwildClassifier(ClassifierMixin, _HogwildModel):
+class HogwildClassifier(ClassifierMixin, HogwildEstimator):
     """Linear classifier (hinge = SVM, or logistic) trained by lock-free Hogwild threads.
 
     Parameters are the settings of ``hogwild train``, with the same defaults (``loss``,
@@ -359,16 +62,16 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
 
     _task_kind = "classifier"
 
-    def __init__(self, *, loss: str = _SCHEMA.loss,
-                 learning_rate: float = _SCHEMA.learning_rate,
-                 lr_schedule: str = _SCHEMA.lr_schedule, lr_decay: float = _SCHEMA.lr_decay,
-                 power_t: float = _SCHEMA.power_t, l2: float = _SCHEMA.l2,
-                 epochs: int = _SCHEMA.epochs, threads: int = _SCHEMA.threads,
-                 fit_bias: bool = _SCHEMA.fit_bias, seed: int = _SCHEMA.seed,
-                 trainer: str = _SCHEMA.trainer, thread_buffer: bool = _SCHEMA.thread_buffer,
-                 batch_size: int = _SCHEMA.batch_size, shuffle: bool = True,
+    def __init__(self, *, loss: str = SCHEMA.loss,
+                 learning_rate: float = SCHEMA.learning_rate,
+                 lr_schedule: str = SCHEMA.lr_schedule, lr_decay: float = SCHEMA.lr_decay,
+                 power_t: float = SCHEMA.power_t, l2: float = SCHEMA.l2,
+                 epochs: int = SCHEMA.epochs, threads: int = SCHEMA.threads,
+                 fit_bias: bool = SCHEMA.fit_bias, seed: int = SCHEMA.seed,
+                 trainer: str = SCHEMA.trainer, thread_buffer: bool = SCHEMA.thread_buffer,
+                 batch_size: int = SCHEMA.batch_size, shuffle: bool = True,
                  epoch_rows: int | None = None, warm_start: bool = False,
-                 device: str = _SCHEMA.device, average: bool = False,
+                 device: str = SCHEMA.device, average: bool = False,
                  class_weight: Any = None) -> None:
         super().__init__(loss=loss, learning_rate=learning_rate, lr_schedule=lr_schedule,
                          lr_decay=lr_decay, power_t=power_t, l2=l2, epochs=epochs,
@@ -391,7 +94,7 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
         scaling its gradient as if the row occurred that many times."""
         warm = self._warm()
         # Warm: X must have the fitted feature count (validate_data says so otherwise).
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, reset=not warm)
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=DTYPES, reset=not warm)
         check_classification_targets(y)
         classes = np.unique(y)
         if classes.shape[0] < 2:
@@ -408,7 +111,7 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
         rows = self._row_weights(y, sample_weight, X, streaming=False)
         weights = (previous if previous is not None
                    else np.zeros((self._n_models(), X.shape[1] + 1), dtype=np.float64))
-        self._train(_csr_data(X, None, rows), self._targets(y), weights, epochs)
+        self._train(csr_data(X, None, rows), self._targets(y), weights, epochs)
         self._set_weights(weights, epochs)
         return self
 
@@ -418,7 +121,7 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
         step-size schedule; the first call needs ``classes`` (every label that will ever be
         seen). ``sample_weight`` as in :meth:`fit`."""
         first = not hasattr(self, "weights_")
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, reset=first)
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=DTYPES, reset=first)
         check_classification_targets(y)
         if first:
             if classes is None:
@@ -438,7 +141,7 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
             raise ValueError(f"labels {unknown.tolist()} are not in classes "
                              f"{self.classes_.tolist()}")
         rows = self._row_weights(y, sample_weight, X, streaming=True)
-        self._train(_csr_data(X, None, rows), self._targets(y), weights, None)
+        self._train(csr_data(X, None, rows), self._targets(y), weights, None)
         self._set_weights(weights, getattr(self, "n_iter_", 0) + 1 if not first else 1)
         return self
 
@@ -511,7 +214,7 @@ class HogwildClassifier(ClassifierMixin, _HogwildModel):
         self._resume_schedule(model.meta)
 
 
-class HogwildRegressor(RegressorMixin, _HogwildModel):
+class HogwildRegressor(RegressorMixin, HogwildEstimator):
     """Linear least-squares regression trained by lock-free Hogwild threads.
 
     The same parameters and defaults as HogwildClassifier, but ``loss`` is ``squared`` and
@@ -524,14 +227,14 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
 
     def __init__(self, *, loss: str = _REGRESSOR_DEFAULTS["loss"],
                  learning_rate: float = _REGRESSOR_DEFAULTS["learning_rate"],
-                 lr_schedule: str = _SCHEMA.lr_schedule, lr_decay: float = _SCHEMA.lr_decay,
-                 power_t: float = _SCHEMA.power_t, l2: float = _SCHEMA.l2,
-                 epochs: int = _SCHEMA.epochs, threads: int = _SCHEMA.threads,
-                 fit_bias: bool = _SCHEMA.fit_bias, seed: int = _SCHEMA.seed,
-                 trainer: str = _SCHEMA.trainer, thread_buffer: bool = _SCHEMA.thread_buffer,
-                 batch_size: int = _SCHEMA.batch_size, shuffle: bool = True,
+                 lr_schedule: str = SCHEMA.lr_schedule, lr_decay: float = SCHEMA.lr_decay,
+                 power_t: float = SCHEMA.power_t, l2: float = SCHEMA.l2,
+                 epochs: int = SCHEMA.epochs, threads: int = SCHEMA.threads,
+                 fit_bias: bool = SCHEMA.fit_bias, seed: int = SCHEMA.seed,
+                 trainer: str = SCHEMA.trainer, thread_buffer: bool = SCHEMA.thread_buffer,
+                 batch_size: int = SCHEMA.batch_size, shuffle: bool = True,
                  epoch_rows: int | None = None, warm_start: bool = False,
-                 device: str = _SCHEMA.device, average: bool = False) -> None:
+                 device: str = SCHEMA.device, average: bool = False) -> None:
         super().__init__(loss=loss, learning_rate=learning_rate, lr_schedule=lr_schedule,
                          lr_decay=lr_decay, power_t=power_t, l2=l2, epochs=epochs,
                          threads=threads, fit_bias=fit_bias, seed=seed, trainer=trainer,
@@ -549,14 +252,14 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
         ``sample_weight``: a weight >= 0 per row, scaling its gradient."""
         self._check_loss()
         warm = self._warm()
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, y_numeric=True,
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=DTYPES, y_numeric=True,
                              reset=not warm)
         epochs = self._check_epochs(self.epochs)
         previous = self.weights_.copy() if warm else None
         self._forget()
         weights = (previous if previous is not None
                    else np.zeros((1, X.shape[1] + 1), dtype=np.float64))
-        self._train(_csr_data(X, None, self._sample_weight(sample_weight, X)),
+        self._train(csr_data(X, None, self._sample_weight(sample_weight, X)),
                     np.asarray(y, dtype=np.float64)[None, :], weights, epochs)
         self._set_weights(weights, epochs)
         return self
@@ -566,14 +269,14 @@ class HogwildRegressor(RegressorMixin, _HogwildModel):
         step-size schedule; ``sample_weight`` as in :meth:`fit`."""
         self._check_loss()
         first = not hasattr(self, "weights_")
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=_DTYPES, y_numeric=True,
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=DTYPES, y_numeric=True,
                              reset=first)
         if first:
             self._forget()
             weights = np.zeros((1, X.shape[1] + 1), dtype=np.float64)
         else:
             weights = self.weights_.copy()
-        self._train(_csr_data(X, None, self._sample_weight(sample_weight, X)),
+        self._train(csr_data(X, None, self._sample_weight(sample_weight, X)),
                     np.asarray(y, dtype=np.float64)[None, :], weights, None)
         self._set_weights(weights, 1 if first else self.n_iter_ + 1)
         return self

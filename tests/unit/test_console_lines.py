@@ -56,10 +56,17 @@ def test_done_lines_and_a_field_added_to_one() -> None:
     assert line.text("o").endswith(
         "(sync), 0.02s evaluating; test loss 0.0443, test accuracy 0.9884; 80 deltas, "
         "1.2 MB received; 3.1x one worker; outputs in o")
-    assert simulate_done(40, 1.2345, 0.5, 160, 2_000_000, 2, 0.9876, 0.9811).text("s") == (
+    shares = {"training": 0.8, "waiting": 0.15, "sending": 0.3}
+    assert simulate_done(40, 1.2345, 0.5, 160, 2_000_000, 2, 0.9876, 0.9811, 1.61, 0.178,
+                         shares).text("s") == (
         "done: 40 rounds in 1.23 simulated s (0.50s here), 160 messages, 2.0 MB, max "
         "staleness 2; test accuracy 0.9876 (best validated model; the last one 0.9811); "
-        "outputs in s")
+        "1.61x one worker's time for the same epochs (0.178 s), worker time 80% training, "
+        "15% waiting, their senders busy 30%; outputs in s")
+    # Many workers on little data: thousands of times slower than one, each said in full.
+    tiny = simulate_done(15, 0.105, 1.2, 256, 3_200_000, 1, 0.97, 0.97, 0.00768, 0.000807,
+                         shares).text("s")
+    assert "0.00768x one worker's time for the same epochs (0.000807 s)" in tiny, tiny
     assert DoneLine().add("a", "b").text("o") == "done: b; outputs in o"
 
 

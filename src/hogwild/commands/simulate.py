@@ -24,13 +24,13 @@ from hogwild.engine.threads import KernelPlan
 from hogwild.errors import ConfigError, DataError, TrainingDiverged, UsageError
 from hogwild.inprocess.common import test_quality
 from hogwild.inprocess.local import load_splits, model_spec
-from hogwild.inprocess.results import write_outputs
 from hogwild.model.arrays import csr_arrays
 from hogwild.model.compression import Compression
 from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss
 from hogwild.outputs import artifacts
 from hogwild.outputs.console import QUIET, SIMULATE_ROWS, VERBOSE, Console, number, simulate_done
+from hogwild.outputs.results import write_outputs
 from hogwild.settings.rules import few_rows_a_worker, resolve_combine, resolve_topology
 from hogwild.settings.simulation import DEFAULT_MAX_EVENTS, WARN_EVENTS
 

@@ -337,7 +337,7 @@ class RunDriver:
     def _finish(self, splits: Any, rules: StopRules, reason: str, train_seconds: float,
                 load_seconds: float, began: float) -> dict[str, Any]:
         from hogwild.inprocess.common import test_quality
-        from hogwild.inprocess.results import plot_title, write_outputs
+        from hogwild.outputs.results import plot_title, write_outputs
 
         s = self.settings
         loss = get_loss(s.loss)

@@ -25,7 +25,9 @@ from typing import Any
 import numpy as np
 
 from hogwild.config import Settings
-from hogwild.engine.trainer import Trainer
+from hogwild.engine.fit import FitLoop
+from hogwild.engine.trainer import EpochStats, Trainer
+from hogwild.errors import TrainingDiverged
 from hogwild.experiment.plan import DataSpec, ExperimentOptions, RunSpec
 from hogwild.inprocess.common import train_params
 from hogwild.inprocess.local import Splits, load_splits
@@ -91,44 +93,49 @@ def run_inprocess(spec: RunSpec, splits: Splits, settings: Settings, opts: Exper
     rec = _base_record(spec, opts, repeat)
     rec.update(train_rows=splits.train.n_rows, n_features=splits.train.n_features,
                learning_rate=params.learning_rate)
-    # Epoch 0: the model before training, as `hogwild train` and `hogwild run` record it
-    # (the curves of in-process and cluster runs start at the same point).
-    tr0 = evaluate(splits.train, trainer.w, loss)
-    va0 = evaluate(splits.val, trainer.w, loss) if splits.val.n_rows else None
-    epochs: list[Record] = [{
-        "epoch": 0, "seconds": 0.0, "cpu_seconds": 0.0, "elapsed": 0.0,
-        "train_loss_during": None, "train_loss": tr0.loss,
-        "val_loss": va0.loss if va0 else None,
-        **_errors("train", tr0, loss.is_classifier), **_errors("val", va0, loss.is_classifier)}]
-    wall = cpu = 0.0
-    status = "ok"
-    for epoch in range(opts.epochs):
+    spent = [0.0, 0.0]  # wall and CPU seconds of training, the evaluations left out
+    epochs: list[Record] = []
+
+    def epoch(e: int) -> EpochStats:
         c0 = time.process_time()
         t0 = time.perf_counter()
-        stats = trainer.fit_epoch(splits.train, epoch)
+        stats = trainer.fit_epoch(splits.train, e)
         seconds = time.perf_counter() - t0
         cpu_seconds = time.process_time() - c0
-        wall += seconds
-        cpu += cpu_seconds
-        row: Record = {"epoch": epoch + 1, "seconds": seconds, "cpu_seconds": cpu_seconds,
-                       "elapsed": wall, "train_loss_during": stats.train_loss}
-        if not np.isfinite(trainer.w).all():
-            status = "diverged"
-            epochs.append(row)
-            break
+        spent[0] += seconds
+        spent[1] += cpu_seconds
+        # The row as far as training goes; the last one when the epoch diverged.
+        epochs.append({"epoch": e + 1, "seconds": seconds, "cpu_seconds": cpu_seconds,
+                       "elapsed": spent[0], "train_loss_during": stats.train_loss})
+        return stats
+
+    def row_of(stats: EpochStats | None, va: Metrics | None, _: float) -> Record:
+        # Epoch 0 is the model before training, as `hogwild train` and `hogwild run` record
+        # it (the curves of in-process and cluster runs start at the same point).
+        row = epochs.pop() if stats else {"epoch": 0, "seconds": 0.0, "cpu_seconds": 0.0,
+                                          "elapsed": 0.0, "train_loss_during": None}
         tr = evaluate(splits.train, trainer.w, loss)
-        va = evaluate(splits.val, trainer.w, loss) if splits.val.n_rows else None
-        row.update(train_loss=tr.loss, val_loss=va.loss if va else None,
-                   **_errors("train", tr, loss.is_classifier),
-                   **_errors("val", va, loss.is_classifier))
-        epochs.append(row)
+        return {**row, "train_loss": tr.loss, "val_loss": va.loss if va else None,
+                **_errors("train", tr, loss.is_classifier),
+                **_errors("val", va, loss.is_classifier)}
+
+    fit = FitLoop(trainer.w, lambda w: evaluate(splits.val, w, loss) if splits.val.n_rows
+                  else None, epochs=opts.epochs, learning_rate=params.learning_rate,
+                  keep_best=False, row_of=row_of, observe=lambda row, _: epochs.append(row))
+    fit.begin()
+    status = "ok"
+    try:
+        fit.run(epoch)
+    except TrainingDiverged:
+        status = "diverged"
+    wall, cpu = spent
     rec.update(wall_seconds=wall, cpu_seconds=cpu, cores_used=cpu / wall if wall > 0 else None,
                status=status, epochs_done=len(epochs) - 1, epoch_rows=epochs)
     if status == "ok":
         test = evaluate(splits.test, trainer.w, loss)
-        last = epochs[-1]
-        rec.update(val_loss=last["val_loss"], train_error=last["train_error"],
-                   train_rmse=last["train_rmse"], test_loss=test.loss,
+        final = epochs[-1]
+        rec.update(val_loss=final["val_loss"], train_error=final["train_error"],
+                   train_rmse=final["train_rmse"], test_loss=test.loss,
                    **_errors("test", test, loss.is_classifier))
     else:
         rec.update(val_loss=None, test_loss=None, **_errors("train", None, True),

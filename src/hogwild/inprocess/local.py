@@ -28,22 +28,22 @@ from hogwild.data.sources import (
 from hogwild.data.split import split_shuffled
 from hogwild.engine.ovr import OneVsRest
 from hogwild.engine.trainer import Trainer
-from hogwild.errors import ConfigError, DataError, ModelError, OutputError, TrainingDiverged
+from hogwild.errors import ConfigError, DataError, ModelError
 from hogwild.inprocess.common import (
     check_feature_memory,
     feature_memory,
     test_quality,
     train_params,
 )
-from hogwild.inprocess.epochs import EpochBook
-from hogwild.inprocess.results import plot_title, write_outputs
 from hogwild.model.evaluation import evaluate_model, is_finite, predict, scores
 from hogwild.model.losses import get_loss
 from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
 from hogwild.outputs import artifacts
-from hogwild.outputs.console import Console, number, train_done
+from hogwild.outputs.console import Console, number
 from hogwild.outputs.plotter import BackgroundPlot
+from hogwild.outputs.results import finish_run, plot_title
+from hogwild.outputs.trainlog import TrainLog
 from hogwild.runtime.warmup import preload_in_background
 
 log = logging.getLogger("hogwild.train")
@@ -420,60 +420,25 @@ def _train(settings: Settings, console: Console, started: float,
         # Copied into the trainer's own array, which its threads (or GPU) train in place.
         model_w[...] = warm_start_weights(settings, splits, spec)
         say(f"starting from the model in {settings.initial_model}")
-    book = EpochBook(settings, console, run.path, run.name, model_w,
-                     lambda w: (evaluate_model(splits.val, w, loss, spec)
-                                if splits.val.n_rows else None), splits.train.n_rows,
-                     warm_started=splits.initial is not None)
-    after_epoch = book.after_epoch
+    record = TrainLog(settings, console, run.path, run.name, splits.train.n_rows)
+    loop = record.fit_loop(model_w, lambda w: (evaluate_model(splits.val, w, loss, spec)
+                                               if splits.val.n_rows else None))
+    loop.begin(warm_started=splits.initial is not None)
     if ovr is not None:
         per_class = ovr.targets(splits.train)
-        for epoch in range(settings.epochs):
-            if after_epoch(ovr.fit_epoch(per_class, epoch)):
-                break
+        loop.run(lambda epoch: ovr.fit_epoch(per_class, epoch))
     elif trainer is not None:
-        trainer.fit(splits.train, settings.epochs, callback=after_epoch)
-    train_seconds = time.perf_counter() - book.started
-    book.close()
-    epochs = book.epochs
-    stop_reason = book.stop_reason
-    w = book.kept_weights()
-    test = evaluate_model(splits.test, w, loss, spec)
-    val = evaluate_model(splits.val, w, loss, spec) if splits.val.n_rows else None
-    if not (is_finite(w) and np.isfinite(test.loss)):
-        raise TrainingDiverged("test loss", settings.learning_rate)
-    # The history is final and the model sound: the helper draws while the outputs are written.
-    plotted = book.history.rows.rows()
-    plot.start(run.path, plotted, title=plot_title(settings, "train"), saved=book.best_epoch())
-    metrics: dict[str, Any] = {
-        "command": "train", "test_loss": test.loss, "test_accuracy": test.accuracy,
-        "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
-        "epochs": epochs, "best_epoch": book.best_epoch(),
-        "saved_epoch": book.best_epoch(), "seconds": train_seconds,
-        "load_seconds": loaded - started, "total_seconds": time.perf_counter() - started,
-        "stop_reason": stop_reason, "threads": settings.threads, "trainer": settings.trainer,
-        "batch_size": settings.batch_size,
-        "loss": settings.loss, "train_rows": splits.train.n_rows, "test_rows": splits.test.n_rows,
-        "n_features": splits.train.n_features, "conflicts": conflicts, "model": spec.kind,
-        "task": splits.labels.task, "classes": splits.labels.json_classes(),
-        "initial_model": (None if splits.initial is None
-                          else initial_model_record(settings, splits.initial)),
-    }
-    metrics.update(test_quality(splits.test, w, settings.loss, spec, splits.labels.task,
-                                splits.labels.classes))
-    book.write_history()
-    write_outputs(settings, w, metrics, plotted, splits.feature_order, spec=spec,
-                  hashing=splits.hashing, task=splits.labels.task,
-                  classes=splits.labels.classes, draw_plot=False, history_on_disk=True,
-                  run_dir=run.path)
-    # The plot (drawn meanwhile) is the last file: then the run is published whole.
-    try:
-        plot.finish(run.path, plotted, title=plot_title(settings, metrics["command"]),
-                    saved=metrics["saved_epoch"])
-    except OSError as exc:
-        raise OutputError.writing(run.path, exc) from None
-    published = run.publish(settings.keep_runs)
-    book.say_saved()
-    console.result(train_done(stop_reason, epochs, metrics["saved_epoch"], train_seconds,
-                              test.loss, test.accuracy).text(published))
-    console.json_result(metrics)
-    return metrics
+        trainer.fit(splits.train, settings.epochs, callback=loop.after_epoch)
+        loop.end()
+    fields = {"train_rows": splits.train.n_rows, "test_rows": splits.test.n_rows,
+              "n_features": splits.train.n_features, "conflicts": conflicts,
+              "model": spec.kind, "initial_model": (
+                  None if splits.initial is None
+                  else initial_model_record(settings, splits.initial))}
+    return finish_run(settings, loop, record, run, plot,
+                      test=lambda w: evaluate_model(splits.test, w, loss, spec),
+                      quality=lambda w: test_quality(splits.test, w, settings.loss, spec,
+                                                     splits.labels.task, splits.labels.classes),
+                      fields=fields, labels=splits.labels, feature_order=splits.feature_order,
+                      title=plot_title(settings, "train"), started=started, loaded=loaded,
+                      spec=spec, hashing=splits.hashing)

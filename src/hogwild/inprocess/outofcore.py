@@ -31,19 +31,19 @@ from hogwild.data.reorder import order_from_counts, renumber
 from hogwild.data.sources import load_source
 from hogwild.data.split import shuffle_order, split_sizes
 from hogwild.engine.trainer import EpochStats, Trainer
-from hogwild.errors import ConfigError, DataError, OutputError
+from hogwild.errors import ConfigError, DataError
 from hogwild.inprocess.common import (
     check_feature_memory,
     test_quality,
     train_params,
 )
-from hogwild.inprocess.epochs import EpochBook
-from hogwild.inprocess.results import write_outputs
 from hogwild.model.evaluation import Metrics, evaluate
 from hogwild.model.losses import get_loss
 from hogwild.outputs.artifacts import RunDir
-from hogwild.outputs.console import QUIET, Console, train_done
+from hogwild.outputs.console import QUIET, Console
 from hogwild.outputs.plotter import BackgroundPlot
+from hogwild.outputs.results import finish_run
+from hogwild.outputs.trainlog import TrainLog
 
 TRAIN, VAL, TEST = 0, 1, 2
 BLOCK_NNZ = 4 << 20  # 32 MB of indices and values per block
@@ -213,53 +213,25 @@ def train_job(settings: Settings, console: Console, started: float,
     console.say(f"loaded in {loaded - started:.2f}s; training {settings.loss} with "
                 f"{settings.threads} {settings.trainer} thread(s) for up to {settings.epochs} "
                 "epochs")
-    loss = get_loss(settings.loss)
     trainer = Trainer(source.n_features, train_params(settings))
-    # The same epochs as the in-memory job: epoch-0 row, divergence check, history on disk,
-    # TensorBoard, progress rows, stop rules and the model kept.
-    book = EpochBook(settings, console, run.path, run.name, trainer.w,
-                     lambda w: source.evaluate(VAL, w, settings.loss) if c[VAL] else None,
-                     c[TRAIN])
-    for epoch in range(settings.epochs):
-        if book.after_epoch(run_epoch(source, trainer, epoch, settings.seed)):
-            break
-    train_seconds = time.perf_counter() - book.started
-    book.close()
-    stop_reason = book.stop_reason
-    w = book.kept_weights()
-    test = (evaluate(test_rows, w, loss) if test_rows is not None
-            else source.evaluate(TEST, w, settings.loss))
-    val = source.evaluate(VAL, w, settings.loss) if c[VAL] else None
-    metrics: dict[str, Any] = {
-        "command": "train", "out_of_core": True, "test_loss": test.loss,
-        "test_accuracy": test.accuracy, "val_loss": val.loss if val else None,
-        "val_accuracy": val.accuracy if val else None, "epochs": book.epochs,
-        "best_epoch": book.best_epoch(), "saved_epoch": book.best_epoch(),
-        "seconds": train_seconds, "load_seconds": loaded - started,
-        "total_seconds": time.perf_counter() - started, "stop_reason": stop_reason,
-        "threads": settings.threads, "trainer": settings.trainer, "loss": settings.loss,
-        "train_rows": c[TRAIN], "test_rows": test.n, "n_features": source.n_features,
-        "task": source.labels.task, "classes": source.labels.json_classes(),
-    }
-    if test_rows is not None and test_rows.n_rows:
-        metrics.update(test_quality(test_rows, w, settings.loss, None, source.labels.task,
-                                    source.labels.classes))
-    plotted = book.history.rows.rows()
-    book.write_history()
-    write_outputs(settings, w, metrics, plotted, source.order, task=source.labels.task,
-                  classes=source.labels.classes, draw_plot=False, history_on_disk=True,
-                  run_dir=run.path)
-    try:  # the plot is the last file: then the run is published whole
-        plot.finish(run.path, plotted, title=f"hogwild train (out of core): {settings.data}",
-                    saved=metrics["saved_epoch"])
-    except OSError as exc:
-        raise OutputError.writing(run.path, exc) from None
-    published = run.publish(settings.keep_runs)
-    book.say_saved()
-    console.result(train_done(stop_reason, book.epochs, metrics["saved_epoch"], train_seconds,
-                              test.loss, test.accuracy).text(published))
-    console.json_result(metrics)
-    return metrics
+    # The same epochs and end as the in-memory job: epoch-0 row, divergence check, history
+    # on disk, TensorBoard, progress rows, stop rules, the model kept and the outputs.
+    record = TrainLog(settings, console, run.path, run.name, c[TRAIN])
+    loop = record.fit_loop(trainer.w, lambda w: source.evaluate(VAL, w, settings.loss)
+                           if c[VAL] else None)
+    loop.begin()
+    loop.run(lambda epoch: run_epoch(source, trainer, epoch, settings.seed))
+    return finish_run(
+        settings, loop, record, run, plot,
+        test=lambda w: (evaluate(test_rows, w, settings.loss) if test_rows is not None
+                        else source.evaluate(TEST, w, settings.loss)),
+        quality=lambda w: ({} if test_rows is None or not test_rows.n_rows else test_quality(
+            test_rows, w, settings.loss, None, source.labels.task, source.labels.classes)),
+        fields={"train_rows": c[TRAIN], "test_rows": (c[TEST] if test_rows is None
+                                                      else test_rows.n_rows),
+                "n_features": source.n_features, "out_of_core": True},
+        labels=source.labels, feature_order=source.order, started=started, loaded=loaded,
+        title=f"hogwild train (out of core): {settings.data}")
 
 
 def run_epoch(source: BlockSource, trainer: Trainer, epoch: int, seed: int) -> EpochStats:

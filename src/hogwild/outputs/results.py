@@ -1,9 +1,9 @@
-"""A finished run's files: the model in the input files' ids, metrics.json and .jsonl, the plot."""
+"""A finished run's files (model in the input files' ids, metrics.json and .jsonl, plot); train's end."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -13,13 +13,18 @@ import numpy as np
 from hogwild import __version__
 from hogwild.config import Settings
 from hogwild.data.featurespace import frequent_features
+from hogwild.data.labels import LabelMap
 from hogwild.data.reorder import restore_weights
+from hogwild.engine.fit import FitLoop
 from hogwild.errors import OutputError, TrainingDiverged
-from hogwild.model.evaluation import is_finite
+from hogwild.model.evaluation import Metrics, is_finite
 from hogwild.model.saved import SavedModel, default_task
 from hogwild.model.spec import ModelSpec
 from hogwild.outputs import artifacts, plotter
+from hogwild.outputs.artifacts import RunDir
+from hogwild.outputs.console import train_done, train_saved_line
 from hogwild.outputs.plotter import BackgroundPlot
+from hogwild.outputs.trainlog import TrainLog
 
 
 def plot_title(settings: Settings, command: str) -> str:
@@ -122,3 +127,53 @@ def _write_run_files(settings: Settings, out_dir: Path, metrics: dict[str, Any],
         plotter.plot_loss(out_dir, history, title=plot_title(settings, metrics["command"]),
                           saved=metrics.get("saved_epoch"))
     artifacts.write_metrics(out_dir, metrics)
+
+
+def finish_run(settings: Settings, loop: FitLoop, log: TrainLog, run: RunDir,
+               plot: BackgroundPlot, *, test: Callable[[np.ndarray], Metrics],
+               quality: Callable[[np.ndarray], dict[str, Any]], fields: dict[str, Any],
+               labels: LabelMap, feature_order: np.ndarray, title: str, started: float,
+               loaded: float, spec: ModelSpec | None = None,
+               hashing: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The end of a `hogwild train` run, in memory or out of core, once ``loop`` has ended:
+    score the model kept on the ``test`` rows (and the loop's validation rows), write its
+    files into ``run``'s directory (the plot drawn meanwhile, the last one), publish the
+    run, print the result, and return metrics.json's fields: the common ones, then the job's
+    own ``fields`` and the test rows' ``quality`` (test_precision, ...). ``started`` and
+    ``loaded``: when the job began and when its data was loaded (perf_counter)."""
+    log.close()
+    w = loop.kept_weights()
+    scored = test(w)
+    val = loop.validate(w)
+    if not (is_finite(w) and np.isfinite(scored.loss)):
+        raise TrainingDiverged("test loss", settings.learning_rate)
+    # The history is final and the model sound: the helper draws while the outputs are written.
+    plotted = log.history.rows.rows()
+    saved = loop.best_epoch()
+    plot.start(run.path, plotted, title=title, saved=saved)
+    metrics: dict[str, Any] = {
+        "command": "train", "test_loss": scored.loss, "test_accuracy": scored.accuracy,
+        "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
+        "epochs": loop.epochs, "best_epoch": saved, "saved_epoch": saved,
+        "seconds": loop.seconds, "load_seconds": loaded - started,
+        "total_seconds": time.perf_counter() - started, "stop_reason": loop.stop_reason,
+        "threads": settings.threads, "trainer": settings.trainer,
+        "batch_size": settings.batch_size, "loss": settings.loss, **fields,
+        "task": labels.task, "classes": labels.json_classes()}
+    metrics.update(quality(w))
+    log.write_history()
+    write_outputs(settings, w, metrics, plotted, feature_order, spec=spec, hashing=hashing,
+                  task=labels.task, classes=labels.classes, draw_plot=False,
+                  history_on_disk=True, run_dir=run.path)
+    try:  # the plot (drawn meanwhile) is the last file: then the run is published whole
+        plot.finish(run.path, plotted, title=title, saved=saved)
+    except OSError as exc:
+        raise OutputError.writing(run.path, exc) from None
+    published = run.publish(settings.keep_runs)
+    if saved != loop.epochs:  # which model was saved when it is not the last epoch's
+        log.console.say(train_saved_line(saved, loop.stopper.kept_loss,
+                                         loop.stopper.kept_accuracy))
+    log.console.result(train_done(loop.stop_reason, loop.epochs, saved, loop.seconds,
+                                  scored.loss, scored.accuracy).text(published))
+    log.console.json_result(metrics)
+    return metrics
