@@ -143,6 +143,58 @@ def test_async_staleness_bounds_how_far_ahead_a_peer_may_be(staleness: int) -> N
     assert node.inbox.peers[1].round == legit
 
 
+def _peer_joined(node: WorkerNode, peer: int, first_round: int) -> int:
+    """The coordinator takes ``peer`` back, starting it at ``first_round`` or later."""
+    return node.peer_joined(pb.PeerJoinedRequest(
+        protocol_version=PROTOCOL_VERSION, run_id=RUN, worker_id=peer,
+        address=f"127.0.0.1:{peer + 1}", first_round=first_round))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_rejoiner_may_be_as_far_ahead_as_the_run_it_was_taken_back_into(mode: str) -> None:
+    """Worker 0 lags the run (slow, or just unfrozen: the others went on without it) when
+    worker 1 is taken back at the run's round 100. Worker 1's deltas from there on are taken
+    (they were refused, and the two waited on each other for good), and worker 0 does not
+    wait for rounds before it; the bound still holds, counted from there."""
+    node = _node(mode=mode, staleness=2 if mode == "async" else -1, rounds=10)
+    assert _peer_joined(node, 1, 100) == 11
+    status = node.inbox.peers[1]
+    assert status.round == 99 and not status.dropped
+    assert not _push(node, _message(1, 100))
+    assert node.inbox.peers[1].round == 100
+    ahead = SYNC_ROUNDS_AHEAD if mode == "sync" else 2 + 2
+    with pytest.raises(InvalidMessage, match="round"):
+        _push(node, _message(1, 99 + ahead + ROUND_SLACK + 1, seq=2))
+    # Another peer, not taken back, is bounded by this worker's own round as before.
+    with pytest.raises(InvalidMessage, match=rf"at most {10 + ahead + ROUND_SLACK}\)"):
+        _push(node, _message(2, 100))
+
+
+def test_a_peer_joined_after_the_runs_last_round_is_refused() -> None:
+    node = _node(rounds=10, max_rounds=500)
+    with pytest.raises(InvalidMessage, match="after max_rounds"):
+        _peer_joined(node, 1, 502)
+    assert node.inbox.peers[1].since == 0
+
+
+def test_a_waiting_worker_drops_a_live_peer_whose_delta_it_refused_as_too_far_ahead() -> None:
+    """A refused delta is lost (the sender does not retry a refusal). A worker waiting on the
+    peer (here: its silence check at the barrier) drops it and says so, rather than wait, for
+    good, for a round it refused while the peer, alive, heartbeats on; a peer whose later
+    delta was taken is waited for as before."""
+    node = _node(rounds=10)
+    assert node.plan is not None
+    with pytest.raises(InvalidMessage, match="round"):
+        _push(node, _message(1, 10 + SYNC_ROUNDS_AHEAD + ROUND_SLACK + 1))
+    with pytest.raises(InvalidMessage, match="round"):
+        _push(node, _message(2, 10 + SYNC_ROUNDS_AHEAD + ROUND_SLACK + 1))
+    assert not _push(node, _message(2, 11))
+    node.inbox.touch_all()
+    node._drop_silent(node.plan, 11, "waiting for round 11")
+    assert node.inbox.peers[1].dropped and not node.inbox.peers[2].dropped
+    assert 1 in node._reported_down
+
+
 def test_unbounded_async_and_a_worker_not_training_bound_by_the_run_length() -> None:
     """Nobody waits for anybody in unbounded async, nor for a worker not started yet (a
     rejoin: its peers go on) or finishing: any round up to the run's last goes."""

@@ -84,6 +84,20 @@ def test_a_stall_is_told_after_the_floor_and_far_longer_than_any_gap_then_ever_m
     assert watch.observe(2, 120.0) == 50.0
 
 
+def test_a_stall_that_outlasts_three_warnings_ends_the_run() -> None:
+    """Warned at 30, 60 and 120 s of silence; the third warning ends the run. A delta
+    between starts the count again."""
+    watch = StallWatch(floor=30.0)
+    assert watch.observe(0, 0.0) is None
+    assert watch.observe(0, 30.0) == 30.0 and not watch.stalled
+    assert watch.observe(0, 60.0) == 60.0 and not watch.stalled
+    assert watch.observe(1, 61.0) is None and not watch.stalled   # a delta: counted anew
+    assert watch.observe(1, 91.0) == 30.0 and not watch.stalled
+    assert watch.observe(1, 121.0) == 60.0 and not watch.stalled
+    assert watch.observe(1, 180.0) is None and not watch.stalled
+    assert watch.observe(1, 181.0) == 120.0 and watch.stalled
+
+
 def test_the_first_signal_decides_how_the_run_ends() -> None:
     # A SIGUSR1 after the SIGTERM of a hand-over must not turn it into a finish (or back).
     stop = StopSignal()

@@ -21,7 +21,8 @@ from hogwild.model.evaluation import evaluate
 from hogwild.model.spec import ModelSpec
 
 # No delta for this long (and for 4 barrier_timeouts, and 10 times the longest gap between
-# deltas so far) is said to be a stall on the console; each later warning waits twice as long.
+# deltas so far) is said to be a stall on the console; each later warning waits twice as long,
+# and the third ends the run (stop reason "stalled").
 STALL_WARNING_AFTER = 30.0
 
 
@@ -154,6 +155,10 @@ class Monitor:
             silent = stall.observe(self.state.deltas_received, time.monotonic())
             if silent is not None:
                 self._warn_stalled(silent)
+                if stall.stalled:
+                    self.say(f"ending the run: no delta for {silent:.0f}s, the workers did not "
+                             "recover (the model so far is saved)")
+                    return "stalled"
             if s.checkpoint_interval and time.perf_counter() >= next_checkpoint:
                 next_checkpoint = time.perf_counter() + s.checkpoint_interval
                 self.checkpointer.write(began, rules)

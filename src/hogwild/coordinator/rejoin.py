@@ -78,9 +78,11 @@ class Rejoins:
                     self._rejoin_star(record, round_ + 1, self.relay)
                     return
                 links.load_model(record, self.configs.layout.dim)
+                # It starts at round_ + 1 or later: a peer that lags the run accepts its
+                # deltas labelled from there on (and does not wait for the rounds before).
                 joined = pb.PeerJoinedRequest(protocol_version=PROTOCOL_VERSION,
                                               run_id=self.state.run_id, worker_id=wid,
-                                              address=record.address)
+                                              address=record.address, first_round=round_ + 1)
 
                 def tell(peer: WorkerRecord) -> int:
                     try:

@@ -96,23 +96,34 @@ class StallWatch:
 
     floor: float            # never sooner than this many seconds of silence
     factor: float = 10.0    # nor sooner than this many times the longest gap seen
+    # Warnings of one silence after which the run is ended as stalled (the silence four
+    # times the first one's): a stall the workers do not resolve among themselves (each
+    # alive, waiting on another) trained nothing more until the time budget, or ever.
+    end_after: int = 3
     _count: int = -1
     _since: float = 0.0
     _longest: float = 0.0
     _warned: float = 0.0    # the silence last warned about (the next warning: twice as long)
+    _warnings: int = 0      # warnings of this silence
 
     def observe(self, deltas: int, now: float) -> float | None:
         """``deltas``: received so far; returns the seconds of silence to warn about now."""
         if deltas != self._count:
             if self._count >= 0 and not self._warned:  # a gap warned about was no round
                 self._longest = max(self._longest, now - self._since)
-            self._count, self._since, self._warned = deltas, now, 0.0
+            self._count, self._since, self._warned, self._warnings = deltas, now, 0.0, 0
             return None
         silent = now - self._since
         if silent >= max(self.floor, self.factor * self._longest, 2.0 * self._warned):
             self._warned = silent
+            self._warnings += 1
             return silent
         return None
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the silence went on through ``end_after`` warnings: the run is to end."""
+        return self._warnings >= self.end_after
 
 
 # A saved model whose validation loss is this many times the best one evaluated during the run

@@ -77,7 +77,14 @@ class Admission:
         nearer neighbour only. Unbounded async waits for nobody, and before Start (a
         rejoin: the peers go on) or once finishing (its final delta settles it for the
         others) this worker holds nobody back: then no round beyond the run's last (a
-        star relay labels its final aggregate one past it)."""
+        star relay labels its final aggregate one past it).
+
+        A peer taken back during the run starts at the run's round (the coordinator's, said
+        in PeerJoined), not where this worker is: this worker may lag that far (slow, or
+        just unfrozen while the others went on without it), and the rejoiner waits for it
+        only from there on. So the bound counts from that round where it is the later one.
+        Refused, a legitimate rejoiner's deltas were lost and the two waited on each other
+        for good, each alive, so neither was dropped."""
         node = self.node
         ceiling = plan.max_rounds + 1 + ROUND_SLACK
         if node.phase is not Phase.RUNNING:
@@ -89,8 +96,10 @@ class Admission:
         else:
             return ceiling
         hops = 1
+        peer = node.inbox.peers.get(sender)
+        base = max(node.rounds, peer.since if peer is not None else 0)
         if node.tree is not None:
             k = plan.tree_fanout
             there = 0 if sender == COORDINATOR_SENDER_ID else depth(sender, k)
             hops = max(1, abs(depth(plan.worker_id, k) - there))
-        return node.rounds + hops * ahead + ROUND_SLACK
+        return base + hops * ahead + ROUND_SLACK

@@ -62,14 +62,20 @@ class Announcements:
             raise StaleOrUnknown(f"worker {pid} is not a peer of worker {node.worker_id}")
         if not message.address:
             raise InvalidMessage("peer joined without an address")
+        if message.first_round > plan.max_rounds + 1:
+            raise InvalidMessage(f"peer joined at round {message.first_round}, after "
+                                 f"max_rounds {plan.max_rounds}")
         if plan.topology in ("star", "tree"):
             # star: no peer traffic to reopen; tree: the edges are fixed by the layout.
             return node.rounds + 1
         # Between two exchanges: every delta from the next one on goes to the peer.
         with node._exchange_lock:
             first = node.rounds + 1
-            # Its round-(first - 1) is "done": a barrier now waiting does not wait for it.
-            node.inbox.rejoin(pid, message.address, first - 1)
+            # Its round-(first - 1) is "done": a barrier now waiting does not wait for it;
+            # nor for the rounds before the one the coordinator starts it at, if later (this
+            # worker lags the run), and its deltas may be labelled from there on.
+            node.inbox.rejoin(pid, message.address, first - 1,
+                              since=max(0, int(message.first_round) - 1))
             with node._cond:
                 node._reported_down.discard(pid)
                 node._peer_addresses[pid] = message.address

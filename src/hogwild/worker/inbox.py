@@ -40,6 +40,13 @@ class PeerStatus:
     dropped: bool = False       # missed a deadline; no longer waited for or accepted
     last_seen: float = field(default_factory=time.monotonic)
     applied: int = 0            # delta messages (parts) applied
+    # The round before this incarnation's first, as the coordinator said when it took the
+    # peer back (0: not said): a rejoiner starts at the run's round, which a receiver that
+    # lags the run (slow, just unfrozen) may be far behind.
+    since: int = 0
+    # Its last delta was refused as further ahead than a peer can be (lost: a sender does
+    # not retry a refusal); cleared by its next delta taken.
+    refused_ahead: bool = False
 
     @property
     def settled(self) -> bool:
@@ -79,8 +86,9 @@ class Inbox:
         """Queue ``delta``; False (and nothing queued) if this (sender, seq, part) was seen.
 
         StaleOrUnknown if the sender is not a peer of this run or was dropped;
-        InvalidMessage if its round is above ``max_round``; Busy if the sender's queued
-        deltas would exceed ``max_queued`` coordinates (nothing recorded in either case).
+        InvalidMessage if its round is above ``max_round`` (nothing recorded but that, see
+        :meth:`refused_ahead`); Busy if the sender's queued deltas would exceed
+        ``max_queued`` coordinates (nothing recorded).
         """
         h = delta.header
         with self._cond:
@@ -90,6 +98,7 @@ class Inbox:
             if peer.dropped:
                 raise StaleOrUnknown(f"delta from worker {h.worker_id}, which was dropped")
             if max_round is not None and h.round > max_round:
+                peer.refused_ahead = True
                 raise InvalidMessage(f"delta round {h.round} is further ahead of this worker "
                                      f"than a peer can be (at most {max_round})")
             size = int(delta.values.shape[0])
@@ -104,6 +113,7 @@ class Inbox:
                 self.duplicates += 1
                 return False
             self._queue.append(delta)
+            peer.refused_ahead = False
             self._queued_from[h.worker_id] = queued + size
             self.bytes_received += delta.nbytes
             peer.last_seen = time.monotonic()
@@ -201,6 +211,15 @@ class Inbox:
             return [p.worker_id for p in self.peers.values()
                     if not p.settled and now - p.last_seen > seconds]
 
+    def refused_ahead(self) -> list[int]:
+        """Live peers whose last delta was refused as labelled too far ahead. A worker waiting
+        drops them: it would wait for a round it refused, while the peer, alive (its
+        heartbeats come), may wait for this one: neither was ever dropped, and the run
+        stalled for good."""
+        with self._cond:
+            return [p.worker_id for p in self.peers.values()
+                    if not p.settled and p.refused_ahead]
+
     def drop(self, worker_id: int) -> bool:
         """Stop waiting for and accepting deltas from a peer; True if it was live."""
         with self._cond:
@@ -211,8 +230,9 @@ class Inbox:
             self._cond.notify_all()
             return True
 
-    def rejoin(self, worker_id: int, address: str, round_: int) -> None:
-        """A peer is back (restarted or resynchronised): live again, its round ``round_``, its
+    def rejoin(self, worker_id: int, address: str, round_: int, since: int = 0) -> None:
+        """A peer is back (restarted or resynchronised): live again, its round ``round_`` (or
+        ``since``, the round before the first the coordinator starts it at, if later), its
         silence clock started now, its sequence numbers from 1. Its counters go on."""
         with self._cond:
             peer = self.peers.get(worker_id)
@@ -221,7 +241,8 @@ class Inbox:
             peer.address = address
             peer.dropped = False
             peer.final = False
-            peer.round = round_
+            peer.round = max(round_, since)
+            peer.since, peer.refused_ahead = since, False
             peer.last_seen = time.monotonic()
             # Its new incarnation numbers its deltas to us from 1 again.
             self._seen[worker_id] = SequenceTracker()
@@ -240,6 +261,6 @@ class Inbox:
         """A copy of the peer table (for reports)."""
         with self._cond:
             return {pid: PeerStatus(p.worker_id, p.address, p.round, p.final, p.dropped,
-                                    p.last_seen, p.applied)
+                                    p.last_seen, p.applied, p.since, p.refused_ahead)
                     for pid, p in self.peers.items()}
 

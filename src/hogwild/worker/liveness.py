@@ -115,9 +115,15 @@ class Liveness:
                             "clocks instead of dropping them", gap)
 
     def drop_silent(self, plan: RunPlan, round_: int, waiting_for: str) -> None:
-        """Drop every live peer not heard from for barrier_timeout (dead, not just slow)."""
+        """Drop every live peer not heard from for barrier_timeout (dead, not just slow), and
+        (mesh) every one whose last delta this worker refused as labelled too far ahead:
+        waited for, it would hold this worker back for good (see Inbox.refused_ahead)."""
         node = self.node
         self.note_stall()
+        if plan.topology == "mesh":
+            for pid in node.inbox.refused_ahead():
+                node._drop_peer(pid, round_, "its last delta was refused as labelled further "
+                                             f"ahead than a peer can be, while {waiting_for}")
         for pid in node.inbox.silent(plan.barrier_timeout):
             if pid == COORDINATOR_SENDER_ID:
                 # Star: the coordinator drops silent workers itself and relays the rest; its

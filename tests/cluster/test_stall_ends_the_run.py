@@ -1,0 +1,45 @@
+"""A run that trains nothing for long ends by itself, stop reason ``stalled``.
+
+Both workers are frozen (SIGSTOP) for good: alive as far as the coordinator can tell, no
+delta arrives. It warns at 30, 60 and 120 s of silence and at the third warning ends the run
+with the model so far (such a run used to train nothing until its time budget, or for ever
+without one). About two and a half minutes, so marked ``slow``.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from .helpers import PROGRESS_ROW, Cluster, read_metrics
+from .test_faults import faulty
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(420)]
+
+
+def test_a_run_silent_through_three_stall_warnings_ends_stalled(cluster: Cluster,
+                                                                tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    # No time budget: nothing else would end this run.
+    cluster.start(2, mode="sync", **faulty(out, time_budget=0))
+    assert cluster.coordinator is not None
+    ids = cluster.worker_ids()
+    cluster.coordinator.wait_for(PROGRESS_ROW, 120)
+    for proc in ids.values():
+        proc.proc.send_signal(signal.SIGSTOP)
+    try:
+        cluster.coordinator.wait_for(re.compile(r"ending the run: no delta for \d+s"), 240)
+        assert cluster.coordinator.wait(120) == 0, cluster.output()
+    finally:
+        for proc in ids.values():
+            proc.proc.send_signal(signal.SIGCONT)
+    warnings = [line for line in cluster.coordinator.lines
+                if "training may be stalled" in line]
+    assert len(warnings) == 3, warnings
+    metrics = read_metrics(out)
+    assert metrics["stop_reason"] == "stalled"
+    assert "done (stalled)" in cluster.coordinator.output()
+    assert metrics["test_accuracy"] >= 0.9  # the model trained before the freeze
