@@ -151,3 +151,8 @@ EXIT_LEFT = 143
 # 0; not 1 either, which says no outputs were written. A quarantined worker exits with it
 # too, and `hogwild run` goes on without it (as without a worker that left on SIGTERM).
 EXIT_QUARANTINED = 3
+
+# Exit code of a run the coordinator ended because training stalled (no delta through three
+# stall warnings: metrics.json's stop_reason "stalled"): the model so far is written, but
+# the run did not train what was asked, so not 0; nor 1, which says no outputs were written.
+EXIT_STALLED = 4

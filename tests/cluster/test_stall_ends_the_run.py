@@ -2,7 +2,7 @@
 
 Both workers are frozen (SIGSTOP) for good: alive as far as the coordinator can tell, no
 delta arrives. It warns at 30, 60 and 120 s of silence and at the third warning ends the run
-with the model so far (such a run used to train nothing until its time budget, or for ever
+with the model so far and exit code 4 (such a run used to train nothing until its time budget, or for ever
 without one). About two and a half minutes, so marked ``slow``.
 """
 
@@ -13,6 +13,8 @@ import signal
 from pathlib import Path
 
 import pytest
+
+from hogwild.errors import EXIT_STALLED
 
 from .helpers import PROGRESS_ROW, Cluster, read_metrics
 from .test_faults import faulty
@@ -32,7 +34,7 @@ def test_a_run_silent_through_three_stall_warnings_ends_stalled(cluster: Cluster
         proc.proc.send_signal(signal.SIGSTOP)
     try:
         cluster.coordinator.wait_for(re.compile(r"ending the run: no delta for \d+s"), 240)
-        assert cluster.coordinator.wait(120) == 0, cluster.output()
+        assert cluster.coordinator.wait(120) == EXIT_STALLED, cluster.output()
     finally:
         for proc in ids.values():
             proc.proc.send_signal(signal.SIGCONT)

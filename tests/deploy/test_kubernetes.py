@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from hogwild.engine.treeshape import children, parent
-from hogwild.errors import EXIT_LEFT
+from hogwild.errors import EXIT_LEFT, EXIT_QUARANTINED, EXIT_STALLED
 from hogwild.protocol.security import require_tls
 
 try:  # imported as a package module or as a rootdir-relative script
@@ -444,6 +444,9 @@ def test_coordinator_job_resumes_where_a_new_pod_can_and_fails_where_it_cannot(
     assert evicted == EXIT_LEFT and evicted not in fail_at_once
     bad_setting = _coordinator_exit_code({**env, "HOGWILD_ON_SIGTERM": "resume"}, tmp_path)
     assert bad_setting in fail_at_once
+    # A run that ended with its outputs written but not as asked (members quarantined,
+    # training stalled) is over: a new pod would find nothing to resume and start afresh.
+    assert {EXIT_QUARANTINED, EXIT_STALLED} <= fail_at_once
     # Before training there is nothing to write either way; SIGUSR1 is the finishing signal.
     ended = _coordinator_exit_code(env, tmp_path, signum=signal.SIGUSR1)
     assert ended not in (0, EXIT_LEFT) and ended not in fail_at_once

@@ -17,7 +17,7 @@ from hogwild.coordinator.driver import HandedOver, Interrupted, RunDriver
 from hogwild.coordinator.servicer import CoordinatorServicer
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.stopping import StopSignal
-from hogwild.errors import EXIT_LEFT, EXIT_QUARANTINED, ConfigError
+from hogwild.errors import EXIT_LEFT, EXIT_QUARANTINED, EXIT_STALLED, ConfigError
 from hogwild.model.warmup import warmup
 from hogwild.outputs import artifacts
 from hogwild.outputs.plotter import BackgroundPlot
@@ -134,10 +134,13 @@ def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None,
             settings, "coordinator",
             coordinator_reader(state, lambda: driver.history, lambda: driver.relay),
             {"run_id": state.run_id})
-        driver.run()
+        result = driver.run()
         # Outputs written, but without the members quarantined on the way (said on the done
-        # line and in metrics.json): not the run that was asked for.
-        return EXIT_QUARANTINED if state.quarantine.why else 0
+        # line and in metrics.json), or after training stalled: not the run that was asked
+        # for.
+        if state.quarantine.why:
+            return EXIT_QUARANTINED
+        return EXIT_STALLED if result.get("stop_reason") == "stalled" else 0
     except Interrupted as exc:
         print(f"coordinator: {exc}", file=sys.stderr, flush=True)
         return INTERRUPTED

@@ -38,7 +38,7 @@ from typing import IO, TYPE_CHECKING, Any, TextIO
 
 from hogwild import config
 from hogwild.config import Settings, worker_devices
-from hogwild.errors import EXIT_LEFT, EXIT_QUARANTINED, ClusterError
+from hogwild.errors import EXIT_LEFT, EXIT_QUARANTINED, EXIT_STALLED, ClusterError
 from hogwild.outputs.console import NORMAL, QUIET, VERBOSE, Verbosity
 from hogwild.runtime.announce import READY_PREFIX, REGISTERED_PREFIX, RESULT_START
 from hogwild.runtime.forked import ForkedProcess, can_fork
@@ -335,7 +335,7 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
             own = worker_settings.replace(device=device)
             worker.hand_arguments(_role_argv("worker", own, config_path)[3:])  # after -m cli
         code = _supervise(coordinator, workers, keep_going, out, v.level)
-        if code in (0, EXIT_QUARANTINED) and v.as_json:  # outputs written: metrics too
+        if code in (0, EXIT_QUARANTINED, EXIT_STALLED) and v.as_json:  # outputs written
             if coordinator.result is None:
                 raise ClusterError("the coordinator ended without its metrics (--json)")
             print(coordinator.result, file=sys.stdout, flush=True)
