@@ -45,7 +45,7 @@ def round_size(settings: Settings, train: TrainShape, workers: list[WorkerRecord
     threads = sum(r.threads for r in workers)
     size = choose_round_size(settings.round_size, train.n_rows, train.nnz, threads,
                              combine, len(workers))
-    work, at_least = round_rule(combine, len(workers))
+    work, at_least = round_rule(combine, len(workers), train.nnz / max(1, threads))
     if settings.round_size is None:
         size = fit_round_size(size, train.n_rows, threads, settings.epochs)
         log.info("round_size auto: %d examples per thread (about %d non-zeros of work per "

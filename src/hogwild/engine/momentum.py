@@ -1,7 +1,7 @@
 """Block momentum: each worker's own round change, averaged and filtered before it is sent.
 
 ``combine: momentum`` is blockwise model-update filtering (BMUF; Chen and Huo, ICASSP 2016)
-with Nesterov's look-ahead, taken apart per worker. BMUF keeps long rounds (half an epoch
+with Nesterov's look-ahead, taken apart per worker. BMUF keeps long rounds (a quarter epoch
 and more) and still converges like summing: the W workers' round changes are averaged,
 ``g_r = (1/W) sum_i d_i``, and the global model moves by a momentum over those averages,
 ``v_r = eta v_{r-1} + g_r`` with ``eta = 1 - 1/W``, so that in a steady state it moves W

@@ -32,26 +32,39 @@ ROUND_NNZ = 2_000_000
 # mutual TLS), as much as its 2M non-zeros of kernel work; 5M non-zeros make it a third.
 ROUND_NNZ_AVERAGE = 5_000_000
 # With combine momentum (block momentum over averaged rounds, engine/momentum.py) an epoch
-# has at least this many rounds: the momentum needs a few rounds to build up, and each round
-# costs the exchange. Simulated (default cost model, one seed, bench/NOTES.md), the speed-up
-# to the one-worker accuracy with at least 1 / 2 / 4 rounds an epoch: 2M RCV1-shaped rows,
-# sync, 16 workers 5.3x / 8.7x / 7.2x, 64 workers 4.8x / 3.6x / 2.8x; async 16 workers
-# 7.1x / 8.0x / 6.8x; 200k rows, sync, 2 workers 1.1x / 1.5x / 1.5x, 4 workers 1.3x / 2.2x /
-# 1.3x, 8 workers (mesh) 1.5x / 1.0x / 0.7x.
-MOMENTUM_ROUNDS_PER_EPOCH = 2
+# has up to this many rounds: the momentum needs a few rounds to build up ...
+MOMENTUM_ROUNDS_PER_EPOCH = 4
+# ... but each round costs the exchange, so an epoch has only as many of them (at least one)
+# as hold this much of a thread's work each. Simulated (default cost model, bench/NOTES.md),
+# the best number of rounds an epoch followed a worker's share of the epoch: 2M RCV1-shaped
+# rows, sync, medians of 3 seeds, 16 workers (8.5M non-zeros each) 4 rounds: 8.6x against
+# 6.0x with 2 and 5.3x with 1; 64 workers (2.1M each) 1 round: 4.7x against 3.6x (2) and
+# 2.8x (4). 200k rows, one seed: 4 workers (3.4M each) 2 rounds 2.2x against 1.3x with 1 or
+# 4; 8 workers (1.7M each) 1 round 1.8x, 1.6x with 2, 1.0x with 4.
+MOMENTUM_ROUND_MIN_NNZ = 1_250_000
 
 
-def round_rule(combine: str, workers: int = 1) -> tuple[int, int]:
+def momentum_rounds_per_epoch(thread_epoch_nnz: float, workers: int) -> int:
+    """The fewest rounds an epoch block momentum has: MOMENTUM_ROUNDS_PER_EPOCH, fewer
+    where a thread's share of the epoch (``thread_epoch_nnz`` non-zeros) would make rounds of
+    less than MOMENTUM_ROUND_MIN_NNZ, at least 1. One worker has no momentum to build (eta =
+    0) and sends one message a round: its rounds only refresh the coordinator's model, as
+    often as summed rounds would (MIN_ROUNDS_PER_EPOCH)."""
+    if workers <= 1:
+        return MIN_ROUNDS_PER_EPOCH
+    fits = int(thread_epoch_nnz // MOMENTUM_ROUND_MIN_NNZ)
+    return max(1, min(MOMENTUM_ROUNDS_PER_EPOCH, fits))
+
+
+def round_rule(combine: str, workers: int = 1,
+               thread_epoch_nnz: float = float("inf")) -> tuple[int, int]:
     """(non-zeros of work per thread for an automatic round, the fewest rounds per epoch)
-    for deltas summed or averaged (``combine``) among ``workers``; the reasons are in
-    choose_round_size."""
+    for deltas summed or averaged (``combine``) among ``workers``, a thread's share of an
+    epoch being ``thread_epoch_nnz`` non-zeros; the reasons are in choose_round_size."""
     if combine == "average":
         return ROUND_NNZ_AVERAGE, 1
     if combine == "momentum":
-        # One worker has no momentum to build (eta = 0) and sends one message a round: its
-        # rounds only refresh the coordinator's model, as often as summed rounds would.
-        per_epoch = MOMENTUM_ROUNDS_PER_EPOCH if workers > 1 else MIN_ROUNDS_PER_EPOCH
-        return ROUND_NNZ_AVERAGE, per_epoch
+        return ROUND_NNZ_AVERAGE, momentum_rounds_per_epoch(thread_epoch_nnz, workers)
     return ROUND_NNZ, max(MIN_ROUNDS_PER_EPOCH, ROUNDS_PER_EPOCH_PER_WORKER * (workers - 1))
 
 
@@ -61,7 +74,7 @@ def choose_round_size(configured: int | None, train_rows: int, train_nnz: int,
     ROUND_NNZ (combine average: ROUND_NNZ_AVERAGE) non-zeros of work; never more than
     1/MIN_ROUNDS_PER_EPOCH of an epoch when the deltas are summed, nor more than an epoch
     when they are averaged."""
-    work, per_epoch = round_rule(combine, workers)
+    work, per_epoch = round_rule(combine, workers, train_nnz / max(1, total_threads))
     if configured is None:
         per_row = train_nnz / max(1, train_rows)
         configured = math.ceil(work / max(per_row, 1.0))
