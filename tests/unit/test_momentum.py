@@ -7,6 +7,13 @@ import pytest
 
 from hogwild.engine.momentum import BlockMomentum, block_momentum
 from hogwild.engine.round import RoundEngine
+from hogwild.engine.rounds import (
+    MIN_ROUNDS_PER_EPOCH,
+    ROUND_NNZ_AVERAGE,
+    choose_round_size,
+    momentum_rounds_per_epoch,
+    round_rule,
+)
 from hogwild.engine.rules import ExchangeRules
 from hogwild.model.compression import Compression
 from hogwild.settings.rules import resolve_combine, resolve_topology
@@ -91,3 +98,26 @@ def test_topology_auto_follows_the_workers_and_the_mode(workers: int, mode: str,
                                                         expected: str) -> None:
     assert resolve_topology("auto", workers, mode) == expected
     assert resolve_topology("star", workers, mode) == "star"
+
+
+@pytest.mark.parametrize(("thread_epoch_nnz", "workers", "expected"), [
+    (8.5e6, 16, 4),    # 2M RCV1-shaped rows over 16 workers of one thread
+    (4.2e6, 32, 3),
+    (2.1e6, 64, 1),    # ... over 64: a round an epoch
+    (3.4e6, 4, 2),     # 200k rows over 4 workers
+    (1.7e6, 8, 1),
+    (1e3, 2, 1),       # never below one round an epoch
+    (1e3, 1, MIN_ROUNDS_PER_EPOCH)])  # one worker: rounds only refresh the coordinator
+def test_momentum_rounds_follow_a_threads_share_of_the_epoch(
+        thread_epoch_nnz: float, workers: int, expected: int) -> None:
+    assert momentum_rounds_per_epoch(thread_epoch_nnz, workers) == expected
+    assert round_rule("momentum", workers, thread_epoch_nnz) == (ROUND_NNZ_AVERAGE, expected)
+
+
+def test_momentum_round_sizes_as_a_run_lays_them_out() -> None:
+    # 1.8M rows of 76 non-zeros: 16 one-thread workers train 4 rounds an epoch, 64 one.
+    rows, nnz = 1_800_000, 1_800_000 * 76
+    assert choose_round_size(None, rows, nnz, 16, "momentum", 16) == rows // (16 * 4)
+    assert choose_round_size(None, rows, nnz, 64, "momentum", 64) == rows // 64
+    # A round size asked for is kept within the same bound.
+    assert choose_round_size(10**9, rows, nnz, 64, "momentum", 64) == rows // 64
