@@ -6,8 +6,8 @@ import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
-import pytest
 import numpy.typing as npt
+import pytest
 
 from hogwild.engine.momentum import BlockMomentum, block_momentum
 from hogwild.engine.round import RoundEngine
