@@ -49,11 +49,23 @@ def _peak_kb(pid: int) -> int | None:
 
 
 def _children(pid: int) -> list[int]:
+    """The children of every thread of ``pid``."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(x) for x in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def _started(pid: int) -> int:
+    """When ``pid`` started (clock ticks since boot; -1 if gone)."""
     try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return []
-    return [int(x) for x in text.split()]
+        return -1
+    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def _cmdline(pid: int) -> str:
@@ -79,7 +91,7 @@ def run_cluster(data: Path, test: Path, features: int, epochs: int, out: Path) -
     with open(log, "w") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=_env())
         peaks: dict[int, int] = {}
-        order: list[int] = []
+        started: dict[int, int] = {}
         launcher = ""
         while proc.poll() is None:
             launcher = launcher or _cmdline(proc.pid)
@@ -89,11 +101,12 @@ def run_cluster(data: Path, test: Path, features: int, epochs: int, out: Path) -
                 kb = _peak_kb(child)
                 if kb is None:
                     continue
-                if child not in peaks:
-                    order.append(child)
+                if child not in started:
+                    started[child] = _started(child)
                 peaks[child] = max(kb, peaks.get(child, 0))
             time.sleep(POLL_SECONDS)
-    if proc.returncode != 0 or len(order) < 3:
+    order = sorted(peaks, key=lambda pid: (started[pid], pid))
+    if proc.returncode != 0 or len(order) != 3:
         raise SystemExit(f"run failed ({proc.returncode}, {len(order)} processes seen): {log}")
     coordinator, *workers = order
     return {"coordinator": peaks[coordinator] * 1024,
