@@ -92,11 +92,19 @@ def run_cluster(data: Path, test: Path, features: int, epochs: int, out: Path) -
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=_env())
         peaks: dict[int, int] = {}
         started: dict[int, int] = {}
+        others: set[int] = set()
         launcher = ""
         while proc.poll() is None:
             launcher = launcher or _cmdline(proc.pid)
             for child in _children(proc.pid):
-                if _cmdline(child) != launcher:  # the plot helper, or not forked yet
+                if child in others:
+                    continue
+                line = _cmdline(child)
+                if line and line != launcher:  # (a process gone reads as "")
+                    # The plot helper, started with subprocess: the launcher's command line
+                    # only between its fork and its exec.
+                    others.add(child)
+                    peaks.pop(child, None)
                     continue
                 kb = _peak_kb(child)
                 if kb is None:
