@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from hogwild.engine.momentum import BlockMomentum, block_momentum
 from hogwild.engine.round import RoundEngine
@@ -47,6 +48,34 @@ def test_a_round_allocates_nothing_of_the_models_size() -> None:
     assert _peak_bytes(second_round) < 2 * BIG
 
 
+def test_the_momentum_filter_is_sized_by_the_touched_coordinates() -> None:
+    """Hashed features: a model of BIG weights of which a round touches a few. The filter's
+    rounds, the first included, allocate a byte per weight (the round's mask) and keep only
+    what the touched coordinates need: no model-sized float64 buffers."""
+    filt = BlockMomentum()
+    w, snap = np.zeros(BIG), np.zeros(BIG)
+    touched = np.arange(7, BIG, BIG // 50)
+
+    def rounds() -> object:
+        for r in range(3):
+            w[touched] += 0.25 * (r + 1)
+            filt.filter(w, snap, 2, final=False)
+            snap[touched] = w[touched].astype(np.float32)  # sent, rounded to float32
+            filt.sent(w, snap)
+        return None
+
+    tracemalloc.start()
+    try:
+        rounds()
+        kept, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * BIG
+    assert kept < 100 * touched.size
+    assert filt.v is not None
+    assert np.count_nonzero(filt.v) == touched.size
+
+
 def test_a_built_delta_is_not_overwritten_by_the_next_round() -> None:
     engine = _momentum_engine(64)
     engine.w[[1, 2]] += [0.5, -0.5]
@@ -74,7 +103,11 @@ def _reference_filter(v: F64, unsent: F64 | None, w: F64, snap: F64, workers: in
     return v_new
 
 
-def test_the_momentum_filter_is_bit_identical_to_the_plain_formula() -> None:
+@pytest.mark.parametrize("share", [1.0, 0.05, 0.01])
+def test_the_momentum_filter_is_bit_identical_to_the_plain_formula(share: float) -> None:
+    """``share``: of the coordinates a round changes. 1: the dense buffers from the first
+    round; 0.05 and 0.01: the touched coordinates alone, until they grow past SPARSE_SHARE
+    of the model (then the buffers)."""
     rng = np.random.default_rng(3)
     for workers in (1, 2, 5):
         filt = BlockMomentum()
@@ -84,7 +117,7 @@ def test_the_momentum_filter_is_bit_identical_to_the_plain_formula() -> None:
         v_ref = np.zeros_like(w)
         unsent_ref: F64 | None = None
         for r in range(12):
-            step = rng.normal(size=300) * 1e-3
+            step = rng.normal(size=300) * 1e-3 * (rng.random(300) < share)
             w += step
             w_ref += step
             final = r == 11

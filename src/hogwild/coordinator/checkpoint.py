@@ -11,7 +11,6 @@ evaluations every 0.25 s, 4.7 s and a 137 MB file after ten hours, every 10 s).
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import math
@@ -107,9 +106,11 @@ def save(out_dir: str | Path, ckpt: Checkpoint) -> Path:
     # reader takes the entries it finds and does not check their count.
     meta["arrays"] = sorted(arrays)
     arrays["meta"] = np.array(artifacts.dumps(meta))
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return artifacts.atomic_write_bytes(Path(out_dir) / CHECKPOINT_FILE, buffer.getvalue())
+    # Straight into the file, as the model is (no in-memory archive of the weights).
+    path = Path(out_dir) / CHECKPOINT_FILE
+    with artifacts.atomic_open(path) as handle:
+        np.savez(handle, **arrays)
+    return path
 
 
 def remove(out_dir: str | Path) -> None:

@@ -70,8 +70,9 @@ class StopRules:
     def evaluation(self, val_loss: float, w: np.ndarray,
                    accuracy: float | None = None) -> str | None:
         """Feed one validation loss (and accuracy, a classifier's: the model kept is the most
-        accurate one); why to stop (target loss, early stopping, diverged)."""
-        return self.early.update(val_loss, w, accuracy=accuracy)
+        accurate one); why to stop (target loss, early stopping, diverged). ``w``: the copy
+        of the global model the evaluation scored, which nobody writes: kept as it is."""
+        return self.early.update(val_loss, w, accuracy=accuracy, owned=True)
 
     @property
     def best_weights(self) -> np.ndarray | None:

@@ -10,7 +10,6 @@ layout is specified in MODEL_FORMAT.md; this module is its only reader and write
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import math
@@ -285,11 +284,12 @@ class SavedModel:
         """Write ``model.npz`` then ``model.json`` into ``out_dir``, each atomically; returns
         the directory."""
         out = Path(out_dir)
-        buffer = io.BytesIO()
         named: dict[str, Any] = (dict(self.arrays) if self.model == "mlp"
                                  else {"w": self.w, **self.arrays})
-        np.savez(buffer, **named)
-        artifacts.atomic_write_bytes(out / artifacts.MODEL_FILE, buffer.getvalue())
+        # Straight into the file: an in-memory archive and its bytes cost 16 bytes and more
+        # per weight at the end of a run (numpy writes a large array in 16 MiB pieces).
+        with artifacts.atomic_open(out / artifacts.MODEL_FILE) as handle:
+            np.savez(handle, **named)
         artifacts.atomic_write_text(out / artifacts.MODEL_META_FILE,
                                     artifacts.dumps(self.to_json(), indent=2) + "\n")
         return out
