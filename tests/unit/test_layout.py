@@ -278,28 +278,14 @@ KNOWN_WRONG_WAY: set[tuple[str, str]] = {
     ("hogwild.coordinator.relay", "hogwild.worker.sender"),
     ("hogwild.coordinator.report", "hogwild.inprocess.local"),
     ("hogwild.coordinator.tree_root", "hogwild.worker.sender"),
-    ("hogwild.data._rowcopy", "hogwild.runtime.jit"),
-    ("hogwild.data._textformat", "hogwild.runtime.jit"),
-    ("hogwild.data._textparse", "hogwild.runtime.jit"),
-    ("hogwild.data.conflicts", "hogwild.runtime.jit"),
-    ("hogwild.data.csr", "hogwild.runtime.jit"),
-    ("hogwild.data.ranges", "hogwild.runtime.jit"),
-    ("hogwild.data.reorder", "hogwild.runtime.jit"),
-    ("hogwild.data.svmlight", "hogwild.outputs.artifacts"),
-    ("hogwild.data.synthetic", "hogwild.runtime.jit"),
-    ("hogwild.model.kernels", "hogwild.runtime.jit"),
-    ("hogwild.model.mlp_kernels", "hogwild.runtime.jit"),
-    ("hogwild.model.saved", "hogwild.outputs.artifacts"),
-    ("hogwild.model.scoring", "hogwild.runtime.jit"),
     ("hogwild.outputs.plotter", "hogwild.runtime.startup"),
     ("hogwild.outputs.prometheus", "hogwild.protocol.serving"),
-    ("hogwild.protocol.codec", "hogwild.runtime.jit"),
     ("hogwild.runtime.launcher", "hogwild.commands.certs"),
 }
 
 # Cycles between units (through any import, inside functions too) that exist today.
 KNOWN_UNIT_CYCLES: list[list[str]] = [
-    ["cli", "commands", "coordinator", "data", "engine", "experiment", "inprocess", "model", "outputs", "protocol", "runtime", "worker"],
+    ["cli", "commands", "coordinator", "experiment", "inprocess", "outputs", "runtime", "worker"],
 ]
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.npyio import NpzFile
 
+from hogwild import atomic
 from hogwild.config import MAX_THREADS, Settings
 from hogwild.errors import ConfigError
 from hogwild.outputs import artifacts
@@ -106,10 +107,10 @@ def save(out_dir: str | Path, ckpt: Checkpoint) -> Path:
     # Which arrays there are, where a damaged zip directory cannot drop one unseen: the zip
     # reader takes the entries it finds and does not check their count.
     meta["arrays"] = sorted(arrays)
-    arrays["meta"] = np.array(artifacts.dumps(meta))
+    arrays["meta"] = np.array(atomic.dumps(meta))
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
-    return artifacts.atomic_write_bytes(Path(out_dir) / CHECKPOINT_FILE, buffer.getvalue())
+    return atomic.atomic_write_bytes(Path(out_dir) / CHECKPOINT_FILE, buffer.getvalue())
 
 
 def remove(out_dir: str | Path) -> None:

@@ -25,11 +25,12 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild import __version__
+from hogwild.atomic import atomic_write_bytes, atomic_write_text, dumps
 from hogwild.data.labelcheck import float32_as_written
 from hogwild.errors import ModelError, ModelFormatError
+from hogwild.model.files import MODEL_FILE, MODEL_META_FILE
 from hogwild.model.losses import LOSS_NAMES
 from hogwild.model.spec import ModelSpec
-from hogwild.outputs import artifacts
 
 FORMAT_NAME = "hogwild-model"
 FORMAT_VERSION = 2
@@ -289,9 +290,8 @@ class SavedModel:
         named: dict[str, Any] = (dict(self.arrays) if self.model == "mlp"
                                  else {"w": self.w, **self.arrays})
         np.savez(buffer, **named)
-        artifacts.atomic_write_bytes(out / artifacts.MODEL_FILE, buffer.getvalue())
-        artifacts.atomic_write_text(out / artifacts.MODEL_META_FILE,
-                                    artifacts.dumps(self.to_json(), indent=2) + "\n")
+        atomic_write_bytes(out / MODEL_FILE, buffer.getvalue())
+        atomic_write_text(out / MODEL_META_FILE, dumps(self.to_json(), indent=2) + "\n")
         return out
 
     @classmethod
@@ -354,7 +354,7 @@ def model_paths(path: str | Path) -> tuple[Path, Path]:
     """``(model.npz, model.json)`` for a run directory or either of the two files."""
     p = Path(path).expanduser()
     if p.is_dir():
-        return p / artifacts.MODEL_FILE, p / artifacts.MODEL_META_FILE
+        return p / MODEL_FILE, p / MODEL_META_FILE
     if not p.exists():
         raise ModelError(f"no model at {p}: give a run directory or its model.npz / model.json")
     pair = (p, p.with_suffix(".json")) if p.suffix == ".npz" else (p.with_suffix(".npz"), p)

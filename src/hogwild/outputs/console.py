@@ -101,7 +101,9 @@ class Console:
         """With --json: ``metrics`` as one line of JSON on standard output (as metrics.json
         has them)."""
         if self.as_json:
-            from hogwild.outputs.artifacts import dumps
+            from hogwild.atomic import (
+                dumps,  # numpy loads on use: keeps the command line quick to start
+            )
 
             _line(sys.stdout, dumps(metrics))
 

@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hogwild.outputs.artifacts import PLOT_FILE, atomic_write_bytes, dumps
+from hogwild.atomic import atomic_write_bytes, dumps
+from hogwild.outputs.artifacts import PLOT_FILE
 
 if TYPE_CHECKING:  # matplotlib itself is imported when a figure is drawn (start-up time)
     from matplotlib.figure import Figure
