@@ -101,9 +101,9 @@ def bench_shipping(n_rows: int, per_row: int, tls: bool = False
     shard shipped twice (cold, then warm memory) over loopback from this process to a real
     worker process, as the coordinator ships it (``tls``: over mutual TLS with a run token).
     The CPU rates show the cost apart from how busy the machine is."""
-    from hogwild.commands.certs import write_bundle
     from hogwild.coordinator.server import create_server as create_coordinator
     from hogwild.protocol import pb_grpc
+    from hogwild.protocol.certs import write_bundle
     from hogwild.protocol.security import from_settings
     from hogwild.protocol.streams import shard_chunks
 
@@ -176,9 +176,9 @@ def bench_push(batches: int, calls: int, entries: int = 24_000, dim: int = 47_23
     real coordinator server in this process, over mutual TLS with a run token, plain text with
     a token, and plain text (always with the sender key), in interleaved batches. Client and server share the process, so the
     CPU time is the whole cost of a call, less sensitive to a busy machine than wall time."""
-    from hogwild.commands.certs import write_bundle
     from hogwild.coordinator.server import create_server as create_coordinator
     from hogwild.protocol import pb_grpc
+    from hogwild.protocol.certs import write_bundle
     from hogwild.protocol.codec import encode_delta
     from hogwild.protocol.security import from_settings
 

@@ -243,7 +243,8 @@ def test_no_cycle_through_a_package_init() -> None:
 # training, the estimators and the cluster roles (coordinator/, worker/), which never import
 # one another <- commands/ <- cli. Imports inside functions count (they tie a lower module to a
 # higher one all the same); `TYPE_CHECKING`-only ones do not.
-GROUND = frozenset({"hogwild", "errors", "settings", "config", "jit", "atomic"})
+GROUND = frozenset({"hogwild", "errors", "settings", "config", "jit", "atomic", "startup",
+                    "hosts"})
 _BELOW_ROLES = GROUND | {"data", "model", "engine", "outputs", "protocol", "runtime"}
 ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
     **{unit: GROUND for unit in GROUND},
@@ -264,12 +265,14 @@ ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
                                 "experiment", "coordinator", "worker"},
 }
 ALLOWED_IMPORTS["cli"] = ALLOWED_IMPORTS["commands"] | {"commands"}
+# The entry point of a process of `hogwild run` started before its command line: handed cli's
+# runner, as the `hogwild` command is.
+ALLOWED_IMPORTS["prespawned"] = ALLOWED_IMPORTS["cli"] | {"cli"}
 
 # Wrong-way imports that exist today, each as (importing module, imported module): the list
 # only shrinks. A new wrong-way import fails the test below; removing one fails it too, until
 # its entry is deleted here.
 KNOWN_WRONG_WAY: set[tuple[str, str]] = {
-    ("hogwild.commands.prespawned", "hogwild.cli"),
     ("hogwild.coordinator.driver", "hogwild.inprocess.common"),
     ("hogwild.coordinator.driver", "hogwild.inprocess.local"),
     ("hogwild.coordinator.loading", "hogwild.inprocess.local"),
@@ -278,15 +281,10 @@ KNOWN_WRONG_WAY: set[tuple[str, str]] = {
     ("hogwild.coordinator.relay", "hogwild.worker.sender"),
     ("hogwild.coordinator.report", "hogwild.inprocess.local"),
     ("hogwild.coordinator.tree_root", "hogwild.worker.sender"),
-    ("hogwild.outputs.plotter", "hogwild.runtime.startup"),
-    ("hogwild.outputs.prometheus", "hogwild.protocol.serving"),
-    ("hogwild.runtime.launcher", "hogwild.commands.certs"),
 }
 
 # Cycles between units (through any import, inside functions too) that exist today.
-KNOWN_UNIT_CYCLES: list[list[str]] = [
-    ["cli", "commands", "coordinator", "experiment", "inprocess", "outputs", "runtime", "worker"],
-]
+KNOWN_UNIT_CYCLES: list[list[str]] = []
 
 
 def unit_of(module: str) -> str:

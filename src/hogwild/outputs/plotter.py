@@ -298,7 +298,7 @@ def plot_loss(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str
 
 def main() -> int:
     """The helper: import matplotlib now, then draw what stdin asks for."""
-    from hogwild.runtime.startup import before_exit, import_long_lived, single_blas_thread
+    from hogwild.startup import before_exit, import_long_lived, single_blas_thread
 
     single_blas_thread()  # before matplotlib imports numpy
 
