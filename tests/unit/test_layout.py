@@ -278,9 +278,7 @@ KNOWN_WRONG_WAY: set[tuple[str, str]] = {
     ("hogwild.coordinator.loading", "hogwild.inprocess.local"),
     ("hogwild.coordinator.localplan", "hogwild.inprocess.common"),
     ("hogwild.coordinator.localplan", "hogwild.inprocess.local"),
-    ("hogwild.coordinator.relay", "hogwild.worker.sender"),
     ("hogwild.coordinator.report", "hogwild.inprocess.local"),
-    ("hogwild.coordinator.tree_root", "hogwild.worker.sender"),
 }
 
 # Cycles between units (through any import, inside functions too) that exist today.
