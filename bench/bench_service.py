@@ -245,7 +245,7 @@ def load_in_process(data: str, test: str, learning_rate: float, threads: int,
                     seed: int) -> tuple[Any, Any, float]:
     """(settings, splits, seconds to load): the split a `hogwild run` with these settings and
     ``seed`` uses."""
-    from hogwild.inprocess.local import load_splits
+    from hogwild.engine.runstart import load_splits
 
     settings = config.load(None, {}, {"data": data, "test_data": test, "threads": threads,
                                       "learning_rate": learning_rate, "seed": seed})
@@ -258,8 +258,8 @@ def run_in_process(settings: Any, splits: Any, epochs: int, target: float,
                    evals_per_epoch: int) -> dict[str, Any]:
     """A fresh in-process Trainer on ``splits``, evaluated every 1/evals_per_epoch epoch
     (evaluation time excluded from its clock)."""
+    from hogwild.engine.job import train_params
     from hogwild.engine.trainer import Trainer
-    from hogwild.inprocess.common import train_params
     from hogwild.model.evaluation import evaluate
     from hogwild.model.warmup import warmup
 

@@ -19,7 +19,8 @@ from hogwild.data.labels import as_written
 from hogwild.errors import DataError, ModelError
 from hogwild.model.saved import SavedModel
 from hogwild.outputs import artifacts
-from hogwild.outputs.console import NORMAL, QUIET, number
+from hogwild.outputs.console import NORMAL, QUIET
+from hogwild.text import number
 
 OUTPUTS = ("label", "raw", "proba")
 # Significant digits written: labels exactly as stored (float64 round trip), scores 9.

@@ -126,7 +126,7 @@ class RunDriver:
     def run(self) -> dict[str, Any]:
         """The whole run; returns the metrics written to metrics.json."""
         from hogwild.data.split import shard
-        from hogwild.inprocess.local import model_spec
+        from hogwild.engine.runstart import model_spec
         from hogwild.runtime.warmup import preload_in_background
 
         s = self.settings
@@ -336,7 +336,7 @@ class RunDriver:
 
     def _finish(self, splits: Any, rules: StopRules, reason: str, train_seconds: float,
                 load_seconds: float, began: float) -> dict[str, Any]:
-        from hogwild.inprocess.common import test_quality
+        from hogwild.engine.job import test_quality
         from hogwild.outputs.results import plot_title, write_outputs
 
         s = self.settings

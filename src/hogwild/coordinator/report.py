@@ -110,7 +110,7 @@ def run_metrics(s: Settings, splits: Any, spec: ModelSpec, state: RunState, tota
                 saved: dict[str, Any] | None, final_row: dict[str, Any]) -> dict[str, Any]:
     """metrics.json's figures (the test quality of the saved model is added by the caller).
     ``saved``: the evaluation whose model is saved; ``final_row``: the closing one."""
-    from hogwild.inprocess.local import initial_model_record
+    from hogwild.engine.runstart import initial_model_record
 
     examples = totals.examples
     local = shipper.local
