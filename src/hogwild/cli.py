@@ -10,7 +10,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hogwild import __version__, config
-from hogwild.commands import data_tools, experiments, models, operations, roles, runs, simulation
+from hogwild.commands import (
+    data_tools,
+    experiments,
+    models,
+    operations,
+    roles,
+    runs,
+    simulate_flags,
+)
 from hogwild.commands.common import add_output_flags, setup_logging, verbosity_of
 from hogwild.config import Settings
 from hogwild.errors import ConfigError, HogwildError, UsageError
@@ -196,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         if command == "run":
             roles.add_run_flags(cmd)
         if command == "simulate":
-            simulation.add_simulation_flags(cmd)
+            simulate_flags.add_simulation_flags(cmd)
 
     data_tools.add_gen_data(sub)
     data_tools.add_analyze(sub)
@@ -370,7 +378,7 @@ def _run_verbose(args: argparse.Namespace, env: Mapping[str, str],
             # A whole process forks its children, which run their command lines as this does.
             return roles.run(settings, args, fork=main_process if whole_process else None)
         if args.command == "simulate":
-            return simulation.simulate(settings, args)
+            return simulate_flags.simulate(settings, args)
         return roles.worker(settings)  # the last of the four commands with settings
     except (ConfigError, UsageError) as exc:
         print(f"hogwild {args.command}: error: {exc}", file=sys.stderr)

@@ -18,7 +18,7 @@ from hogwild.data.split import shard
 from hogwild.engine.guard import SwingGuard
 from hogwild.engine.job import test_quality
 from hogwild.engine.network import DEFAULT_SPEED, Network
-from hogwild.engine.rounds import choose_round_size, fit_round_size, max_rounds
+from hogwild.engine.round_size import choose_round_size, fit_round_size, max_rounds
 from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.runstart import load_splits, model_spec
 from hogwild.engine.simulate import Scenario, SimResult, Simulation

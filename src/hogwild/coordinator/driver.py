@@ -8,10 +8,10 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from hogwild.config import Settings
-from hogwild.coordinator import checkpoint
+from hogwild.coordinator import checkpoint_file as checkpoint
 from hogwild.coordinator.adjust import Adjuster
 from hogwild.coordinator.advice import ConflictAdvice
-from hogwild.coordinator.checkpoint import Checkpoint
+from hogwild.coordinator.checkpoint_file import Checkpoint
 from hogwild.coordinator.checkpointer import Checkpointer
 from hogwild.coordinator.evaluations import Evaluator, check_diverged
 from hogwild.coordinator.launch import configure_and_start, start_relay
@@ -34,10 +34,10 @@ from hogwild.coordinator.runconfig import (
     round_size,
     run_max_rounds,
 )
-from hogwild.coordinator.shipper import Shipper
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.stopping import StopRules, StopSignal, regression_warning
 from hogwild.coordinator.trace import ModelTrace, earlier_rows
+from hogwild.coordinator.worker_shares import Shipper
 from hogwild.data.classweights import run_class_weights
 from hogwild.engine.guard import SwingGuard
 from hogwild.errors import OutputError, TrainingDiverged

@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from hogwild.config import Settings
 from hogwild.coordinator import fingerprint
-from hogwild.coordinator.checkpoint import Checkpoint
+from hogwild.coordinator.checkpoint_file import Checkpoint
 from hogwild.coordinator.runconfig import TrainShape
 from hogwild.data.labels import MULTICLASS
 from hogwild.errors import ClusterError, ConfigError, DataError

@@ -13,14 +13,14 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.config import Settings
-from hogwild.coordinator import checkpoint
+from hogwild.coordinator import checkpoint_file
 from hogwild.coordinator.adjust import Adjuster
 from hogwild.coordinator.checkpointer import Checkpointer
 from hogwild.coordinator.records import Totals
 from hogwild.coordinator.relay import StarRelay
-from hogwild.coordinator.shipper import Shipper
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.trace import ModelTrace
+from hogwild.coordinator.worker_shares import Shipper
 from hogwild.errors import OutputError
 from hogwild.model.spec import ModelSpec
 from hogwild.outputs import artifacts
@@ -51,7 +51,7 @@ def peak_rss() -> int:
 def outputs_failed(out: Path, exc: OSError | OutputError) -> OutputError:
     """One line for outputs that could not be written, and where the run can go on."""
     text = str(exc if isinstance(exc, OutputError) else OutputError.writing(out, exc))
-    if (out / checkpoint.CHECKPOINT_FILE).exists():
+    if (out / checkpoint_file.CHECKPOINT_FILE).exists():
         text += (f"; the last checkpoint is kept: once there is room, `hogwild coordinator "
                  f"--resume {out}` with the same settings (and its workers started again) "
                  "goes on from it")
