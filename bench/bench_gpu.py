@@ -51,7 +51,7 @@ import common
 def load(rows: int, seed: int) -> Any:
     """(train, test) as the train job makes them: shuffled, renumbered, 20 % test."""
     from hogwild import config
-    from hogwild.inprocess.local import load_splits
+    from hogwild.engine.runstart import load_splits
 
     settings = config.load(flags={"data": f"synthetic:rcv1?rows={rows}&seed={seed}",
                                   "val_fraction": 0.0, "test_fraction": 0.2, "seed": seed})
@@ -71,8 +71,8 @@ def summary(seconds: list[float]) -> tuple[str, str]:
 
 
 def bench_cpu(settings: Any, splits: Any, epochs: int, threads: int) -> list[Any]:
+    from hogwild.engine.job import train_params
     from hogwild.engine.trainer import Trainer
-    from hogwild.inprocess.common import train_params
 
     params = train_params(settings.replace(threads=threads))
     trainer = Trainer(splits.train.n_features, params)
@@ -97,7 +97,7 @@ def gpu_missing() -> str | None:
 def bench_gpu(settings: Any, splits: Any, epochs: int, max_warps: int,
               weight_dtype: str) -> list[Any]:
     from hogwild.engine.gpu import GPUTrainer
-    from hogwild.inprocess.common import train_params
+    from hogwild.engine.job import train_params
 
     trainer = GPUTrainer(splits.train.n_features, train_params(settings), max_warps=max_warps,
                          weight_dtype=weight_dtype)
@@ -112,8 +112,8 @@ def bench_mlp(settings: Any, splits: Any, epochs: int, threads: int, hidden: tup
               deep_lr_scale: float, max_warps: int, weight_dtype: str) -> list[list[Any]]:
     """The GPU MLP's row and the CPU MLP threads' row, on the same model and seed."""
     from hogwild.engine.gpu_mlp import GPUMLPTrainer
+    from hogwild.engine.job import train_params
     from hogwild.engine.mlp import MLPTrainer
-    from hogwild.inprocess.common import train_params
     from hogwild.model.spec import ModelSpec
 
     spec = ModelSpec("mlp", splits.train.n_features, hidden)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hogwild.commands.certs import write_bundle
 from hogwild.protocol import pb
+from hogwild.protocol.certs import write_bundle
 from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
 from hogwild.protocol.msgcost import measure
 from hogwild.protocol.security import Security

@@ -21,7 +21,7 @@ from typing import Any
 
 from hogwild import config
 from hogwild.commands.simulate import SimOptions, kernel_plan, scenario_of, simulation_of
-from hogwild.inprocess.local import load_splits, model_spec
+from hogwild.engine.runstart import load_splits, model_spec
 from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss
 

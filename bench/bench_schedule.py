@@ -17,9 +17,9 @@ import os
 import numpy as np
 
 from hogwild import config
+from hogwild.engine.job import train_params
+from hogwild.engine.runstart import load_splits
 from hogwild.engine.trainer import Trainer
-from hogwild.inprocess.common import train_params
-from hogwild.inprocess.local import load_splits
 from hogwild.model.evaluation import evaluate
 
 DATA = ("bundled:spamassassin", "bundled:rcv1_vw_subset", "synthetic:rcv1?rows=200000")

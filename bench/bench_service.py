@@ -101,9 +101,9 @@ def bench_shipping(n_rows: int, per_row: int, tls: bool = False
     shard shipped twice (cold, then warm memory) over loopback from this process to a real
     worker process, as the coordinator ships it (``tls``: over mutual TLS with a run token).
     The CPU rates show the cost apart from how busy the machine is."""
-    from hogwild.commands.certs import write_bundle
     from hogwild.coordinator.server import create_server as create_coordinator
     from hogwild.protocol import pb_grpc
+    from hogwild.protocol.certs import write_bundle
     from hogwild.protocol.security import from_settings
     from hogwild.protocol.streams import shard_chunks
 
@@ -176,9 +176,9 @@ def bench_push(batches: int, calls: int, entries: int = 24_000, dim: int = 47_23
     real coordinator server in this process, over mutual TLS with a run token, plain text with
     a token, and plain text (always with the sender key), in interleaved batches. Client and server share the process, so the
     CPU time is the whole cost of a call, less sensitive to a busy machine than wall time."""
-    from hogwild.commands.certs import write_bundle
     from hogwild.coordinator.server import create_server as create_coordinator
     from hogwild.protocol import pb_grpc
+    from hogwild.protocol.certs import write_bundle
     from hogwild.protocol.codec import encode_delta
     from hogwild.protocol.security import from_settings
 
@@ -245,7 +245,7 @@ def load_in_process(data: str, test: str, learning_rate: float, threads: int,
                     seed: int) -> tuple[Any, Any, float]:
     """(settings, splits, seconds to load): the split a `hogwild run` with these settings and
     ``seed`` uses."""
-    from hogwild.inprocess.local import load_splits
+    from hogwild.engine.runstart import load_splits
 
     settings = config.load(None, {}, {"data": data, "test_data": test, "threads": threads,
                                       "learning_rate": learning_rate, "seed": seed})
@@ -258,8 +258,8 @@ def run_in_process(settings: Any, splits: Any, epochs: int, target: float,
                    evals_per_epoch: int) -> dict[str, Any]:
     """A fresh in-process Trainer on ``splits``, evaluated every 1/evals_per_epoch epoch
     (evaluation time excluded from its clock)."""
+    from hogwild.engine.job import train_params
     from hogwild.engine.trainer import Trainer
-    from hogwild.inprocess.common import train_params
     from hogwild.model.evaluation import evaluate
     from hogwild.model.warmup import warmup
 

@@ -323,7 +323,7 @@ def load_real(name: str, max_rows: int | None = None) -> tuple[Any, Any]:
 
 def renumbered(train: Any, test: Any) -> tuple[Any, Any]:
     """Both sets with features renumbered by descending document frequency in ``train``, as
-    the training job (``hogwild.inprocess.local.load_splits``) does before it trains."""
+    the training job (``hogwild.engine.runstart.load_splits``) does before it trains."""
     from hogwild.data.reorder import frequency_order, renumber
 
     order = frequency_order(train)

@@ -10,7 +10,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hogwild import __version__, config
-from hogwild.commands import data_tools, experiments, models, operations, roles, runs, simulation
+from hogwild.commands import (
+    data_tools,
+    experiments,
+    models,
+    operations,
+    roles,
+    runs,
+    simulate_flags,
+)
 from hogwild.commands.common import add_output_flags, setup_logging, verbosity_of
 from hogwild.config import Settings
 from hogwild.errors import ConfigError, HogwildError, UsageError
@@ -196,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         if command == "run":
             roles.add_run_flags(cmd)
         if command == "simulate":
-            simulation.add_simulation_flags(cmd)
+            simulate_flags.add_simulation_flags(cmd)
 
     data_tools.add_gen_data(sub)
     data_tools.add_analyze(sub)
@@ -268,7 +276,7 @@ _WITHOUT_SETTINGS: dict[str, Callable[[argparse.Namespace, Mapping[str, str]], i
 }
 
 # The module each command imports first (numpy, numba, grpc, ...): loaded as long-lived
-# objects when the command is the whole process (see hogwild.runtime.startup).
+# objects when the command is the whole process (see hogwild.startup).
 _HEAVY_MODULES = {
     "train": "hogwild.inprocess.local", "coordinator": "hogwild.coordinator.server", "worker": "hogwild.worker",
     "predict": "hogwild.commands.predict", "eval": "hogwild.commands.predict",
@@ -285,7 +293,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
     ``argv`` None (the console script, ``python -m hogwild.cli``): the call is the whole
     process, which ends when it returns; the garbage collector is then spared the objects
-    of the command's imports and the final traversal of everything (hogwild.runtime.startup)."""
+    of the command's imports and the final traversal of everything (hogwild.startup)."""
     if argv is None:
         return main_process(None)
     return _main(argv, environ, whole_process=False)
@@ -293,16 +301,16 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 def main_process(argv: Sequence[str] | None, plot: BackgroundPlot | None = None) -> int:
     """Run one command line (default: sys.argv) as the whole process, which ends when this
-    returns (see hogwild.runtime.startup). ``plot``: a loss plot helper started already (the command
+    returns (see hogwild.startup). ``plot``: a loss plot helper started already (the command
     closes it)."""
-    from hogwild.runtime.startup import quiet_grpc_core, single_blas_thread
+    from hogwild.startup import quiet_grpc_core, single_blas_thread
 
     single_blas_thread()  # before anything imports numpy
     quiet_grpc_core()  # before anything imports grpc
     try:
         return _main(argv, None, whole_process=True, plot=plot)
     finally:
-        from hogwild.runtime.startup import before_exit
+        from hogwild.startup import before_exit
 
         before_exit()
 
@@ -314,7 +322,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None,
     try:  # a plot helper handed in is closed whatever happens, a bad command line included
         args = parser.parse_args(argv)
         if whole_process and args.command in _TRAINING:
-            from hogwild.runtime.startup import outlive_console
+            from hogwild.startup import outlive_console
 
             outlive_console(args.command)
         if plot is None and whole_process and args.command in _PLOTTING:
@@ -322,7 +330,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None,
 
             plot = BackgroundPlot()
         if whole_process and args.command in _HEAVY_MODULES:
-            from hogwild.runtime.startup import import_long_lived
+            from hogwild.startup import import_long_lived
 
             import_long_lived(_HEAVY_MODULES[args.command])
         return _run_command(args, env, plot if args.command in _PLOTTING else None,
@@ -370,7 +378,7 @@ def _run_verbose(args: argparse.Namespace, env: Mapping[str, str],
             # A whole process forks its children, which run their command lines as this does.
             return roles.run(settings, args, fork=main_process if whole_process else None)
         if args.command == "simulate":
-            return simulation.simulate(settings, args)
+            return simulate_flags.simulate(settings, args)
         return roles.worker(settings)  # the last of the four commands with settings
     except (ConfigError, UsageError) as exc:
         print(f"hogwild {args.command}: error: {exc}", file=sys.stderr)

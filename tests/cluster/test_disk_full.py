@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hogwild.coordinator import checkpoint
+from hogwild.coordinator import checkpoint_file
 
 from .helpers import (
     PROGRESS_ROW,
@@ -96,9 +96,9 @@ def test_a_disk_still_full_at_the_end_is_one_line_and_keeps_the_checkpoint(
             and f"this run's files are in {run}, left incomplete" in error[0]), error[0]
     # The checkpoint written before the disk filled is whole, and the rows it counts are in
     # metrics.jsonl (later rows may not be: they never got room).
-    kept = checkpoint.load(run)
+    kept = checkpoint_file.load(run)
     assert kept is not None and kept.round > 0 and kept.history_rows >= 1
-    assert not published(out).exists() and checkpoint.locate(out) == run
+    assert not published(out).exists() and checkpoint_file.locate(out) == run
 
 
 def test_a_hand_over_whose_checkpoint_cannot_be_written_finishes_the_run_instead(
@@ -120,4 +120,4 @@ def test_a_hand_over_whose_checkpoint_cannot_be_written_finishes_the_run_instead
                                     r"could not be written: finishing the run here instead"), 1)
     assert all(w.wait(30) == 0 for w in cluster.workers), cluster.output()
     assert not any("register again" in line for w in cluster.workers for line in w.lines)
-    assert not published(out).exists() and checkpoint.locate(out) is None
+    assert not published(out).exists() and checkpoint_file.locate(out) is None

@@ -21,8 +21,8 @@ import grpc
 import numpy as np
 import pytest
 
-from hogwild.coordinator import checkpoint
-from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
+from hogwild.coordinator import checkpoint_file
+from hogwild.coordinator.checkpoint_file import Checkpoint, WorkerEntry
 from hogwild.errors import EXIT_LEFT
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
@@ -618,7 +618,7 @@ def test_a_killed_coordinator_resumes_from_its_checkpoint(
     port = int(_coordinator_address(cluster).rpartition(":")[2])
     first.wait_for(PROGRESS_ROW, 60)
     deadline = time.monotonic() + 60
-    while not any(out.glob("*.incomplete/checkpoint.npz")) and time.monotonic() < deadline:
+    while not any(out.glob("*.incomplete/checkpoint_file.npz")) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(2)  # a few more checkpoints
     first.proc.send_signal(signal.SIGKILL)
@@ -649,7 +649,7 @@ def test_a_killed_coordinator_resumes_from_its_checkpoint(
     # The run is complete: nothing to resume, and published under its own name.
     assert not run.exists()
     assert published(out).resolve() == out / run.name.removesuffix(".incomplete")
-    assert not (published(out) / "checkpoint.npz").exists()
+    assert not (published(out) / "checkpoint_file.npz").exists()
     assert sorted(s["worker_id"] for s in metrics["worker_states"]) == [0, 1, 2]
     # One history across both coordinators: the rows before the crash, then the new ones.
     lines = (published(out) / "metrics.jsonl").read_text().splitlines()
@@ -680,7 +680,7 @@ def test_sigterm_with_on_sigterm_checkpoint_hands_the_run_to_a_resumed_coordinat
     first.proc.send_signal(signal.SIGTERM)
     assert first.wait(30) == EXIT_LEFT
     handed = first.wait_for(re.compile(r"the run was left to a successor at round (\d+)"), 1)
-    assert (incomplete(out) / "checkpoint.npz").exists()
+    assert (incomplete(out) / "checkpoint_file.npz").exists()
     assert not published(out).exists() and not (incomplete(out) / "model.npz").exists()
     for worker in cluster.workers:
         worker.wait_for(re.compile(r"leaving the run to register again: the coordinator was "
@@ -708,7 +708,7 @@ def test_sigterm_with_on_sigterm_checkpoint_hands_the_run_to_a_resumed_coordinat
     assert metrics["test_accuracy"] >= clean - 0.01
     assert sorted(s["worker_id"] for s in metrics["worker_states"]) == [0, 1, 2]
     assert metrics["dropped_workers"] == []
-    assert not (published(out) / "checkpoint.npz").exists()
+    assert not (published(out) / "checkpoint_file.npz").exists()
     assert not list(out.glob("*.incomplete"))
 
 
@@ -723,7 +723,7 @@ def test_a_resume_on_other_rows_is_refused_before_any_worker_is_waited_for(
                          bytes_received=0, duplicates=0, workers=workers)
     run = out / "20250101-000000-0123456789ab.incomplete"  # as a killed coordinator leaves it
     run.mkdir(parents=True)
-    checkpoint.save(run, dataclasses.replace(unknown, data="0" * 32))
+    checkpoint_file.save(run, dataclasses.replace(unknown, data="0" * 32))
     refused = cluster._spawn("refused", "coordinator", {**settings, "resume": str(out)})
     assert refused.wait(60) == 2
     refused.wait_for(re.compile(r"hogwild coordinator: error: setting 'resume': the checkpoint "
@@ -731,7 +731,7 @@ def test_a_resume_on_other_rows_is_refused_before_any_worker_is_waited_for(
                                 r"these"), 1)
     assert not any("waiting for" in line for line in refused.lines)
     # A checkpoint that does not say (the previous format) is not refused for it.
-    checkpoint.save(run, unknown)
+    checkpoint_file.save(run, unknown)
     taken = cluster._spawn("taken", "coordinator", {**settings, "resume": str(out)})
     taken.wait_for(re.compile(r"waiting for 2 worker\(s\)"), 60)
 
@@ -755,7 +755,7 @@ def test_a_resumed_coordinator_goes_on_without_a_worker_that_died_meanwhile(
     addresses = _advertised(cluster)
     first.wait_for(PROGRESS_ROW, 60)
     deadline = time.monotonic() + 60
-    while not any(out.glob("*.incomplete/checkpoint.npz")) and time.monotonic() < deadline:
+    while not any(out.glob("*.incomplete/checkpoint_file.npz")) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(1)
     first.proc.send_signal(signal.SIGKILL)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from hogwild.commands.certs import Bundle, write_bundle
+from hogwild.protocol.certs import Bundle, write_bundle
 
 from .helpers import READY, Cluster
 

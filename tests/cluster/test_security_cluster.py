@@ -16,8 +16,8 @@ import grpc
 import numpy as np
 import pytest
 
-from hogwild.commands.certs import Bundle
 from hogwild.protocol import PROTOCOL_VERSION, health, pb, pb_grpc
+from hogwild.protocol.certs import Bundle
 from hogwild.protocol.codec import DeltaHeader, encode_delta
 from hogwild.protocol.security import Security
 

@@ -582,7 +582,7 @@ def test_tls_credentials_come_from_a_read_only_secret(rendered: list[Obj],
     """Every hogwild container runs mutual TLS with a token, from the Secret `hogwild-tls`
     holding the files `hogwild certs` writes (its own role's certificate), mounted read-only
     and readable by the pod's group only."""
-    from hogwild.commands.certs import FILES
+    from hogwild.protocol.certs import FILES
 
     settings_file = tmp_path / "settings.yaml"
     settings_file.write_text(_settings_configmap(rendered)["data"]["settings.yaml"])

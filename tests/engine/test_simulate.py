@@ -20,11 +20,11 @@ from hogwild.commands.simulate import SimOptions, scenario_of
 from hogwild.data.split import shard
 from hogwild.engine.guard import SwingGuard
 from hogwild.engine.network import Network
-from hogwild.engine.rounds import MIN_ROUNDS_PER_EPOCH, max_rounds
+from hogwild.engine.round_size import MIN_ROUNDS_PER_EPOCH, max_rounds
 from hogwild.engine.rules import ExchangeRules
+from hogwild.engine.runstart import Splits, load_splits, model_spec
 from hogwild.engine.simulate import Scenario, SimResult, Simulation
 from hogwild.engine.threads import KernelPlan
-from hogwild.inprocess.local import Splits, load_splits, model_spec
 from hogwild.model.arrays import csr_arrays
 from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss

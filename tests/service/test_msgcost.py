@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hogwild.commands.certs import write_bundle
 from hogwild.protocol import msgcost
+from hogwild.protocol.certs import write_bundle
 from hogwild.protocol.codec import decode_delta
 from hogwild.protocol.security import Security
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hogwild.engine.rounds import (
+from hogwild.engine.round_size import (
     MIN_ROUNDS_PER_EPOCH,
     ROUND_NNZ,
     ROUND_NNZ_AVERAGE,

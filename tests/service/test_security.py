@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from hogwild.commands.certs import Bundle, write_bundle
 from hogwild.config import Settings
 from hogwild.coordinator.server import create_server as create_coordinator
 from hogwild.coordinator.state import RunState
 from hogwild.errors import ClusterError
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
+from hogwild.protocol.certs import Bundle, write_bundle
 from hogwild.protocol.codec import DeltaHeader, encode_delta
 from hogwild.protocol.health import check
 from hogwild.protocol.security import Security, from_settings

@@ -16,10 +16,10 @@ from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.protocol.codec import DeltaHeader, encode_delta
 from hogwild.protocol.health import check
 from hogwild.protocol.security import Security
+from hogwild.protocol.sender import Destination
 from hogwild.protocol.streams import FinalState, shard_chunks, state_chunks
 from hogwild.worker.node import QUEUED_MODELS, WorkerNode
 from hogwild.worker.phase import COORDINATOR_ID, Phase
-from hogwild.worker.sender import Destination
 
 from .conftest import PEER_KEY, WorkerServer
 

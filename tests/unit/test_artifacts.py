@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hogwild import atomic
 from hogwild.errors import ConfigError
 from hogwild.outputs import artifacts, plotter
 
@@ -25,14 +26,14 @@ def test_model_round_trip(tmp_path: Path) -> None:
 
 def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path: Path) -> None:
     target = tmp_path / "model.json"
-    artifacts.atomic_write_text(target, "old")
+    atomic.atomic_write_text(target, "old")
 
     class Boom:
         def __len__(self) -> int:
             raise RuntimeError("disk on fire")
 
     with pytest.raises(TypeError):
-        artifacts.atomic_write_bytes(target, Boom())  # type: ignore[arg-type]
+        atomic.atomic_write_bytes(target, Boom())  # type: ignore[arg-type]
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["model.json"]  # no temp file left behind
 
@@ -53,7 +54,7 @@ def test_metrics_history_and_plot(tmp_path: Path) -> None:
 def test_atomic_files_get_ordinary_permissions(tmp_path: Path) -> None:
     old = os.umask(0o022)
     try:
-        path = artifacts.atomic_write_text(tmp_path / "m.json", "{}")
+        path = atomic.atomic_write_text(tmp_path / "m.json", "{}")
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild.coordinator import checkpoint
-from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
+from hogwild.coordinator import checkpoint_file
+from hogwild.coordinator.checkpoint_file import Checkpoint, WorkerEntry
 from hogwild.errors import ConfigError
 from hogwild.outputs import artifacts
 
@@ -27,14 +27,14 @@ def _saved(directory: Path) -> tuple[Checkpoint, bytes]:
                       early={"best_loss": 0.25, "best_index": 3, "evaluations": 6,
                              "since_best": 2},
                       best_w=np.linspace(0.0, 2.0, 40))
-    checkpoint.save(directory, ckpt)
-    return ckpt, (directory / checkpoint.CHECKPOINT_FILE).read_bytes()
+    checkpoint_file.save(directory, ckpt)
+    return ckpt, (directory / checkpoint_file.CHECKPOINT_FILE).read_bytes()
 
 
 def _load_or_refusal(directory: Path, data: bytes) -> Checkpoint | ConfigError:
-    (directory / checkpoint.CHECKPOINT_FILE).write_bytes(data)
+    (directory / checkpoint_file.CHECKPOINT_FILE).write_bytes(data)
     try:
-        got = checkpoint.load(directory)
+        got = checkpoint_file.load(directory)
     except ConfigError as exc:
         return exc
     assert got is not None
@@ -48,7 +48,7 @@ def _check(directory: Path, data: bytes, saved: Checkpoint, what: str) -> bool:
         text = str(got)
         assert "\n" not in text, (what, text)
         assert text.startswith("setting 'resume': the checkpoint "
-                               f"{directory / checkpoint.CHECKPOINT_FILE} is damaged: "), \
+                               f"{directory / checkpoint_file.CHECKPOINT_FILE} is damaged: "), \
             (what, text)
         assert "start the run anew without resume" in text, (what, text)
         return True
@@ -119,18 +119,18 @@ def test_a_zip_directory_that_loses_the_best_model_is_refused(tmp_path: Path) ->
                 continue
             if "best_w.npy" not in names and {"w.npy", "meta.npy"} <= set(names):
                 renamed += 1
-                (tmp_path / checkpoint.CHECKPOINT_FILE).write_bytes(bytes(damaged))
+                (tmp_path / checkpoint_file.CHECKPOINT_FILE).write_bytes(bytes(damaged))
                 with pytest.raises(ConfigError, match="is damaged: it holds an array named"):
-                    checkpoint.load(tmp_path)
+                    checkpoint_file.load(tmp_path)
     assert renamed >= 10, renamed
     # Its entry gone from the directory (as one swallowed by the entry before it would be).
     kept = io.BytesIO()
     with zipfile.ZipFile(io.BytesIO(good)) as archive, zipfile.ZipFile(kept, "w") as copy:
         for name in ("w.npy", "meta.npy"):
             copy.writestr(name, archive.read(name))
-    (tmp_path / checkpoint.CHECKPOINT_FILE).write_bytes(kept.getvalue())
+    (tmp_path / checkpoint_file.CHECKPOINT_FILE).write_bytes(kept.getvalue())
     with pytest.raises(ConfigError, match="is damaged: it lacks the array 'best_w'"):
-        checkpoint.load(tmp_path)
+        checkpoint_file.load(tmp_path)
     assert not _check(tmp_path, good, saved, "intact")
 
 
@@ -139,7 +139,7 @@ def test_the_coordinator_refuses_a_damaged_checkpoint_in_one_line(tmp_path: Path
     run = tmp_path / "runs" / "20250101-000000-r1.incomplete"
     run.mkdir(parents=True)
     _, good = _saved(run)
-    (run / checkpoint.CHECKPOINT_FILE).write_bytes(good[: len(good) // 2])
+    (run / checkpoint_file.CHECKPOINT_FILE).write_bytes(good[: len(good) // 2])
     proc = subprocess.run(
         [sys.executable, "-m", "hogwild.cli", "coordinator", "--insecure", "--workers", "1",
          "--port", "0", "--resume", str(tmp_path / "runs"), "--out", str(tmp_path / "runs")],
@@ -148,9 +148,9 @@ def test_the_coordinator_refuses_a_damaged_checkpoint_in_one_line(tmp_path: Path
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0].startswith("hogwild coordinator: error: setting 'resume': the checkpoint "
-                               f"{run / checkpoint.CHECKPOINT_FILE} is damaged"), lines
+                               f"{run / checkpoint_file.CHECKPOINT_FILE} is damaged"), lines
     # Still there to be repaired or copied over; nothing was published.
     # Nothing written beside the checkpoint (the lock file is the process's flock, empty).
     assert sorted(p.name for p in run.iterdir()
-                  if p.name != artifacts.LOCK_FILE) == [checkpoint.CHECKPOINT_FILE]
+                  if p.name != artifacts.LOCK_FILE) == [checkpoint_file.CHECKPOINT_FILE]
     assert not (tmp_path / "runs" / "latest").exists()

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hogwild.coordinator import checkpoint
-from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
+from hogwild.coordinator import checkpoint_file
+from hogwild.coordinator.checkpoint_file import Checkpoint, WorkerEntry
 from hogwild.errors import ConfigError
 
 
@@ -26,14 +26,14 @@ def _saved(directory: Path) -> Checkpoint:
                       early={"best_loss": 0.25, "best_index": 3, "evaluations": 6,
                              "since_best": 2, "kept_loss": 0.25, "kept_accuracy": 0.9},
                       best_w=np.linspace(0.0, 2.0, 40))
-    checkpoint.save(directory, ckpt)
+    checkpoint_file.save(directory, ckpt)
     return ckpt
 
 
 def _rewrite(directory: Path, edit: Callable[[dict[str, Any], dict[str, Any]], None]) -> None:
     """Change the saved checkpoint's metadata or arrays and write it again, as a valid archive
     (every CRC right): only its values are wrong."""
-    path = directory / checkpoint.CHECKPOINT_FILE
+    path = directory / checkpoint_file.CHECKPOINT_FILE
     with np.load(path, allow_pickle=False) as archive:
         arrays = {name: archive[name] for name in archive.files}
     meta = json.loads(str(arrays.pop("meta")))
@@ -102,11 +102,11 @@ def test_a_field_out_of_range_is_one_line_naming_the_file_and_field(
     _saved(tmp_path)
     _rewrite(tmp_path, edit)
     with pytest.raises(ConfigError) as info:
-        checkpoint.load(tmp_path)
+        checkpoint_file.load(tmp_path)
     text = str(info.value)
     assert "\n" not in text and "\x1b" not in text, what
     assert text.startswith("setting 'resume': the checkpoint "
-                           f"{tmp_path / checkpoint.CHECKPOINT_FILE} is damaged: its "), text
+                           f"{tmp_path / checkpoint_file.CHECKPOINT_FILE} is damaged: its "), text
     assert named in text, (what, text)
     assert len(text) < 600, what
 
@@ -114,7 +114,7 @@ def test_a_field_out_of_range_is_one_line_naming_the_file_and_field(
 def test_the_fields_as_saved_load_unchanged(tmp_path: Path) -> None:
     saved = _saved(tmp_path)
     _rewrite(tmp_path, lambda meta, arrays: None)
-    got = checkpoint.load(tmp_path)
+    got = checkpoint_file.load(tmp_path)
     assert got is not None
     assert (got.run_id, got.round, got.elapsed, got.workers, got.early) == (
         saved.run_id, saved.round, saved.elapsed, saved.workers, saved.early)
@@ -122,8 +122,8 @@ def test_the_fields_as_saved_load_unchanged(tmp_path: Path) -> None:
 
 def test_a_fresh_run_checkpoint_loads(tmp_path: Path) -> None:
     """Round 0, no time yet, no early stopping, no best model, a worker not heard from."""
-    checkpoint.save(tmp_path, Checkpoint(run_id="r0", w=np.zeros(3), round=0, elapsed=0.0,
+    checkpoint_file.save(tmp_path, Checkpoint(run_id="r0", w=np.zeros(3), round=0, elapsed=0.0,
                                          deltas_received=0, bytes_received=0, duplicates=0,
                                          workers=[WorkerEntry(0, "h:1", 1)]))
-    got = checkpoint.load(tmp_path)
+    got = checkpoint_file.load(tmp_path)
     assert got is not None and got.round == 0 and got.early == {}

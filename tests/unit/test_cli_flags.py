@@ -12,12 +12,12 @@ import pytest
 
 from hogwild import config
 from hogwild.cli import build_parser, main, settings_from_args
-from hogwild.commands.certs import host_names
-from hogwild.commands.certs import main as certs_main
 from hogwild.commands.hash_csv import hash_command
 from hogwild.data.encodings import HashOptions
 from hogwild.data.sources import load_source
 from hogwild.outputs.console import duration
+from hogwild.protocol.certs import host_names
+from hogwild.protocol.certs import main as certs_main
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

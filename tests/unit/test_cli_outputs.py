@@ -141,7 +141,7 @@ def test_hash_out_that_is_a_directory_is_refused_before_hashing(
 def test_hash_keeps_no_rows_whose_parameters_could_not_be_written(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from hogwild.outputs import artifacts
+    from hogwild import atomic
 
     table = _csv(tmp_path)
     out = tmp_path / "rows.svm"
@@ -149,7 +149,7 @@ def test_hash_keeps_no_rows_whose_parameters_could_not_be_written(
     def disk_full(path: str | Path, text: str) -> Path:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(artifacts, "atomic_write_text", disk_full)
+    monkeypatch.setattr(atomic, "atomic_write_text", disk_full)
     code = main(["hash", str(table), "--out", str(out), "--label", "y", "--categorical", "c"])
     stdout, err = _one_line(capsys)
     assert code == 1 and stdout == ""

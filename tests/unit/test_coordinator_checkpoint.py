@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from hogwild.config import Settings
-from hogwild.coordinator import checkpoint, fingerprint
-from hogwild.coordinator.checkpoint import Checkpoint, WorkerEntry
+from hogwild.coordinator import checkpoint_file, fingerprint
+from hogwild.coordinator.checkpoint_file import Checkpoint, WorkerEntry
 from hogwild.coordinator.state import RunState
 from hogwild.data.csr import CSRData
 from hogwild.engine.stopping import EarlyStopping
@@ -31,9 +31,9 @@ def _ckpt(**extra: object) -> Checkpoint:
 
 def test_round_trip_keeps_early_stopping_and_the_best_model(tmp_path: Path) -> None:
     best = np.array([0.5, -1.0, 2.0, 0.0, 1.0])
-    checkpoint.save(tmp_path, _ckpt(early={"best_loss": 0.25, "best_index": 3,
+    checkpoint_file.save(tmp_path, _ckpt(early={"best_loss": 0.25, "best_index": 3,
                                            "evaluations": 6, "since_best": 2}, best_w=best))
-    got = checkpoint.load(tmp_path)
+    got = checkpoint_file.load(tmp_path)
     assert got is not None
     assert got.early == {"best_loss": 0.25, "best_index": 3, "evaluations": 6, "since_best": 2}
     assert got.best_w is not None and got.best_w.tobytes() == best.tobytes()
@@ -48,8 +48,8 @@ def test_a_file_without_early_stopping_fields_loads_with_none(tmp_path: Path) ->
             "format_version": 1}
     buffer = io.BytesIO()
     np.savez(buffer, w=np.zeros(3), meta=np.array(json.dumps(meta)))
-    (tmp_path / checkpoint.CHECKPOINT_FILE).write_bytes(buffer.getvalue())
-    got = checkpoint.load(tmp_path)
+    (tmp_path / checkpoint_file.CHECKPOINT_FILE).write_bytes(buffer.getvalue())
+    got = checkpoint_file.load(tmp_path)
     assert got is not None and got.early == {} and got.best_w is None
 
 
@@ -64,11 +64,11 @@ def test_the_evaluations_are_counted_in_the_checkpoint_and_read_back_from_metric
         tmp_path: Path) -> None:
     rows = _history(5)
     artifacts.write_history(tmp_path, [*rows, {"elapsed": 9.0, "round": 99}])  # one after it
-    checkpoint.save(tmp_path, _ckpt(history_rows=len(rows)))
-    with np.load(tmp_path / checkpoint.CHECKPOINT_FILE) as archive:
+    checkpoint_file.save(tmp_path, _ckpt(history_rows=len(rows)))
+    with np.load(tmp_path / checkpoint_file.CHECKPOINT_FILE) as archive:
         meta = json.loads(str(archive["meta"]))
     assert "history" not in meta and meta["history_rows"] == 5
-    got = checkpoint.load(tmp_path)
+    got = checkpoint_file.load(tmp_path)
     assert got is not None and got.history.rows.rows() == rows  # not the evaluation after it
     assert got.history_rows == 5
     # Where the five rows end in the file: the resumed run cuts it there and appends.
@@ -80,26 +80,26 @@ def test_a_checkpoint_does_not_grow_with_the_run(tmp_path: Path) -> None:
     short, long = tmp_path / "short", tmp_path / "long"
     for where, n in ((short, 1), (long, 20_000)):
         where.mkdir()
-        checkpoint.save(where, _ckpt(history_rows=n))
-    size = [(d / checkpoint.CHECKPOINT_FILE).stat().st_size for d in (short, long)]
+        checkpoint_file.save(where, _ckpt(history_rows=n))
+    size = [(d / checkpoint_file.CHECKPOINT_FILE).stat().st_size for d in (short, long)]
     assert size[1] - size[0] < 64, size  # the count's 4 more digits, not 20,000 rows
 
 
 def test_evaluations_missing_from_metrics_jsonl_are_said_and_the_run_goes_on(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     rows = _history(4)
-    checkpoint.save(tmp_path, _ckpt(history_rows=len(rows)))
+    checkpoint_file.save(tmp_path, _ckpt(history_rows=len(rows)))
     # Cut short mid-line, as by a crash of the machine after the checkpoint was written.
     text = "".join(json.dumps(r) + "\n" for r in rows[:2]) + json.dumps(rows[2])[:10]
     (tmp_path / artifacts.HISTORY_FILE).write_text(text, encoding="utf-8")
     with caplog.at_level("WARNING", logger="hogwild.coordinator"):
-        got = checkpoint.load(tmp_path)
+        got = checkpoint_file.load(tmp_path)
     assert got is not None and got.history.rows.rows() == rows[:2] and got.w.shape == (5,)
     assert "holds 2 of the checkpoint's 4 evaluations (line 3 is cut short)" in caplog.text
     (tmp_path / artifacts.HISTORY_FILE).unlink()
     caplog.clear()
     with caplog.at_level("WARNING", logger="hogwild.coordinator"):
-        got = checkpoint.load(tmp_path)
+        got = checkpoint_file.load(tmp_path)
     assert got is not None and got.history.rows.rows() == [] and got.history.end == 0
     assert "holds 0 of the checkpoint's 4 evaluations (cannot read it" in caplog.text
 
@@ -107,7 +107,7 @@ def test_evaluations_missing_from_metrics_jsonl_are_said_and_the_run_goes_on(
 def test_rows_that_are_not_this_runs_evaluations_are_not_resumed(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     rows = _history(3)
-    checkpoint.save(tmp_path, _ckpt(history_rows=len(rows)))
+    checkpoint_file.save(tmp_path, _ckpt(history_rows=len(rows)))
     # metrics.jsonl written since by `hogwild train` (its rows are epochs), or by a later run
     # (taken after the checkpoint's 3.5 s of training): neither is the curve to go on from.
     for foreign in ({"epoch": 1, "train_loss": 0.3, "val_loss": 0.2, "seconds": 0.1},
@@ -115,7 +115,7 @@ def test_rows_that_are_not_this_runs_evaluations_are_not_resumed(
         artifacts.write_history(tmp_path, [rows[0], foreign, rows[2]])
         caplog.clear()
         with caplog.at_level("WARNING", logger="hogwild.coordinator"):
-            got = checkpoint.load(tmp_path)
+            got = checkpoint_file.load(tmp_path)
         assert got is not None and got.history.rows.rows() == rows[:1], foreign
         assert "holds 1 of the checkpoint's 3 evaluations (line 2 is not an evaluation of " \
                "this run)" in caplog.text
@@ -126,9 +126,9 @@ def test_a_damaged_checkpoint_is_refused_naming_the_key(tmp_path: Path) -> None:
             "bytes_received": 10, "duplicates": 0, "workers": [], "format_version": 2}
     buffer = io.BytesIO()
     np.savez(buffer, w=np.zeros(3), meta=np.array(json.dumps(meta)))
-    (tmp_path / checkpoint.CHECKPOINT_FILE).write_bytes(buffer.getvalue())
+    (tmp_path / checkpoint_file.CHECKPOINT_FILE).write_bytes(buffer.getvalue())
     with pytest.raises(ConfigError, match="resume.*is damaged: it lacks 'history_rows'"):
-        checkpoint.load(tmp_path)
+        checkpoint_file.load(tmp_path)
 
 
 def test_a_version_1_checkpoint_with_its_evaluations_inline_still_loads(tmp_path: Path) -> None:
@@ -137,8 +137,8 @@ def test_a_version_1_checkpoint_with_its_evaluations_inline_still_loads(tmp_path
             "early": {}, "format_version": 1}
     buffer = io.BytesIO()
     np.savez(buffer, w=np.zeros(3), meta=np.array(json.dumps(meta)))
-    (tmp_path / checkpoint.CHECKPOINT_FILE).write_bytes(buffer.getvalue())
-    got = checkpoint.load(tmp_path)
+    (tmp_path / checkpoint_file.CHECKPOINT_FILE).write_bytes(buffer.getvalue())
+    got = checkpoint_file.load(tmp_path)
     assert got is not None and got.history.rows.rows() == _history(3)
     assert got.history.inline == _history(3) and got.history_rows == 3
 
@@ -147,9 +147,9 @@ def test_a_checkpoint_of_an_unknown_format_version_is_refused_naming_the_key(
         tmp_path: Path) -> None:
     buffer = io.BytesIO()
     np.savez(buffer, w=np.zeros(3), meta=np.array(json.dumps({"format_version": 9})))
-    (tmp_path / checkpoint.CHECKPOINT_FILE).write_bytes(buffer.getvalue())
+    (tmp_path / checkpoint_file.CHECKPOINT_FILE).write_bytes(buffer.getvalue())
     with pytest.raises(ConfigError, match="resume.*format version 9, this hogwild reads 1, 2"):
-        checkpoint.load(tmp_path)
+        checkpoint_file.load(tmp_path)
 
 
 def test_early_stopping_goes_on_across_a_resume_as_without_one() -> None:
@@ -265,33 +265,33 @@ def test_the_data_fingerprint_is_the_rows_own() -> None:
 
 
 def test_a_checkpoint_keeps_the_data_fingerprint(tmp_path: Path) -> None:
-    checkpoint.save(tmp_path, _ckpt(data="0f" * 16))
-    got = checkpoint.load(tmp_path)
+    checkpoint_file.save(tmp_path, _ckpt(data="0f" * 16))
+    got = checkpoint_file.load(tmp_path)
     assert got is not None and got.data == "0f" * 16
 
 
 def test_a_resume_under_other_model_settings_is_refused_naming_the_setting(
         tmp_path: Path) -> None:
     taken = Settings(loss="hinge", resume=str(tmp_path))
-    checkpoint.save(tmp_path, _ckpt(model=checkpoint.model_settings(taken)))
-    got = checkpoint.load(tmp_path)
+    checkpoint_file.save(tmp_path, _ckpt(model=checkpoint_file.model_settings(taken)))
+    got = checkpoint_file.load(tmp_path)
     assert got is not None and got.model["loss"] == "hinge"
-    checkpoint.check_model_settings(got, taken)  # the same: goes on
-    checkpoint.check_model_settings(got, replace(taken, learning_rate=0.5, time_budget=9.0,
+    checkpoint_file.check_model_settings(got, taken)  # the same: goes on
+    checkpoint_file.check_model_settings(got, replace(taken, learning_rate=0.5, time_budget=9.0,
                                                  hidden=(8,)))  # (a linear model's: unused)
     for changed, key in ((replace(taken, loss="logistic"), "loss"),
                          (replace(taken, model="mlp", hidden=(8,)), "model"),
                          (replace(taken, fit_bias=False), "fit_bias")):
         with pytest.raises(ConfigError, match=f"setting '{key}': the checkpoint in .* was "
                                               f"taken with {key}="):
-            checkpoint.check_model_settings(got, changed)
+            checkpoint_file.check_model_settings(got, changed)
     mlp = replace(taken, model="mlp", hidden=(16, 8))
     with pytest.raises(ConfigError, match="setting 'hidden': .* taken with hidden=\\[16, 8\\], "
                                           "these settings say \\[16\\]"):
-        checkpoint.check_model_settings(_ckpt(model=checkpoint.model_settings(mlp)),
+        checkpoint_file.check_model_settings(_ckpt(model=checkpoint_file.model_settings(mlp)),
                                         replace(mlp, hidden=(16,)))
     older = _ckpt()  # a checkpoint that does not say: not refused for it
-    checkpoint.check_model_settings(older, replace(taken, loss="logistic"))
+    checkpoint_file.check_model_settings(older, replace(taken, loss="logistic"))
 
 
 def test_a_resumed_coordinator_gives_a_place_back_only_to_the_process_that_held_it(
@@ -304,8 +304,8 @@ def test_a_resumed_coordinator_gives_a_place_back_only_to_the_process_that_held_
     before.register("127.0.0.1:5000", 1, "host", 40, secret=b"secret of worker 0")
     before.register("127.0.0.1:5001", 1, "host", 41, secret=b"secret of worker 1")
     before.start_model(4)
-    checkpoint.save(tmp_path, before.checkpoint(1.0, 0))
-    saved = checkpoint.load(tmp_path)
+    checkpoint_file.save(tmp_path, before.checkpoint(1.0, 0))
+    saved = checkpoint_file.load(tmp_path)
     assert saved is not None
     state = RunState(2, run_id="r1")
     state.restore(saved)

@@ -238,7 +238,7 @@ def test_rows_are_placed_in_the_shuffled_order_as_they_are_assembled(
 
 def test_weights_reach_the_training_split(parts: tuple[Path, Path]) -> None:
     from hogwild import config
-    from hogwild.inprocess.local import load_splits
+    from hogwild.engine.runstart import load_splits
 
     folder, _ = parts
     splits = load_splits(config.load(None, {}, {"data": f"parquet:{folder}?{QUERY}",

@@ -15,8 +15,8 @@ from hogwild.data.reorder import frequency_order, renumber
 from hogwild.data.sources import load_source
 from hogwild.data.split import shuffle_order, split_shuffled, train_val_test_split
 from hogwild.data.svmlight import parse_svmlight_buffer, read_svmlight
+from hogwild.engine.runstart import load_splits
 from hogwild.errors import DataError, DataFormatError, TrainingDiverged
-from hogwild.inprocess.local import load_splits
 
 
 def rows(n: int, seed: int = 0) -> str:

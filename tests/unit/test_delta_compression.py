@@ -11,7 +11,7 @@ from hogwild.model import kernels
 from hogwild.model.compression import F16_MAX, Compression, compress_delta
 from hogwild.protocol import pb
 from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.worker.sender import wire_values
+from hogwild.protocol.sender import wire_values
 
 
 def _round(w: np.ndarray, snap: np.ndarray, how: Compression) -> tuple[np.ndarray, np.ndarray]:

@@ -263,7 +263,7 @@ def test_the_coordinator_sends_the_bound_and_holds_the_same_one(tmp_path: Any) -
 
     from hogwild.coordinator.links import WorkerLinks
     from hogwild.coordinator.runconfig import Layout, RunConfigs
-    from hogwild.coordinator.shipper import Shipper
+    from hogwild.coordinator.worker_shares import Shipper
     from hogwild.data.csr import CSRData
     from hogwild.model.spec import ModelSpec
 

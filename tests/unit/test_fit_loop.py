@@ -168,10 +168,10 @@ def test_train_in_memory_and_out_of_core_stop_by_the_same_rules(
 def test_experiment_and_estimators_train_through_the_loop(tmp_path: Path,
                                                           loops: list[FitLoop]) -> None:
     from hogwild.data.sources import load_source
+    from hogwild.engine.runstart import load_splits
     from hogwild.estimators import HogwildClassifier
     from hogwild.experiment import runner
     from hogwild.experiment.plan import DataSpec, ExperimentOptions, RunSpec
-    from hogwild.inprocess.local import load_splits
 
     source = _data(tmp_path / "d.svm")
     settings = Settings(data=source, threads=1, test_fraction=0.2)
@@ -194,10 +194,11 @@ def test_divergence_is_caught_by_the_loop_for_every_trainer(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch,
                                                             loops: list[FitLoop]) -> None:
     from hogwild.data.sources import load_source
+    from hogwild.engine.runstart import load_splits
     from hogwild.estimators import HogwildRegressor
     from hogwild.experiment import runner
     from hogwild.experiment.plan import DataSpec, ExperimentOptions, RunSpec
-    from hogwild.inprocess.local import load_splits, train_job
+    from hogwild.inprocess.local import train_job
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     source = _data(tmp_path / "d.svm")

@@ -232,7 +232,8 @@ def test_cpu_runs_and_version_never_import_numba_cuda() -> None:
         import contextlib, io, sys
         from hogwild import config
         from hogwild.cli import main
-        from hogwild.inprocess.local import make_trainer, model_spec
+        from hogwild.engine.runstart import model_spec
+        from hogwild.inprocess.local import make_trainer
         from hogwild.data.synthetic import make_rcv1_like
         with contextlib.redirect_stdout(io.StringIO()):
             try:

@@ -31,13 +31,13 @@ from hogwild.protocol.codec import (
     max_delta_parts,
 )
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
+from hogwild.protocol.sender import Destination, OutgoingDelta
 from hogwild.protocol.sequence import OUT_OF_ORDER, WINDOW, SequenceTracker
 from hogwild.worker.admission import ROUND_SLACK, SYNC_ROUNDS_AHEAD
 from hogwild.worker.inbox import Inbox
 from hogwild.worker.node import WorkerNode, _same_side
 from hogwild.worker.phase import Phase
 from hogwild.worker.plan import RunPlan
-from hogwild.worker.sender import Destination, OutgoingDelta
 
 N_FEATURES = 1000
 DIM = N_FEATURES + 1

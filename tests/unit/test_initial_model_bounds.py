@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hogwild.cli import main
-from hogwild.outputs.console import number
+from hogwild.text import number
 
 _BASE = ("--data-cache", "false", "--trainer", "serial", "--threads", "1", "--patience", "0")
 

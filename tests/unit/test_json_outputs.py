@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from hogwild import atomic
+from hogwild.model.files import MODEL_META_FILE
 from hogwild.outputs import artifacts
 from hogwild.outputs.history import EvalHistory
 
@@ -54,12 +56,12 @@ def test_every_json_writer_of_a_run_writes_json(tmp_path: Path) -> None:
     artifacts.write_trace(tmp_path, [weird])
     artifacts.append_history(tmp_path, weird)
     texts = [(tmp_path / name).read_text(encoding="utf-8") for name in (
-        artifacts.METRICS_FILE, artifacts.MODEL_META_FILE, artifacts.TRACE_FILE,
+        artifacts.METRICS_FILE, MODEL_META_FILE, artifacts.TRACE_FILE,
         artifacts.HISTORY_FILE)]
     expected = {"test_loss": None, "best": {"loss": None, "at": [1.0, None]},
                 "per_class": [0.5, None], "accuracy": 0.875}
     for text in texts:
         assert _strict(text) == expected, text
     # Finite values are written exactly as before.
-    assert artifacts.dumps({"b": 0.1, "a": np.float64(2.5), "c": [1, 2]}) == \
+    assert atomic.dumps({"b": 0.1, "a": np.float64(2.5), "c": [1, 2]}) == \
         '{"a": 2.5, "b": 0.1, "c": [1, 2]}'

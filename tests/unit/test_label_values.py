@@ -170,13 +170,13 @@ def test_the_data_lines_name_two_classes_by_the_users_labels(
 def test_train_names_a_feature_id_whose_weights_cannot_fit(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    import hogwild.inprocess.common
-    import hogwild.inprocess.local
+    import hogwild.engine.job
+    import hogwild.engine.runstart
 
     data = tmp_path / "wide.svm"
     data.write_text("1 1:0.5\n-1 2:1\n" * 5 + "1 3000000:1\n")
     # A machine of 64 MiB: 3e6 ids x (8 bytes of weight + 16 of counts and renumbering).
-    monkeypatch.setattr(hogwild.inprocess.common, "physical_memory", lambda: 64 << 20)
+    monkeypatch.setattr(hogwild.engine.job, "physical_memory", lambda: 64 << 20)
     argv = ["train", "--data", str(data), "--epochs", "1", "--threads", "1",
             "--data-cache", "false", "--out", str(tmp_path / "out")]
     assert main(argv, environ={}) == 1
@@ -189,12 +189,12 @@ def test_train_names_a_feature_id_whose_weights_cannot_fit(
     assert main([*argv, "--out-of-core", "true"], environ={}) == 1
     assert "the largest feature id is 3,000,000" in capsys.readouterr().err
     # Under a limit below the RAM (ulimit -v): the MemoryError is blamed on the ids.
-    monkeypatch.setattr(hogwild.inprocess.common, "physical_memory", lambda: None)
+    monkeypatch.setattr(hogwild.engine.job, "physical_memory", lambda: None)
 
     def no_memory(*args: object, **kwargs: object) -> None:
         raise MemoryError
 
-    monkeypatch.setattr(hogwild.inprocess.local, "frequency_order", no_memory)
+    monkeypatch.setattr(hogwild.engine.runstart, "frequency_order", no_memory)
     assert main(argv, environ={}) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"hogwild train: error: {data}: the largest feature id is "

@@ -21,6 +21,7 @@ from hogwild.errors import ConfigError, InvalidMessage, ModelError
 from hogwild.inprocess.local import train_job
 from hogwild.model import mlp_kernels
 from hogwild.model.evaluation import evaluate, predict
+from hogwild.model.files import MODEL_FILE, MODEL_META_FILE
 from hogwild.model.losses import get_loss
 from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
@@ -250,11 +251,11 @@ def test_saved_model_round_trip(tmp_path: Path) -> None:
                                   "out_dir": str(out), "data_cache": False})
     metrics = train_job(settings, out=io.StringIO())
     out = out / artifacts.LATEST  # the run's own directory in the runs root
-    meta = json.loads((out / artifacts.MODEL_META_FILE).read_text())
+    meta = json.loads((out / MODEL_META_FILE).read_text())
     assert meta["model"] == "mlp" and meta["hidden"] == [16, 8]
     assert meta["format_version"] == 2 and meta["task"] == "binary"
     assert metrics["model"] == "mlp"
-    with np.load(out / artifacts.MODEL_FILE) as archive:
+    with np.load(out / MODEL_FILE) as archive:
         # no "w"
         assert sorted(archive.files) == ["W1", "W2", "W3", "b1", "b2", "b3", "wide"]
         assert archive["W2"].shape == (16, 8) and archive["W3"].shape == (8, 1)
@@ -280,7 +281,7 @@ def test_saved_mlp_with_inconsistent_metadata_is_refused(tmp_path: Path) -> None
     w = spec.initial_weights(0)
     SavedModel(w=w, loss="hinge", model="mlp", arrays=spec.arrays(w)).save(tmp_path)
     assert SavedModel.load(tmp_path).spec == spec
-    meta_path = tmp_path / artifacts.MODEL_META_FILE
+    meta_path = tmp_path / MODEL_META_FILE
     doc = json.loads(meta_path.read_text())
     meta_path.write_text(json.dumps({**doc, "hidden": [5]}))
     with pytest.raises(ModelError, match="hidden"):

@@ -7,7 +7,7 @@ import pytest
 
 from hogwild.engine.momentum import BlockMomentum, block_momentum
 from hogwild.engine.round import RoundEngine
-from hogwild.engine.rounds import (
+from hogwild.engine.round_size import (
     MIN_ROUNDS_PER_EPOCH,
     ROUND_NNZ_AVERAGE,
     choose_round_size,

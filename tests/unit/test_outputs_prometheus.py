@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from hogwild.commands.certs import Bundle, write_bundle
 from hogwild.config import Settings
 from hogwild.coordinator.state import RunState
 from hogwild.errors import ConfigError
@@ -24,6 +23,7 @@ from hogwild.outputs.prometheus import (
     coordinator_reader,
     serve_metrics,
 )
+from hogwild.protocol.certs import Bundle, write_bundle
 
 pytest.importorskip("prometheus_client")
 

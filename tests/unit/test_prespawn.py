@@ -1,4 +1,4 @@
-"""The processes of `hogwild run` start before their command line is known (hogwild.runtime.prespawn, hogwild.commands.prespawned)."""
+"""The processes of `hogwild run` start before their command line is known (hogwild.runtime.prespawn, hogwild.prespawned)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _env(**extra: str) -> dict[str, str]:
 def test_prespawned_process_runs_the_arguments_from_stdin(tmp_path: Path) -> None:
     out = tmp_path / "rows.svm"
     args = ["gen-data", "rcv1", "--rows", "30", "--out", str(out)]
-    proc = subprocess.run([sys.executable, "-m", "hogwild.commands.prespawned"], input=json.dumps(args) + "\n",
+    proc = subprocess.run([sys.executable, "-m", "hogwild.prespawned"], input=json.dumps(args) + "\n",
                           capture_output=True, text=True, env=_env(), timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert f"wrote {out}" in proc.stdout
@@ -30,7 +30,7 @@ def test_prespawned_process_runs_the_arguments_from_stdin(tmp_path: Path) -> Non
 
 
 def test_prespawned_process_without_arguments_ends_quietly() -> None:
-    proc = subprocess.run([sys.executable, "-m", "hogwild.commands.prespawned"], input="",
+    proc = subprocess.run([sys.executable, "-m", "hogwild.prespawned"], input="",
                           capture_output=True, text=True, env=_env(), timeout=120, check=False)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
 
@@ -42,7 +42,7 @@ def test_prespawned_coordinator_runs_its_arguments_and_leaves_no_plot_helper(
     mark = uuid.uuid4().hex
     args = ["coordinator", "--workers", "0", "--data", "bundled:spamassassin",
             "--out", str(tmp_path / "out")]
-    proc = subprocess.run([sys.executable, "-m", "hogwild.commands.prespawned", "coordinator"],
+    proc = subprocess.run([sys.executable, "-m", "hogwild.prespawned", "coordinator"],
                           input=json.dumps(args) + "\n", capture_output=True, text=True,
                           env=_env(PRESPAWN_TEST_MARK=mark), timeout=120, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -51,7 +51,7 @@ def test_prespawned_coordinator_runs_its_arguments_and_leaves_no_plot_helper(
 
 
 def test_prespawn_refuses_an_unknown_role() -> None:
-    proc = subprocess.run([sys.executable, "-m", "hogwild.commands.prespawned", "driver"], input="",
+    proc = subprocess.run([sys.executable, "-m", "hogwild.prespawned", "driver"], input="",
                           capture_output=True, text=True, env=_env(), timeout=120, check=False)
     assert proc.returncode == 2
     assert "role must be one of coordinator, worker" in proc.stderr

@@ -12,7 +12,7 @@ import pytest
 
 from hogwild.cli import main
 from hogwild.config import Settings
-from hogwild.coordinator import checkpoint
+from hogwild.coordinator import checkpoint_file
 from hogwild.errors import ConfigError, OutputError
 from hogwild.outputs import artifacts
 
@@ -171,21 +171,21 @@ def test_a_directory_of_outputs_of_an_earlier_version_is_kept_as_a_run(tmp_path:
 
 def _checkpointed(path: Path) -> Path:
     path.mkdir(parents=True)
-    (path / checkpoint.CHECKPOINT_FILE).write_bytes(b"x")
+    (path / checkpoint_file.CHECKPOINT_FILE).write_bytes(b"x")
     return path
 
 
 def test_resume_of_a_runs_root_finds_its_newest_checkpointed_incomplete_run(
         tmp_path: Path) -> None:
     root = tmp_path / "runs"
-    assert checkpoint.locate(root) is None  # no root yet: a new run
+    assert checkpoint_file.locate(root) is None  # no root yet: a new run
     _checkpointed(root / f"20250101-000000-aaa{artifacts.INCOMPLETE}")
     newest = _checkpointed(root / f"20250102-000000-bbb{artifacts.INCOMPLETE}")
     (root / f"20250103-000000-ccc{artifacts.INCOMPLETE}").mkdir()  # no checkpoint: skipped
     (root / "20250104-000000-ddd").mkdir()  # published: done
-    assert checkpoint.locate(root) == newest
+    assert checkpoint_file.locate(root) == newest
     exact = root / f"20250101-000000-aaa{artifacts.INCOMPLETE}"
-    assert checkpoint.locate(exact) == exact
+    assert checkpoint_file.locate(exact) == exact
 
 
 def test_a_published_run_holds_no_lock_file_and_an_abandoned_empty_one_is_removed(

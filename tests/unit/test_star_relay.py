@@ -13,7 +13,7 @@ from hogwild.coordinator.relay import StarRelay
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.tree_root import TreeRoot
 from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.worker.sender import Destination, OutgoingDelta
+from hogwild.protocol.sender import Destination, OutgoingDelta
 
 DIM = 10
 

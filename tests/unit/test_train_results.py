@@ -16,6 +16,7 @@ from hogwild.data.csr import CSRData
 from hogwild.data.sources import load_source
 from hogwild.data.svmlight import write_svmlight
 from hogwild.model.evaluation import predict, scores
+from hogwild.model.files import MODEL_FILE, MODEL_META_FILE
 from hogwild.outputs import artifacts
 
 
@@ -60,7 +61,7 @@ def test_two_label_values_train_like_minus_one_plus_one(tmp_path: Path, loss: st
     # One thread is deterministic: renaming the labels changes nothing in the model.
     assert np.array_equal(artifacts.load_model(out)[0], artifacts.load_model(reference)[0])
     assert metrics["test_accuracy"] == ref_metrics["test_accuracy"] >= 0.97
-    meta = json.loads((out / artifacts.MODEL_META_FILE).read_text())
+    meta = json.loads((out / MODEL_META_FILE).read_text())
     assert meta["task"] == "binary" and meta["classes"] == [int(v) for v in labels]
     assert meta["format_version"] == 2
     assert _file_accuracy(out, test) == pytest.approx(metrics["test_accuracy"], abs=1e-12)
@@ -125,7 +126,7 @@ def test_divergence_is_an_error_and_saves_nothing(tmp_path: Path,
     assert not artifacts.published(out).exists()
     (run,) = out.iterdir()
     assert run.name.endswith(artifacts.INCOMPLETE) and str(run) in err[0]
-    assert not (run / artifacts.MODEL_FILE).exists()
+    assert not (run / MODEL_FILE).exists()
     assert not (run / artifacts.METRICS_FILE).exists()
 
 

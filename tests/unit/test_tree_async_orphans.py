@@ -13,7 +13,7 @@ from hogwild.coordinator.state import RunState
 from hogwild.coordinator.tree_root import TreeRoot
 from hogwild.engine.tree import ASYNC_SLACK_ROUNDS, TreeLinks
 from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.worker.sender import OutgoingDelta, _mark
+from hogwild.protocol.sender import OutgoingDelta, _mark
 
 from .tree_roots import DIM, root_of_four
 

@@ -14,7 +14,7 @@ from hogwild.coordinator.state import RunState
 from hogwild.coordinator.tree_root import TreeRoot
 from hogwild.engine.tree import RETAINED_MAX, TreeLinks
 from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.worker.sender import OutgoingDelta
+from hogwild.protocol.sender import OutgoingDelta
 
 from .tree_roots import DIM, root_of_four
 

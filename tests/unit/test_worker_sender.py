@@ -12,7 +12,7 @@ import pytest
 from hogwild.engine.sparse import merge_sparse
 from hogwild.protocol import pb
 from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.worker.sender import Destination, OutgoingDelta
+from hogwild.protocol.sender import Destination, OutgoingDelta
 
 DIM = 1_000
 

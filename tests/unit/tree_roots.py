@@ -8,7 +8,7 @@ import grpc
 
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.tree_root import TreeRoot
-from hogwild.worker.sender import Destination, OutgoingDelta
+from hogwild.protocol.sender import Destination, OutgoingDelta
 
 DIM = 10
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from hogwild import atomic
 from hogwild.data.columnmap import check_params
 from hogwild.data.encodings import HashOptions
 from hogwild.data.hashing import apply_hashing, fit_hashing
@@ -51,7 +52,7 @@ def hash_command(source: str, out: str, options: HashOptions, *, params_file: st
     if params_file is None:
         try:
             with artifacts.writing(params_path(out)):
-                artifacts.atomic_write_text(params_path(out), json.dumps(params, indent=1) + "\n")
+                atomic.atomic_write_text(params_path(out), json.dumps(params, indent=1) + "\n")
         except OutputError:
             # Rows without their parameters cannot be reproduced on new files: keep neither.
             Path(out).unlink(missing_ok=True)

@@ -10,9 +10,9 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
+from hogwild import atomic
 from hogwild.errors import ModelError, UsageError
 from hogwild.model.saved import SavedModel, model_paths
-from hogwild.outputs import artifacts
 
 DEFAULT_TOP = 10
 # Values named per hashed bucket before the rest are counted ("+3 more").
@@ -31,7 +31,7 @@ def inspect_command(path: str, *, top: int = DEFAULT_TOP, as_json: bool = False,
     model = SavedModel.load(_model_path(path))
     doc = describe_model(model, path, top)
     if as_json:
-        print(artifacts.dumps(doc), file=out)
+        print(atomic.dumps(doc), file=out)
     else:
         for line in summary_lines(doc):
             print(line, file=out)

@@ -55,6 +55,6 @@ def health(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 def certs(args: argparse.Namespace) -> int:
-    from hogwild.commands.certs import main as certs_main
+    from hogwild.protocol.certs import main as certs_main
 
     return certs_main(args.out, args.hosts, args.days, args.force)

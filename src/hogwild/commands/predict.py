@@ -14,11 +14,13 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
+from hogwild import atomic
 from hogwild.data.labels import as_written
 from hogwild.errors import DataError, ModelError
 from hogwild.model.saved import SavedModel
 from hogwild.outputs import artifacts
-from hogwild.outputs.console import NORMAL, QUIET, number
+from hogwild.outputs.console import NORMAL, QUIET
+from hogwild.text import number
 
 OUTPUTS = ("label", "raw", "proba")
 # Significant digits written: labels exactly as stored (float64 round trip), scores 9.
@@ -201,7 +203,7 @@ def predict_command(model_path: str, data: str, *, out: str | None = None,
     scored = score_file(model, data, threads=threads, zero_based=zero_based,
                         warn=stderr if level > QUIET else io.StringIO())
     if out:
-        with artifacts.writing(out), artifacts.atomic_open(Path(out)) as handle:
+        with artifacts.writing(out), atomic.atomic_open(Path(out)) as handle:
             for chunk in prediction_chunks(scored, output):
                 handle.write(chunk)
         report_to = stdout
@@ -222,7 +224,7 @@ def predict_command(model_path: str, data: str, *, out: str | None = None,
                "dropped_entries": scored.dropped_entries, **(scored.metrics or {})}
         if scored.note:
             doc["note"] = scored.note
-        print(artifacts.dumps(doc), file=stdout, flush=True)
+        print(atomic.dumps(doc), file=stdout, flush=True)
         return scored
     lines = summary_lines(scored, full_metrics)
     if out:

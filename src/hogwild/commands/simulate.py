@@ -16,23 +16,24 @@ from hogwild.data.labels import MULTICLASS
 from hogwild.data.sources import data_lines
 from hogwild.data.split import shard
 from hogwild.engine.guard import SwingGuard
+from hogwild.engine.job import test_quality
 from hogwild.engine.network import DEFAULT_SPEED, Network
-from hogwild.engine.rounds import choose_round_size, fit_round_size, max_rounds
+from hogwild.engine.round_size import choose_round_size, fit_round_size, max_rounds
 from hogwild.engine.rules import ExchangeRules
+from hogwild.engine.runstart import load_splits, model_spec
 from hogwild.engine.simulate import Scenario, SimResult, Simulation
 from hogwild.engine.threads import KernelPlan
 from hogwild.errors import ConfigError, DataError, TrainingDiverged, UsageError
-from hogwild.inprocess.common import test_quality
-from hogwild.inprocess.local import load_splits, model_spec
 from hogwild.model.arrays import csr_arrays
 from hogwild.model.compression import Compression
 from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss
 from hogwild.outputs import artifacts
-from hogwild.outputs.console import QUIET, SIMULATE_ROWS, VERBOSE, Console, number, simulate_done
+from hogwild.outputs.console import QUIET, SIMULATE_ROWS, VERBOSE, Console, simulate_done
 from hogwild.outputs.results import write_outputs
 from hogwild.settings.rules import few_rows_a_worker, resolve_combine, resolve_topology
 from hogwild.settings.simulation import DEFAULT_MAX_EVENTS, WARN_EVENTS
+from hogwild.text import number
 
 log = logging.getLogger("hogwild.simulate")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from hogwild.config import Settings
 from hogwild.coordinator.records import WorkerRecord
-from hogwild.engine.rounds import choose_round_size
+from hogwild.engine.round_size import choose_round_size
 
 log = logging.getLogger("hogwild.coordinator")
 

@@ -6,8 +6,8 @@ import logging
 import time
 
 from hogwild.config import Settings
-from hogwild.coordinator import checkpoint
-from hogwild.coordinator.checkpoint import Checkpoint
+from hogwild.coordinator import checkpoint_file
+from hogwild.coordinator.checkpoint_file import Checkpoint
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.stopping import StopRules
 from hogwild.outputs import artifacts
@@ -42,10 +42,10 @@ class Checkpointer:
         ckpt = self.state.checkpoint(time.perf_counter() - began, self.history.written)
         ckpt.early = rules.early.state()
         ckpt.data = self.data_fingerprint
-        ckpt.model = checkpoint.model_settings(self.settings)
+        ckpt.model = checkpoint_file.model_settings(self.settings)
         ckpt.best_w = rules.best_weights
         try:
-            checkpoint.save(self.run_dir.path, ckpt)
+            checkpoint_file.save(self.run_dir.path, ckpt)
         except OSError as exc:
             log.warning("checkpoint not written: %s", exc)
             return None

@@ -8,10 +8,10 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from hogwild.config import Settings
-from hogwild.coordinator import checkpoint
+from hogwild.coordinator import checkpoint_file as checkpoint
 from hogwild.coordinator.adjust import Adjuster
 from hogwild.coordinator.advice import ConflictAdvice
-from hogwild.coordinator.checkpoint import Checkpoint
+from hogwild.coordinator.checkpoint_file import Checkpoint
 from hogwild.coordinator.checkpointer import Checkpointer
 from hogwild.coordinator.evaluations import Evaluator, check_diverged
 from hogwild.coordinator.launch import configure_and_start, start_relay
@@ -34,10 +34,10 @@ from hogwild.coordinator.runconfig import (
     round_size,
     run_max_rounds,
 )
-from hogwild.coordinator.shipper import Shipper
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.stopping import StopRules, StopSignal, regression_warning
 from hogwild.coordinator.trace import ModelTrace, earlier_rows
+from hogwild.coordinator.worker_shares import Shipper
 from hogwild.data.classweights import run_class_weights
 from hogwild.engine.guard import SwingGuard
 from hogwild.errors import OutputError, TrainingDiverged
@@ -126,7 +126,7 @@ class RunDriver:
     def run(self) -> dict[str, Any]:
         """The whole run; returns the metrics written to metrics.json."""
         from hogwild.data.split import shard
-        from hogwild.inprocess.local import model_spec
+        from hogwild.engine.runstart import model_spec
         from hogwild.runtime.warmup import preload_in_background
 
         s = self.settings
@@ -336,7 +336,7 @@ class RunDriver:
 
     def _finish(self, splits: Any, rules: StopRules, reason: str, train_seconds: float,
                 load_seconds: float, began: float) -> dict[str, Any]:
-        from hogwild.inprocess.common import test_quality
+        from hogwild.engine.job import test_quality
         from hogwild.outputs.results import plot_title, write_outputs
 
         s = self.settings

@@ -14,8 +14,9 @@ from hogwild.coordinator.state import RunState
 from hogwild.errors import TrainingDiverged
 from hogwild.model.evaluation import evaluate, is_finite
 from hogwild.model.spec import ModelSpec
-from hogwild.outputs.console import RUN_ROWS, Console, number
+from hogwild.outputs.console import RUN_ROWS, Console
 from hogwild.outputs.history import EvalHistory
+from hogwild.text import number
 
 # Between the periodic evaluations (eval_interval apart, the ones printed and counted by
 # early stopping) the learning curve gets extra points while scoring the validation set is

@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from hogwild.config import Settings
 from hogwild.coordinator.records import WorkerRecord
-from hogwild.coordinator.shipping import SLOW_LINK_BYTES_PER_S
+from hogwild.coordinator.shipment import SLOW_LINK_BYTES_PER_S
 from hogwild.coordinator.state import RunState
 from hogwild.errors import ClusterError, HogwildError
 from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc

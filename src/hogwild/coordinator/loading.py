@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from hogwild.config import Settings
 from hogwild.coordinator import fingerprint
-from hogwild.coordinator.checkpoint import Checkpoint
+from hogwild.coordinator.checkpoint_file import Checkpoint
 from hogwild.coordinator.runconfig import TrainShape
 from hogwild.data.labels import MULTICLASS
 from hogwild.errors import ClusterError, ConfigError, DataError
@@ -32,7 +32,7 @@ def load_data(s: Settings) -> tuple[Any, LocalShipping | None, TrainShape]:
         splits, local = load_local(s)
         train = TrainShape(local.plan.train_rows, local.plan.train_nnz, splits.val.n_features)
     else:
-        from hogwild.inprocess.local import load_splits
+        from hogwild.engine.runstart import load_splits
 
         splits, local = load_splits(s), None
         if (splits.hashing or {}).get("weight"):
@@ -44,7 +44,7 @@ def load_data(s: Settings) -> tuple[Any, LocalShipping | None, TrainShape]:
                               "both)")
         train = TrainShape(splits.train.n_rows, splits.train.nnz, splits.train.n_features)
         if splits.initial is not None:
-            from hogwild.inprocess.local import model_spec, warm_start_weights
+            from hogwild.engine.runstart import model_spec, warm_start_weights
 
             # A warm start that is not this run's model (another loss, implausible weights)
             # is refused now, not after the workers have registered.
@@ -91,7 +91,7 @@ def starting_weights(s: Settings, splits: Any, spec: ModelSpec, resume: Checkpoi
     initial = spec.initial_weights(s.seed) if spec.is_mlp else None
     warm_started = False
     if splits.initial is not None and resume is None:  # warm start
-        from hogwild.inprocess.local import warm_start_weights
+        from hogwild.engine.runstart import warm_start_weights
 
         initial = warm_start_weights(s, splits, spec)
         warm_started = True

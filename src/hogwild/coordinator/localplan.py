@@ -22,9 +22,9 @@ from hogwild.data.ranges import FilePlan, LocalSpec, plan_file
 from hogwild.data.reorder import order_from_counts, renumber
 from hogwild.data.sources import default_test_source, load_source_hashed
 from hogwild.data.textsource import bundled_features, canonical, local_source_error
+from hogwild.engine.job import feature_memory
+from hogwild.engine.runstart import Splits
 from hogwild.errors import ConfigError, DataError
-from hogwild.inprocess.common import feature_memory
-from hogwild.inprocess.local import Splits
 from hogwild.model.losses import get_loss
 from hogwild.protocol import pb
 from hogwild.protocol.localstream import local_source

@@ -9,7 +9,7 @@ from typing import Any
 
 from hogwild.config import Settings
 from hogwild.coordinator.adjust import Adjuster
-from hogwild.coordinator.checkpoint import Checkpoint
+from hogwild.coordinator.checkpoint_file import Checkpoint
 from hogwild.coordinator.checkpointer import Checkpointer
 from hogwild.coordinator.evaluations import Evaluator, check_diverged, fmt
 from hogwild.coordinator.rejoin import Rejoins

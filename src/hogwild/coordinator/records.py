@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.coordinator.checkpoint import WorkerEntry
+from hogwild.coordinator.checkpoint_file import WorkerEntry
 from hogwild.errors import StaleOrUnknown
 from hogwild.protocol.codec import DeltaHeader
 

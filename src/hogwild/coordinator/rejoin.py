@@ -12,8 +12,8 @@ from hogwild.coordinator.links import WorkerLinks, parallel
 from hogwild.coordinator.records import WorkerRecord
 from hogwild.coordinator.relay import StarRelay
 from hogwild.coordinator.runconfig import RunConfigs
-from hogwild.coordinator.shipper import Shipper
 from hogwild.coordinator.state import RunState
+from hogwild.coordinator.worker_shares import Shipper
 from hogwild.errors import ClusterError, HogwildError
 from hogwild.protocol import PROTOCOL_VERSION, pb
 

@@ -40,7 +40,7 @@ from hogwild.errors import InvalidMessage
 from hogwild.protocol import pb_grpc
 from hogwild.protocol.codec import MAX_EXAMPLES, DecodedDelta, DeltaHeader, encode_delta_parts
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
-from hogwild.worker.sender import Destination, OutgoingDelta
+from hogwild.protocol.sender import Destination, OutgoingDelta
 
 log = logging.getLogger("hogwild.coordinator")
 

@@ -13,14 +13,14 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.config import Settings
-from hogwild.coordinator import checkpoint
+from hogwild.coordinator import checkpoint_file
 from hogwild.coordinator.adjust import Adjuster
 from hogwild.coordinator.checkpointer import Checkpointer
 from hogwild.coordinator.records import Totals
 from hogwild.coordinator.relay import StarRelay
-from hogwild.coordinator.shipper import Shipper
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.trace import ModelTrace
+from hogwild.coordinator.worker_shares import Shipper
 from hogwild.errors import OutputError
 from hogwild.model.spec import ModelSpec
 from hogwild.outputs import artifacts
@@ -54,7 +54,7 @@ def peak_rss() -> int:
 def outputs_failed(out: Path, exc: OSError | OutputError) -> OutputError:
     """One line for outputs that could not be written, and where the run can go on."""
     text = str(exc if isinstance(exc, OutputError) else OutputError.writing(out, exc))
-    if (out / checkpoint.CHECKPOINT_FILE).exists():
+    if (out / checkpoint_file.CHECKPOINT_FILE).exists():
         text += (f"; the last checkpoint is kept: once there is room, `hogwild coordinator "
                  f"--resume {out}` with the same settings (and its workers started again) "
                  "goes on from it")
@@ -126,7 +126,7 @@ def run_metrics(s: Settings, splits: Any, spec: ModelSpec, state: RunState, tota
                 saved: dict[str, Any] | None, final_row: dict[str, Any]) -> dict[str, Any]:
     """metrics.json's figures (the test quality of the saved model is added by the caller).
     ``saved``: the evaluation whose model is saved; ``final_row``: the closing one."""
-    from hogwild.inprocess.local import initial_model_record
+    from hogwild.engine.runstart import initial_model_record
 
     examples = totals.examples
     local = shipper.local

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hogwild.config import Settings
 from hogwild.coordinator.records import WorkerRecord
 from hogwild.coordinator.state import RunState
-from hogwild.engine.rounds import choose_round_size, fit_round_size, max_rounds, round_rule
+from hogwild.engine.round_size import choose_round_size, fit_round_size, max_rounds, round_rule
 from hogwild.model.spec import ModelSpec
 from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.protocol.codec import value_bound

@@ -12,7 +12,7 @@ from typing import TextIO
 import grpc
 
 from hogwild.config import Settings
-from hogwild.coordinator import checkpoint
+from hogwild.coordinator import checkpoint_file
 from hogwild.coordinator.driver import HandedOver, Interrupted, RunDriver
 from hogwild.coordinator.servicer import CoordinatorServicer
 from hogwild.coordinator.state import RunState
@@ -70,7 +70,7 @@ def serve(settings: Settings, out: TextIO | None = None,
     """
     settings = settings.for_run()
     root = artifacts.check_runs_root(settings.out_dir)
-    where = checkpoint.locate(settings.resume) if settings.resume else None
+    where = checkpoint_file.locate(settings.resume) if settings.resume else None
     if where is None:
         if settings.resume:
             log.info("no checkpoint in %s: starting a new run", settings.resume)
@@ -89,7 +89,7 @@ def serve(settings: Settings, out: TextIO | None = None,
 def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None,
            run: artifacts.RunDir) -> int:
     # Read under the run directory's lock: a coordinator still writing it refuses this one.
-    resume = checkpoint.load(run.path) if settings.resume else None
+    resume = checkpoint_file.load(run.path) if settings.resume else None
     if resume is None:
         # The run's id is the end of its directory's name.
         state = RunState(settings.workers, run_id=run.name.rsplit("-", 1)[-1])
@@ -99,7 +99,7 @@ def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None,
         if len(resume.workers) != settings.workers:
             raise ConfigError("workers", f"the checkpoint in {run.path} is of a run "
                                          f"with {len(resume.workers)} workers")
-        checkpoint.check_model_settings(resume, settings)
+        checkpoint_file.check_model_settings(resume, settings)
         state.restore(resume)
     server, port, state, health = create_server(settings, state)
     stop = StopSignal()

@@ -20,7 +20,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.coordinator.checkpoint import Checkpoint
+from hogwild.coordinator.checkpoint_file import Checkpoint
 from hogwild.coordinator.peer_reports import PeerReports
 from hogwild.coordinator.quarantine import Quarantine
 from hogwild.coordinator.records import (

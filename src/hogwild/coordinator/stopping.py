@@ -11,7 +11,7 @@ import numpy as np
 
 from hogwild.config import Settings
 from hogwild.engine.stopping import EarlyStopping
-from hogwild.outputs.console import number
+from hogwild.text import number
 
 
 class StopSignal:

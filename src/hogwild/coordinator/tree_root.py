@@ -42,7 +42,7 @@ from hogwild.engine.tree import AppliedCounts
 from hogwild.engine.treeshape import COORDINATOR, ancestors, between, children, live_children
 from hogwild.engine.treeview import EdgeSums, Resync, own_part
 from hogwild.protocol.codec import DecodedDelta, DeltaHeader
-from hogwild.worker.sender import OutgoingDelta
+from hogwild.protocol.sender import OutgoingDelta
 
 log = logging.getLogger("hogwild.coordinator")
 

@@ -47,7 +47,7 @@ import numpy.typing as npt
 
 from hogwild.data.csr import CSRData
 from hogwild.data.reorder import document_frequency
-from hogwild.runtime.jit import njit
+from hogwild.jit import njit
 
 I64 = npt.NDArray[np.int64]
 

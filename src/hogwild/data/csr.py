@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.errors import DataError
-from hogwild.runtime.jit import njit
+from hogwild.jit import njit
 
 INDPTR_DTYPE = np.int64
 INDEX_DTYPE = np.int32

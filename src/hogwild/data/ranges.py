@@ -40,7 +40,7 @@ from hogwild.data.svmlight import parse_text
 from hogwild.data.textblocks import BLOCK_BYTES
 from hogwild.data.textsource import TextFile, new_digest
 from hogwild.errors import DataError, DataFormatError
-from hogwild.runtime.jit import njit
+from hogwild.jit import njit
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 from hogwild.data.csr import INDEX_DTYPE, CSRData
 from hogwild.errors import DataError
-from hogwild.runtime.jit import njit
+from hogwild.jit import njit
 
 I32 = npt.NDArray[np.int32]
 F64 = npt.NDArray[np.float64]

@@ -11,6 +11,7 @@ from typing import Any, Union
 
 import numpy as np
 
+from hogwild.atomic import atomic_open
 from hogwild.data import _textformat as fmt
 from hogwild.data._threads import default_threads
 from hogwild.data.blockparse import ParsedText, parse_text
@@ -21,7 +22,6 @@ from hogwild.data.labelcheck import LabelWatch
 from hogwild.data.stream import load_text
 from hogwild.data.textblocks import data_file_errors
 from hogwild.errors import DataError
-from hogwild.outputs.artifacts import atomic_open
 
 __all__ = [
     "ParsedText",

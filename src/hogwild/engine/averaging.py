@@ -10,7 +10,7 @@ examples per round, keep the plain sum. The same holds for every parameter of th
 its first layer (the dense layers and b1, all touched by every example): they are averaged,
 W1's rows are summed (``ExchangeRules.averaged_from``, the spec's ``shared_from``, is where the averaged part starts). With
 ``combine: average`` every weight is averaged: periodic model averaging, which stays stable
-with rounds far larger than summing tolerates (see engine.rounds.choose_round_size).
+with rounds far larger than summing tolerates (see engine.round_size.choose_round_size).
 
 The change is made in ``w`` itself before the delta is built, so a worker, its peers and the
 coordinator add the same value. A worker runs all of it on its exchange thread, under its

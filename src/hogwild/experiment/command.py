@@ -99,6 +99,8 @@ def run_experiment(opts: ExperimentOptions, base: Settings,
     """Run every study, write the tables and figures; returns their paths and the records.
     Progress and the summary go to ``out`` (default: standard output)."""
     out = sys.stdout if out is None else out
+    # Imported on use: the command line imports this module to build its parser.
+    from hogwild import atomic
     from hogwild.experiment import plots, records
     from hogwild.experiment.runner import execute
 
@@ -122,9 +124,7 @@ def run_experiment(opts: ExperimentOptions, base: Settings,
     jsonl_path = records.write_jsonl(out_dir / records.JSONL_FILE, recs)
     lines = records.summary_lines(recs)
     summary = "\n".join(lines).lstrip("\n") + "\n"
-    from hogwild.outputs import artifacts
-
-    summary_path = artifacts.atomic_write_text(out_dir / records.SUMMARY_FILE, summary)
+    summary_path = atomic.atomic_write_text(out_dir / records.SUMMARY_FILE, summary)
     pngs = plots.draw_all(recs, opts.cores, out_dir / "plots")
     print(summary, file=out)
     print(f"runs: {csv_path}, {jsonl_path}; summary: {summary_path}", file=out)

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hogwild import atomic
 from hogwild.experiment.runner import MIN_TIMED_SECONDS, TOO_SHORT, Record, median
-from hogwild.outputs import artifacts
 
 if TYPE_CHECKING:  # matplotlib itself is imported when a figure is drawn (start-up time)
     from matplotlib.axes import Axes
@@ -48,7 +48,7 @@ def _epoch_axis(ax: Axes) -> None:
 def _save(fig: Figure, path: Path) -> Path:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", bbox_inches="tight")
-    return artifacts.atomic_write_bytes(path, buffer.getvalue())
+    return atomic.atomic_write_bytes(path, buffer.getvalue())
 
 
 def _ok(records: Sequence[Record], study: str) -> list[Record]:

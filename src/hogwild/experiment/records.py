@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hogwild import atomic
 from hogwild.experiment.runner import (
     MIN_TIMED_SECONDS,
     SERIAL_TOO_SHORT,
@@ -16,7 +17,6 @@ from hogwild.experiment.runner import (
     Record,
     median,
 )
-from hogwild.outputs import artifacts
 
 CSV_FILE = "runs.csv"
 JSONL_FILE = "runs.jsonl"
@@ -47,11 +47,11 @@ def write_csv(path: Path, records: Sequence[Record]) -> Path:
     writer.writerow(COLUMNS)
     for rec in records:
         writer.writerow([_cell(rec.get(c)) for c in COLUMNS])
-    return artifacts.atomic_write_text(path, buffer.getvalue())
+    return atomic.atomic_write_text(path, buffer.getvalue())
 
 
 def write_jsonl(path: Path, records: Sequence[Record]) -> Path:
-    return artifacts.atomic_write_text(path, "".join(artifacts.dumps(r) + "\n" for r in records))
+    return atomic.atomic_write_text(path, "".join(atomic.dumps(r) + "\n" for r in records))
 
 
 def _fmt(value: float | None, spec: str) -> str:

@@ -26,11 +26,11 @@ import numpy as np
 
 from hogwild.config import Settings
 from hogwild.engine.fit import FitLoop
+from hogwild.engine.job import train_params
+from hogwild.engine.runstart import Splits, load_splits
 from hogwild.engine.trainer import EpochStats, Trainer
 from hogwild.errors import TrainingDiverged
 from hogwild.experiment.plan import DataSpec, ExperimentOptions, RunSpec
-from hogwild.inprocess.common import train_params
-from hogwild.inprocess.local import Splits, load_splits
 from hogwild.model.arrays import csr_arrays, feature_counts
 from hogwild.model.evaluation import Metrics, evaluate
 from hogwild.model.losses import get_loss

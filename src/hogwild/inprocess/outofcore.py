@@ -30,13 +30,13 @@ from hogwild.data.labels import MULTICLASS, LabelMap
 from hogwild.data.reorder import order_from_counts, renumber
 from hogwild.data.sources import load_source
 from hogwild.data.split import shuffle_order, split_sizes
-from hogwild.engine.trainer import EpochStats, Trainer
-from hogwild.errors import ConfigError, DataError
-from hogwild.inprocess.common import (
+from hogwild.engine.job import (
     check_feature_memory,
     test_quality,
     train_params,
 )
+from hogwild.engine.trainer import EpochStats, Trainer
+from hogwild.errors import ConfigError, DataError
 from hogwild.model.evaluation import Metrics, evaluate
 from hogwild.model.losses import get_loss
 from hogwild.outputs.artifacts import RunDir

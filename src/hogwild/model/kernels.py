@@ -101,8 +101,8 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.jit import njit
 from hogwild.model.losses import HINGE, LOGISTIC, SQUARED
-from hogwild.runtime.jit import njit
 
 F64 = npt.NDArray[np.float64]
 F32 = npt.NDArray[np.float32]

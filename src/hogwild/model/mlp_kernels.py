@@ -47,10 +47,10 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.jit import njit
 from hogwild.model.kernels import INVSCALING, _dloss, _loss, _publish
 from hogwild.model.losses import SQUARED
 from hogwild.model.spec import ModelSpec
-from hogwild.runtime.jit import njit
 
 # Rows between two publications of a thread's dense-layer changes (the docstring above): with
 # ``thread_buffer`` (the default), as the linear kernel's bias; without, every row.

@@ -24,11 +24,12 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild import __version__
+from hogwild.atomic import atomic_open, atomic_write_text, dumps
 from hogwild.data.labelcheck import float32_as_written
 from hogwild.errors import ModelError, ModelFormatError
+from hogwild.model.files import MODEL_FILE, MODEL_META_FILE
 from hogwild.model.losses import LOSS_NAMES
 from hogwild.model.spec import ModelSpec
-from hogwild.outputs import artifacts
 
 FORMAT_NAME = "hogwild-model"
 FORMAT_VERSION = 2
@@ -288,10 +289,9 @@ class SavedModel:
                                  else {"w": self.w, **self.arrays})
         # Straight into the file: an in-memory archive and its bytes cost 16 bytes and more
         # per weight at the end of a run (numpy writes a large array in 16 MiB pieces).
-        with artifacts.atomic_open(out / artifacts.MODEL_FILE) as handle:
+        with atomic_open(out / MODEL_FILE) as handle:
             np.savez(handle, **named)
-        artifacts.atomic_write_text(out / artifacts.MODEL_META_FILE,
-                                    artifacts.dumps(self.to_json(), indent=2) + "\n")
+        atomic_write_text(out / MODEL_META_FILE, dumps(self.to_json(), indent=2) + "\n")
         return out
 
     @classmethod
@@ -354,7 +354,7 @@ def model_paths(path: str | Path) -> tuple[Path, Path]:
     """``(model.npz, model.json)`` for a run directory or either of the two files."""
     p = Path(path).expanduser()
     if p.is_dir():
-        return p / artifacts.MODEL_FILE, p / artifacts.MODEL_META_FILE
+        return p / MODEL_FILE, p / MODEL_META_FILE
     if not p.exists():
         raise ModelError(f"no model at {p}: give a run directory or its model.npz / model.json")
     pair = (p, p.with_suffix(".json")) if p.suffix == ".npz" else (p.with_suffix(".npz"), p)

@@ -9,9 +9,9 @@ import numpy.typing as npt
 
 from hogwild.data._threads import run_parallel
 from hogwild.data.csr import CSRData
+from hogwild.jit import njit
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRLike, csr_arrays
-from hogwild.runtime.jit import njit
 
 F64 = npt.NDArray[np.float64]
 F32 = npt.NDArray[np.float32]

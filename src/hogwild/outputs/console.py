@@ -5,13 +5,14 @@ normal, verbose or --json; rows thinned out, with a live status line on a termin
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+from hogwild.text import number
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
 
@@ -44,23 +45,6 @@ def use(verbosity: Verbosity) -> None:
 def current() -> Verbosity:
     """This process's verbosity (normal, unless the command line said otherwise)."""
     return _current
-
-
-# Beyond this magnitude a number is printed in scientific notation: a fixed-point loss of
-# 1e300 is a 300-digit row.
-FIXED_BELOW = 1e5
-
-
-def number(value: float | None, digits: int = 4) -> str:
-    """A float for a human line: ``digits`` decimals while short (0.0312), scientific beyond
-    FIXED_BELOW (1.235e+300), ``nan`` / ``inf`` as such, ``-`` for None."""
-    if value is None:
-        return "-"
-    if not math.isfinite(value):
-        return str(float(value))
-    if abs(value) >= FIXED_BELOW:
-        return f"{value:.{max(digits - 1, 1)}e}"
-    return f"{value:.{digits}f}"
 
 
 def _line(out: TextIO, text: str) -> None:
@@ -101,7 +85,9 @@ class Console:
         """With --json: ``metrics`` as one line of JSON on standard output (as metrics.json
         has them)."""
         if self.as_json:
-            from hogwild.outputs.artifacts import dumps
+            from hogwild.atomic import (
+                dumps,  # numpy loads on use: keeps the command line quick to start
+            )
 
             _line(sys.stdout, dumps(metrics))
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hogwild import atomic
 from hogwild.outputs import artifacts
 
 log = logging.getLogger("hogwild.outputs.history")
@@ -151,11 +152,11 @@ class EvalHistory:
         """Start the file: empty, or holding a resumed run's rows (cut after the last row the
         checkpoint counted); OSError if it cannot be written."""
         if resumed is None:
-            artifacts.atomic_write_text(self.path, "")
+            atomic.atomic_write_text(self.path, "")
             self._good = 0
         elif resumed.inline is not None:
-            text = "".join(artifacts.dumps(dict(row)) + "\n" for row in resumed.inline)
-            self._good = artifacts.atomic_write_text(self.path, text).stat().st_size
+            text = "".join(atomic.dumps(dict(row)) + "\n" for row in resumed.inline)
+            self._good = atomic.atomic_write_text(self.path, text).stat().st_size
         else:
             with open(self.path, "ab") as handle:
                 if handle.seek(0, 2) > resumed.end:  # rows after the checkpoint's go
@@ -168,7 +169,7 @@ class EvalHistory:
     def add(self, row: Mapping[str, Any]) -> None:
         """Count and keep ``row``, and append it to the file (or leave it waiting)."""
         self.rows.add(row)
-        self._pending.append(artifacts.dumps(dict(row)) + "\n")
+        self._pending.append(atomic.dumps(dict(row)) + "\n")
         if len(self._pending) > self.pending_limit:
             self._pending.popleft()
             self.lost += 1

@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hogwild.outputs.artifacts import PLOT_FILE, atomic_write_bytes, dumps
+from hogwild.atomic import atomic_write_bytes, dumps
+from hogwild.outputs.artifacts import PLOT_FILE
 
 if TYPE_CHECKING:  # matplotlib itself is imported when a figure is drawn (start-up time)
     from matplotlib.figure import Figure
@@ -297,7 +298,7 @@ def plot_loss(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str
 
 def main() -> int:
     """The helper: import matplotlib now, then draw what stdin asks for."""
-    from hogwild.runtime.startup import before_exit, import_long_lived, single_blas_thread
+    from hogwild.startup import before_exit, import_long_lived, single_blas_thread
 
     single_blas_thread()  # before matplotlib imports numpy
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hogwild.errors import ConfigError
+from hogwild.hosts import is_loopback
 from hogwild.outputs.metrics_http import MetricsHTTPServer
 from hogwild.settings.rules import check_metrics_tls
 
@@ -190,7 +191,7 @@ def serve_metrics(settings: Settings, process: str, read: Reader,
     server.start()
     served = MetricsServer(server, host, server.server_port, settings.metrics_linger,
                            "https" if tls else "http")
-    if token is None and not _loopback(host):
+    if token is None and not is_loopback(host):
         log.warning("metrics at %s without a token (metrics_token_file): anyone who reaches "
                     "the port can read them", served.url)
     else:
@@ -214,11 +215,6 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _loopback(host: str) -> bool:
-    # Imported here: hogwild.protocol.serving loads grpc, which this module needs not.
-    from hogwild.protocol.serving import is_loopback
-
-    return is_loopback(host)
 
 
 def coordinator_reader(state: RunState, history: Callable[[], EvalHistory],

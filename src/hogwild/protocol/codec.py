@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.errors import InvalidMessage, RefusedValues, StaleOrUnknown
+from hogwild.jit import njit
 from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.protocol.arrays import (
     MAX_CHUNK_BYTES,
@@ -25,7 +26,6 @@ from hogwild.protocol.arrays import (
     encode_array,
     fill_array,
 )
-from hogwild.runtime.jit import njit
 from hogwild.settings.rules import BOUNDS
 
 # The smallest payload a part of a split delta carries (encode_delta_parts refuses to cut

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import socket
 from concurrent import futures
@@ -10,6 +9,7 @@ from concurrent import futures
 import grpc
 
 from hogwild.errors import ClusterError
+from hogwild.hosts import is_loopback
 from hogwild.protocol.malformed import MalformedGate
 from hogwild.protocol.security import Security
 
@@ -29,15 +29,6 @@ def new_server(max_workers: int, thread_name_prefix: str, security: Security) ->
                                                   thread_name_prefix=thread_name_prefix),
                        interceptors=(*security.server_interceptors(), MalformedGate()),
                        options=SERVER_OPTIONS)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def bind(server: grpc.Server, host: str, port: int, security: Security,

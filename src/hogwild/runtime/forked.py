@@ -5,7 +5,7 @@ kernels on its own: about 1 CPU second per process, three or more processes on a
 machine. When the launcher is a whole `hogwild run` process with no other thread, it does
 that once (:func:`preload`) and forks the coordinator and the workers, which share those
 pages copy-on-write and go straight to their work (:class:`ForkedProcess`). Each child then
-runs exactly what ``python -m hogwild.commands.prespawned ROLE`` runs (its command line from
+runs exactly what ``python -m hogwild.prespawned ROLE`` runs (its command line from
 stdin, run by the function the launcher was given: hogwild.cli.main_process).
 
 Forking is safe here because nothing has used gRPC yet: importing grpcio creates no thread
@@ -43,7 +43,7 @@ def preload() -> None:
     """Import both roles' libraries and load the kernels their children call first (the
     command line that runs in them is loaded already: it started this launcher)."""
     from hogwild.runtime.prespawn import ROLE_MODULES, load_worker_kernels
-    from hogwild.runtime.startup import import_long_lived, long_lived
+    from hogwild.startup import import_long_lived, long_lived
 
     import_long_lived(*ROLE_MODULES.values())
     load_worker_kernels()

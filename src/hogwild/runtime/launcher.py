@@ -4,7 +4,7 @@ The children are the same programs a cluster runs (``hogwild coordinator`` / ``w
 run as hogwild.runtime.prespawn roles that read their command line from stdin. As a whole
 `hogwild run` process the launcher loads their libraries and kernels once and forks them (see
 hogwild.runtime.forked); called from a larger program it starts them with subprocess as
-``python -m hogwild.commands.prespawned ROLE``, and each imports its libraries while the
+``python -m hogwild.prespawned ROLE``, and each imports its libraries while the
 launcher writes the run's credentials.
 The coordinator binds port 0 and prints the port on its first line; the workers' command
 line, which names that port, follows once the launcher has read it. Every child's output is
@@ -250,7 +250,7 @@ def _secure(base: Settings, secrets_dir: Path, insecure: bool
     coordinator, worker = base, base
     token = base.auth_token
     if not insecure and not base.tls_ca:
-        from hogwild.commands.certs import write_bundle
+        from hogwild.protocol.certs import write_bundle
 
         bundle = write_bundle(secrets_dir, overwrite=True)
         tls = {"tls_ca": str(bundle.ca), "tls_server_name": ""}
@@ -303,7 +303,7 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
         if fork and can_fork():
             plot = _fork_children(settings.workers, out, children, str(secrets_dir), v, fork)
         else:
-            entry = [sys.executable, "-m", "hogwild.commands.prespawned"]
+            entry = [sys.executable, "-m", "hogwild.prespawned"]
             children.append(Child("coordinator", [*entry, "coordinator", str(secrets_dir)], out,
                                   watch_prefix=READY_PREFIX, takes_arguments=True,
                                   verbose=verbose, result=v.as_json))
@@ -361,7 +361,7 @@ def _fork_children(workers: int, out: TextIO, children: list[Child],
     process reaps at the end. ``secrets_dir``: as for hogwild.runtime.prespawn."""
     from hogwild.outputs.plotter import BackgroundPlot
     from hogwild.runtime.forked import preload
-    from hogwild.runtime.startup import single_blas_thread
+    from hogwild.startup import single_blas_thread
 
     single_blas_thread()  # before numpy loads (and before the children's environment)
     env = child_env()

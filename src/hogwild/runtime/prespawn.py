@@ -1,6 +1,6 @@
 """A process of `hogwild run` started before its command line is known.
 
-Started as ``python -m hogwild.commands.prespawned ROLE [SECRETS_DIR]`` (the launcher inside
+Started as ``python -m hogwild.prespawned ROLE [SECRETS_DIR]`` (the launcher inside
 a larger program; that entry point hands :func:`run` the command line's runner), it imports
 its libraries while the launcher writes the run's throw-away certificates (the coordinator)
 or learns the coordinator's port (the workers): the coordinator role starts the loss plot's
@@ -48,7 +48,7 @@ def run(role: str, run_command: CommandRunner, plot: BackgroundPlot | None = Non
     are loaded already), running its command line with ``run_command``. ``plot``: the
     coordinator's plot helper, if one was started for it; else the coordinator starts its
     own. ``secrets_dir``: removed if the launcher dies (see the module's docstring)."""
-    from hogwild.runtime.startup import import_long_lived
+    from hogwild.startup import import_long_lived
 
     # A worker gives its coordinator (orphaned too) the time to stop it as at the end of a
     # run, as the launcher's own teardown does; it stops itself only if nobody did.
@@ -113,7 +113,7 @@ def stop_when_orphaned(launcher: int, every: float = ORPHAN_CHECK_SECONDS,
 def load_worker_kernels() -> None:
     """Load the kernels a worker calls first (training, deltas) from numba's cache, as
     long-lived objects; errors are left for the real calls to report."""
-    from hogwild.runtime.startup import long_lived
+    from hogwild.startup import long_lived
 
     with contextlib.suppress(Exception), long_lived():
         from hogwild.model.warmup import warmup

@@ -37,7 +37,9 @@ from hogwild.protocol import PROTOCOL_VERSION, pb
 from hogwild.protocol.codec import check_version
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 from hogwild.protocol.security import from_settings, same_key
+from hogwild.protocol.sender import Destination, OutgoingDelta
 from hogwild.protocol.streams import ReceivedShard
+from hogwild.protocol.timing import Timers
 from hogwild.protocol.wholeparts import WholeParts
 from hogwild.worker.admission import Admission
 from hogwild.worker.announcements import Announcements
@@ -51,8 +53,6 @@ from hogwild.worker.plan import RunPlan
 from hogwild.worker.registration import register_with, routable_host
 from hogwild.worker.report import Reports
 from hogwild.worker.rounds import RoundLoop
-from hogwild.worker.sender import Destination, OutgoingDelta
-from hogwild.worker.timing import Timers
 from hogwild.worker.tree_async import resend_async
 from hogwild.worker.tree_intake import take_tree_delta
 

@@ -6,9 +6,9 @@ import functools
 from typing import TYPE_CHECKING
 
 from hogwild.protocol import pb_grpc
+from hogwild.protocol.sender import Destination
 from hogwild.worker.phase import COORDINATOR_ID
 from hogwild.worker.plan import RunPlan
-from hogwild.worker.sender import Destination
 
 if TYPE_CHECKING:
     from hogwild.worker.node import WorkerNode

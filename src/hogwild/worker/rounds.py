@@ -17,10 +17,10 @@ from hogwild.engine.threads import WORKER_CALLS, ThreadRounds, make_cursors
 from hogwild.errors import ClusterError
 from hogwild.protocol import pb
 from hogwild.protocol.codec import DeltaHeader, encode_delta_parts
+from hogwild.protocol.sender import OutgoingDelta
 from hogwild.worker.inbox import Inbox, PeerStatus
 from hogwild.worker.phase import Phase
 from hogwild.worker.plan import RunPlan
-from hogwild.worker.sender import OutgoingDelta
 
 if TYPE_CHECKING:
     from hogwild.worker.node import WorkerNode

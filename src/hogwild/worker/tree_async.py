@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from hogwild.engine.tree import TreeLinks
 from hogwild.protocol.codec import DeltaHeader
 from hogwild.protocol.keys import COORDINATOR_SENDER_ID
+from hogwild.protocol.sender import OutgoingDelta
 from hogwild.worker.phase import COORDINATOR_ID
-from hogwild.worker.sender import OutgoingDelta
 
 if TYPE_CHECKING:
     from hogwild.worker.node import WorkerNode

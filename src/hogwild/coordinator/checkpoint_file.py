@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.npyio import NpzFile
 
+from hogwild import atomic
 from hogwild.config import MAX_THREADS, Settings
 from hogwild.errors import ConfigError
 from hogwild.outputs import artifacts
@@ -105,10 +106,10 @@ def save(out_dir: str | Path, ckpt: Checkpoint) -> Path:
     # Which arrays there are, where a damaged zip directory cannot drop one unseen: the zip
     # reader takes the entries it finds and does not check their count.
     meta["arrays"] = sorted(arrays)
-    arrays["meta"] = np.array(artifacts.dumps(meta))
+    arrays["meta"] = np.array(atomic.dumps(meta))
     # Straight into the file, as the model is (no in-memory archive of the weights).
     path = Path(out_dir) / CHECKPOINT_FILE
-    with artifacts.atomic_open(path) as handle:
+    with atomic.atomic_open(path) as handle:
         np.savez(handle, **arrays)
     return path
 

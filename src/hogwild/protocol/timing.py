@@ -1,4 +1,4 @@
-"""Where a worker's time goes: named wall-clock accumulators, cheap enough for every round."""
+"""Where a process's time goes: named wall-clock accumulators, cheap enough for every round."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Entry point of a pre-started process of `hogwild run`: ``python -m hogwild.commands.prespawned ROLE``."""
+"""Entry point of a pre-started process of `hogwild run`: ``python -m hogwild.prespawned ROLE``."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ def main(argv: list[str] | None = None) -> int:
     problem = (f"role must be one of {', '.join(ROLES)}, not {role!r}" if role not in ROLES
                else "too many arguments" if len(args) > 2 else "")
     if problem:
-        print(f"hogwild.commands.prespawned: {problem} (usage: python -m "
-              "hogwild.commands.prespawned ROLE [SECRETS_DIR])", file=sys.stderr)
+        print(f"hogwild.prespawned: {problem} (usage: python -m "
+              "hogwild.prespawned ROLE [SECRETS_DIR])", file=sys.stderr)
         return 2
-    from hogwild.runtime.startup import single_blas_thread
+    from hogwild.startup import single_blas_thread
 
     single_blas_thread()  # before anything imports numpy
     from hogwild.runtime.prespawn import run
-    from hogwild.runtime.startup import long_lived
+    from hogwild.startup import long_lived
 
     with long_lived():  # kept for the whole process, as the role's own libraries are
         from hogwild.cli import main_process

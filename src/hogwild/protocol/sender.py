@@ -1,4 +1,6 @@
-"""Outgoing messages of one worker: one FIFO queue and one thread per destination.
+"""Outgoing messages of one process: one FIFO queue and one thread per destination.
+
+A worker sends through it, and so does the coordinator as a star's hub or a tree's root.
 
 Training and exchange threads only enqueue; a slow or dead peer delays nobody else. A message
 is retried (same seq: the receiver ignores duplicates) on UNAVAILABLE / DEADLINE_EXCEEDED until
@@ -38,7 +40,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from hogwild.engine.sparse import merge_sparse
 from hogwild.protocol.health import LIVENESS
-from hogwild.worker.timing import Timers
+from hogwild.protocol.timing import Timers
 
 log = logging.getLogger("hogwild.worker")
 

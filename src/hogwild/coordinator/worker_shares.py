@@ -10,7 +10,7 @@ import numpy as np
 from hogwild.config import Settings
 from hogwild.coordinator.links import WorkerLinks, parallel
 from hogwild.coordinator.records import WorkerRecord
-from hogwild.coordinator.shipping import NoAnswer, Shipment, ship
+from hogwild.coordinator.shipment import NoAnswer, Shipment, ship
 from hogwild.coordinator.state import RunState
 from hogwild.errors import ClusterError
 

@@ -1,4 +1,4 @@
-"""What the in-memory and out-of-core train jobs share: trainer parameters, memory, test metrics."""
+"""What every training job shares (in memory, out of core, a cluster's): trainer parameters, memory, test metrics."""
 
 from __future__ import annotations
 
