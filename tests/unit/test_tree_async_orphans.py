@@ -11,6 +11,7 @@ import numpy as np
 
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.tree_root import TreeRoot
+from hogwild.engine import tree as tree_module
 from hogwild.engine.tree import ASYNC_SLACK_ROUNDS, TreeLinks
 from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
 from hogwild.protocol.sender import OutgoingDelta, _mark
@@ -88,7 +89,8 @@ def test_worker_keeps_what_the_coordinator_has_not_applied() -> None:
     assert [int(u.indices[0]) for u in tree.resend()] == [3, 4]
 
 
-def test_kept_messages_are_bounded_and_counted() -> None:
+def test_kept_messages_are_bounded_and_counted(monkeypatch: Any) -> None:
+    monkeypatch.setattr(tree_module, "ASYNC_KEEP_BYTES", 0)  # the round bound alone
     tree = TreeLinks([0], rounds_done=0)
     tree.parent, tree.me, tree.keep_rounds = 0, 2, 2
     for r in range(1, 21):
@@ -97,6 +99,25 @@ def test_kept_messages_are_bounded_and_counted() -> None:
     keep = 2 + ASYNC_SLACK_ROUNDS
     assert [u.round for u in tree.resend()] == list(range(20 - keep, 21))
     assert tree.retained_dropped == 20 - keep - 1
+
+
+def test_messages_past_the_round_bound_are_kept_within_the_byte_budget(
+        monkeypatch: Any) -> None:
+    # A coordinator whose applied counts trail (a busy machine) costs nothing while what is
+    # kept fits the budget: all 40 rounds stay, ready to re-send; past it the oldest go.
+    tree = TreeLinks([0], rounds_done=0)
+    tree.parent, tree.me, tree.keep_rounds = 0, 2, 2
+    for r in range(1, 41):
+        tree.own(np.array([r], np.int32), np.array([1.0]))
+        tree.forward(r)
+    assert [u.round for u in tree.resend()] == list(range(1, 41))
+    assert tree.retained_dropped == 0
+    one = sum(u.indices.nbytes + u.values.nbytes for u in tree.resend()[:1])
+    monkeypatch.setattr(tree_module, "ASYNC_KEEP_BYTES", 30 * one)
+    tree.own(np.array([41], np.int32), np.array([1.0]))
+    tree.forward(41)
+    assert len(tree.resend()) == 30 and tree.resend()[-1].round == 41
+    assert tree.retained_dropped == 11
 
 
 def test_worker_parent_takes_a_held_resend_as_known() -> None:
@@ -276,7 +297,8 @@ def test_an_orphan_is_levelled_with_its_new_parents_world() -> None:
     assert tree.view.level(2, []) is None  # settled: a second resync is a stray
 
 
-def test_own_messages_let_go_are_left_out_like_everywhere() -> None:
+def test_own_messages_let_go_are_left_out_like_everywhere(monkeypatch: Any) -> None:
+    monkeypatch.setattr(tree_module, "ASYNC_KEEP_BYTES", 0)  # the round bound alone
     tree = TreeLinks([2], rounds_done=0)
     tree.parent, tree.me, tree.keep_rounds = 2, 6, 0
     tree.track(DIM)

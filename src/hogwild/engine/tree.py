@@ -38,10 +38,14 @@ from hogwild.engine.treeview import EdgeSums, OrphanView, Resync, own_part
 RETAINED_MAX = 8
 
 # Async: a worker's messages to its parent are kept until the coordinator's applied counts
-# (carried down in every message from the parent) cover them, for at most the staleness
-# bound plus this many rounds (or this many rounds when unbounded); past it the oldest is
-# let go, said once in the log and counted in ``retained_dropped``.
+# (carried down in every message from the parent) cover them, for at least the staleness
+# bound plus this many rounds (or this many rounds when unbounded), and beyond that while
+# they hold no more than ASYNC_KEEP_BYTES; past both the oldest is let go, said once in the
+# log and counted in ``retained_dropped``. (A round count alone lets go of messages whenever
+# a busy coordinator's applied counts trail by more rounds than that, as on a loaded
+# machine; they are lost if the parent then dies.)
 ASYNC_SLACK_ROUNDS = 8
+ASYNC_KEEP_BYTES = 64 << 20
 
 log = logging.getLogger("hogwild.worker")
 
@@ -298,15 +302,22 @@ class TreeLinks:
         return f
 
     def _bound(self, newest: int) -> None:
-        """Async: let go of the messages kept past the bound (see ASYNC_SLACK_ROUNDS)."""
+        """Async: let go of the messages kept past the bound (see ASYNC_SLACK_ROUNDS and
+        ASYNC_KEEP_BYTES)."""
         keep = (self.keep_rounds or 0) + ASYNC_SLACK_ROUNDS
-        while self.unconfirmed and self.unconfirmed[0].round < newest - keep:
-            self.unconfirmed.pop(0)
+        if not self.unconfirmed or self.unconfirmed[0].round >= newest - keep:
+            return  # (a healthy run: the sizes are not even added up)
+        held = sum(u.indices.nbytes + u.values.nbytes for u in self.unconfirmed)
+        while (self.unconfirmed and self.unconfirmed[0].round < newest - keep
+               and held > ASYNC_KEEP_BYTES):
+            gone = self.unconfirmed.pop(0)
+            held -= gone.indices.nbytes + gone.values.nbytes
             self.retained_dropped += 1
             if self.retained_dropped == 1:
-                log.warning("tree: messages to the parent older than %d rounds are not yet "
-                            "applied by the coordinator; the oldest are no longer kept (lost "
-                            "if the parent dies now)", keep)
+                log.warning("tree: messages to the parent older than %d rounds and over %d "
+                            "MiB are not yet applied by the coordinator; the oldest are no "
+                            "longer kept (lost if the parent dies now)", keep,
+                            ASYNC_KEEP_BYTES >> 20)
 
     def heard(self, sender: int, covers: Iterable[tuple[int, int]],
               applied: Iterable[tuple[int, int]]) -> None:
