@@ -618,7 +618,7 @@ def test_a_killed_coordinator_resumes_from_its_checkpoint(
     port = int(_coordinator_address(cluster).rpartition(":")[2])
     first.wait_for(PROGRESS_ROW, 60)
     deadline = time.monotonic() + 60
-    while not any(out.glob("*.incomplete/checkpoint_file.npz")) and time.monotonic() < deadline:
+    while not any(out.glob("*.incomplete/checkpoint.npz")) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(2)  # a few more checkpoints
     first.proc.send_signal(signal.SIGKILL)
@@ -649,7 +649,7 @@ def test_a_killed_coordinator_resumes_from_its_checkpoint(
     # The run is complete: nothing to resume, and published under its own name.
     assert not run.exists()
     assert published(out).resolve() == out / run.name.removesuffix(".incomplete")
-    assert not (published(out) / "checkpoint_file.npz").exists()
+    assert not (published(out) / "checkpoint.npz").exists()
     assert sorted(s["worker_id"] for s in metrics["worker_states"]) == [0, 1, 2]
     # One history across both coordinators: the rows before the crash, then the new ones.
     lines = (published(out) / "metrics.jsonl").read_text().splitlines()
@@ -680,7 +680,7 @@ def test_sigterm_with_on_sigterm_checkpoint_hands_the_run_to_a_resumed_coordinat
     first.proc.send_signal(signal.SIGTERM)
     assert first.wait(30) == EXIT_LEFT
     handed = first.wait_for(re.compile(r"the run was left to a successor at round (\d+)"), 1)
-    assert (incomplete(out) / "checkpoint_file.npz").exists()
+    assert (incomplete(out) / "checkpoint.npz").exists()
     assert not published(out).exists() and not (incomplete(out) / "model.npz").exists()
     for worker in cluster.workers:
         worker.wait_for(re.compile(r"leaving the run to register again: the coordinator was "
@@ -708,7 +708,7 @@ def test_sigterm_with_on_sigterm_checkpoint_hands_the_run_to_a_resumed_coordinat
     assert metrics["test_accuracy"] >= clean - 0.01
     assert sorted(s["worker_id"] for s in metrics["worker_states"]) == [0, 1, 2]
     assert metrics["dropped_workers"] == []
-    assert not (published(out) / "checkpoint_file.npz").exists()
+    assert not (published(out) / "checkpoint.npz").exists()
     assert not list(out.glob("*.incomplete"))
 
 
@@ -755,7 +755,7 @@ def test_a_resumed_coordinator_goes_on_without_a_worker_that_died_meanwhile(
     addresses = _advertised(cluster)
     first.wait_for(PROGRESS_ROW, 60)
     deadline = time.monotonic() + 60
-    while not any(out.glob("*.incomplete/checkpoint_file.npz")) and time.monotonic() < deadline:
+    while not any(out.glob("*.incomplete/checkpoint.npz")) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(1)
     first.proc.send_signal(signal.SIGKILL)
