@@ -337,3 +337,32 @@ def test_imports_point_one_way() -> None:
 def test_folder_cycles() -> None:
     found = unit_cycles(import_graph(deferred=True))
     assert found == KNOWN_UNIT_CYCLES, f"cycles between units: {found}"
+
+
+# The worker's helper modules reach the node through its public names only: a private name
+# (`node._x`) stays node.py's own, so it can change without touching its collaborators.
+def node_private_reaches(source: str) -> list[str]:
+    """`node._x` and `self.node._x` in source (dunders aside): line and name of each."""
+    found: list[tuple[int, str]] = []
+    for item in ast.walk(ast.parse(source)):
+        if not (isinstance(item, ast.Attribute) and item.attr.startswith("_")
+                and not item.attr.startswith("__")):
+            continue
+        owner = item.value
+        if ((isinstance(owner, ast.Name) and owner.id == "node")
+                or (isinstance(owner, ast.Attribute) and owner.attr == "node")):
+            found.append((item.lineno, item.attr))
+    return [f"{line}: {name}" for line, name in sorted(found)]
+
+
+def test_the_private_reach_check_finds_one() -> None:
+    source = "def f(node, self):\n    node._cond.wait()\n    self.node._drop(1)\n    node.x.__len__()\n"
+    assert node_private_reaches(source) == ["2: _cond", "3: _drop"]
+
+
+def test_worker_helpers_use_only_the_nodes_public_names() -> None:
+    helpers = sorted(p for p in (PACKAGE_ROOT / "worker").glob("*.py") if p.name != "node.py")
+    assert len(helpers) > 10
+    reaches = {p.name: found for p in helpers
+               if (found := node_private_reaches(p.read_text(encoding="utf-8")))}
+    assert reaches == {}
