@@ -253,7 +253,7 @@ def test_async_delta_arriving_during_an_exchange_is_applied_after_it(
     node = _configured_async(worker_server).node
     assert node.plan is not None
     node.w[5] = 2.0  # an own update of this round
-    with node._exchange_lock:  # an exchange in progress: the RPC thread must not wait for it
+    with node.exchange_lock:  # an exchange in progress: the RPC thread must not wait for it
         assert not worker_server.peer_stub.PushDelta(_delta(node.run_id), timeout=5).duplicate
         assert node.inbox.queued() == 1 and node.w[1] == 0.0
     node._exchange(node.plan, 1, final=False)
@@ -272,13 +272,13 @@ def test_sync_delta_waits_for_the_barrier(configured: WorkerServer) -> None:
 def _capture_sent(node: WorkerNode) -> list[tuple[np.ndarray, np.ndarray]]:
     """Record the (indices, values) of every delta the node encodes from now on."""
     sent: list[tuple[np.ndarray, np.ndarray]] = []
-    encode = node._encode_delta
+    encode = node.loop.encode_delta
 
     def recording(indices: np.ndarray, values: np.ndarray, *args: Any) -> list[pb.Delta]:
         sent.append((indices.copy(), values.copy()))
         return encode(indices, values, *args)
 
-    node._encode_delta = recording  # type: ignore[method-assign, assignment]
+    node.loop.encode_delta = recording  # type: ignore[method-assign, assignment]
     return sent
 
 
@@ -418,10 +418,10 @@ def test_a_refused_progress_report_sends_the_worker_to_register_again(
     reports: a resumed coordinator it has not registered with refuses those, and that must
     send it back to register (it once trained on, and the resumed run waited in vain)."""
     node = _configured_async(worker_server).node
-    node._on_rejected(COORDINATOR_ID, "ReportProgress", grpc.StatusCode.PERMISSION_DENIED,
+    node.liveness.on_rejected(COORDINATOR_ID, "ReportProgress", grpc.StatusCode.PERMISSION_DENIED,
                       "the caller is not worker 0")
     assert node.rejoin_reason is None  # not a sign of a coordinator that forgot it
-    node._on_rejected(COORDINATOR_ID, "ReportProgress", grpc.StatusCode.FAILED_PRECONDITION,
+    node.liveness.on_rejected(COORDINATOR_ID, "ReportProgress", grpc.StatusCode.FAILED_PRECONDITION,
                       "worker 0 has not registered with this coordinator since it was "
                       "resumed: register again")
     assert node.rejoin_reason is not None and "ReportProgress" in node.rejoin_reason

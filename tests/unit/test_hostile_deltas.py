@@ -192,7 +192,7 @@ def test_a_waiting_worker_drops_a_live_peer_whose_delta_it_refused_as_too_far_ah
     node.inbox.touch_all()
     node._drop_silent(node.plan, 11, "waiting for round 11")
     assert node.inbox.peers[1].dropped and not node.inbox.peers[2].dropped
-    assert 1 in node._reported_down
+    assert 1 in node.reported_down
 
 
 def test_unbounded_async_and_a_worker_not_training_bound_by_the_run_length() -> None:

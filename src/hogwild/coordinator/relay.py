@@ -45,7 +45,8 @@ from hogwild.protocol.sender import Destination, OutgoingDelta
 log = logging.getLogger("hogwild.coordinator")
 
 Sparse = tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]
-_EMPTY: Sparse = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64))
+# The sum of no deltas (shared read-only by StarRelay and tree_root.TreeRoot).
+EMPTY: Sparse = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64))
 
 # Sync: how many rounds past the last aggregate a worker's delta may be labelled. A worker
 # builds round r + 1 only once its barrier has the aggregate of round r, which goes out
@@ -70,7 +71,7 @@ class StarRelay:
         self.chunk_bytes = chunk_bytes
         self.period = period
         self._cond = threading.Condition()
-        self._pending: dict[int, Sparse] = {wid: _EMPTY for wid in workers}
+        self._pending: dict[int, Sparse] = {wid: EMPTY for wid in workers}
         # The last complete round of each (a resumed run's: the checkpoint's, to start with).
         self._round: dict[int, int] = dict.fromkeys(workers, first_round - 1)
         self._final: dict[int, bool] = dict.fromkeys(workers, False)
@@ -203,7 +204,7 @@ class StarRelay:
         """Queue for each live worker the sum of the others' pending deltas; clear them.
         A dead worker's last deltas count too: the global model took them, so the live
         workers must as well to stay equal to it."""
-        total = _EMPTY
+        total = EMPTY
         for pending in [*self._pending.values(), *self._ghosts.values()]:
             total = merge_sparse(*total, *pending)
         rounds = [self._round[w] for w in live]
@@ -217,7 +218,7 @@ class StarRelay:
             if wid in self._known:
                 upto, (known_idx, known_val) = self._known[wid]
                 idx, val = merge_sparse(idx, val, known_idx, -known_val)
-                self._known[wid] = (upto, _EMPTY)
+                self._known[wid] = (upto, EMPTY)
             aggregate = OutgoingDelta(round_, final, examples, idx, val,
                                       applied=self._applied_counts())
             self._stamp(wid, aggregate)
@@ -230,7 +231,7 @@ class StarRelay:
                 self._parked[wid] = aggregate
             self.aggregates += 1
         for wid in self._pending:
-            self._pending[wid] = _EMPTY
+            self._pending[wid] = EMPTY
         self._ghosts.clear()
         self._sent_round = max(self._sent_round, round_)
 
@@ -278,7 +279,7 @@ class StarRelay:
             model, version = self.state.model_version()
             # Everything pending was in the model before this copy; its own part is left
             # out of its aggregates anyway.
-            known = _EMPTY
+            known = EMPTY
             for sender, pending in [*self._pending.items(), *self._ghosts.items()]:
                 if sender != wid:
                     known = merge_sparse(*known, *pending)

@@ -35,7 +35,7 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.coordinator.relay import _EMPTY, Sparse, StarRelay
+from hogwild.coordinator.relay import EMPTY, Sparse, StarRelay
 from hogwild.coordinator.state import RunState
 from hogwild.engine.sparse import merge_sparse
 from hogwild.engine.tree import AppliedCounts
@@ -89,7 +89,7 @@ class TreeRoot(StarRelay):
                  if c not in self._pending]
         resyncs: list[tuple[int, Resync]] = []
         for c in fresh:
-            self._pending[c] = _EMPTY
+            self._pending[c] = EMPTY
             self._round[c] = self._before_first
             self._final[c] = False
             self._examples[c] = 0
@@ -121,7 +121,7 @@ class TreeRoot(StarRelay):
                         continue
                     empty = OutgoingDelta(
                         self._sent_round, False, sum(self._examples.values()),
-                        *_EMPTY, applied=self._applied_counts())
+                        *EMPTY, applied=self._applied_counts())
                     self._stamp(c, empty)
                     self.destinations[c].put_delta(empty)
                     self.aggregates += 1
@@ -142,7 +142,7 @@ class TreeRoot(StarRelay):
                     ) -> bool:
         """As the star relay's; also, a worker of the tree that sends here routes around
         its ancestors: they died (as its own neighbours would conclude, see
-        WorkerNode._check_tree_sender), whether or not their silence was noticed here yet.
+        WorkerNode.check_tree_sender), whether or not their silence was noticed here yet.
         Refused instead, the orphan left the run to register again. True for an orphan's
         re-sent message that reached the model through its dead parent."""
         self._vouched(worker_id)
@@ -220,7 +220,7 @@ class TreeRoot(StarRelay):
         """What the model took from ``dead``: all of it, since the state refuses a dead
         sender's messages in the critical section that sums an accepted one."""
         sums = self.state.tree_sums
-        return sums.world(dead) if sums is not None else _EMPTY
+        return sums.world(dead) if sums is not None else EMPTY
 
     def recovery(self) -> dict[str, Any]:
         """The coordinator's side of the recovery of a dead interior worker's orphans: how
@@ -270,9 +270,9 @@ class TreeRoot(StarRelay):
         with self._cond:  # re-entered by the star relay's take_back, in one critical section
             self._adopt()  # its orphans came through its old incarnation (see _via)
             self.state.detach(wid)
-            old = self._pending.get(wid, _EMPTY)
+            old = self._pending.get(wid, EMPTY)
             if old[0].size:
-                self._ghosts[wid] = merge_sparse(*self._ghosts.get(wid, _EMPTY), *old)
-            self._pending[wid] = _EMPTY
+                self._ghosts[wid] = merge_sparse(*self._ghosts.get(wid, EMPTY), *old)
+            self._pending[wid] = EMPTY
             self._examples.setdefault(wid, 0)
             return super().take_back(wid, first_round)

@@ -34,7 +34,7 @@ class Admission:
     def admit(self, message: pb.Delta) -> tuple[RunPlan, DecodedDelta, int]:
         """The run's plan, the decoded delta and the highest round it may carry."""
         node = self.node
-        node._check_run(message.protocol_version, message.run_id, "delta")
+        node.callers.check_run(message.protocol_version, message.run_id, "delta")
         plan = node.plan
         if plan is None:
             raise StaleOrUnknown("delta received before the run config")
@@ -64,7 +64,7 @@ class Admission:
         node = self.node
         node.inbox.count_refused(sender)
         if sender != COORDINATOR_SENDER_ID:
-            node._drop_peer(sender, node.rounds, f"a delta it sent was refused ({why})")
+            node.drop_peer(sender, node.rounds, f"a delta it sent was refused ({why})")
 
     def round_limit(self, plan: RunPlan, sender: int) -> int:
         """The highest round a delta from ``sender`` may be labelled now.

@@ -27,7 +27,7 @@ class Announcements:
         (async) staleness bound from the next round on. Values are the run's current ones,
         so an older adjustment arriving late changes nothing."""
         node = self.node
-        node._check_run(message.protocol_version, message.run_id, "adjustment")
+        node.callers.check_run(message.protocol_version, message.run_id, "adjustment")
         scale = float(message.lr_scale)
         if not (math.isfinite(scale) and 0 < scale <= 1):
             raise InvalidMessage(f"adjustment: lr_scale {scale!r} is not in (0, 1]")
@@ -36,7 +36,7 @@ class Announcements:
         plan = node.plan
         if plan is None:
             raise StaleOrUnknown("adjustment received before the run config")
-        with node._cond:  # not the exchange lock: an exchange may hold it for long
+        with node.cond:  # not the exchange lock: an exchange may hold it for long
             if message.number <= node.adjustment:
                 return
             node.adjustment = int(message.number)
@@ -55,7 +55,7 @@ class Announcements:
         """A peer is back: accept its deltas again and send it ours from now on. Returns the
         first round whose delta goes to it (and whose barrier waits for it)."""
         node = self.node
-        node._check_run(message.protocol_version, message.run_id, "peer joined")
+        node.callers.check_run(message.protocol_version, message.run_id, "peer joined")
         plan = node.plan
         pid = int(message.worker_id)
         if plan is None or pid not in plan.peers:
@@ -69,19 +69,19 @@ class Announcements:
             # star: no peer traffic to reopen; tree: the edges are fixed by the layout.
             return node.rounds + 1
         # Between two exchanges: every delta from the next one on goes to the peer.
-        with node._exchange_lock:
+        with node.exchange_lock:
             first = node.rounds + 1
             # Its round-(first - 1) is "done": a barrier now waiting does not wait for it;
             # nor for the rounds before the one the coordinator starts it at, if later (this
             # worker lags the run), and its deltas may be labelled from there on.
             node.inbox.rejoin(pid, message.address, first - 1,
                               since=max(0, int(message.first_round) - 1))
-            with node._cond:
-                node._reported_down.discard(pid)
-                node._peer_addresses[pid] = message.address
+            with node.cond:
+                node.reported_down.discard(pid)
+                node.peer_addresses[pid] = message.address
                 old = node.destinations.get(pid)
                 if node.destinations:  # else not running yet: configure opens them
-                    fresh = node._peer_destination(plan, pid, message.address)
+                    fresh = node.outbound.peer_destination(plan, pid, message.address)
                     # A new dict, so an exchange iterating the old one is not disturbed.
                     node.destinations = {**node.destinations, pid: fresh}
         if old is not None:

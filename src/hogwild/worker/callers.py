@@ -30,7 +30,7 @@ class Callers:
         """NotAllowed unless ``key`` is the one this worker's coordinator presents (waits up
         to ``wait`` seconds for the registration that brings it)."""
         node = self.node
-        node._wait_registered(wait)
+        node.wait_registered(wait)
         if not same_key(key, node.coordinator_key):
             raise NotAllowed("only this worker's coordinator may make this call")
 
@@ -60,7 +60,7 @@ class Callers:
                 raise NotAllowed("the caller is not this worker's coordinator")
             return
         if plan.topology == "tree":
-            node._check_tree_sender(plan, worker_id, key)
+            node.check_tree_sender(plan, worker_id, key)
             return
         expected = plan.receive_keys.get(worker_id)
         if expected is None:

@@ -25,15 +25,15 @@ class Intake:
 
     def receive_shard(self, chunks: Iterable[pb.ShardChunk]) -> pb.ShardAck:
         node = self.node
-        node._wait_registered(node.settings.rpc_timeout)
-        with node._cond:
+        node.wait_registered(node.settings.rpc_timeout)
+        with node.cond:
             if node.phase not in (Phase.REGISTERED, Phase.SHARD):
                 raise StaleOrUnknown(f"shard offered while {node.phase.value}")
         iterator = iter(chunks)
         first = next(iterator, None)
         if first is None:
             raise InvalidMessage("empty shard stream")
-        node._check_run(first.protocol_version, first.run_id, "shard")
+        node.callers.check_run(first.protocol_version, first.run_id, "shard")
 
         def replay() -> Iterator[pb.ShardChunk]:
             yield first
@@ -43,7 +43,7 @@ class Intake:
             shard = self.load_local(replay())
         else:
             shard = receive_shard(replay(), run_id=node.run_id, worker_id=node.worker_id)
-        with node._cond:
+        with node.cond:
             node.shard = shard
             node.phase = Phase.SHARD
         log.info("received shard %d/%d: %d rows, %d non-zeros, %.1f MB",
@@ -78,7 +78,7 @@ class Intake:
         if plan is None:
             raise StaleOrUnknown("model received before the run config")
         state = receive_state(chunks, plan.dim, node.run_id)
-        with node._cond:
+        with node.cond:
             if node.phase != Phase.CONFIGURED:
                 raise StaleOrUnknown(f"model received while {node.phase.value}")
             # Both: the loaded weights are nobody's new update, so no delta is built from them.

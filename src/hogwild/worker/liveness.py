@@ -122,14 +122,14 @@ class Liveness:
         self.note_stall()
         if plan.topology == "mesh":
             for pid in node.inbox.refused_ahead():
-                node._drop_peer(pid, round_, "its last delta was refused as labelled further "
+                node.drop_peer(pid, round_, "its last delta was refused as labelled further "
                                              f"ahead than a peer can be, while {waiting_for}")
         for pid in node.inbox.silent(plan.barrier_timeout):
             if pid == COORDINATOR_SENDER_ID:
                 # Star: the coordinator drops silent workers itself and relays the rest; its
                 # own death is noticed by its destination (fatal) and the watch.
                 continue
-            node._drop_peer(pid, round_, f"silent for more than barrier_timeout="
+            node.drop_peer(pid, round_, f"silent for more than barrier_timeout="
                                          f"{plan.barrier_timeout:g}s while {waiting_for}")
 
     def on_destination_down(self, dest_id: int, why: str) -> None:
@@ -141,7 +141,7 @@ class Liveness:
                 # connect_timeout for a successor that nobody starts.
                 log.info("the coordinator that ended the run is gone (%s): finishing", why)
                 return
-            node._leave_to_rejoin(f"the coordinator is unreachable ({why})")
+            node.leave_to_rejoin(f"the coordinator is unreachable ({why})")
             return
         status = node.inbox.snapshot().get(dest_id)
         if status is not None and status.final:
@@ -150,7 +150,7 @@ class Liveness:
             # no fault to report (a report would have it dropped after it finished).
             log.info("peer %d finished and left (%s); nothing more is sent to it", dest_id, why)
             return
-        node._drop_peer(dest_id, node.rounds, f"unreachable: {why}")
+        node.drop_peer(dest_id, node.rounds, f"unreachable: {why}")
 
     def on_rejected(self, dest_id: int, rpc: str, code: grpc.StatusCode, details: str) -> None:
         """A peer or the coordinator no longer counts this worker as a member of the run
@@ -162,9 +162,9 @@ class Liveness:
         if code != grpc.StatusCode.FAILED_PRECONDITION or rpc not in (
                 "PushDelta", "Heartbeat", "ReportProgress"):
             return
-        with node._cond:
+        with node.cond:
             running = node.phase == Phase.RUNNING
         if running:
             who = "the coordinator" if dest_id == COORDINATOR_ID else f"peer {dest_id}"
-            node._leave_to_rejoin(f"{who} refused its {rpc}: {details}")
+            node.leave_to_rejoin(f"{who} refused its {rpc}: {details}")
 

@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import grpc
 import numpy as np
 
 from hogwild.config import Settings
@@ -76,7 +75,8 @@ class WorkerNode:
         self.worker_key = ""
         self.coordinator_key = ""
         self.phase = Phase.STARTING
-        self._cond = threading.Condition()
+        # Guards phase and the registration and run fields; every role waits on it for a phase.
+        self.cond = threading.Condition()
         self.run_id = ""
         self.worker_id = -1
         self.address = ""
@@ -97,8 +97,8 @@ class WorkerNode:
         self.tree_dead: set[int] = set()    # workers known dead: the layout routes around them
         # Guards self.tree: RPC threads owe each arriving sum on as they accept it (so a
         # neighbour's final is never seen before what it vouches for is owed on), the
-        # exchange thread takes what is due. Taken after _exchange_lock, never before.
-        self._tree_lock = threading.RLock()
+        # exchange thread takes what is due. Taken after exchange_lock, never before.
+        self.tree_lock = threading.RLock()
         # Topology tree: a child's multi-part message, held until whole (protocol/wholeparts).
         self.whole_parts = WholeParts()
         self.stop_requested = threading.Event()
@@ -109,13 +109,14 @@ class WorkerNode:
         self.done = threading.Event()
         self.state_served = threading.Event()
         self.fatal: str | None = None
-        # One exchange, or one peer joining, or one tree re-attachment, at a time.
-        self._exchange_lock = threading.RLock()
+        # One exchange (rounds.py), or one peer joining (announcements.py), or one tree
+        # re-attachment, at a time.
+        self.exchange_lock = threading.RLock()
         self.deltas_sent = 0
         self.rounds = 0
         self.examples = 0
         self.max_staleness = 0
-        self._reported_down: set[int] = set()
+        self.reported_down: set[int] = set()  # peers reported down (announcements: back)
         # time.monotonic() of the exchange thread's last sign of progress while it runs the
         # round loop; None before and after (the liveness watch reads it).
         self.alive_at: float | None = None
@@ -124,7 +125,7 @@ class WorkerNode:
         # it while it was stalled); None while it is a member of the run.
         self.rejoin_reason: str | None = None
         self.abandoned = False            # leaving without sending anything more
-        self._peer_addresses: dict[int, str] = {}
+        self.peer_addresses: dict[int, str] = {}  # a rejoined peer's new address (outbound)
         # Sent to the coordinator only: what makes a registration this process's (anyone
         # may learn the host and pid, see identify).
         self._secret = secrets.token_bytes(32)
@@ -162,23 +163,21 @@ class WorkerNode:
         if reply is None:
             return False
         check_version(reply.protocol_version, "register reply")
-        with self._cond:
+        with self.cond:
             self.run_id = reply.run_id
             self.worker_id = int(reply.worker_id)
             self.worker_key, self.coordinator_key = reply.worker_key, reply.coordinator_key
             self.phase = Phase.REGISTERED
-            self._cond.notify_all()
+            self.cond.notify_all()
         log.info("registered as worker %d of %d in run %s (advertising %s)",
                  self.worker_id, reply.n_workers, self.run_id, self.address)
         return True
 
-    def _wait_registered(self, timeout: float) -> None:
-        with self._cond:
-            if not self._cond.wait_for(lambda: bool(self.run_id), timeout):
+    def wait_registered(self, timeout: float) -> None:
+        """Wait until registered (an RPC may beat Register's reply: callers, intake)."""
+        with self.cond:
+            if not self.cond.wait_for(lambda: bool(self.run_id), timeout):
                 raise StaleOrUnknown("this worker is not registered in any run yet")
-
-    def _check_run(self, version: int, run_id: str, what: str) -> None:
-        self.callers.check_run(version, run_id, what)
 
     def check_coordinator(self, key: str, wait: float = 0.0) -> None:
         self.callers.check_coordinator(key, wait)
@@ -186,7 +185,7 @@ class WorkerNode:
     def check_peer(self, worker_id: int, key: str) -> None:
         self.callers.check_peer(worker_id, key)
 
-    def _check_tree_sender(self, plan: RunPlan, worker_id: int, key: str) -> None:
+    def check_tree_sender(self, plan: RunPlan, worker_id: int, key: str) -> None:
         """Topology tree: deltas and heartbeats from the parent and the children only (the
         coordinator under its own id and key). A sender further up or down this worker's
         heap path vouches that the workers in between died (it routes around them): they
@@ -203,7 +202,7 @@ class WorkerNode:
             if not same_key(key, expected):
                 raise NotAllowed(f"the caller is not worker {worker_id}")
             relative = worker_id
-        with self._tree_lock:
+        with self.tree_lock:
             if self.tree is None or worker_id in self.tree.neighbours:
                 return
         gap = between(plan.worker_id, relative, plan.tree_fanout)
@@ -217,9 +216,9 @@ class WorkerNode:
         k, n = plan.tree_fanout, len(plan.peers) + 1
         up = live_parent(plan.worker_id, k, self.tree_dead)
         out = ({COORDINATOR_SENDER_ID: self.settings.coordinator_address} if up < 0
-               else {up: self._peer_addresses.get(up, plan.peers[up])})
+               else {up: self.peer_addresses.get(up, plan.peers[up])})
         for c in live_children(plan.worker_id, k, n, self.tree_dead):
-            out[c] = self._peer_addresses.get(c, plan.peers[c])
+            out[c] = self.peer_addresses.get(c, plan.peers[c])
         return out
 
     def _tree_parent(self, plan: RunPlan) -> int:
@@ -230,7 +229,7 @@ class WorkerNode:
     def _tree_bury(self, plan: RunPlan, dead: list[int], reason: str) -> None:
         """Workers known dead: drop them and re-attach around them (nearest live ancestor
         and descendants); a new neighbour is owed what the dead one it replaces never got."""
-        with self._exchange_lock, self._tree_lock:
+        with self.exchange_lock, self.tree_lock:
             fresh = [w for w in dead if w not in self.tree_dead]
             if not fresh or self.tree is None:
                 return
@@ -238,7 +237,7 @@ class WorkerNode:
             old_sent = self.tree.sent_round.get(old_parent, 0)
             self.tree_dead.update(fresh)
             for w in fresh:
-                self._drop_peer(w, self.rounds, reason)
+                self.drop_peer(w, self.rounds, reason)
             tree, k = self.tree, plan.tree_fanout
             now = self._tree_neighbours(plan)
             gone = [x for x in tree.neighbours if x not in now]
@@ -252,7 +251,7 @@ class WorkerNode:
                            sync=plan.mode == "sync")
                 self.inbox.add(y, address)
                 if y != COORDINATOR_SENDER_ID and self.destinations:
-                    fresh_dests[y] = self._peer_destination(plan, y, address)
+                    fresh_dests[y] = self.outbound.peer_destination(plan, y, address)
             stale = []
             for x in gone:
                 tree.remove(x)
@@ -271,10 +270,10 @@ class WorkerNode:
                 # or not by its count, which a later message on the edge would raise.
                 for y in added:
                     if not sync:  # a new edge: see TreeLinks.greet
-                        self._tree_put(tree.greet(y, self.rounds))
+                        self.tree_put(tree.greet(y, self.rounds))
                     resync = tree.take_resync(y, self.rounds, sync)  # see engine/treeview
                     if resync is not None:
-                        self._tree_put(resync)
+                        self.tree_put(resync)
         for dest in stale:
             dest.abandon()
         up = live_parent(plan.worker_id, k, self.tree_dead)
@@ -327,13 +326,13 @@ class WorkerNode:
         return self.intake.receive_shard(chunks)
 
     def configure(self, message: pb.RunConfig) -> None:
-        self._wait_registered(self.settings.rpc_timeout)
-        self._check_run(message.protocol_version, message.run_id, "run config")
+        self.wait_registered(self.settings.rpc_timeout)
+        self.callers.check_run(message.protocol_version, message.run_id, "run config")
         plan = RunPlan.from_message(message)
         if plan.worker_id != self.worker_id:
             raise InvalidMessage(f"run config for worker {plan.worker_id}, this is "
                                  f"{self.worker_id}")
-        with self._cond:
+        with self.cond:
             if self.shard is None or self.phase != Phase.SHARD:
                 raise StaleOrUnknown(f"run config received while {self.phase.value}")
             if self.shard.data.n_features > plan.n_features:
@@ -363,7 +362,7 @@ class WorkerNode:
             for pid in plan.down:
                 # Dead when this worker (re)joined: nobody to wait for until PeerJoined.
                 self.inbox.drop(pid)
-                self._reported_down.add(pid)
+                self.reported_down.add(pid)
             self.tree = (TreeLinks(self._senders(plan), functools.partial(
                 _same_side, plan.worker_id, plan.tree_fanout), plan.first_round - 1)
                 if plan.topology == "tree" else None)
@@ -409,8 +408,8 @@ class WorkerNode:
                            secret_digest=hashlib.sha256(self._secret).digest())
 
     def start(self, message: pb.StartRequest) -> None:
-        self._check_run(message.protocol_version, message.run_id, "start")
-        with self._cond:
+        self.callers.check_run(message.protocol_version, message.run_id, "start")
+        with self.cond:
             if self.phase != Phase.CONFIGURED:
                 if self.phase in (Phase.RUNNING, Phase.FINISHING, Phase.DONE):
                     return  # a retried Start
@@ -434,12 +433,12 @@ class WorkerNode:
             if plan.mode == "async" and self.phase is Phase.RUNNING:
                 self.loop.apply_arrived()
             return False
-        with self._tree_lock:
+        with self.tree_lock:
             return take_tree_delta(self, plan, delta, limit)
 
     def heartbeat(self, message: pb.HeartbeatRequest) -> None:
         """A peer says it is alive (it may be waiting on someone else)."""
-        self._check_run(message.protocol_version, message.run_id, "heartbeat")
+        self.callers.check_run(message.protocol_version, message.run_id, "heartbeat")
         if self.plan is None:
             raise StaleOrUnknown("heartbeat received before the run config")
         self.inbox.touch(int(message.worker_id))
@@ -452,16 +451,16 @@ class WorkerNode:
             self.stop_reason = reason
             log.info("stop requested: %s", reason)
         self.stop_requested.set()
-        with self._cond:
-            self._cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
         self.inbox.wake()
 
     def stop(self, message: pb.StopRequest) -> None:
-        self._check_run(message.protocol_version, message.run_id, "stop")
+        self.callers.check_run(message.protocol_version, message.run_id, "stop")
         if message.register_again:
             # The coordinator hands the run over to a successor that resumes it from the
             # checkpoint it has just written: what this worker trained since is superseded.
-            self._leave_to_rejoin(message.reason or "the coordinator is being replaced")
+            self.leave_to_rejoin(message.reason or "the coordinator is being replaced")
             return
         self.ended_by_coordinator = True
         self.request_stop(message.reason or "coordinator asked to stop")
@@ -480,7 +479,8 @@ class WorkerNode:
     def run(self) -> None:
         self.loop.run()
 
-    def _alive(self) -> None:
+    def mark_alive(self) -> None:
+        """The exchange thread's sign of progress, read by the liveness watch."""
         self.alive_at = time.monotonic()
 
     def _drop_silent(self, plan: RunPlan, round_: int, waiting_for: str) -> None:
@@ -501,21 +501,18 @@ class WorkerNode:
             return self._tree_neighbours(plan)
         return dict(plan.peers)
 
-    def _encode_delta(self, indices: np.ndarray, values: np.ndarray, round_: int, final: bool,
-                      examples: int) -> list[pb.Delta]:
-        return self.loop.encode_delta(indices, values, round_, final, examples)
-
-    def _tree_flush(self, plan: RunPlan, round_: int, finished: bool) -> None:
+    def tree_flush(self, plan: RunPlan, round_: int, finished: bool) -> None:
         """Topology tree: queue every message due (what each neighbour is owed)."""
         assert self.tree is not None
-        with self._tree_lock:
+        with self.tree_lock:
             # Under the lock that owing happens under: a label (or a final) never runs ahead
             # of the sums it vouches for.
             for f in self.tree.due(round_, finished, self.inbox.snapshot(),
                                    plan.mode == "sync"):
-                self._tree_put(f)
+                self.tree_put(f)
 
-    def _tree_put(self, f: Flush) -> None:
+    def tree_put(self, f: Flush) -> None:
+        """Topology tree: queue one message due to a neighbour (tree_intake, tree_flush)."""
         dest = self.destinations.get(
             COORDINATOR_ID if f.neighbour == COORDINATOR_SENDER_ID else f.neighbour)
         if dest is None:  # a bug: what was taken would be lost
@@ -526,19 +523,19 @@ class WorkerNode:
                                      apart=f.resync_cut is not None))
         self.deltas_sent += 1
 
-    def _tree_wait(self, plan: RunPlan, ready: Callable[[dict[int, PeerStatus]], bool],
+    def tree_wait(self, plan: RunPlan, ready: Callable[[dict[int, PeerStatus]], bool],
                    finished: bool, waiting_for: str) -> None:
         """Topology tree: relay what arrives (apply it, owe it on, send what is due) until
         ``ready(peers)``; a neighbour silent for barrier_timeout is dropped."""
         assert self.tree is not None
         while True:
-            self._alive()
+            self.mark_alive()
             # Looked at before relaying: whatever made it true is in the queue now.
             peers = self.inbox.snapshot()
             done = ready(peers)
-            with self._exchange_lock:
+            with self.exchange_lock:
                 self._apply_inbox()
-                self._tree_flush(plan, self.rounds, finished)
+                self.tree_flush(plan, self.rounds, finished)
             if done and (not finished or self.tree.settled(self.inbox.snapshot())):
                 return
             if self.fatal is not None:
@@ -547,15 +544,16 @@ class WorkerNode:
                             min(0.25, plan.barrier_timeout))
             self._drop_silent(plan, self.rounds, waiting_for)
 
-    def _drop_peer(self, pid: int, round_: int, reason: str) -> None:
+    def drop_peer(self, pid: int, round_: int, reason: str) -> None:
+        """Stop waiting for a peer (tree: route around it); admission and liveness call it."""
         plan = self.plan
         if (self.tree is not None and plan is not None and pid not in self.tree_dead
                 and pid != COORDINATOR_SENDER_ID):
             self._tree_bury(plan, [pid], reason)  # drops it (back here), then re-attaches
             return
-        if not self.inbox.drop(pid) or pid in self._reported_down:
+        if not self.inbox.drop(pid) or pid in self.reported_down:
             return
-        self._reported_down.add(pid)
+        self.reported_down.add(pid)
         log.warning("dropping peer %d at round %d: %s", pid, round_, reason)
         coordinator = self.destinations.get(COORDINATOR_ID)
         if coordinator is not None:
@@ -563,10 +561,7 @@ class WorkerNode:
                 protocol_version=PROTOCOL_VERSION, run_id=self.run_id,
                 worker_id=self.worker_id, peer_id=pid, round=round_, reason=reason))
 
-    def _on_rejected(self, dest_id: int, rpc: str, code: grpc.StatusCode, details: str) -> None:
-        self.liveness.on_rejected(dest_id, rpc, code, details)
-
-    def _leave_to_rejoin(self, reason: str) -> None:
+    def leave_to_rejoin(self, reason: str) -> None:
         """Stop at once without sending anything more; serve() then registers again."""
         if self.rejoin_reason is not None:
             return
@@ -574,9 +569,6 @@ class WorkerNode:
         self.abandoned = True
         log.warning("leaving the run to register again: %s", reason)
         self.request_stop(reason, leave=True)
-
-    def _peer_destination(self, plan: RunPlan, pid: int, address: str) -> Destination:
-        return self.outbound.peer_destination(plan, pid, address)
 
     def close(self) -> None:
         """Flush (bounded) and close every outgoing channel."""

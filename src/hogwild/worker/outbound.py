@@ -24,7 +24,7 @@ class Outbound:
         node = self.node
         give_up = max(plan.barrier_timeout, plan.rpc_timeout)
         destinations = {}
-        with node._cond:
+        with node.cond:
             for pid, address in sorted(plan.peers.items()):
                 if plan.topology == "star":
                     break  # deltas go to the coordinator only
@@ -32,17 +32,17 @@ class Outbound:
                     continue  # tree: parent and children only
                 if pid in plan.down:
                     continue  # opened by PeerJoined when it is back
-                address = node._peer_addresses.get(pid, address)
+                address = node.peer_addresses.get(pid, address)
                 destinations[pid] = self.peer_destination(plan, pid, address)
             destinations[COORDINATOR_ID] = Destination(
                 "coordinator", COORDINATOR_ID, node.settings.coordinator_address,
                 pb_grpc.CoordinatorStub, plan.rpc_timeout, give_up,
                 node.liveness.on_destination_down, node.timers, coalesce=True,
-                encoder=node._encode_delta,
+                encoder=node.loop.encode_delta,
                 half=plan.compression.half,
                 open_channel=functools.partial(node.security.channel,
                                                sender_key=node.worker_key),
-                on_rejected=node._on_rejected)
+                on_rejected=node.liveness.on_rejected)
             node.destinations = destinations
 
     def peer_destination(self, plan: RunPlan, pid: int, address: str) -> Destination:
@@ -53,8 +53,8 @@ class Outbound:
         return Destination(
             f"peer {pid}", pid, address, pb_grpc.WorkerStub, plan.rpc_timeout,
             max(plan.barrier_timeout, plan.rpc_timeout), node.liveness.on_destination_down,
-            node.timers, coalesce=plan.mode == "async", encoder=node._encode_delta,
+            node.timers, coalesce=plan.mode == "async", encoder=node.loop.encode_delta,
             half=plan.compression.half,
             open_channel=functools.partial(node.security.channel,
                                            sender_key=plan.send_keys.get(pid, "")),
-            on_rejected=node._on_rejected)
+            on_rejected=node.liveness.on_rejected)

@@ -24,13 +24,13 @@ class Reports:
 
     def __init__(self, node: WorkerNode) -> None:
         self.node = node
-        self.loss_sum = 0.0   # the training threads add to it (under the node's _cond)
+        self.loss_sum = 0.0   # the training threads add to it (under the node's cond)
         self.rows = 0
         self.last_train_loss = float("nan")
         self.last_progress = 0.0
 
     def count(self, loss_sum: float, rows: int) -> None:
-        """(Under the node's _cond.) A training thread's round: its loss sum and rows."""
+        """(Under the node's cond.) A training thread's round: its loss sum and rows."""
         self.loss_sum += loss_sum
         self.rows += rows
 
@@ -40,7 +40,7 @@ class Reports:
         if not done and now - self.last_progress < PROGRESS_EVERY:
             return
         self.last_progress = now
-        with node._cond:
+        with node.cond:
             if self.rows:
                 loss = self.loss_sum / self.rows
                 # An overflowing loss is no number to report (the coordinator refuses one):
@@ -74,7 +74,7 @@ class Reports:
     def final_state(self, message: pb.FinalStateRequest, timeout: float) -> Iterator[pb.StateChunk]:
         """The final weights, once this worker is done (waits up to ``timeout``)."""
         node = self.node
-        node._check_run(message.protocol_version, message.run_id, "final state request")
+        node.callers.check_run(message.protocol_version, message.run_id, "final state request")
         if not node.done.wait(timeout):
             raise ClusterError("this worker has not finished yet")
         state = self.snapshot_state()

@@ -46,7 +46,7 @@ class RoundLoop:
       async mode the gRPC thread that accepted a delta also applies it at once
       (:meth:`apply_arrived`) rather than leaving it for this worker's next round boundary, a
       round later. build_delta and apply_delta are never concurrent: both run under the
-      node's ``_exchange_lock``.
+      node's ``exchange_lock``.
 
     A delta sums the worker's own updates except the bias (and the MLP's dense layers; every
     weight with ``combine: average``), whose change is averaged over the contributing workers
@@ -116,11 +116,11 @@ class RoundLoop:
         threads = ThreadRounds(arrays, node.engine.w, lambda: node.step_plan or plan, cursors,
                                plan.first_round, plan.max_rounds, hot=node.hot, calls=calls,
                                gate=self.may_start, on_round=self.count_round,
-                               on_failure=self.thread_failed, cond=node._cond)
+                               on_failure=self.thread_failed, cond=node.cond)
         self.threads = threads
         began = time.monotonic()
         cpu_began = time.process_time()
-        node._alive()
+        node.mark_alive()
         threads.start()
         try:
             try:
@@ -139,7 +139,7 @@ class RoundLoop:
 
     def count_round(self, loss_sum: float, rows: int, waited: float, trained: float,
                     cpu: float) -> None:
-        """A training thread finished a round (called under ``node._cond``)."""
+        """A training thread finished a round (called under ``node.cond``)."""
         node = self.node
         node.timers.add("wait_to_start_round", waited)
         node.timers.add("train", trained)
@@ -158,8 +158,8 @@ class RoundLoop:
         plan = node.plan
         assert plan is not None
         if plan.mode == "sync":  # open once the exchange thread passed the barrier before it
-            with node._cond:
-                node._cond.wait_for(lambda: driver.may_start(r) or node.stop_requested.is_set())
+            with node.cond:
+                node.cond.wait_for(lambda: driver.may_start(r) or node.stop_requested.is_set())
                 return not node.stop_requested.is_set()
         if node.stop_requested.is_set():
             return False
@@ -184,9 +184,9 @@ class RoundLoop:
             return ready > done or not alive or node.fatal is not None
 
         while True:
-            node._alive()
-            with node._cond:
-                node._cond.wait_for(lambda done=last: boundary_or_end(done),  # type: ignore[misc]
+            node.mark_alive()
+            with node.cond:
+                node.cond.wait_for(lambda done=last: boundary_or_end(done),  # type: ignore[misc]
                                     timeout=1.0)
                 ready, alive = threads.slowest()
             if node.fatal is not None:
@@ -198,8 +198,8 @@ class RoundLoop:
                 # the barrier, passed already or not (a tree relays what arrived meanwhile).
                 if plan.mode == "sync":
                     self.barrier(plan, ready)
-                    with node._cond:
-                        node._cond.notify_all()  # the next round is open (may_start)
+                    with node.cond:
+                        node.cond.notify_all()  # the next round is open (may_start)
             elif not alive:
                 return
             node.reports.maybe_report_progress(plan, done=False)
@@ -215,21 +215,21 @@ class RoundLoop:
         """
         node = self.node
         while node.inbox.queued():
-            if not node._exchange_lock.acquire(blocking=False):
+            if not node.exchange_lock.acquire(blocking=False):
                 return
             try:
                 self.apply_inbox()
             except Exception as exc:  # a bug: stop the node; the exchange thread raises it
                 log.exception("applying a received delta failed")
                 node.fatal = f"applying a received delta failed: {exc}"
-                with node._cond:
-                    node._cond.notify_all()
+                with node.cond:
+                    node.cond.notify_all()
                 return
             finally:
-                node._exchange_lock.release()
+                node.exchange_lock.release()
 
     def apply_inbox(self) -> int:
-        with self.node._exchange_lock:  # never beside build_delta, nor another apply
+        with self.node.exchange_lock:  # never beside build_delta, nor another apply
             return self.driver.apply_arrived()
 
     def round_trained(self, plan: RunPlan, round_: int) -> Next:
@@ -237,7 +237,7 @@ class RoundLoop:
         or the staleness gate if it may (else what :meth:`barrier` or :meth:`may_start`
         waits for)."""
         node = self.node
-        with node._exchange_lock:
+        with node.exchange_lock:
             try:
                 step = self.driver.on_round_trained(round_)
             except ModelNotFinite:
@@ -251,7 +251,7 @@ class RoundLoop:
         """Apply what arrived, build the delta of own updates, queue it for everyone (the
         final one: of the last round trained, whatever ``round_`` says)."""
         node = self.node
-        with node._exchange_lock:
+        with node.exchange_lock:
             try:
                 if final:
                     self.driver.finish()
@@ -269,13 +269,13 @@ class RoundLoop:
         plan = node.plan
         assert plan is not None
         if node.tree is not None:
-            with node._tree_lock:
+            with node.tree_lock:
                 node.tree.own(indices, values)
-            node._tree_flush(plan, round_, final)
+            node.tree_flush(plan, round_, final)
             node.rounds = max(node.rounds, round_)
             return
         t1 = time.perf_counter()
-        messages = node._encode_delta(indices, values, round_, final, node.examples)
+        messages = self.encode_delta(indices, values, round_, final, node.examples)
         node.timers.add("encode", time.perf_counter() - t1, len(messages))
         outgoing = OutgoingDelta(round_, final, node.examples, indices, values, messages)
         for dest in node.destinations.values():
@@ -312,16 +312,16 @@ class RoundLoop:
         while True:
             t0 = time.perf_counter()
             if node.tree is not None:
-                node._tree_wait(plan, ready, finished=False,
+                node.tree_wait(plan, ready, finished=False,
                                 waiting_for=f"waiting for round {round_}")
             else:
                 while not node.inbox.wait(ready, min(0.25, plan.barrier_timeout)):
-                    node._alive()
+                    node.mark_alive()
                     node.liveness.drop_silent(plan, round_, f"waiting for round {round_}")
             waited += time.perf_counter() - t0
             if node.fatal is not None:  # the exchange loop raises it
                 break
-            with node._exchange_lock:
+            with node.exchange_lock:
                 if node.stop_requested.is_set():  # not passed: what arrived is applied still
                     driver.apply_arrived()
                     break
@@ -333,12 +333,12 @@ class RoundLoop:
     def finish(self, plan: RunPlan) -> None:
         """Send the final delta; wait (bounded) for every live peer's final; mark done."""
         node = self.node
-        with node._cond:
+        with node.cond:
             node.phase = Phase.FINISHING
         if node.abandoned:  # out of the run: nothing more is sent, to anyone
             for dest in node.destinations.values():
                 dest.abandon()
-            with node._cond:
+            with node.cond:
                 node.phase = Phase.DONE
             node.done.set()
             return
@@ -346,7 +346,7 @@ class RoundLoop:
         node.reports.maybe_report_progress(plan, done=True)
         if node.tree is not None:
             # Even when leaving: its subtree reaches the rest of the run through it only.
-            node._tree_wait(plan, lambda peers: all(p.settled for p in peers.values()),
+            node.tree_wait(plan, lambda peers: all(p.settled for p in peers.values()),
                             finished=True, waiting_for="waiting for its final delta")
         elif not node.leaving:
             self.await_peer_finals(plan)
@@ -354,10 +354,10 @@ class RoundLoop:
         flush_for = plan.barrier_timeout + plan.rpc_timeout
         t0 = time.perf_counter()
         for dest in node.destinations.values():
-            node._alive()
+            node.mark_alive()
             dest.flush(flush_for)
         node.timers.add("drain", time.perf_counter() - t0)
-        with node._cond:
+        with node.cond:
             node.phase = Phase.DONE
         node.done.set()
         log.info("done: %d rounds, %d examples, %d delta messages sent", node.rounds,
@@ -367,7 +367,7 @@ class RoundLoop:
         node = self.node
         # A peer still training keeps sending deltas; one silent for barrier_timeout is gone.
         while True:
-            node._alive()
+            node.mark_alive()
             settled = node.inbox.wait(
                 lambda peers: self.driver.peers_settled(peers) or node.fatal is not None, 0.25)
             self.apply_inbox()

@@ -96,5 +96,5 @@ def _take(node: WorkerNode, plan: RunPlan, delta: DecodedDelta, limit: int | Non
     # before, it stays owed for the first exchange.
     if plan.mode == "async" and node.destinations:
         for f in tree.forward(node.rounds):
-            node._tree_put(f)
+            node.tree_put(f)
     return False
