@@ -114,12 +114,14 @@ def test_sync_workers_end_on_the_coordinators_model(topology: str) -> None:
 
 def test_the_staleness_bound_holds_a_fast_worker_back() -> None:
     """One worker 20x slower than the rest: unbounded, the others run away from it (and
-    their deltas lose it); staleness 1 keeps everyone within a round of it."""
+    their deltas lose it); staleness 1 keeps everyone within a round of it. Rounds of a
+    quarter epoch (a worker's share here is one round's work: the default would have one
+    round an epoch, too few to run away in)."""
     speeds = SimOptions(speeds=(4e8, 4e8, 4e8, 2e7))
     free = _simulate(*SYNTHETIC, workers=4, threads=1, epochs=2, mode="async",
-                     staleness="null", options=speeds)[1]
+                     staleness="null", options=speeds, old_rounds=True)[1]
     held = _simulate(*SYNTHETIC, workers=4, threads=1, epochs=2, mode="async",
-                     staleness=1, options=speeds)[1]
+                     staleness=1, options=speeds, old_rounds=True)[1]
     assert free.max_staleness > 3
     assert held.max_staleness <= 1
     assert held.waited > 0
