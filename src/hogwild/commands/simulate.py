@@ -190,8 +190,10 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
         options = _calibrated(options, splits.train, kernel, settings.workers, console)
     scenario = scenario_of(settings, options, splits.train.n_rows, splits.train.nnz, kernel)
     check_cost(scenario, settings.topology, options.max_events)  # before any shard is cut
-    if settings.combine == "auto" and scenario.rules.combine == "sum" and settings.workers > 2:
-        console.say(f"note: {few_rows_a_worker(splits.train.n_rows, settings.workers)}")
+    note = few_rows_a_worker(settings.combine, scenario.rules.combine, splits.train.n_rows,
+                             settings.workers)
+    if note is not None:
+        console.say(f"note: {note}")
     net = options.network
     console.say(f"simulating {settings.workers} worker(s) x {settings.threads} thread(s), "
                 f"{settings.mode}, {settings.topology}, combine {scenario.rules.combine}"

@@ -138,8 +138,9 @@ class RunDriver:
         # combine: auto is decided by the rows each worker will hold.
         asked = s.combine
         s = self.settings = self.advice.settings = s.for_run(self.train.n_rows)
-        if asked == "auto" and s.combine == "sum" and s.workers > 2:
-            log.warning(few_rows_a_worker(self.train.n_rows, s.workers))
+        note = few_rows_a_worker(asked, s.combine, self.train.n_rows, s.workers)
+        if note is not None:
+            log.warning(note)
         self.data_fingerprint = data_fingerprint(s, splits, self.local, self.resume)
         say_data(splits, self.local, self._print)
         load_seconds = time.perf_counter() - began

@@ -66,9 +66,12 @@ def resolve_combine(combine: str, train_rows: int, workers: int) -> str:
     return "momentum" if train_rows >= MOMENTUM_MIN_ROWS * max(1, workers) else "sum"
 
 
-def few_rows_a_worker(train_rows: int, workers: int) -> str:
-    """What combine auto's fallback to summed deltas means for a run: W workers of too few
-    rows each exchange far more often, and fewer of them are likely faster."""
+def few_rows_a_worker(asked: str, combine: str, train_rows: int, workers: int) -> str | None:
+    """What combine auto's fallback to summed deltas means for a run (``asked``: the setting,
+    ``combine``: what it resolved to): W workers of too few rows each exchange far more
+    often, and fewer of them are likely faster. None where it did not fall back."""
+    if asked != "auto" or combine != "sum" or workers <= 2:
+        return None
     return (f"{train_rows:,} training rows over {workers} workers is {train_rows // workers:,} "
             f"a worker, under the {MOMENTUM_MIN_ROWS:,} block momentum needs: combine auto "
             "sums the deltas instead, in rounds that shrink as workers are added, so this run "
