@@ -1,11 +1,12 @@
 """Real processes whose TLS or run token disagree: the worker stops at its first attempt with
 one line naming the setting to fix (exit 2, as any bad setting), not after connect_timeout;
-the coordinator writes one line per peer for a token refused, and gRPC's per-handshake log
-lines stay out of both outputs."""
+the coordinator writes one line per peer host for a token refused or a failed TLS handshake,
+at most once a minute, and gRPC's per-handshake log lines stay out of both outputs."""
 
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,18 @@ CONNECT_TIMEOUT = 90
 WORKER_WAIT = 45
 ERROR = re.compile(r"hogwild worker: error: setting '(\w+)': (.*)")
 REFUSED = re.compile(r"refused calls from 127\.0\.0\.1: (.*)")
+CLOSED = re.compile(r"connections from 127\.0\.0\.1 closed before their first call "
+                    r"\((\d+) so far\): (.*)")
+# The coordinator looks at the socket table once a second: its line comes within this.
+CLOSED_WITHIN = 5.0
+
+
+def _closed_lines(cluster: Cluster) -> list[re.Match[str]]:
+    """The coordinator's lines about connections that failed before their first call, once
+    the first has had CLOSED_WITHIN seconds to come."""
+    assert cluster.coordinator is not None
+    cluster.coordinator.wait_for(CLOSED, CLOSED_WITHIN)
+    return [m for line in cluster.coordinator.lines if (m := CLOSED.search(line))]
 
 
 def _tls(bundle: Bundle, role: str) -> dict[str, Any]:
@@ -60,6 +73,10 @@ def test_tls_on_one_side_or_another_ca(cluster: Cluster, tmp_path: Path) -> None
     key, line = _refused_worker(cluster, address, "plain", insecure=True)
     assert key == "tls_ca" and "serves mutual TLS and this worker plain text" in line, line
     assert "--tls-ca" in line
+    # The coordinator's side: one line for the peer host, naming what to compare.
+    closed = _closed_lines(cluster)
+    assert len(closed) == 1, cluster.coordinator.output() if cluster.coordinator else ""
+    assert "without TLS (insecure)" in closed[0].group(2) and "tls_ca" in closed[0].group(2)
 
     key, line = _refused_worker(cluster, address, "other-ca", **_tls(theirs, "worker"))
     assert key == "tls_ca" and "did not sign" in line and str(theirs.ca) in line, line
@@ -76,6 +93,8 @@ def test_tls_on_one_side_or_another_ca(cluster: Cluster, tmp_path: Path) -> None
 
     assert cluster.coordinator is not None
     assert "Handshake failed" not in cluster.coordinator.output()
+    # Four workers' failed handshakes within the minute: still the one line for their host.
+    assert len(_closed_lines(cluster)) == 1, cluster.coordinator.output()
 
 
 def test_tls_worker_against_plain_coordinator(cluster: Cluster, tmp_path: Path) -> None:
@@ -84,6 +103,9 @@ def test_tls_worker_against_plain_coordinator(cluster: Cluster, tmp_path: Path) 
     key, line = _refused_worker(cluster, address, "tls", **_tls(bundle, "worker"))
     assert key == "tls_ca" and "serves plain text and this worker mutual TLS" in line, line
     assert "--insecure" in line
+    closed = _closed_lines(cluster)
+    assert len(closed) == 1 and "speaks TLS to this plain-text server" in closed[0].group(2), \
+        cluster.coordinator.output() if cluster.coordinator else ""
 
 
 def test_token_on_one_side_or_different(cluster: Cluster, tmp_path: Path) -> None:
@@ -105,6 +127,10 @@ def test_token_on_one_side_or_different(cluster: Cluster, tmp_path: Path) -> Non
     assert len(refused) == 2, cluster.coordinator.output()
     assert "no run token" in refused[0] and "other than this server's" in refused[1]
     assert all("auth_token_file" in line for line in refused)
+    # Their handshakes passed (a token is checked on calls): no line for a failed one, after
+    # the coordinator's next looks at the socket table.
+    time.sleep(2.5)
+    assert not any(CLOSED.search(line) for line in cluster.coordinator.lines)
 
 
 def test_token_sent_to_a_coordinator_without_one(cluster: Cluster, tmp_path: Path) -> None:

@@ -218,6 +218,8 @@ def test_hogwild_run_end_to_end_on_the_bundled_data(tmp_path: Path) -> None:
     assert "plot helper failed" not in output
     # By default every process talks mutual TLS with a run token (throw-away credentials).
     assert output.count("serving with mutual TLS, run token") == 3, output
+    # Every connection passed its handshake: the coordinator names no peer for failing one.
+    assert "closed before their first call" not in output, output
     metrics = read_metrics(out)
     assert metrics["test_accuracy"] >= 0.97, output
     assert metrics["threads"] == 1  # the workers' setting, reported by them

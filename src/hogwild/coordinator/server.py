@@ -24,6 +24,7 @@ from hogwild.outputs.plotter import BackgroundPlot
 from hogwild.outputs.prometheus import MetricsServer, coordinator_reader, serve_metrics
 from hogwild.protocol import pb_grpc
 from hogwild.protocol.codec import warmup as codec_warmup
+from hogwild.protocol.handshakes import HandshakeWatch
 from hogwild.protocol.health import (
     COORDINATOR_SERVICE,
     HealthReporter,
@@ -118,6 +119,8 @@ def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None,
     sigterm = SignalWatch(signal.SIGTERM, on_sigterm).install()
     sigusr1 = SignalWatch(signal.SIGUSR1, on_sigusr1).install()
     probes = start_serving(server, health, settings, log)
+    # One line per peer host whose connections fail their TLS handshake (gRPC says nothing).
+    handshakes = HandshakeWatch(port, from_settings(settings).tls).start()
     # One write (print() writes the newline apart, and a log line could land between): the
     # launcher reads this line by its prefix.
     out.write(f"{READY_PREFIX}{port}\n")
@@ -148,6 +151,7 @@ def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None,
         print(f"coordinator: {exc}", file=sys.stderr, flush=True)
         return EXIT_LEFT
     finally:
+        handshakes.close()  # (the server's own closing below is no peer's failure)
         health.set(False)
         health.shutdown()
         driver.close()

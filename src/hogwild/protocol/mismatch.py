@@ -81,7 +81,10 @@ def diagnose_tls(address: str, settings: Settings, server: str,
         raw = socket.create_connection((host, port), timeout=timeout)
     except OSError:
         return None
-    with raw:
+    # A second handle on the connection, which a failed handshake does not close: a plain
+    # server is left to hang up first, so its side keeps the connection's trace for a minute
+    # and names this peer in its own log (hogwild.protocol.handshakes).
+    with raw, raw.dup() as kept:
         raw.settimeout(timeout)
         try:
             with context.wrap_socket(raw, server_hostname=name) as tls:
@@ -92,7 +95,10 @@ def diagnose_tls(address: str, settings: Settings, server: str,
         except ssl.SSLCertVerificationError as exc:
             return _verify_failed(exc, settings, server, name)
         except ssl.SSLError as exc:
-            return _handshake_failed(exc, settings, server)
+            found = _handshake_failed(exc, settings, server)
+            if found is not None:
+                _until_closed(kept, timeout)
+            return found
         except OSError:
             return None
     if not settings.tls_ca:
@@ -102,6 +108,16 @@ def diagnose_tls(address: str, settings: Settings, server: str,
     if not answer:
         return _refused_certificate(settings, server, "it closed the connection")
     return None
+
+
+def _until_closed(sock: socket.socket, timeout: float) -> None:
+    """Read what the server still sends until it closes the connection (or ``timeout``)."""
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(4096):
+            pass
+    except OSError:
+        pass
 
 
 def _refused_certificate(settings: Settings, server: str, how: str) -> tuple[str, str]:
