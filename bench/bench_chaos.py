@@ -4,7 +4,8 @@
     .venv/bin/python bench/bench_chaos.py --minutes 3 --other-minutes 1   # shorter
 
 Runs (Reuters earn, 8 workers of 1 thread, on loopback): sync and async with the default
-topology (mesh) for --minutes each, then star and tree (sync) for --other-minutes each. Each
+topology (`auto`: at 8 workers a tree in sync mode, a mesh in async mode) for --minutes each,
+then each other topology in sync mode for --other-minutes each. Each
 run gets kill -9 + restart of a worker and SIGSTOP of a worker for 5-15 s at random, one kill
 -9 of the coordinator followed by `--resume`, and one bad member (a worker restarted with its
 delta values 1e30 for a minute); see tests/cluster/soak.py. Each is compared with the same
@@ -31,6 +32,8 @@ sys.path.insert(0, str(REPO))  # tests.cluster (the soak) and its data paths
 
 from tests.cluster.soak import Soak, SoakReport, clean_accuracy, missed, table
 
+from hogwild.settings.rules import resolve_topology
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -46,8 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="hogwild-soak-"))
-    runs = [("sync", "mesh", args.minutes), ("async", "mesh", args.minutes),
-            ("sync", "star", args.other_minutes), ("sync", "tree", args.other_minutes)]
+    # The default topology (auto) as it resolves for this many workers in each mode, then
+    # each other topology in sync mode.
+    default_sync = resolve_topology("auto", args.workers, "sync")
+    runs = [("sync", default_sync, args.minutes),
+            ("async", resolve_topology("auto", args.workers, "async"), args.minutes)]
+    runs += [("sync", other, args.other_minutes) for other in ("mesh", "star", "tree")
+             if other != default_sync]
     reports: list[SoakReport] = []
     for i, (mode, topology, minutes) in enumerate(runs):
         if minutes <= 0:

@@ -371,15 +371,7 @@ def test_worker_helpers_use_only_the_nodes_public_names() -> None:
 # Private names imported from another module of the package (a private module of one's own
 # package, such as data/_textparse.py, is that package's to share). Those left are listed so
 # that a new one fails; each leaves the table when it is made public.
-KNOWN_PRIVATE_IMPORTS = {
-    ("hogwild.data.cacheblocks", "hogwild.data.csr._check_structure"),
-    ("hogwild.model.cuda_mlp_kernels", "hogwild.model.cuda_kernels._dloss"),
-    ("hogwild.model.cuda_mlp_kernels", "hogwild.model.cuda_kernels._kernel"),
-    ("hogwild.model.cuda_mlp_kernels", "hogwild.model.cuda_kernels._loss"),
-    ("hogwild.model.mlp_kernels", "hogwild.model.kernels._dloss"),
-    ("hogwild.model.mlp_kernels", "hogwild.model.kernels._loss"),
-    ("hogwild.model.mlp_kernels", "hogwild.model.kernels._publish"),
-}
+KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()
 
 
 def private_imports(importer: str, source: str, modules: set[str]) -> set[tuple[str, str]]:

@@ -226,7 +226,7 @@ def test_publish_writes_values_alone_and_adds_changes_over_others() -> None:
     base = np.array([1.0, 1.0, 1.0, 1.0])
     view = np.array([1.5, 1.0, 2.0, 1.0])     # own changes on 0 and 2
     w = np.array([1.0, 3.0, 4.0, 1.0])        # another writer changed 1 and 2
-    kernels._publish(w, view, base, 3)        # id 3 lies outside the published span
+    kernels.publish_view(w, view, base, 3)        # id 3 lies outside the published span
     # 0: only own change -> the value itself; 1: only theirs -> view refreshed;
     # 2: both -> their value plus own net change.
     np.testing.assert_array_equal(w, [1.5, 3.0, 5.0, 1.0])

@@ -11,7 +11,7 @@ import numpy as np
 from hogwild.data._threads import default_threads
 from hogwild.data.blockparse import parse_text
 from hogwild.data.cache import ARRAYS, CachedArrays, CacheWriter, new_hasher, warn_damaged
-from hogwild.data.csr import CSRData, _check_structure
+from hogwild.data.csr import CSRData, check_structure
 from hogwild.data.labelcheck import LabelWatch
 from hogwild.data.placement import RowTarget
 from hogwild.data.textblocks import BLOCK_BYTES, Readable, text_blocks
@@ -49,7 +49,7 @@ def cached_blocks(found: CachedArrays, block_nnz: int = BLOCK_BYTES // 8,
             if idx is None or val is None or lab is None:
                 raise DataError(f"cache {where}: a file is shorter than its header says")
             local = indptr[r0:r1 + 1] - a
-            code, _ = _check_structure(local, idx, val, lab, n_features)
+            code, _ = check_structure(local, idx, val, lab, n_features)
             if int(code) != 0:
                 raise DataError(f"cache {where}: the rows from {r0} fail the check ({int(code)})")
             yield r0, CSRData(local, idx, val, lab, n_features)

@@ -33,7 +33,7 @@ def _gather_rows(indptr: Any, indices: Any, values: Any, rows: Any, new_indptr: 
 
 
 @njit(nogil=True, cache=True)
-def _check_structure(indptr: Any, indices: Any, values: Any, labels: Any,
+def check_structure(indptr: Any, indices: Any, values: Any, labels: Any,
                      n_features: int) -> Any:  # pragma: no cover - compiled
     """Return (code, position) of the first structural fault, or (0, -1) if there is none.
 
@@ -201,7 +201,7 @@ class CSRData:
     def validate(self) -> None:
         """Full structural check (monotone indptr, indices in range and strictly increasing
         per row, finite values and labels); raises DataError naming the first fault."""
-        code, pos = _check_structure(self.indptr, self.indices, self.values, self.labels,
+        code, pos = check_structure(self.indptr, self.indices, self.values, self.labels,
                                      self.n_features)
         code = int(code)
         pos = int(pos)

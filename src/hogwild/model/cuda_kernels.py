@@ -68,7 +68,7 @@ def _device(fn: _F) -> _F:
     return cast(_F, cuda.jit(device=True, inline=True)(fn))
 
 
-def _kernel(fn: Callable[..., None]) -> Any:
+def cuda_kernel(fn: Callable[..., None]) -> Any:
     """A CUDA kernel: launched as ``kernel[blocks, threads](*args)``."""
     return cuda.jit(fn)
 
@@ -85,11 +85,11 @@ _PARTIALS = WARP * MAX_WARPS_PER_BLOCK
 
 # The CPU kernels' losses, compiled from their Python source as device functions: one
 # definition for both targets.
-_loss = _device(_cpu._loss.py_func)
-_dloss = _device(_cpu._dloss.py_func)
+point_loss = _device(_cpu.point_loss.py_func)
+point_dloss = _device(_cpu.point_dloss.py_func)
 
 
-@_kernel
+@cuda_kernel
 def sgd_epoch(indptr: Any, indices: Any, values: Any, labels: Any, w: Any, n_features: int,
               loss_code: int, lr0: float, schedule_code: int, power_t: float, t0: float,
               l2: float, fit_bias: bool, loss_out: Any) -> None:  # pragma: no cover
@@ -133,8 +133,8 @@ def sgd_epoch(indptr: Any, indices: Any, values: Any, labels: Any, w: Any, n_fea
                 m += part[head + q]
             y = float64(labels[r])
             if lane == 0:
-                own_loss += _loss(loss_code, m, y)
-            g = _dloss(loss_code, m, y)
+                own_loss += point_loss(loss_code, m, y)
+            g = point_dloss(loss_code, m, y)
             if g != 0.0:
                 if schedule_code != INVSCALING:
                     lr = lr0

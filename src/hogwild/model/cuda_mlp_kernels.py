@@ -45,7 +45,7 @@ from typing import Any
 
 from numba import float64
 
-from hogwild.model.cuda_kernels import INVSCALING, WARP, _dloss, _kernel, _loss, cuda
+from hogwild.model.cuda_kernels import INVSCALING, WARP, cuda, cuda_kernel, point_dloss, point_loss
 from hogwild.settings.rules import GPU_MLP_MAX_UNITS
 
 MAX_HIDDEN_UNITS = GPU_MLP_MAX_UNITS
@@ -57,7 +57,7 @@ _UNITS = MAX_HIDDEN_UNITS * MAX_WARPS_PER_BLOCK
 _PARTIALS = WARP * MAX_WARPS_PER_BLOCK
 
 
-@_kernel
+@cuda_kernel
 def mlp_sgd_epoch(indptr: Any, indices: Any, values: Any, labels: Any, w: Any,
                   n_features: int, hidden: Any, layout: Any, loss_code: int, lr0: float,
                   schedule_code: int, power_t: float, t0: float, l2: float, fit_bias: bool,
@@ -152,8 +152,8 @@ def mlp_sgd_epoch(indptr: Any, indices: Any, values: Any, labels: Any, w: Any,
                 m += part[head + q]
             y = float64(labels[r])
             if lane == 0:
-                own_loss += _loss(loss_code, m, y)
-            g = _dloss(loss_code, m, y)
+                own_loss += point_loss(loss_code, m, y)
+            g = point_dloss(loss_code, m, y)
             update = g != 0.0
             if schedule_code != INVSCALING:
                 lr = lr0

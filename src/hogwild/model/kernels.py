@@ -120,10 +120,10 @@ BIAS_FLUSH_ROWS = 64
 HOT_TIER_GROWTH = 4
 
 
-# _loss and _dloss are also compiled as CUDA device functions (cuda_kernels.py, from their
-# Python source): one definition of the losses for both, in what both targets compile.
+# point_loss and point_dloss are also compiled as CUDA device functions (cuda_kernels.py,
+# from their Python source): one definition of the losses for both, in what both compile.
 @njit(nogil=True, cache=True, inline="always")
-def _loss(code: int, m: float, y: float) -> float:
+def point_loss(code: int, m: float, y: float) -> float:
     if code == HINGE:
         z = 1.0 - y * m
         return z if z > 0.0 else 0.0  # noqa: FURB136 - max() is no CUDA device code
@@ -138,7 +138,7 @@ def _loss(code: int, m: float, y: float) -> float:
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _dloss(code: int, m: float, y: float) -> float:
+def point_dloss(code: int, m: float, y: float) -> float:
     if code == HINGE:
         return -y if y * m < 1.0 else 0.0
     if code == LOGISTIC:
@@ -152,7 +152,7 @@ def _dloss(code: int, m: float, y: float) -> float:
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _publish(w: F64, view: F64, base: F64, stop: int) -> None:
+def publish_view(w: F64, view: F64, base: F64, stop: int) -> None:
     """Hand this thread's changes to ``view[:stop]`` over to ``w`` and take in the others'.
 
     ``base[j]`` is ``w[j]`` as last synchronised, so ``view[j] - base[j]`` is this thread's
@@ -233,8 +233,8 @@ def sgd_range(
         for k in range(split, hi):
             m += w[np.uint64(indices[k])] * values[k]
         y = np.float64(labels[r])
-        loss_sum += _loss(loss_code, m, y)
-        g = _dloss(loss_code, m, y)
+        loss_sum += point_loss(loss_code, m, y)
+        g = point_dloss(loss_code, m, y)
         # A row of weight c steps as c copies of it would (to first order): gradient and
         # L2 shrink scaled by c.
         rw = 1.0
@@ -293,12 +293,12 @@ def sgd_range(
                 while c % HOT_TIER_GROWTH == 0 and span < nh:
                     c //= HOT_TIER_GROWTH
                     span *= HOT_TIER_GROWTH
-                _publish(w, view, base, min(span, nh))
+                publish_view(w, view, base, min(span, nh))
     if fit_bias:
         w[n_features] += bias - bias0
         if avg is not None:
             avg[n_features] += avg_bias
-    _publish(w, view, base, nh)
+    publish_view(w, view, base, nh)
     return t, loss_sum
 
 
@@ -361,8 +361,8 @@ def _accumulate(indptr: I64, indices: I32, values: F32, labels: F32, start: int,
         for k in range(lo, hi):
             m += w[np.uint64(indices[k])] * values[k]
         y = np.float64(labels[r])
-        loss_sum += _loss(loss_code, m, y)
-        g = _dloss(loss_code, m, y)
+        loss_sum += point_loss(loss_code, m, y)
+        g = point_dloss(loss_code, m, y)
         if row_weights is not None:
             g *= row_weights[r]
         if g == 0.0:
@@ -469,7 +469,7 @@ def evaluate(
         for k in range(np.uint64(indptr[r]), np.uint64(indptr[r + 1])):
             m += w[np.uint64(indices[k])] * values[k]
         y = np.float64(labels[r])
-        loss_sum += _loss(loss_code, m, y)
+        loss_sum += point_loss(loss_code, m, y)
         if loss_code != SQUARED:
             pred = 1.0 if m >= 0.0 else -1.0
             if pred == y:

@@ -16,7 +16,7 @@ Forward for one row with non-zeros (f_k, x_k):
 every x_k taken as 1), ``a_l = relu(z_l)``, ``z_(l+1) = a_l W_(l+1) + b_(l+1)``, margin
 ``m = (bo + sum_k x_k u[f_k]) + a_L . Wo``: a linear model over the same row (the "wide"
 part) plus the network (the "deep" part). The loss and its derivative g = dl/dm are the
-linear model's (kernels._loss / kernels._dloss). Backward: ``delta_L = g Wo * [z_L > 0]``,
+linear model's (kernels.point_loss / kernels.point_dloss). Backward: ``delta_L = g Wo * [z_L > 0]``,
 ``delta_(l-1) = (W_l delta_l) * [z_(l-1) > 0]`` with the weights before the step, then every
 parameter moves by ``-step * gradient``: the wide part (u and bo) with the schedule's step,
 exactly as the linear kernel steps its weights, the deep part with ``deep_lr`` times that
@@ -48,7 +48,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.jit import njit
-from hogwild.model.kernels import INVSCALING, _dloss, _loss, _publish
+from hogwild.model.kernels import INVSCALING, point_dloss, point_loss, publish_view
 from hogwild.model.losses import SQUARED
 from hogwild.model.spec import ModelSpec
 
@@ -178,8 +178,8 @@ def mlp_sgd_range(
         hi = np.uint64(indptr[r + 1])
         m = _forward(indices, values, lo, hi, w, view, hidden, layout, binary, z, a)
         y = np.float64(labels[r])
-        loss_sum += _loss(loss_code, m, y)
-        g = _dloss(loss_code, m, y)
+        loss_sum += point_loss(loss_code, m, y)
+        g = point_dloss(loss_code, m, y)
         if schedule_code == INVSCALING:
             lr = lr0 / t**power_t
         else:
@@ -251,8 +251,8 @@ def mlp_sgd_range(
         until_flush -= 1
         if until_flush == 0:
             until_flush = flush
-            _publish(w[tail_start:], view, base, view.shape[0])
-    _publish(w[tail_start:], view, base, view.shape[0])
+            publish_view(w[tail_start:], view, base, view.shape[0])
+    publish_view(w[tail_start:], view, base, view.shape[0])
     return t, loss_sum
 
 
@@ -293,7 +293,7 @@ def mlp_evaluate(indptr: I64, indices: I32, values: F32, labels: F32, w: F64, n_
         m = _forward(indices, values, np.uint64(indptr[r]), np.uint64(indptr[r + 1]), w, tail,
                      hidden, layout, binary, z, a)
         y = np.float64(labels[r])
-        loss_sum += _loss(loss_code, m, y)
+        loss_sum += point_loss(loss_code, m, y)
         if loss_code != SQUARED:
             pred = 1.0 if m >= 0.0 else -1.0
             if pred == y:

@@ -172,7 +172,7 @@ class DecodedDelta:
 # before it is refused: the bound below is loose already; this is headroom on top.
 VALUE_BOUND_FACTOR = 4.0
 # Losses whose gradient is bounded: |dloss/dmargin| <= |y| = 1 for hinge and logistic on
-# +-1 labels (hogwild.model.kernels._dloss).
+# +-1 labels (hogwild.model.kernels.point_dloss).
 _BOUNDED_GRADIENT_LOSSES = frozenset({"hinge", "logistic"})
 
 
