@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 
 import pytest
 
+from hogwild.coordinator import links
+from hogwild.coordinator.records import WorkerRecord
 from hogwild.protocol.health import LIVENESS, check
 
-from .conftest import CoordinatorServer, WorkerServer
+from .conftest import CoordinatorServer, WorkerServer, loopback_settings
 
 
 def test_liveness_serves_while_readiness_does_not(coordinator_server: CoordinatorServer) -> None:
@@ -62,3 +66,28 @@ def test_the_watchdog_thread_notices_a_stall_by_itself(
         if time.monotonic() > deadline:
             pytest.fail("liveness still SERVING 30 s after the watched loop stalled")
         time.sleep(0.2)
+
+
+def test_the_coordinator_says_when_a_worker_is_slow_to_be_ready(
+        coordinator_server: CoordinatorServer, worker_server: WorkerServer,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Taking a worker back waits for its health to say SERVING (it loads its kernels first);
+    a wait past READY_NOTE_AFTER is logged with the health's answer, then its end."""
+    monkeypatch.setattr(links, "READY_NOTE_AFTER", 0.3)
+    settings = loopback_settings(workers=2)
+    worker_links = links.WorkerLinks(settings, coordinator_server.state)
+    record = WorkerRecord(worker_id=worker_server.node.worker_id,
+                          address=worker_server.address, threads=1)
+    worker_links.connect(record)
+    timer = threading.Timer(1.0, worker_server.health.set, args=(True,))
+    timer.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="hogwild.coordinator"):
+            worker_links.wait_ready(record, timeout=20, stopped=lambda: False)
+    finally:
+        timer.cancel()
+        worker_links.channels[record.worker_id].close()
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(f"waiting for worker {record.worker_id} at {worker_server.address} to be "
+               "ready (its health: NOT_SERVING)" in line for line in lines), lines
+    assert any(line.startswith(f"worker {record.worker_id} ready after ") for line in lines)

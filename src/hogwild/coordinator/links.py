@@ -24,6 +24,9 @@ from hogwild.protocol.streams import FinalState, receive_state, state_chunks
 log = logging.getLogger("hogwild.coordinator")
 
 T = TypeVar("T")
+# A worker not ready this many seconds after the coordinator began to wait for it is said so
+# (then again once it is ready), so a slow start is in the log with its cause.
+READY_NOTE_AFTER = 5.0
 
 
 class WorkerLinks:
@@ -60,14 +63,26 @@ class WorkerLinks:
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
         stub = health_pb2_grpc.HealthStub(self.channels[record.worker_id])
-        deadline = time.monotonic() + timeout
+        began = time.monotonic()
+        deadline = began + timeout
+        said = False
         while time.monotonic() < deadline and not stopped():
             try:
                 reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                answer = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    if said:
+                        log.info("worker %d ready after %.1fs", record.worker_id,
+                                 time.monotonic() - began)
                     return
-            except grpc.RpcError:
-                pass
+            except grpc.RpcError as exc:
+                answer = exc.code().name
+            if not said and time.monotonic() - began > READY_NOTE_AFTER:
+                # A worker loads its compiled kernels before it says SERVING: seconds, or
+                # longer where numba compiles them anew (a cold or stale cache).
+                log.info("waiting for worker %d at %s to be ready (its health: %s)",
+                         record.worker_id, record.address, answer)
+                said = True
             time.sleep(0.2)
         raise ClusterError(f"worker {record.worker_id} at {record.address} was not ready "
                            f"within {timeout:g}s")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import time
 
 import grpc
 
@@ -29,6 +30,10 @@ from hogwild.worker.node import WorkerNode
 from hogwild.worker.servicer import WorkerServicer
 
 log = logging.getLogger("hogwild.worker")
+
+# Seconds of loading the compiled kernels past which the worker says so: the coordinator
+# waits for it to be ready before it ships a shard (normally a second or two from the cache).
+SLOW_WARMUP = 10.0
 
 __all__ = ["WorkerNode", "create_server", "serve"]
 
@@ -104,9 +109,15 @@ def serve(settings: Settings) -> int:
             sys.stdout.write(f"{REGISTERED_PREFIX}{node.worker_id}\n")
             sys.stdout.flush()
             if not warmed:
+                began = time.monotonic()
                 warmup()
                 codec_warmup()
                 warmed = True
+                loaded = time.monotonic() - began
+                if loaded > SLOW_WARMUP:  # the coordinator waits for it: say why
+                    log.warning("loading the compiled kernels took %.1fs (a cold or stale "
+                                "numba cache compiles them anew; a busy machine slows the "
+                                "loading)", loaded)
             health.set(True)
             node.wait_for_start(settings.register_timeout + settings.connect_timeout)
             node.run()
