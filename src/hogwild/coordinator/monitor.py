@@ -20,11 +20,6 @@ from hogwild.errors import TrainingDiverged
 from hogwild.model.evaluation import evaluate
 from hogwild.model.spec import ModelSpec
 
-# No delta for this long (and for 4 barrier_timeouts, and 10 times the longest gap between
-# deltas so far) is said to be a stall on the console; each later warning waits twice as long,
-# and the third ends the run (stop reason "stalled").
-STALL_WARNING_AFTER = 30.0
-
 
 def stop_rules(settings: Settings, train_rows: int, resume: Checkpoint | None,
                say: Callable[[str], None]) -> StopRules:
@@ -134,7 +129,10 @@ class Monitor:
         reports_at_eval = -1  # state.loss_reports at the last periodic evaluation
         next_checkpoint = time.perf_counter() + s.checkpoint_interval
         trace = self.trace
-        stall = StallWatch(max(STALL_WARNING_AFTER, 4 * s.barrier_timeout))
+        # No delta for stall_warning_after (and for 4 barrier_timeouts, and 10 times the
+        # longest gap between deltas so far) is said to be a stall on the console; each later
+        # warning waits twice as long, and the third ends the run (stop reason "stalled").
+        stall = StallWatch(max(s.stall_warning_after, 4 * s.barrier_timeout))
         next_curve = ev.next_curve(began)
         while True:
             self.alive_at = time.monotonic()

@@ -231,7 +231,8 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     # Every wait has a deadline: an infinite one overflows the clock (threading's waits
     # raise OverflowError), so a timeout is finite.
     **{key: (lambda v: 0 < v < float("inf"), "must be positive and finite")
-       for key in ("register_timeout", "barrier_timeout", "rpc_timeout", "connect_timeout")},
+       for key in ("register_timeout", "barrier_timeout", "rpc_timeout", "connect_timeout",
+                   "stall_warning_after")},
     "learning_rate": BOUNDS["learning_rate"].rule,
     "deep_lr_scale": BOUNDS["deep_lr_scale"].rule,
     "lr_decay": BOUNDS["lr_decay"].rule,

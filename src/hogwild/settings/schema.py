@@ -160,6 +160,13 @@ class Settings:
     connect_timeout: float = field(
         default=120.0,
         metadata=_doc("how long a worker retries registering before it gives up", commands=_RW))
+    stall_warning_after: float = field(
+        default=30.0,
+        metadata=_doc("seconds without any delta after which the coordinator warns that "
+                      "training may be stalled (at least 4 barrier_timeouts and 10 times the "
+                      "longest gap between deltas so far); it warns again after twice and four "
+                      "times as long, and at the third warning ends the run (stop reason "
+                      "stalled, exit 4)", commands=_RC))
     # --- model -------------------------------------------------------------------------
     loss: str = field(
         default="hinge",
