@@ -286,6 +286,9 @@ _HEAVY_MODULES = {
 _PLOTTING = ("train", "coordinator")
 # Commands that train: a run goes on when its standard output's reader goes away.
 _TRAINING = ("train", "coordinator", "worker", "run", "experiment")
+# The exit code of a command whose standard output's reader went away: a shell's for a
+# command killed by SIGPIPE (128 + 13).
+EXIT_BROKEN_PIPE = 141
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -309,6 +312,14 @@ def main_process(argv: Sequence[str] | None, plot: BackgroundPlot | None = None)
     quiet_grpc_core()  # before anything imports grpc
     try:
         return _main(argv, None, whole_process=True, plot=plot)
+    except BrokenPipeError:
+        # The reader of standard output went away (`hogwild certs | head`): stop quietly, as
+        # a command killed by SIGPIPE does (training commands go on instead, see
+        # startup.outlive_console). What is still buffered goes nowhere, not to a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
     finally:
         from hogwild.startup import before_exit
 

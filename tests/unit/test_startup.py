@@ -242,3 +242,21 @@ def test_a_training_command_outlives_its_stdout_reader(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
     assert (tmp_path / "out" / "latest" / "model.npz").is_file()
     assert json.loads((tmp_path / "out" / "latest" / "metrics.json").read_text())["epochs"] == 3
+
+
+def test_a_printing_command_stops_quietly_when_its_reader_goes_away(tmp_path: Path) -> None:
+    """`hogwild certs ... | head`: the reader is gone; the command stops as one killed by
+    SIGPIPE would (exit 141), with no traceback (it used to end on BrokenPipeError's)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "hogwild.cli", "certs", "--out", str(tmp_path / "certs"),
+             "--hosts", "127.0.0.1"],
+            stdout=write, stderr=subprocess.PIPE, text=True, env=_env(), timeout=120,
+            check=False)
+    finally:
+        os.close(write)
+    assert proc.returncode == 141, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    assert (tmp_path / "certs" / "ca.crt").is_file()  # written before anything was printed
