@@ -8,6 +8,7 @@ from typing import Any
 
 from hogwild.config import Settings
 from hogwild.coordinator.records import WorkerRecord
+from hogwild.data.conflicts import Recommendation, advice, recommend_for, startup_report
 from hogwild.engine.round_size import choose_round_size
 
 log = logging.getLogger("hogwild.coordinator")
@@ -22,7 +23,6 @@ class ConflictAdvice:
 
     def measure(self, train: Any, load_seconds: float) -> None:
         """Print the data's conflict statistics and the safe in-flight bound (bounded cost)."""
-        from hogwild.data.conflicts import startup_report
 
         s = self.settings
         rounds = choose_round_size(s.round_size, train.n_rows, train.nnz, s.workers * s.threads,
@@ -42,7 +42,6 @@ class ConflictAdvice:
         Where even one example per thread exceeds the bound (dense rows: n/(2Δ) < 1 on most
         real text data), no round size is covered, and a warning on every run would say
         nothing a user can act on."""
-        from hogwild.data.conflicts import Recommendation
 
         entry = self.entry
         rec = Recommendation(**entry["recommendation"]) if entry is not None else None
@@ -59,7 +58,6 @@ class ConflictAdvice:
         the round size the run uses, when they differ from what the coordinator assumed
         before any worker registered (its own ``threads`` and ``workers`` settings): a
         worker's thread count is its own setting, as in compose or Kubernetes."""
-        from hogwild.data.conflicts import Recommendation, advice, recommend_for
 
         entry = self.entry
         if entry is None or not live:

@@ -39,7 +39,10 @@ from hogwild.coordinator.stopping import StopRules, StopSignal, regression_warni
 from hogwild.coordinator.trace import ModelTrace, earlier_rows
 from hogwild.coordinator.worker_shares import Shipper
 from hogwild.data.classweights import run_class_weights
+from hogwild.data.split import shard
 from hogwild.engine.guard import SwingGuard
+from hogwild.engine.job import test_quality
+from hogwild.engine.runstart import model_spec
 from hogwild.errors import OutputError, TrainingDiverged
 from hogwild.model.evaluation import evaluate
 from hogwild.model.losses import get_loss
@@ -48,10 +51,12 @@ from hogwild.outputs import artifacts
 from hogwild.outputs.console import NORMAL, Console, run_done, run_saved_line
 from hogwild.outputs.history import EvalHistory
 from hogwild.outputs.plotter import BackgroundPlot
+from hogwild.outputs.results import plot_title, write_outputs
 from hogwild.outputs.tensorboard import open_scalars
 from hogwild.protocol.deltanorms import NormWatch
 from hogwild.protocol.health import HealthReporter
 from hogwild.protocol.streams import FinalState
+from hogwild.runtime.warmup import preload_in_background
 from hogwild.settings.rules import few_rows_a_worker
 
 if TYPE_CHECKING:
@@ -125,9 +130,6 @@ class RunDriver:
 
     def run(self) -> dict[str, Any]:
         """The whole run; returns the metrics written to metrics.json."""
-        from hogwild.data.split import shard
-        from hogwild.engine.runstart import model_spec
-        from hogwild.runtime.warmup import preload_in_background
 
         s = self.settings
         began = time.perf_counter()
@@ -337,8 +339,6 @@ class RunDriver:
 
     def _finish(self, splits: Any, rules: StopRules, reason: str, train_seconds: float,
                 load_seconds: float, began: float) -> dict[str, Any]:
-        from hogwild.engine.job import test_quality
-        from hogwild.outputs.results import plot_title, write_outputs
 
         s = self.settings
         loss = get_loss(s.loss)

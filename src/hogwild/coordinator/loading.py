@@ -11,8 +11,11 @@ import numpy.typing as npt
 from hogwild.config import Settings
 from hogwild.coordinator import fingerprint
 from hogwild.coordinator.checkpoint_file import Checkpoint
+from hogwild.coordinator.localplan import load_local
 from hogwild.coordinator.runconfig import TrainShape
 from hogwild.data.labels import MULTICLASS
+from hogwild.data.sources import data_lines
+from hogwild.engine.runstart import load_splits, model_spec, warm_start_weights
 from hogwild.errors import ClusterError, ConfigError, DataError
 from hogwild.model.spec import ModelSpec
 
@@ -27,12 +30,10 @@ def load_data(s: Settings) -> tuple[Any, LocalShipping | None, TrainShape]:
         if s.initial_model:
             raise ConfigError("initial_model", "not with shipping local (the coordinator "
                               "fits the warm start's feature space to the data it loads)")
-        from hogwild.coordinator.localplan import load_local
 
         splits, local = load_local(s)
         train = TrainShape(local.plan.train_rows, local.plan.train_nnz, splits.val.n_features)
     else:
-        from hogwild.engine.runstart import load_splits
 
         splits, local = load_splits(s), None
         if (splits.hashing or {}).get("weight"):
@@ -44,7 +45,6 @@ def load_data(s: Settings) -> tuple[Any, LocalShipping | None, TrainShape]:
                               "both)")
         train = TrainShape(splits.train.n_rows, splits.train.nnz, splits.train.n_features)
         if splits.initial is not None:
-            from hogwild.engine.runstart import model_spec, warm_start_weights
 
             # A warm start that is not this run's model (another loss, implausible weights)
             # is refused now, not after the workers have registered.
@@ -59,7 +59,6 @@ def load_data(s: Settings) -> tuple[Any, LocalShipping | None, TrainShape]:
 
 def say_data(splits: Any, local: LocalShipping | None, say: Callable[[str], None]) -> None:
     """The data's lines on the console."""
-    from hogwild.data.sources import data_lines
 
     for line in data_lines(splits, local.describe() if local else None):
         say(line)
@@ -91,7 +90,6 @@ def starting_weights(s: Settings, splits: Any, spec: ModelSpec, resume: Checkpoi
     initial = spec.initial_weights(s.seed) if spec.is_mlp else None
     warm_started = False
     if splits.initial is not None and resume is None:  # warm start
-        from hogwild.engine.runstart import warm_start_weights
 
         initial = warm_start_weights(s, splits, spec)
         warm_started = True

@@ -21,6 +21,7 @@ from hogwild.coordinator.relay import StarRelay
 from hogwild.coordinator.state import RunState
 from hogwild.coordinator.trace import ModelTrace
 from hogwild.coordinator.worker_shares import Shipper
+from hogwild.engine.runstart import initial_model_record
 from hogwild.errors import OutputError
 from hogwild.model.spec import ModelSpec
 from hogwild.outputs import artifacts
@@ -126,7 +127,6 @@ def run_metrics(s: Settings, splits: Any, spec: ModelSpec, state: RunState, tota
                 saved: dict[str, Any] | None, final_row: dict[str, Any]) -> dict[str, Any]:
     """metrics.json's figures (the test quality of the saved model is added by the caller).
     ``saved``: the evaluation whose model is saved; ``final_row``: the closing one."""
-    from hogwild.engine.runstart import initial_model_record
 
     examples = totals.examples
     local = shipper.local

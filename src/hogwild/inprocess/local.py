@@ -47,15 +47,17 @@ def make_trainer(settings: Settings, spec: ModelSpec) -> Trainer:
     params = train_params(settings)
     if settings.device != "cpu":  # a GPU (hogwild.engine.gpu loads numba.cuda only then)
         if spec.is_mlp:
+            # Here: numba.cuda is imported only where a GPU is asked for.
             from hogwild.engine.gpu_mlp import gpu_mlp_trainer
 
             return gpu_mlp_trainer(settings.device, spec, params, seed=settings.seed,
                                    deep_lr_scale=settings.deep_lr_scale)
-        from hogwild.engine.gpu import gpu_trainer
+        from hogwild.engine.gpu import gpu_trainer  # (numba.cuda: as above)
 
         return gpu_trainer(settings.device, spec.n_features, params)
     if not spec.is_mlp:
         return Trainer(spec.n_features, params)
+    # Here: only the MLP needs its kernels; a linear run does not load them.
     from hogwild.engine.mlp import MLPTrainer
     from hogwild.model.mlp_kernels import BUFFERED_FLUSH_ROWS
 
@@ -107,7 +109,7 @@ def warm_kernels(settings: Settings) -> None:
 def _train(settings: Settings, console: Console, started: float,
            plot: BackgroundPlot, run: artifacts.RunDir) -> dict[str, Any]:
     if settings.device != "cpu":  # no GPU: refused before any data is read or CUDA is warmed
-        from hogwild.engine.gpu_device import cuda_device
+        from hogwild.engine.gpu_device import cuda_device  # (numba.cuda only for a GPU)
 
         cuda_device(settings.device)
     preload_in_background(lambda: warm_kernels(settings))
@@ -115,7 +117,7 @@ def _train(settings: Settings, console: Console, started: float,
         if settings.initial_model:
             raise ConfigError("initial_model", "not with out_of_core (warm start trains "
                               "from data in memory)")
-        from hogwild.inprocess import outofcore
+        from hogwild.inprocess import outofcore  # (the block reader: only out of core)
 
         return outofcore.train_job(settings, console, started, plot, run)
     splits = load_splits(settings)

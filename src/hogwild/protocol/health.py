@@ -132,6 +132,8 @@ def serve_health_only(reporter: HealthReporter, host: str, port: int) -> tuple[g
     """A second, started server answering grpc.health.v1 only, in plain text and without a
     token, on host:port: for probes that cannot present a certificate (Kubernetes' gRPC
     probes). It tells nothing but SERVING / NOT_SERVING."""
+    # Here: `hogwild health`, a container's probe every few seconds, imports this module and
+    # needs neither (the server side costs it about 30 ms to import).
     from hogwild.protocol.security import Security
     from hogwild.protocol.serving import bind, new_server
 
@@ -146,7 +148,7 @@ def start_serving(server: grpc.Server, reporter: HealthReporter, settings: Setti
                   role_log: logging.Logger) -> grpc.Server | None:
     """Start ``server``, after the plain-text probe server when ``health_port`` is set (that
     one is returned for the caller to stop), and log on ``role_log`` how both are reached."""
-    from hogwild.protocol.security import from_settings
+    from hogwild.protocol.security import from_settings  # (as in serve_health_only)
 
     probes = None
     if settings.health_port is not None:
