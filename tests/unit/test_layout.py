@@ -410,3 +410,17 @@ def test_no_new_private_imports_across_modules() -> None:
         found |= private_imports(name, path.read_text(encoding="utf-8"), set(modules))
     assert found - KNOWN_PRIVATE_IMPORTS == set()
     assert KNOWN_PRIVATE_IMPORTS - found == set(), "fixed: drop them from the table"
+
+
+# Tiers: a unit test runs in the test's own process. Starting a process, a server or the plot
+# helper makes it a test of another tier (tests/process, tests/service, tests/cluster).
+OTHER_TIERS = ("import subprocess", "subprocess.", "os.fork(", "grpc.server(", "create_server(",
+               "create_worker(", "BackgroundPlot(", "Popen(")
+
+
+def test_unit_tests_start_no_process_nor_server() -> None:
+    found = {f"{path.name}: {marker}"
+             for path in sorted(Path(__file__).resolve().parent.glob("*.py"))
+             if path.name != Path(__file__).name
+             for marker in OTHER_TIERS if marker in path.read_text(encoding="utf-8")}
+    assert not found, f"tests of another tier under tests/unit: {sorted(found)}"
