@@ -17,9 +17,11 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("hogwild's estimators need scikit-learn >= 1.6: "
                       "pip install '.[sklearn]' from a clone, or pip install scikit-learn") from exc
 
-from hogwild.config import Settings, check_values
+from hogwild.config import DEVICE_FORMAT, Settings, check_values
 from hogwild.data.csr import CSRData
+from hogwild.data.reorder import frequency_order, renumber, restore_weights, to_internal
 from hogwild.engine.fit import FitLoop
+from hogwild.engine.trainer import Trainer, TrainParams
 from hogwild.errors import ConfigError, TrainingDiverged
 from hogwild.estimator_options import (
     check_average,
@@ -27,7 +29,9 @@ from hogwild.estimator_options import (
     sample_weights,
     stream_epoch_rows,
 )
+from hogwild.model.hot import RENUMBERED_HOT_FEATURES
 from hogwild.model.saved import SavedModel
+from hogwild.model.scoring import margins
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -93,8 +97,6 @@ class HogwildEstimator(BaseEstimator):
 
     # --- training ------------------------------------------------------------------------
     def _params(self, n_features: int, renumbered: bool) -> Any:
-        from hogwild.engine.trainer import TrainParams
-        from hogwild.model.hot import RENUMBERED_HOT_FEATURES
 
         hot = RENUMBERED_HOT_FEATURES if renumbered else 0
         # The mean of the iterates weighs each step by its position in the sequence, which
@@ -113,11 +115,11 @@ class HogwildEstimator(BaseEstimator):
     def _gpu(self, n_features: int, params: Any, w: F64) -> Any:
         """The GPU trainer of ``device`` (cuda or cuda:N, the gpu extra installed); a
         ValueError naming the parameter when the device or a setting does not fit."""
-        from hogwild.config import DEVICE_FORMAT
 
         name = type(self).__name__
         if not isinstance(self.device, str) or DEVICE_FORMAT.fullmatch(self.device) is None:
             raise ValueError(f"{name}: device must be cpu, cuda or cuda:N, got {self.device!r}")
+        # Deferred: numba.cuda loads only where a GPU is asked for.
         from hogwild.engine.gpu import GPUTrainer
         from hogwild.engine.gpu_device import cuda_device
 
@@ -149,8 +151,6 @@ class HogwildEstimator(BaseEstimator):
         before (partial_fit), for each row of ``targets`` (one label vector per model),
         updating ``weights`` (K, d + 1) in the data's feature ids: the raw iterate, or with
         ``average`` the mean of the iterates (the raw one is kept for the next call)."""
-        from hogwild.data.reorder import frequency_order, renumber, restore_weights, to_internal
-        from hogwild.engine.trainer import Trainer
 
         average = check_average(type(self).__name__, self.average, self.trainer,
                                 self.batch_size, self.device)
@@ -256,7 +256,6 @@ class HogwildEstimator(BaseEstimator):
 
     # --- scoring -------------------------------------------------------------------------
     def _margins(self, X: Any) -> F64:
-        from hogwild.model.scoring import margins
 
         check_is_fitted(self, "weights_")
         X = validate_data(self, X, accept_sparse="csr", dtype=DTYPES, reset=False)

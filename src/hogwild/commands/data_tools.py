@@ -91,6 +91,7 @@ def add_hash(sub: Any) -> None:
 
 
 def gen_data(args: argparse.Namespace) -> int:
+    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.data.sources import describe
     from hogwild.data.svmlight import write_svmlight
     from hogwild.data.synthetic import make_rcv1_like, make_seed000
@@ -139,6 +140,7 @@ def _test_twin(path: str) -> str:
 
 
 def analyze(args: argparse.Namespace) -> int:
+    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.commands.analyze import analyze_command
 
     if min(args.threads, args.workers, args.round_size) < 1:
@@ -153,6 +155,7 @@ def analyze(args: argparse.Namespace) -> int:
 
 
 def hash_file(args: argparse.Namespace) -> int:
+    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.commands.hash_csv import hash_command
     from hogwild.data.csvquery import names
     from hogwild.data.encodings import HashOptions

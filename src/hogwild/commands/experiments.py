@@ -13,6 +13,7 @@ from hogwild.commands.common import setup_logging
 
 def add_experiment(sub: Any) -> None:
     """`experiment`: the HOGWILD! paper's comparisons."""
+    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.experiment.command import add_arguments as experiment_arguments
 
     experiment = sub.add_parser(
@@ -25,6 +26,7 @@ def add_experiment(sub: Any) -> None:
 
 
 def experiment(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.experiment.command import options_from_args, run_experiment
 
     opts = options_from_args(args)

@@ -51,6 +51,7 @@ def add_model_commands(sub: Any) -> None:
 
 
 def predict_or_eval(args: argparse.Namespace) -> int:
+    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.commands.predict import eval_command, predict_command
 
     if args.threads is not None and args.threads < 1:
@@ -72,6 +73,7 @@ def predict_or_eval(args: argparse.Namespace) -> int:
 
 
 def inspect(args: argparse.Namespace) -> int:
+    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.commands.inspect import inspect_command
 
     inspect_command(args.model, top=args.top, as_json=args.json)

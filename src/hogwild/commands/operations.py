@@ -38,6 +38,7 @@ def add_certs(sub: Any) -> None:
 
 
 def health(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.protocol.health import check
 
     if args.tls:
@@ -55,6 +56,7 @@ def health(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 def certs(args: argparse.Namespace) -> int:
+    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.protocol.certs import main as certs_main
 
     return certs_main(args.out, args.hosts, args.days, args.force)

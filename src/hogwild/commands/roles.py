@@ -22,6 +22,7 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def train(settings: Settings, plot: BackgroundPlot | None = None) -> int:
+    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.inprocess.local import train_job
 
     train_job(settings, plot=plot)  # prints (and with --json, the metrics) as console says
@@ -31,6 +32,7 @@ def train(settings: Settings, plot: BackgroundPlot | None = None) -> int:
 def run(settings: Settings, args: argparse.Namespace, fork: CommandRunner | None) -> int:
     """``fork``: how a forked child runs its command line, when this is the whole process
     (see hogwild.runtime.launcher.run_local)."""
+    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.runtime.launcher import run_local
 
     return run_local(settings, config_path=args.config, keep_going=args.keep_going,
@@ -38,6 +40,7 @@ def run(settings: Settings, args: argparse.Namespace, fork: CommandRunner | None
 
 
 def coordinator(settings: Settings, plot: BackgroundPlot | None = None) -> int:
+    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.coordinator.server import serve
 
     # --json: standard output is the metrics' alone (the port line goes to stderr too).
@@ -45,6 +48,7 @@ def coordinator(settings: Settings, plot: BackgroundPlot | None = None) -> int:
 
 
 def worker(settings: Settings) -> int:
+    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.worker import serve
 
     return serve(settings)

@@ -35,6 +35,7 @@ def _megabytes(size: int) -> str:
 
 def runs(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """The `hogwild runs` command."""
+    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.outputs.artifacts import list_runs, prune
 
     root = args.out

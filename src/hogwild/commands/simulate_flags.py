@@ -30,6 +30,7 @@ def add_simulation_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def simulate(settings: Settings, args: argparse.Namespace) -> int:
+    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.commands.simulate import SimOptions, simulate_job
 
     if settings.initial_model:  # the simulator's workers start from zeros

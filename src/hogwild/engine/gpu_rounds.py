@@ -55,6 +55,7 @@ class GPURounds:
                  warps_per_block: int = WARPS_PER_BLOCK) -> None:
         check_launch(weight_dtype, max_warps, warps_per_block,
                      lambda: self.most_per_block(spec))
+        # Deferred: numba.cuda loads only where a GPU is asked for.
         from hogwild.model import cuda_kernels, cuda_mlp_kernels
 
         if spec.is_mlp:
@@ -84,6 +85,7 @@ class GPURounds:
     @staticmethod
     def most_per_block(spec: ModelSpec) -> int:
         """The warps per block the model's kernel takes at most."""
+        # Deferred: numba.cuda loads only where a GPU is asked for.
         from hogwild.model import cuda_kernels, cuda_mlp_kernels
 
         return (cuda_mlp_kernels.MAX_WARPS_PER_BLOCK if spec.is_mlp

@@ -68,7 +68,7 @@ def serve(settings: Settings) -> int:
     the coordinator gives it its old id, its shard and the current global model.
     """
     if settings.device != "cpu":  # no such GPU: refused before registering (numba loads now)
-        from hogwild.engine.gpu_device import cuda_device
+        from hogwild.engine.gpu_device import cuda_device  # (numba.cuda only for a GPU)
 
         cuda_device(settings.device)
     server, port, servicer, health = _build(settings, None)
