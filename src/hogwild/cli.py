@@ -316,9 +316,9 @@ def main_process(argv: Sequence[str] | None, plot: BackgroundPlot | None = None)
         # The reader of standard output went away (`hogwild certs | head`): stop quietly, as
         # a command killed by SIGPIPE does (training commands go on instead, see
         # startup.outlive_console). What is still buffered goes nowhere, not to a traceback.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        from hogwild.startup import to_devnull
+
+        to_devnull(sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
     finally:
         from hogwild.startup import before_exit

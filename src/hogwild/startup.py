@@ -138,11 +138,7 @@ class _OutlivingStream(io.TextIOBase):
         self.dropping = True
         # What the stream still holds, and the interpreter's flush at exit, then go nowhere
         # instead of failing again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, self._fd)
-        finally:
-            os.close(devnull)
+        to_devnull(self._fd)
         with contextlib.suppress(OSError, ValueError):
             self._stream.flush()
         self._gone()
@@ -167,6 +163,16 @@ class _OutlivingStream(io.TextIOBase):
     @property
     def line_buffering(self) -> bool:
         return bool(getattr(self._stream, "line_buffering", False))
+
+
+def to_devnull(fd: int) -> None:
+    """Point descriptor ``fd`` at /dev/null: what is written there from now on is dropped
+    (its reader went away), not raised as BrokenPipeError again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def outlive_console(command: str) -> None:
