@@ -41,8 +41,8 @@ if [ "$want" != "$have" ] && ! { [ "$extras" = "test" ] && [[ "$have" == "${want
 fi
 
 # gRPC stubs come from protos/ (generated only when missing or older than the .proto;
-# `python -m hogwild.protocol.build --force` regenerates them in any case).
-.venv/bin/python -m hogwild.protocol.build
+# `python -m hogwild.cluster.wire.build --force` regenerates them in any case).
+.venv/bin/python -m hogwild.cluster.wire.build
 # Compile the numba kernels once so the first run does not pay for it.
 .venv/bin/python -m hogwild.runtime.warmup
 echo "bootstrap-env: ready (.venv/bin/hogwild)"

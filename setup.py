@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent
 
 def _stubs_module():  # type: ignore[no-untyped-def]
     # Loaded by path: hogwild itself (and its dependencies) is not importable at build time.
-    path = ROOT / "src" / "hogwild" / "protocol" / "_stubs.py"
+    path = ROOT / "src" / "hogwild" / "cluster" / "wire" / "_stubs.py"
     spec = importlib.util.spec_from_file_location("_hogwild_stubs", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -27,7 +27,7 @@ class BuildPyWithStubs(build_py):
     def run(self) -> None:
         super().run()
         stubs = _stubs_module()
-        out = Path(self.build_lib) / "hogwild" / "protocol" / "generated"
+        out = Path(self.build_lib) / "hogwild" / "cluster" / "wire" / "generated"
         stubs.generate(out, protos_root=ROOT / "protos", force=True)
 
 

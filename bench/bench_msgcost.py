@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from hogwild.protocol import pb
-from hogwild.protocol.certs import write_bundle
-from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.protocol.msgcost import measure
-from hogwild.protocol.security import Security
+from hogwild.cluster.transport.certs import write_bundle
+from hogwild.cluster.transport.msgcost import measure
+from hogwild.cluster.transport.security import Security
+from hogwild.cluster.wire import pb
+from hogwild.cluster.wire.codec import DeltaHeader, decode_delta, encode_delta_parts
 
 
 def tls_security(directory: Path) -> Security:

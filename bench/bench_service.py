@@ -40,9 +40,9 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO / "src"))
 
 from hogwild import config
+from hogwild.cluster.wire import pb
+from hogwild.cluster.wire.codec import DeltaHeader, decode_delta, encode_delta_parts
 from hogwild.data.csr import CSRData
-from hogwild.protocol import pb
-from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
 
 
 def _uptime() -> str:
@@ -101,11 +101,11 @@ def bench_shipping(n_rows: int, per_row: int, tls: bool = False
     shard shipped twice (cold, then warm memory) over loopback from this process to a real
     worker process, as the coordinator ships it (``tls``: over mutual TLS with a run token).
     The CPU rates show the cost apart from how busy the machine is."""
-    from hogwild.coordinator.server import create_server as create_coordinator
-    from hogwild.protocol import pb_grpc
-    from hogwild.protocol.certs import write_bundle
-    from hogwild.protocol.security import from_settings
-    from hogwild.protocol.streams import shard_chunks
+    from hogwild.cluster.coordinator.server import create_server as create_coordinator
+    from hogwild.cluster.transport.certs import write_bundle
+    from hogwild.cluster.transport.security import from_settings
+    from hogwild.cluster.wire import pb_grpc
+    from hogwild.cluster.wire.streams import shard_chunks
 
     n_features = 47_236
     rng = np.random.default_rng(1)
@@ -176,11 +176,11 @@ def bench_push(batches: int, calls: int, entries: int = 24_000, dim: int = 47_23
     real coordinator server in this process, over mutual TLS with a run token, plain text with
     a token, and plain text (always with the sender key), in interleaved batches. Client and server share the process, so the
     CPU time is the whole cost of a call, less sensitive to a busy machine than wall time."""
-    from hogwild.coordinator.server import create_server as create_coordinator
-    from hogwild.protocol import pb_grpc
-    from hogwild.protocol.certs import write_bundle
-    from hogwild.protocol.codec import encode_delta
-    from hogwild.protocol.security import from_settings
+    from hogwild.cluster.coordinator.server import create_server as create_coordinator
+    from hogwild.cluster.transport.certs import write_bundle
+    from hogwild.cluster.transport.security import from_settings
+    from hogwild.cluster.wire import pb_grpc
+    from hogwild.cluster.wire.codec import encode_delta
 
     rng = np.random.default_rng(2)
     idx = np.sort(rng.choice(dim - 1, size=entries, replace=False)).astype(np.int32)

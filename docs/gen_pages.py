@@ -80,7 +80,7 @@ def modules_markdown() -> str:
            ("Every module of `src/hogwild/` (the gRPC stubs generated from `protos/` left out), "
            "with the first line of its docstring. The layers, bottom up: `model/` (kernels), "
            "`engine/` (training with no transport), then `local.py` and `outofcore.py` "
-           "(in-process) or `coordinator/`, `worker/` and `protocol/` (the cluster), and the "
+           "(in-process) or `cluster/` (wire code, transport, coordinator, worker), and the "
            "commands on top (`cli.py` and the modules it calls)."), "",
            "| module | what it is |", "| --- | --- |"]
     for path in sorted(PACKAGE.rglob("*.py")):

@@ -9,9 +9,9 @@ __version__ = "0.1.0"
 # The Python API, imported on first use: `import hogwild` stays cheap (no numba, no
 # scikit-learn) for the command line.
 _LAZY = {
-    "HogwildClassifier": "hogwild.estimators",
-    "HogwildRegressor": "hogwild.estimators",
-    "run_cluster": "hogwild.estimators",
+    "HogwildClassifier": "hogwild.estimators.classes",
+    "HogwildRegressor": "hogwild.estimators.classes",
+    "run_cluster": "hogwild.estimators.classes",
     "SavedModel": "hogwild.model.saved",
 }
 

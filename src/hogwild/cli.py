@@ -10,6 +10,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hogwild import __version__, config
+from hogwild.base.startup import (
+    before_exit,
+    import_long_lived,
+    outlive_console,
+    quiet_grpc_core,
+    single_blas_thread,
+    to_devnull,
+)
 from hogwild.commands import (
     data_tools,
     experiments,
@@ -276,9 +284,10 @@ _WITHOUT_SETTINGS: dict[str, Callable[[argparse.Namespace, Mapping[str, str]], i
 }
 
 # The module each command imports first (numpy, numba, grpc, ...): loaded as long-lived
-# objects when the command is the whole process (see hogwild.startup).
+# objects when the command is the whole process (see hogwild.base.startup).
 _HEAVY_MODULES = {
-    "train": "hogwild.inprocess.local", "coordinator": "hogwild.coordinator.server", "worker": "hogwild.worker",
+    "train": "hogwild.inprocess.local", "coordinator": "hogwild.cluster.coordinator.server",
+    "worker": "hogwild.cluster.worker",
     "predict": "hogwild.commands.predict", "eval": "hogwild.commands.predict",
 }
 # Commands that draw the loss plot: as the whole process they start its helper before their
@@ -296,7 +305,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
     ``argv`` None (the console script, ``python -m hogwild.cli``): the call is the whole
     process, which ends when it returns; the garbage collector is then spared the objects
-    of the command's imports and the final traversal of everything (hogwild.startup)."""
+    of the command's imports and the final traversal of everything (hogwild.base.startup)."""
     if argv is None:
         return main_process(None)
     return _main(argv, environ, whole_process=False)
@@ -304,10 +313,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 def main_process(argv: Sequence[str] | None, plot: BackgroundPlot | None = None) -> int:
     """Run one command line (default: sys.argv) as the whole process, which ends when this
-    returns (see hogwild.startup). ``plot``: a loss plot helper started already (the command
+    returns (see hogwild.base.startup). ``plot``: a loss plot helper started already (the command
     closes it)."""
-    from hogwild.startup import quiet_grpc_core, single_blas_thread
-
     single_blas_thread()  # before anything imports numpy
     quiet_grpc_core()  # before anything imports grpc
     try:
@@ -316,13 +323,9 @@ def main_process(argv: Sequence[str] | None, plot: BackgroundPlot | None = None)
         # The reader of standard output went away (`hogwild certs | head`): stop quietly, as
         # a command killed by SIGPIPE does (training commands go on instead, see
         # startup.outlive_console). What is still buffered goes nowhere, not to a traceback.
-        from hogwild.startup import to_devnull
-
         to_devnull(sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
     finally:
-        from hogwild.startup import before_exit
-
         before_exit()
 
 
@@ -333,16 +336,13 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None,
     try:  # a plot helper handed in is closed whatever happens, a bad command line included
         args = parser.parse_args(argv)
         if whole_process and args.command in _TRAINING:
-            from hogwild.startup import outlive_console
-
             outlive_console(args.command)
         if plot is None and whole_process and args.command in _PLOTTING:
+            # deferred: the plotter loads numpy, which `hogwild --help` does without
             from hogwild.outputs.plotter import BackgroundPlot
 
             plot = BackgroundPlot()
         if whole_process and args.command in _HEAVY_MODULES:
-            from hogwild.startup import import_long_lived
-
             import_long_lived(_HEAVY_MODULES[args.command])
         return _run_command(args, env, plot if args.command in _PLOTTING else None,
                             whole_process)
@@ -380,7 +380,8 @@ def _run_verbose(args: argparse.Namespace, env: Mapping[str, str],
         if args.command == "train":
             return roles.train(settings, plot)
         if args.command in ("coordinator", "worker"):
-            from hogwild.protocol.security import require_tls
+            # deferred: security loads grpc, which `hogwild --help` does without
+            from hogwild.cluster.transport.security import require_tls
 
             require_tls(settings, args.command)  # before any port is bound
         if args.command == "coordinator":

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from hogwild.runtime.prespawn import ROLES
+from hogwild.base.startup import long_lived, single_blas_thread
+from hogwild.cluster.localrun.prespawn import ROLES, run
 
 
 def main(argv: list[str] | None = None) -> int:
     """Import (and, for a worker, load) now, then run the command line that arrives on stdin
-    (see hogwild.runtime.prespawn). ``argv``: ROLE [SECRETS_DIR], default sys.argv[1:]."""
+    (see hogwild.cluster.localrun.prespawn). ``argv``: ROLE [SECRETS_DIR], default sys.argv[1:]."""
     args = sys.argv[1:] if argv is None else argv
     role = args[0] if args else "worker"
     problem = (f"role must be one of {', '.join(ROLES)}, not {role!r}" if role not in ROLES
@@ -18,13 +19,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hogwild.prespawned: {problem} (usage: python -m "
               "hogwild.prespawned ROLE [SECRETS_DIR])", file=sys.stderr)
         return 2
-    from hogwild.startup import single_blas_thread
-
     single_blas_thread()  # before anything imports numpy
-    from hogwild.runtime.prespawn import run
-    from hogwild.startup import long_lived
-
     with long_lived():  # kept for the whole process, as the role's own libraries are
+        # deferred: the command line's modules load inside long_lived(), which freezes them
         from hogwild.cli import main_process
 
     return run(role, main_process, secrets_dir=args[1] if len(args) == 2 else None)

@@ -56,6 +56,13 @@ def flags(**settings: Any) -> list[str]:
     return out
 
 
+# argv: the RLIMIT_DATA in bytes, then the command to run under it (exec'd: the same pid).
+_LIMITED = ("import os, resource, sys\n"
+            "limit = int(sys.argv[1])\n"
+            "resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))\n"
+            "os.execv(sys.argv[2], sys.argv[2:])\n")
+
+
 class Proc:
     """A child process whose output lines are collected (and echoed for failed tests)."""
 
@@ -126,19 +133,26 @@ class Cluster:
         self.coordinator: Proc | None = None
         self.workers: list[Proc] = []
 
-    def start(self, n_workers: int, **settings: Any) -> None:
+    def start(self, n_workers: int, *, worker_data_limit: int | None = None,
+              **settings: Any) -> None:
+        """A coordinator, then ``n_workers`` workers; ``worker_data_limit``: each worker's
+        RLIMIT_DATA in bytes (its heap and other private writable memory)."""
         common = {"bind_host": "127.0.0.1", "workers": n_workers, **settings}
         self.coordinator = self._spawn("coordinator", "coordinator",
                                        {**common, "coordinator_port": 0})
         port = int(self.coordinator.wait_for(READY, 60).group(1))
         for i in range(n_workers):
             self.workers.append(self._spawn(f"worker-{i}", "worker", {
-                **common, "worker_port": 0, "coordinator_address": f"127.0.0.1:{port}"}))
+                **common, "worker_port": 0, "coordinator_address": f"127.0.0.1:{port}"},
+                data_limit=worker_data_limit))
 
-    def _spawn(self, name: str, role: str, settings: dict[str, Any]) -> Proc:
+    def _spawn(self, name: str, role: str, settings: dict[str, Any],
+               data_limit: int | None = None) -> Proc:
         if not settings.get("tls_ca"):  # plain text on loopback, asked for as a user must
             settings = {"insecure": True, **settings}
         argv = [sys.executable, "-m", "hogwild.cli", role, *flags(**settings)]
+        if data_limit is not None:  # set in the child, which then becomes the command
+            argv = [sys.executable, "-c", _LIMITED, str(data_limit), *argv]
         proc = Proc(name, argv, self.workdir)
         self.procs.append(proc)
         return proc

@@ -21,11 +21,11 @@ import grpc
 import numpy as np
 import pytest
 
-from hogwild.coordinator import checkpoint_file
-from hogwild.coordinator.checkpoint_file import Checkpoint, WorkerEntry
+from hogwild.cluster.coordinator import checkpoint_file
+from hogwild.cluster.coordinator.checkpoint_file import Checkpoint, WorkerEntry
+from hogwild.cluster.transport.keys import COORDINATOR_SENDER_ID
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.errors import EXIT_LEFT
-from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
-from hogwild.protocol.keys import COORDINATOR_SENDER_ID
 
 from .helpers import (
     PROGRESS_ROW,

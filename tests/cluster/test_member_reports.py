@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from hogwild import config
-from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
-from hogwild.protocol.security import Security
-from hogwild.worker import create_server as create_worker
+from hogwild.cluster.transport.security import Security
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb, pb_grpc
+from hogwild.cluster.worker import create_server as create_worker
 
 from .helpers import READY, REGISTERED, Cluster
 

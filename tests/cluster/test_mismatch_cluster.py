@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hogwild.protocol.certs import Bundle, write_bundle
+from hogwild.cluster.transport.certs import Bundle, write_bundle
 
 from .helpers import READY, Cluster
 

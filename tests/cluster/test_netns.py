@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hogwild.protocol.certs import write_bundle
+from hogwild.cluster.transport.certs import write_bundle
 
 try:  # imported as a package module or as a rootdir-relative script
     from . import netns

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hogwild.runtime.launcher import child_env
+from hogwild.cluster.localrun.launcher import child_env
 
 from .helpers import published, read_metrics
 

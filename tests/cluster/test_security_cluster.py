@@ -16,10 +16,11 @@ import grpc
 import numpy as np
 import pytest
 
-from hogwild.protocol import PROTOCOL_VERSION, health, pb, pb_grpc
-from hogwild.protocol.certs import Bundle
-from hogwild.protocol.codec import DeltaHeader, encode_delta
-from hogwild.protocol.security import Security
+from hogwild.cluster.transport import health
+from hogwild.cluster.transport.certs import Bundle
+from hogwild.cluster.transport.security import Security
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb, pb_grpc
+from hogwild.cluster.wire.codec import DeltaHeader, encode_delta
 
 from .helpers import READY, REPO, Cluster, read_metrics
 

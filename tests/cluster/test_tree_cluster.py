@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hogwild.protocol.keys import COORDINATOR_SENDER_ID
+from hogwild.cluster.transport.keys import COORDINATOR_SENDER_ID
 
 from .helpers import (
     PROGRESS_ROW,

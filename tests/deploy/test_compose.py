@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hogwild.protocol.security import require_tls
+from hogwild.cluster.transport.security import require_tls
 
 try:  # imported as a package module or as a rootdir-relative script
     from . import composefile, deploycheck
@@ -239,7 +239,7 @@ def test_interpolation_helper(text: str, expected: str) -> None:
 def test_tls_credentials_come_from_compose_secrets() -> None:
     """Both roles run mutual TLS with a token; the files come from `secrets:` made by
     `hogwild certs --out secrets`, each service mounting only its own role's key."""
-    from hogwild.protocol.certs import FILES
+    from hogwild.cluster.transport.certs import FILES
 
     declared = composefile.load_raw()["secrets"]
     for name, service in _services({}).items():

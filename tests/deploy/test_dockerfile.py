@@ -230,7 +230,7 @@ def test_dockerignore_sends_only_what_the_build_reads() -> None:
     for kept in ("src/hogwild/cli.py", "protos/hogwild/v1/hogwild.proto", "pyproject.toml"):
         assert not is_ignored(kept)
     for dropped in (".venv/bin/python", "runs/latest/model.npz", "tests/unit/x.py",
-                    "src/hogwild/protocol/generated/hogwild_pb2.py",
+                    "src/hogwild/cluster/wire/generated/hogwild_pb2.py",
                     "src/hogwild/__pycache__/cli.cpython-311.pyc", "settings.yaml",
                     "data/train.svm"):
         assert is_ignored(dropped), dropped
@@ -270,7 +270,7 @@ def test_context_builds_a_wheel_with_stubs_data_and_console_script(tmp_path: Pat
     for rel in _context_files():
         (context / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, context / rel)
-    assert not (context / "src/hogwild/protocol/generated").exists()
+    assert not (context / "src/hogwild/cluster/wire/generated").exists()
 
     runs = [i.args for i in _instructions() if i.keyword == "RUN" and i.stage == 0]
     snippet = re.search(r'python -c "(.*?)"', runs[0])
@@ -293,8 +293,8 @@ def test_context_builds_a_wheel_with_stubs_data_and_console_script(tmp_path: Pat
         entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         scripts = archive.read(entry_points).decode()
     assert "hogwild = hogwild.cli:main" in scripts
-    assert {"hogwild/protocol/generated/hogwild_pb2.py",
-            "hogwild/protocol/generated/hogwild_pb2_grpc.py"} <= names
+    assert {"hogwild/cluster/wire/generated/hogwild_pb2.py",
+            "hogwild/cluster/wire/generated/hogwild_pb2_grpc.py"} <= names
     bundled = sorted(n for n in names if n.startswith("hogwild/data/bundled/"))
     assert any("spamassassin" in n for n in bundled), "the default data set must ship"
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from hogwild.cluster.transport.security import require_tls
 from hogwild.engine.treeshape import children, parent
 from hogwild.errors import EXIT_LEFT, EXIT_QUARANTINED, EXIT_STALLED
-from hogwild.protocol.security import require_tls
 
 try:  # imported as a package module or as a rootdir-relative script
     from . import deploycheck, kustomize_lite
@@ -566,7 +566,7 @@ def test_same_output_as_real_kustomize(run: str, tmp_path: Path) -> None:
 def test_liveness_probes_ask_the_liveness_service(rendered: list[Obj]) -> None:
     # Readiness follows the overall status (NOT_SERVING while loading and draining); startup
     # and liveness ask the `liveness` service, which stays SERVING unless the process stalls.
-    from hogwild.protocol.health import LIVENESS
+    from hogwild.cluster.transport.health import LIVENESS
 
     for _, _, container in _hogwild_containers(rendered):
         assert "service" not in container["readinessProbe"]["grpc"]
@@ -582,7 +582,7 @@ def test_tls_credentials_come_from_a_read_only_secret(rendered: list[Obj],
     """Every hogwild container runs mutual TLS with a token, from the Secret `hogwild-tls`
     holding the files `hogwild certs` writes (its own role's certificate), mounted read-only
     and readable by the pod's group only."""
-    from hogwild.protocol.certs import FILES
+    from hogwild.cluster.transport.certs import FILES
 
     settings_file = tmp_path / "settings.yaml"
     settings_file.write_text(_settings_configmap(rendered)["data"]["settings.yaml"])

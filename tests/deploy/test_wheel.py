@@ -42,12 +42,12 @@ def _build_wheel(source: Path, out: Path) -> Path:
 
 def test_wheel_from_a_clean_checkout_has_the_stubs_modules_and_version(tmp_path: Path) -> None:
     source = _clean_copy(tmp_path / "src")
-    assert not (source / "src/hogwild/protocol/generated").exists()
+    assert not (source / "src/hogwild/cluster/wire/generated").exists()
     wheel = _build_wheel(source, tmp_path / "dist")
     names = set(zipfile.ZipFile(wheel).namelist())
 
     for stub in ("hogwild_pb2.py", "hogwild_pb2_grpc.py"):
-        assert f"hogwild/protocol/generated/{stub}" in names, sorted(names)
+        assert f"hogwild/cluster/wire/generated/{stub}" in names, sorted(names)
     modules = {path.relative_to(PACKAGE.parent).as_posix() for path in PACKAGE.rglob("*.py")
                if "generated" not in path.parts and "__pycache__" not in path.parts}
     assert len(modules) > 50

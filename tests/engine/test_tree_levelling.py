@@ -12,9 +12,9 @@ import random
 import numpy as np
 import pytest
 
+from hogwild.cluster.worker.inbox import PeerStatus
 from hogwild.engine.tree import AppliedCounts, Flush
 from hogwild.engine.treeshape import COORDINATOR
-from hogwild.worker.inbox import PeerStatus
 
 from .treesim import Msg, Node, TreeSim, deaths, off_root
 

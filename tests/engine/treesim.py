@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from hogwild.cluster.worker.inbox import PeerStatus
 from hogwild.engine.tree import Flush, TreeLinks
 from hogwild.engine.treeshape import (
     COORDINATOR,
@@ -25,7 +26,6 @@ from hogwild.engine.treeshape import (
     parent,
     same_side,
 )
-from hogwild.worker.inbox import PeerStatus
 
 DIM = 40
 

@@ -1,4 +1,4 @@
-"""Children forked by `hogwild run` from a launcher that loaded their libraries (hogwild.runtime.forked)."""
+"""Children forked by `hogwild run` from a launcher that loaded their libraries (hogwild.cluster.localrun.forked)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import textwrap
 import threading
 from pathlib import Path
 
-from hogwild.runtime.forked import can_fork
+from hogwild.cluster.localrun.forked import can_fork
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -21,8 +21,8 @@ def _script(body: str, timeout: float = 180) -> subprocess.CompletedProcess[str]
     code = textwrap.dedent("""
         import json, signal, subprocess, sys
         from hogwild.cli import main_process
-        from hogwild.runtime.forked import ForkedProcess
-        from hogwild.runtime.launcher import child_env
+        from hogwild.cluster.localrun.forked import ForkedProcess
+        from hogwild.cluster.localrun.launcher import child_env
     """) + textwrap.dedent(body)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=timeout, check=False)
@@ -87,7 +87,7 @@ def test_forked_child_that_fails_exits_1_with_its_traceback() -> None:
 
 def test_a_fresh_process_may_fork() -> None:
     proc = _script("""
-        from hogwild.runtime.forked import can_fork
+        from hogwild.cluster.localrun.forked import can_fork
         print(can_fork())
     """)
     assert proc.stdout.strip() == "True", proc.stderr

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from hogwild import config
+from hogwild.cluster.localrun.launcher import setting_flags
 from hogwild.errors import ConfigError
-from hogwild.runtime.launcher import setting_flags
 
 from .test_gpu import _LOCKED_SHARED, _env, simulate
 

@@ -1,4 +1,4 @@
-"""The processes of `hogwild run` start before their command line is known (hogwild.runtime.prespawn, hogwild.prespawned)."""
+"""The processes of `hogwild run` start before their command line is known (hogwild.cluster.localrun.prespawn, hogwild.prespawned)."""
 
 from __future__ import annotations
 

@@ -32,8 +32,8 @@ def loaded_after(code: str) -> list[str]:
     return list(json.loads(out.strip().splitlines()[-1]))
 
 
-@pytest.mark.parametrize("module", ["hogwild.cli", "hogwild.runtime.launcher", "hogwild.outputs.plotter",
-                                    "hogwild.config", "hogwild.runtime.announce", "hogwild.startup"])
+@pytest.mark.parametrize("module", ["hogwild.cli", "hogwild.cluster.localrun.launcher", "hogwild.outputs.plotter",
+                                    "hogwild.config", "hogwild.runtime.announce", "hogwild.base.startup"])
 def test_light_modules_import_nothing_heavy(module: str) -> None:
     assert loaded_after(f"import {module}") == []
 
@@ -52,7 +52,7 @@ def test_data_layer_never_imports_grpc_or_matplotlib() -> None:
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_long_lived_freezes_what_it_made_and_restores_the_collector(enabled: bool) -> None:
-    from hogwild.startup import long_lived
+    from hogwild.base.startup import long_lived
 
     was = gc.isenabled()
     (gc.enable if enabled else gc.disable)()
@@ -121,7 +121,7 @@ def test_blas_probe_is_left_alone_once_scipy_linalg_is_loaded() -> None:
 def test_command_kernels_run_without_importing_cffi_which_still_imports_after() -> None:
     # The command's own import path (import_long_lived), then the first kernel calls.
     code = ("import sys\n"
-            "from hogwild.startup import import_long_lived\n"
+            "from hogwild.base.startup import import_long_lived\n"
             "import_long_lived('hogwild.inprocess.local')\n"
             "from hogwild.model.warmup import warmup\n"
             "warmup()\n"
@@ -137,7 +137,7 @@ def test_a_library_user_keeps_numba_cffi_support() -> None:
     # Importing hogwild as a library (no import_long_lived) leaves numba as it is.
     code = ("import cffi\n"
             "from hogwild.model.warmup import warmup\n"
-            "from hogwild.startup import import_long_lived\n"
+            "from hogwild.base.startup import import_long_lived\n"
             "warmup()\n"
             "import_long_lived('hogwild.inprocess.local')\n"
             "from numba.core.typing import cffi_utils\n"
@@ -165,7 +165,7 @@ def test_command_process_asks_for_one_blas_thread_unless_the_user_chose(
 
 
 def test_numpy_imported_after_the_setting_runs_one_blas_thread() -> None:
-    code = ("from hogwild.startup import single_blas_thread\nsingle_blas_thread()\n"
+    code = ("from hogwild.base.startup import single_blas_thread\nsingle_blas_thread()\n"
             "import numpy\nfrom threadpoolctl import threadpool_info\n"
             "print(sorted({p['num_threads'] for p in threadpool_info() "
             "if p['internal_api'] == 'openblas'}))")

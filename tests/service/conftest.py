@@ -10,14 +10,14 @@ import grpc
 import pytest
 
 from hogwild import config
+from hogwild.cluster.coordinator.server import create_server as create_coordinator
+from hogwild.cluster.coordinator.state import RunState
+from hogwild.cluster.transport.health import HealthReporter
+from hogwild.cluster.transport.security import Security
+from hogwild.cluster.wire import pb_grpc
+from hogwild.cluster.worker import WorkerNode
+from hogwild.cluster.worker import create_server as create_worker
 from hogwild.config import Settings
-from hogwild.coordinator.server import create_server as create_coordinator
-from hogwild.coordinator.state import RunState
-from hogwild.protocol import pb_grpc
-from hogwild.protocol.health import HealthReporter
-from hogwild.protocol.security import Security
-from hogwild.worker import WorkerNode
-from hogwild.worker import create_server as create_worker
 
 # The key the test's Configure message gives its fictitious peer (Peer.receive_key).
 PEER_KEY = "test-peer-key"

@@ -5,23 +5,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hogwild.data.csr import CSRData
-from hogwild.errors import InvalidMessage, StaleOrUnknown
-from hogwild.protocol import PROTOCOL_VERSION, pb
-from hogwild.protocol.arrays import RAW, ZLIB, decode_array, encode_array
-from hogwild.protocol.codec import (
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb
+from hogwild.cluster.wire.arrays import RAW, ZLIB, decode_array, encode_array
+from hogwild.cluster.wire.codec import (
     DeltaHeader,
     decode_delta,
     encode_delta,
     encode_delta_parts,
 )
-from hogwild.protocol.streams import (
+from hogwild.cluster.wire.streams import (
     FinalState,
     receive_shard,
     receive_state,
     shard_chunks,
     state_chunks,
 )
+from hogwild.data.csr import CSRData
+from hogwild.errors import InvalidMessage, StaleOrUnknown
 
 DIM = 1001
 
@@ -356,10 +356,10 @@ def test_dense_faults_are_invalid() -> None:
 
 _WARM_CHECK = """
 import numpy as np
-from hogwild.runtime.prespawn import load_worker_kernels
+from hogwild.cluster.localrun.prespawn import load_worker_kernels
 load_worker_kernels()
 from hogwild.model import kernels
-from hogwild.protocol import codec
+from hogwild.cluster.wire import codec
 def variants():
     return (len(codec._count_faults.signatures), len(kernels.apply_delta.signatures))
 before = variants()

@@ -6,10 +6,10 @@ import grpc
 import numpy as np
 import pytest
 
-from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
-from hogwild.protocol.codec import DeltaHeader, encode_delta
-from hogwild.protocol.health import check
-from hogwild.protocol.security import Security
+from hogwild.cluster.transport.health import check
+from hogwild.cluster.transport.security import Security
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb, pb_grpc
+from hogwild.cluster.wire.codec import DeltaHeader, encode_delta
 
 from .conftest import CoordinatorServer, WorkerServer
 

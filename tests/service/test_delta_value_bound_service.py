@@ -8,10 +8,10 @@ import grpc
 import numpy as np
 import pytest
 
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb
+from hogwild.cluster.wire.codec import DeltaHeader, encode_delta, value_bound
+from hogwild.cluster.wire.streams import shard_chunks
 from hogwild.data.csr import CSRData
-from hogwild.protocol import PROTOCOL_VERSION, pb
-from hogwild.protocol.codec import DeltaHeader, encode_delta, value_bound
-from hogwild.protocol.streams import shard_chunks
 
 from .conftest import PEER_KEY, CoordinatorServer, WorkerServer
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from hogwild.coordinator import links
-from hogwild.coordinator.records import WorkerRecord
-from hogwild.protocol.health import LIVENESS, check
+from hogwild.cluster.coordinator import links
+from hogwild.cluster.coordinator.records import WorkerRecord
+from hogwild.cluster.transport.health import LIVENESS, check
 
 from .conftest import CoordinatorServer, WorkerServer, loopback_settings
 

@@ -10,10 +10,11 @@ import grpc
 import pytest
 from tests.service.conftest import CoordinatorServer, WorkerServer, loopback_settings
 
-from hogwild.protocol import malformed, pb
-from hogwild.protocol.malformed import RefusalLog
-from hogwild.protocol.security import Security
-from hogwild.worker import create_server as create_worker
+from hogwild.cluster.transport import malformed
+from hogwild.cluster.transport.malformed import RefusalLog
+from hogwild.cluster.transport.security import Security
+from hogwild.cluster.wire import pb
+from hogwild.cluster.worker import create_server as create_worker
 
 # Not a protobuf message: a tag whose varint never ends, and a field longer than the bytes.
 JUNK = (b"\xff" * 12, b"\x0a\xff\xff\xff\x0f" + b"x" * 7)

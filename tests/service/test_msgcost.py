@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from hogwild.protocol import msgcost
-from hogwild.protocol.certs import write_bundle
-from hogwild.protocol.codec import decode_delta
-from hogwild.protocol.security import Security
+from hogwild.cluster.transport import msgcost
+from hogwild.cluster.transport.certs import write_bundle
+from hogwild.cluster.transport.security import Security
+from hogwild.cluster.wire.codec import decode_delta
 
 
 def _tls(directory: Path) -> Security:

@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterator
 import grpc
 import pytest
 
-from hogwild.coordinator.peer_reports import PEER_REPORT_COOLDOWN
-from hogwild.coordinator.servicer import PROBE_TIMEOUT
-from hogwild.coordinator.state import RunState
-from hogwild.protocol import PROTOCOL_VERSION, pb
-from hogwild.worker import create_server as create_worker
+from hogwild.cluster.coordinator.peer_reports import PEER_REPORT_COOLDOWN
+from hogwild.cluster.coordinator.servicer import PROBE_TIMEOUT
+from hogwild.cluster.coordinator.state import RunState
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb
+from hogwild.cluster.worker import create_server as create_worker
 
 from .conftest import CoordinatorServer, WorkerServer, loopback_settings
 

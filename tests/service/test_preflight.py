@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hogwild.coordinator.preflight import PROBE_PREFIX, check_out_dir
+from hogwild.cluster.coordinator.preflight import PROBE_PREFIX, check_out_dir
 from hogwild.errors import ConfigError
 
 

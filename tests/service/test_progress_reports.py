@@ -9,7 +9,7 @@ import math
 import grpc
 import pytest
 
-from hogwild.protocol import PROTOCOL_VERSION, pb
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb
 
 from .conftest import CoordinatorServer
 

@@ -8,8 +8,8 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from hogwild.protocol.health import LIVENESS, HealthReporter, serve_health_only
-from hogwild.protocol.security import Security
+from hogwild.cluster.transport.health import LIVENESS, HealthReporter, serve_health_only
+from hogwild.cluster.transport.security import Security
 
 
 def _free_port() -> int:

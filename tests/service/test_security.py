@@ -15,17 +15,17 @@ import numpy as np
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from hogwild.cluster.coordinator.server import create_server as create_coordinator
+from hogwild.cluster.coordinator.state import RunState
+from hogwild.cluster.transport.certs import Bundle, write_bundle
+from hogwild.cluster.transport.health import check
+from hogwild.cluster.transport.security import Security, from_settings
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb, pb_grpc
+from hogwild.cluster.wire.codec import DeltaHeader, encode_delta
+from hogwild.cluster.worker import create_server as create_worker
+from hogwild.cluster.worker.servicer import LONG_CALLS
 from hogwild.config import Settings
-from hogwild.coordinator.server import create_server as create_coordinator
-from hogwild.coordinator.state import RunState
 from hogwild.errors import ClusterError
-from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
-from hogwild.protocol.certs import Bundle, write_bundle
-from hogwild.protocol.codec import DeltaHeader, encode_delta
-from hogwild.protocol.health import check
-from hogwild.protocol.security import Security, from_settings
-from hogwild.worker import create_server as create_worker
-from hogwild.worker.servicer import LONG_CALLS
 
 from .conftest import CoordinatorServer, WorkerServer, loopback_settings
 
@@ -368,7 +368,7 @@ def test_two_servers_cannot_share_a_port() -> None:
 
 
 def test_health_only_port_answers_probes_in_plain_text(bundle: Bundle) -> None:
-    from hogwild.protocol.health import serve_health_only
+    from hogwild.cluster.transport.health import serve_health_only
 
     settings = loopback_settings(**_tls(bundle, "coordinator"))
     server, port, _, health = create_coordinator(settings)

@@ -6,8 +6,8 @@ import grpc
 import numpy as np
 import pytest
 
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb
 from hogwild.model.spec import ModelSpec
-from hogwild.protocol import PROTOCOL_VERSION, pb
 
 from .conftest import PEER_KEY, WorkerServer
 from .test_worker_service import N_FEATURES, PEER, _big_shard, _ship

@@ -9,17 +9,17 @@ import grpc
 import numpy as np
 import pytest
 
+from hogwild.cluster.transport.health import check
+from hogwild.cluster.transport.security import Security
+from hogwild.cluster.transport.sender import Destination
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb, pb_grpc
+from hogwild.cluster.wire.codec import DeltaHeader, encode_delta
+from hogwild.cluster.wire.streams import FinalState, shard_chunks, state_chunks
+from hogwild.cluster.worker.node import QUEUED_MODELS, WorkerNode
+from hogwild.cluster.worker.phase import COORDINATOR_ID, Phase
 from hogwild.data.csr import CSRData
 from hogwild.engine.averaging import MAX_DEFERRED_ROUNDS
 from hogwild.engine.rules import contributing
-from hogwild.protocol import PROTOCOL_VERSION, pb, pb_grpc
-from hogwild.protocol.codec import DeltaHeader, encode_delta
-from hogwild.protocol.health import check
-from hogwild.protocol.security import Security
-from hogwild.protocol.sender import Destination
-from hogwild.protocol.streams import FinalState, shard_chunks, state_chunks
-from hogwild.worker.node import QUEUED_MODELS, WorkerNode
-from hogwild.worker.phase import COORDINATOR_ID, Phase
 
 from .conftest import PEER_KEY, WorkerServer
 

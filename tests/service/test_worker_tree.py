@@ -7,9 +7,9 @@ import grpc
 import numpy as np
 import pytest
 
-from hogwild.protocol import PROTOCOL_VERSION, pb
-from hogwild.protocol.keys import COORDINATOR_SENDER_ID
-from hogwild.worker.phase import COORDINATOR_ID
+from hogwild.cluster.transport.keys import COORDINATOR_SENDER_ID
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb
+from hogwild.cluster.worker.phase import COORDINATOR_ID
 
 from .conftest import PEER_KEY, WorkerServer
 from .test_worker_service import DIM, N_FEATURES, _big_shard, _delta, _expect, _ship

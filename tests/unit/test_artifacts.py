@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild import atomic
+from hogwild.base import atomic
 from hogwild.errors import ConfigError
 from hogwild.outputs import artifacts, plotter
 

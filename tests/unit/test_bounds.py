@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from hogwild import config
+from hogwild.cluster.wire import pb
+from hogwild.cluster.wire.codec import PROTOCOL_VERSION
+from hogwild.cluster.worker.plan import RunPlan
 from hogwild.engine.trainer import TrainParams
 from hogwild.errors import ConfigError, InvalidMessage
 from hogwild.model.schedule import SCHEDULES
-from hogwild.protocol import pb
-from hogwild.protocol.codec import PROTOCOL_VERSION
-from hogwild.worker.plan import RunPlan
 
 FLOAT_KEYS = ["learning_rate", "lr_decay", "power_t", "l2", "deep_lr_scale"]
 INT_KEYS = ["threads", "batch_size", "tree_fanout"]

@@ -13,8 +13,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from hogwild import config
 from hogwild.cli import build_parser, main, settings_from_args
+from hogwild.cluster.transport.certs import FILES, Bundle, write_bundle
 from hogwild.errors import ConfigError
-from hogwild.protocol.certs import FILES, Bundle, write_bundle
 
 
 def _load(path: Path) -> x509.Certificate:
@@ -95,10 +95,10 @@ def test_printed_flags_and_yaml_give_the_role_its_files(
 def test_a_directory_it_cannot_write_is_one_line_and_leaves_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    import hogwild.protocol.certs
+    import hogwild.cluster.transport.certs
 
     written = []
-    write = hogwild.protocol.certs._write
+    write = hogwild.cluster.transport.certs._write
 
     def refuse_after_two(path: Path, data: bytes, mode: int) -> None:
         if len(written) == 2:  # as in a root-owned directory Docker made for a bind mount
@@ -106,7 +106,7 @@ def test_a_directory_it_cannot_write_is_one_line_and_leaves_nothing(
         written.append(path)
         write(path, data, mode)
 
-    monkeypatch.setattr(hogwild.protocol.certs, "_write", refuse_after_two)
+    monkeypatch.setattr(hogwild.cluster.transport.certs, "_write", refuse_after_two)
     out = tmp_path / "secrets"
     assert main(["certs", "--out", str(out), "--hosts", "hogwild"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -10,7 +10,7 @@ import pytest
 
 from hogwild import config
 from hogwild.cli import build_parser, ignored_flags, main
-from hogwild.runtime.launcher import setting_flags
+from hogwild.cluster.localrun.launcher import setting_flags
 
 
 def _subparser(command: str) -> argparse.ArgumentParser:

@@ -12,12 +12,12 @@ import pytest
 
 from hogwild import config
 from hogwild.cli import build_parser, main, settings_from_args
+from hogwild.cluster.transport.certs import host_names
+from hogwild.cluster.transport.certs import main as certs_main
 from hogwild.commands.hash_csv import hash_command
 from hogwild.data.encodings import HashOptions
 from hogwild.data.sources import load_source
 from hogwild.outputs.console import duration
-from hogwild.protocol.certs import host_names
-from hogwild.protocol.certs import main as certs_main
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -155,7 +155,7 @@ def test_short_durations_keep_their_digits() -> None:
 
 
 def test_the_launchers_command_lines_still_parse() -> None:
-    from hogwild.runtime.launcher import setting_flags
+    from hogwild.cluster.localrun.launcher import setting_flags
 
     defaults = config.load()
     # Every switch the other way (metrics_tls on needs the TLS files it serves with: named,

@@ -141,7 +141,7 @@ def test_hash_out_that_is_a_directory_is_refused_before_hashing(
 def test_hash_keeps_no_rows_whose_parameters_could_not_be_written(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from hogwild import atomic
+    from hogwild.base import atomic
 
     table = _csv(tmp_path)
     out = tmp_path / "rows.svm"

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hogwild.cluster.wire.localstream import local_chunks, local_source, receive_local
 from hogwild.data.ranges import (
     DIGEST_CHUNK,
     FilePlan,
@@ -25,7 +26,6 @@ from hogwild.data.svmlight import parse_file
 from hogwild.data.synthetic import make_rcv1_like
 from hogwild.data.textsource import TextFile, canonical, is_url, local_source_error
 from hogwild.errors import DataError, DataFormatError, InvalidMessage
-from hogwild.protocol.localstream import local_chunks, local_source, receive_local
 
 
 def _text(rows: int = 600, seed: int = 1) -> bytes:
@@ -320,7 +320,7 @@ def test_label_values_are_those_of_the_rows_as_float32(tmp_path: Path) -> None:
 
 def test_the_plans_fingerprint_changes_with_the_file_the_seed_and_the_split(
         tmp_path: Path, text_file: Path) -> None:
-    from hogwild.coordinator import fingerprint
+    from hogwild.cluster.coordinator import fingerprint
 
     def printed(path: Path, seed: int = 0, val: float = 0.1) -> str:
         plan = plan_file(str(path), workers=2, seed=seed, val_fraction=val, test_fraction=0.0)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hogwild.cluster.transport.sender import wire_values
+from hogwild.cluster.wire import pb
+from hogwild.cluster.wire.codec import DeltaHeader, decode_delta, encode_delta_parts
 from hogwild.errors import InvalidMessage
 from hogwild.model import kernels
 from hogwild.model.compression import F16_MAX, Compression, compress_delta
-from hogwild.protocol import pb
-from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.protocol.sender import wire_values
 
 
 def _round(w: np.ndarray, snap: np.ndarray, how: Compression) -> tuple[np.ndarray, np.ndarray]:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from hogwild import config
+from hogwild.cluster.wire.codec import DecodedDelta, DeltaHeader
+from hogwild.cluster.wire.deltanorms import HISTORY, MIN_HISTORY, NormWatch
 from hogwild.errors import ConfigError, RefusedValues
-from hogwild.protocol.codec import DecodedDelta, DeltaHeader
-from hogwild.protocol.deltanorms import HISTORY, MIN_HISTORY, NormWatch
 
 
 def delta(sender: int, round_: int, values: list[float], final: bool = False) -> DecodedDelta:

@@ -11,12 +11,9 @@ import numpy as np
 import pytest
 
 from hogwild import config
-from hogwild.coordinator.state import RunState
-from hogwild.engine.round import RoundEngine
-from hogwild.errors import InvalidMessage, StaleOrUnknown
-from hogwild.model import kernels
-from hogwild.protocol import PROTOCOL_VERSION, pb
-from hogwild.protocol.codec import (
+from hogwild.cluster.coordinator.state import RunState
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb
+from hogwild.cluster.wire.codec import (
     VALUE_BOUND_FACTOR,
     DeltaHeader,
     check_values,
@@ -25,10 +22,13 @@ from hogwild.protocol.codec import (
     encode_delta_parts,
     value_bound,
 )
-from hogwild.worker.inbox import Inbox
-from hogwild.worker.node import WorkerNode
-from hogwild.worker.phase import Phase
-from hogwild.worker.plan import RunPlan
+from hogwild.cluster.worker.inbox import Inbox
+from hogwild.cluster.worker.node import WorkerNode
+from hogwild.cluster.worker.phase import Phase
+from hogwild.cluster.worker.plan import RunPlan
+from hogwild.engine.round import RoundEngine
+from hogwild.errors import InvalidMessage, StaleOrUnknown
+from hogwild.model import kernels
 
 N_FEATURES = 1000
 DIM = N_FEATURES + 1
@@ -215,7 +215,7 @@ def test_a_members_huge_delta_is_refused_by_a_worker_and_its_sender_dropped() ->
 
 def test_the_coordinators_relayed_sum_is_checked_too() -> None:
     """Star: the relay's aggregate comes under the coordinator's id and key."""
-    from hogwild.protocol.keys import COORDINATOR_SENDER_ID
+    from hogwild.cluster.transport.keys import COORDINATOR_SENDER_ID
 
     node = _node(topology="star")
     node.check_peer(COORDINATOR_SENDER_ID, "coordinator-key")
@@ -261,9 +261,9 @@ def test_a_members_huge_delta_is_refused_by_the_coordinator_and_nothing_is_recor
 
 def test_the_coordinator_sends_the_bound_and_holds_the_same_one(tmp_path: Any) -> None:
 
-    from hogwild.coordinator.links import WorkerLinks
-    from hogwild.coordinator.runconfig import Layout, RunConfigs
-    from hogwild.coordinator.worker_shares import Shipper
+    from hogwild.cluster.coordinator.links import WorkerLinks
+    from hogwild.cluster.coordinator.runconfig import Layout, RunConfigs
+    from hogwild.cluster.coordinator.worker_shares import Shipper
     from hogwild.data.csr import CSRData
     from hogwild.model.spec import ModelSpec
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hogwild.protocol import pb
-from hogwild.protocol.arrays import ZLIB, decode_array, encode_array, fill_array
-from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
+from hogwild.cluster.wire import pb
+from hogwild.cluster.wire.arrays import ZLIB, decode_array, encode_array, fill_array
+from hogwild.cluster.wire.codec import DeltaHeader, decode_delta, encode_delta_parts
 
 
 @pytest.mark.parametrize("array", [np.arange(7, dtype=np.int32), np.zeros(0, np.float32),

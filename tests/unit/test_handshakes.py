@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hogwild.protocol.handshakes import (
+from hogwild.cluster.transport.handshakes import (
     ClosedBeforeCalls,
     HandshakeWatch,
     Socket,

@@ -13,14 +13,13 @@ import numpy as np
 import pytest
 
 from hogwild import config
-from hogwild.coordinator.relay import SYNC_ROUNDS_AHEAD as RELAY_AHEAD
-from hogwild.coordinator.relay import StarRelay
-from hogwild.coordinator.state import RunState
-from hogwild.engine.round import RoundEngine
-from hogwild.engine.tree import TreeLinks
-from hogwild.errors import InvalidMessage, NotAllowed, NotReady, StaleOrUnknown
-from hogwild.protocol import PROTOCOL_VERSION, pb
-from hogwild.protocol.codec import (
+from hogwild.cluster.coordinator.relay import SYNC_ROUNDS_AHEAD as RELAY_AHEAD
+from hogwild.cluster.coordinator.relay import StarRelay
+from hogwild.cluster.coordinator.state import RunState
+from hogwild.cluster.transport.keys import COORDINATOR_SENDER_ID
+from hogwild.cluster.transport.sender import Destination, OutgoingDelta
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb
+from hogwild.cluster.wire.codec import (
     MAX_EXAMPLES,
     MAX_ROUND,
     MIN_DELTA_CHUNK_BYTES,
@@ -30,14 +29,15 @@ from hogwild.protocol.codec import (
     encode_delta_parts,
     max_delta_parts,
 )
-from hogwild.protocol.keys import COORDINATOR_SENDER_ID
-from hogwild.protocol.sender import Destination, OutgoingDelta
-from hogwild.protocol.sequence import OUT_OF_ORDER, WINDOW, SequenceTracker
-from hogwild.worker.admission import ROUND_SLACK, SYNC_ROUNDS_AHEAD
-from hogwild.worker.inbox import Inbox
-from hogwild.worker.node import WorkerNode, _same_side
-from hogwild.worker.phase import Phase
-from hogwild.worker.plan import RunPlan
+from hogwild.cluster.wire.sequence import OUT_OF_ORDER, WINDOW, SequenceTracker
+from hogwild.cluster.worker.admission import ROUND_SLACK, SYNC_ROUNDS_AHEAD
+from hogwild.cluster.worker.inbox import Inbox
+from hogwild.cluster.worker.node import WorkerNode, _same_side
+from hogwild.cluster.worker.phase import Phase
+from hogwild.cluster.worker.plan import RunPlan
+from hogwild.engine.round import RoundEngine
+from hogwild.engine.tree import TreeLinks
+from hogwild.errors import InvalidMessage, NotAllowed, NotReady, StaleOrUnknown
 
 N_FEATURES = 1000
 DIM = N_FEATURES + 1

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hogwild.base.text import number
 from hogwild.cli import main
-from hogwild.text import number
 
 _BASE = ("--data-cache", "false", "--trainer", "serial", "--threads", "1", "--patience", "0")
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from hogwild import atomic
+from hogwild.base import atomic
 from hogwild.model.files import MODEL_META_FILE
 from hogwild.outputs import artifacts
 from hogwild.outputs.history import EvalHistory

@@ -7,7 +7,7 @@ import re
 import sys
 import threading
 
-from hogwild.runtime.launcher import Child, say
+from hogwild.cluster.localrun.launcher import Child, say
 
 
 class _SlowWrites(io.StringIO):

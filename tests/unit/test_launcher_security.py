@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 from hogwild import config
-from hogwild.runtime.launcher import _secure, setting_flags
+from hogwild.cluster.localrun.launcher import _secure, setting_flags
 
 
 def _base(**overrides: object) -> config.Settings:

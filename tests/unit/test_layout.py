@@ -166,7 +166,7 @@ def test_the_graph_sees_the_package() -> None:
     graph = import_graph()
     assert "hogwild.cli" in graph and "hogwild.data.csr" in graph
     # An absolute import, a relative one and a package __init__ re-export are all resolved.
-    assert "hogwild.protocol._stubs" in graph["hogwild.protocol"]
+    assert "hogwild.cluster.wire._stubs" in graph["hogwild.cluster.wire"]
     assert graph["hogwild.cli"], "hogwild.cli imports other hogwild modules at module level"
 
 
@@ -204,7 +204,7 @@ def test_no_import_cycles() -> None:
 
 # Imports inside a function run on call, not on import: no import order breaks on a cycle
 # they close, but it would tie a lower module to a higher one. None may appear: the processes
-# `hogwild run` starts (runtime.prespawn, runtime.forked) are handed the command line's runner
+# `hogwild run` starts (cluster.localrun.prespawn, .forked) are handed the command line's runner
 # by hogwild.cli instead of importing it.
 def test_no_cycles_through_deferred_imports() -> None:
     graph = import_graph(deferred=True)
@@ -236,34 +236,36 @@ def test_no_cycle_through_a_package_init() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Direction. Each top-level module or folder of the package (a "unit") sits in a layer and may
-# import only the units listed for it here: the ground (errors, settings, config; the JIT
-# switch, atomic files, process start-up, host names, numbers for people) <- data <-
-# model <- engine <- outputs <- (the wire code in protocol/) <- runtime (process start-up and
-# warm-up, which starts the helpers that outputs/ and the wire code need) <- in-process
-# training, the estimators and the cluster roles (coordinator/, worker/), which never import
-# one another <- commands/ <- cli. Imports inside functions count (they tie a lower module to a
-# higher one all the same); `TYPE_CHECKING`-only ones do not.
-GROUND = frozenset({"hogwild", "errors", "settings", "config", "jit", "atomic", "startup",
-                    "hosts", "text"})
-_BELOW_ROLES = GROUND | {"data", "model", "engine", "outputs", "protocol", "runtime"}
+# Direction. Each top-level module or folder of the package (a "unit"; inside cluster/, each
+# of its folders is a unit of its own) sits in a layer and may import only the units listed
+# for it here: the ground (errors, settings, config, base/: atomic files, the JIT switch,
+# process start-up, host names, numbers for people) <- data <- model <- engine <- outputs <-
+# runtime (warm-up, signals, start-up lines) <- in-process training | the cluster (its wire
+# code <- its transport <- the coordinator | the worker, which never import each other <- the
+# local launcher of `hogwild run`) <- the estimators, experiments <- commands/ <- cli. Imports
+# inside functions count (they tie a lower module to a higher one all the same);
+# `TYPE_CHECKING`-only ones do not.
+GROUND = frozenset({"hogwild", "errors", "settings", "config", "base"})
+_BELOW_ROLES = GROUND | {"data", "model", "engine", "outputs", "runtime"}
+_CLUSTER = frozenset({"cluster", "cluster.wire", "cluster.transport", "cluster.coordinator",
+                      "cluster.worker", "cluster.localrun"})
 ALLOWED_IMPORTS: dict[str, frozenset[str]] = {
     **{unit: GROUND for unit in GROUND},
     "data": GROUND,
     "model": GROUND | {"data"},
     "engine": GROUND | {"data", "model"},
     "outputs": GROUND | {"data", "model", "engine"},
-    "protocol": GROUND | {"data", "model", "engine"},
-    "runtime": GROUND | {"data", "model", "engine", "outputs", "protocol"},
+    "runtime": GROUND | {"data", "model", "engine", "outputs"},
     "inprocess": _BELOW_ROLES,
-    "estimator_options": _BELOW_ROLES,
-    "estimator_base": _BELOW_ROLES | {"estimator_options"},
-    "estimators": _BELOW_ROLES | {"estimator_options", "estimator_base"},
-    "experiment": _BELOW_ROLES | {"inprocess"},
-    "coordinator": _BELOW_ROLES,
-    "worker": _BELOW_ROLES,
-    "commands": _BELOW_ROLES | {"inprocess", "estimator_options", "estimator_base", "estimators",
-                                "experiment", "coordinator", "worker"},
+    "cluster": _BELOW_ROLES,
+    "cluster.wire": GROUND | {"data", "model", "engine"},
+    "cluster.transport": GROUND | {"data", "model", "engine", "cluster.wire"},
+    "cluster.coordinator": _BELOW_ROLES | {"cluster.wire", "cluster.transport"},
+    "cluster.worker": _BELOW_ROLES | {"cluster.wire", "cluster.transport"},
+    "cluster.localrun": _BELOW_ROLES | {"cluster.wire", "cluster.transport"},
+    "estimators": _BELOW_ROLES | {"cluster", "cluster.localrun"},
+    "experiment": _BELOW_ROLES | {"inprocess", "cluster", "cluster.localrun"},
+    "commands": _BELOW_ROLES | _CLUSTER | {"inprocess", "estimators", "experiment"},
 }
 ALLOWED_IMPORTS["cli"] = ALLOWED_IMPORTS["commands"] | {"commands"}
 # The entry point of a process of `hogwild run` started before its command line: handed cli's
@@ -281,6 +283,8 @@ KNOWN_UNIT_CYCLES: list[list[str]] = []
 
 def unit_of(module: str) -> str:
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "cluster":
+        return f"cluster.{parts[2]}"
     return parts[1] if len(parts) > 1 else parts[0]
 
 
@@ -361,7 +365,7 @@ def test_the_private_reach_check_finds_one() -> None:
 
 
 def test_worker_helpers_use_only_the_nodes_public_names() -> None:
-    helpers = sorted(p for p in (PACKAGE_ROOT / "worker").glob("*.py") if p.name != "node.py")
+    helpers = sorted(p for p in (PACKAGE_ROOT / "cluster" / "worker").glob("*.py") if p.name != "node.py")
     assert len(helpers) > 10
     reaches = {p.name: found for p in helpers
                if (found := node_private_reaches(p.read_text(encoding="utf-8")))}

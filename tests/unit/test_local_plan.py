@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hogwild.cluster.coordinator.localplan import load_local
 from hogwild.config import Settings
-from hogwild.coordinator.localplan import load_local
 from hogwild.data.reorder import check_order
 from hogwild.errors import ConfigError
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from hogwild.coordinator import peer_reports as reports_module
-from hogwild.coordinator.peer_reports import MAX_PEER_REPORTS
-from hogwild.coordinator.state import RunState
+from hogwild.cluster.coordinator import peer_reports as reports_module
+from hogwild.cluster.coordinator.peer_reports import MAX_PEER_REPORTS
+from hogwild.cluster.coordinator.state import RunState
 
 DIM = 4
 

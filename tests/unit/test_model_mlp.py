@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from hogwild import config
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb
+from hogwild.cluster.worker.plan import RunPlan
 from hogwild.data.reorder import frequency_order, renumber
 from hogwild.data.sources import load_source
 from hogwild.data.split import permute
@@ -26,8 +28,6 @@ from hogwild.model.losses import get_loss
 from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
 from hogwild.outputs import artifacts
-from hogwild.protocol import PROTOCOL_VERSION, pb
-from hogwild.worker.plan import RunPlan
 
 from .rows import Rows
 

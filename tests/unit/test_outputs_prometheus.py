@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from hogwild.cluster.coordinator.state import RunState
+from hogwild.cluster.transport.certs import Bundle, write_bundle
 from hogwild.config import Settings
-from hogwild.coordinator.state import RunState
 from hogwild.errors import ConfigError
 from hogwild.outputs.history import EvalHistory
 from hogwild.outputs.prometheus import (
@@ -23,7 +24,6 @@ from hogwild.outputs.prometheus import (
     coordinator_reader,
     serve_metrics,
 )
-from hogwild.protocol.certs import Bundle, write_bundle
 
 pytest.importorskip("prometheus_client")
 
@@ -224,7 +224,7 @@ def test_metrics_tls_without_a_certificate_is_refused_naming_the_key() -> None:
 
 
 def test_hogwild_run_hands_the_metrics_security_to_every_process(bundle: Bundle) -> None:
-    from hogwild.runtime.launcher import setting_flags
+    from hogwild.cluster.localrun.launcher import setting_flags
 
     settings = _tls_settings(bundle)
     for role in ("coordinator", "worker"):

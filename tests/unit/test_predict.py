@@ -240,7 +240,7 @@ def test_multiclass_training_then_predict_agree(tmp_path: Path, monkeypatch: pyt
 
 def test_rows_without_labels_give_predictions_but_no_metrics(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import hogwild.data.sources
+    import hogwild.commands.predict
     from hogwild.commands.predict import score_file
 
     model = SavedModel(w=np.array([1.0, 0.0]), loss="hinge")
@@ -249,7 +249,7 @@ def test_rows_without_labels_give_predictions_but_no_metrics(
                          ([1.0, nan], "1 of 2 rows have no label: no metrics")):
         data = CSRData(np.array([0, 1, 2]), np.array([0, 0]), np.array([2.0, -1.0]),
                        np.array(labels), 1)
-        monkeypatch.setattr(hogwild.data.sources, "load_source", lambda *a, d=data, **k: d)
+        monkeypatch.setattr(hogwild.commands.predict, "load_source", lambda *a, d=data, **k: d)
         scored = score_file(model, "unlabelled.csv")
         assert scored.metrics is None and scored.note == note
         assert scored.labels.tolist() == [1, -1]

@@ -14,6 +14,9 @@ from sklearn.metrics import recall_score
 
 from hogwild import HogwildClassifier, HogwildRegressor, config
 from hogwild.cli import main
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb
+from hogwild.cluster.wire.codec import value_bound
+from hogwild.cluster.worker.plan import RunPlan
 from hogwild.data.classweights import class_weights, run_class_weights
 from hogwild.data.csr import CSRData
 from hogwild.data.sources import load_source
@@ -21,9 +24,6 @@ from hogwild.data.svmlight import write_svmlight
 from hogwild.engine.trainer import Trainer, TrainParams
 from hogwild.errors import ConfigError, InvalidMessage
 from hogwild.model import kernels
-from hogwild.protocol import PROTOCOL_VERSION, pb
-from hogwild.protocol.codec import value_bound
-from hogwild.worker.plan import RunPlan
 
 
 def _rows(n: int = 200, d: int = 10, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from hogwild.cli import main
+from hogwild.cluster.coordinator import checkpoint_file
 from hogwild.config import Settings
-from hogwild.coordinator import checkpoint_file
 from hogwild.errors import ConfigError, OutputError
 from hogwild.outputs import artifacts
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from hogwild.cluster.wire.sequence import SequenceTracker
 from hogwild.errors import InvalidMessage
-from hogwild.protocol.sequence import SequenceTracker
 
 
 def test_in_order_single_parts_move_the_mark_and_keep_nothing() -> None:

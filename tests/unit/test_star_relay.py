@@ -9,11 +9,11 @@ from typing import Any
 import grpc
 import numpy as np
 
-from hogwild.coordinator.relay import StarRelay
-from hogwild.coordinator.state import RunState
-from hogwild.coordinator.tree_root import TreeRoot
-from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.protocol.sender import Destination, OutgoingDelta
+from hogwild.cluster.coordinator.relay import StarRelay
+from hogwild.cluster.coordinator.state import RunState
+from hogwild.cluster.coordinator.tree_root import TreeRoot
+from hogwild.cluster.transport.sender import Destination, OutgoingDelta
+from hogwild.cluster.wire.codec import DeltaHeader, decode_delta, encode_delta_parts
 
 DIM = 10
 

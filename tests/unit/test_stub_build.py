@@ -1,4 +1,4 @@
-"""`python -m hogwild.protocol.build` (run by bootstrap-env.sh every time): the stubs are
+"""`python -m hogwild.cluster.wire.build` (run by bootstrap-env.sh every time): the stubs are
 written only when missing or older than the .proto, or when --force asks."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hogwild.protocol import build
-from hogwild.protocol._stubs import MODULES
+from hogwild.cluster.wire import build
+from hogwild.cluster.wire._stubs import MODULES
 
 
 def _stamps(out: Path) -> dict[str, int]:

@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from hogwild.coordinator.state import RunState
-from hogwild.coordinator.tree_root import TreeRoot
+from hogwild.cluster.coordinator.state import RunState
+from hogwild.cluster.coordinator.tree_root import TreeRoot
+from hogwild.cluster.transport.sender import OutgoingDelta, _mark
+from hogwild.cluster.wire.codec import DeltaHeader, decode_delta, encode_delta_parts
 from hogwild.engine import tree as tree_module
 from hogwild.engine.tree import ASYNC_SLACK_ROUNDS, TreeLinks
-from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.protocol.sender import OutgoingDelta, _mark
 
 from .tree_roots import DIM, root_of_four
 

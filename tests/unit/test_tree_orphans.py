@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from hogwild.coordinator.state import RunState
-from hogwild.coordinator.tree_root import TreeRoot
+from hogwild.cluster.coordinator.state import RunState
+from hogwild.cluster.coordinator.tree_root import TreeRoot
+from hogwild.cluster.transport.sender import OutgoingDelta
+from hogwild.cluster.wire.codec import DeltaHeader, decode_delta, encode_delta_parts
 from hogwild.engine.tree import RETAINED_MAX, TreeLinks
-from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.protocol.sender import OutgoingDelta
 
 from .tree_roots import DIM, root_of_four
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hogwild.coordinator.state import RunState
+from hogwild.cluster.coordinator.state import RunState
+from hogwild.cluster.wire.codec import DecodedDelta, DeltaHeader, decode_delta, encode_delta_parts
+from hogwild.cluster.wire.wholeparts import WholeParts
 from hogwild.errors import Busy
-from hogwild.protocol.codec import DecodedDelta, DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.protocol.wholeparts import WholeParts
 
 DIM = 2000
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hogwild.worker.inbox import Inbox
+from hogwild.cluster.worker.inbox import Inbox
 
 
 def test_peers_start_at_the_rounds_everyone_holds() -> None:

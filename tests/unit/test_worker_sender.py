@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hogwild.cluster.transport.sender import Destination, OutgoingDelta
+from hogwild.cluster.wire import pb
+from hogwild.cluster.wire.codec import DeltaHeader, decode_delta, encode_delta_parts
 from hogwild.engine.sparse import merge_sparse
-from hogwild.protocol import pb
-from hogwild.protocol.codec import DeltaHeader, decode_delta, encode_delta_parts
-from hogwild.protocol.sender import Destination, OutgoingDelta
 
 DIM = 1_000
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import grpc
 
-from hogwild.coordinator.state import RunState
-from hogwild.coordinator.tree_root import TreeRoot
-from hogwild.protocol.sender import Destination, OutgoingDelta
+from hogwild.cluster.coordinator.state import RunState
+from hogwild.cluster.coordinator.tree_root import TreeRoot
+from hogwild.cluster.transport.sender import Destination, OutgoingDelta
 
 DIM = 10
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from hogwild import atomic
+from hogwild.base import atomic
 from hogwild.data.columnmap import check_params
 from hogwild.data.encodings import HashOptions
 from hogwild.data.hashing import apply_hashing, fit_hashing

@@ -10,7 +10,9 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from hogwild import atomic
+from hogwild.base import atomic
+from hogwild.data.crosses import tuple_buckets
+from hogwild.data.encodings import buckets_for, signed_buckets_for
 from hogwild.errors import ModelError, UsageError
 from hogwild.model.saved import SavedModel, model_paths
 
@@ -199,8 +201,6 @@ class FeatureNamer:
     def _cross_name(self, column: Mapping[str, Any], bucket: int) -> str:
         """A cross's bucket by the crossed values that land in it (of those the model
         keeps), e.g. ``color=red * size=L``."""
-        from hogwild.data.crosses import tuple_buckets
-
         name = str(column["name"])
         where = f"{name}[bucket {bucket}]"
         names = [str(c) for c in column.get("columns") or []]
@@ -232,8 +232,6 @@ class FeatureNamer:
     def _column_codes(self, column: Mapping[str, Any]
                       ) -> tuple[list[str], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
         """The kept values of a hashed column, hashed again as when it was fitted."""
-        from hogwild.data.encodings import buckets_for, signed_buckets_for
-
         name = str(column["name"])
         if name not in self._codes:
             values = [str(v) for v in column.get("top_values") or []]

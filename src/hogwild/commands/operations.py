@@ -39,10 +39,11 @@ def add_certs(sub: Any) -> None:
 
 def health(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
-    from hogwild.protocol.health import check
+    from hogwild.cluster.transport.health import check
 
     if args.tls:
-        from hogwild.protocol.security import from_settings
+        # deferred: security loads grpc; `hogwild --help` imports this module
+        from hogwild.cluster.transport.security import from_settings
 
         settings = config.load(config.default_config_path(environ), environ)
         if not settings.tls_ca:
@@ -57,6 +58,6 @@ def health(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 def certs(args: argparse.Namespace) -> int:
     # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
-    from hogwild.protocol.certs import main as certs_main
+    from hogwild.cluster.transport.certs import main as certs_main
 
     return certs_main(args.out, args.hosts, args.days, args.force)

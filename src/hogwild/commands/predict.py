@@ -14,13 +14,20 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from hogwild import atomic
+from hogwild.base import atomic
+from hogwild.base.text import number
+from hogwild.data._textformat import MAX_VALUE_BYTES, format_table
+from hogwild.data.featurespace import foreign_space_warning
+from hogwild.data.hashing import apply_hashing
 from hogwild.data.labels import as_written
+from hogwild.data.sources import load_source
 from hogwild.errors import DataError, ModelError
+from hogwild.model import metrics as quality
+from hogwild.model.evaluation import predict
 from hogwild.model.saved import SavedModel
+from hogwild.model.scoring import drop_unknown_features, margins
 from hogwild.outputs import artifacts
 from hogwild.outputs.console import NORMAL, QUIET
-from hogwild.text import number
 
 OUTPUTS = ("label", "raw", "proba")
 # Significant digits written: labels exactly as stored (float64 round trip), scores 9.
@@ -54,10 +61,6 @@ def score_file(model: SavedModel, spec: str, *, threads: int | None = None,
                prog: str = "hogwild predict") -> Scored:
     """Load ``spec`` with hogwild's own loader (svmlight files, bundled:..., synthetic:...),
     score it, and compute the metrics when its labels fit the model."""
-    from hogwild.data.sources import load_source
-    from hogwild.model import metrics as quality
-    from hogwild.model.scoring import drop_unknown_features, margins
-
     if zero_based is None:
         settings = model.meta.get("settings")
         zero_based = bool(settings.get("zero_based", False)) if isinstance(settings, dict) \
@@ -65,16 +68,12 @@ def score_file(model: SavedModel, spec: str, *, threads: int | None = None,
     started = time.perf_counter()
     if model.hashing is not None:
         # Trained on a csv: source: hash the new file's columns exactly the same way.
-        from hogwild.data.hashing import apply_hashing
-
         data = apply_hashing(model.hashing, spec)
     else:
         data = load_source(spec, zero_based=zero_based)
     loaded = time.perf_counter()
     frequent = model.meta.get("frequent_features")
     if isinstance(frequent, list) and all(isinstance(i, int) for i in frequent):
-        from hogwild.data.featurespace import foreign_space_warning
-
         foreign = foreign_space_warning(data, frequent, spec)
         if foreign is not None:
             print(f"{prog}: warning: {foreign}", file=sys.stderr if warn is None else warn,
@@ -91,8 +90,6 @@ def score_file(model: SavedModel, spec: str, *, threads: int | None = None,
     else:
         data_used = data.with_n_features(d)
     if model.model == "mlp":
-        from hogwild.model.evaluation import predict
-
         m = predict(data_used, model.w, model.spec)
     else:
         m = margins(model.w, data_used, threads)
@@ -128,8 +125,6 @@ def score_file(model: SavedModel, spec: str, *, threads: int | None = None,
 
 def format_columns(table: npt.ArrayLike, digits: int) -> bytes:
     """Rows of numbers as text lines (compiled; integral values written as integers)."""
-    from hogwild.data._textformat import MAX_VALUE_BYTES, format_table
-
     t = np.asarray(table, dtype=np.float64)
     if t.ndim == 1:
         t = t[:, None]

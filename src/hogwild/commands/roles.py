@@ -10,9 +10,9 @@ from hogwild.commands.common import verbosity_of
 from hogwild.outputs import console
 
 if TYPE_CHECKING:
+    from hogwild.cluster.localrun.prespawn import CommandRunner
     from hogwild.config import Settings
     from hogwild.outputs.plotter import BackgroundPlot
-    from hogwild.runtime.prespawn import CommandRunner
 
 
 def add_run_flags(parser: argparse.ArgumentParser) -> None:
@@ -31,9 +31,9 @@ def train(settings: Settings, plot: BackgroundPlot | None = None) -> int:
 
 def run(settings: Settings, args: argparse.Namespace, fork: CommandRunner | None) -> int:
     """``fork``: how a forked child runs its command line, when this is the whole process
-    (see hogwild.runtime.launcher.run_local)."""
+    (see hogwild.cluster.localrun.launcher.run_local)."""
     # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
-    from hogwild.runtime.launcher import run_local
+    from hogwild.cluster.localrun.launcher import run_local
 
     return run_local(settings, config_path=args.config, keep_going=args.keep_going,
                      insecure=settings.insecure, fork=fork, verbosity=verbosity_of(args))
@@ -41,7 +41,7 @@ def run(settings: Settings, args: argparse.Namespace, fork: CommandRunner | None
 
 def coordinator(settings: Settings, plot: BackgroundPlot | None = None) -> int:
     # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
-    from hogwild.coordinator.server import serve
+    from hogwild.cluster.coordinator.server import serve
 
     # --json: standard output is the metrics' alone (the port line goes to stderr too).
     return serve(settings, out=sys.stderr if console.current().as_json else None, plot=plot)
@@ -49,6 +49,6 @@ def coordinator(settings: Settings, plot: BackgroundPlot | None = None) -> int:
 
 def worker(settings: Settings) -> int:
     # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
-    from hogwild.worker import serve
+    from hogwild.cluster.worker import serve
 
     return serve(settings)

@@ -11,10 +11,12 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from hogwild.base.text import number
 from hogwild.config import Settings
 from hogwild.data.labels import MULTICLASS
 from hogwild.data.sources import data_lines
 from hogwild.data.split import shard
+from hogwild.engine.calibration import MAX_ROWS, busy_threads, kernel_speed
 from hogwild.engine.guard import SwingGuard
 from hogwild.engine.job import test_quality
 from hogwild.engine.network import DEFAULT_SPEED, Network
@@ -33,7 +35,6 @@ from hogwild.outputs.console import QUIET, SIMULATE_ROWS, VERBOSE, Console, simu
 from hogwild.outputs.results import write_outputs
 from hogwild.settings.rules import few_rows_a_worker, resolve_combine, resolve_topology
 from hogwild.settings.simulation import DEFAULT_MAX_EVENTS, WARN_EVENTS
-from hogwild.text import number
 
 log = logging.getLogger("hogwild.simulate")
 
@@ -232,8 +233,8 @@ def _calibrated(options: SimOptions, train: Any, kernel: KernelPlan, workers: in
                 console: Console) -> SimOptions:
     """``options`` with this machine's kernel speed (unless --speeds names them) and the
     measured cost of a delta message (engine.calibration, protocol.msgcost)."""
-    from hogwild.engine.calibration import MAX_ROWS, busy_threads, kernel_speed
-    from hogwild.protocol.msgcost import measure
+    # deferred: msgcost loads grpc, which a simulation without --calibrate does without
+    from hogwild.cluster.transport.msgcost import measure
 
     rows = csr_arrays(train.slice(0, min(train.n_rows, MAX_ROWS)), kernel.spec.n_features)
     concurrent = busy_threads(workers, kernel.threads)

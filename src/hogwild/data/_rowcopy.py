@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hogwild.jit import njit
+from hogwild.base.jit import njit
 
 
 @njit(nogil=True, cache=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from hogwild.jit import njit
+from hogwild.base.jit import njit
 
 _POW10 = np.array([10.0 ** k for k in range(23)], dtype=np.float64)
 _IPOW10 = np.array([10 ** k for k in range(19)], dtype=np.int64)

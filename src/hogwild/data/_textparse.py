@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from hogwild.jit import njit
+from hogwild.base.jit import njit
 
 # Error codes a parse kernel returns together with the byte offset of the offending token.
 OK = 0

@@ -45,9 +45,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.base.jit import njit
 from hogwild.data.csr import CSRData
 from hogwild.data.reorder import document_frequency
-from hogwild.jit import njit
 
 I64 = npt.NDArray[np.int64]
 

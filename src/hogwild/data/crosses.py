@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from hogwild.data.columns import Columns, pair_rows
 from hogwild.data.csvtable import F64, I64
+from hogwild.data.encodings import hash_slices
 from hogwild.errors import DataError
 
 U64 = npt.NDArray[np.uint64]
@@ -34,8 +35,6 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 
 def value_hashes(column: str, values: Sequence[str], seed: int) -> U64:
     """The 64-bit hash of each value of ``column`` (two slices of its xxh3-128 hash)."""
-    from hogwild.data.encodings import hash_slices
-
     words = hash_slices(column, values, seed).astype(np.uint64)
     return words[:, 0] | (words[:, 1] << np.uint64(32))
 

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.base.jit import njit
 from hogwild.errors import DataError
-from hogwild.jit import njit
 
 INDPTR_DTYPE = np.int64
 INDEX_DTYPE = np.int32

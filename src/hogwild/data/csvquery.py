@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
+from hogwild.data.columnar import read_columns
 from hogwild.data.csr import CSRData
 from hogwild.data.encodings import DEFAULT_ONEHOT_MAX, HashOptions
-from hogwild.data.hashing import apply_hashing, fit_hashing
+from hogwild.data.hashing import apply_columns, apply_hashing, fit_columns, fit_hashing
 from hogwild.errors import DataError
 
 
@@ -101,9 +102,6 @@ def load_columnar_source(scheme: str, rest: str, hashing: Mapping[str, Any] | No
     """A ``parquet:`` or ``arrow:`` source, as :func:`load_csv_source`; rows placed in
     ``shuffle_order(n_rows, shuffle_seed)`` as they are assembled, when given."""
     import time
-
-    from hogwild.data.columnar import read_columns
-    from hogwild.data.hashing import apply_columns, fit_columns
 
     path, options = parse_csv_spec(rest, scheme)
     if hashing is not None:

@@ -52,6 +52,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.data._rowcopy import append_rows, rows_increasing
+from hogwild.data.columnar import read_columns
 from hogwild.data.columnmap import FORMAT, HASH, VERSION, apply_needs, check_params, roles
 from hogwild.data.columns import Columns, TableColumns
 from hogwild.data.crosses import apply_cross, fit_cross
@@ -140,8 +141,6 @@ def apply_hashing(params: Mapping[str, Any], path: str | Path,
     text = str(path)
     scheme, colon, rest = text.partition(":")
     if colon and scheme in ("parquet", "arrow") and not Path(text).exists():
-        from hogwild.data.columnar import read_columns
-
         return apply_columns(params, read_columns(scheme, rest.partition("?")[0],
                                                   params=params))
     if text.startswith("csv:"):

@@ -27,11 +27,12 @@ import logging
 import time
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.base.jit import njit
 from hogwild.data._threads import default_threads
 from hogwild.data.csr import CSRData
 from hogwild.data.labelcheck import LabelWatch
@@ -40,7 +41,6 @@ from hogwild.data.svmlight import parse_text
 from hogwild.data.textblocks import BLOCK_BYTES
 from hogwild.data.textsource import TextFile, new_digest
 from hogwild.errors import DataError, DataFormatError
-from hogwild.jit import njit
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +172,17 @@ def deal(n_ranges: int, workers: int, seed: int) -> list[list[int]]:
     return [sorted(int(i) for i in order[w::workers]) for w in range(workers)]
 
 
+class RowSink(Protocol):
+    """Where :func:`read_ranges` puts the rows it keeps, block by block."""
+
+    def add(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
+            labels: np.ndarray, mask: np.ndarray) -> None: ...
+
+    def build(self, n_features: int) -> CSRData: ...
+
+
 class _Parts:
-    """Held-out rows collected block by block (raw labels)."""
+    """Rows collected block by block in memory (raw labels)."""
 
     def __init__(self) -> None:
         self.lengths: list[np.ndarray] = []
@@ -444,15 +453,17 @@ class LocalSpec:
 
 
 def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = None,
-                block_bytes: int = BLOCK_BYTES) -> CSRData:
+                block_bytes: int = BLOCK_BYTES, sink: RowSink | None = None) -> CSRData:
     """The training rows of ``ranges`` (held-out rows dropped), in file order, with the raw
     labels. DataError (one line) if the file is not the one planned: another size, or a
     range whose digest, row count or non-zeros differ; DataFormatError names file and line.
 
     Each range is checked by the digests of the DIGEST_CHUNK-byte chunks it overlaps, so the
-    bytes before and after it up to the chunk edges are read (and hashed, not parsed) too."""
+    bytes before and after it up to the chunk edges are read (and hashed, not parsed) too.
+    ``sink``: where the kept rows go (default: arrays in memory); the rows it builds are
+    returned."""
     n_threads = max(1, threads if threads is not None else default_threads())
-    parts = _Parts()
+    parts: RowSink = _Parts() if sink is None else sink
     with closing(TextFile(spec.source)) as f:
         name = f.name
         # A size of 0 in the plan, or -1 here: a server that does not say (the digests and

@@ -22,9 +22,9 @@ import numpy as np
 import numpy.typing as npt
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+from hogwild.base.jit import njit
 from hogwild.data.csr import INDEX_DTYPE, CSRData
 from hogwild.errors import DataError
-from hogwild.jit import njit
 
 I32 = npt.NDArray[np.int32]
 F64 = npt.NDArray[np.float64]

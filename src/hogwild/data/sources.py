@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from hogwild.data.csr import CSRData
+from hogwild.data.csvquery import load_columnar_source, load_csv_source
 from hogwild.data.hashsummary import encoding_lines
 from hogwild.data.labels import LabelMap, summarize_labels
 from hogwild.data.rcv1 import RCV1_FEATURES, read_lyrl2004
@@ -106,12 +107,8 @@ def _load(spec: str, *, n_features: int | None, zero_based: bool, cache: bool,
     scheme, sep, rest = spec.partition(":")
     if sep and scheme in SCHEMES and not Path(spec).exists():
         if scheme == "csv":
-            from hogwild.data.csvquery import load_csv_source
-
             data, params = load_csv_source(rest, hashing)
         if scheme in ("parquet", "arrow"):
-            from hogwild.data.csvquery import load_columnar_source
-
             data, params = load_columnar_source(scheme, rest, hashing, shuffle_seed)
         if scheme in TABLE_SCHEMES:
             if n_features is not None and n_features != data.n_features:

@@ -11,7 +11,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from hogwild.atomic import atomic_open
+from hogwild.base.atomic import atomic_open
 from hogwild.data import _textformat as fmt
 from hogwild.data._threads import default_threads
 from hogwild.data.blockparse import ParsedText, parse_text

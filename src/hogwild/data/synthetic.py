@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+from hogwild.base.jit import njit
 from hogwild.data._threads import default_threads, run_parallel
 from hogwild.data.csr import CSRData
-from hogwild.jit import njit
 
 _ZIPF_SHIFT = 10.0  # popularity of rank r ~ 1 / (r + _ZIPF_SHIFT)
 _MASK64 = (1 << 64) - 1

@@ -11,9 +11,11 @@ from hogwild.config import Settings
 from hogwild.data.csr import CSRData
 from hogwild.data.memory import PER_ID, check_fits, physical_memory
 from hogwild.engine.trainer import TrainParams
+from hogwild.model import metrics as quality
 from hogwild.model.evaluation import predict
 from hogwild.model.hot import RENUMBERED_HOT_FEATURES
 from hogwild.model.saved import default_task
+from hogwild.model.scoring import margins
 from hogwild.model.spec import ModelSpec
 
 # Bytes a job keeps per feature id besides the weights: document frequency (int64), the
@@ -53,9 +55,6 @@ def test_quality(test: CSRData, w: np.ndarray, loss: str,
     ``test`` holds the training labels (+-1 for a binary model) and ``w`` the internal
     weights (or the parameters of the model ``spec`` describes); predictions and labels are
     compared in the model's classes."""
-    from hogwild.model import metrics as quality
-    from hogwild.model.scoring import margins
-
     if task is None:  # a model of +-1 labels (regression for the squared loss)
         task, classes = default_task(loss)
     scores = predict(test, w, spec) if spec is not None and spec.is_mlp else margins(w, test)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from hogwild.base.text import number
 from hogwild.config import Settings
 from hogwild.data.classweights import class_counts, class_weights, row_weights
 from hogwild.data.csr import CSRData
@@ -24,7 +25,6 @@ from hogwild.model.evaluation import is_finite, predict, scores
 from hogwild.model.losses import get_loss
 from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
-from hogwild.text import number
 
 log = logging.getLogger("hogwild.train")
 

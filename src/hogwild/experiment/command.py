@@ -100,7 +100,7 @@ def run_experiment(opts: ExperimentOptions, base: Settings,
     Progress and the summary go to ``out`` (default: standard output)."""
     out = sys.stdout if out is None else out
     # Imported on use: the command line imports this module to build its parser.
-    from hogwild import atomic
+    from hogwild.base import atomic
     from hogwild.experiment import plots, records
     from hogwild.experiment.runner import execute
 

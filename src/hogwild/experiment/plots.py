@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hogwild import atomic
+from hogwild.base import atomic
 from hogwild.experiment.runner import MIN_TIMED_SECONDS, TOO_SHORT, Record, median
 
 if TYPE_CHECKING:  # matplotlib itself is imported when a figure is drawn (start-up time)

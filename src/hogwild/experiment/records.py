@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hogwild import atomic
+from hogwild.base import atomic
 from hogwild.experiment.runner import (
     MIN_TIMED_SECONDS,
     SERIAL_TOO_SHORT,

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from hogwild.cluster.localrun.launcher import child_env, setting_flags
 from hogwild.config import Settings
 from hogwild.engine.fit import FitLoop
 from hogwild.engine.job import train_params
@@ -148,8 +149,6 @@ def run_cluster(spec: RunSpec, settings: Settings, opts: ExperimentOptions, repe
     """One `hogwild run` with ``spec.workers`` worker processes on loopback; wall time of the
     whole command, CPU time of all its processes, training seconds and validation history
     as the coordinator measured them."""
-    from hogwild.runtime.launcher import child_env, setting_flags
-
     run_dir = out_dir / f"w{spec.workers}-t{spec.threads}-r{repeat}"
     run_dir.mkdir(parents=True, exist_ok=True)
     s = settings.replace(workers=spec.workers, threads=spec.threads, epochs=opts.epochs,

@@ -20,6 +20,7 @@ from hogwild.engine.job import (
     test_quality,
     train_params,
 )
+from hogwild.engine.mlp import MLPTrainer
 from hogwild.engine.ovr import OneVsRest
 from hogwild.engine.runstart import (
     initial_model_record,
@@ -31,6 +32,7 @@ from hogwild.engine.trainer import Trainer
 from hogwild.errors import ConfigError, DataError
 from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss
+from hogwild.model.mlp_kernels import BUFFERED_FLUSH_ROWS
 from hogwild.model.spec import ModelSpec
 from hogwild.outputs import artifacts
 from hogwild.outputs.console import Console
@@ -57,10 +59,6 @@ def make_trainer(settings: Settings, spec: ModelSpec) -> Trainer:
         return gpu_trainer(settings.device, spec.n_features, params)
     if not spec.is_mlp:
         return Trainer(spec.n_features, params)
-    # Here: only the MLP needs its kernels; a linear run does not load them.
-    from hogwild.engine.mlp import MLPTrainer
-    from hogwild.model.mlp_kernels import BUFFERED_FLUSH_ROWS
-
     return MLPTrainer(spec, params, seed=settings.seed,
                       flush_rows=BUFFERED_FLUSH_ROWS if settings.thread_buffer else 1,
                       deep_lr_scale=settings.deep_lr_scale)

@@ -101,7 +101,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.jit import njit
+from hogwild.base.jit import njit
 from hogwild.model.losses import HINGE, LOGISTIC, SQUARED
 
 F64 = npt.NDArray[np.float64]

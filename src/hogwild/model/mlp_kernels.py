@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.jit import njit
+from hogwild.base.jit import njit
 from hogwild.model.kernels import INVSCALING, point_dloss, point_loss, publish_view
 from hogwild.model.losses import SQUARED
 from hogwild.model.spec import ModelSpec

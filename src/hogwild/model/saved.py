@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild import __version__
-from hogwild.atomic import atomic_open, atomic_write_text, dumps
+from hogwild.base.atomic import atomic_open, atomic_write_text, dumps
 from hogwild.data.labelcheck import float32_as_written
 from hogwild.errors import ModelError, ModelFormatError
 from hogwild.model.files import MODEL_FILE, MODEL_META_FILE

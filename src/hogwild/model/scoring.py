@@ -7,9 +7,9 @@ import os
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.base.jit import njit
 from hogwild.data._threads import run_parallel
 from hogwild.data.csr import CSRData
-from hogwild.jit import njit
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRLike, csr_arrays
 

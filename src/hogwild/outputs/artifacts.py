@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from hogwild.atomic import atomic_write_bytes, atomic_write_text, dumps
+from hogwild.base.atomic import atomic_write_bytes, atomic_write_text, dumps
 from hogwild.errors import ConfigError, HogwildError, OutputError
 from hogwild.model.files import MODEL_FILE, MODEL_META_FILE
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from hogwild.text import number
+from hogwild.base.text import number
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
 
@@ -85,9 +85,8 @@ class Console:
         """With --json: ``metrics`` as one line of JSON on standard output (as metrics.json
         has them)."""
         if self.as_json:
-            from hogwild.atomic import (
-                dumps,  # numpy loads on use: keeps the command line quick to start
-            )
+            # deferred: base.atomic loads numpy, which `hogwild --help` does without
+            from hogwild.base.atomic import dumps
 
             _line(sys.stdout, dumps(metrics))
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hogwild import atomic
+from hogwild.base import atomic
 from hogwild.outputs import artifacts
 
 log = logging.getLogger("hogwild.outputs.history")

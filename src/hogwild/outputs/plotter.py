@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hogwild.atomic import atomic_write_bytes, dumps
+from hogwild.base.atomic import atomic_write_bytes, dumps
+from hogwild.base.startup import before_exit, import_long_lived, single_blas_thread
 from hogwild.outputs.artifacts import PLOT_FILE
 
 if TYPE_CHECKING:  # matplotlib itself is imported when a figure is drawn (start-up time)
@@ -298,8 +299,6 @@ def plot_loss(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str
 
 def main() -> int:
     """The helper: import matplotlib now, then draw what stdin asks for."""
-    from hogwild.startup import before_exit, import_long_lived, single_blas_thread
-
     single_blas_thread()  # before matplotlib imports numpy
 
     # The job's own start-up (its imports, its data) is what the user waits for: this

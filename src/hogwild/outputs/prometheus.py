@@ -13,18 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hogwild.base.hosts import is_loopback
 from hogwild.errors import ConfigError
-from hogwild.hosts import is_loopback
 from hogwild.outputs.metrics_http import MetricsHTTPServer
 from hogwild.settings.rules import check_metrics_tls
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
+    from hogwild.cluster.coordinator.state import RunState
+    from hogwild.cluster.worker.node import WorkerNode
     from hogwild.config import Settings
-    from hogwild.coordinator.state import RunState
     from hogwild.outputs.history import EvalHistory
-    from hogwild.worker.node import WorkerNode
 
 log = logging.getLogger("hogwild.metrics")
 

@@ -338,9 +338,12 @@ class Settings:
                       "absolute path, size and mtime", commands=_TRC))
     out_of_core: bool = field(
         default=False,
-        metadata=_doc("train from the parsed-array cache on disk a block of rows at a time, for "
-                      "data larger than memory (blocks in a random order each epoch, rows "
-                      "shuffled within a block)", commands=_T))
+        metadata=_doc("train from disk a block of rows at a time, for data larger than "
+                      "memory: train, from the parsed-array cache (blocks in a random order "
+                      "each epoch, rows shuffled within a block); a worker (shipping local), "
+                      "from its rows written under the cache dir and memory-mapped (blocks of "
+                      "the text in a random order, rows shuffled within a block)",
+                      commands=_TRW))
     # --- security ------------------------------------------------------------------------
     tls_ca: str = field(
         default="",

@@ -1,0 +1,159 @@
+"""``shipping: local`` on the coordinator: plan the training file's ranges, keep only held-out rows.
+
+The coordinator scans the file (hogwild.data.ranges.plan_file), maps the labels, computes the
+feature order from the training rows' document frequencies (so the workers renumber exactly
+as the partition mode's coordinator would), and hands each worker a
+:class:`pb.LocalSource` naming its ranges. Validation (and test, without ``test_data``) rows
+are the rows the split hash holds out; the coordinator evaluates on them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from hogwild.cluster.wire import pb
+from hogwild.cluster.wire.localstream import local_source
+from hogwild.config import Settings
+from hogwild.data.csr import CSRData
+from hogwild.data.labels import REGRESSION, LabelMap, label_summary
+from hogwild.data.ranges import FilePlan, LocalSpec, plan_file
+from hogwild.data.reorder import order_from_counts, renumber
+from hogwild.data.sources import default_test_source, load_source_hashed
+from hogwild.data.textsource import bundled_features, canonical, local_source_error
+from hogwild.engine.job import feature_memory
+from hogwild.engine.runstart import Splits
+from hogwild.errors import ConfigError, DataError
+from hogwild.model.losses import get_loss
+
+log = logging.getLogger("hogwild.coordinator")
+
+
+@dataclass
+class LocalShipping:
+    """The plan of a local-shipping run: what each worker reads, and the order it renumbers
+    its features with."""
+
+    plan: FilePlan
+    spec: LocalSpec
+    order: np.ndarray
+    labels: LabelMap
+    seed: int
+
+    def source(self, worker_id: int) -> pb.LocalSource:
+        """The message telling ``worker_id`` what to read."""
+        classes = None if self.labels.task == REGRESSION else self.labels.classes
+        seeds = np.random.SeedSequence(self.seed).spawn(worker_id + 2)
+        shuffle_seed = int(seeds[worker_id + 1].generate_state(1, np.uint64)[0] >> np.uint64(1))
+        return local_source(self.spec, self.plan.worker_ranges(worker_id), classes=classes,
+                            total_rows=self.plan.total_rows, gzip=self.plan.gzip,
+                            shuffle_seed=shuffle_seed)
+
+    def train_rows(self, worker_id: int) -> int:
+        return sum(r.train_rows for r in self.plan.worker_ranges(worker_id))
+
+    def train_nnz(self, worker_id: int) -> int:
+        return sum(r.train_nnz for r in self.plan.worker_ranges(worker_id))
+
+    def text_bytes(self, worker_id: int) -> int:
+        """Text bytes the worker reads (gzip: inflates up to the end of its last range)."""
+        ranges = self.plan.worker_ranges(worker_id)
+        if self.plan.gzip:
+            return max(r.byte_end for r in ranges)
+        return sum(r.byte_end - r.byte_start for r in ranges)
+
+    def describe(self) -> str:
+        """The training set in one line (as hogwild.data.sources.describe)."""
+        rows, nnz = self.plan.train_rows, self.plan.train_nnz
+        if self.labels.task == REGRESSION or self.labels.classes is None:
+            # (the scan keeps no distinct values of a real-valued target)
+            labels = f"{self.plan.positive_train / max(rows, 1):.3f} of the labels above 0"
+        else:
+            labels = label_summary(self.plan.labels, self.plan.label_counts)
+        return (f"{rows:,} rows x {int(self.order.shape[0]):,} features, {nnz:,} non-zeros "
+                f"({nnz / max(rows, 1):.1f} per row), {labels} "
+                f"(read by the workers from {self.spec.source}; none held here)")
+
+    def ranges_report(self, workers: int) -> dict[str, Any]:
+        """The plan for metrics.json: the file, its row counts, and per worker its ranges as
+        [first_row, rows, byte_start, byte_end] with its training rows and non-zeros."""
+        plan = self.plan
+        return {"source": self.spec.source, "file_bytes": plan.file_size,
+                "text_bytes": plan.text_bytes, "gzip": plan.gzip,
+                "total_rows": plan.total_rows, "train_rows": plan.train_rows,
+                "val_rows": plan.val.n_rows, "test_rows": plan.test.n_rows,
+                "holdout": self.spec.holdout, "plan_seconds": plan.seconds,
+                "workers": [{"worker_id": w,
+                             "ranges": [[r.first_row, r.rows, r.byte_start, r.byte_end]
+                                        for r in plan.worker_ranges(w)],
+                             "train_rows": self.train_rows(w), "train_nnz": self.train_nnz(w)}
+                            for w in range(workers)]}
+
+
+def load_local(settings: Settings) -> tuple[Splits, LocalShipping]:
+    """Plan the training file for ``settings.workers`` workers and load the data the
+    coordinator evaluates on. ConfigError (key ``shipping``) for a source that cannot be read
+    by ranges; DataError as for any load."""
+    s = settings
+    why = local_source_error(s.data)
+    if why is not None:
+        raise ConfigError("shipping", f"local needs `data` to be a svmlight file: {why}")
+    source = canonical(s.data)
+    test_spec = s.test_data or default_test_source(s.data)
+    test_fraction = 0.0 if test_spec else s.test_fraction
+    n_features = s.n_features if s.n_features is not None else bundled_features(s.data)
+    classifier = get_loss(s.loss).is_classifier
+    try:
+        plan = plan_file(source, workers=s.workers, seed=s.seed, val_fraction=s.val_fraction,
+                         test_fraction=test_fraction, zero_based=s.zero_based,
+                         n_features=n_features, classifier=classifier,
+                         bytes_per_id=feature_memory(s, 1, 1))
+    except ValueError as exc:
+        raise ConfigError("workers", str(exc)) from None
+    # plan.labels are float32 values (as the rows hold them): fitted as such, the classes
+    # are kept as written.
+    labels = LabelMap.fit(plan.labels.astype(np.float32), classifier=classifier,
+                          source=s.data, label_note=plan.label_note)
+    if plan.train_rows == 0:
+        raise DataError(f"no training rows left in {s.data!r} after the split")
+    for w in range(s.workers):
+        if not plan.worker_ranges(w) or sum(r.train_rows for r in plan.worker_ranges(w)) == 0:
+            raise DataError(f"{s.data}: too few rows for {s.workers} workers (worker {w} would "
+                            "get no training row)")
+    val = replace(plan.val, labels=labels.encode(plan.val.labels, s.data))
+    width = val.n_features
+    if test_spec:
+        test, _ = load_source_hashed(test_spec, n_features=s.n_features,
+                                     zero_based=s.zero_based, cache=s.data_cache)
+        test = replace(test, labels=labels.encode(test.labels, str(test_spec)))
+        if test.n_features != width:
+            if s.n_features is not None:
+                raise DataError(f"test data has {test.n_features} features, training data "
+                                f"{width}")
+            if test.n_features > width:
+                log.warning("test data %s has %d features but training data %s has %d: the "
+                            "extra features get weight 0 (is the test file from the same "
+                            "feature space?)", test_spec, test.n_features, s.data, width)
+            width = max(width, test.n_features)
+            test = test.with_n_features(width)
+            val = val.with_n_features(width)
+    else:
+        test = replace(plan.test, labels=labels.encode(plan.test.labels, s.data))
+    if test.n_rows == 0:
+        raise DataError("the test set is empty: give test_data or a positive test_fraction")
+    df = np.zeros(width, dtype=np.int64)
+    df[:plan.df.shape[0]] = plan.df
+    order = order_from_counts(df)
+    val = renumber(val, order, in_place=True)
+    test = renumber(test, order, in_place=True)
+    spec = LocalSpec(source=source, file_size=plan.file_size, n_features=width,
+                     zero_based=s.zero_based, split_seed=s.seed,
+                     holdout=s.val_fraction + test_fraction, text_bytes=plan.text_bytes)
+    empty = CSRData(np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32),
+                    np.zeros(0, np.float32), width)
+    # The training rows stay in the file: Splits.train is empty here (see LocalShipping).
+    splits = Splits(train=empty, val=val, test=test, feature_order=order, labels=labels)
+    return splits, LocalShipping(plan, spec, order, labels, s.seed)

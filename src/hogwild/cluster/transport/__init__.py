@@ -1,0 +1,1 @@
+"""The transport between cluster processes: TLS and keys, servers, senders, health, handshakes."""

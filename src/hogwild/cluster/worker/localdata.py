@@ -1,0 +1,78 @@
+"""A worker's own training rows under ``shipping: local``: read, check, encode, renumber, shuffle."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hogwild.cluster.wire.localstream import LocalPlan
+from hogwild.data.csr import CSRData
+from hogwild.data.ranges import read_ranges
+from hogwild.data.reorder import check_order, renumber
+from hogwild.data.spill import DiskParts
+from hogwild.errors import DataError
+
+log = logging.getLogger("hogwild.worker")
+
+# Text read per parsed block out of core: the unit rows are shuffled within and whose order is
+# randomised (smaller than in memory, for a finer mix; parsing costs the same per byte).
+SPILL_BLOCK_BYTES = 4 << 20
+
+
+def load_local_shard(plan: LocalPlan, path_override: str = "",
+                     spill_to: Path | None = None) -> CSRData:
+    """The rows ``plan`` assigns to this worker, ready to train: labels mapped as the
+    coordinator mapped them, features renumbered with its order, rows permuted once.
+
+    ``path_override`` (the worker's ``local_data`` setting) reads the same file where this
+    node mounts it. ``spill_to`` (out of core): the rows are written to a private directory
+    under it and memory-mapped (data/spill.py), shuffled within blocks of the text and laid
+    out with the blocks in a random order, instead of permuted whole in memory. DataError
+    (one line) if the file here is not the one planned."""
+    t0 = time.perf_counter()
+    spec = plan.spec
+    if path_override:
+        spec = dataclasses.replace(spec, source=path_override)
+    order = check_order(plan.order, spec.n_features)
+
+    def prepare(data: CSRData) -> CSRData:
+        data = CSRData(data.indptr, data.indices, data.values,
+                       _mapped_labels(data.labels, plan.classes, spec.source), data.n_features)
+        return renumber(data, order, in_place=True)
+
+    if spill_to is None:
+        data = prepare(read_ranges(spec, plan.ranges))
+        perm = np.random.default_rng(plan.shuffle_seed).permutation(data.n_rows)
+        data = data.take(perm)
+        where = "in memory"
+    else:
+        sink = DiskParts(spill_to, spec.n_features, prepare, plan.shuffle_seed)
+        try:
+            data = read_ranges(spec, plan.ranges, block_bytes=SPILL_BLOCK_BYTES, sink=sink)
+        except BaseException:
+            sink.abort()
+            raise
+        where = f"out of core (mapped from disk under {spill_to})"
+    log.info("read %s training rows (%s non-zeros) of %s from %d range(s), each checked "
+             "against the coordinator's digest, in %.2fs, %s", f"{data.n_rows:,}",
+             f"{data.nnz:,}", spec.source, len(plan.ranges), time.perf_counter() - t0, where)
+    return data
+
+
+def _mapped_labels(labels: np.ndarray, classes: tuple[float, ...] | None,
+                   source: str) -> np.ndarray:
+    """The coordinator's two classes as -1/+1 (None: labels as read, a regression target);
+    DataError naming the first label that is neither."""
+    if classes is None:
+        return labels
+    neg, pos = (np.float32(c) for c in classes)
+    bad = (labels != neg) & (labels != pos)
+    if np.any(bad):
+        found = float(labels[np.flatnonzero(bad)[0]])
+        raise DataError(f"{source}: label {found:g} is not one of the coordinator's "
+                        f"classes {classes[0]:g}, {classes[1]:g}")
+    return np.where(labels == pos, np.float32(1.0), np.float32(-1.0)).astype(np.float32)

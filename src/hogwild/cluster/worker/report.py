@@ -1,0 +1,100 @@
+"""A worker's reports to its coordinator: progress, divergence, and its final state."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from hogwild.cluster.wire import PROTOCOL_VERSION, pb
+from hogwild.cluster.wire.streams import FinalState, state_chunks
+from hogwild.cluster.worker.phase import COORDINATOR_ID
+from hogwild.cluster.worker.plan import RunPlan
+from hogwild.errors import ClusterError, TrainingDiverged
+
+if TYPE_CHECKING:
+    from hogwild.cluster.worker.node import WorkerNode
+
+PROGRESS_EVERY = 0.5  # seconds between progress reports to the coordinator
+
+
+class Reports:
+    """What the coordinator hears from this worker; the training loss since the last report."""
+
+    def __init__(self, node: WorkerNode) -> None:
+        self.node = node
+        self.loss_sum = 0.0   # the training threads add to it (under the node's cond)
+        self.rows = 0
+        self.last_train_loss = float("nan")
+        self.last_progress = 0.0
+
+    def count(self, loss_sum: float, rows: int) -> None:
+        """(Under the node's cond.) A training thread's round: its loss sum and rows."""
+        self.loss_sum += loss_sum
+        self.rows += rows
+
+    def maybe_report_progress(self, plan: RunPlan, done: bool) -> None:
+        node = self.node
+        now = time.monotonic()
+        if not done and now - self.last_progress < PROGRESS_EVERY:
+            return
+        self.last_progress = now
+        with node.cond:
+            if self.rows:
+                loss = self.loss_sum / self.rows
+                # An overflowing loss is no number to report (the coordinator refuses one):
+                # NaN says "none", and a model that is no longer finite is reported as
+                # diverged by the exchange.
+                self.last_train_loss = loss if math.isfinite(loss) else float("nan")
+            self.loss_sum, self.rows = 0.0, 0
+        coordinator = node.destinations.get(COORDINATOR_ID)
+        if coordinator is None:
+            return
+        applied = sum(p.applied for p in node.inbox.snapshot().values())
+        coordinator.put("ReportProgress", pb.Progress(
+            protocol_version=PROTOCOL_VERSION, run_id=node.run_id, worker_id=node.worker_id,
+            round=node.rounds, examples=node.examples, train_loss=self.last_train_loss,
+            done=done, deltas_sent=node.deltas_sent, deltas_applied=applied,
+            max_staleness=node.max_staleness))
+
+    def diverged(self, plan: RunPlan, round_: int) -> None:
+        """Tell the coordinator the weights are no longer finite, then stop with an error."""
+        node = self.node
+        coordinator = node.destinations.get(COORDINATOR_ID)
+        if coordinator is not None:
+            coordinator.put("ReportProgress", pb.Progress(
+                protocol_version=PROTOCOL_VERSION, run_id=node.run_id,
+                worker_id=node.worker_id, round=round_, examples=node.examples,
+                train_loss=float("nan"), done=True, deltas_sent=node.deltas_sent,
+                max_staleness=node.max_staleness, diverged=True))
+            coordinator.flush(plan.rpc_timeout)
+        raise TrainingDiverged(f"worker {node.worker_id}, round {round_}", plan.learning_rate)
+
+    def final_state(self, message: pb.FinalStateRequest, timeout: float) -> Iterator[pb.StateChunk]:
+        """The final weights, once this worker is done (waits up to ``timeout``)."""
+        node = self.node
+        node.callers.check_run(message.protocol_version, message.run_id, "final state request")
+        if not node.done.wait(timeout):
+            raise ClusterError("this worker has not finished yet")
+        state = self.snapshot_state()
+        assert node.plan is not None
+        yield from state_chunks(state, node.run_id, node.settings.chunk_bytes)
+        node.state_served.set()
+
+    def snapshot_state(self) -> FinalState:
+        node = self.node
+        peers = node.inbox.snapshot()
+        coordinator = node.destinations.get(COORDINATOR_ID)
+        return FinalState(
+            worker_id=node.worker_id, weights=node.engine.w.copy(), rounds=node.rounds,
+            examples=node.examples, deltas_sent=node.deltas_sent,
+            applied_from={pid: p.applied for pid, p in peers.items()},
+            acked_by={dest_id: d.acked.get("PushDelta", 0)
+                      for dest_id, d in node.destinations.items() if dest_id != COORDINATOR_ID},
+            dropped_peers=[pid for pid, p in peers.items() if p.dropped],
+            acked_by_coordinator=coordinator.acked.get("PushDelta", 0) if coordinator else 0,
+            max_staleness=node.max_staleness, timings=node.timers.snapshot(),
+            bytes_sent=sum(d.bytes_sent for d in node.destinations.values()),
+            bytes_to_coordinator=coordinator.bytes_sent if coordinator else 0)
+
