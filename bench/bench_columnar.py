@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hogwild.data.svmlight import write_svmlight
+from hogwild.data.formats.svmlight import write_svmlight
 from hogwild.data.synthetic import make_rcv1_like
 
 REPO = Path(__file__).resolve().parents[1]

@@ -204,7 +204,7 @@ class DataSet:
 
 def make_sets(rows: int, work: Path, kinds: list[str]) -> list[DataSet]:
     """Generate (or reuse) the sets in ``work``."""
-    from hogwild.data.svmlight import read_svmlight
+    from hogwild.data.formats.svmlight import read_svmlight
 
     test_rows = max(1000, rows // 10)
     sets = []
@@ -243,7 +243,7 @@ def make_sets(rows: int, work: Path, kinds: list[str]) -> list[DataSet]:
 
 
 def _csr_bytes(path: Path, n_features: int) -> int:
-    from hogwild.data.svmlight import read_svmlight
+    from hogwild.data.formats.svmlight import read_svmlight
 
     return int(read_svmlight(path, n_features=n_features, cache=False).nbytes)
 

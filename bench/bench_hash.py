@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from hogwild.data.csvtable import read_table
-from hogwild.data.encodings import HashOptions, buckets_for, sqrt_buckets
-from hogwild.data.hashing import fit_hashing, fit_table
+from hogwild.data.formats.csvtable import read_table
+from hogwild.data.hashing.tables import fit_hashing, fit_table
+from hogwild.data.transform.encodings import HashOptions, buckets_for, sqrt_buckets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_line, machine_line, workdir

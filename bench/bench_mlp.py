@@ -45,9 +45,9 @@ def timed_pass(fn: Any) -> tuple[float, float, float]:
 def load_set(name: str, max_rows: int | None,
              data_dir: Path = common.SHARED_DATA) -> tuple[Any, Any] | None:
     """(train, test) renumbered by frequency, train permuted; None if the files are absent."""
-    from hogwild.data.reorder import frequency_order, renumber
     from hogwild.data.sources import load_source
-    from hogwild.data.split import permute
+    from hogwild.data.transform.reorder import frequency_order, renumber
+    from hogwild.data.transform.split import permute
 
     if name.startswith("bundled:"):
         from hogwild.data.sources import default_test_source

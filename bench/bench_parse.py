@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from hogwild.data.svmlight import read_bytes, read_svmlight, write_svmlight
+from hogwild.data.formats.svmlight import read_bytes, read_svmlight, write_svmlight
 from hogwild.data.synthetic import make_rcv1_like
 
 REPO = Path(__file__).resolve().parents[1]

@@ -308,7 +308,7 @@ def _numpy_rcv1_like(n_rows: int, n_features: int, avg_nnz: int, noise: float,
 
 def load_real(name: str, max_rows: int | None = None) -> tuple[Any, Any]:
     """(train, test) CSRData of a set in ../shared/data, train cut to ``max_rows`` rows."""
-    from hogwild.data.svmlight import read_svmlight
+    from hogwild.data.formats.svmlight import read_svmlight
 
     train_file, test_file, n_features = REAL_SETS[name]
     for f in (train_file, test_file):
@@ -324,7 +324,7 @@ def load_real(name: str, max_rows: int | None = None) -> tuple[Any, Any]:
 def renumbered(train: Any, test: Any) -> tuple[Any, Any]:
     """Both sets with features renumbered by descending document frequency in ``train``, as
     the training job (``hogwild.engine.runstart.load_splits``) does before it trains."""
-    from hogwild.data.reorder import frequency_order, renumber
+    from hogwild.data.transform.reorder import frequency_order, renumber
 
     order = frequency_order(train)
     return renumber(train, order), renumber(test, order)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from hogwild import run_cluster
+from hogwild.data.formats.svmlight import write_svmlight
 from hogwild.data.sources import load_source
-from hogwild.data.svmlight import write_svmlight
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 

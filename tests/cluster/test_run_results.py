@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hogwild.data.formats.svmlight import write_svmlight
 from hogwild.data.sources import load_source
-from hogwild.data.svmlight import write_svmlight
 
 from .helpers import Cluster, flags, read_metrics
 from .helpers import _env as child_env

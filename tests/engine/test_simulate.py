@@ -17,7 +17,7 @@ import pytest
 
 from hogwild import config
 from hogwild.commands.simulate import SimOptions, scenario_of
-from hogwild.data.split import shard
+from hogwild.data.transform.split import shard
 from hogwild.engine.guard import SwingGuard
 from hogwild.engine.network import Network
 from hogwild.engine.round_size import MIN_ROUNDS_PER_EPOCH, max_rounds

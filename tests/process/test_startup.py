@@ -47,7 +47,7 @@ def test_version_imports_nothing_heavy() -> None:
 
 
 def test_data_layer_never_imports_grpc_or_matplotlib() -> None:
-    assert loaded_after("import hogwild.data, hogwild.data.stream, hogwild.inprocess.local") == ["numba"]
+    assert loaded_after("import hogwild.data, hogwild.data.formats.stream, hogwild.inprocess.local") == ["numba"]
 
 
 @pytest.mark.parametrize("enabled", [True, False])

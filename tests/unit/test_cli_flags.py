@@ -15,8 +15,8 @@ from hogwild.cli import build_parser, main, settings_from_args
 from hogwild.cluster.transport.certs import host_names
 from hogwild.cluster.transport.certs import main as certs_main
 from hogwild.commands.hash_csv import hash_command
-from hogwild.data.encodings import HashOptions
 from hogwild.data.sources import load_source
+from hogwild.data.transform.encodings import HashOptions
 from hogwild.outputs.console import duration
 
 

@@ -197,12 +197,12 @@ def test_gen_data_out_that_cannot_be_written_is_refused_before_generating(
 
 def test_gen_data_failing_to_write_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    import hogwild.data.svmlight
+    import hogwild.data.formats.svmlight
 
     def disk_full(data: Any, path: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(hogwild.data.svmlight, "write_svmlight", disk_full)
+    monkeypatch.setattr(hogwild.data.formats.svmlight, "write_svmlight", disk_full)
     out = tmp_path / "d.svm"
     code = main(["gen-data", "seed000", "--rows", "10", "--features", "100", "--out", str(out)])
     stdout, err = _one_line(capsys)

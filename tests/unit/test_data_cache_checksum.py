@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild.data import svmlight
-from hogwild.data.cache import CACHE_VERSION, cache_path, find_cached
 from hogwild.data.csr import CSRData
-from hogwild.data.svmlight import read_svmlight
+from hogwild.data.formats import svmlight
+from hogwild.data.formats.cache import CACHE_VERSION, cache_path, find_cached
+from hogwild.data.formats.svmlight import read_svmlight
 
 
 @pytest.fixture(autouse=True)
@@ -83,7 +83,7 @@ def test_damage_that_looks_valid_is_noticed_and_the_text_parsed_again(
         array *= 1000  # still finite
     _rewrite(where, name, array, start)
     parses = _parse_count(monkeypatch)
-    with caplog.at_level(logging.WARNING, logger="hogwild.data.cache"):
+    with caplog.at_level(logging.WARNING, logger="hogwild.data.formats.cache"):
         again = read_svmlight(path)
     assert _same(again, truth) and parses[0] == 1
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -92,7 +92,7 @@ def test_damage_that_looks_valid_is_noticed_and_the_text_parsed_again(
                          "again")]
     # The cache was written anew: the next read takes it, without parsing or a warning.
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="hogwild.data.cache"):
+    with caplog.at_level(logging.WARNING, logger="hogwild.data.formats.cache"):
         third = read_svmlight(path)
     assert _same(third, truth) and parses[0] == 1 and not caplog.records
 
@@ -125,7 +125,7 @@ def test_a_cache_of_the_previous_layout_is_parsed_again_and_said(
     meta["key"]["version"] = CACHE_VERSION - 1
     (where / "meta.json").write_text(json.dumps(meta))
     parses = _parse_count(monkeypatch)
-    with caplog.at_level(logging.INFO, logger="hogwild.data.cache"):
+    with caplog.at_level(logging.INFO, logger="hogwild.data.formats.cache"):
         again = read_svmlight(path)
     assert _same(again, truth) and parses[0] == 1
     assert f"the data cache {where} is of an older layout (3, without content checksums): " \
@@ -138,7 +138,7 @@ def test_reading_a_cache_hashes_its_arrays_as_it_loads_them_not_in_a_pass_before
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The checksums are still checked (the damage tests above), but on the blocks the load
     # reads anyway: no separate pass over the cache files.
-    from hogwild.data import cache
+    from hogwild.data.formats import cache
 
     path = _source(tmp_path)
     truth = read_svmlight(path)

@@ -13,7 +13,7 @@ import pytest
 
 from hogwild.cli import main
 from hogwild.data.csr import CSRData
-from hogwild.data.hashing import apply_hashing
+from hogwild.data.hashing.tables import apply_hashing
 from hogwild.data.sources import load_source_hashed
 from hogwild.errors import DataError
 
@@ -227,7 +227,7 @@ def _feather(tmp_path: Path, cols: dict[str, list[Any]]) -> Path:
 
 def test_rows_are_placed_in_the_shuffled_order_as_they_are_assembled(
         parts: tuple[Path, Path]) -> None:
-    from hogwild.data.split import shuffle_order
+    from hogwild.data.transform.split import shuffle_order
 
     folder, _ = parts
     plain, _ = load_source_hashed(f"parquet:{folder}?{QUERY}")

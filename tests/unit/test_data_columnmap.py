@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from hogwild.cli import main
-from hogwild.data.crosses import tuple_buckets
 from hogwild.data.csr import CSRData
-from hogwild.data.hashing import apply_hashing
+from hogwild.data.hashing.crosses import tuple_buckets
+from hogwild.data.hashing.tables import apply_hashing
 from hogwild.data.sources import load_source_hashed
 from hogwild.errors import DataError
 

@@ -13,14 +13,14 @@ import pytest
 
 from hogwild.cli import main
 from hogwild.commands.analyze import analyze_command
-from hogwild.data.conflicts import (
+from hogwild.data.csr import CSRData
+from hogwild.data.diagnose.conflicts import (
     analyze_conflicts,
     quick_conflicts,
     recommend,
     startup_report,
     summary_line,
 )
-from hogwild.data.csr import CSRData
 from hogwild.data.synthetic import make_rcv1_like, make_seed000
 
 
@@ -223,7 +223,7 @@ def test_train_logs_the_line_and_stores_the_statistics(
 
 
 def test_removing_the_hot_features_uncovers_the_block_structure() -> None:
-    from hogwild.data.conflicts import without_top_features
+    from hogwild.data.diagnose.conflicts import without_top_features
 
     blocks = planted_blocks(blocks=20, rows_per_block=10, private=6, seed=2)
     hot = blocks.n_features  # one extra feature held by every row (a stop-word)

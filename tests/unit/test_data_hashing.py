@@ -11,12 +11,17 @@ import numpy as np
 import pytest
 
 from hogwild.cli import main
-from hogwild.data.csvquery import parse_csv_spec
-from hogwild.data.csvtable import read_table
-from hogwild.data.encodings import HashOptions, buckets_for, signed_buckets_for, sqrt_buckets
-from hogwild.data.hashing import apply_hashing, fit_hashing
+from hogwild.data.formats.csvquery import parse_csv_spec
+from hogwild.data.formats.csvtable import read_table
+from hogwild.data.formats.svmlight import read_svmlight
+from hogwild.data.hashing.tables import apply_hashing, fit_hashing
 from hogwild.data.sources import load_source
-from hogwild.data.svmlight import read_svmlight
+from hogwild.data.transform.encodings import (
+    HashOptions,
+    buckets_for,
+    signed_buckets_for,
+    sqrt_buckets,
+)
 from hogwild.errors import DataError, DataFormatError
 
 COLORS = ("red", "green", "blue", "black", "white")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hogwild.data.labels import (
+from hogwild.data.transform.labels import (
     BINARY,
     MULTICLASS,
     REGRESSION,

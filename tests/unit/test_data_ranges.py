@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from hogwild.cluster.wire.localstream import local_chunks, local_source, receive_local
+from hogwild.data.formats.svmlight import parse_file
+from hogwild.data.formats.textsource import TextFile, canonical, is_url, local_source_error
 from hogwild.data.ranges import (
     DIGEST_CHUNK,
     FilePlan,
@@ -22,9 +24,7 @@ from hogwild.data.ranges import (
     read_ranges,
     split_u,
 )
-from hogwild.data.svmlight import parse_file
 from hogwild.data.synthetic import make_rcv1_like
-from hogwild.data.textsource import TextFile, canonical, is_url, local_source_error
 from hogwild.errors import DataError, DataFormatError, InvalidMessage
 
 
@@ -303,7 +303,7 @@ def test_local_plan_stream_round_trip_and_tampering(text_file: Path) -> None:
 
 
 def test_label_values_are_those_of_the_rows_as_float32(tmp_path: Path) -> None:
-    from hogwild.data.labels import LabelMap
+    from hogwild.data.transform.labels import LabelMap
 
     path = tmp_path / "labels.svm"
     rows = [f"{0.1 if i % 3 else 0.7} {i % 50 + 1}:1" for i in range(300)]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild.data.rcv1 import read_lyrl2004, read_qrels
+from hogwild.data.formats.rcv1 import read_lyrl2004, read_qrels
 from hogwild.errors import DataError, DataFormatError
 
 VEC1 = "2286  1:0.5 7:0.25\n2287  3:1\n"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hogwild.data import reorder
 from hogwild.data.csr import CSRData
-from hogwild.data.reorder import (
+from hogwild.data.transform import reorder
+from hogwild.data.transform.reorder import (
     check_order,
     document_frequency,
     frequency_order,

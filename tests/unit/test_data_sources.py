@@ -104,7 +104,7 @@ def test_describe() -> None:
 
 def test_describe_names_the_users_classes_of_multiclass_rows() -> None:
     from hogwild.data.csr import CSRData
-    from hogwild.data.labels import LabelMap
+    from hogwild.data.transform.labels import LabelMap
 
     raw = np.array([5, 6, 7, 7, 7], dtype=np.float32)
     labels = LabelMap.fit(raw, classifier=True, source="t")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hogwild.data.csr import CSRData
-from hogwild.data.split import permute, shard, train_val_test_split
+from hogwild.data.transform.split import permute, shard, train_val_test_split
 
 
 def numbered(n: int) -> CSRData:
@@ -65,7 +65,7 @@ def test_replicate_shards() -> None:
 
 
 def test_row_weights_follow_splits_and_shards() -> None:
-    from hogwild.data.split import shard, split_shuffled, train_val_test_split
+    from hogwild.data.transform.split import shard, split_shuffled, train_val_test_split
 
     base = _weighted()
     parts = train_val_test_split(base, val_fraction=0.2, test_fraction=0.2, seed=3)

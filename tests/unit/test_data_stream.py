@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from hogwild.config import Settings
-from hogwild.data import stream, textblocks
 from hogwild.data.csr import CSRData
-from hogwild.data.reorder import frequency_order, renumber
+from hogwild.data.formats import stream, textblocks
+from hogwild.data.formats.svmlight import parse_svmlight_buffer, read_svmlight
 from hogwild.data.sources import load_source
-from hogwild.data.split import shuffle_order, split_shuffled, train_val_test_split
-from hogwild.data.svmlight import parse_svmlight_buffer, read_svmlight
+from hogwild.data.transform.reorder import frequency_order, renumber
+from hogwild.data.transform.split import shuffle_order, split_shuffled, train_val_test_split
 from hogwild.engine.runstart import load_splits
 from hogwild.errors import DataError, DataFormatError, TrainingDiverged
 
@@ -204,7 +204,7 @@ def test_out_of_core_training_streams_the_cache(tmp_path: Path,
     assert rows[0]["train_loss"] is None and rows[0]["val_loss"] > rows[-1]["val_loss"]
     # the same held-out rows and feature order as the in-memory job: the saved model scores
     # the in-memory job's test set exactly as the out-of-core job reported
-    from hogwild.data.reorder import to_internal
+    from hogwild.data.transform.reorder import to_internal
     from hogwild.model.evaluation import evaluate
     from hogwild.model.saved import SavedModel
 
@@ -240,7 +240,7 @@ def _caps_by_hand(text: bytes) -> tuple[list[int], int]:
 def test_row_caps_counts_colons_of_data_rows_8_bytes_at_a_time() -> None:
     """Lines of every length around the 8-byte words the first pass reads, with comments,
     blank lines, CRs and qid tokens, at every offset of the buffer."""
-    from hogwild.data import _textparse as kp
+    from hogwild.data.formats import _textparse as kp
 
     rng = np.random.default_rng(5)
     tokens = [b"1", b":", b" ", b"\t", b"\r", b"#", b"0.5", b"qid:3", b"12:0.25", b"-1", b"::"]
@@ -259,7 +259,7 @@ def test_row_caps_counts_colons_of_data_rows_8_bytes_at_a_time() -> None:
 @pytest.mark.parametrize("read", ["whole", "blocks"])
 def test_an_unreadable_path_is_one_line_naming_it_whichever_reader(tmp_path: Path,
                                                                   read: str) -> None:
-    from hogwild.data.svmlight import read_bytes
+    from hogwild.data.formats.svmlight import read_bytes
 
     def load(path: Path) -> object:
         return read_bytes(path) if read == "whole" else list(textblocks.text_blocks(path))

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild.data import blockparse, svmlight
-from hogwild.data.cache import cache_path
 from hogwild.data.csr import CSRData
-from hogwild.data.stream import load_text
-from hogwild.data.svmlight import parse_svmlight_buffer, read_svmlight, write_svmlight
+from hogwild.data.formats import blockparse, svmlight
+from hogwild.data.formats.cache import cache_path
+from hogwild.data.formats.stream import load_text
+from hogwild.data.formats.svmlight import parse_svmlight_buffer, read_svmlight, write_svmlight
 from hogwild.errors import DataError, DataFormatError
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"

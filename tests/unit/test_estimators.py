@@ -19,8 +19,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from hogwild import HogwildClassifier, HogwildRegressor, config
 from hogwild.cli import main
 from hogwild.data.csr import CSRData
+from hogwild.data.formats.svmlight import write_svmlight
 from hogwild.data.sources import load_source
-from hogwild.data.svmlight import write_svmlight
 from hogwild.errors import ConfigError, ModelError
 
 # The estimators run sklearn's checks with one thread and a fixed seed: several lock-free

@@ -11,8 +11,12 @@ import pytest
 
 from hogwild.cli import main
 from hogwild.data.csr import CSRData
-from hogwild.data.featurespace import foreign_space_warning, frequent_features, shared_frequent
-from hogwild.data.reorder import frequency_order
+from hogwild.data.diagnose.featurespace import (
+    foreign_space_warning,
+    frequent_features,
+    shared_frequent,
+)
+from hogwild.data.transform.reorder import frequency_order
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 SPAM = (DATA / "spamassassin.train.libsvm.gz", DATA / "spamassassin.test.libsvm.gz")

@@ -13,10 +13,10 @@ import pytest
 
 from hogwild import config
 from hogwild.cli import main
-from hogwild.data.csvquery import load_csv_source
-from hogwild.data.encodings import DEFAULT_HASH_BITS, HashOptions
-from hogwild.data.hashing import apply_hashing, fit_hashing
-from hogwild.data.hashsummary import SUMMARY_LINES, column_summary, onehot_value
+from hogwild.data.formats.csvquery import load_csv_source
+from hogwild.data.hashing.summary import SUMMARY_LINES, column_summary, onehot_value
+from hogwild.data.hashing.tables import apply_hashing, fit_hashing
+from hogwild.data.transform.encodings import DEFAULT_HASH_BITS, HashOptions
 from hogwild.errors import DataError
 from hogwild.inprocess.local import train_job
 

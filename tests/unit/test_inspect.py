@@ -11,7 +11,7 @@ import pytest
 
 from hogwild.cli import main
 from hogwild.data.csr import CSRData
-from hogwild.data.svmlight import write_svmlight
+from hogwild.data.formats.svmlight import write_svmlight
 from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
 

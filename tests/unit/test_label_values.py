@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from hogwild.cli import main
-from hogwild.data.labelcheck import LabelWatch
-from hogwild.data.labels import LabelMap, as_written
+from hogwild.data.formats.stream import load_text
+from hogwild.data.formats.svmlight import parse_svmlight_buffer, read_svmlight
 from hogwild.data.ranges import plan_file
 from hogwild.data.sources import load_source
-from hogwild.data.stream import load_text
-from hogwild.data.svmlight import parse_svmlight_buffer, read_svmlight
+from hogwild.data.transform.labelcheck import LabelWatch
+from hogwild.data.transform.labels import LabelMap, as_written
 from hogwild.model.saved import label_value
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from hogwild.cluster.coordinator.localplan import load_local
 from hogwild.config import Settings
-from hogwild.data.reorder import check_order
+from hogwild.data.transform.reorder import check_order
 from hogwild.errors import ConfigError
 
 

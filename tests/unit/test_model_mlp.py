@@ -14,9 +14,9 @@ import pytest
 from hogwild import config
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb
 from hogwild.cluster.worker.plan import RunPlan
-from hogwild.data.reorder import frequency_order, renumber
 from hogwild.data.sources import load_source
-from hogwild.data.split import permute
+from hogwild.data.transform.reorder import frequency_order, renumber
+from hogwild.data.transform.split import permute
 from hogwild.engine.mlp import MLPTrainer
 from hogwild.engine.trainer import Trainer, TrainParams
 from hogwild.errors import ConfigError, InvalidMessage, ModelError

@@ -355,7 +355,7 @@ def test_logistic_loss_learns_spamassassin(spam: tuple[Rows, Rows]) -> None:
 
 def renumbered(train: Rows, test: Rows) -> tuple[Any, Any]:
     from hogwild.data.csr import CSRData
-    from hogwild.data.reorder import frequency_order, renumber
+    from hogwild.data.transform.reorder import frequency_order, renumber
 
     tr = CSRData(train.indptr, train.indices, train.values, train.labels, train.n_features)
     te = CSRData(test.indptr, test.indices, test.values, test.labels, test.n_features)

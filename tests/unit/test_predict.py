@@ -11,8 +11,8 @@ from sklearn import metrics as skm
 
 from hogwild.cli import main
 from hogwild.data.csr import CSRData
+from hogwild.data.formats.svmlight import write_svmlight
 from hogwild.data.sources import BUNDLED_DIR, load_source
-from hogwild.data.svmlight import write_svmlight
 from hogwild.model.saved import SavedModel
 from hogwild.model.scoring import margins
 

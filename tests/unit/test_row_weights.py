@@ -17,10 +17,10 @@ from hogwild.cli import main
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb
 from hogwild.cluster.wire.codec import value_bound
 from hogwild.cluster.worker.plan import RunPlan
-from hogwild.data.classweights import class_weights, run_class_weights
 from hogwild.data.csr import CSRData
+from hogwild.data.formats.svmlight import write_svmlight
 from hogwild.data.sources import load_source
-from hogwild.data.svmlight import write_svmlight
+from hogwild.data.transform.classweights import class_weights, run_class_weights
 from hogwild.engine.trainer import Trainer, TrainParams
 from hogwild.errors import ConfigError, InvalidMessage
 from hogwild.model import kernels

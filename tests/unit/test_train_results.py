@@ -13,8 +13,8 @@ import pytest
 
 from hogwild.cli import main
 from hogwild.data.csr import CSRData
+from hogwild.data.formats.svmlight import write_svmlight
 from hogwild.data.sources import load_source
-from hogwild.data.svmlight import write_svmlight
 from hogwild.model.evaluation import predict, scores
 from hogwild.model.files import MODEL_FILE, MODEL_META_FILE
 from hogwild.outputs import artifacts

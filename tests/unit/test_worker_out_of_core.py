@@ -10,8 +10,8 @@ import pytest
 from hogwild.cluster.wire.localstream import LocalPlan, local_chunks, local_source, receive_local
 from hogwild.cluster.worker.localdata import load_local_shard
 from hogwild.data.csr import CSRData
+from hogwild.data.formats.svmlight import write_svmlight
 from hogwild.data.ranges import LocalSpec, plan_file
-from hogwild.data.svmlight import write_svmlight
 from hogwild.data.synthetic import make_rcv1_like
 from hogwild.errors import DataError
 

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from hogwild.data.conflicts import (
+from hogwild.data.diagnose.conflicts import (
     EXACT_BUDGET,
     PARTNERS,
     SAMPLE_ROWS,
@@ -17,7 +17,7 @@ from hogwild.data.conflicts import (
     recommend,
     without_top_features,
 )
-from hogwild.data.memory import check_fits, ids_blamed, physical_memory
+from hogwild.data.diagnose.memory import check_fits, ids_blamed, physical_memory
 from hogwild.data.sources import describe, load_source
 from hogwild.errors import DataError
 

@@ -92,8 +92,8 @@ def add_hash(sub: Any) -> None:
 
 def gen_data(args: argparse.Namespace) -> int:
     # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
+    from hogwild.data.formats.svmlight import write_svmlight
     from hogwild.data.sources import describe
-    from hogwild.data.svmlight import write_svmlight
     from hogwild.data.synthetic import make_rcv1_like, make_seed000
     from hogwild.outputs import artifacts
 
@@ -157,8 +157,8 @@ def analyze(args: argparse.Namespace) -> int:
 def hash_file(args: argparse.Namespace) -> int:
     # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
     from hogwild.commands.hash_csv import hash_command
-    from hogwild.data.csvquery import names
-    from hogwild.data.encodings import HashOptions
+    from hogwild.data.formats.csvquery import names
+    from hogwild.data.transform.encodings import HashOptions
 
     sep = {"tab": "\t", "\\t": "\t"}.get(args.sep, args.sep)
     try:

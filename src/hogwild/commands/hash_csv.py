@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hogwild.base import atomic
-from hogwild.data.columnmap import check_params
-from hogwild.data.encodings import HashOptions
-from hogwild.data.hashing import apply_hashing, fit_hashing
-from hogwild.data.hashsummary import column_summary
+from hogwild.data.formats.columnmap import check_params
+from hogwild.data.formats.svmlight import write_svmlight
+from hogwild.data.hashing.summary import column_summary
+from hogwild.data.hashing.tables import apply_hashing, fit_hashing
 from hogwild.data.sources import describe
-from hogwild.data.svmlight import write_svmlight
+from hogwild.data.transform.encodings import HashOptions
 from hogwild.errors import DataError, OutputError
 from hogwild.outputs import artifacts
 

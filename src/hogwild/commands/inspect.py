@@ -11,8 +11,8 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.base import atomic
-from hogwild.data.crosses import tuple_buckets
-from hogwild.data.encodings import buckets_for, signed_buckets_for
+from hogwild.data.hashing.crosses import tuple_buckets
+from hogwild.data.transform.encodings import buckets_for, signed_buckets_for
 from hogwild.errors import ModelError, UsageError
 from hogwild.model.saved import SavedModel, model_paths
 

@@ -16,11 +16,11 @@ import numpy.typing as npt
 
 from hogwild.base import atomic
 from hogwild.base.text import number
-from hogwild.data._textformat import MAX_VALUE_BYTES, format_table
-from hogwild.data.featurespace import foreign_space_warning
-from hogwild.data.hashing import apply_hashing
-from hogwild.data.labels import as_written
+from hogwild.data.diagnose.featurespace import foreign_space_warning
+from hogwild.data.formats._textformat import MAX_VALUE_BYTES, format_table
+from hogwild.data.hashing.tables import apply_hashing
 from hogwild.data.sources import load_source
+from hogwild.data.transform.labels import as_written
 from hogwild.errors import DataError, ModelError
 from hogwild.model import metrics as quality
 from hogwild.model.evaluation import predict

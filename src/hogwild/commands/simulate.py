@@ -13,9 +13,9 @@ import numpy as np
 
 from hogwild.base.text import number
 from hogwild.config import Settings
-from hogwild.data.labels import MULTICLASS
 from hogwild.data.sources import data_lines
-from hogwild.data.split import shard
+from hogwild.data.transform.labels import MULTICLASS
+from hogwild.data.transform.split import shard
 from hogwild.engine.calibration import MAX_ROWS, busy_threads, kernel_speed
 from hogwild.engine.guard import SwingGuard
 from hogwild.engine.job import test_quality

@@ -1,1 +1,1 @@
-"""Data layer: CSR container, text and RCV1 readers, caches, CSV encodings, synthetic sets, splits."""
+"""Data layer: the CSR container, sources, synthetic sets, a worker's row ranges; formats, transforms, hashing, diagnostics below."""

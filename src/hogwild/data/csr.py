@@ -97,7 +97,7 @@ class CSRData:
     labels: np.ndarray
     n_features: int
     # Set by the text parsers when a label does not survive float32 as written (see
-    # hogwild.data.labelcheck): a classifier refuses such data, a regression ignores it.
+    # hogwild.data.transform.labelcheck): a classifier refuses such data, a regression ignores it.
     label_note: str | None = None
     weights: np.ndarray | None = None
 

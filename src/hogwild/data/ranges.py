@@ -35,11 +35,11 @@ import numpy.typing as npt
 from hogwild.base.jit import njit
 from hogwild.data._threads import default_threads
 from hogwild.data.csr import CSRData
-from hogwild.data.labelcheck import LabelWatch
-from hogwild.data.memory import PER_ID, check_fits, ids_blamed, physical_memory
-from hogwild.data.svmlight import parse_text
-from hogwild.data.textblocks import BLOCK_BYTES
-from hogwild.data.textsource import TextFile, new_digest
+from hogwild.data.diagnose.memory import PER_ID, check_fits, ids_blamed, physical_memory
+from hogwild.data.formats.svmlight import parse_text
+from hogwild.data.formats.textblocks import BLOCK_BYTES
+from hogwild.data.formats.textsource import TextFile, new_digest
+from hogwild.data.transform.labelcheck import LabelWatch
 from hogwild.errors import DataError, DataFormatError
 
 log = logging.getLogger(__name__)
@@ -301,7 +301,7 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
               classifier: bool = True, threads: int | None = None,
               block_bytes: int = BLOCK_BYTES, checkpoint_cap: int | None = None,
               bytes_per_id: int = 0) -> FilePlan:
-    """Scan ``source`` (see hogwild.data.textsource) once and plan its ranges for ``workers``.
+    """Scan ``source`` (see hogwild.data.formats.textsource) once and plan its ranges for ``workers``.
 
     ``n_features`` (if given) must exceed every id, else DataFormatError names the line; a
     malformed line likewise. Range boundaries fall on every G-th row (G = 1 up to

@@ -8,13 +8,13 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from hogwild.data.csr import CSRData
-from hogwild.data.csvquery import load_columnar_source, load_csv_source
-from hogwild.data.hashsummary import encoding_lines
-from hogwild.data.labels import LabelMap, summarize_labels
-from hogwild.data.rcv1 import RCV1_FEATURES, read_lyrl2004
-from hogwild.data.split import shuffle_order
-from hogwild.data.svmlight import read_svmlight
+from hogwild.data.formats.csvquery import load_columnar_source, load_csv_source
+from hogwild.data.formats.rcv1 import RCV1_FEATURES, read_lyrl2004
+from hogwild.data.formats.svmlight import read_svmlight
+from hogwild.data.hashing.summary import encoding_lines
 from hogwild.data.synthetic import make_rcv1_like, make_regression, make_seed000
+from hogwild.data.transform.labels import LabelMap, summarize_labels
+from hogwild.data.transform.split import shuffle_order
 from hogwild.errors import DataError
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
@@ -80,8 +80,8 @@ def load_source_hashed(spec: str, *, n_features: int | None = None, zero_based: 
     ``synthetic:seed000?rows=N&n_features=d&min_nnz=a&max_nnz=b&binary=1&noise=x&seed=s``;
     ``synthetic:regression?rows=N&dim=d&min_nnz=a&max_nnz=b&noise=sd&seed=s`` (real targets);
     ``lyrl2004:VEC1,VEC2@QRELS#TOPIC``;
-    ``csv:FILE?label=COL&categorical=a,b&text=t&hash_bits=B&...`` (see hogwild.data.csvquery);
-    ``parquet:PATH?...`` and ``arrow:PATH?...`` with the same keys (hogwild.data.columnar).
+    ``csv:FILE?label=COL&categorical=a,b&text=t&hash_bits=B&...`` (see hogwild.data.formats.csvquery);
+    ``parquet:PATH?...`` and ``arrow:PATH?...`` with the same keys (hogwild.data.formats.columnar).
     Errors (unknown scheme, missing file, bad query parameter) raise DataError.
 
     Returns the rows and, for a table (``csv:``, ``parquet:``, ``arrow:``), the fitted column

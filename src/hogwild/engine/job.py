@@ -9,7 +9,7 @@ import numpy as np
 
 from hogwild.config import Settings
 from hogwild.data.csr import CSRData
-from hogwild.data.memory import PER_ID, check_fits, physical_memory
+from hogwild.data.diagnose.memory import PER_ID, check_fits, physical_memory
 from hogwild.engine.trainer import TrainParams
 from hogwild.model import metrics as quality
 from hogwild.model.evaluation import predict

@@ -12,13 +12,13 @@ import numpy as np
 
 from hogwild.base.text import number
 from hogwild.config import Settings
-from hogwild.data.classweights import class_counts, class_weights, row_weights
 from hogwild.data.csr import CSRData
-from hogwild.data.labels import MULTICLASS, LabelMap, check_class_labels
-from hogwild.data.memory import PER_ID, ids_blamed
-from hogwild.data.reorder import frequency_order, renumber, to_internal
+from hogwild.data.diagnose.memory import PER_ID, ids_blamed
 from hogwild.data.sources import TABLE_SCHEMES, default_test_source, load_source_hashed
-from hogwild.data.split import split_shuffled
+from hogwild.data.transform.classweights import class_counts, class_weights, row_weights
+from hogwild.data.transform.labels import MULTICLASS, LabelMap, check_class_labels
+from hogwild.data.transform.reorder import frequency_order, renumber, to_internal
+from hogwild.data.transform.split import split_shuffled
 from hogwild.engine.job import check_feature_memory, feature_memory
 from hogwild.errors import ConfigError, DataError, ModelError
 from hogwild.model.evaluation import is_finite, predict, scores

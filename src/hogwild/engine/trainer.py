@@ -48,7 +48,7 @@ class TrainParams:
     hot_features: in hogwild mode with more than one thread, features ``0 .. hot_features-1``
     go through a per-thread view of ``w`` published in tiers (kernels.sgd_range), which
     removes the cache-line contention on frequent features. The data must be renumbered by
-    document frequency first (``hogwild.data.reorder``; RENUMBERED_HOT_FEATURES is the value
+    document frequency first (``hogwild.data.transform.reorder``; RENUMBERED_HOT_FEATURES is the value
     to use then); if its frequent features are not at the low ids, the trainer ignores the
     setting. 0 (the default) turns buffering off.
     """

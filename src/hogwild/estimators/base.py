@@ -19,7 +19,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from hogwild.config import DEVICE_FORMAT, Settings, check_values
 from hogwild.data.csr import CSRData
-from hogwild.data.reorder import frequency_order, renumber, restore_weights, to_internal
+from hogwild.data.transform.reorder import frequency_order, renumber, restore_weights, to_internal
 from hogwild.engine.fit import FitLoop
 from hogwild.engine.gpu_device import cuda_device
 from hogwild.engine.trainer import Trainer, TrainParams

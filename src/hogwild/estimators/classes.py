@@ -31,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 from hogwild import config
 from hogwild.cluster.localrun.launcher import run_local
 from hogwild.data.csr import CSRData
-from hogwild.data.svmlight import write_svmlight
+from hogwild.data.formats.svmlight import write_svmlight
 from hogwild.errors import ModelError
 from hogwild.estimators.base import DTYPES, F64, SCHEMA, HogwildEstimator, csr_data
 from hogwild.estimators.options import row_weights, sample_weights

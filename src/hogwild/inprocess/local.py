@@ -9,13 +9,13 @@ from typing import Any, TextIO
 import numpy as np
 
 from hogwild.config import Settings
-from hogwild.data.conflicts import startup_report
-from hogwild.data.conflicts import warmup as warmup_conflicts
 from hogwild.data.csr import CSRData
-from hogwild.data.labels import MULTICLASS
+from hogwild.data.diagnose.conflicts import startup_report
+from hogwild.data.diagnose.conflicts import warmup as warmup_conflicts
 from hogwild.data.sources import (
     data_lines,
 )
+from hogwild.data.transform.labels import MULTICLASS
 from hogwild.engine.job import (
     test_quality,
     train_params,

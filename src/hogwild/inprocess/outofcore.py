@@ -1,6 +1,6 @@
 """`hogwild train --out-of-core true`: train on a text file larger than memory, from its cache.
 
-The file is parsed once into the parsed-array cache (hogwild.data.cache: .npy files under the
+The file is parsed once into the parsed-array cache (hogwild.data.formats.cache: .npy files under the
 user cache dir), a block at a time, without keeping the rows. Every epoch then reads the cache
 back a block of about ``BLOCK_NNZ`` non-zeros at a time: the blocks in a random order, the
 training rows of a block shuffled, each block renumbered (the same frequency order as the
@@ -23,13 +23,13 @@ from typing import Any, TextIO
 import numpy as np
 
 from hogwild.config import Settings
-from hogwild.data.cache import CachedArrays, CacheWriter, cache_path, find_cached
-from hogwild.data.cacheblocks import cached_blocks, parse_to_cache, read_cached_indptr
 from hogwild.data.csr import CSRData
-from hogwild.data.labels import MULTICLASS, LabelMap
-from hogwild.data.reorder import order_from_counts, renumber
+from hogwild.data.formats.cache import CachedArrays, CacheWriter, cache_path, find_cached
+from hogwild.data.formats.cacheblocks import cached_blocks, parse_to_cache, read_cached_indptr
 from hogwild.data.sources import load_source
-from hogwild.data.split import shuffle_order, split_sizes
+from hogwild.data.transform.labels import MULTICLASS, LabelMap
+from hogwild.data.transform.reorder import order_from_counts, renumber
+from hogwild.data.transform.split import shuffle_order, split_sizes
 from hogwild.engine.job import (
     check_feature_memory,
     test_quality,

@@ -9,7 +9,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.data.reorder import count_features
+from hogwild.data.transform.reorder import count_features
 from hogwild.errors import DataError
 
 

@@ -7,7 +7,7 @@ import numpy as np
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRArrays, feature_counts
 
-# hot_features for data renumbered by frequency (hogwild.data.reorder): every feature of a
+# hot_features for data renumbered by frequency (hogwild.data.transform.reorder): every feature of a
 # data set up to this size goes through the per-thread view; 2 x 8 bytes per buffered feature
 # and thread, so at most 4 MiB per thread on larger feature spaces.
 RENUMBERED_HOT_FEATURES = 1 << 18

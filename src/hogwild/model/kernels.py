@@ -57,7 +57,7 @@ change ``view[j] - base[j]`` to ``w[j]`` and takes in what the others wrote mean
 nobody else wrote ``w[j]`` it writes the view's value itself, so one thread computes exactly
 the unbuffered pass. Ids >= hot are read and written in ``w`` directly.
 
-This pays off only when ids are ranked by document frequency (``hogwild.data.reorder``):
+This pays off only when ids are ranked by document frequency (``hogwild.data.transform.reorder``):
 then a feature in a tier published every R rows has id >= R / 4 and so occurs in at most
 4 x (non-zeros per row) / R of the rows, i.e. each thread makes at most
 max(64, 4 x non-zeros per row) own updates to it between two publications, whatever its

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from hogwild import __version__
 from hogwild.base.atomic import atomic_open, atomic_write_text, dumps
-from hogwild.data.labelcheck import float32_as_written
+from hogwild.data.transform.labelcheck import float32_as_written
 from hogwild.errors import ModelError, ModelFormatError
 from hogwild.model.files import MODEL_FILE, MODEL_META_FILE
 from hogwild.model.losses import LOSS_NAMES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hogwild.data.reorder import count_features
+from hogwild.data.transform.reorder import count_features
 from hogwild.model import kernels, mlp_kernels
 
 

@@ -12,9 +12,9 @@ import numpy as np
 
 from hogwild import __version__
 from hogwild.config import Settings
-from hogwild.data.featurespace import frequent_features
-from hogwild.data.labels import LabelMap
-from hogwild.data.reorder import restore_weights
+from hogwild.data.diagnose.featurespace import frequent_features
+from hogwild.data.transform.labels import LabelMap
+from hogwild.data.transform.reorder import restore_weights
 from hogwild.engine.fit import FitLoop
 from hogwild.errors import OutputError, TrainingDiverged
 from hogwild.model.evaluation import Metrics, is_finite

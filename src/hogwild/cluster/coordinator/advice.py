@@ -8,7 +8,7 @@ from typing import Any
 
 from hogwild.cluster.coordinator.records import WorkerRecord
 from hogwild.config import Settings
-from hogwild.data.conflicts import Recommendation, advice, recommend_for, startup_report
+from hogwild.data.diagnose.conflicts import Recommendation, advice, recommend_for, startup_report
 from hogwild.engine.round_size import choose_round_size
 
 log = logging.getLogger("hogwild.coordinator")

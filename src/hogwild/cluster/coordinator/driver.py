@@ -46,8 +46,8 @@ from hogwild.cluster.transport.health import HealthReporter
 from hogwild.cluster.wire.deltanorms import NormWatch
 from hogwild.cluster.wire.streams import FinalState
 from hogwild.config import Settings
-from hogwild.data.classweights import run_class_weights
-from hogwild.data.split import shard
+from hogwild.data.transform.classweights import run_class_weights
+from hogwild.data.transform.split import shard
 from hogwild.engine.guard import SwingGuard
 from hogwild.engine.job import test_quality
 from hogwild.engine.runstart import model_spec

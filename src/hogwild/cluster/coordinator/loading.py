@@ -13,8 +13,8 @@ from hogwild.cluster.coordinator.checkpoint_file import Checkpoint
 from hogwild.cluster.coordinator.localplan import load_local
 from hogwild.cluster.coordinator.runconfig import TrainShape
 from hogwild.config import Settings
-from hogwild.data.labels import MULTICLASS
 from hogwild.data.sources import data_lines
+from hogwild.data.transform.labels import MULTICLASS
 from hogwild.engine.runstart import load_splits, model_spec, warm_start_weights
 from hogwild.errors import ClusterError, ConfigError, DataError
 from hogwild.model.spec import ModelSpec

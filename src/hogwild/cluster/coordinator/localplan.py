@@ -19,11 +19,11 @@ from hogwild.cluster.wire import pb
 from hogwild.cluster.wire.localstream import local_source
 from hogwild.config import Settings
 from hogwild.data.csr import CSRData
-from hogwild.data.labels import REGRESSION, LabelMap, label_summary
+from hogwild.data.formats.textsource import bundled_features, canonical, local_source_error
 from hogwild.data.ranges import FilePlan, LocalSpec, plan_file
-from hogwild.data.reorder import order_from_counts, renumber
 from hogwild.data.sources import default_test_source, load_source_hashed
-from hogwild.data.textsource import bundled_features, canonical, local_source_error
+from hogwild.data.transform.labels import REGRESSION, LabelMap, label_summary
+from hogwild.data.transform.reorder import order_from_counts, renumber
 from hogwild.engine.job import feature_memory
 from hogwild.engine.runstart import Splits
 from hogwild.errors import ConfigError, DataError

@@ -51,7 +51,7 @@ def preload() -> None:
         import numpy as np
 
         # deferred: numba loads here, inside long_lived(); the launcher imports this module
-        from hogwild.data.svmlight import parse_svmlight_buffer
+        from hogwild.data.formats.svmlight import parse_svmlight_buffer
         from hogwild.model.scoring import warmup as warmup_scoring
 
         warmup_scoring()

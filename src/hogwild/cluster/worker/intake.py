@@ -11,7 +11,7 @@ from hogwild.cluster.wire.localstream import receive_local
 from hogwild.cluster.wire.streams import ReceivedShard, receive_shard, receive_state
 from hogwild.cluster.worker.localdata import load_local_shard
 from hogwild.cluster.worker.phase import Phase
-from hogwild.data.cache import user_cache_dir
+from hogwild.data.formats.cache import user_cache_dir
 from hogwild.errors import DataError, InvalidMessage, StaleOrUnknown
 
 if TYPE_CHECKING:

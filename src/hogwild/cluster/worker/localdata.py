@@ -12,8 +12,8 @@ import numpy as np
 from hogwild.cluster.wire.localstream import LocalPlan
 from hogwild.data.csr import CSRData
 from hogwild.data.ranges import read_ranges
-from hogwild.data.reorder import check_order, renumber
 from hogwild.data.spill import DiskParts
+from hogwild.data.transform.reorder import check_order, renumber
 from hogwild.errors import DataError
 
 log = logging.getLogger("hogwild.worker")

@@ -46,7 +46,7 @@ from hogwild.cluster.worker.rounds import RoundLoop
 from hogwild.cluster.worker.tree_async import resend_async
 from hogwild.cluster.worker.tree_intake import take_tree_delta
 from hogwild.config import Settings
-from hogwild.data.classweights import row_weights
+from hogwild.data.transform.classweights import row_weights
 from hogwild.engine.round import RoundEngine
 from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.tree import Flush, TreeLinks

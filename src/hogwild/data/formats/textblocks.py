@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hogwild.data import _textparse as kp
+from hogwild.data.formats import _textparse as kp
 from hogwild.errors import DataError
 
 Readable = io.RawIOBase | io.BufferedIOBase

@@ -5,7 +5,7 @@ PATH is a file, a directory or a glob, local or any fsspec URL.
 Each part's needed columns become flat numpy arrays with pyarrow compute calls (casts,
 dictionary encoding, whitespace splitting, list flattening): no Python code runs per row or
 per value, and only the distinct values of a categorical or text column become Python
-strings. The parts are gathered (:mod:`hogwild.data.columns`) and encoded as a CSV table is.
+strings. The parts are gathered (:mod:`hogwild.data.formats.columns`) and encoded as a CSV table is.
 pyarrow is an optional extra: ``pip install 'hogwild[parquet]'``.
 """
 
@@ -21,8 +21,8 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.data.columnmap import apply_needs, fit_needs
-from hogwild.data.columns import (
+from hogwild.data.formats.columnmap import apply_needs, fit_needs
+from hogwild.data.formats.columns import (
     BOOL,
     Gathered,
     Needs,
@@ -32,8 +32,8 @@ from hogwild.data.columns import (
     gather,
     row_of,
 )
-from hogwild.data.csvtable import F64, I64
-from hogwild.data.encodings import HashOptions
+from hogwild.data.formats.csvtable import F64, I64
+from hogwild.data.transform.encodings import HashOptions
 from hogwild.data.urls import is_url
 from hogwild.errors import DataError
 

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
-from hogwild.data.columnar import read_columns
 from hogwild.data.csr import CSRData
-from hogwild.data.encodings import DEFAULT_ONEHOT_MAX, HashOptions
-from hogwild.data.hashing import apply_columns, apply_hashing, fit_columns, fit_hashing
+from hogwild.data.formats.columnar import read_columns
+from hogwild.data.hashing.tables import apply_columns, apply_hashing, fit_columns, fit_hashing
+from hogwild.data.transform.encodings import DEFAULT_ONEHOT_MAX, HashOptions
 from hogwild.errors import DataError
 
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from hogwild.data.formats.textblocks import line_aligned
 from hogwild.data.sources import BUNDLED_DIR, BUNDLED_FEATURES
-from hogwild.data.textblocks import line_aligned
 from hogwild.data.urls import is_url
 from hogwild.errors import DataError
 
@@ -135,7 +135,7 @@ class TextFile:
 
     def reader(self, start: int, stop: int | None,
                digest: Any = None) -> tuple[Callable[[np.ndarray, int, int], int], list[int]]:
-        """A fill function (for hogwild.data.textblocks.line_aligned) reading text bytes
+        """A fill function (for hogwild.data.formats.textblocks.line_aligned) reading text bytes
         ``[start, stop)`` (``stop`` None: to the end), and a one-item list counting the bytes
         it has read. Every byte read is fed to ``digest`` (a hashlib object) first."""
         self._wrap(self._seek, start)

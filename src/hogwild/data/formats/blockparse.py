@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hogwild.data import _textparse as kp
 from hogwild.data._threads import default_threads, run_parallel
+from hogwild.data.formats import _textparse as kp
 from hogwild.errors import DataFormatError
 
 # Below this many bytes a block is parsed by one thread (thread start-up costs more).

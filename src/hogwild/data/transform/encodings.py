@@ -12,8 +12,8 @@ import numpy as np
 import numpy.typing as npt
 import xxhash
 
-from hogwild.data.columns import Columns, pair_rows
-from hogwild.data.csvtable import F64, I64
+from hogwild.data.formats.columns import Columns, pair_rows
+from hogwild.data.formats.csvtable import F64, I64
 from hogwild.errors import DataError
 
 DEFAULT_K = 2                  # with buckets=sqrt

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 
 from hogwild.data._threads import default_threads
-from hogwild.data.blockparse import parse_text
-from hogwild.data.cache import ARRAYS, CachedArrays, CacheWriter, new_hasher, warn_damaged
 from hogwild.data.csr import CSRData, check_structure
-from hogwild.data.labelcheck import LabelWatch
-from hogwild.data.placement import RowTarget
-from hogwild.data.textblocks import BLOCK_BYTES, Readable, text_blocks
+from hogwild.data.formats.blockparse import parse_text
+from hogwild.data.formats.cache import ARRAYS, CachedArrays, CacheWriter, new_hasher, warn_damaged
+from hogwild.data.formats.placement import RowTarget
+from hogwild.data.formats.textblocks import BLOCK_BYTES, Readable, text_blocks
+from hogwild.data.transform.labelcheck import LabelWatch
 from hogwild.errors import DataError, DataFormatError
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 def cached_blocks(found: CachedArrays, block_nnz: int = BLOCK_BYTES // 8,
                   indptr: np.ndarray | None = None, start: int = 0,
                   stop: int | None = None) -> Iterator[tuple[int, CSRData]]:
-    """Rows ``start:stop`` (default: all) of a cache found by hogwild.data.cache.find_cached,
+    """Rows ``start:stop`` (default: all) of a cache found by hogwild.data.formats.cache.find_cached,
     in file order, as (first row, block) pairs of about ``block_nnz`` non-zeros each (fresh
     arrays per block). Every block is checked (indices in range and increasing within rows,
     finite values and labels) before it is handed out; DataError if one fails or a file

@@ -27,7 +27,7 @@ Every column gets its own block of feature ids, so columns never collide with ea
   given; the block is as wide as the largest index of the fitted data + 1 (a larger index in
   new data stores nothing).
 * ``cross``: every feature of one column times every feature of another in the same row,
-  hashed (:mod:`hogwild.data.crosses`), after all the columns.
+  hashed (:mod:`hogwild.data.hashing.crosses`), after all the columns.
 
 A ``weight`` column gives each row its weight (finite, >= 0); the label column its label.
 
@@ -51,14 +51,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.data._rowcopy import append_rows, rows_increasing
-from hogwild.data.columnar import read_columns
-from hogwild.data.columnmap import FORMAT, HASH, VERSION, apply_needs, check_params, roles
-from hogwild.data.columns import Columns, TableColumns
-from hogwild.data.crosses import apply_cross, fit_cross
 from hogwild.data.csr import CSRData
-from hogwild.data.csvtable import F64, I64, Table, read_table
-from hogwild.data.encodings import (
+from hogwild.data.formats._rowcopy import append_rows, rows_increasing
+from hogwild.data.formats.columnar import read_columns
+from hogwild.data.formats.columnmap import FORMAT, HASH, VERSION, apply_needs, check_params, roles
+from hogwild.data.formats.columns import Columns, TableColumns
+from hogwild.data.formats.csvtable import F64, I64, Table, read_table
+from hogwild.data.hashing.crosses import apply_cross, fit_cross
+from hogwild.data.transform.encodings import (
     DEFAULT_HASH_BITS,
     TOP_VALUES,
     Block,
@@ -66,8 +66,8 @@ from hogwild.data.encodings import (
     column_block,
     fit_column,
 )
-from hogwild.data.labelcheck import LabelWatch
-from hogwild.data.split import shuffle_order
+from hogwild.data.transform.labelcheck import LabelWatch
+from hogwild.data.transform.split import shuffle_order
 from hogwild.errors import DataError
 
 

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hogwild.data import _rowcopy as rc
 from hogwild.data._threads import run_parallel
 from hogwild.data.csr import CSRData
-from hogwild.data.split import shuffle_order
+from hogwild.data.formats import _rowcopy as rc
+from hogwild.data.transform.split import shuffle_order
 from hogwild.errors import DataError
 
 

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hogwild.data import _textparse as kp
 from hogwild.data.csr import CSRData
-from hogwild.data.svmlight import PathLike, parse_text, read_bytes
+from hogwild.data.formats import _textparse as kp
+from hogwild.data.formats.svmlight import PathLike, parse_text, read_bytes
 from hogwild.errors import DataError, DataFormatError
 
 RCV1_FEATURES = 47236

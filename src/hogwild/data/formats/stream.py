@@ -6,8 +6,8 @@ of its non-zeros, exact unless ``qid:`` tokens appear), which sizes the output a
 once; the second parses each block (one piece per thread) and copies its rows straight to
 their final places, so a shuffled load (rows in ``shuffle_order(n, seed)``, what the
 training split wants) costs no second copy of the data. Peak memory is the result plus a
-block or two. The parsed blocks can be appended to a cache (see hogwild.data.cache), which a
-later load reads block by block the same way (hogwild.data.cacheblocks), checking every
+block or two. The parsed blocks can be appended to a cache (see hogwild.data.formats.cache), which a
+later load reads block by block the same way (hogwild.data.formats.cacheblocks), checking every
 block before it is used.
 """
 
@@ -20,14 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from hogwild.data import _textparse as kp
 from hogwild.data._threads import default_threads, run_parallel
-from hogwild.data.blockparse import MIN_BYTES_PER_THREAD
-from hogwild.data.cache import CacheWriter
 from hogwild.data.csr import CSRData
-from hogwild.data.labelcheck import LabelWatch
-from hogwild.data.placement import RowTarget
-from hogwild.data.textblocks import BLOCK_BYTES, text_blocks
+from hogwild.data.formats import _textparse as kp
+from hogwild.data.formats.blockparse import MIN_BYTES_PER_THREAD
+from hogwild.data.formats.cache import CacheWriter
+from hogwild.data.formats.placement import RowTarget
+from hogwild.data.formats.textblocks import BLOCK_BYTES, text_blocks
+from hogwild.data.transform.labelcheck import LabelWatch
 from hogwild.errors import DataError, DataFormatError
 
 log = logging.getLogger(__name__)

@@ -12,15 +12,15 @@ from typing import Any, Union
 import numpy as np
 
 from hogwild.base.atomic import atomic_open
-from hogwild.data import _textformat as fmt
 from hogwild.data._threads import default_threads
-from hogwild.data.blockparse import ParsedText, parse_text
-from hogwild.data.cache import CacheWriter, cache_path, find_cached
-from hogwild.data.cacheblocks import load_cached
 from hogwild.data.csr import CSRData
-from hogwild.data.labelcheck import LabelWatch
-from hogwild.data.stream import load_text
-from hogwild.data.textblocks import data_file_errors
+from hogwild.data.formats import _textformat as fmt
+from hogwild.data.formats.blockparse import ParsedText, parse_text
+from hogwild.data.formats.cache import CacheWriter, cache_path, find_cached
+from hogwild.data.formats.cacheblocks import load_cached
+from hogwild.data.formats.stream import load_text
+from hogwild.data.formats.textblocks import data_file_errors
+from hogwild.data.transform.labelcheck import LabelWatch
 from hogwild.errors import DataError
 
 __all__ = [
@@ -92,7 +92,7 @@ def read_svmlight(path: PathLike, *, n_features: int | None = None, zero_based: 
     file gives 0 rows. Rows come in file order, or in ``shuffle_order(n_rows,
     shuffle_seed)`` (placed directly, without a second copy). With ``cache`` the parsed
     arrays are kept under ``cache_dir`` (default: the user cache dir, see
-    hogwild.data.cache) and reused while the file's path, size and mtime are unchanged.
+    hogwild.data.formats.cache) and reused while the file's path, size and mtime are unchanged.
     """
     path = Path(path)
     if not path.exists():

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hogwild.data.columns import Needs
-from hogwild.data.encodings import HashOptions
+from hogwild.data.formats.columns import Needs
+from hogwild.data.transform.encodings import HashOptions
 from hogwild.errors import DataError
 
 FORMAT = "hogwild-hashing"

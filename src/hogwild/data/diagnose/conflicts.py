@@ -47,7 +47,7 @@ import numpy.typing as npt
 
 from hogwild.base.jit import njit
 from hogwild.data.csr import CSRData
-from hogwild.data.reorder import document_frequency
+from hogwild.data.transform.reorder import document_frequency
 
 I64 = npt.NDArray[np.int64]
 

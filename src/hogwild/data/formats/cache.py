@@ -89,7 +89,7 @@ class CachedArrays:
     nnz: int
     max_index: int
     offsets: dict[str, int]
-    label_note: str | None = None  # see hogwild.data.labelcheck
+    label_note: str | None = None  # see hogwild.data.transform.labelcheck
     # Each array's checksum in meta.json, when find_cached left checking them to the reader
     # (empty: they were checked already).
     unchecked: Mapping[str, str] = field(default_factory=dict)
@@ -102,9 +102,9 @@ def find_cached(source: Path, where: Path, *, zero_based: bool,
                 check_content: bool = True) -> CachedArrays | None:
     """The cache in ``where`` if it is complete and matches ``source`` now, else None (a
     stale, foreign or damaged cache is ignored; the rows themselves are checked as they are
-    read, see hogwild.data.cacheblocks). ``check_content`` False: the arrays' checksums are
+    read, see hogwild.data.formats.cacheblocks). ``check_content`` False: the arrays' checksums are
     not computed here but handed on in ``unchecked``, for a reader that reads every array
-    once anyway and hashes it as it goes (hogwild.data.cacheblocks.load_cached): checking
+    once anyway and hashes it as it goes (hogwild.data.formats.cacheblocks.load_cached): checking
     here first read the whole cache twice."""
     try:
         meta = json.loads((where / "meta.json").read_text())
@@ -177,7 +177,7 @@ class CacheWriter:
         self.where = where
         self.ok = True
         self.max_index = -1  # largest feature id written (set by the loader)
-        self.label_note: str | None = None  # set by the loader, see hogwild.data.labelcheck
+        self.label_note: str | None = None  # set by the loader, see hogwild.data.transform.labelcheck
         self._files: dict[str, BinaryIO] = {}
         self._hashers = {name: xxhash.xxh3_64() for name in ARRAYS}
         self._nnz = 0

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.data.columns import Columns, pair_rows
-from hogwild.data.csvtable import F64, I64
-from hogwild.data.encodings import hash_slices
+from hogwild.data.formats.columns import Columns, pair_rows
+from hogwild.data.formats.csvtable import F64, I64
+from hogwild.data.transform.encodings import hash_slices
 from hogwild.errors import DataError
 
 U64 = npt.NDArray[np.uint64]

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.data.csvtable import (
+from hogwild.data.formats.csvtable import (
     F64,
     I64,
     Table,
@@ -108,7 +108,7 @@ def pair_rows(counts: I64) -> I64:
 
 @dataclass
 class TableColumns:
-    """The columns of a CSV file read whole (:class:`hogwild.data.csvtable.Table`)."""
+    """The columns of a CSV file read whole (:class:`hogwild.data.formats.csvtable.Table`)."""
 
     table: Table
 

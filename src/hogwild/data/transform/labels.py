@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.data.labelcheck import float32_as_written, refusal
+from hogwild.data.transform.labelcheck import float32_as_written, refusal
 from hogwild.errors import DataError
 
 BINARY = "binary"
@@ -42,7 +42,7 @@ class LabelMap:
             label_note: str | None = None) -> LabelMap:
         """The map for training labels; DataError (naming ``source``) when a classifier gets a
         single class or more than MAX_CLASSES values, or labels the parser could not keep
-        as written (``label_note``, see hogwild.data.labelcheck)."""
+        as written (``label_note``, see hogwild.data.transform.labelcheck)."""
         if not classifier:
             return cls(REGRESSION)
         check_class_labels(label_note)

@@ -1,0 +1,1 @@
+"""Data formats: svmlight text (read, written, streamed, cached), RCV1's files, CSV, Parquet and Arrow tables."""

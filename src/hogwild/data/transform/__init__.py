@@ -1,0 +1,1 @@
+"""Transforms of loaded rows: labels, splits, feature renumbering, encodings, class weights."""
