@@ -29,6 +29,7 @@ from hogwild.settings.rules import (
     resolve_combine,
     resolve_topology,
 )
+from hogwild.settings.values import read_as
 
 # The subcommands that read settings. A field's ``commands`` metadata names the ones that use
 # it: their --help shows it, the others hide it and warn when it is given as a flag. A field
@@ -338,12 +339,9 @@ class Settings:
                       "absolute path, size and mtime", commands=_TRC))
     out_of_core: bool = field(
         default=False,
-        metadata=_doc("train from disk a block of rows at a time, for data larger than "
-                      "memory: train, from the parsed-array cache (blocks in a random order "
-                      "each epoch, rows shuffled within a block); a worker (shipping local), "
-                      "from its rows written under the cache dir and memory-mapped (blocks of "
-                      "the text in a random order, rows shuffled within a block)",
-                      commands=_TRW))
+        metadata=_doc("train from disk, for data larger than memory: train from the cache, a "
+                      "worker (shipping local) from its rows mapped from the cache dir; blocks "
+                      "in a random order, rows shuffled within a block", commands=_TRW))
     # --- security ------------------------------------------------------------------------
     tls_ca: str = field(
         default="",
@@ -527,68 +525,7 @@ def coerce(key: str, value: Any, source: str) -> Any:
     if key not in FIELDS:
         raise ConfigError(key, f"unknown setting (from {source}); known: {', '.join(KEYS)}")
     kind, optional = base_type(key)
-    if isinstance(value, str) and kind is not str:
-        value = _parse_text(key, value, kind, source)
-    if value is None:
-        if optional:
-            return None
-        raise ConfigError(key, f"must be set, got null (from {source})")
-    if kind is tuple:
-        return _int_list(key, value, source)
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(key, f"expected true or false, got {value!r} (from {source})")
-        return value
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(key, f"expected an integer, got {value!r} (from {source})")
-        return value
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(key, f"expected a number, got {value!r} (from {source})")
-        return float(value)
-    if not isinstance(value, str):
-        raise ConfigError(key, f"expected text, got {value!r} (from {source})")
-    return value
-
-
-def _int_list(key: str, value: Any, source: str) -> tuple[int, ...]:
-    """A non-empty list of positive integers, from YAML ([64, 32]), a number, or text such as
-    ``64,32`` (flags, environment)."""
-    if isinstance(value, str):
-        parts = [p.strip() for p in value.strip().strip("[]").split(",")]
-        try:
-            value = [int(p) for p in parts if p]
-        except ValueError:
-            raise ConfigError(key, f"expected a list of positive integers such as [64] or "
-                                   f"64,32, got {value!r} (from {source})") from None
-    elif isinstance(value, int) and not isinstance(value, bool):
-        value = [value]
-    if not isinstance(value, (list, tuple)) or not value or any(
-            isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value):
-        raise ConfigError(key, f"expected a non-empty list of positive integers such as [64], "
-                               f"got {value!r} (from {source})")
-    return tuple(value)
-
-
-def _parse_text(key: str, text: str, kind: type, source: str) -> Any:
-    """Read a typed value given as text (environment, flags). Numbers are read by Python's own
-    rules first, since YAML 1.1 takes ``1e-5`` (no dot) for a string."""
-    text = text.strip()
-    if kind is float:
-        try:
-            return float(text)
-        except ValueError:
-            pass
-    if kind is int:
-        try:
-            return int(text)
-        except ValueError:
-            pass
-    try:
-        return yaml.safe_load(text) if text else None
-    except yaml.YAMLError:
-        raise ConfigError(key, f"cannot read {text!r} (from {source})") from None
+    return read_as(key, value, source, kind, optional)
 
 
 def check_values(values: Mapping[str, Any], source: str) -> dict[str, Any]:
