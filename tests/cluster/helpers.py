@@ -142,9 +142,10 @@ class Cluster:
                                        {**common, "coordinator_port": 0})
         port = int(self.coordinator.wait_for(READY, 60).group(1))
         for i in range(n_workers):
+            limit = {} if worker_data_limit is None else {"data_limit": worker_data_limit}
             self.workers.append(self._spawn(f"worker-{i}", "worker", {
                 **common, "worker_port": 0, "coordinator_address": f"127.0.0.1:{port}"},
-                data_limit=worker_data_limit))
+                **limit))
 
     def _spawn(self, name: str, role: str, settings: dict[str, Any],
                data_limit: int | None = None) -> Proc:
