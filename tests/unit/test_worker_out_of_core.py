@@ -9,6 +9,7 @@ import pytest
 
 from hogwild.cluster.wire.localstream import LocalPlan, local_chunks, local_source, receive_local
 from hogwild.cluster.worker.localdata import load_local_shard
+from hogwild.data import spill
 from hogwild.data.csr import CSRData
 from hogwild.data.formats.svmlight import write_svmlight
 from hogwild.data.ranges import LocalSpec, plan_file
@@ -65,9 +66,8 @@ def test_out_of_core_holds_the_same_rows_mapped_from_files_already_deleted(
     on_disk.validate()
     assert on_disk.n_rows == in_memory.n_rows == sum(r.train_rows for r in plan.ranges)
     assert on_disk.nnz == in_memory.nnz
-    # The same rows, labels mapped and features renumbered alike, in another order.
+    # The same rows, labels mapped and features renumbered alike.
     assert sorted(_rows(on_disk)) == sorted(_rows(in_memory))
-    assert _rows(on_disk) != _rows(in_memory)
     assert set(np.unique(on_disk.labels)) == {-1.0, 1.0}
     # Mapped from files that are gone: nothing is left on disk, whatever ends the process.
     assert list(cache.iterdir()) == []
@@ -81,18 +81,34 @@ def test_out_of_core_holds_the_same_rows_mapped_from_files_already_deleted(
     np.testing.assert_array_equal(again.labels, on_disk.labels)
 
 
-def test_rows_out_of_core_are_mixed_across_the_ranges(tmp_path: Path) -> None:
-    """Blocks are laid out in a random order: the first rows on disk do not all come from
-    the worker's first range of the file."""
+def test_rows_out_of_core_land_at_uniformly_random_places(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many buckets (as a large part has): each range's rows end up spread over the whole
+    layout, as a permutation in memory spreads them, not kept together."""
+    monkeypatch.setattr(spill, "BUCKET_BYTES", 4096)
     text = tmp_path / "train.svm"
-    _write_text(text)
+    _write_text(text, rows=6000)
     plan = _plan(text, worker=0)
-    first_range = load_local_shard(
-        LocalPlan(plan.spec, plan.ranges[:1], plan.classes, plan.order, plan.shuffle_seed,
-                  plan.total_rows, plan.digest, plan.bytes_received, 0, 1))
+    sink_buckets = []
+    real = spill.DiskParts.build
+
+    def build(self: spill.DiskParts, n_features: int) -> CSRData:
+        sink_buckets.append(self.buckets)
+        return real(self, n_features)
+
+    monkeypatch.setattr(spill.DiskParts, "build", build)
     on_disk = load_local_shard(plan, spill_to=tmp_path / "cache")
-    head = set(_rows(on_disk)[:first_range.n_rows])
-    assert head != set(_rows(first_range))
+    assert sink_buckets[0] > 20
+    where = {row: i for i, row in enumerate(_rows(on_disk))}
+    n = on_disk.n_rows
+    for r in plan.ranges:
+        one = load_local_shard(LocalPlan(plan.spec, [r], plan.classes, plan.order,
+                                         plan.shuffle_seed, plan.total_rows, plan.digest,
+                                         plan.bytes_received, 0, 1))
+        places = np.array([where[row] for row in _rows(one)]) / n
+        # A uniform sample of ~300 places: mean 0.5 (sd about 0.017), both halves used.
+        assert abs(places.mean() - 0.5) < 0.1, places.mean()
+        assert places.min() < 0.1 and places.max() > 0.9
 
 
 def test_a_file_that_is_not_the_planned_one_leaves_nothing_on_disk(tmp_path: Path) -> None:

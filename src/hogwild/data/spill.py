@@ -1,18 +1,22 @@
 """A part of the training rows parsed to disk and memory-mapped: a worker's rows out of core.
 
-:class:`DiskParts` takes the place of the in-memory collector of ``data.ranges.read_ranges``:
-each parsed block's kept rows are shuffled, prepared (labels mapped, features renumbered) and
-appended to staging files under a private directory. :meth:`DiskParts.build` then lays the
-blocks out in a seeded random order in four ``.npy`` files (one sequential copy), maps them
-and unlinks them at once, so nothing is left on disk once the process ends, however it ends.
+:class:`DiskParts` takes the place of the in-memory collector of ``data.ranges.read_ranges``
+and shuffles the rows as well as a permutation in memory would, with a two-pass external
+shuffle: each parsed block's kept rows are prepared (labels mapped, features renumbered),
+each is given one of B buckets at random, and the block is appended to staging files sorted
+by bucket. :meth:`DiskParts.build` then reads one bucket at a time (its pieces from every
+block), shuffles its rows in memory and appends them to four ``.npy`` files, which it maps
+and unlinks at once: nothing is left on disk once the process ends, however it ends. Every
+row lands at a uniformly random place, as with ``np.random.permutation`` over the whole
+part, while memory holds one block or one bucket (about ``BUCKET_BYTES``).
 
-The mapping is shared and writable (``r+``) though nothing writes to it: the kernels then
-see ordinary arrays (a read-only array would need kernels compiled for it), and the pages
-are file pages, clean once written, which the kernel drops under memory pressure and reads
-again when the threads reach them. They count towards neither RLIMIT_DATA nor a
-container's anonymous memory (a cgroup limit reclaims them); an address-space limit
-(``ulimit -v``) must still cover the mapping. Memory held: one block while reading, and 8
-bytes per row until the layout is written.
+The mapping is shared and writable (``w+``) though nothing writes to it after the layout:
+the kernels then see ordinary arrays (a read-only array would need kernels compiled for it),
+and the pages are file pages, clean once written, which the kernel drops under memory
+pressure and reads again when the threads reach them. They count towards neither
+RLIMIT_DATA nor a container's anonymous memory (a cgroup limit reclaims them); an
+address-space limit (``ulimit -v``) must still cover the mapping. The disk holds the rows
+twice while they are laid out.
 """
 
 from __future__ import annotations
@@ -20,9 +24,9 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -33,16 +37,23 @@ from hogwild.errors import DataError
 log = logging.getLogger(__name__)
 
 _STAGED = (("indices", INDEX_DTYPE), ("values", VALUE_DTYPE), ("labels", LABEL_DTYPE))
+# Bytes of rows (indices and values) per bucket: what build() holds, twice, at a time.
+BUCKET_BYTES = 16 << 20
+MAX_BUCKETS = 1 << 12
+
+# A piece of one bucket in the staging files: its first non-zero, first row, row lengths.
+Piece = tuple[int, int, npt.NDArray[np.int64]]
 
 
 class DiskParts:
     """Kept rows collected block by block into files under ``where``; :meth:`build` maps them.
 
     ``prepare`` turns a block of raw rows (the file's labels and feature ids) into trainable
-    ones; ``seed`` fixes the shuffle within blocks and the order of the blocks."""
+    ones; ``expected_nnz`` (the planned non-zeros) sizes the buckets; ``seed`` fixes the
+    shuffle."""
 
     def __init__(self, where: Path, n_features: int, prepare: Callable[[CSRData], CSRData],
-                 seed: int) -> None:
+                 seed: int, expected_nnz: int) -> None:
         try:
             where.mkdir(parents=True, exist_ok=True)
             self.dir = Path(tempfile.mkdtemp(prefix="part-", dir=where))
@@ -52,8 +63,8 @@ class DiskParts:
         self.n_features = n_features
         self.prepare = prepare
         self.rng = np.random.default_rng(seed)
-        # Per block: its first non-zero and first row in the staging files, its row lengths.
-        self.blocks: list[tuple[int, int, npt.NDArray[np.int64]]] = []
+        self.buckets = int(min(MAX_BUCKETS, max(1, -(-8 * expected_nnz // BUCKET_BYTES))))
+        self.pieces: list[list[Piece]] = [[] for _ in range(self.buckets)]
         self.rows = 0
         self.nnz = 0
         # Open across add() calls, closed by build() or abort().
@@ -62,12 +73,14 @@ class DiskParts:
 
     def add(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
             labels: np.ndarray, mask: np.ndarray) -> None:
-        """Keep the rows of a parsed block where ``mask`` is true: shuffled, prepared, staged."""
+        """Keep the rows of a parsed block where ``mask`` is true: prepared, given a bucket
+        each, staged in bucket order."""
         rows = np.flatnonzero(mask)
         if rows.shape[0] == 0:
             return
-        rows = rows[self.rng.permutation(rows.shape[0])]
-        block = CSRData(indptr, indices, values, labels, self.n_features).take(rows)
+        bucket = self.rng.integers(self.buckets, size=rows.shape[0])
+        order = np.argsort(bucket, kind="stable")
+        block = CSRData(indptr, indices, values, labels, self.n_features).take(rows[order])
         block = self.prepare(block)
         try:
             block.indices.tofile(self.staging["indices"])
@@ -76,12 +89,18 @@ class DiskParts:
         except OSError as exc:
             self.abort()
             raise self._full(exc) from None
-        self.blocks.append((self.nnz, self.rows, np.diff(block.indptr)))
+        lengths = np.diff(block.indptr)
+        start = 0
+        for b, count in enumerate(np.bincount(bucket, minlength=self.buckets).tolist()):
+            if count:
+                self.pieces[b].append((self.nnz + int(block.indptr[start]), self.rows + start,
+                                       lengths[start:start + count]))
+                start += count
         self.rows += block.n_rows
         self.nnz += block.nnz
 
     def build(self, n_features: int) -> CSRData:
-        """The staged rows, blocks in a seeded random order, memory-mapped (files unlinked)."""
+        """The staged rows, shuffled bucket by bucket, memory-mapped (files unlinked)."""
         for f in self.staging.values():
             f.close()
         try:
@@ -90,9 +109,9 @@ class DiskParts:
             self.abort()
             raise self._full(exc) from None
         shutil.rmtree(self.dir, ignore_errors=True)  # the mappings stay valid
-        log.debug("out of core: %s training rows (%s non-zeros, %.1f MB) mapped from disk "
-                 "under %s", f"{self.rows:,}", f"{self.nnz:,}",
-                 sum(a.nbytes for a in arrays) / 1e6, self.dir.parent)
+        log.debug("out of core: %s training rows (%s non-zeros, %.1f MB, %d buckets) mapped "
+                  "from disk under %s", f"{self.rows:,}", f"{self.nnz:,}",
+                  sum(a.nbytes for a in arrays) / 1e6, self.buckets, self.dir.parent)
         return CSRData(*arrays, n_features)
 
     def abort(self) -> None:
@@ -107,25 +126,47 @@ class DiskParts:
                                 else self.rows) for name, dtype in _STAGED}
         indptr[0] = 0
         row = nnz = 0
-        for b in self.rng.permutation(len(self.blocks)):
-            first_nnz, first_row, lengths = self.blocks[int(b)]
-            k, n = int(lengths.shape[0]), int(lengths.sum())
-            for name, dtype in _STAGED:
-                count, first, at = (k, first_row, row) if name == "labels" else (n, first_nnz, nnz)
-                out[name][at:at + count] = np.fromfile(
-                    self.dir / f"stage-{name}", dtype=dtype, count=count,
-                    offset=first * np.dtype(dtype).itemsize)
-            np.cumsum(lengths, out=indptr[row + 1:row + k + 1])
-            indptr[row + 1:row + k + 1] += nnz
-            row += k
-            nnz += n
-        self.blocks = []
+        readers = {name: open(self.dir / f"stage-{name}", "rb")  # noqa: SIM115 (closed below)
+                   for name, _ in _STAGED}
+        try:
+            for pieces in self.pieces:
+                if not pieces:
+                    continue
+                bucket = self._bucket(pieces, readers).take(
+                    self.rng.permutation(sum(p[2].shape[0] for p in pieces)))
+                k, n = bucket.n_rows, bucket.nnz
+                out["indices"][nnz:nnz + n] = bucket.indices
+                out["values"][nnz:nnz + n] = bucket.values
+                out["labels"][row:row + k] = bucket.labels
+                indptr[row + 1:row + k + 1] = bucket.indptr[1:] + nnz
+                row += k
+                nnz += n
+        finally:
+            for f in readers.values():
+                f.close()
+        self.pieces = []
         for name, _ in _STAGED:
             (self.dir / f"stage-{name}").unlink()
         for array in (indptr, *out.values()):
             if isinstance(array, np.memmap):
                 array.flush()
         return indptr, out["indices"], out["values"], out["labels"]
+
+    def _bucket(self, pieces: list[Piece], readers: Mapping[str, BinaryIO]) -> CSRData:
+        """One bucket's rows, in staging order, read from its pieces."""
+        lengths = np.concatenate([p[2] for p in pieces])
+        indptr = np.zeros(lengths.shape[0] + 1, dtype=INDPTR_DTYPE)
+        np.cumsum(lengths, out=indptr[1:])
+        parts: dict[str, list[np.ndarray]] = {name: [] for name, _ in _STAGED}
+        for first_nnz, first_row, piece in pieces:
+            n = int(piece.sum())
+            for name, dtype in _STAGED:
+                count, first = (piece.shape[0], first_row) if name == "labels" else (n, first_nnz)
+                f = readers[name]
+                f.seek(first * np.dtype(dtype).itemsize)
+                parts[name].append(np.fromfile(f, dtype=dtype, count=count))
+        return CSRData(indptr, np.concatenate(parts["indices"]), np.concatenate(parts["values"]),
+                       np.concatenate(parts["labels"]), self.n_features)
 
     def _full(self, exc: OSError) -> DataError:
         try:

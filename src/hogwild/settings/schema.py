@@ -339,9 +339,9 @@ class Settings:
                       "absolute path, size and mtime", commands=_TRC))
     out_of_core: bool = field(
         default=False,
-        metadata=_doc("train from disk, for data larger than memory: train from the cache, a "
-                      "worker (shipping local) from its rows mapped from the cache dir; blocks "
-                      "in a random order, rows shuffled within a block", commands=_TRW))
+        metadata=_doc("train from disk, for data larger than memory: train from the cache "
+                      "(blocks in a random order, rows shuffled within one), a worker (shipping "
+                      "local) from its rows shuffled into the cache dir and mapped", commands=_TRW))
     # --- security ------------------------------------------------------------------------
     tls_ca: str = field(
         default="",

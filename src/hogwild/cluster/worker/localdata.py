@@ -18,8 +18,8 @@ from hogwild.errors import DataError
 
 log = logging.getLogger("hogwild.worker")
 
-# Text read per parsed block out of core: the unit rows are shuffled within and whose order is
-# randomised (smaller than in memory, for a finer mix; parsing costs the same per byte).
+# Text read per parsed block out of core: a quarter of the in-memory reader's, since each
+# block is held (parsed, then sorted by bucket) beside the rest of the worker's memory.
 SPILL_BLOCK_BYTES = 4 << 20
 
 
@@ -30,9 +30,9 @@ def load_local_shard(plan: LocalPlan, path_override: str = "",
 
     ``path_override`` (the worker's ``local_data`` setting) reads the same file where this
     node mounts it. ``spill_to`` (out of core): the rows are written to a private directory
-    under it and memory-mapped (data/spill.py), shuffled within blocks of the text and laid
-    out with the blocks in a random order, instead of permuted whole in memory. DataError
-    (one line) if the file here is not the one planned."""
+    under it, shuffled there (data/spill.py: a two-pass external shuffle) and
+    memory-mapped, instead of permuted in memory. DataError (one line) if the file here is
+    not the one planned."""
     t0 = time.perf_counter()
     spec = plan.spec
     if path_override:
@@ -50,7 +50,8 @@ def load_local_shard(plan: LocalPlan, path_override: str = "",
         data = data.take(perm)
         where = "in memory"
     else:
-        sink = DiskParts(spill_to, spec.n_features, prepare, plan.shuffle_seed)
+        sink = DiskParts(spill_to, spec.n_features, prepare, plan.shuffle_seed,
+                         expected_nnz=sum(r.train_nnz for r in plan.ranges))
         try:
             data = read_ranges(spec, plan.ranges, block_bytes=SPILL_BLOCK_BYTES, sink=sink)
         except BaseException:
