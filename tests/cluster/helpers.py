@@ -138,16 +138,16 @@ class Cluster:
         """A coordinator, then ``n_workers`` workers; ``worker_data_limit``: each worker's
         RLIMIT_DATA in bytes (its heap and other private writable memory)."""
         common = {"bind_host": "127.0.0.1", "workers": n_workers, **settings}
-        self.coordinator = self._spawn("coordinator", "coordinator",
+        self.coordinator = self.spawn("coordinator", "coordinator",
                                        {**common, "coordinator_port": 0})
         port = int(self.coordinator.wait_for(READY, 60).group(1))
         for i in range(n_workers):
             limit = {} if worker_data_limit is None else {"data_limit": worker_data_limit}
-            self.workers.append(self._spawn(f"worker-{i}", "worker", {
+            self.workers.append(self.spawn(f"worker-{i}", "worker", {
                 **common, "worker_port": 0, "coordinator_address": f"127.0.0.1:{port}"},
                 **limit))
 
-    def _spawn(self, name: str, role: str, settings: dict[str, Any],
+    def spawn(self, name: str, role: str, settings: dict[str, Any],
                data_limit: int | None = None) -> Proc:
         if not settings.get("tls_ca"):  # plain text on loopback, asked for as a user must
             settings = {"insecure": True, **settings}

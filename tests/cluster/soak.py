@@ -82,7 +82,7 @@ class SoakCluster(Cluster):
         super().__init__(workdir)
         self.spawned: dict[str, float] = {}  # process name -> when it was started
 
-    def _spawn(self, name: str, role: str, settings: dict[str, Any],
+    def spawn(self, name: str, role: str, settings: dict[str, Any],
                bad: str | None = None) -> Proc:
         self.spawned[name] = time.monotonic()
         if not settings.get("tls_ca"):
@@ -296,7 +296,7 @@ class Soak:
 
     def _respawn(self, wid: int, name: str, bad: str | None = None) -> TimedProc:
         host, port = self.addresses[wid]
-        proc = self.cluster._spawn(name, "worker", {
+        proc = self.cluster.spawn(name, "worker", {
             **self.settings, "workers": self.report.workers, "worker_port": port,
             "advertise_address": f"{host}:{port}",
             "coordinator_address": f"127.0.0.1:{self.port}"}, bad=bad)
@@ -368,7 +368,7 @@ class Soak:
         self.coordinator.proc.send_signal(signal.SIGKILL)
         self.coordinator.proc.wait(10)
         time.sleep(1.0)
-        again = self.cluster._spawn(f"coordinator-resumed-{len(self.report.faults)}",
+        again = self.cluster.spawn(f"coordinator-resumed-{len(self.report.faults)}",
                                     "coordinator", {**self.settings,
                                                     "workers": self.report.workers,
                                                     "coordinator_port": self.port,

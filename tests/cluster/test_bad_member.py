@@ -41,12 +41,12 @@ def start_with_a_bad_member(cluster: Cluster, n: int, bad: str, **values: Any) -
     """A coordinator and ``n`` workers, the last started through bad_member.py with
     ``--bad=bad``; returns the bad one's process."""
     common = {"workers": n, **values}
-    cluster.coordinator = cluster._spawn("coordinator", "coordinator",
+    cluster.coordinator = cluster.spawn("coordinator", "coordinator",
                                          {**common, "coordinator_port": 0})
     port = int(cluster.coordinator.wait_for(READY, 60).group(1))
     worker = {**common, "worker_port": 0, "coordinator_address": f"127.0.0.1:{port}"}
     for i in range(n - 1):
-        cluster.workers.append(cluster._spawn(f"worker-{i}", "worker", worker))
+        cluster.workers.append(cluster.spawn(f"worker-{i}", "worker", worker))
     proc = Proc("bad-worker", [sys.executable, str(BAD_MEMBER), f"--bad={bad}", "worker",
                                *flags(**worker)], cluster.workdir)
     cluster.procs.append(proc)

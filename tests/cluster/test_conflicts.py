@@ -47,11 +47,11 @@ def test_the_advice_is_given_again_for_the_threads_the_workers_registered_with(
               "data": "synthetic:seed000?rows=20000&n_features=100000&min_nnz=5&max_nnz=20",
               "patience": 0, "out_dir": str(out), "rpc_timeout": 3,
               "barrier_timeout": 3, "connect_timeout": 60, "register_timeout": 120}
-    coordinator = cluster.coordinator = cluster._spawn(
+    coordinator = cluster.coordinator = cluster.spawn(
         "coordinator", "coordinator", {**common, "threads": 1, "coordinator_port": 0})
     port = int(coordinator.wait_for(READY, 60).group(1))
     for i in range(2):
-        cluster.workers.append(cluster._spawn(f"worker-{i}", "worker", {
+        cluster.workers.append(cluster.spawn(f"worker-{i}", "worker", {
             **common, "threads": 2, "worker_port": 0,
             "coordinator_address": f"127.0.0.1:{port}"}))
     again = coordinator.wait_for(re.compile(

@@ -144,10 +144,10 @@ def test_sigterm_before_the_run_with_on_sigterm_checkpoint_sends_workers_to_regi
                                            r"coordinator was sent SIGTERM"), 10)
     assert cluster.workers[0].proc.poll() is None
     # The successor (here as a Job would start it: resume, nothing to resume yet) gets it.
-    again = cluster._spawn("coordinator-again", "coordinator", {
+    again = cluster.spawn("coordinator-again", "coordinator", {
         **settings, "bind_host": "127.0.0.1", "coordinator_port": port, "resume": str(out),
         "epochs": 2})
-    cluster.workers.append(cluster._spawn("worker-1", "worker", {
+    cluster.workers.append(cluster.spawn("worker-1", "worker", {
         **settings, "bind_host": "127.0.0.1", "worker_port": 0,
         "coordinator_address": f"127.0.0.1:{port}"}))
     assert again.wait(120) == 0
@@ -411,7 +411,7 @@ def _respawn(cluster: Cluster, out: Path, mode: str, budget: float,
              name: str | None = None) -> Proc:
     """What a StatefulSet does: a new process at the dead worker's address."""
     _, host, port = addresses[wid]
-    return cluster._spawn(name or f"worker-{wid}-again", "worker", {
+    return cluster.spawn(name or f"worker-{wid}-again", "worker", {
         **faulty(out, mode=mode, time_budget=budget), "bind_host": "127.0.0.1",
         "workers": workers,
         "worker_port": port, "advertise_address": f"{host}:{port}",
@@ -505,12 +505,12 @@ def test_a_second_worker_advertising_a_taken_address_is_refused(cluster: Cluster
     taken = f"{match.group(2)}:{match.group(3)}"
     common = {**reuters(out, workers=2), "bind_host": "127.0.0.1", "worker_port": 0,
               "coordinator_address": _coordinator_address(cluster)}
-    impostor = cluster._spawn("impostor", "worker", {**common, "advertise_address": taken})
+    impostor = cluster.spawn("impostor", "worker", {**common, "advertise_address": taken})
     assert impostor.wait(60) == 1
     assert "is registered by worker 0" in impostor.output()
     assert "still answers there" in impostor.output()
     # The run is not held up: the next worker completes it.
-    cluster._spawn("worker-1", "worker", common)
+    cluster.spawn("worker-1", "worker", common)
     assert cluster.coordinator.wait(120) == 0
     _all_exit(cluster, {"coordinator": 0, "worker-0": 0, "worker-1": 0, "impostor": 1})
     assert read_metrics(out)["test_accuracy"] >= 0.97
@@ -532,14 +532,14 @@ def test_a_worker_killed_after_registering_gives_its_place_to_the_next(
     assert cluster.coordinator is not None
     common = {**reuters(out, workers=2, mode=mode, epochs=3), "bind_host": "127.0.0.1",
               "worker_port": 0, "coordinator_address": _coordinator_address(cluster)}
-    doomed = cluster._spawn("doomed", "worker", common)
+    doomed = cluster.spawn("doomed", "worker", common)
     doomed_id = int(doomed.wait_for(REGISTERED, 60).group(1))
     doomed.proc.send_signal(signal.SIGKILL)
     assert doomed.wait(10) == -signal.SIGKILL
-    cluster._spawn("worker-a", "worker", common).wait_for(REGISTERED, 60)
+    cluster.spawn("worker-a", "worker", common).wait_for(REGISTERED, 60)
     given = cluster.coordinator.wait_for(GIVEN_BACK, 60)
     assert int(given.group(1)) == doomed_id
-    late = cluster._spawn("worker-b", "worker", common)
+    late = cluster.spawn("worker-b", "worker", common)
     assert int(late.wait_for(REGISTERED, 60).group(1)) == doomed_id
     assert cluster.coordinator.wait(120) == 0, cluster.output()
     _all_exit(cluster, {"worker-a": 0, "worker-b": 0})
@@ -628,7 +628,7 @@ def test_a_killed_coordinator_resumes_from_its_checkpoint(
     rows_before = len(before)
     assert rows_before >= 2  # appended as the run went, not lost with the coordinator
     time.sleep(1)
-    again = cluster._spawn("coordinator-again", "coordinator", {
+    again = cluster.spawn("coordinator-again", "coordinator", {
         **settings, "bind_host": "127.0.0.1", "workers": 3, "coordinator_port": port,
         "resume": str(out)})
     again.wait_for(re.compile(r"resumed run \w+ at round \d+"), 90)
@@ -686,7 +686,7 @@ def test_sigterm_with_on_sigterm_checkpoint_hands_the_run_to_a_resumed_coordinat
         worker.wait_for(re.compile(r"leaving the run to register again: the coordinator was "
                                    r"sent SIGTERM"), 10)
         assert worker.proc.poll() is None  # waiting for the successor, not gone
-    again = cluster._spawn("coordinator-again", "coordinator", {
+    again = cluster.spawn("coordinator-again", "coordinator", {
         **settings, "bind_host": "127.0.0.1", "workers": 3, "coordinator_port": port,
         "resume": str(out)})
     resumed = again.wait_for(re.compile(r"resumed run \w+ at round (\d+)"), 90)
@@ -724,7 +724,7 @@ def test_a_resume_on_other_rows_is_refused_before_any_worker_is_waited_for(
     run = out / "20250101-000000-0123456789ab.incomplete"  # as a killed coordinator leaves it
     run.mkdir(parents=True)
     checkpoint_file.save(run, dataclasses.replace(unknown, data="0" * 32))
-    refused = cluster._spawn("refused", "coordinator", {**settings, "resume": str(out)})
+    refused = cluster.spawn("refused", "coordinator", {**settings, "resume": str(out)})
     assert refused.wait(60) == 2
     refused.wait_for(re.compile(r"hogwild coordinator: error: setting 'resume': the checkpoint "
                                 r"in .* was taken on other training or validation rows than "
@@ -732,7 +732,7 @@ def test_a_resume_on_other_rows_is_refused_before_any_worker_is_waited_for(
     assert not any("waiting for" in line for line in refused.lines)
     # A checkpoint that does not say (the previous format) is not refused for it.
     checkpoint_file.save(run, unknown)
-    taken = cluster._spawn("taken", "coordinator", {**settings, "resume": str(out)})
+    taken = cluster.spawn("taken", "coordinator", {**settings, "resume": str(out)})
     taken.wait_for(re.compile(r"waiting for 2 worker\(s\)"), 60)
 
 
@@ -763,7 +763,7 @@ def test_a_resumed_coordinator_goes_on_without_a_worker_that_died_meanwhile(
     killed = addresses[victim][0]
     killed.proc.send_signal(signal.SIGKILL)
     assert killed.wait(10) == -signal.SIGKILL
-    again = cluster._spawn("coordinator-again", "coordinator", {
+    again = cluster.spawn("coordinator-again", "coordinator", {
         **settings, "bind_host": "127.0.0.1", "workers": 3, "coordinator_port": port,
         "resume": str(out), "register_timeout": 10})
     again.wait_for(re.compile(rf"worker {victim} dropped: did not register again within "

@@ -117,12 +117,12 @@ def test_a_worker_that_sees_another_file_refuses_and_the_run_fails(cluster: Clus
     other.write_bytes(changed)
     out = tmp_path / "out"
     settings = {**reuters(out, data, shipping="local"), "bind_host": "127.0.0.1", "workers": 2}
-    cluster.coordinator = cluster._spawn("coordinator", "coordinator",
+    cluster.coordinator = cluster.spawn("coordinator", "coordinator",
                                          {**settings, "coordinator_port": 0})
     port = int(cluster.coordinator.wait_for(READY, 60).group(1))
     worker = {**settings, "worker_port": 0, "coordinator_address": f"127.0.0.1:{port}"}
-    good = cluster._spawn("worker-good", "worker", worker)
-    bad = cluster._spawn("worker-bad", "worker", {**worker, "local_data": str(other)})
+    good = cluster.spawn("worker-good", "worker", worker)
+    bad = cluster.spawn("worker-bad", "worker", {**worker, "local_data": str(other)})
     cluster.workers = [good, bad]
     assert cluster.coordinator.wait(120) == 1
     assert bad.wait(60) == 1
@@ -156,7 +156,7 @@ def test_a_restarted_worker_rereads_its_ranges_and_rejoins(cluster: Cluster,
     victim.proc.send_signal(signal.SIGKILL)
     victim.wait(10)
     coordinator = f"127.0.0.1:{cluster.coordinator.wait_for(READY, 1).group(1)}"
-    again = cluster._spawn("worker-1-again", "worker", {
+    again = cluster.spawn("worker-1-again", "worker", {
         **settings, "bind_host": "127.0.0.1", "workers": 2, "worker_port": port,
         "advertise_address": f"{host}:{port}", "coordinator_address": coordinator})
     again.wait_for(re.compile(r"registered as worker 1 of 2"), 60)

@@ -36,10 +36,10 @@ def test_a_lone_divergence_report_on_a_healthy_run_drops_its_sender_not_the_run(
     cluster = Cluster(tmp_path)
     member = None
     try:
-        coordinator = cluster.coordinator = cluster._spawn(
+        coordinator = cluster.coordinator = cluster.spawn(
             "coordinator", "coordinator", {**common, "coordinator_port": 0})
         address = f"127.0.0.1:{coordinator.wait_for(READY, 60).group(1)}"
-        honest = cluster._spawn("worker-0", "worker", {
+        honest = cluster.spawn("worker-0", "worker", {
             **common, "worker_port": 0, "coordinator_address": address})
         cluster.workers.append(honest)
         honest.wait_for(REGISTERED, 60)

@@ -43,7 +43,7 @@ def _tls(bundle: Bundle, role: str) -> dict[str, Any]:
 
 
 def _coordinator(cluster: Cluster, tmp_path: Path, **settings: Any) -> str:
-    coordinator = cluster._spawn("coordinator", "coordinator", {
+    coordinator = cluster.spawn("coordinator", "coordinator", {
         "bind_host": "127.0.0.1", "coordinator_port": 0, "workers": 1,
         "register_timeout": 200, "out_dir": str(tmp_path / "out"), "data_cache": False,
         **settings})
@@ -54,7 +54,7 @@ def _coordinator(cluster: Cluster, tmp_path: Path, **settings: Any) -> str:
 def _refused_worker(cluster: Cluster, address: str, name: str,
                     **settings: Any) -> tuple[str, str]:
     """(setting named, the rest of the line) of a worker that must give up at once."""
-    worker = cluster._spawn(name, "worker", {
+    worker = cluster.spawn(name, "worker", {
         "bind_host": "127.0.0.1", "worker_port": 0, "coordinator_address": address,
         "connect_timeout": CONNECT_TIMEOUT, **settings})
     cluster.workers.append(worker)

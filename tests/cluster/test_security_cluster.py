@@ -73,7 +73,7 @@ def test_mtls_cluster_refuses_strangers_and_trains(cluster: Cluster, tmp_path: P
     common = {"bind_host": "127.0.0.1", "workers": 2, "threads": 1, "epochs": 10,
               "eval_interval": 0.5, "out_dir": str(out), "register_timeout": 60,
               "connect_timeout": 60, "data_cache": False, "health_port": 0}
-    coordinator = cluster._spawn("coordinator", "coordinator", {
+    coordinator = cluster.spawn("coordinator", "coordinator", {
         **common, **_tls(bundle, "coordinator"), "coordinator_port": 0})
     cluster.coordinator = coordinator
     probe_port = int(coordinator.wait_for(PROBES, 60).group(1))
@@ -93,7 +93,7 @@ def test_mtls_cluster_refuses_strangers_and_trains(cluster: Cluster, tmp_path: P
             assert _code(lambda s=stub: s.Register(register, timeout=10)) == expected
 
     for i in range(2):
-        cluster.workers.append(cluster._spawn(f"worker-{i}", "worker", {
+        cluster.workers.append(cluster.spawn(f"worker-{i}", "worker", {
             **common, **_tls(bundle, "worker"), "worker_port": 0,
             "coordinator_address": address}))
     ports = [int(w.wait_for(WORKER_PORT, 60).group(1)) for w in cluster.workers]
@@ -143,7 +143,7 @@ def test_busy_port_is_one_line_and_exit_1(tmp_path: Path, role: str) -> None:
 
 
 def test_second_coordinator_on_the_same_port_fails(tmp_path: Path, cluster: Cluster) -> None:
-    first = cluster._spawn("coordinator", "coordinator", {
+    first = cluster.spawn("coordinator", "coordinator", {
         "bind_host": "127.0.0.1", "coordinator_port": 0, "out_dir": str(tmp_path / "a")})
     port = int(first.wait_for(READY, 60).group(1))
     second = _cli("coordinator", "--bind-host=127.0.0.1", f"--coordinator-port={port}",

@@ -37,7 +37,7 @@ def test_the_trace_taken_before_a_hand_over_is_kept_by_the_resumed_run(
     handed = first.wait_for(re.compile(r"left to a successor at round \d+ after "
                                        r"([\d.]+)s of training"), 1)
     at = float(handed.group(1))
-    again = cluster._spawn("coordinator-again", "coordinator", {
+    again = cluster.spawn("coordinator-again", "coordinator", {
         **settings, "bind_host": "127.0.0.1", "workers": 4, "coordinator_port": port,
         "resume": str(out)})
     again.wait_for(re.compile(r"resumed run \w+ at round \d+"), 90)

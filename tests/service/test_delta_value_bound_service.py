@@ -55,14 +55,14 @@ def test_a_worker_refuses_a_members_huge_delta_and_keeps_its_model(worker: Worke
         worker.peer_stub.PushDelta(_delta(node.run_id, (0.5, HUGE)), timeout=5)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "beyond what this run" in (info.value.details() or "")
-    assert node._apply_inbox() == 0 and node.w.tobytes() == before
+    assert node.loop.apply_inbox() == 0 and node.w.tobytes() == before
     # Its sender is dropped (no barrier waits for it) and counted; what it sends next is
     # refused as from a dropped peer, even values a step of this run could make.
     assert node.inbox.refused == {PEER: 1} and node.inbox.dropped(PEER)
     with pytest.raises(grpc.RpcError) as info:
         worker.peer_stub.PushDelta(_delta(node.run_id, (0.5, -0.25)), timeout=5)
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert node._apply_inbox() == 0 and node.w.tobytes() == before
+    assert node.loop.apply_inbox() == 0 and node.w.tobytes() == before
 
 
 @pytest.fixture

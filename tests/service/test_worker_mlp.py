@@ -48,7 +48,7 @@ def test_mlp_worker_starts_from_the_seeded_vector_and_averages_the_dense_part(
     node.w[7] += 2.0
     node.w[tail] += 1.0
     node.w[-1] += 1.0
-    node._exchange(node.plan, 1, final=False)
+    node.loop.exchange(node.plan, 1, final=False)
     # One live peer: the dense part's change is halved (averaged), W1's is summed; the
     # snapshot moved by what was sent.
     assert node.w[7] == pytest.approx(start[7] + 2.0)

@@ -108,7 +108,7 @@ def _expect(worker: WorkerServer, message: pb.Delta, code: grpc.StatusCode) -> N
     with pytest.raises(grpc.RpcError) as info:
         worker.peer_stub.PushDelta(message, timeout=5)
     assert info.value.code() == code, info.value.details()
-    assert worker.node._apply_inbox() == 0, "a rejected delta was queued"
+    assert worker.node.loop.apply_inbox() == 0, "a rejected delta was queued"
     assert worker.node.w.tobytes() == before
 
 
@@ -142,7 +142,7 @@ def test_duplicate_delta_is_acknowledged_and_applied_once(configured: WorkerServ
     m = _delta(node.run_id, seq=4)
     assert not configured.peer_stub.PushDelta(m, timeout=5).duplicate
     assert configured.peer_stub.PushDelta(m, timeout=5).duplicate
-    assert node._apply_inbox() == 1
+    assert node.loop.apply_inbox() == 1
     expected = np.zeros(DIM)
     expected[[1, 50, N_FEATURES]] = [0.25, -0.5, 1.5]
     assert node.w.tobytes() == expected.tobytes()
@@ -166,14 +166,14 @@ def test_own_bias_change_is_averaged_over_the_contributing_workers(
     bias = node.plan.dim - 1
     node.w[bias] = 1.0    # this round's own change: +1 on the bias, +2 on feature 5
     node.w[5] = 2.0
-    node._exchange(node.plan, 1, final=False)
+    node.loop.exchange(node.plan, 1, final=False)
     # One live peer: half the bias change is kept and sent (snap moves by what was sent);
     # the feature weight is summed, not averaged.
     assert node.w[bias] == node.snap[bias] == 0.5
     assert node.w[5] == node.snap[5] == 2.0
     node.inbox.drop(PEER)  # the peer is gone: nobody else contributes to the bias
     node.w[bias] += 1.0
-    node._exchange(node.plan, 2, final=False)
+    node.loop.exchange(node.plan, 2, final=False)
     assert node.w[bias] == node.snap[bias] == 1.5
 
 
@@ -186,7 +186,7 @@ def test_combine_average_averages_every_weight_not_only_the_bias(
     bias = node.plan.dim - 1
     node.w[bias] = 1.0
     node.w[5] = 2.0
-    node._exchange(node.plan, 1, final=False)
+    node.loop.exchange(node.plan, 1, final=False)
     # One live peer: half of every change is kept and sent, the feature's as the bias's.
     assert node.w[bias] == node.snap[bias] == 0.5
     assert node.w[5] == node.snap[5] == 1.0
@@ -256,7 +256,7 @@ def test_async_delta_arriving_during_an_exchange_is_applied_after_it(
     with node.exchange_lock:  # an exchange in progress: the RPC thread must not wait for it
         assert not worker_server.peer_stub.PushDelta(_delta(node.run_id), timeout=5).duplicate
         assert node.inbox.queued() == 1 and node.w[1] == 0.0
-    node._exchange(node.plan, 1, final=False)
+    node.loop.exchange(node.plan, 1, final=False)
     assert node.inbox.queued() == 0
     assert node.w[1] == node.snap[1] == 0.25 and node.w[5] == node.snap[5] == 2.0
 
@@ -290,7 +290,7 @@ def test_async_average_keeps_own_progress_until_the_peers_round_arrives(
     bias = node.plan.dim - 1
     node.w[bias] = 1.0
     node.w[5] = 2.0
-    node._exchange(node.plan, 1, final=False)
+    node.loop.exchange(node.plan, 1, final=False)
     # Half of the change is sent (the peer and the coordinator add the same), all of it is
     # kept here while the peer's round 1 is missing: this worker trains on from its progress.
     (idx, val), = sent
@@ -308,9 +308,9 @@ def test_async_deferred_average_is_settled_by_the_final_delta(
     assert node.plan is not None
     sent = _capture_sent(node)
     node.w[5] = 3.0
-    node._exchange(node.plan, 1, final=False)   # the peer never sends round 1
+    node.loop.exchange(node.plan, 1, final=False)   # the peer never sends round 1
     node.w[7] = 1.0
-    node._exchange(node.plan, 2, final=True)
+    node.loop.exchange(node.plan, 2, final=True)
     # Round 1's kept half is taken out before the final delta: this worker's model is what
     # its deltas gave everyone else (1.5 + 0.5).
     assert [dict(zip(i.tolist(), v.tolist())) for i, v in sent] == [{5: 1.5}, {7: 0.5}]
@@ -323,7 +323,7 @@ def test_async_deferred_rounds_are_bounded(worker_server: WorkerServer) -> None:
     assert node.plan is not None
     for r in range(1, MAX_DEFERRED_ROUNDS + 3):  # a peer that never catches up
         node.w[5] += 2.0
-        node._exchange(node.plan, r, final=False)
+        node.loop.exchange(node.plan, r, final=False)
         assert len(node.engine.averaging.deferred) <= MAX_DEFERRED_ROUNDS
     # The settled rounds count at 1 each (half of 2), the deferred ones at 2 still.
     settled = MAX_DEFERRED_ROUNDS + 2 - len(node.engine.averaging.deferred)
@@ -342,7 +342,7 @@ def test_async_three_workers_settle_on_exactly_what_was_sent(
     assert node.plan is not None
     sent = _capture_sent(node)
     node.w[5] = np.float32(0.7)  # a float32 value: build_delta sends all of it
-    node._exchange(node.plan, 1, final=False)
+    node.loop.exchange(node.plan, 1, final=False)
     node.engine.averaging.settle(node.w, node.snap, node.inbox.snapshot(), everything=True)
     (idx, val), = sent
     assert idx.tolist() == [5] and val[0] == np.float32(np.float32(0.7) / 3)
@@ -371,7 +371,7 @@ def test_loading_the_global_model_discards_deltas_received_before_it(
                                            1 << 16), timeout=5)
     # The global model holds what peers sent before it: applying it again would count twice.
     assert node.inbox.queued() == 0
-    node._exchange(node.plan, 1, final=False)
+    node.loop.exchange(node.plan, 1, final=False)
     assert node.w.tobytes() == weights.tobytes()
 
 

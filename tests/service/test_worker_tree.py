@@ -51,7 +51,7 @@ def test_a_peer_down_at_configure_is_routed_around_from_the_start(
     _expect(worker_server, _delta(node.run_id, worker_id=2), grpc.StatusCode.FAILED_PRECONDITION)
     assert not worker_server.peer_stub.PushDelta(_delta(node.run_id, worker_id=6),
                                                  timeout=5).duplicate
-    assert node._apply_inbox() == 1
+    assert node.loop.apply_inbox() == 1
 
 
 def test_deltas_only_from_tree_neighbours(in_tree: WorkerServer) -> None:
@@ -59,7 +59,7 @@ def test_deltas_only_from_tree_neighbours(in_tree: WorkerServer) -> None:
     assert node.tree is not None
     assert sorted(node.tree.neighbours) == [2, 3, COORDINATOR_SENDER_ID]
     assert not in_tree.peer_stub.PushDelta(_delta(node.run_id, worker_id=2), timeout=5).duplicate
-    assert node._apply_inbox() == 1
+    assert node.loop.apply_inbox() == 1
     for stranger in (1, 4, 5):  # its sibling and cousins: no edge, whoever dies
         _expect(in_tree, _delta(node.run_id, worker_id=stranger),
                 grpc.StatusCode.FAILED_PRECONDITION)
@@ -75,7 +75,7 @@ def test_a_grandchild_re_attaches_around_a_dead_child(in_tree: WorkerServer) -> 
     assert not in_tree.peer_stub.PushDelta(_delta(node.run_id, worker_id=6), timeout=5).duplicate
     assert sorted(node.tree.neighbours) == [3, 6, COORDINATOR_SENDER_ID]
     assert node.inbox.peers[2].dropped and 2 in node.tree_dead
-    assert node._apply_inbox() == 1
+    assert node.loop.apply_inbox() == 1
     expected = np.zeros(DIM)
     expected[[1, 50, N_FEATURES]] = [0.25, -0.5, 1.5]
     assert node.w.tobytes() == expected.tobytes()

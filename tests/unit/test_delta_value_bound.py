@@ -174,7 +174,7 @@ def _node(**changes: Any) -> WorkerNode:
     node.run_id, node.worker_id, node.coordinator_key = RUN, 0, "coordinator-key"
     node.plan = plan
     node.engine = RoundEngine(plan.rules, np.zeros(plan.dim))
-    node.inbox = Inbox(node._senders(plan), 0)
+    node.inbox = Inbox(node.senders(plan), 0)
     node.rounds, node.phase = 3, Phase.RUNNING
     return node
 
@@ -209,7 +209,7 @@ def test_a_members_huge_delta_is_refused_by_a_worker_and_its_sender_dropped() ->
         _push(node, _message(1, (0.25, -0.5), round_=3))
     # Another member's delta still goes, and is applied whole.
     assert not _push(node, _message(2, (0.25, -0.5), round_=3))
-    assert node._apply_inbox() == 1
+    assert node.loop.apply_inbox() == 1
     assert node.w[0] == 0.25 and node.w[1] == -0.5
 
 

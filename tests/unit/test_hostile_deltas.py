@@ -76,9 +76,9 @@ def _node(me: int = 0, n: int = 3, mode: str = "sync", staleness: int = -1,
     node.run_id, node.worker_id, node.coordinator_key = RUN, me, COORDINATOR_KEY
     node.plan = plan
     node.engine = RoundEngine(plan.rules, np.zeros(plan.dim))
-    node.inbox = Inbox(node._senders(plan), plan.first_round - 1)
+    node.inbox = Inbox(node.senders(plan), plan.first_round - 1)
     if topology == "tree":
-        node.tree = TreeLinks(node._senders(plan),
+        node.tree = TreeLinks(node.senders(plan),
                               functools.partial(_same_side, me, plan.tree_fanout), 0)
     node.rounds, node.phase = rounds, phase
     return node
@@ -122,7 +122,7 @@ def test_sync_a_peer_cannot_vouch_for_rounds_it_never_sent() -> None:
     # Nothing of the refused one was recorded: its seq 1 is still worker 1's to send.
     assert not _push(node, _message(1, 11))
     assert _round_done(node, 11)
-    assert node._apply_inbox() == 2 and node.w[3] == 1.0
+    assert node.loop.apply_inbox() == 2 and node.w[3] == 1.0
 
 
 def test_sync_a_peer_one_round_ahead_is_taken_even_while_this_worker_lags() -> None:
@@ -190,7 +190,7 @@ def test_a_waiting_worker_drops_a_live_peer_whose_delta_it_refused_as_too_far_ah
         _push(node, _message(2, 10 + SYNC_ROUNDS_AHEAD + ROUND_SLACK + 1))
     assert not _push(node, _message(2, 11))
     node.inbox.touch_all()
-    node._drop_silent(node.plan, 11, "waiting for round 11")
+    node.liveness.drop_silent(node.plan, 11, "waiting for round 11")
     assert node.inbox.peers[1].dropped and not node.inbox.peers[2].dropped
     assert 1 in node.reported_down
 

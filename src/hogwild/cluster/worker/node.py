@@ -357,13 +357,13 @@ class WorkerNode:
             # Every node (and the coordinator) starts from the same vector: zeros for the
             # linear model, the seeded initialisation for the MLP.
             self.engine = RoundEngine(plan.rules, plan.spec.initial_weights(plan.seed))
-            self.inbox = Inbox(self._senders(plan), plan.first_round - 1,
+            self.inbox = Inbox(self.senders(plan), plan.first_round - 1,
                                max_queued=QUEUED_MODELS * plan.dim)
             for pid in plan.down:
                 # Dead when this worker (re)joined: nobody to wait for until PeerJoined.
                 self.inbox.drop(pid)
                 self.reported_down.add(pid)
-            self.tree = (TreeLinks(self._senders(plan), functools.partial(
+            self.tree = (TreeLinks(self.senders(plan), functools.partial(
                 _same_side, plan.worker_id, plan.tree_fanout), plan.first_round - 1)
                 if plan.topology == "tree" else None)
             if self.tree is not None:
@@ -483,16 +483,7 @@ class WorkerNode:
         """The exchange thread's sign of progress, read by the liveness watch."""
         self.alive_at = time.monotonic()
 
-    def _drop_silent(self, plan: RunPlan, round_: int, waiting_for: str) -> None:
-        self.liveness.drop_silent(plan, round_, waiting_for)
-
-    def _apply_inbox(self) -> int:
-        return self.loop.apply_inbox()
-
-    def _exchange(self, plan: RunPlan, round_: int, final: bool) -> None:
-        self.loop.exchange(plan, round_, final)
-
-    def _senders(self, plan: RunPlan) -> dict[int, str]:
+    def senders(self, plan: RunPlan) -> dict[int, str]:
         """Who sends this worker deltas: every peer (mesh), or the coordinator alone, under
         its own sender id (star: it relays the sum of the others' deltas)."""
         if plan.topology == "star":
@@ -534,7 +525,7 @@ class WorkerNode:
             peers = self.inbox.snapshot()
             done = ready(peers)
             with self.exchange_lock:
-                self._apply_inbox()
+                self.loop.apply_inbox()
                 self.tree_flush(plan, self.rounds, finished)
             if done and (not finished or self.tree.settled(self.inbox.snapshot())):
                 return
@@ -542,7 +533,7 @@ class WorkerNode:
                 return
             self.inbox.wait(lambda p: ready(p) or self.inbox.queued() > 0,
                             min(0.25, plan.barrier_timeout))
-            self._drop_silent(plan, self.rounds, waiting_for)
+            self.liveness.drop_silent(plan, self.rounds, waiting_for)
 
     def drop_peer(self, pid: int, round_: int, reason: str) -> None:
         """Stop waiting for a peer (tree: route around it); admission and liveness call it."""
