@@ -44,7 +44,7 @@ CLICK_FEATURES = 1 << 22
 EPOCHS = 3
 # The Parquet layout written here: a label column and the row's sparse vector as two list
 # columns. How a hogwild source string names them (filled with the file's path):
-PARQUET_SOURCE = "parquet:{path}?label=label&indices=indices&values=values"
+PARQUET_SOURCE = "parquet:{path}?label=label&sparse=indices:values"
 
 
 @dataclass
@@ -283,7 +283,7 @@ def run_hogwild(ds: DataSet, fmt: str, work: Path, command: str, workers: int,
                 cap: int | None = None) -> Result:
     if fmt == "parquet":
         if ds.parquet_train is None or ds.parquet_test is None:
-            return Result(_tool(command, workers, cap), f"{ds.name} parquet",
+            return Result(_tool(command, workers, cap, fmt), f"{ds.name} parquet",
                           note="pyarrow not importable: no Parquet files")
         train = PARQUET_SOURCE.format(path=ds.parquet_train)
         test = PARQUET_SOURCE.format(path=ds.parquet_test)
@@ -294,13 +294,15 @@ def run_hogwild(ds: DataSet, fmt: str, work: Path, command: str, workers: int,
             str(EPOCHS), "--patience", "0", "--val-fraction", "0", "--data-cache", "false",
             "--n-features", str(ds.n_features)]
     if command == "run":
-        args += ["--workers", str(workers), "--threads", "1", "--shipping", "local",
+        # A table is built by the coordinator (workers read byte ranges of text only).
+        shipping = "local" if fmt == "svmlight" else "partition"
+        args += ["--workers", str(workers), "--threads", "1", "--shipping", shipping,
                  "--insecure"]
     else:
         args += ["--threads", "2"]
     if cap is not None:  # under the cap both train from disk: train its cache, workers theirs
         args += ["--out-of-core", "true"]
-    res = Result(_tool(command, workers, cap), f"{ds.name} {fmt}")
+    res = Result(_tool(command, workers, cap, fmt), f"{ds.name} {fmt}")
     wall, rss, code, last = run_timed(hogwild(*args), out.with_suffix(".log"), cap=cap)
     res.rss = rss
     capped = "" if cap is None else f"each process capped at {cap / 1e9:.2f} GB (RLIMIT_DATA)"
@@ -314,9 +316,10 @@ def run_hogwild(ds: DataSet, fmt: str, work: Path, command: str, workers: int,
     return res
 
 
-def _tool(command: str, workers: int, cap: int | None) -> str:
+def _tool(command: str, workers: int, cap: int | None, fmt: str = "svmlight") -> str:
+    shipping = "local" if fmt == "svmlight" else "partition"
     name = "hogwild train --threads 2" if command == "train" else \
-        f"hogwild run --workers {workers} --threads 1, shipping local"
+        f"hogwild run --workers {workers} --threads 1, shipping {shipping}"
     return name + (", out of core, capped" if cap is not None else "")
 
 
@@ -425,6 +428,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="where the data files are written and reused")
     ap.add_argument("--no-spark", action="store_true", help="skip Spark MLlib")
     ap.add_argument("--no-parquet", action="store_true", help="skip the Parquet runs")
+    ap.add_argument("--formats", default="svmlight,parquet",
+                    help="the formats hogwild's uncapped runs read (default both)")
+    ap.add_argument("--hogwild-only", action="store_true",
+                    help="only hogwild's uncapped runs (no Vowpal Wabbit, Spark or capped runs)")
     ap.add_argument("--cap-fraction", type=float, default=0.75,
                     help="memory cap per process: this share of the training rows' "
                          "in-memory size (default 0.75) ...")
@@ -444,17 +451,20 @@ def main(argv: list[str] | None = None) -> int:
     for ds in sets:
         print(f"\n{ds.name}: {ds.train} ({ds.train.stat().st_size / 1e9:.2f} GB of text), "
               f"training rows in memory {ds.train_bytes / 1e9:.2f} GB", flush=True)
-        formats = ["svmlight"] + ([] if args.no_parquet else ["parquet"])
+        formats = [f for f in args.formats.split(",") if f and not (
+            f == "parquet" and args.no_parquet)]
+        first = len(results)
         for fmt in formats:
             results.append(run_hogwild(ds, fmt, args.workdir, "train", 1))
             for w in workers:
                 results.append(run_hogwild(ds, fmt, args.workdir, "run", w))
-        results.append(run_vw(ds, args.workdir))
-        results.append(run_spark(ds, args.workdir, not args.no_spark))
-        cap = int(args.cap_base * 1e9 + args.cap_fraction * ds.train_bytes)
-        results.append(run_hogwild(ds, "svmlight", args.workdir, "train", 1, cap=cap))
-        results.append(run_hogwild(ds, "svmlight", args.workdir, "run", 2, cap=cap))
-        for r in results[-8:]:
+        if not args.hogwild_only:
+            results.append(run_vw(ds, args.workdir))
+            results.append(run_spark(ds, args.workdir, not args.no_spark))
+            cap = int(args.cap_base * 1e9 + args.cap_fraction * ds.train_bytes)
+            results.append(run_hogwild(ds, "svmlight", args.workdir, "train", 1, cap=cap))
+            results.append(run_hogwild(ds, "svmlight", args.workdir, "run", 2, cap=cap))
+        for r in results[first:]:
             print(f"  {r.tool} [{r.data}]: wall {r.wall}, train {r.train}, acc "
                   f"{r.accuracy}, {_rss_text(r.rss)} {r.note}", flush=True)
     common.print_table(
