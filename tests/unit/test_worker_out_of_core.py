@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -153,3 +154,19 @@ def test_a_full_disk_says_so_and_leaves_nothing_on_it(tmp_path: Path, small_disk
                                         rf"{cache}: .*MB free there \(the rows need about twice"):
         load_local_shard(local, spill_to=cache)
     assert list(cache.iterdir()) == []
+
+
+def test_a_directory_left_by_a_killed_worker_is_removed_by_the_next(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    dead = 2 ** 22 + 12345  # above pid_max's default: no such process
+    left = cache / f"part-{dead}-abc"
+    left.mkdir()
+    (left / "stage-indices").write_bytes(b"\0" * 1000)
+    alive = cache / f"part-{os.getpid()}-xyz"  # a live process's: kept
+    alive.mkdir()
+    text = tmp_path / "train.svm"
+    _write_text(text)
+    load_local_shard(_plan(text), spill_to=cache)
+    assert not left.exists()
+    assert alive.exists()

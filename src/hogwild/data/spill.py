@@ -6,7 +6,8 @@ shuffle: each parsed block's kept rows are prepared (labels mapped, features ren
 each is given one of B buckets at random, and the block is appended to staging files sorted
 by bucket. :meth:`DiskParts.build` then reads one bucket at a time (its pieces from every
 block), shuffles its rows in memory and appends them to four ``.npy`` files, which it maps
-and unlinks at once: nothing is left on disk once the process ends, however it ends. Every
+and unlinks at once: nothing is left on disk once the process ends (a worker killed while it
+writes leaves its directory, which the next worker there removes). Every
 row lands at a uniformly random place, as with ``np.random.permutation`` over the whole
 part, while memory holds one block or one bucket (about ``BUCKET_BYTES``).
 
@@ -22,6 +23,7 @@ twice while they are laid out.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -56,7 +58,8 @@ class DiskParts:
                  seed: int, expected_nnz: int) -> None:
         try:
             where.mkdir(parents=True, exist_ok=True)
-            self.dir = Path(tempfile.mkdtemp(prefix="part-", dir=where))
+            remove_orphans(where)
+            self.dir = Path(tempfile.mkdtemp(prefix=f"part-{os.getpid()}-", dir=where))
         except OSError as exc:
             raise DataError(f"out_of_core: cannot make a directory for this worker's rows "
                             f"under {where}: {exc.strerror or exc}") from None
@@ -180,7 +183,35 @@ class DiskParts:
 
 def _new_array(path: Path, dtype: Any, length: int) -> Any:
     """A new ``.npy`` file of ``length`` items, mapped shared and writable (an empty array
-    stays in memory: there is nothing to map)."""
+    stays in memory: there is nothing to map). Its blocks are allocated before anything is
+    written to the mapping: a full disk then fails here with ENOSPC, where a write to a
+    mapped hole would kill the process with SIGBUS."""
     if length == 0:
         return np.zeros(0, dtype=dtype)
-    return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(length,))
+    array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(length,))
+    with open(path, "r+b") as f:
+        os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
+    return array
+
+
+def remove_orphans(where: Path) -> None:
+    """Remove the directories under ``where`` of workers that ended while writing their rows
+    (killed: a finished one leaves none); a directory names its process by pid."""
+    for path in where.glob("part-*-*"):
+        pid = path.name.split("-")[1]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+        shutil.rmtree(path, ignore_errors=True)
+        log.info("removed %s (%.1f MB) left by worker process %s, which ended while "
+                 "writing its rows", path, size / 1e6, pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
