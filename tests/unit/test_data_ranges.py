@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import itertools
@@ -216,6 +217,28 @@ def test_a_changed_file_is_refused(tmp_path: Path, text_file: Path) -> None:
     with pytest.raises(DataError, match="planned"):
         read_ranges(LocalSpec(str(text_file), spec.file_size, spec.n_features, False, 9, 0.1),
                     plan.worker_ranges(0))
+
+
+def test_rows_beyond_the_planned_counts_are_refused_as_they_arrive(text_file: Path) -> None:
+    """The worker fills arrays of the planned size: a range holding more rows or non-zeros
+    than its plan says stops at the block that overflows them, with the plan's words; one
+    holding fewer is refused once read."""
+    plan = plan_file(str(text_file), workers=2, seed=0, val_fraction=0.1, test_fraction=0.0)
+    spec = _spec(str(text_file), plan, 0, 0.1)
+    ranges = plan.worker_ranges(0)
+    whole = read_ranges(spec, ranges, block_bytes=1024)
+    assert whole.n_rows == sum(r.train_rows for r in ranges)
+    assert whole.indptr[-1] == whole.nnz == sum(r.train_nnz for r in ranges)
+    last = ranges[-1]
+    fewer_nnz = [*ranges[:-1], dataclasses.replace(last, train_nnz=last.train_nnz - 1)]
+    fewer_rows = [*ranges[:-1], dataclasses.replace(last, train_rows=last.train_rows - 1)]
+    for short in (fewer_nnz, fewer_rows):
+        with pytest.raises(DataError, match=r"differs from the file the coordinator planned "
+                                            r"with: more than the planned [\d,]+ training rows"):
+            read_ranges(spec, short, block_bytes=1024)
+    more_rows = [*ranges[:-1], dataclasses.replace(last, train_rows=last.train_rows + 1)]
+    with pytest.raises(DataError, match=r"read [\d,]+ training rows .* planned [\d,]+"):
+        read_ranges(spec, more_rows, block_bytes=1024)
 
 
 def test_a_bad_line_in_a_worker_range_names_file_and_line(tmp_path: Path,

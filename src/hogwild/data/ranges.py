@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from hogwild.base.jit import njit
 from hogwild.data._threads import default_threads
-from hogwild.data.csr import CSRData
+from hogwild.data.csr import INDEX_DTYPE, INDPTR_DTYPE, LABEL_DTYPE, VALUE_DTYPE, CSRData
 from hogwild.data.diagnose.memory import PER_ID, check_fits, ids_blamed, physical_memory
 from hogwild.data.formats.svmlight import parse_text
 from hogwild.data.formats.textblocks import BLOCK_BYTES
@@ -212,6 +212,52 @@ class _Parts:
                        np.concatenate(self.values) if self.values else np.zeros(0, np.float32),
                        np.concatenate(self.labels).astype(np.float32) if self.labels
                        else np.zeros(0, np.float32), n_features)
+
+
+class _Filled:
+    """Rows copied block by block into arrays of the planned size (raw labels): nothing held
+    beside them and no concatenation, so the rows take their size once (pieces and their
+    concatenation took it twice, and the pieces' freed heap stayed with the process).
+    DataError as soon as the file holds more training rows or non-zeros than planned."""
+
+    def __init__(self, name: str, rows: int, nnz: int) -> None:
+        self.name = name
+        self.indptr = np.zeros(rows + 1, dtype=INDPTR_DTYPE)
+        self.indices = np.empty(nnz, dtype=INDEX_DTYPE)
+        self.values = np.empty(nnz, dtype=VALUE_DTYPE)
+        self.labels = np.empty(rows, dtype=LABEL_DTYPE)
+        self.rows = 0
+        self.nnz = 0
+
+    def add(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
+            labels: np.ndarray, mask: np.ndarray) -> None:
+        """Copy the rows of a parsed block where ``mask`` is true after those kept so far."""
+        rows = np.flatnonzero(mask)
+        k = rows.shape[0]
+        if k == 0:
+            return
+        lengths = indptr[rows + 1] - indptr[rows]
+        n = int(lengths.sum())
+        r0, z0 = self.rows, self.nnz
+        if r0 + k > self.labels.shape[0] or z0 + n > self.indices.shape[0]:
+            raise DataError(f"{self.name} differs from the file the coordinator planned with: "
+                            f"more than the planned {self.labels.shape[0]:,} training rows "
+                            f"with {self.indices.shape[0]:,} non-zeros (shipping: local needs "
+                            "every node to read the same file)")
+        nnz_mask = np.repeat(mask, np.diff(indptr))
+        self.indices[z0:z0 + n] = indices[nnz_mask]
+        self.values[z0:z0 + n] = values[nnz_mask]
+        self.labels[r0:r0 + k] = labels[rows]
+        ends = self.indptr[r0 + 1:r0 + k + 1]
+        np.cumsum(lengths, out=ends)
+        ends += z0
+        self.rows, self.nnz = r0 + k, z0 + n
+
+    def build(self, n_features: int) -> CSRData:
+        """The rows kept (fewer than planned: read_ranges then says so)."""
+        r, z = self.rows, self.nnz
+        return CSRData(self.indptr[:r + 1], self.indices[:z], self.values[:z], self.labels[:r],
+                       n_features)
 
 
 class _Checkpoints:
@@ -463,9 +509,11 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
     ``sink``: where the kept rows go (default: arrays in memory); the rows it builds are
     returned."""
     n_threads = max(1, threads if threads is not None else default_threads())
-    parts: RowSink = _Parts() if sink is None else sink
+    planned_rows = sum(r.train_rows for r in ranges)
+    planned_nnz = sum(r.train_nnz for r in ranges)
     with closing(TextFile(spec.source)) as f:
         name = f.name
+        parts: RowSink = _Filled(name, planned_rows, planned_nnz) if sink is None else sink
         # A size of 0 in the plan, or -1 here: a server that does not say (the digests and
         # counts below still decide).
         if spec.file_size > 0 and f.size >= 0 and f.size != spec.file_size:
@@ -504,8 +552,6 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
                     f"planned {r.rows:,} with {r.digest.hex()[:12]} (shipping: local needs every "
                     "node to read the same file)")
     data = parts.build(spec.n_features)
-    planned_rows = sum(r.train_rows for r in ranges)
-    planned_nnz = sum(r.train_nnz for r in ranges)
     if data.n_rows != planned_rows or data.nnz != planned_nnz:
         raise DataError(f"{name}: read {data.n_rows:,} training rows with {data.nnz:,} "
                         f"non-zeros, planned {planned_rows:,} with {planned_nnz:,} (another "
