@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from hogwild.cluster.wire import _stubs as _build
 
-PROTOCOL_VERSION = 2
+# 3: LocalRange.digest is xxh3-128 (it was blake2b-128): nodes of another version refuse each
+# other's messages with FAILED_PRECONDITION instead of reading the same file as "another".
+PROTOCOL_VERSION = 3
 
 
 def ensure_generated() -> None:

@@ -10,7 +10,6 @@ fsspec is imported only when a URL is given (``pip install '.[remote]'`` from a 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import zlib
 from collections.abc import Callable, Iterator
@@ -137,7 +136,7 @@ class TextFile:
                digest: Any = None) -> tuple[Callable[[np.ndarray, int, int], int], list[int]]:
         """A fill function (for hogwild.data.formats.textblocks.line_aligned) reading text bytes
         ``[start, stop)`` (``stop`` None: to the end), and a one-item list counting the bytes
-        it has read. Every byte read is fed to ``digest`` (a hashlib object) first."""
+        it has read. Every byte read is fed to ``digest`` (a hashlib-style object: update()) first."""
         self._wrap(self._seek, start)
         count = [0]
         limit = None if stop is None else max(0, stop - start)
@@ -211,8 +210,3 @@ def _open_url(url: str) -> tuple[io.IOBase, int]:
     if size is None:  # some HTTP servers do not say
         size = f.size if getattr(f, "size", None) is not None else -1
     return f, int(size)
-
-
-def new_digest() -> Any:
-    """The digest of a range's text: blake2b-128."""
-    return hashlib.blake2b(digest_size=16)
