@@ -253,3 +253,56 @@ def test_weights_reach_the_training_split(parts: tuple[Path, Path]) -> None:
         pairs = {((float(y) + 1) / 2, float(w)) for y, w in zip(part.labels, part.weights)}
         assert pairs <= by_row
     assert splits.train.n_rows + splits.val.n_rows + splits.test.n_rows == 60
+
+
+class _PairsPart:
+    """A part holding one sparse pair (as a row group would), for gather()."""
+
+    def __init__(self, counts: list[int], index: np.ndarray, values: np.ndarray) -> None:
+        self.counts = np.asarray(counts, dtype=np.int64)
+        self.index, self.values = index, values
+        self.n_rows = len(counts)
+        self.path, self.names = "part", ["i", "v"]
+
+    def pairs(self, indices: str, values: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.counts, self.index, self.values
+
+    def locator(self) -> Any:
+        return lambda row: f"part, row {row + 1}"
+
+
+def test_pairs_go_into_one_buffer_sized_by_the_count_and_fall_back_when_it_is_wrong() -> None:
+    """Pairs read into arrays sized from the format's count give the same entries as the
+    parts joined; a count too small, or a later part of a wider dtype, falls back to joining
+    parts without losing or changing an entry."""
+    from hogwild.data.formats.columns import Needs, gather
+
+    rng = np.random.default_rng(3)
+    parts = []
+    for n in (5, 0, 7, 3):
+        counts = rng.integers(0, 4, size=n).tolist()
+        k = int(sum(counts))
+        parts.append(_PairsPart(counts, rng.integers(0, 50, size=k).astype(np.int32),
+                                rng.random(k).astype(np.float32)))
+    needs = Needs(pairs=frozenset({("i", "v")}))
+    total = sum(p.index.size for p in parts)
+
+    def joined(capacity: dict[tuple[str, str], int] | None, pieces: list[_PairsPart]) -> Any:
+        return gather(pieces, needs, "data", ["i", "v"], capacity).pairs("i", "v")
+
+    plain = joined(None, parts)
+    for capacity in (total, total + 9, total - 1, 4, 0):
+        got = joined({("i", "v"): capacity}, parts)
+        for a, b in zip(got, plain, strict=True):
+            np.testing.assert_array_equal(a, b)
+    # Exactly sized: the entries are views of one buffer of that size, in their read dtype.
+    exact = joined({("i", "v"): total + 2}, parts)
+    assert exact[1].dtype == np.int32 and exact[2].dtype == np.float32
+    assert exact[1].base is not None and exact[1].base.shape == (total + 2,)
+    # A later part with int64 indices and float64 values: joined, widened as numpy joins.
+    wide = _PairsPart([2, 1], np.array([1, 2, 3], dtype=np.int64), np.array([.5, .25, 1.]))
+    mixed = joined({("i", "v"): total + 3}, [*parts, wide])
+    assert mixed[1].dtype == np.int64 and mixed[2].dtype == np.float64
+    np.testing.assert_array_equal(mixed[1], np.concatenate([plain[1], wide.index]))
+    np.testing.assert_array_equal(mixed[2], np.concatenate([plain[2], wide.values]))
+    np.testing.assert_array_equal(mixed[0], np.concatenate([plain[0], wide.counts]))

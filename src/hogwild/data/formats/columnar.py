@@ -232,11 +232,8 @@ class ArrowPart:
         if flat.null_count:
             at = int(np.flatnonzero(~np.asarray(flat.is_valid(), dtype=bool))[0])
             raise DataError(f"{self.locate(row_of(counts, at))}: column {name!r} holds a null")
-        if integer or pa.types.is_floating(item):
-            # Copied out of Arrow's buffers as stored: the parts are kept until every row
-            # group is read, and views would keep each row group's Arrow memory, which its
-            # pool (mimalloc) holds on to after they are joined (2M rows of pairs: 1.2 GB).
-            return counts, np.array(flat.to_numpy(zero_copy_only=False), copy=True)
+        if integer or pa.types.is_floating(item):  # as stored: a view, copied by gather
+            return counts, flat.to_numpy(zero_copy_only=False)
         return counts, np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float64)
 
     def pairs(self, indices: str, values: str) -> Pairs:
@@ -346,4 +343,38 @@ def read_columns(scheme: str, path: str, *, options: HashOptions | None = None,
     else:
         needs = fit_needs(first, names, options or HashOptions())
     needed = [c for c in names if c in needs.columns()]
-    return gather(_parts(scheme, files, needed), needs, path, names)
+    capacity = _pair_counts(scheme, files, needs) if needs.pairs else {}
+    gathered = gather(_parts(scheme, files, needed), needs, path, names, capacity)
+    # Arrow's pool keeps what the row groups used; nothing of it is needed any more.
+    pa.default_memory_pool().release_unused()
+    return gathered
+
+
+def _pair_counts(scheme: str, files: Files, needs: Needs) -> dict[tuple[str, str], int]:
+    """Per sparse pair, the entries of every file as Parquet's footers count them (a list
+    column's leaf values; an empty or null list counts one: an upper bound), so that they
+    are read into arrays of that size. Empty where a count is missing (Arrow IPC files, a
+    footer without it): the pairs are then joined from their parts."""
+    if scheme != "parquet":
+        return {}
+    import pyarrow.parquet as pq
+
+    totals = {pair: 0 for pair in needs.pairs}
+    try:
+        for name in files.names:
+            with files.opener(name) as handle:
+                meta = pq.ParquetFile(handle).metadata
+            leaves: dict[str, int] = {}
+            for g in range(meta.num_row_groups):
+                group = meta.row_group(g)
+                for c in range(group.num_columns):
+                    column = group.column(c)
+                    top = column.path_in_schema.split(".")[0]
+                    leaves[top] = leaves.get(top, 0) + int(column.num_values)
+            for pair in totals:
+                if pair[0] not in leaves or pair[1] not in leaves:
+                    return {}
+                totals[pair] += max(leaves[pair[0]], leaves[pair[1]])
+    except Exception:  # noqa: BLE001 - the count only sizes arrays: reading says what is wrong
+        return {}
+    return totals

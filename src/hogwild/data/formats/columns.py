@@ -190,6 +190,40 @@ def _cat(parts: Sequence[npt.NDArray[Any]], dtype: type) -> npt.NDArray[Any]:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
+class _PairBuffer:
+    """One sparse pair's entries over many parts, copied into arrays sized once from the
+    format's own count of them (Parquet's value counts: an upper bound), so that the parts
+    and their join never live side by side. A part that does not fit (more entries than
+    counted, or a wider dtype than the first part's) makes :meth:`add` return False."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.counts: list[I64] = []
+        self.index: npt.NDArray[Any] | None = None
+        self.values: npt.NDArray[Any] | None = None
+        self.used = 0
+
+    def add(self, part: Pairs) -> bool:
+        counts, index, values = part
+        if self.index is None or self.values is None:
+            self.index = np.empty(self.capacity, dtype=index.dtype)
+            self.values = np.empty(self.capacity, dtype=values.dtype)
+        n = index.shape[0]
+        if (self.used + n > self.capacity or np.result_type(self.index, index) != self.index.dtype
+                or np.result_type(self.values, values) != self.values.dtype):
+            return False
+        self.index[self.used:self.used + n] = index
+        self.values[self.used:self.used + n] = values
+        self.counts.append(counts)
+        self.used += n
+        return True
+
+    def whole(self) -> Pairs:
+        if self.index is None or self.values is None:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
+        return (_cat(self.counts, np.int64), self.index[:self.used], self.values[:self.used])
+
+
 @dataclass
 class Gathered:
     """The columns of many parts (row groups, record batches, files) in one, read once."""
@@ -200,6 +234,10 @@ class Gathered:
     _numeric: dict[str, tuple[list[F64], list[BOOL]]] = field(default_factory=dict)
     _values: dict[tuple[str, str], _ValueParts] = field(default_factory=dict)
     _pairs: dict[tuple[str, str], list[Pairs]] = field(default_factory=dict)
+    # Per pair, the entries the format counts (an upper bound): they go into one buffer of
+    # that size as they are read (no join), while they fit.
+    capacity: dict[tuple[str, str], int] = field(default_factory=dict)
+    _buffers: dict[tuple[str, str], _PairBuffer] = field(default_factory=dict)
     _joined: dict[tuple[str, str], Pairs] = field(default_factory=dict)
     # First row and ``locate`` of each part, for errors found after gathering.
     _starts: list[int] = field(default_factory=list)
@@ -218,10 +256,25 @@ class Gathered:
                 read = part.categorical(name) if kind == "categorical" else part.tokens(name)
                 self._values.setdefault((kind, name), _ValueParts()).add(read, base)
         for pair in sorted(needs.pairs):
-            self._pairs.setdefault(pair, []).append(part.pairs(*pair))
+            self._add_pairs(pair, part.pairs(*pair))
         self._starts.append(base)
         self._places.append(part.locator())
         self.n_rows += part.n_rows
+
+    def _add_pairs(self, pair: tuple[str, str], read: Pairs) -> None:
+        buffer = self._buffers.get(pair)
+        if buffer is None and pair in self.capacity and pair not in self._pairs:
+            buffer = self._buffers[pair] = _PairBuffer(self.capacity[pair])
+        if buffer is not None:
+            if buffer.add(read):
+                return
+            # Past the count (or wider): what is in goes on as one part, the rest as parts.
+            self._pairs[pair] = [buffer.whole()]
+            del self._buffers[pair]
+        # Owned copies: a part may be a view of its reader's buffers (Arrow's), which would
+        # keep all of them until the join (and Arrow's pool keeps them after).
+        counts, index, values = read
+        self._pairs.setdefault(pair, []).append((counts, np.array(index), np.array(values)))
 
     def numeric(self, name: str, required: bool) -> tuple[F64, BOOL]:
         vals, present = self._numeric[name]
@@ -235,8 +288,10 @@ class Gathered:
 
     def pairs(self, indices: str, values: str) -> Pairs:
         key = (indices, values)
+        if key not in self._joined and key in self._buffers:
+            self._joined[key] = self._buffers.pop(key).whole()
         if key not in self._joined:  # joined once, then the parts are let go
-            parts = self._pairs.pop(key)
+            parts = self._pairs.pop(key, [])
             self._joined[key] = (_cat([p[0] for p in parts], np.int64),
                                  _cat([p[1] for p in parts], np.int64),
                                  _cat([p[2] for p in parts], np.float64))
@@ -252,9 +307,11 @@ class Gathered:
         return self.locate
 
 
-def gather(parts: Iterable[Columns], needs: Needs, path: str, names: list[str]) -> Gathered:
-    """Every part's needed columns in one :class:`Gathered` (parts read one at a time)."""
-    whole = Gathered(path, names)
+def gather(parts: Iterable[Columns], needs: Needs, path: str, names: list[str],
+           capacity: dict[tuple[str, str], int] | None = None) -> Gathered:
+    """Every part's needed columns in one :class:`Gathered` (parts read one at a time);
+    ``capacity``: per sparse pair, how many entries the parts hold at most, if known."""
+    whole = Gathered(path, names, capacity=dict(capacity or {}))
     for part in parts:
         whole.add(part, needs)
     return whole
