@@ -197,6 +197,21 @@ class RowSink(Protocol):
     def build(self, n_features: int) -> CSRData: ...
 
 
+Kept = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _kept(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, labels: np.ndarray,
+          mask: np.ndarray) -> Kept | None:
+    """The rows of a parsed block where ``mask`` is true, as (row lengths, indices, values,
+    labels); None when there are none."""
+    rows = np.flatnonzero(mask)
+    if rows.shape[0] == 0:
+        return None
+    nnz_mask = np.repeat(mask, np.diff(indptr))
+    return (indptr[rows + 1] - indptr[rows], indices[nnz_mask], values[nnz_mask],
+            labels[rows])
+
+
 class _Parts:
     """Rows collected block by block in memory (raw labels)."""
 
@@ -209,15 +224,11 @@ class _Parts:
     def add(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
             labels: np.ndarray, mask: np.ndarray) -> None:
         """Keep the rows of a parsed block where ``mask`` is true."""
-        rows = np.flatnonzero(mask)
-        if rows.shape[0] == 0:
-            return
-        lengths = indptr[rows + 1] - indptr[rows]
-        nnz_mask = np.repeat(mask, np.diff(indptr))
-        self.lengths.append(lengths)
-        self.indices.append(indices[nnz_mask])
-        self.values.append(values[nnz_mask])
-        self.labels.append(labels[rows])
+        kept = _kept(indptr, indices, values, labels, mask)
+        if kept is not None:
+            for into, part in zip((self.lengths, self.indices, self.values, self.labels), kept,
+                                  strict=True):
+                into.append(part)
 
     def build(self, n_features: int) -> CSRData:
         lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
@@ -248,22 +259,20 @@ class _Filled:
     def add(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
             labels: np.ndarray, mask: np.ndarray) -> None:
         """Copy the rows of a parsed block where ``mask`` is true after those kept so far."""
-        rows = np.flatnonzero(mask)
-        k = rows.shape[0]
-        if k == 0:
+        kept = _kept(indptr, indices, values, labels, mask)
+        if kept is None:
             return
-        lengths = indptr[rows + 1] - indptr[rows]
-        n = int(lengths.sum())
+        lengths, kept_indices, kept_values, kept_labels = kept
+        k, n = lengths.shape[0], kept_indices.shape[0]
         r0, z0 = self.rows, self.nnz
         if r0 + k > self.labels.shape[0] or z0 + n > self.indices.shape[0]:
             raise DataError(f"{self.name} differs from the file the coordinator planned with: "
                             f"more than the planned {self.labels.shape[0]:,} training rows "
                             f"with {self.indices.shape[0]:,} non-zeros (shipping: local needs "
                             "every node to read the same file)")
-        nnz_mask = np.repeat(mask, np.diff(indptr))
-        self.indices[z0:z0 + n] = indices[nnz_mask]
-        self.values[z0:z0 + n] = values[nnz_mask]
-        self.labels[r0:r0 + k] = labels[rows]
+        self.indices[z0:z0 + n] = kept_indices
+        self.values[z0:z0 + n] = kept_values
+        self.labels[r0:r0 + k] = kept_labels
         ends = self.indptr[r0 + 1:r0 + k + 1]
         np.cumsum(lengths, out=ends)
         ends += z0

@@ -182,9 +182,9 @@ def _sparse_block(cols: Columns, spec: dict[str, Any] | Any) -> Block:
         # int32 as the CSR rows hold them (offset + width fits: they are feature ids); the
         # common case, a table of pairs alone stored as int32, takes no copy.
         offset = int(spec["offset"])
-        cols_ = (index if offset == 0 and index.dtype == np.int32
+        feats = (index if offset == 0 and index.dtype == np.int32
                  else np.add(index, offset, dtype=np.int32))
-        return Block(np.zeros(0, dtype=np.int64), cols_, vals, indptr)
+        return Block(np.zeros(0, dtype=np.int64), feats, vals, indptr)
     keep = (index < width) & (vals != 0)
     rows = pair_rows(counts)
     return Block(rows[keep], np.add(index[keep], int(spec["offset"]), dtype=np.int64),
