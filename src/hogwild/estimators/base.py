@@ -289,7 +289,7 @@ class HogwildEstimator(BaseEstimator):
         params["loss"] = model.loss
         params["fit_bias"] = model.fit_bias
         est = cls(**params)
-        est._adopt(model)
+        cls._adopt(est, model)  # the class's own hook (cls: the concrete estimator class)
         return est
 
     def _adopt(self, model: SavedModel) -> None:
