@@ -8,7 +8,8 @@ command: only --workers, --threads 1 and --mode given, the rest at their default
 and topology are the defaults' choice for W), evaluated 16 times an epoch. Time to accuracy
 is the simulated time at which the coordinator's model first reaches the one-worker run's
 best validation accuracy less 0.005 (the same seed's); the speed-up is the one-worker run's
-time to accuracy over this one's. Medians over --seeds. The data is loaded once.
+time to accuracy over this one's. Medians over --seeds. The data is loaded once. W: the
+workers started; E: those `engage` trains on (--engage all: every one).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ TOLERANCE = 0.005
 def simulate(splits: Any, base: dict[str, Any], workers: int, mode: str, seed: int,
              evals: float) -> dict[str, Any]:
     s = config.load(None, {}, {**base, "workers": workers, "threads": 1, "mode": mode,
-                               "seed": seed}).for_run(splits.train.n_rows)
+                               "seed": seed}).for_run(splits.train.n_rows, splits.train.nnz)
     spec = model_spec(s, splits.train.n_features)
     sc = scenario_of(s, SimOptions(evals_per_epoch=evals), splits.train.n_rows,
                      splits.train.nnz, kernel_plan(s, spec))
@@ -39,7 +40,7 @@ def simulate(splits: Any, base: dict[str, Any], workers: int, mode: str, seed: i
     result = simulation_of(s, splits, sc, spec).run()
     test = evaluate_model(splits.test, result.best_weights, get_loss(s.loss), spec).accuracy
     return {"history": result.history, "seconds": result.seconds, "messages": result.messages,
-            "bytes": result.bytes, "test": test, "topology": s.topology,
+            "bytes": result.bytes, "test": test, "topology": s.topology, "engaged": s.workers,
             "combine": sc.rules.combine, "wall": time.perf_counter() - began}
 
 
@@ -59,14 +60,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--evals-per-epoch", type=float, default=16)
+    ap.add_argument("--engage", default="auto", choices=("auto", "all"),
+                    help="auto (the default's choice: W workers started, E of them trained "
+                         "on) or all (every worker trains)")
     args = ap.parse_args(argv)
-    base = {"data": args.data, "test_data": args.test, "epochs": args.epochs}
+    base = {"data": args.data, "test_data": args.test, "epochs": args.epochs,
+            "engage": args.engage}
     splits = load_splits(config.load(None, {}, base))
     workers = [int(w) for w in args.workers.split(",")]
     seeds = [int(x) for x in args.seeds.split(",")]
     print(f"{splits.train.n_rows:,} training rows; default cost model; medians of "
           f"{len(seeds)} seed(s)")
-    print(f"{'mode':>5} {'W':>3} {'topology':>8} {'to_acc_s':>9} {'speedup':>7} {'total_s':>8} "
+    print(f"{'mode':>5} {'W':>3} {'E':>3} {'topology':>8} {'to_acc_s':>9} {'speedup':>7} {'total_s':>8} "
           f"{'messages':>9} {'MB':>8} {'test_acc':>8}")
     for mode in args.modes.split(","):
         ref: dict[int, tuple[float, float]] = {}
@@ -88,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             first = rows[0][0]
             to_acc = f"{statistics.median(reached):.4f}" if len(reached) == len(rows) else "never"
             speedup = f"{statistics.median(ups):.2f}x" if len(ups) == len(rows) else "-"
-            print(f"{mode:>5} {w:>3} {first['topology']:>8} {to_acc:>9} {speedup:>7} "
+            print(f"{mode:>5} {w:>3} {first['engaged']:>3} {first['topology']:>8} {to_acc:>9} {speedup:>7} "
                   f"{statistics.median(r['seconds'] for r, _, _ in rows):>8.3f} "
                   f"{int(statistics.median(r['messages'] for r, _, _ in rows)):>9,} "
                   f"{statistics.median(r['bytes'] for r, _, _ in rows) / 1e6:>8.0f} "

@@ -136,8 +136,10 @@ class Cluster:
     def start(self, n_workers: int, *, worker_data_limit: int | None = None,
               **settings: Any) -> None:
         """A coordinator, then ``n_workers`` workers; ``worker_data_limit``: each worker's
-        RLIMIT_DATA in bytes (its heap and other private writable memory)."""
-        common = {"bind_host": "127.0.0.1", "workers": n_workers, **settings}
+        RLIMIT_DATA in bytes (its heap and other private writable memory). Every worker
+        trains (``engage: all``) unless the settings say otherwise: these tests are of W
+        workers, on sets too small to keep more than two of them busy."""
+        common = {"bind_host": "127.0.0.1", "workers": n_workers, "engage": "all", **settings}
         self.coordinator = self.spawn("coordinator", "coordinator",
                                        {**common, "coordinator_port": 0})
         port = int(self.coordinator.wait_for(READY, 60).group(1))

@@ -661,6 +661,40 @@ def test_a_killed_coordinator_resumes_from_its_checkpoint(
     assert all(a["elapsed"] <= b["elapsed"] for a, b in itertools.pairwise(rows))
 
 
+def test_a_run_that_engaged_fewer_workers_resumes_with_them(cluster: Cluster,
+                                                            tmp_path: Path) -> None:
+    """engage auto: 4 workers started on Reuters, 2 engaged (the other 2 exit 0 at the
+    start). The coordinator is killed; its successor, given the same settings (workers: 4),
+    resumes the checkpoint's run of 2 and does not wait for the released ones."""
+    out = tmp_path / "out"
+    settings = faulty(out, mode="sync", checkpoint_interval=0.5, connect_timeout=90,
+                      engage="auto")
+    cluster.start(4, **settings)
+    assert cluster.coordinator is not None
+    first = cluster.coordinator
+    port = int(_coordinator_address(cluster).rpartition(":")[2])
+    first.wait_for(PROGRESS_ROW, 60)
+    assert "engaging 2 of 4 workers" in first.output()
+    deadline = time.monotonic() + 60
+    while not any(out.glob("*.incomplete/checkpoint.npz")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)
+    first.proc.send_signal(signal.SIGKILL)
+    assert first.wait(10) == -signal.SIGKILL
+    again = cluster.spawn("coordinator-again", "coordinator", {
+        **settings, "bind_host": "127.0.0.1", "workers": 4, "coordinator_port": port,
+        "resume": str(out)})
+    again.wait_for(re.compile(r"resumed run \w+ at round \d+"), 90)
+    assert again.wait(120) == 0, cluster.output()
+    _all_exit(cluster, {p.name: 0 for p in cluster.workers} | {"coordinator": -signal.SIGKILL,
+                                                                 "coordinator-again": 0})
+    assert "engaging" not in again.output()
+    metrics = read_metrics(out)
+    assert metrics["workers"] == 2 and metrics["resumed_at_round"] > 1
+    assert sorted(s["worker_id"] for s in metrics["worker_states"]) == [0, 1]
+    assert metrics["dropped_workers"] == [] and metrics["test_accuracy"] >= 0.95
+
+
 @pytest.mark.parametrize(("mode", "topology"), [("sync", "mesh"), ("async", "star")])
 def test_sigterm_with_on_sigterm_checkpoint_hands_the_run_to_a_resumed_coordinator(
         cluster: Cluster, tmp_path: Path, mode: str, topology: str) -> None:

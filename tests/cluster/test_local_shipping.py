@@ -172,3 +172,18 @@ def test_a_restarted_worker_rereads_its_ranges_and_rejoins(cluster: Cluster,
     assert states[1]["rounds"] > 0 and states[0]["applied_from"]["1"] > 0
     assert metrics["stop_reason"] == "SIGTERM"
     assert metrics["shipped_bytes"] == 0 and metrics["test_accuracy"] >= 0.97
+
+
+def test_workers_released_by_engage_leave_no_range_unread(cluster: Cluster,
+                                                         tmp_path: Path) -> None:
+    """engage auto with shipping local: the ranges planned for the 4 workers started are
+    dealt to the 2 engaged, so every training row of the file is still read, once."""
+    path = _plain_copy(tmp_path)
+    metrics = _run(cluster, 4, reuters(tmp_path / "out", path, shipping="local",
+                                       engage="auto"))
+    assert cluster.coordinator is not None
+    assert "engaging 2 of 4 workers" in cluster.coordinator.output()
+    assert metrics["workers"] == 2 and metrics["workers_started"] == 4
+    assert [w["worker_id"] for w in metrics["local_ranges"]["workers"]] == [0, 1]
+    _check_ranges(metrics)
+    assert metrics["test_accuracy"] >= 0.97

@@ -170,6 +170,31 @@ def test_async_run_with_three_workers_finishes_accurately(cluster: Cluster,
     _check_exactly_once(metrics, 3)
 
 
+def test_workers_the_data_cannot_keep_busy_are_released(cluster: Cluster,
+                                                       tmp_path: Path) -> None:
+    """engage auto (the default): Reuters keeps two workers busy at most, so of four started
+    two train and two are released before anything is shipped; they exit 0 saying why, and
+    the run is the two workers' run (a mesh, all their deltas exactly once)."""
+    out = tmp_path / "out"
+    cluster.start(4, mode="sync", engage="auto", **_reuters_settings(out, threads=1))
+    assert cluster.coordinator is not None
+    assert cluster.coordinator.wait(90) == 0
+    ids = cluster.worker_ids()
+    for proc in ids.values():
+        assert proc.wait(30) == 0
+    assert re.search(r"engaging 2 of 4 workers: [0-9,]+ training non-zeros",
+                     cluster.coordinator.output()), cluster.output()
+    for wid in (2, 3):
+        assert re.search(r"stop requested: not needed: engaging 2 of 4 workers",
+                         ids[wid].output()), ids[wid].output()
+    metrics = read_metrics(out)
+    assert metrics["workers"] == 2 and metrics["workers_started"] == 4
+    assert metrics["topology"] == "mesh" and metrics["dropped_workers"] == []
+    assert sorted(s["worker_id"] for s in metrics["worker_states"]) == [0, 1]
+    assert metrics["test_accuracy"] >= 0.97
+    _check_exactly_once(metrics, 2)
+
+
 def test_sync_run_survives_a_killed_worker(cluster: Cluster, tmp_path: Path) -> None:
     out = tmp_path / "out"
     # The run lasts its time budget whatever the machine's speed, so the kill always lands

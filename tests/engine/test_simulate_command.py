@@ -21,7 +21,8 @@ def _run(*argv: str) -> tuple[int, str, str]:
 
 def test_simulate_writes_what_run_writes(tmp_path: Path) -> None:
     code, out, err = _run("simulate", "--workers", "4", "--threads", "1", "--mode", "async",
-                          "--epochs", "3", "--log-level", "warning", "--out", str(tmp_path))
+                          "--engage", "all", "--epochs", "3", "--log-level", "warning",
+                          "--out", str(tmp_path))
     assert code == 0, err
     run = tmp_path / "latest"  # the run's own directory, published whole
     for name in ("model.npz", "model.json", "metrics.json", "metrics.jsonl", "loss.png"):
@@ -37,6 +38,25 @@ def test_simulate_writes_what_run_writes(tmp_path: Path) -> None:
     assert rows[-1]["epoch"] >= 2.9
     assert "test accuracy" in out.splitlines()[-1]
     assert out.splitlines()[-1].endswith(f"outputs in {run.resolve()}")
+
+
+def test_workers_the_data_cannot_keep_busy_are_released(tmp_path: Path) -> None:
+    """engage auto: 8 workers started on the bundled set (a few hundred thousand non-zeros)
+    train as 2, which the output says with the way to train on all; 2 speeds of the 8 given
+    are those of the 2 engaged."""
+    code, out, err = _run("simulate", "--workers", "8", "--threads", "1", "--epochs", "1",
+                          "--speeds", "1e8,2e8,3e8,4e8,5e8,6e8,7e8,8e8",
+                          "--log-level", "warning", "--out", str(tmp_path))
+    assert code == 0, err
+    note = next(line for line in out.splitlines() if line.startswith("note: engaging"))
+    assert note.startswith("note: engaging 2 of 8 workers:") and "`engage: all`" in note
+    assert "simulating 2 worker(s)" in out
+    metrics = json.loads((tmp_path / "latest" / "metrics.json").read_text())
+    assert metrics["workers"] == 2 and metrics["workers_started"] == 8
+    code, out, err = _run("simulate", "--workers", "8", "--threads", "1", "--epochs", "1",
+                          "--engage", "all", "--log-level", "warning", "--out", str(tmp_path))
+    assert code == 0, err
+    assert "note: engaging" not in out and "simulating 8 worker(s)" in out
 
 
 def test_a_bad_simulation_flag_is_one_line(tmp_path: Path) -> None:
@@ -78,7 +98,7 @@ def test_a_hostile_simulation_flag_is_one_line_naming_it(tmp_path: Path, flag: s
 def test_a_simulation_too_large_is_refused_before_it_runs(tmp_path: Path) -> None:
     """1024 workers in a mesh: R x W x W deliveries, refused with the estimate and the
     setting that makes it, before the shards are cut; --max-events lets it through."""
-    code, out, err = _run("simulate", "--workers", "1024", "--threads", "1",
+    code, out, err = _run("simulate", "--workers", "1024", "--threads", "1", "--engage", "all",
                           "--out", str(tmp_path))
     assert code == 2, err
     line = err.strip().splitlines()[-1]
@@ -96,7 +116,7 @@ def test_the_estimate_is_the_simulation_s_own_count(tmp_path: Path,
 
     monkeypatch.setattr(job, "WARN_EVENTS", 100)
     code, _out, err = _run("simulate", "--workers", "4", "--threads", "1", "--epochs", "2",
-                           "--log-level", "warning", "--out", str(tmp_path))
+                           "--engage", "all", "--log-level", "warning", "--out", str(tmp_path))
     assert code == 0, err
     metrics = json.loads((tmp_path / "latest" / "metrics.json").read_text())
     estimate = metrics["rounds"] * 4 * 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hogwild.config import load
 from hogwild.engine.momentum import BlockMomentum, block_momentum
 from hogwild.engine.round import RoundEngine
 from hogwild.engine.round_size import (
@@ -16,7 +17,12 @@ from hogwild.engine.round_size import (
 )
 from hogwild.engine.rules import ExchangeRules
 from hogwild.model.compression import Compression
-from hogwild.settings.rules import resolve_combine, resolve_topology
+from hogwild.settings.rules import (
+    engaged_note,
+    engaged_workers,
+    resolve_combine,
+    resolve_topology,
+)
 
 
 class _Peer:
@@ -98,6 +104,35 @@ def test_topology_auto_follows_the_workers_and_the_mode(workers: int, mode: str,
                                                         expected: str) -> None:
     assert resolve_topology("auto", workers, mode) == expected
     assert resolve_topology("star", workers, mode) == "star"
+
+
+@pytest.mark.parametrize(("workers", "threads", "nnz", "model", "expected"), [
+    (8, 1, 13_500_000, "linear", 4),     # 200k RCV1-shaped rows: 4 of 8 busy
+    (64, 1, 135_000_000, "linear", 16),  # 2M rows: 40 busy, at most 16
+    (12, 1, 135_000_000, "linear", 12),  # all busy
+    (16, 2, 13_500_000, "linear", 2),    # 2 threads each: half as many workers
+    (64, 1, 1_000_000_000, "linear", 20),  # none holds over 50M non-zeros
+    (16, 1, 400_000, "linear", 2),       # a small set: never below two
+    (2, 1, 10, "linear", 2), (1, 1, 10, "linear", 1),
+    (16, 1, 400_000, "mlp", 16)])        # an MLP's work is not its non-zeros
+def test_engage_auto_keeps_the_workers_the_data_keeps_busy(
+        workers: int, threads: int, nnz: int, model: str, expected: int) -> None:
+    assert engaged_workers("auto", workers, threads, nnz, model) == expected
+    assert engaged_workers("all", workers, threads, nnz, model) == workers
+    # Idempotent: a resumed run of the engaged workers engages them all again.
+    assert engaged_workers("auto", expected, threads, nnz, model) == expected
+
+
+def test_engaged_settings_resolve_the_topology_for_the_workers_engaged() -> None:
+    s = load(None, {}, {"workers": 16, "threads": 1, "mode": "sync"})
+    assert s.for_run().topology == "tree"  # data unknown: all 16
+    run = s.for_run(180_000, 13_500_000)
+    assert (run.workers, run.topology, run.combine) == (4, "mesh", "momentum")
+    assert engaged_note(16, 4, 1, 13_500_000).startswith(
+        "engaging 4 of 16 workers: 13,500,000 training non-zeros are 3.38M an epoch for each")
+    assert engaged_note(4, 4, 1, 13_500_000) is None
+    every = load(None, {}, {"workers": 16, "threads": 1, "engage": "all"})
+    assert every.for_run(180_000, 13_500_000).workers == 16
 
 
 @pytest.mark.parametrize(("thread_epoch_nnz", "workers", "expected"), [

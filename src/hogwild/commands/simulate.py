@@ -33,7 +33,12 @@ from hogwild.model.losses import get_loss
 from hogwild.outputs import artifacts
 from hogwild.outputs.console import QUIET, SIMULATE_ROWS, VERBOSE, Console, simulate_done
 from hogwild.outputs.results import write_outputs
-from hogwild.settings.rules import few_rows_a_worker, resolve_combine, resolve_topology
+from hogwild.settings.rules import (
+    engaged_note,
+    few_rows_a_worker,
+    resolve_combine,
+    resolve_topology,
+)
 from hogwild.settings.simulation import DEFAULT_MAX_EVENTS, WARN_EVENTS
 
 log = logging.getLogger("hogwild.simulate")
@@ -165,7 +170,6 @@ def simulate_job(settings: Settings, options: SimOptions,
                  out: TextIO | None = None) -> dict[str, Any]:
     """Run `hogwild simulate`: load and split as `run` does, simulate, write the outputs
     (lines to ``out``, default sys.stdout, as the process's verbosity says)."""
-    settings = settings.for_run()
     console = Console(out)
     started = time.perf_counter()
     root = artifacts.check_runs_root(settings.out_dir)
@@ -185,6 +189,17 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
                         "trains binary classification and regression, as run does")
     for line in data_lines(splits):
         console.say(line)
+    # The workers engage: auto trains on, and topology: auto for them (combine: auto is
+    # resolved by the scenario from the rows each holds).
+    asked = settings
+    settings = settings.for_run(train_nnz=splits.train.nnz)
+    engaged = engaged_note(asked.workers, settings.workers, settings.threads, splits.train.nnz)
+    if engaged is not None:
+        console.say(f"note: {engaged}")
+    if len(options.speeds) > 1:
+        # One per worker started (refused otherwise); the engaged ones are the first.
+        options.worker_speeds(asked.workers, settings.seed)
+        options = replace(options, speeds=options.speeds[:settings.workers])
     spec = model_spec(settings, splits.train.n_features)
     kernel = kernel_plan(settings, spec)
     if options.calibrate:
@@ -217,6 +232,7 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
             console.say(adjustment.describe())
     metrics = _metrics(settings, splits, spec, result, scenario, wall,
                        time.perf_counter() - started)
+    metrics["workers_started"] = asked.workers
     write_outputs(settings, result.best_weights, metrics, result.history,
                   splits.feature_order, spec=spec, hashing=splits.hashing,
                   task=splits.labels.task, classes=splits.labels.classes, run_dir=run.path)

@@ -151,9 +151,10 @@ def run_cluster(spec: RunSpec, settings: Settings, opts: ExperimentOptions, repe
     as the coordinator measured them."""
     run_dir = out_dir / f"w{spec.workers}-t{spec.threads}-r{repeat}"
     run_dir.mkdir(parents=True, exist_ok=True)
+    # engage all: the study measures the workers it names, on sets that may keep fewer busy.
     s = settings.replace(workers=spec.workers, threads=spec.threads, epochs=opts.epochs,
                          patience=0, time_budget=0.0, target_loss=None, out_dir=str(run_dir),
-                         trainer="hogwild", batch_size=1)
+                         trainer="hogwild", batch_size=1, engage="all")
     argv = [sys.executable, "-m", "hogwild.cli", "run", *setting_flags(s, "run")]
     rec = _base_record(spec, opts, repeat)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

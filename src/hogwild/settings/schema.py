@@ -13,6 +13,7 @@ from hogwild.errors import ConfigError
 from hogwild.settings.rules import (
     COMBINE_CHOICES,
     DELTA_DTYPES,
+    ENGAGE_CHOICES,
     FINAL_STATES,
     LOG_LEVELS,
     LOSSES,
@@ -26,6 +27,7 @@ from hogwild.settings.rules import (
     TOPOLOGY_CHOICES,
     TRAINER_MODES,
     check_together,
+    engaged_workers,
     resolve_combine,
     resolve_topology,
 )
@@ -73,6 +75,14 @@ class Settings:
                                                   commands=_RCW))
     threads: int = field(default=2, metadata=_doc("lock-free Hogwild threads per worker",
                                                   commands=_TRW))
+    engage: str = field(
+        default="auto",
+        metadata=_doc("how many of the started workers train: auto = as many as pay, one per "
+                      "about 3.3M non-zeros of an epoch's training rows per thread, at most 16 "
+                      "(more only where each would hold over 50M non-zeros), at least 2 (a "
+                      "linear model; an MLP engages all); the others are released at the "
+                      "start and exit 0, since past that width each worker added makes the run "
+                      "slower; all = every worker", choices=ENGAGE_CHOICES, commands=_RC))
     mode: str = field(
         default="sync",
         metadata=_doc("sync = barrier per round; async = never wait for peers", choices=MODES,
@@ -455,16 +465,25 @@ class Settings:
         """A copy with ``changes`` applied and validated."""
         return build({**dataclasses.asdict(self), **changes}, source="override")
 
-    def for_run(self, train_rows: int | None = None) -> Settings:
-        """These settings as a run of ``workers`` workers uses them: ``topology: auto`` made
-        the topology it stands for, and once the training rows are known (``train_rows``)
-        ``combine: auto`` the combine rule."""
-        changes: dict[str, str] = {}
-        topology = resolve_topology(self.topology, self.workers, self.mode)
+    def for_run(self, train_rows: int | None = None, train_nnz: int | None = None,
+                threads: int | None = None) -> Settings:
+        """These settings as a run uses them: once the training non-zeros are known
+        (``train_nnz``) ``workers`` the workers ``engage: auto`` trains on (of ``threads``
+        each, the workers' own count where known, else ``threads``), ``topology: auto`` made
+        the topology it stands for with them, and once the training rows are known
+        (``train_rows``) ``combine: auto`` the combine rule."""
+        changes: dict[str, Any] = {}
+        workers = self.workers
+        if train_nnz is not None:
+            workers = engaged_workers(self.engage, self.workers, threads or self.threads,
+                                      train_nnz, self.model)
+            if workers != self.workers:
+                changes["workers"] = workers
+        topology = resolve_topology(self.topology, workers, self.mode)
         if topology != self.topology:
             changes["topology"] = topology
         if train_rows is not None:
-            combine = resolve_combine(self.combine, train_rows, self.workers)
+            combine = resolve_combine(self.combine, train_rows, workers)
             if combine != self.combine:
                 changes["combine"] = combine
         return self.replace(**changes) if changes else self

@@ -62,10 +62,11 @@ from hogwild.outputs.plotter import BackgroundPlot
 from hogwild.outputs.results import plot_title, write_outputs
 from hogwild.outputs.tensorboard import open_scalars
 from hogwild.runtime.warmup import preload_in_background
-from hogwild.settings.rules import few_rows_a_worker
+from hogwild.settings.rules import engaged_note, few_rows_a_worker
 
 if TYPE_CHECKING:
     from hogwild.cluster.coordinator.localplan import LocalShipping
+    from hogwild.cluster.coordinator.records import WorkerRecord
 
 log = logging.getLogger("hogwild.coordinator")
 
@@ -86,6 +87,8 @@ class RunDriver:
                  stop: StopSignal, out: TextIO | None = None,
                  resume: Checkpoint | None = None, plot: BackgroundPlot | None = None,
                  run_dir: artifacts.RunDir | None = None) -> None:
+        # As given: `engage: auto` and `topology: auto` are resolved once the data is known.
+        self.asked = settings
         self.settings = settings = settings.for_run()
         # Where this run writes (its own directory under out_dir, published at the end).
         self.run_dir = run_dir or artifacts.RunDir.existing(settings.out_dir)
@@ -117,6 +120,7 @@ class RunDriver:
         self.adjuster: Adjuster | None = None  # acts on a validation curve that swings
         self.round_size = 0              # examples per thread per round, as configured
         self.worker_threads: int | list[int] = settings.threads  # as the workers report
+        self.workers_started = state.n_workers  # registered; `engage` may train on fewer
         self.train_began = time.perf_counter()
         self.train_cpu_seconds = 0.0     # this process's CPU while the workers trained
 
@@ -142,12 +146,9 @@ class RunDriver:
             self.plot = BackgroundPlot()  # imports matplotlib in its own process meanwhile
         preload_in_background()
         splits, self.local, self.train = load_data(s)
-        # combine: auto is decided by the rows each worker will hold.
-        asked = s.combine
-        s = self.settings = self.advice.settings = s.for_run(self.train.n_rows)
-        note = few_rows_a_worker(asked, s.combine, self.train.n_rows, s.workers)
-        if note is not None:
-            log.warning(note)
+        # combine: auto is decided by the rows each worker will hold (and again once
+        # engage: auto has decided how many train, which needs their thread counts).
+        s = self.settings = self.advice.settings = self.asked.for_run(self.train.n_rows)
         self.data_fingerprint = data_fingerprint(s, splits, self.local, self.resume)
         say_data(splits, self.local, self._print)
         load_seconds = time.perf_counter() - began
@@ -157,7 +158,7 @@ class RunDriver:
             self._print("conflicts: not measured (shipping local: the training rows stay with "
                         "the workers)")
         self.health.set(True)
-        self._print(f"run {self.state.run_id}: waiting for {s.workers} worker(s) "
+        self._print(f"run {self.state.run_id}: waiting for {self.state.n_workers} worker(s) "
                     f"(register_timeout {s.register_timeout:g}s)")
         loss = get_loss(s.loss)
         try:
@@ -169,6 +170,7 @@ class RunDriver:
             for record in workers:
                 self.links.connect(record)
             self._leave_if_stopped()
+            s, workers = self._engage(workers)
             n_features = self.train.n_features
             spec = self.spec = model_spec(s, n_features)
             dim = spec.dim
@@ -206,9 +208,9 @@ class RunDriver:
             counts = sorted({r.threads for r in workers})
             self.worker_threads = counts[0] if len(counts) == 1 else [r.threads for r in workers]
             each = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-            started = (str(len(live)) if len(live) == len(workers)
+            running = (str(len(live)) if len(live) == len(workers)
                        else f"{len(live)} of {len(workers)}")
-            self._print(f"started {started} worker(s), {s.mode} mode, {each} thread(s) each, "
+            self._print(f"started {running} worker(s), {s.mode} mode, {each} thread(s) each, "
                         f"up to {max_rounds} rounds of {size} examples per thread")
             self.advice.as_started(live, size)
             if s.mode == "async" and self.settings.combine == "average" and s.topology != "mesh":
@@ -282,6 +284,35 @@ class RunDriver:
             return self._finish(splits, rules, reason, train_seconds, load_seconds, began)
         except (OSError, OutputError) as exc:  # a full disk, a directory gone read-only
             raise outputs_failed(self.run_dir.path, exc) from None
+
+    def _engage(self, workers: list[WorkerRecord]) -> tuple[Settings, list[WorkerRecord]]:
+        """The settings of the run of the registered ``workers`` and those that train: with
+        ``engage: auto`` as many as the training non-zeros keep busy at the threads they
+        registered with; the others are told before anything is shipped that the run does
+        not need them (they exit 0) and are taken off the roster. A resumed run goes on with
+        its checkpoint's workers. Then topology: auto and combine: auto for those engaged."""
+        started = len(workers)
+        base = self.asked.replace(workers=started)
+        if self.resume is not None:
+            base = base.replace(engage="all")
+        threads = max((r.threads for r in workers), default=base.threads)
+        s = self.settings = self.advice.settings = base.for_run(
+            self.train.n_rows, self.train.nnz, threads)
+        note = few_rows_a_worker(self.asked.combine, s.combine, self.train.n_rows, s.workers)
+        if note is not None:
+            log.warning(note)
+        why = engaged_note(started, s.workers, threads, self.train.nnz)
+        if why is None:
+            if self.local is not None:  # resumed: the checkpoint's engaged workers
+                self.local.engage(s.workers)
+            return s, workers
+        self._print(why)
+        if self.local is not None:  # the ranges planned for all, read by those engaged
+            self.local.engage(s.workers)
+        self.links.release([r for r in workers if r.worker_id >= s.workers],
+                           f"not needed: {why}")
+        self.state.engage(s.workers)
+        return s, [r for r in workers if r.worker_id < s.workers]
 
     def _workers_started(self) -> None:
         self.started_workers = True
@@ -392,6 +423,7 @@ class RunDriver:
             conflicts=self.advice.entry, checkpointer=self.checkpointer,
             resumed_at=None if self.resume is None else self.first_round,
             adjuster=self.adjuster, relay=self.relay, saved=saved, final_row=row)
+        metrics["workers_started"] = self.workers_started
         metrics.update(test_quality(splits.test, w, s.loss, self.spec, splits.labels.task,
                                     splits.labels.classes))
         try:  # every evaluation in metrics.jsonl, or none of this

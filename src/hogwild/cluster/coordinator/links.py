@@ -122,6 +122,26 @@ class WorkerLinks:
         if live:
             parallel(stop, live, swallow=True)
 
+    def release(self, records: Collection[WorkerRecord], reason: str) -> None:
+        """Stop workers the run will not train on (before anything is shipped to them) and
+        close their channels; one that does not answer has nothing of the run to lose."""
+        request = pb.StopRequest(protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
+                                 reason=reason)
+
+        def stop(record: WorkerRecord) -> None:
+            try:
+                self.stubs[record.worker_id].Stop(request, timeout=self.settings.rpc_timeout)
+            except grpc.RpcError as exc:
+                log.info("releasing worker %d: Stop failed (%s)", record.worker_id,
+                         exc.code().name)
+
+        parallel(stop, list(records), swallow=True)
+        for record in records:
+            self.stubs.pop(record.worker_id, None)
+            channel = self.channels.pop(record.worker_id, None)
+            if channel is not None:
+                channel.close()
+
     def collect_final_states(self, dim: int) -> dict[int, FinalState]:
         """Every live worker's final state (a worker that sends none is marked dead)."""
         s = self.settings

@@ -20,7 +20,7 @@ from hogwild.cluster.wire.localstream import local_source
 from hogwild.config import Settings
 from hogwild.data.csr import CSRData
 from hogwild.data.formats.textsource import bundled_features, canonical, local_source_error
-from hogwild.data.ranges import FilePlan, LocalSpec, plan_file
+from hogwild.data.ranges import FilePlan, LocalSpec, deal, plan_file
 from hogwild.data.sources import default_test_source, load_source_hashed
 from hogwild.data.transform.labels import REGRESSION, LabelMap, label_summary
 from hogwild.data.transform.reorder import order_from_counts, renumber
@@ -51,6 +51,14 @@ class LocalShipping:
         return local_source(self.spec, self.plan.worker_ranges(worker_id), classes=classes,
                             total_rows=self.plan.total_rows, gzip=self.plan.gzip,
                             shuffle_seed=shuffle_seed)
+
+    def engage(self, workers: int) -> None:
+        """Deal the planned ranges to ``workers`` workers instead (``engage: auto`` trains on
+        fewer than were planned for): every range is read by one of them, each gets within one
+        range of the others' count."""
+        if workers != len(self.plan.assignment):
+            self.plan = replace(
+                self.plan, assignment=deal(len(self.plan.ranges), workers, self.seed))
 
     def train_rows(self, worker_id: int) -> int:
         return sum(r.train_rows for r in self.plan.worker_ranges(worker_id))

@@ -69,7 +69,6 @@ def serve(settings: Settings, out: TextIO | None = None,
     out_dir cannot be created or written. ``plot``: the loss plot's helper, if the caller
     has started it already.
     """
-    settings = settings.for_run()
     root = artifacts.check_runs_root(settings.out_dir)
     where = checkpoint_file.locate(settings.resume) if settings.resume else None
     if where is None:
@@ -96,10 +95,12 @@ def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None,
         state = RunState(settings.workers, run_id=run.name.rsplit("-", 1)[-1])
     else:
         # The same run: its id, its workers (by address) and its counters.
-        state = RunState(settings.workers, run_id=resume.run_id)
-        if len(resume.workers) != settings.workers:
+        had = len(resume.workers)
+        # A run that engaged fewer of its workers goes on with those (engage: auto).
+        if had != settings.workers and not (settings.engage == "auto" and had < settings.workers):
             raise ConfigError("workers", f"the checkpoint in {run.path} is of a run "
-                                         f"with {len(resume.workers)} workers")
+                                         f"with {had} workers")
+        state = RunState(had, run_id=resume.run_id)
         checkpoint_file.check_model_settings(resume, settings)
         state.restore(resume)
     server, port, state, health = create_server(settings, state)
