@@ -29,9 +29,11 @@ DONE = re.compile(r"done \((.+?)\): [\d.]+ epochs(?: \(model of epoch [\d.]+\))?
 
 
 def settings(out: Path, **extra: Any) -> dict[str, Any]:
-    """Reuters earn until a time budget; deadlines short enough for a test."""
+    """Reuters earn until a time budget; deadlines short enough for a test; every worker
+    started trains (engage: all), as the tests of 3 and 4 members need."""
     train, test = require_reuters()
     return {"data": str(train), "test_data": str(test), "threads": 1, "epochs": 1_000_000,
+            "engage": "all",
             "patience": 0, "eval_interval": 0.5, "out_dir": str(out), "rpc_timeout": 2,
             "barrier_timeout": 2, "connect_timeout": 60, "register_timeout": 120,
             "data_cache": False, "insecure": True, "bind_host": "127.0.0.1", **extra}
