@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--evals-per-epoch", type=float, default=16)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting for every run but the one-worker reference, e.g. "
+                         "tree_fanout=2 (repeatable)")
     ap.add_argument("--engage", default="auto", choices=("auto", "all"),
                     help="auto (the default's choice: W workers started, E of them trained "
                          "on) or all (every worker trains)")
@@ -67,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     base = {"data": args.data, "test_data": args.test, "epochs": args.epochs,
             "engage": args.engage}
     splits = load_splits(config.load(None, {}, base))
+    extra = dict(item.split("=", 1) for item in args.set)
     workers = [int(w) for w in args.workers.split(",")]
     seeds = [int(x) for x in args.seeds.split(",")]
     print(f"{splits.train.n_rows:,} training rows; default cost model; medians of "
@@ -84,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                     t1 = time_to(one["history"], best - TOLERANCE)
                     assert t1 is not None
                     ref[seed] = (best, t1)
-                r = one if w == 1 else simulate(splits, base, w, mode, seed,
+                r = one if w == 1 else simulate(splits, {**base, **extra}, w, mode, seed,
                                                  args.evals_per_epoch)
                 t = time_to(r["history"], ref[seed][0] - TOLERANCE)
                 rows.append((r, t, None if t is None else ref[seed][1] / t))

@@ -20,7 +20,10 @@ README = REPO / "README.md"
 QUICKSTART = REPO / "docs" / "guides" / "quickstart.md"
 
 # Printed only when the best validated model is not the last one (threads race: either).
-_CONDITIONAL = ("saved the best validated model", "saved the model of epoch")
+# Lines that depend on the run or the machine: the saved model's, and the note of a run
+# whose threads outnumber the machine's cores.
+_CONDITIONAL = ("saved the best validated model", "saved the model of epoch",
+                "take turns on the cores")
 _MASKS = (
     # The done line's "(model of epoch E)": there when the saved model is not the last one.
     (re.compile(r" \(model of epoch [\d.]+\)"), ""),

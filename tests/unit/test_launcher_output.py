@@ -7,7 +7,7 @@ import re
 import sys
 import threading
 
-from hogwild.cluster.localrun.launcher import Child, say
+from hogwild.cluster.localrun.launcher import Child, say, shared_cores
 
 
 class _SlowWrites(io.StringIO):
@@ -40,3 +40,12 @@ def test_say_writes_one_line() -> None:
     say(out, "[run] hello")
     say(out, "[run] again")
     assert out.getvalue() == "[run] hello\n[run] again\n"
+
+
+def test_a_run_whose_threads_outnumber_the_cores_says_so() -> None:
+    assert shared_cores(2, 1, cores=2) is None and shared_cores(4, 4, cores=16) is None
+    line = shared_cores(8, 1, cores=2)
+    assert line is not None and line.startswith(
+        "[run] 8 worker(s) x 1 thread(s) on this machine's 2 core(s):")
+    assert "`hogwild simulate --workers 8`" in line
+    assert shared_cores(2, 2, cores=3) is not None

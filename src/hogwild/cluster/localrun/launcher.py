@@ -274,6 +274,20 @@ def _secure(base: Settings, secrets_dir: Path, insecure: bool
     return coordinator, worker
 
 
+def shared_cores(workers: int, threads: int, cores: int | None = None) -> str | None:
+    """The line that says a local run's workers share this machine's cores (``cores``: the
+    ones this process may use); None where each thread has one of its own."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
+    if workers * threads <= cores:
+        return None
+    return (f"[run] {workers} worker(s) x {threads} thread(s) on this machine's {cores} "
+            "core(s): the processes take turns on the cores, so this run shows their "
+            "contention more than what as many machines would do (`hogwild simulate "
+            f"--workers {workers}` estimates that)")
+
+
 def run_local(settings: Settings, config_path: str | None = None, keep_going: bool = False,
               out: TextIO | None = None, insecure: bool = False,
               fork: CommandRunner | None = None, verbosity: Verbosity | None = None) -> int:
@@ -287,6 +301,9 @@ def run_local(settings: Settings, config_path: str | None = None, keep_going: bo
     v = Verbosity() if verbosity is None else verbosity
     out = (sys.stderr if v.as_json else sys.stdout) if out is None else out
     verbose = v.level >= VERBOSE
+    crowded = shared_cores(settings.workers, settings.threads)
+    if crowded is not None and v.level > QUIET:
+        say(out, crowded)
     # staleness is dropped in sync mode, and on_sigterm is always finish (this process is
     # the coordinator's only supervisor and starts no successor): the CLI warned about both.
     base = settings.replace(bind_host="127.0.0.1", coordinator_port=0, worker_port=0,
