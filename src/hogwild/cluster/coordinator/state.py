@@ -225,18 +225,15 @@ class RunState:
             self._lock.notify_all()
 
     def engage(self, workers: int) -> None:
-        """Before the run starts: keep the first ``workers`` places, the others' holders
-        released (``engage: auto``). A released worker registering again is refused as any
-        worker past the roster is."""
+        """Before the run starts: keep the first ``workers`` places (``engage: auto``); the
+        others' holders are released, and refused as any worker past the roster is."""
         with self._lock:
-            gone = [r for wid, r in self.workers.items() if wid >= workers]
-            self.workers = {k: v for k, v in self.workers.items() if k < workers}
-            for record in gone:
+            for record in [r for wid, r in self.workers.items() if wid >= workers]:
                 if self._by_address.get(record.address) == record.worker_id:
                     del self._by_address[record.address]
                 self._seen.pop(record.worker_id, None)
-            self._free = [wid for wid in self._free if wid < workers]
-            self.n_workers = workers
+            self.workers = {k: v for k, v in self.workers.items() if k < workers}
+            self._free, self.n_workers = [w for w in self._free if w < workers], workers
 
     def wait_for_places(self, places: list[int], timeout: float,
                         cancelled: Callable[[], bool] = lambda: False) -> list[WorkerRecord]:
