@@ -490,6 +490,17 @@ def test_two_workers_restarted_together_rejoin_as_peers_of_each_other(
         assert again[wid].output().count(f"registered as worker {wid}") == 1, again[wid].output()
 
 
+def _kill_once_checkpointed(coordinator: Proc, out: Path, settle: float = 1.0) -> None:
+    """SIGKILL the coordinator ``settle`` seconds after its run's first checkpoint is on disk
+    (waited for at most a minute)."""
+    deadline = time.monotonic() + 60
+    while not any(out.glob("*.incomplete/checkpoint.npz")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(settle)
+    coordinator.proc.send_signal(signal.SIGKILL)
+    assert coordinator.wait(10) == -signal.SIGKILL
+
+
 def _coordinator_address(cluster: Cluster) -> str:
     assert cluster.coordinator is not None
     return f"127.0.0.1:{cluster.coordinator.wait_for(READY, 1).group(1)}"
@@ -617,12 +628,7 @@ def test_a_killed_coordinator_resumes_from_its_checkpoint(
     # The restarted coordinator must be found where the first one was.
     port = int(_coordinator_address(cluster).rpartition(":")[2])
     first.wait_for(PROGRESS_ROW, 60)
-    deadline = time.monotonic() + 60
-    while not any(out.glob("*.incomplete/checkpoint.npz")) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(2)  # a few more checkpoints
-    first.proc.send_signal(signal.SIGKILL)
-    assert first.wait(10) == -signal.SIGKILL
+    _kill_once_checkpointed(first, out, settle=2)  # a few more checkpoints
     run = incomplete(out)  # the killed coordinator's run, resumed in its own directory
     before = (run / "metrics.jsonl").read_text().splitlines()
     rows_before = len(before)
@@ -675,12 +681,7 @@ def test_a_run_that_engaged_fewer_workers_resumes_with_them(cluster: Cluster,
     port = int(_coordinator_address(cluster).rpartition(":")[2])
     first.wait_for(PROGRESS_ROW, 60)
     assert "engaging 2 of 4 workers" in first.output()
-    deadline = time.monotonic() + 60
-    while not any(out.glob("*.incomplete/checkpoint.npz")) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(1)
-    first.proc.send_signal(signal.SIGKILL)
-    assert first.wait(10) == -signal.SIGKILL
+    _kill_once_checkpointed(first, out)
     again = cluster.spawn("coordinator-again", "coordinator", {
         **settings, "bind_host": "127.0.0.1", "workers": 4, "coordinator_port": port,
         "resume": str(out)})
@@ -788,12 +789,7 @@ def test_a_resumed_coordinator_goes_on_without_a_worker_that_died_meanwhile(
     port = int(_coordinator_address(cluster).rpartition(":")[2])
     addresses = _advertised(cluster)
     first.wait_for(PROGRESS_ROW, 60)
-    deadline = time.monotonic() + 60
-    while not any(out.glob("*.incomplete/checkpoint.npz")) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(1)
-    first.proc.send_signal(signal.SIGKILL)
-    assert first.wait(10) == -signal.SIGKILL
+    _kill_once_checkpointed(first, out)
     killed = addresses[victim][0]
     killed.proc.send_signal(signal.SIGKILL)
     assert killed.wait(10) == -signal.SIGKILL

@@ -301,14 +301,12 @@ class RunDriver:
         note = few_rows_a_worker(self.asked.combine, s.combine, self.train.n_rows, s.workers)
         if note is not None:
             log.warning(note)
-        why = engaged_note(started, s.workers, threads, self.train.nnz)
-        if why is None:
-            if self.local is not None:  # resumed: the checkpoint's engaged workers
-                self.local.engage(s.workers)
-            return s, workers
-        self._print(why)
         if self.local is not None:  # the ranges planned for all, read by those engaged
             self.local.engage(s.workers)
+        why = engaged_note(started, s.workers, threads, self.train.nnz)
+        if why is None:
+            return s, workers
+        self._print(why)
         self.links.release([r for r in workers if r.worker_id >= s.workers],
                            f"not needed: {why}")
         self.state.engage(s.workers)

@@ -105,6 +105,25 @@ class WorkerLinks:
              skip: Collection[int] = ()) -> None:
         """Stop every live worker but those in ``skip``; ``quiet``: failures not logged.
         ``register_again``: each is to register again (with a successor)."""
+        live = [r for r in self.state.live_workers()
+                if r.worker_id in self.stubs and r.worker_id not in skip]
+        self._send_stop(live, reason, register_again,
+                        None if quiet else logging.WARNING)
+
+    def release(self, records: Collection[WorkerRecord], reason: str) -> None:
+        """Stop workers the run will not train on (before anything is shipped to them) and
+        close their channels; one that does not answer has nothing of the run to lose."""
+        self._send_stop(records, reason, False, logging.INFO)
+        for record in records:
+            self.stubs.pop(record.worker_id, None)
+            channel = self.channels.pop(record.worker_id, None)
+            if channel is not None:
+                channel.close()
+
+    def _send_stop(self, records: Collection[WorkerRecord], reason: str,
+                   register_again: bool, failures: int | None) -> None:
+        """Stop to each of ``records`` at once; a failure logged at level ``failures``
+        (None: not logged)."""
         request = pb.StopRequest(protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
                                  reason=reason, register_again=register_again)
 
@@ -112,35 +131,13 @@ class WorkerLinks:
             try:
                 self.stubs[record.worker_id].Stop(request, timeout=self.settings.rpc_timeout)
             except grpc.RpcError as exc:
-                if not quiet:
-                    log.warning("Stop%s to worker %d failed: %s",
-                                " (register again)" if register_again else "",
-                                record.worker_id, exc.code().name)
+                if failures is not None:
+                    log.log(failures, "Stop%s to worker %d failed: %s",
+                            " (register again)" if register_again else "",
+                            record.worker_id, exc.code().name)
 
-        live = [r for r in self.state.live_workers()
-                if r.worker_id in self.stubs and r.worker_id not in skip]
-        if live:
-            parallel(stop, live, swallow=True)
-
-    def release(self, records: Collection[WorkerRecord], reason: str) -> None:
-        """Stop workers the run will not train on (before anything is shipped to them) and
-        close their channels; one that does not answer has nothing of the run to lose."""
-        request = pb.StopRequest(protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
-                                 reason=reason)
-
-        def stop(record: WorkerRecord) -> None:
-            try:
-                self.stubs[record.worker_id].Stop(request, timeout=self.settings.rpc_timeout)
-            except grpc.RpcError as exc:
-                log.info("releasing worker %d: Stop failed (%s)", record.worker_id,
-                         exc.code().name)
-
-        parallel(stop, list(records), swallow=True)
-        for record in records:
-            self.stubs.pop(record.worker_id, None)
-            channel = self.channels.pop(record.worker_id, None)
-            if channel is not None:
-                channel.close()
+        if records:
+            parallel(stop, list(records), swallow=True)
 
     def collect_final_states(self, dim: int) -> dict[int, FinalState]:
         """Every live worker's final state (a worker that sends none is marked dead)."""
