@@ -199,6 +199,16 @@ fi
 # So the builder stage is built and tagged by its image id first, and the runtime stage is
 # built from a copy of the Dockerfile whose mount names that image: an image mount works, and
 # a new builder means a new RUN line, so a new install. The Dockerfile itself is unchanged.
+# With vfs every layer is a full copy of the image's files (hundreds of MB each), and every
+# rebuild leaves the previous image and builder untagged: without pruning, repeated builds
+# filled a 250 GB disk. Dangling images go before the build (so a full disk recovers) and after
+# it; the tagged image and the layers the cache still uses stay.
+prune() {
+  local n
+  n="$(podman image prune -f 2>/dev/null | wc -l)" || n=0
+  [ "$n" -eq 0 ] || say "removed $n dangling image(s) left by earlier builds"
+}
+prune
 say "building $image from $dockerfile (cached layers are reused)"
 start=$SECONDS
 log=/var/tmp/hogwild-podman-build.log
@@ -221,4 +231,5 @@ rm -f "$runtime_file" "$log.builder"
 # Older builder tags go (their layers stay as long as the cache uses them).
 podman images --format '{{.Repository}}:{{.Tag}}' |
   grep '^localhost/hogwild-builder:' | grep -vxF "$builder" | xargs -r podman untag 2>/dev/null || true
+prune
 say "built $image in $((SECONDS - start)) s (builder stage $builder)"
