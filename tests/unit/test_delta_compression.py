@@ -11,7 +11,7 @@ from hogwild.cluster.wire import pb
 from hogwild.cluster.wire.codec import DeltaHeader, decode_delta, encode_delta_parts
 from hogwild.errors import InvalidMessage
 from hogwild.model import kernels
-from hogwild.model.compression import F16_MAX, Compression, compress_delta
+from hogwild.model.compression import F16_MAX, Compression, compress_delta, wire_bytes
 
 
 def _round(w: np.ndarray, snap: np.ndarray, how: Compression) -> tuple[np.ndarray, np.ndarray]:
@@ -102,3 +102,18 @@ def test_summed_deltas_clip_to_float16_range() -> None:
     out = wire_values(np.array([1e6, -1e6, 0.5]), half=True)
     assert out.dtype == np.float16
     assert out.tolist() == [F16_MAX, -F16_MAX, 0.5]
+
+
+@pytest.mark.parametrize("entries", [1, 300, 500, 501, 999, 1000])
+@pytest.mark.parametrize("half", [False, True])
+def test_simulated_message_size_is_what_the_codec_sends(entries: int, half: bool) -> None:
+    """The simulator charges a message wire_bytes: the payload the codec encodes, dense past
+    half the coordinates, float16 values when asked."""
+    dim = 1000
+    header = DeltaHeader(run_id="r", worker_id=1, round=1, seq=1, dim=dim)
+    idx = np.sort(np.random.default_rng(entries).choice(dim, entries, replace=False))
+    val = np.ones(entries, dtype=np.float16 if half else np.float32)
+    (message,) = encode_delta_parts(header, idx.astype(np.int32), val)
+    payload = len(message.indices.data) + len(message.values.data)
+    assert payload == wire_bytes(entries, dim, half)
+    assert message.dense == (entries > dim // 2)

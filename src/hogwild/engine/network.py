@@ -13,9 +13,7 @@ from hogwild.settings.simulation import DEFAULT_SPEED, DEFAULTS, LATENCIES
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["BYTES_PER_ENTRY", "DEFAULT_SPEED", "LATENCIES", "Network"]
-
-BYTES_PER_ENTRY = 8  # int32 index + float32 value on the wire
+__all__ = ["DEFAULT_SPEED", "LATENCIES", "Network"]
 
 
 @dataclass(frozen=True)
@@ -35,8 +33,10 @@ class Network:
             if getattr(self, name) not in BOUNDS[name]:
                 raise ValueError(f"{name} {BOUNDS[name].why}")
 
-    def send_time(self, entries: int) -> float:
-        return self.overhead + BYTES_PER_ENTRY * entries / self.bandwidth
+    def send_time(self, nbytes: int) -> float:
+        """The sender's time for a message of ``nbytes`` of payload (model.compression's
+        wire_bytes: dense or sparse, float32 or float16, as the cluster's codec sends it)."""
+        return self.overhead + nbytes / self.bandwidth
 
     def draw_latency(self, rng: np.random.Generator) -> float:
         if self.jitter == "fixed" or self.latency == 0:

@@ -43,7 +43,7 @@ import numpy.typing as npt
 
 from hogwild.engine.driver import Next, RoundDriver
 from hogwild.engine.guard import SwingGuard
-from hogwild.engine.network import BYTES_PER_ENTRY, DEFAULT_SPEED, Network
+from hogwild.engine.network import DEFAULT_SPEED, Network
 from hogwild.engine.round import ModelNotFinite, RoundEngine
 from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.sparse import sum_sparse
@@ -51,6 +51,7 @@ from hogwild.engine.threads import KernelPlan, ThreadCursor, make_cursors, train
 from hogwild.engine.treeshape import children, parent
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRArrays
+from hogwild.model.compression import wire_bytes
 from hogwild.settings.rules import BOUNDS
 
 COORDINATOR = -1
@@ -451,12 +452,13 @@ class Simulation:
         to = next(iter(sender.pending))
         packet = sender.pending.pop(to)
         idx, _ = packet.seal()
-        took = self.sc.network.send_time(idx.size)
+        nbytes = wire_bytes(idx.size, self.global_w.shape[0], self.rules.compression.half)
+        took = self.sc.network.send_time(nbytes)
         sender.busy_until = self.now + took
         if node != COORDINATOR:
             self.sending += took
         self.messages += 1
-        self.bytes += BYTES_PER_ENTRY * idx.size
+        self.bytes += nbytes
         self._at(sender.busy_until, "sent", node)
         self._at(sender.busy_until + self.sc.network.draw_latency(self.rng), "arrive", to,
                  node, packet)

@@ -33,6 +33,20 @@ class Compression:
         return self.threshold > 0.0 or self.topk > 0 or self.half
 
 
+def dense_pays(entries: int, dim: int) -> bool:
+    """True when all ``dim`` values take fewer bytes on the wire than ``entries`` (index,
+    value) pairs, i.e. more than half the coordinates changed: the delta then travels dense."""
+    return 2 * entries > dim
+
+
+def wire_bytes(entries: int, dim: int, half: bool = False) -> int:
+    """The payload bytes of a delta of ``entries`` coordinates of a ``dim``-long model as the
+    wire codec sends it: dense (every value) where that is smaller, else int32 indices with
+    the values; values are float16 (``half``) or float32."""
+    value = 2 if half else 4
+    return dim * value if dense_pays(entries, dim) else entries * (4 + value)
+
+
 def compress_delta(indices: npt.NDArray[np.int32], values: npt.NDArray[np.float32],
                    snap: npt.NDArray[np.float64], how: Compression
                    ) -> tuple[npt.NDArray[np.int32], npt.NDArray[Any]]:

@@ -22,6 +22,7 @@ from hogwild.cluster.transport.security import Security
 from hogwild.cluster.transport.serving import bind, new_server
 from hogwild.cluster.wire import pb, pb_grpc
 from hogwild.cluster.wire.codec import DeltaHeader, decode_delta, encode_delta_parts
+from hogwild.model.compression import wire_bytes
 
 ROUND_TRIPS = 30  # per size: the median of this many calls
 
@@ -65,7 +66,8 @@ def measure(dim: int, round_trips: int = ROUND_TRIPS,
             dense = _median_call(push, dim, dim, rng, round_trips)
     finally:
         server.stop(0)
-    per_byte = max(0.0, (dense - small) / max(1, 8 * (dim - 16)))
+    # Per byte of payload as the codec sends each (the full one travels dense).
+    per_byte = max(0.0, (dense - small) / max(1, wire_bytes(dim, dim) - wire_bytes(16, dim)))
     return MessageCost(overhead=small, bandwidth=1.0 / per_byte if per_byte > 0 else 1e12,
                        small_seconds=small, dense_seconds=dense, dense_entries=dim)
 

@@ -26,6 +26,7 @@ from hogwild.cluster.wire.arrays import (
     fill_array,
 )
 from hogwild.errors import InvalidMessage, RefusedValues, StaleOrUnknown
+from hogwild.model.compression import dense_pays
 from hogwild.settings.rules import BOUNDS
 
 # The smallest payload a part of a split delta carries (encode_delta_parts refuses to cut
@@ -239,12 +240,6 @@ def max_delta_parts(dim: int) -> int:
     MIN_DELTA_CHUNK_BYTES of payload per part, and a sparse entry (8 bytes) is the largest
     per coordinate (a dense part holds twice or four times as many)."""
     return max(1, -(-dim // delta_entries_per_part(MIN_DELTA_CHUNK_BYTES)))
-
-
-def dense_pays(entries: int, dim: int) -> bool:
-    """True when all ``dim`` float32 values take fewer bytes than ``entries`` (int32, float32)
-    pairs, i.e. more than half the coordinates changed."""
-    return 2 * entries > dim
 
 
 def _wire_dtype(values: npt.NDArray[Any]) -> type[np.floating[Any]]:
