@@ -106,21 +106,24 @@ def test_topology_auto_follows_the_workers_and_the_mode(workers: int, mode: str,
     assert resolve_topology("star", workers, mode) == "star"
 
 
-@pytest.mark.parametrize(("workers", "threads", "nnz", "model", "expected"), [
-    (8, 1, 13_500_000, "linear", 4),     # 200k RCV1-shaped rows: 4 of 8 busy
-    (64, 1, 135_000_000, "linear", 16),  # 2M rows: 40 busy, at most 16
-    (12, 1, 135_000_000, "linear", 12),  # all busy
-    (16, 2, 13_500_000, "linear", 2),    # 2 threads each: half as many workers
-    (64, 1, 1_000_000_000, "linear", 20),  # none holds over 50M non-zeros
-    (16, 1, 400_000, "linear", 2),       # a small set: never below two
-    (2, 1, 10, "linear", 2), (1, 1, 10, "linear", 1),
-    (16, 1, 400_000, "mlp", 16)])        # an MLP's work is not its non-zeros
+@pytest.mark.parametrize(("workers", "threads", "nnz", "model", "mode", "expected"), [
+    (8, 1, 13_500_000, "linear", "sync", 4),     # 200k RCV1-shaped rows: 4 of 8 busy
+    (8, 1, 13_500_000, "linear", "async", 4),
+    (64, 1, 135_000_000, "linear", "sync", 16),  # 2M rows: 40 busy, at most 16 in sync mode
+    (64, 1, 135_000_000, "linear", "async", 8),  # ... and 8 in async mode
+    (12, 1, 135_000_000, "linear", "sync", 12),  # all busy
+    (16, 2, 13_500_000, "linear", "sync", 2),    # 2 threads each: half as many workers
+    (64, 1, 1_000_000_000, "linear", "sync", 20),   # none holds over 50M non-zeros
+    (64, 1, 1_000_000_000, "linear", "async", 20),  # (whatever the mode's cap)
+    (16, 1, 400_000, "linear", "sync", 2),       # a small set: never below two
+    (2, 1, 10, "linear", "async", 2), (1, 1, 10, "linear", "sync", 1),
+    (16, 1, 400_000, "mlp", "async", 16)])       # an MLP's work is not its non-zeros
 def test_engage_auto_keeps_the_workers_the_data_keeps_busy(
-        workers: int, threads: int, nnz: int, model: str, expected: int) -> None:
-    assert engaged_workers("auto", workers, threads, nnz, model) == expected
-    assert engaged_workers("all", workers, threads, nnz, model) == workers
+        workers: int, threads: int, nnz: int, model: str, mode: str, expected: int) -> None:
+    assert engaged_workers("auto", workers, threads, nnz, model, mode) == expected
+    assert engaged_workers("all", workers, threads, nnz, model, mode) == workers
     # Idempotent: a resumed run of the engaged workers engages them all again.
-    assert engaged_workers("auto", expected, threads, nnz, model) == expected
+    assert engaged_workers("auto", expected, threads, nnz, model, mode) == expected
 
 
 def test_engaged_settings_resolve_the_topology_for_the_workers_engaged() -> None:
@@ -133,6 +136,14 @@ def test_engaged_settings_resolve_the_topology_for_the_workers_engaged() -> None
     assert engaged_note(4, 4, 1, 13_500_000) is None
     every = load(None, {}, {"workers": 16, "threads": 1, "engage": "all"})
     assert every.for_run(180_000, 13_500_000).workers == 16
+    # 2M rows: 16 of 64 in sync mode (a tree), 8 in async mode (a mesh).
+    wide = load(None, {}, {"workers": 64, "threads": 1})
+    slow = wide.for_run(1_800_000, 135_000_000)
+    assert (slow.workers, slow.topology) == (16, "tree")
+    fast = wide.replace(mode="async").for_run(1_800_000, 135_000_000)
+    assert (fast.workers, fast.topology, fast.combine) == (8, "mesh", "momentum")
+    note = engaged_note(64, 8, 1, 135_000_000, "async")
+    assert note is not None and "in async mode no run of more than 8" in note
 
 
 @pytest.mark.parametrize(("thread_epoch_nnz", "workers", "expected"), [

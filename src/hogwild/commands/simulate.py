@@ -193,7 +193,8 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
     # resolved by the scenario from the rows each holds).
     asked = settings
     settings = settings.for_run(train_nnz=splits.train.nnz)
-    engaged = engaged_note(asked.workers, settings.workers, settings.threads, splits.train.nnz)
+    engaged = engaged_note(asked.workers, settings.workers, settings.threads, splits.train.nnz,
+                           settings.mode)
     if engaged is not None:
         console.say(f"note: {engaged}")
     if len(options.speeds) > 1:

@@ -36,19 +36,20 @@ COMBINES = ("sum", "average", "momentum")  # what a run uses, and the wire carri
 MOMENTUM_MIN_ROWS = 10_000
 COMBINE_CHOICES = ("auto", *COMBINES)
 # The engage setting: auto = train on as many of the registered workers as pays: one per
-# ENGAGE_NNZ non-zeros of an epoch's training rows per thread, at most ENGAGE_MAX, never fewer
-# than two where two or more were started, nor so few that one holds over ENGAGE_HOLD_NNZ
-# non-zeros (about 0.4 GB of rows: there the workers' memory is what the run needs); all =
-# every worker. Past that width a worker's round of training is short against the messages
-# that combine it, and each worker added makes the run slower. Simulated with the default cost
-# model (bench/NOTES.md), time to the one-worker accuracy: on 200k RCV1-shaped rows (13.5M
-# training non-zeros) 2.1x sooner (sync) and 3.0x (async) at 4 workers (3.4M non-zeros each),
-# less from 5 on, 16 workers as slow as one and 32 fourteen times slower; on 2M rows 7.2x and
-# 6.4x at 16, and 4.7x / 3.0x at 32, 4.4x / 1.2x at 64 (a round's messages grow with W: the
-# tree's depth, the star's sends). Linear models only: an MLP's work per non-zero is its
-# hidden width, so it engages every worker.
+# ENGAGE_NNZ non-zeros of an epoch's training rows per thread, at most ENGAGE_MAX[mode], never
+# fewer than two where two or more were started, nor so few that one holds over
+# ENGAGE_HOLD_NNZ non-zeros (about 0.4 GB of rows: there the workers' memory is what the run
+# needs); all = every worker. Past that width a worker's round of training is short against
+# the messages that combine it, and each worker added makes the run slower. Simulated with the
+# default cost model (bench/NOTES.md), time to the one-worker accuracy: on 200k RCV1-shaped
+# rows (13.5M training non-zeros) 2.2x sooner (sync) and 2.4x (async) at 4 workers (3.4M
+# non-zeros each), less from 5 on, 16 workers as slow as one and 32 fourteen times slower; on
+# 2M rows, sync, 6.5x at 8, 7.9x at 16 and 5.1x at 32 (a sync tree's depth grows with W);
+# async 9.2x at 8 (a mesh), 6.5x at 12 and 6.2x at 16 (a star: the coordinator sends every
+# worker's sum on; a mesh of 12 or 16: 5.2x, 5.9x). Linear models only: an MLP's work per
+# non-zero is its hidden width, so it engages every worker.
 ENGAGE_NNZ = 3_300_000
-ENGAGE_MAX = 16
+ENGAGE_MAX = {"sync": 16, "async": 8}
 ENGAGE_HOLD_NNZ = 50_000_000
 ENGAGE_CHOICES = ("auto", "all")
 DELTA_DTYPES = ("float32", "float16")
@@ -83,28 +84,32 @@ def resolve_combine(combine: str, train_rows: int, workers: int) -> str:
 
 
 def engaged_workers(engage: str, workers: int, threads: int, train_nnz: int,
-                    model: str = "linear") -> int:
+                    model: str = "linear", mode: str = "sync") -> int:
     """How many of ``workers`` a run trains on: all of them, or for ``engage: auto`` (a
-    linear model) one per ENGAGE_NNZ non-zeros of the epoch per thread, at most ENGAGE_MAX,
-    at least two, and at least enough that none holds over ENGAGE_HOLD_NNZ."""
+    linear model) one per ENGAGE_NNZ non-zeros of the epoch per thread, at most
+    ENGAGE_MAX[mode], at least two, and at least enough that none holds over
+    ENGAGE_HOLD_NNZ."""
     if engage != "auto" or workers <= 2 or model != "linear":
         return workers
-    busy = min(ENGAGE_MAX, train_nnz // (ENGAGE_NNZ * max(1, threads)))
+    busy = min(ENGAGE_MAX.get(mode, ENGAGE_MAX["sync"]),
+               train_nnz // (ENGAGE_NNZ * max(1, threads)))
     held = -(-train_nnz // ENGAGE_HOLD_NNZ)
     return int(min(workers, max(2, busy, held)))
 
 
-def engaged_note(asked: int, engaged: int, threads: int, train_nnz: int) -> str | None:
+def engaged_note(asked: int, engaged: int, threads: int, train_nnz: int,
+                 mode: str = "sync") -> str | None:
     """The line that says a run engages fewer workers than were started; None if it does
     not."""
     if engaged >= asked:
         return None
     each = train_nnz / (engaged * max(1, threads))
+    most = ENGAGE_MAX.get(mode, ENGAGE_MAX["sync"])
     return (f"engaging {engaged} of {asked} workers: {train_nnz:,} training non-zeros are "
             f"{each / 1e6:.3g}M an epoch for each of their {threads} thread(s); more workers "
             f"would spend longer on messages than they save in training (a worker pays from "
-            f"about {ENGAGE_NNZ / 1e6:g}M a thread, and no run of more than {ENGAGE_MAX} was "
-            f"faster than {ENGAGE_MAX} in the measured cases), so the run would be slower. The "
+            f"about {ENGAGE_NNZ / 1e6:g}M a thread, and in {mode} mode no run of more than {most} "
+            f"was faster than {most} in the measured cases), so the run would be slower. The "
             f"other {asked - engaged} are released at the start (`engage: all` trains on every "
             "worker)")
 

@@ -79,6 +79,7 @@ class Settings:
         default="auto",
         metadata=_doc("how many of the started workers train: auto = as many as pay, one per "
                       "about 3.3M non-zeros of an epoch's training rows per thread, at most 16 "
+                      "in sync mode and 8 in async mode "
                       "(more only where each would hold over 50M non-zeros), at least 2 (a "
                       "linear model; an MLP engages all); the others are released at the "
                       "start and exit 0, since past that width each worker added makes the run "
@@ -476,7 +477,7 @@ class Settings:
         workers = self.workers
         if train_nnz is not None:
             workers = engaged_workers(self.engage, self.workers, threads or self.threads,
-                                      train_nnz, self.model)
+                                      train_nnz, self.model, self.mode)
             if workers != self.workers:
                 changes["workers"] = workers
         topology = resolve_topology(self.topology, workers, self.mode)
