@@ -140,10 +140,10 @@ def bench_shipping(n_rows: int, per_row: int, tls: bool = False
          "--worker-port=0", f"--coordinator-address=127.0.0.1:{port}", "--log-level=warning",
          *worker_tls], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        (record,) = state.wait_for_workers(60)
+        (record,) = state.roster.wait_for_workers(60)
         results = []
         with from_settings(settings).channel(
-                record.address, state.coordinator_key(record.worker_id)) as channel:
+                record.address, state.roster.coordinator_key(record.worker_id)) as channel:
             stub = pb_grpc.WorkerStub(channel)
             for _ in range(2):
                 c0, w0 = time.process_time(), _cpu_seconds(worker.pid)
@@ -198,10 +198,10 @@ def bench_push(batches: int, calls: int, entries: int = 24_000, dim: int = 47_23
                                               "workers": 1, **extra})
             server, port, state, _ = create_coordinator(settings)
             server.start()
-            state.register("127.0.0.1:1", threads=1)
-            state.start_model(dim)
+            state.roster.register("127.0.0.1:1", threads=1)
+            state.model.start_model(dim)
             channel = from_settings(settings).channel(f"127.0.0.1:{port}",
-                                                      state.worker_key(0))
+                                                      state.roster.worker_key(0))
             ends[variant] = (server, state, channel, pb_grpc.CoordinatorStub(channel), [0])
         try:
             for _ in range(batches):

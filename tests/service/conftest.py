@@ -50,7 +50,7 @@ def coordinator_server() -> Iterator[CoordinatorServer]:
     server, port, state, health = create_coordinator(settings)
     server.start()
     # Calls as worker 0 (the tests register it), with its sender key.
-    channel = Security().channel(f"127.0.0.1:{port}", sender_key=state.worker_key(0))
+    channel = Security().channel(f"127.0.0.1:{port}", sender_key=state.roster.worker_key(0))
     try:
         yield CoordinatorServer(server, port, state, health, channel,
                                 pb_grpc.CoordinatorStub(channel))

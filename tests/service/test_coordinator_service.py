@@ -19,8 +19,8 @@ SECRET = b"a test worker's secret"
 
 @pytest.fixture
 def coord(coordinator_server: CoordinatorServer) -> CoordinatorServer:
-    coordinator_server.state.register("127.0.0.1:1", threads=1)  # worker 0
-    coordinator_server.state.start_model(DIM)
+    coordinator_server.state.roster.register("127.0.0.1:1", threads=1)  # worker 0
+    coordinator_server.state.model.start_model(DIM)
     return coordinator_server
 
 
@@ -32,7 +32,7 @@ def _delta(run_id: str, worker_id: int = 0, seq: int = 1, round_: int = 1) -> pb
 
 
 def _weights(coord: CoordinatorServer) -> bytes:
-    return coord.state.model_copy().tobytes()
+    return coord.state.model.model_copy().tobytes()
 
 
 def _expect(coord: CoordinatorServer, message: pb.Delta, code: grpc.StatusCode) -> None:
@@ -41,15 +41,15 @@ def _expect(coord: CoordinatorServer, message: pb.Delta, code: grpc.StatusCode) 
         coord.stub.PushDelta(message, timeout=5)
     assert info.value.code() == code, info.value.details()
     assert _weights(coord) == before, "a rejected delta changed the model"
-    assert coord.state.deltas_received == 0
+    assert coord.state.model.deltas_received == 0
 
 
 def test_valid_delta_is_applied(coord: CoordinatorServer) -> None:
     ack = coord.stub.PushDelta(_delta(coord.state.run_id), timeout=5)
     assert not ack.duplicate and ack.run_id == coord.state.run_id
-    w = coord.state.model_copy()
+    w = coord.state.model.model_copy()
     assert w[7] == -1.25 and w[DIM - 1] == 0.125 and w[1] == 0.0
-    assert coord.state.deltas_received == 1
+    assert coord.state.model.deltas_received == 1
 
 
 def test_index_at_dim_is_invalid_argument(coord: CoordinatorServer) -> None:
@@ -96,10 +96,10 @@ def test_duplicate_seq_is_acknowledged_but_applied_once(coord: CoordinatorServer
     second = coord.stub.PushDelta(m, timeout=5)
     assert not first.duplicate and second.duplicate
     assert _weights(coord) == once
-    assert coord.state.deltas_received == 1 and coord.state.duplicates == 1
+    assert coord.state.model.deltas_received == 1 and coord.state.model.duplicates == 1
     # The next seq from the same worker is applied again.
     coord.stub.PushDelta(_delta(coord.state.run_id, seq=4), timeout=5)
-    assert coord.state.model_copy()[7] == -2.5
+    assert coord.state.model.model_copy()[7] == -2.5
 
 
 def test_registration_is_idempotent_and_bounded(coord: CoordinatorServer) -> None:
@@ -122,7 +122,7 @@ def test_peer_report_names_a_known_worker(coord: CoordinatorServer) -> None:
             protocol_version=PROTOCOL_VERSION, run_id=coord.state.run_id, worker_id=0,
             peer_id=9, round=1), timeout=5)
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert not coord.state.peer_reports
+    assert not coord.state.roster.reports.kept
 
 
 def test_health_follows_the_reporter(coord: CoordinatorServer) -> None:
@@ -147,9 +147,9 @@ def test_missing_registrations_are_named_after_the_deadline(
         coordinator_server: CoordinatorServer) -> None:
     from hogwild.errors import ClusterError
 
-    coordinator_server.state.register("127.0.0.1:9", threads=1)
+    coordinator_server.state.roster.register("127.0.0.1:9", threads=1)
     with pytest.raises(ClusterError, match=r"only 1 of 2 workers.*1 missing.*127\.0\.0\.1:9"):
-        coordinator_server.state.wait_for_workers(0.2)
+        coordinator_server.state.roster.wait_for_workers(0.2)
 
 
 @pytest.mark.parametrize(("fields", "why"), [
@@ -163,7 +163,7 @@ def test_missing_registrations_are_named_after_the_deadline(
 ])
 def test_a_malformed_registration_is_refused_and_nothing_is_kept(
         coord: CoordinatorServer, fields: dict[str, object], why: str) -> None:
-    before = dict(coord.state.workers)
+    before = dict(coord.state.roster.workers)
     with pytest.raises(grpc.RpcError) as info:
         coord.stub.Register(pb.RegisterRequest(protocol_version=PROTOCOL_VERSION,
                                                **{"process_secret": SECRET, **fields}),
@@ -171,7 +171,7 @@ def test_a_malformed_registration_is_refused_and_nothing_is_kept(
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert why in (info.value.details() or "")
     assert len(info.value.details() or "") < 300  # the offending value is not echoed whole
-    assert coord.state.workers == before
+    assert coord.state.roster.workers == before
 
 
 def test_a_registration_with_a_workers_host_and_pid_but_not_its_secret_gets_nothing(
@@ -202,7 +202,7 @@ def test_a_registration_with_a_workers_host_and_pid_but_not_its_secret_gets_noth
 def test_a_progress_report_with_an_absurd_count_is_refused_and_kept_nowhere(
         coord: CoordinatorServer, field: str) -> None:
     """A round of 2**64-1 would sit in the checkpoint and break every resume from it."""
-    record = coord.state.workers[0]
+    record = coord.state.roster.workers[0]
     before = (record.round, record.examples, record.max_staleness)
     report = pb.Progress(protocol_version=PROTOCOL_VERSION, run_id=coord.state.run_id,
                          worker_id=0, round=3, examples=30, train_loss=0.5)
@@ -214,4 +214,4 @@ def test_a_progress_report_with_an_absurd_count_is_refused_and_kept_nowhere(
     with pytest.raises(grpc.RpcError) as info:
         coord.stub.PushDelta(_delta(coord.state.run_id, seq=1, round_=(1 << 64) - 1), timeout=5)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert coord.state.deltas_received == 0
+    assert coord.state.model.deltas_received == 0

@@ -68,10 +68,10 @@ def test_a_worker_refuses_a_members_huge_delta_and_keeps_its_model(worker: Worke
 @pytest.fixture
 def coord(coordinator_server: CoordinatorServer) -> CoordinatorServer:
     state = coordinator_server.state
-    state.register("127.0.0.1:1", threads=2)  # worker 0: the stub calls as it
-    state.start_model(DIM)
+    state.roster.register("127.0.0.1:1", threads=2)  # worker 0: the stub calls as it
+    state.model.start_model(DIM)
     # As the driver sets it from the run's settings and data (RunConfigs.build).
-    state.max_delta_value = value_bound(
+    state.model.max_delta_value = value_bound(
         model="linear", loss="hinge", lr_schedule="inverse", learning_rate=0.5, lr_decay=0.9,
         l2=1e-5, max_abs_value=1.0, run_threads=4, round_size=10, max_rounds=3)
     return coordinator_server
@@ -83,10 +83,10 @@ def test_the_coordinator_refuses_a_members_huge_delta_and_keeps_its_model(
     with pytest.raises(grpc.RpcError) as info:
         coord.stub.PushDelta(_delta(state.run_id, (HUGE, 0.5), worker_id=0), timeout=5)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert not state.model_copy().any() and state.deltas_received == 0
+    assert not state.model.model_copy().any() and state.model.deltas_received == 0
     # Its sender is quarantined: counted, dropped, and refused whatever it sends next.
-    assert state.quarantine.refused == {0: 1} and state.workers[0].dead
+    assert state.roster.quarantine.refused == {0: 1} and state.roster.workers[0].dead
     with pytest.raises(grpc.RpcError) as info:
         coord.stub.PushDelta(_delta(state.run_id, (0.75, 0.5), worker_id=0), timeout=5)
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert not state.model_copy().any() and state.deltas_received == 0
+    assert not state.model.model_copy().any() and state.model.deltas_received == 0

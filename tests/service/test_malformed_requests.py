@@ -87,7 +87,7 @@ def test_junk_bytes_to_every_coordinator_rpc(quiet_after_one: None,
     caplog.set_level(logging.DEBUG)
     assert _junk_everywhere(coordinator_server.channel, "Coordinator") >= 8
     _one_line_no_traceback(caplog)
-    assert coordinator_server.state.deltas_received == 0
+    assert coordinator_server.state.model.deltas_received == 0
 
 
 def test_junk_bytes_to_every_worker_rpc(quiet_after_one: None, worker_server: WorkerServer,

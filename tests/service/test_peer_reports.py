@@ -38,7 +38,7 @@ def _until(what: Callable[[], bool], timeout: float = PROBE_TIMEOUT + 5) -> bool
 
 
 def _register_reporter(state: RunState) -> None:
-    assert state.register("127.0.0.1:1", 1, "host", 10, secret=b"r" * 32) == 0
+    assert state.roster.register("127.0.0.1:1", 1, "host", 10, secret=b"r" * 32) == 0
 
 
 @pytest.fixture
@@ -57,13 +57,13 @@ def test_a_report_about_a_live_peer_does_not_drop_it(
     coord, _ = live_peer
     state = coord.state
     _report(coord)
-    assert _until(lambda: state.peer_reports_refused == 1)
-    assert not state.workers[1].dead and state.dead_workers() == []
+    assert _until(lambda: state.roster.reports.refused == 1)
+    assert not state.roster.workers[1].dead and state.roster.dead_workers() == []
     # The reporter is not heard about that peer again for a while: refused at once, no probe.
     for _ in range(50):
         _report(coord)
-    assert state.peer_reports_refused == 51 and not state.workers[1].dead
-    assert len(state.peer_reports) == 1  # the refused ones are counted, not kept
+    assert state.roster.reports.refused == 51 and not state.roster.workers[1].dead
+    assert len(state.roster.reports.kept) == 1  # the refused ones are counted, not kept
     assert PEER_REPORT_COOLDOWN > 1
 
 
@@ -72,11 +72,11 @@ def test_a_peer_that_answers_not_serving_is_dropped(
     coord, worker = live_peer
     worker.health.set(False)  # as on SIGTERM: it leaves the run
     _report(coord)
-    assert _until(lambda: coord.state.workers[1].dead)
-    reason = coord.state.workers[1].dead_reason
+    assert _until(lambda: coord.state.roster.workers[1].dead)
+    reason = coord.state.roster.workers[1].dead_reason
     assert reason.startswith("reported by worker 0 at round 4: unreachable") and "NOT_SERVING" \
         in reason, reason
-    assert coord.state.peer_reports_refused == 0
+    assert coord.state.roster.reports.refused == 0
 
 
 def _free_port() -> int:
@@ -88,13 +88,13 @@ def _free_port() -> int:
 def test_a_report_about_a_dead_peer_drops_it(coordinator_server: CoordinatorServer) -> None:
     state = coordinator_server.state
     _register_reporter(state)
-    state.register(f"127.0.0.1:{_free_port()}", 1, "host", 11, secret=SECRET)  # nobody there
+    state.roster.register(f"127.0.0.1:{_free_port()}", 1, "host", 11, secret=SECRET)  # nobody there
     began = time.monotonic()
     _report(coordinator_server)
-    assert _until(lambda: state.workers[1].dead)
+    assert _until(lambda: state.roster.workers[1].dead)
     assert time.monotonic() - began < PROBE_TIMEOUT  # refused at once: no deadline waited
-    assert "no answer to the coordinator's probe" in state.workers[1].dead_reason
-    assert [r.worker_id for r in state.dead_workers()] == [1]
+    assert "no answer to the coordinator's probe" in state.roster.workers[1].dead_reason
+    assert [r.worker_id for r in state.roster.dead_workers()] == [1]
 
 
 def test_a_report_about_a_frozen_peer_drops_it_after_the_probe_deadline(
@@ -105,10 +105,10 @@ def test_a_report_about_a_frozen_peer_drops_it_after_the_probe_deadline(
     with socket.socket() as frozen:
         frozen.bind(("127.0.0.1", 0))
         frozen.listen(8)
-        state.register(f"127.0.0.1:{frozen.getsockname()[1]}", 1, "host", 11, secret=SECRET)
+        state.roster.register(f"127.0.0.1:{frozen.getsockname()[1]}", 1, "host", 11, secret=SECRET)
         _report(coordinator_server)
-        assert _until(lambda: state.workers[1].dead)
-    assert "DEADLINE_EXCEEDED" in state.workers[1].dead_reason
+        assert _until(lambda: state.roster.workers[1].dead)
+    assert "DEADLINE_EXCEEDED" in state.roster.workers[1].dead_reason
 
 
 @pytest.fixture
@@ -127,10 +127,10 @@ def test_another_process_at_the_peers_address_does_not_save_it(
         coordinator_server: CoordinatorServer, stranger: int) -> None:
     state = coordinator_server.state
     _register_reporter(state)
-    state.register(f"127.0.0.1:{stranger}", 1, "host", 11, secret=SECRET)
+    state.roster.register(f"127.0.0.1:{stranger}", 1, "host", 11, secret=SECRET)
     _report(coordinator_server)
-    assert _until(lambda: state.workers[1].dead)
-    assert "another process answers" in state.workers[1].dead_reason
+    assert _until(lambda: state.roster.workers[1].dead)
+    assert "another process answers" in state.roster.workers[1].dead_reason
 
 
 def test_a_report_from_a_stranger_is_refused_before_any_probe(
@@ -141,4 +141,4 @@ def test_a_report_from_a_stranger_is_refused_before_any_probe(
             protocol_version=PROTOCOL_VERSION, run_id=coord.state.run_id, worker_id=1,
             peer_id=0, round=1), timeout=5)  # worker 0's key, worker 1's name
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert coord.state.peer_reports == [] and not coord.state.workers[0].dead
+    assert coord.state.roster.reports.kept == [] and not coord.state.roster.workers[0].dead

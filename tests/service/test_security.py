@@ -74,8 +74,8 @@ def secured(bundle: Bundle) -> Iterator[Secured]:
     settings = loopback_settings(workers=2, **_tls(bundle, "coordinator"))
     server, port, state, _ = create_coordinator(settings)
     server.start()
-    state.register("127.0.0.1:1", threads=1)
-    state.start_model(DIM)
+    state.roster.register("127.0.0.1:1", threads=1)
+    state.model.start_model(DIM)
     try:
         yield Secured(server, port, state, settings)
     finally:
@@ -100,8 +100,8 @@ def _refused(call: Any) -> grpc.RpcError:
 
 
 def _untouched(state: RunState) -> None:
-    assert not state.model_copy().any(), "a refused call changed the model"
-    assert state.deltas_received == 0
+    assert not state.model.model_copy().any(), "a refused call changed the model"
+    assert state.model.deltas_received == 0
 
 
 # ------------------------------------------------------------------- who gets in
@@ -111,7 +111,7 @@ def test_client_without_a_certificate_is_refused(secured: Secured, bundle: Bundl
     token = _client(bundle).token
     plain = Security(token=token)  # the right token, but no TLS at all
     err = _refused(lambda: _push(plain, secured.address, _poison(secured.state.run_id),
-                                 secured.state.worker_key(0)))
+                                 secured.state.roster.worker_key(0)))
     assert err.code() == grpc.StatusCode.UNAVAILABLE
     # TLS that trusts the server but presents no client certificate: the handshake fails.
     own = _client(bundle)
@@ -120,7 +120,7 @@ def test_client_without_a_certificate_is_refused(secured: Secured, bundle: Bundl
         err = _refused(lambda: pb_grpc.CoordinatorStub(channel).PushDelta(
             _poison(secured.state.run_id), timeout=5,
             metadata=(("authorization", f"Bearer {token}"),
-                      ("hogwild-key", secured.state.worker_key(0)))))
+                      ("hogwild-key", secured.state.roster.worker_key(0)))))
     assert err.code() == grpc.StatusCode.UNAVAILABLE
     _untouched(secured.state)
 
@@ -129,13 +129,13 @@ def test_certificate_from_another_ca_is_refused(secured: Secured, bundle: Bundle
                                                 rogue: Bundle) -> None:
     stranger = _client(rogue, token=_client(bundle).token)  # even with the right token
     err = _refused(lambda: _push(stranger, secured.address, _poison(secured.state.run_id),
-                                 secured.state.worker_key(0)))
+                                 secured.state.roster.worker_key(0)))
     assert err.code() == grpc.StatusCode.UNAVAILABLE
     register = pb.RegisterRequest(protocol_version=PROTOCOL_VERSION, address="10.9.9.9:1")
     with stranger.channel(secured.address) as channel:
         err = _refused(lambda: pb_grpc.CoordinatorStub(channel).Register(register, timeout=5))
     assert err.code() == grpc.StatusCode.UNAVAILABLE
-    assert len(secured.state.workers) == 1, "a stranger took a worker slot"
+    assert len(secured.state.roster.workers) == 1, "a stranger took a worker slot"
     _untouched(secured.state)
 
 
@@ -152,14 +152,14 @@ def test_wrong_or_missing_token_is_unauthenticated(secured: Secured, bundle: Bun
                                                    token: str) -> None:
     client = _client(bundle, token=token)
     err = _refused(lambda: _push(client, secured.address, _poison(secured.state.run_id),
-                                 secured.state.worker_key(0)))
+                                 secured.state.roster.worker_key(0)))
     assert err.code() == grpc.StatusCode.UNAUTHENTICATED
     assert secured.state.run_id not in (err.details() or "")
     register = pb.RegisterRequest(protocol_version=PROTOCOL_VERSION, address="10.9.9.9:1")
     with client.channel(secured.address) as channel:
         err = _refused(lambda: pb_grpc.CoordinatorStub(channel).Register(register, timeout=5))
     assert err.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert len(secured.state.workers) == 1
+    assert len(secured.state.roster.workers) == 1
     _untouched(secured.state)
 
 
@@ -179,8 +179,8 @@ def test_the_authenticated_worker_still_gets_through(secured: Secured, bundle: B
     idx = np.array([3, 7], dtype=np.int32)
     message = encode_delta(DeltaHeader(secured.state.run_id, 0, round=1, seq=1, dim=DIM), idx,
                            np.array([0.5, -1.0], dtype=np.float32))
-    assert not _push(worker, secured.address, message, secured.state.worker_key(0)).duplicate
-    assert secured.state.model_copy()[7] == -1.0
+    assert not _push(worker, secured.address, message, secured.state.roster.worker_key(0)).duplicate
+    assert secured.state.model.model_copy()[7] == -1.0
 
 
 # ------------------------------------------------- attacks from an authenticated caller
@@ -192,7 +192,7 @@ def test_poison_and_seq_squat_without_the_worker_key_fail(secured: Secured,
     worker 0: neither a 1e30 delta nor squatting on its next sequence numbers."""
     insider = _client(bundle, "client")
     run_id = secured.state.run_id
-    for key in ("", secured.state.worker_key(1), "0" * 32):
+    for key in ("", secured.state.roster.worker_key(1), "0" * 32):
         err = _refused(lambda k=key: _push(insider, secured.address, _poison(run_id), k))
         assert err.code() == grpc.StatusCode.PERMISSION_DENIED
     for seq in range(1, 20):
@@ -202,13 +202,14 @@ def test_poison_and_seq_squat_without_the_worker_key_fail(secured: Secured,
     # The real worker's first delta is applied, not taken for a duplicate.
     real = encode_delta(DeltaHeader(run_id, 0, round=1, seq=1, dim=DIM),
                         np.array([5], dtype=np.int32), np.array([2.0], dtype=np.float32))
-    ack = _push(_client(bundle, "worker"), secured.address, real, secured.state.worker_key(0))
-    assert not ack.duplicate and secured.state.model_copy()[5] == 2.0
+    ack = _push(_client(bundle, "worker"), secured.address, real,
+                secured.state.roster.worker_key(0))
+    assert not ack.duplicate and secured.state.model.model_copy()[5] == 2.0
 
 
 def test_a_jump_in_seq_is_refused_even_from_the_worker(secured: Secured,
                                                        bundle: Bundle) -> None:
-    worker, key = _client(bundle, "worker"), secured.state.worker_key(0)
+    worker, key = _client(bundle, "worker"), secured.state.roster.worker_key(0)
     err = _refused(lambda: _push(worker, secured.address, _poison(secured.state.run_id, 1000),
                                  key))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -220,9 +221,9 @@ def test_rejections_name_neither_the_run_nor_the_model_size(
         coordinator_server: CoordinatorServer) -> None:
     """Plain text, no token: whoever reaches the port learns nothing from a refusal."""
     state = coordinator_server.state
-    state.register("127.0.0.1:1", threads=1)
-    state.register("127.0.0.1:2", threads=1)
-    state.start_model(DIM)
+    state.roster.register("127.0.0.1:1", threads=1)
+    state.roster.register("127.0.0.1:2", threads=1)
+    state.model.start_model(DIM)
     stub = coordinator_server.stub
     details = []
     for call in (
@@ -438,7 +439,7 @@ def test_a_client_only_certificate_cannot_take_a_worker_slot(secured: Secured,
     with _client(bundle, "client").channel(secured.address) as channel:
         err = _refused(lambda: pb_grpc.CoordinatorStub(channel).Register(register, timeout=5))
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert len(secured.state.workers) == 1
+    assert len(secured.state.roster.workers) == 1
     with _client(bundle, "worker").channel(secured.address) as channel:
         reply = pb_grpc.CoordinatorStub(channel).Register(register, timeout=5)
-    assert reply.worker_id == 1 and reply.worker_key == secured.state.worker_key(1)
+    assert reply.worker_id == 1 and reply.worker_key == secured.state.roster.worker_key(1)

@@ -160,7 +160,7 @@ def test_the_closing_row_of_a_run_is_timed_as_the_done_line(tmp_path: Path) -> N
     from .test_coordinator_state import DIM, _delta, _started
 
     state = _started()
-    assert state.apply_delta(_delta(state, 0, 1))
+    assert state.model.apply_delta(_delta(state, 0, 1))
     val = CSRData(np.array([0, 1], dtype=np.int64), np.array([1], dtype=np.int32),
                   np.ones(1, dtype=np.float32), np.array([1.0], dtype=np.float32), DIM - 1)
     history = EvalHistory(tmp_path)

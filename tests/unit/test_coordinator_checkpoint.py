@@ -193,47 +193,47 @@ def test_a_resumed_coordinator_tells_a_worker_not_back_yet_to_register_again() -
     and registers), not PERMISSION_DENIED, which a worker only logs, training on."""
     state = _resumed()
     with pytest.raises(StaleOrUnknown, match="register again"):
-        state.check_sender("r1", 0, "a key of the coordinator before the crash")
-    state.register("127.0.0.1:5000", 1, "host", 42)
+        state.roster.check_sender("r1", 0, "a key of the coordinator before the crash")
+    state.roster.register("127.0.0.1:5000", 1, "host", 42)
     with pytest.raises(NotAllowed):
-        state.check_sender("r1", 0, "a key of the coordinator before the crash")
-    assert state.check_sender("r1", 0, state.worker_key(0)).worker_id == 0
+        state.roster.check_sender("r1", 0, "a key of the coordinator before the crash")
+    assert state.roster.check_sender("r1", 0, state.roster.worker_key(0)).worker_id == 0
 
 
 def test_a_resumed_run_goes_on_without_a_worker_that_does_not_come_back() -> None:
     state = _resumed()
     for w in (0, 2):
-        state.register(f"127.0.0.1:{5000 + w}", 1, "host", 40 + w)
-    workers = state.wait_for_workers(0.2, go_on_without=True)
+        state.roster.register(f"127.0.0.1:{5000 + w}", 1, "host", 40 + w)
+    workers = state.roster.wait_for_workers(0.2, go_on_without=True)
     assert [r.worker_id for r in workers] == [0, 1, 2]
     assert [r.worker_id for r in workers if r.dead] == [1]
     assert "did not register again within register_timeout=0.2s" in workers[1].dead_reason
-    assert state.take_rejoins() == []
+    assert state.roster.take_rejoins() == []
     # Back later: it rejoins like a restarted worker.
-    assert state.register("127.0.0.1:5001", 1, "host", 41) == 1
-    assert state.take_rejoins() == [1] and state.workers[1].incarnation == 1
+    assert state.roster.register("127.0.0.1:5001", 1, "host", 41) == 1
+    assert state.roster.take_rejoins() == [1] and state.roster.workers[1].incarnation == 1
 
 
 def test_a_worker_missing_from_a_resumed_run_is_refused_once_it_is_over() -> None:
     state = _resumed()
-    state.register("127.0.0.1:5000", 1, "host", 40)
-    state.wait_for_workers(0.1, go_on_without=True)
-    state.start_model(4)
+    state.roster.register("127.0.0.1:5000", 1, "host", 40)
+    state.roster.wait_for_workers(0.1, go_on_without=True)
+    state.model.start_model(4)
     state.seal()
     with pytest.raises(StaleOrUnknown, match="is over"):
-        state.register("127.0.0.1:5001", 1, "host", 41)
-    assert state.take_rejoins() == []
+        state.roster.register("127.0.0.1:5001", 1, "host", 41)
+    assert state.roster.take_rejoins() == []
 
 
 def test_a_resumed_run_with_nobody_back_is_an_error() -> None:
     with pytest.raises(ClusterError, match="only 0 of 3 workers registered"):
-        _resumed().wait_for_workers(0.1, go_on_without=True)
+        _resumed().roster.wait_for_workers(0.1, go_on_without=True)
     # Without go_on_without (a tree), one missing is an error too.
     state = _resumed()
     for w in (0, 1):
-        state.register(f"127.0.0.1:{5000 + w}", 1, "host", 40 + w)
+        state.roster.register(f"127.0.0.1:{5000 + w}", 1, "host", 40 + w)
     with pytest.raises(ClusterError, match="only 2 of 3 workers registered"):
-        state.wait_for_workers(0.1)
+        state.roster.wait_for_workers(0.1)
 
 
 def _rows(seed: int, n: int = 50) -> CSRData:
@@ -301,17 +301,17 @@ def test_a_resumed_coordinator_gives_a_place_back_only_to_the_process_that_held_
     from hogwild.cluster.coordinator.records import AddressClaimed
 
     before = RunState(2, run_id="r1")
-    before.register("127.0.0.1:5000", 1, "host", 40, secret=b"secret of worker 0")
-    before.register("127.0.0.1:5001", 1, "host", 41, secret=b"secret of worker 1")
-    before.start_model(4)
+    before.roster.register("127.0.0.1:5000", 1, "host", 40, secret=b"secret of worker 0")
+    before.roster.register("127.0.0.1:5001", 1, "host", 41, secret=b"secret of worker 1")
+    before.model.start_model(4)
     checkpoint_file.save(tmp_path, before.checkpoint(1.0, 0))
     saved = checkpoint_file.load(tmp_path)
     assert saved is not None
     state = RunState(2, run_id="r1")
     state.restore(saved)
     with pytest.raises(AddressClaimed):  # host and pid copied, not the secret
-        state.register("127.0.0.1:5000", 1, "host", 40, secret=b"a guess")
-    assert not state.workers[0].registered
-    assert state.register("127.0.0.1:5000", 1, "host", 40, secret=b"secret of worker 0") == 0
+        state.roster.register("127.0.0.1:5000", 1, "host", 40, secret=b"a guess")
+    assert not state.roster.workers[0].registered
+    assert state.roster.register("127.0.0.1:5000", 1, "host", 40, secret=b"secret of worker 0") == 0
     # a restarted process proven to serve the address (verified) takes the place
-    assert state.register("127.0.0.1:5001", 1, "host", 77, secret=b"new", verified=True) == 1
+    assert state.roster.register("127.0.0.1:5001", 1, "host", 77, secret=b"new", verified=True) == 1

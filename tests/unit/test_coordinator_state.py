@@ -22,63 +22,63 @@ def _delta(state: RunState, worker_id: int, seq: int) -> DecodedDelta:
 def _started(n: int = 2) -> RunState:
     state = RunState(n)
     for i in range(n):
-        state.register(f"h:{i}", 1, "host", 100 + i)
-    state.wait_for_workers(1.0)
-    state.start_model(DIM)
+        state.roster.register(f"h:{i}", 1, "host", 100 + i)
+    state.roster.wait_for_workers(1.0)
+    state.model.start_model(DIM)
     return state
 
 
 def test_another_process_claiming_a_registered_address_is_refused_until_verified() -> None:
     state = RunState(2)
-    assert state.register("h:1", 1, "host", 10) == 0
-    assert state.register("h:1", 1, "host", 10) == 0  # the same process again: same id
+    assert state.roster.register("h:1", 1, "host", 10) == 0
+    assert state.roster.register("h:1", 1, "host", 10) == 0  # the same process again: same id
     with pytest.raises(AddressClaimed, match="registered by worker 0"):
-        state.register("h:1", 1, "host", 11)
+        state.roster.register("h:1", 1, "host", 11)
     # Verified (the new process answers at the address): it replaces the old one.
-    assert state.register("h:1", 1, "host", 11, verified=True) == 0
-    assert state.workers[0].pid == 11 and state.take_rejoins() == []
+    assert state.roster.register("h:1", 1, "host", 11, verified=True) == 0
+    assert state.roster.workers[0].pid == 11 and state.roster.take_rejoins() == []
 
 
 def test_registering_again_during_the_run_is_a_rejoin() -> None:
     state = _started()
-    assert state.register("h:1", 1, "host", 101) == 1
-    assert state.take_rejoins() == [1] and state.take_rejoins() == []
-    assert state.workers[1].incarnation == 1
+    assert state.roster.register("h:1", 1, "host", 101) == 1
+    assert state.roster.take_rejoins() == [1] and state.roster.take_rejoins() == []
+    assert state.roster.workers[1].incarnation == 1
     with pytest.raises(StaleOrUnknown, match="already has"):
-        state.register("h:9", 1, "host", 9)
+        state.roster.register("h:9", 1, "host", 9)
 
 
 def test_a_dropped_worker_is_refused_until_it_rejoins_and_its_reports_are_ignored() -> None:
     state = _started(3)
-    state.reports.peer_down(state.run_id, 0, 1, 5, "silent")
+    state.roster.reports.peer_down(state.run_id, 0, 1, 5, "silent")
     with pytest.raises(StaleOrUnknown, match="dropped from the run"):
-        state.apply_delta(_delta(state, 1, 1))
+        state.model.apply_delta(_delta(state, 1, 1))
     # Its progress too: a relay's worker waiting for the next aggregate sends nothing else,
     # and only a refusal tells it to register again.
     with pytest.raises(StaleOrUnknown, match=r"worker 1 was dropped from the run \(reported"):
-        state.progress(state.run_id, 1, 9, 900, 0.5, False, 0)
-    assert state.workers[1].round == 0 and state.workers[1].examples == 0
+        state.roster.progress(state.run_id, 1, 9, 900, 0.5, False, 0)
+    assert state.roster.workers[1].round == 0 and state.roster.workers[1].examples == 0
     # A refused report does nothing, a divergence it claims included (never weighed at all).
     with pytest.raises(StaleOrUnknown, match="dropped from the run"):
-        state.progress(state.run_id, 1, 9, 900, 0.5, False, 0, diverged=True)
-    assert state.take_divergence_claims() == {}
-    state.reports.peer_down(state.run_id, 1, 2, 5, "a stale view")  # from a dropped reporter
-    assert not state.workers[2].dead
-    state.rejoined(1, 7)
-    assert state.apply_delta(_delta(state, 1, 2))
-    assert state.workers[1].round == 7
-    state.progress(state.run_id, 1, 8, 800, 0.5, False, 0)
-    assert state.workers[1].round == 8
+        state.roster.progress(state.run_id, 1, 9, 900, 0.5, False, 0, diverged=True)
+    assert state.roster.take_divergence_claims() == {}
+    state.roster.reports.peer_down(state.run_id, 1, 2, 5, "a stale view")  # from a dropped reporter
+    assert not state.roster.workers[2].dead
+    state.roster.rejoined(1, 7)
+    assert state.model.apply_delta(_delta(state, 1, 2))
+    assert state.roster.workers[1].round == 7
+    state.roster.progress(state.run_id, 1, 8, 800, 0.5, False, 0)
+    assert state.roster.workers[1].round == 8
 
 
 def test_sealing_freezes_the_model_and_its_counters() -> None:
     state = _started()
-    assert state.apply_delta(_delta(state, 0, 1))
+    assert state.model.apply_delta(_delta(state, 0, 1))
     totals = state.seal()
     assert totals.deltas_received == 1 and totals.applied_from == {0: 1, 1: 0}
     assert totals.w[1] == 0.5
     with pytest.raises(StaleOrUnknown, match="after the run ended"):
-        state.apply_delta(_delta(state, 1, 1))
+        state.model.apply_delta(_delta(state, 1, 1))
     assert state.totals().deltas_received == 1
 
 
@@ -86,17 +86,18 @@ def test_each_drop_is_counted_once_and_dead_workers_lists_the_ones_not_back() ->
     # The coordinator announces a drop once (drops changes), not again when the dropped
     # worker registers again, nor when a second peer reports it.
     state = _started(3)
-    state.reports.peer_down(state.run_id, 0, 2, 5, "silent")
-    state.reports.peer_down(state.run_id, 1, 2, 5, "unreachable")
-    state.mark_dead(2, "again")
-    assert state.workers[2].drops == 1 and "silent" in state.workers[2].dead_reason
-    assert [r.worker_id for r in state.dead_workers()] == [2]
-    assert state.register("h:2", 1, "host", 202, verified=True) == 2  # restarted
-    assert state.workers[2].drops == 1 and [r.worker_id for r in state.dead_workers()] == [2]
-    state.rejoined(2, 9)
-    assert state.dead_workers() == []
-    state.mark_dead(2, "rejoin failed")
-    assert state.workers[2].drops == 2
+    state.roster.reports.peer_down(state.run_id, 0, 2, 5, "silent")
+    state.roster.reports.peer_down(state.run_id, 1, 2, 5, "unreachable")
+    state.roster.mark_dead(2, "again")
+    assert state.roster.workers[2].drops == 1 and "silent" in state.roster.workers[2].dead_reason
+    assert [r.worker_id for r in state.roster.dead_workers()] == [2]
+    assert state.roster.register("h:2", 1, "host", 202, verified=True) == 2  # restarted
+    assert state.roster.workers[2].drops == 1
+    assert [r.worker_id for r in state.roster.dead_workers()] == [2]
+    state.roster.rejoined(2, 9)
+    assert state.roster.dead_workers() == []
+    state.roster.mark_dead(2, "rejoin failed")
+    assert state.roster.workers[2].drops == 2
 
 
 def test_peer_reports_are_bounded() -> None:
@@ -104,48 +105,50 @@ def test_peer_reports_are_bounded() -> None:
 
     state = _started(3)
     for i in range(MAX_PEER_REPORTS + 50):
-        state.reports.peer_down(state.run_id, 0, 1 + i % 2, i, "x" * 10_000)
-        state.rejoined(1 + i % 2, i)  # back, so the next report counts again
-    assert len(state.peer_reports) == MAX_PEER_REPORTS
-    assert all(len(r[3]) == MAX_REASON_LENGTH for r in state.peer_reports)
-    state.reports.peer_down(state.run_id, 0, 1, 99, "y" * 10_000)
-    assert "y" * MAX_REASON_LENGTH in state.workers[1].dead_reason  # as announced
-    assert len(state.workers[1].dead_reason) < MAX_REASON_LENGTH + 100
+        state.roster.reports.peer_down(state.run_id, 0, 1 + i % 2, i, "x" * 10_000)
+        state.roster.rejoined(1 + i % 2, i)  # back, so the next report counts again
+    assert len(state.roster.reports.kept) == MAX_PEER_REPORTS
+    assert all(len(r[3]) == MAX_REASON_LENGTH for r in state.roster.reports.kept)
+    state.roster.reports.peer_down(state.run_id, 0, 1, 99, "y" * 10_000)
+    assert "y" * MAX_REASON_LENGTH in state.roster.workers[1].dead_reason  # as announced
+    assert len(state.roster.workers[1].dead_reason) < MAX_REASON_LENGTH + 100
 
 
 def test_a_place_given_back_goes_to_the_next_registration_with_new_keys() -> None:
     state = RunState(2)
     for i in range(2):
-        state.register(f"h:{i}", 1, "host", 100 + i)
-    state.wait_for_workers(1.0)
-    old_worker, old_coordinator = state.worker_key(0), state.coordinator_key(0)
-    kept = state.worker_key(1)
-    state.release(0)  # its holder did not answer the shipment
-    assert [r.worker_id for r in state.workers.values()] == [1]
-    assert state.register("h:9", 2, "other", 7) == 0  # the place is free, though registration closed
-    assert [r.worker_id for r in state.workers.values()] == [0, 1]  # in id order
-    assert state.wait_for_places([0], 1.0)[0].address == "h:9"
+        state.roster.register(f"h:{i}", 1, "host", 100 + i)
+    state.roster.wait_for_workers(1.0)
+    old_worker, old_coordinator = state.roster.worker_key(0), state.roster.coordinator_key(0)
+    kept = state.roster.worker_key(1)
+    state.roster.release(0)  # its holder did not answer the shipment
+    assert [r.worker_id for r in state.roster.workers.values()] == [1]
+    # The place is free, though registration closed.
+    assert state.roster.register("h:9", 2, "other", 7) == 0
+    assert [r.worker_id for r in state.roster.workers.values()] == [0, 1]  # in id order
+    assert state.roster.wait_for_places([0], 1.0)[0].address == "h:9"
     # Whatever the old holder was told no longer counts; the other worker's keys stay.
-    assert state.worker_key(0) != old_worker and state.coordinator_key(0) != old_coordinator
-    assert state.worker_key(1) == kept
+    assert state.roster.worker_key(0) != old_worker
+    assert state.roster.coordinator_key(0) != old_coordinator
+    assert state.roster.worker_key(1) == kept
     with pytest.raises(NotAllowed):
-        state.check_sender(state.run_id, 0, old_worker)
-    state.check_sender(state.run_id, 0, state.worker_key(0))
+        state.roster.check_sender(state.run_id, 0, old_worker)
+    state.roster.check_sender(state.run_id, 0, state.roster.worker_key(0))
     # The old holder's address is nobody's now, and no place is left for it.
     with pytest.raises(StaleOrUnknown, match="all its workers"):
-        state.register("h:0", 1, "host", 100)
+        state.roster.register("h:0", 1, "host", 100)
 
 
 def test_a_place_nobody_takes_fails_after_the_deadline_naming_it() -> None:
     state = RunState(2)
     for i in range(2):
-        state.register(f"h:{i}", 1, "host", 100 + i)
-    state.wait_for_workers(1.0)
-    state.release(1)
+        state.roster.register(f"h:{i}", 1, "host", 100 + i)
+    state.roster.wait_for_workers(1.0)
+    state.roster.release(1)
     with pytest.raises(ClusterError, match=r"place of worker\(s\) 1 within register_timeout"):
-        state.wait_for_places([1], 0.2)
+        state.roster.wait_for_places([1], 0.2)
     # Cancelled (SIGTERM): back at once with what was taken.
-    assert state.wait_for_places([1], 5.0, cancelled=lambda: True) == []
+    assert state.roster.wait_for_places([1], 5.0, cancelled=lambda: True) == []
 
 
 def test_deltas_count_the_worker_rounds_held_however_the_messages_were_summed() -> None:
@@ -155,16 +158,16 @@ def test_deltas_count_the_worker_rounds_held_however_the_messages_were_summed() 
     dim = 1000  # (a model of 8 weights is never cut into parts)
     state = RunState(2)
     for i in range(2):
-        state.register(f"h:{i}", 1, "host", 100 + i)
-    state.wait_for_workers(1.0)
-    state.start_model(dim)
+        state.roster.register(f"h:{i}", 1, "host", 100 + i)
+    state.roster.wait_for_workers(1.0)
+    state.model.start_model(dim)
 
     def send(worker: int, round_: int, seq: int, part: int = 0, parts: int = 1) -> None:
         header = DeltaHeader(state.run_id, worker, round=round_, seq=seq, dim=dim, part=part,
                              parts=parts)
         message = encode_delta(header, np.array([part], dtype=np.int32),
                                np.array([0.5], dtype=np.float32))
-        assert state.apply_delta(decode_delta(message, dim))
+        assert state.model.apply_delta(decode_delta(message, dim))
 
     for seq, round_ in enumerate((1, 2, 5, 5), start=1):
         send(0, round_, seq)
@@ -173,6 +176,6 @@ def test_deltas_count_the_worker_rounds_held_however_the_messages_were_summed() 
     send(1, 5, 1, part=1, parts=2)
     totals = state.totals()
     assert totals.delta_rounds == 10 and totals.deltas_received == 6
-    state.rejoined(1, 7)  # back in the run from after round 7: its round 8 is one more
+    state.roster.rejoined(1, 7)  # back in the run from after round 7: its round 8 is one more
     send(1, 8, 1)
     assert state.totals().delta_rounds == 11

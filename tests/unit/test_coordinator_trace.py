@@ -21,13 +21,13 @@ def test_a_snapshot_without_a_new_delta_shares_the_previous_copy() -> None:
     trace = ModelTrace(0.001, DIM)
     trace.take(state.totals(unchanged=trace.latest()), 0.001)
     trace.take(state.totals(unchanged=trace.latest()), 0.002)  # nothing arrived in between
-    assert state.apply_delta(_delta(state, 0, 1))
+    assert state.model.apply_delta(_delta(state, 0, 1))
     trace.take(state.totals(unchanged=trace.latest()), 0.003)
     first, second, third = trace.snapshots
     assert second.w is first.w and trace.copies == 2
     assert third.w is not second.w and third.deltas_received == 1
     assert third.w[1] == 0.5 and first.w[1] == 0.0  # a copy, not the live model
-    state.apply_delta(_delta(state, 1, 1))
+    state.model.apply_delta(_delta(state, 1, 1))
     assert third.w[1] == 0.5
 
 
@@ -36,7 +36,7 @@ def test_shared_copies_are_scored_once_each_and_every_snapshot_gets_its_row() ->
     trace = ModelTrace(0.001, DIM)
     for k in range(3):
         trace.take(state.totals(unchanged=trace.latest()), 0.001 * (k + 1))
-    assert state.apply_delta(_delta(state, 0, 1))
+    assert state.model.apply_delta(_delta(state, 0, 1))
     trace.take(state.totals(unchanged=trace.latest()), 0.004)
     # Rows with feature 1 = 1, label +1: hinge loss 1 at the zero model, 0.5 once w[1] = 0.5.
     n = 4
@@ -56,7 +56,7 @@ def test_the_trace_stops_at_its_budget_of_distinct_copies() -> None:
     trace.take(state.totals(unchanged=trace.latest()), 0.001)
     trace.take(state.totals(unchanged=trace.latest()), 0.002)  # shared: not counted
     assert not trace.full
-    assert state.apply_delta(_delta(state, 0, 1))
+    assert state.model.apply_delta(_delta(state, 0, 1))
     trace.take(state.totals(unchanged=trace.latest()), 0.003)
     assert trace.full and not trace.due(1.0)
 

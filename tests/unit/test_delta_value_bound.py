@@ -239,21 +239,21 @@ def test_without_a_bound_only_finiteness_is_checked() -> None:
 def _state(bound: float) -> RunState:
     state = RunState(2, run_id=RUN)
     for w in range(2):
-        state.register(f"127.0.0.1:{9 + w}", 1)
-    state.start_model(DIM)
-    state.max_delta_value = bound
+        state.roster.register(f"127.0.0.1:{9 + w}", 1)
+    state.model.start_model(DIM)
+    state.model.max_delta_value = bound
     return state
 
 
 def test_a_members_huge_delta_is_refused_by_the_coordinator_and_nothing_is_recorded() -> None:
     state = _state(_bound())
     with pytest.raises(InvalidMessage, match="beyond what this run"):
-        state.apply_delta(decode_delta(_message(1, (0.5, -HUGE), round_=2), DIM))
-    assert not state.model_copy().any()
-    assert state.deltas_received == 0 and state.workers[1].round == 0
+        state.model.apply_delta(decode_delta(_message(1, (0.5, -HUGE), round_=2), DIM))
+    assert not state.model.model_copy().any()
+    assert state.model.deltas_received == 0 and state.roster.workers[1].round == 0
     # Its seq was not taken: the same seq with legitimate values is applied.
-    assert state.apply_delta(decode_delta(_message(1, (0.5, -0.75), round_=2), DIM))
-    assert state.model_copy()[1] == -0.75 and state.deltas_received == 1
+    assert state.model.apply_delta(decode_delta(_message(1, (0.5, -0.75), round_=2), DIM))
+    assert state.model.model_copy()[1] == -0.75 and state.model.deltas_received == 1
 
 
 # ------------------------------------------------------------------ what the driver sends
@@ -271,24 +271,24 @@ def test_the_coordinator_sends_the_bound_and_holds_the_same_one(tmp_path: Any) -
                                       "out_dir": str(tmp_path), "loss": "hinge"})
     state = RunState(2, run_id=RUN)
     for w in range(2):
-        state.register(f"127.0.0.1:{9 + w}", 3)
-    state.start_model(11)
+        state.roster.register(f"127.0.0.1:{9 + w}", 3)
+    state.model.start_model(11)
     shards = [CSRData(np.array([0, 2]), np.array([1, 3]), np.array([0.5, -2.5]),
                       np.array([1.0]), 10),
               CSRData(np.array([0, 1]), np.array([4]), np.array([1.5]), np.array([-1.0]), 10)]
     shipper = Shipper(settings, state, WorkerLinks(settings, state), shards, None, print)
     configs = RunConfigs(settings, state, ModelSpec.linear(10), Layout(11, 10, 2, 20, 10, 2),
                          shipper.max_abs_value())
-    message = configs.build(state.workers[0], list(state.workers.values()))
+    message = configs.build(state.roster.workers[0], list(state.roster.workers.values()))
     assert message.max_abs_value == 2.5 and message.run_threads == 6
     plan = RunPlan.from_message(message)
     assert math.isfinite(plan.max_delta_value)
-    assert state.max_delta_value == plan.max_delta_value
+    assert state.model.max_delta_value == plan.max_delta_value
     # A worker back with more threads: its config and the coordinator's bound grow, never
     # shrink (a delta once admitted is admitted again).
-    state.workers[1].threads = 8
-    again = configs.build(state.workers[1], list(state.workers.values()))
-    assert again.run_threads == 16 and state.max_delta_value > plan.max_delta_value
-    state.workers[1].threads = 1
-    configs.build(state.workers[1], list(state.workers.values()))
-    assert state.max_delta_value == RunPlan.from_message(again).max_delta_value
+    state.roster.workers[1].threads = 8
+    again = configs.build(state.roster.workers[1], list(state.roster.workers.values()))
+    assert again.run_threads == 16 and state.model.max_delta_value > plan.max_delta_value
+    state.roster.workers[1].threads = 1
+    configs.build(state.roster.workers[1], list(state.roster.workers.values()))
+    assert state.model.max_delta_value == RunPlan.from_message(again).max_delta_value

@@ -236,19 +236,20 @@ def test_a_dropped_peer_still_hears_it_was_dropped_whatever_its_round() -> None:
 def _relay_state(n: int) -> RunState:
     state = RunState(n, run_id=RUN)
     for w in range(n):
-        state.register(f"127.0.0.1:{9 + w}", 1)
-    state.start_model(DIM)
+        state.roster.register(f"127.0.0.1:{9 + w}", 1)
+    state.model.start_model(DIM)
     return state
 
 
 def _sync_relay(state: RunState, monkeypatch: Any) -> tuple[StarRelay, dict[int, list[Any]]]:
-    sent: dict[int, list[OutgoingDelta]] = {w: [] for w in state.workers}
+    sent: dict[int, list[OutgoingDelta]] = {w: [] for w in state.roster.workers}
 
     def capture(self: Destination, delta: OutgoingDelta) -> None:
         sent[self.dest_id].append(delta)
 
     monkeypatch.setattr(Destination, "put_delta", capture)
-    relay = StarRelay(state, {w: f"127.0.0.1:{9 + w}" for w in state.workers}, DIM, "sync",
+    points = {w: f"127.0.0.1:{9 + w}" for w in state.roster.workers}
+    relay = StarRelay(state, points, DIM, "sync",
                       barrier_timeout=30.0, rpc_timeout=1.0, chunk_bytes=1 << 20,
                       open_channel=lambda wid, address: grpc.insecure_channel(address),
                       period=0.01)
@@ -258,7 +259,7 @@ def _sync_relay(state: RunState, monkeypatch: Any) -> tuple[StarRelay, dict[int,
 
 def _apply(state: RunState, message: pb.Delta) -> bool:
     """As the Coordinator service does."""
-    return state.apply_delta(decode_delta(message, DIM))
+    return state.model.apply_delta(decode_delta(message, DIM))
 
 
 def test_the_relay_waits_for_a_worker_that_labels_a_round_it_never_reached(
@@ -268,11 +269,11 @@ def test_the_relay_waits_for_a_worker_that_labels_a_round_it_never_reached(
     try:
         with pytest.raises(InvalidMessage, match="round"):
             _apply(state, _message(1, U64))
-        assert not state.model_copy().any() and state.max_round() == 0
+        assert not state.model.model_copy().any() and state.roster.max_round() == 0
         with pytest.raises(InvalidMessage, match="round"):
             _apply(state, _message(1, RELAY_AHEAD + 1, idx=(4,), val=(2.0,)))
         assert relay._round[1] == 0
-        assert not state.model_copy().any() and state.deltas_received == 0
+        assert not state.model.model_copy().any() and state.model.deltas_received == 0
         assert _apply(state, _message(0, 1))
         time.sleep(0.2)
         assert sent == {0: [], 1: []}                  # round 1 still waits for worker 1
@@ -285,7 +286,7 @@ def test_the_relay_waits_for_a_worker_that_labels_a_round_it_never_reached(
         got = np.zeros(DIM)
         got[sent[0][0].indices] = sent[0][0].values
         assert got[4] == 0.0 and got[5] == 4.0
-        assert state.model_copy()[4] == 0.0
+        assert state.model.model_copy()[4] == 0.0
     finally:
         relay.close()
 
@@ -337,7 +338,7 @@ def test_a_flood_of_part_numbers_is_refused_and_held_nowhere() -> None:
     coordinator counted every one as a delta received and kept every part number."""
     state = _relay_state(1)
     assert _apply(state, _message(0, 1))
-    before = state.model_copy()
+    before = state.model.model_copy()
     refused = 0
     for part in range(2000):
         try:
@@ -345,9 +346,9 @@ def test_a_flood_of_part_numbers_is_refused_and_held_nowhere() -> None:
                                    parts=2**32 - 1))
         except InvalidMessage:
             refused += 1
-    assert refused == 2000 and state.deltas_received == 1
-    assert state._seen[0].held == 0
-    assert state.model_copy().tobytes() == before.tobytes()
+    assert refused == 2000 and state.model.deltas_received == 1
+    assert state.model.sequences.seen[0].held == 0
+    assert state.model.model_copy().tobytes() == before.tobytes()
 
 
 def test_a_sender_cannot_make_a_receiver_hold_more_than_a_few_early_parts() -> None:

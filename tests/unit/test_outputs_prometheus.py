@@ -39,11 +39,11 @@ def _scrape(server: MetricsServer) -> dict[str, float]:
 
 def _state(rounds: int, examples: int) -> RunState:
     state = RunState(2, run_id="abc")
-    a = state.register("127.0.0.1:1001", 1)
-    b = state.register("127.0.0.1:1002", 1)
-    state.progress("abc", a, rounds, examples, 0.5, False, 1)
-    state.progress("abc", b, rounds - 1, examples, 0.5, False, 0)
-    state.mark_dead(b, "test")
+    a = state.roster.register("127.0.0.1:1001", 1)
+    b = state.roster.register("127.0.0.1:1002", 1)
+    state.roster.progress("abc", a, rounds, examples, 0.5, False, 1)
+    state.roster.progress("abc", b, rounds - 1, examples, 0.5, False, 0)
+    state.roster.mark_dead(b, "test")
     return state
 
 

@@ -23,7 +23,7 @@ def _delta(state: RunState, wid: int, seq: int, round_: int, idx: list[int],
     header = DeltaHeader(state.run_id, wid, round_, seq, DIM, final=final)
     (message,) = encode_delta_parts(header, np.array(idx, np.int32), np.array(val, np.float32),
                                     dense=False)
-    assert state.apply_delta(decode_delta(message, DIM))
+    assert state.model.apply_delta(decode_delta(message, DIM))
 
 
 def _relay(state: RunState) -> tuple[StarRelay, dict[int, list[OutgoingDelta]]]:
@@ -51,14 +51,14 @@ def _capture_sends(monkeypatch: Any, n: int) -> dict[int, list[OutgoingDelta]]:
 def _started_state(n: int) -> RunState:
     state = RunState(n)
     for w in range(n):
-        state.register(f"127.0.0.1:{9 + w}", 1)
-    state.start_model(DIM)
+        state.roster.register(f"127.0.0.1:{9 + w}", 1)
+    state.model.start_model(DIM)
     return state
 
 
 def _new_relay(kind: type[StarRelay], state: RunState, mode: str, **extra: Any) -> StarRelay:
     """A relay (star, or a tree root with ``fanout``) over every worker of ``state``."""
-    n = len(state.workers)
+    n = len(state.roster.workers)
     return kind(state, {w: f"127.0.0.1:{9 + w}" for w in range(n)}, DIM, mode,
                 barrier_timeout=30.0, rpc_timeout=1.0, chunk_bytes=1 << 20,
                 open_channel=lambda wid, address: grpc.insecure_channel(address), **extra)
@@ -112,7 +112,7 @@ def test_each_worker_gets_the_others_sum_per_round_then_a_final() -> None:
             if w == 2:
                 mine[[5, 7]] = [100.0, 3.0]
             total = mine + sum(_dense(d) for d in sent[w])
-            np.testing.assert_allclose(total, state.model_copy())
+            np.testing.assert_allclose(total, state.model.model_copy())
     finally:
         relay.close()
 
@@ -123,7 +123,7 @@ def test_a_dead_worker_is_not_waited_for_and_its_last_delta_still_counts() -> No
     relay.start()
     try:
         _delta(state, 2, 1, 1, [9], [5.0])
-        state.mark_dead(2, "killed right after its round-1 delta")
+        state.roster.mark_dead(2, "killed right after its round-1 delta")
         _delta(state, 0, 1, 1, [0], [1.0])
         _delta(state, 1, 1, 1, [1], [2.0])
         live = {w: sent[w] for w in (0, 1)}
@@ -155,18 +155,18 @@ def test_a_worker_taken_back_gets_exactly_what_its_model_lacks(monkeypatch: Any)
             _delta(state, w, 1, 1, [w], [1.0 + w])
         _wait(sent, 1)
         old = relay.destinations[2]
-        state.mark_dead(2, "killed")
+        state.roster.mark_dead(2, "killed")
         _delta(state, 0, 2, 2, [3], [4.0])
         _delta(state, 1, 2, 2, [4], [5.0])
         _wait({w: sent[w] for w in (0, 1)}, 2)
         _delta(state, 0, 3, 3, [5, 6], [6.0, 7.0])   # pending when worker 2 is taken back
-        state.relay = None                            # in the model, told to the relay later
+        state.model.relay = None                      # in the model, told to the relay later
         _delta(state, 1, 3, 3, [6, 7], [8.0, 9.0])
-        late_version = state.model_version()[1]
-        state.relay = relay.offer
+        late_version = state.model.model_version()[1]
+        state.model.relay = relay.offer
         first, model = relay.take_back(2, first_round=99)
         assert first == 3  # sync: the next aggregate's round, whose barrier waits for it now
-        assert not state.workers[2].dead and 2 not in relay.destinations
+        assert not state.roster.workers[2].dead and 2 not in relay.destinations
         header = DeltaHeader(state.run_id, 1, 3, 3, DIM)
         (message,) = encode_delta_parts(header, np.array([6, 7], np.int32),
                                         np.array([8.0, 9.0], np.float32), dense=False)
@@ -174,7 +174,7 @@ def test_a_worker_taken_back_gets_exactly_what_its_model_lacks(monkeypatch: Any)
         _delta(state, 0, 4, 3, [9], [11.0])           # after the copy: its aggregate has it
         # The destination of the dead incarnation gives up late: that does not drop the new one.
         old.on_down(2, "gave up")
-        assert not state.workers[2].dead
+        assert not state.roster.workers[2].dead
         time.sleep(0.2)
         assert len(sent[0]) == 2  # round 3 waits for worker 2 now
         _delta(state, 2, 1, 3, [8], [10.0])           # its new incarnation numbers from 1
@@ -187,14 +187,14 @@ def test_a_worker_taken_back_gets_exactly_what_its_model_lacks(monkeypatch: Any)
         assert aggregate.round == 3
         mine = model.copy()
         mine[8] += 10.0
-        np.testing.assert_allclose(mine + _dense(aggregate), state.model_copy(), atol=1e-12)
+        np.testing.assert_allclose(mine + _dense(aggregate), state.model.model_copy(), atol=1e-12)
         # Of the others' deltas only the one after its model's copy.
         expected = np.zeros(DIM)
         expected[9] = 11.0
         np.testing.assert_array_equal(_dense(aggregate), expected)
         # The new destination's giving up does drop it.
         relay.destinations[2].on_down(2, "gave up")
-        assert state.workers[2].dead
+        assert state.roster.workers[2].dead
     finally:
         relay.close()
 
@@ -227,7 +227,7 @@ def test_a_tree_root_takes_a_worker_back_as_its_leaf(monkeypatch: Any) -> None:
     everything new."""
     sent = _capture_sends(monkeypatch, 4)
     state = _started_state(4)
-    state.tree_fanout = 2
+    state.roster.tree_fanout = 2
     root = _new_relay(TreeRoot, state, "sync", fanout=2)
     assert isinstance(root, TreeRoot)
     root.start()
@@ -236,9 +236,9 @@ def test_a_tree_root_takes_a_worker_back_as_its_leaf(monkeypatch: Any) -> None:
         _delta(state, 1, 1, 1, [1], [2.0])
         _wait({w: sent[w] for w in (0, 1)}, 1)
         _delta(state, 0, 2, 2, [2], [4.0])       # pending when 0 dies
-        state.mark_dead(0, "killed")
+        state.roster.mark_dead(0, "killed")
         first, model = root.take_back(0, first_round=99)
-        assert first == 2 and 0 in state.detached and not state.workers[0].dead
+        assert first == 2 and 0 in state.roster.detached and not state.roster.workers[0].dead
         root.release(0, "127.0.0.1:9")
         _delta(state, 0, 1, 2, [3], [8.0])       # its new incarnation, round 2
         _delta(state, 1, 2, 2, [4], [16.0])
@@ -264,9 +264,10 @@ def test_a_tree_root_takes_a_worker_back_as_its_leaf(monkeypatch: Any) -> None:
         # The worker taken back: its model + its own + what it got is the global model.
         mine = model.copy()
         mine[3] += 8.0
-        np.testing.assert_array_equal(mine + got[0], state.model_copy())
+        np.testing.assert_array_equal(mine + got[0], state.model.model_copy())
         # A report from an old neighbour (it still routes around 0) does not drop it.
-        state.reports.peer_down(state.run_id, 2, 0, 2, "silent", key=state.worker_key(2))
-        assert not state.workers[0].dead
+        state.roster.reports.peer_down(state.run_id, 2, 0, 2, "silent",
+                                       key=state.roster.worker_key(2))
+        assert not state.roster.workers[0].dead
     finally:
         root.close()

@@ -28,7 +28,7 @@ def _send(state: RunState, wid: int, seq: int, entries: dict[int, float],
                                   dense=False)
     _mark(messages, OutgoingDelta(1, False, 0, idx, val, covers=covers, resent=resent))
     for m in messages:
-        assert state.apply_delta(decode_delta(m, DIM))
+        assert state.model.apply_delta(decode_delta(m, DIM))
 
 
 def _root(monkeypatch: Any) -> tuple[RunState, TreeRoot, dict[int, list[OutgoingDelta]]]:
@@ -47,14 +47,14 @@ def test_root_applies_each_contribution_of_an_orphan_once(monkeypatch: Any) -> N
         for seq, j in enumerate([2, 3, 4], start=1):
             _send(state, 2, seq, mine[j], {2: j}, resent=True)
         _send(state, 2, 4, mine[5], {2: 5})
-        assert state.workers[0].dead
+        assert state.roster.workers[0].dead
         expected = np.zeros(DIM)
         expected[0] = 0.5
         for j, entry in mine.items():
             for i, v in entry.items():
                 expected[i] += v
-        assert state.w is not None
-        np.testing.assert_array_equal(state.w, expected)  # message 2 once, not twice
+        assert state.model.w is not None
+        np.testing.assert_array_equal(state.model.w, expected)  # message 2 once, not twice
         recovery = root.recovery()
         assert recovery["resent_known"] == 1
         assert recovery["resent_applied"] == 2
@@ -138,7 +138,7 @@ def test_resend_racing_the_dead_parents_message_is_applied_once(monkeypatch: Any
     # before the relay has heard of it, 2's re-sent second arrives. Deterministic: the
     # re-send goes in from the state's relay callback of 0's message, at that very point.
     state, root, _ = _root(monkeypatch)
-    relay = state.relay
+    relay = state.model.relay
     assert relay is not None
     raced: list[bool] = []
 
@@ -148,12 +148,12 @@ def test_resend_racing_the_dead_parents_message_is_applied_once(monkeypatch: Any
             _send(state, 2, 1, {2: 4.0}, {2: 2}, resent=True)
         relay(delta, fresh, version)
 
-    state.relay = bad_order
+    state.model.relay = bad_order
     try:
         _send(state, 0, 1, {0: 0.5, 1: 2.0, 2: 4.0}, {0: 1, 2: 2})
-        assert raced and state.workers[0].dead
-        assert state.w is not None
-        np.testing.assert_array_equal(state.w[:3], [0.5, 2.0, 4.0])  # 2's second once
+        assert raced and state.roster.workers[0].dead
+        assert state.model.w is not None
+        np.testing.assert_array_equal(state.model.w[:3], [0.5, 2.0, 4.0])  # 2's second once
         recovery = root.recovery()
         assert recovery["resent_known"] == 1
         assert recovery["resent_applied"] == 0
@@ -198,7 +198,7 @@ def test_root_levels_an_orphan_with_what_crossed_the_dead_edge(monkeypatch: Any)
         _send(state, 0, 1, {0: 0.5, 2: 4.0, 3: 8.0}, {0: 1, 2: 2, 3: 1})
         # Worker 2 goes around its dead parent: the coordinator adopts 2 and 3.
         _send(state, 2, 1, {2: 16.0}, {2: 3}, resent=True)
-        assert state.workers[0].dead
+        assert state.roster.workers[0].dead
         for orphan, cut in ((2, 2), (3, 1)):
             (resync,) = [d for d in sent[orphan] if d.resync_cut is not None]
             assert resync.resync_cut == cut and resync.apart

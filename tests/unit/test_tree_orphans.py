@@ -24,7 +24,7 @@ def _send(state: RunState, wid: int, seq: int, round_: int, entries: dict[int, f
     idx = np.array(sorted(entries), np.int32)
     (message,) = encode_delta_parts(header, idx, np.array([entries[i] for i in sorted(entries)],
                                                           np.float32), dense=False)
-    assert state.apply_delta(decode_delta(message, DIM))
+    assert state.model.apply_delta(decode_delta(message, DIM))
 
 
 def _dense(delta: OutgoingDelta) -> np.ndarray:
@@ -68,11 +68,11 @@ def test_orphans_that_missed_the_last_aggregate_are_levelled_and_resend_nothing_
         _two_rounds_through_worker_0(state, sent)
         _send(state, 1, 2, 2, {1: 8.0})
         _until(lambda: len(sent[1]) == 2)
-        model = state.model_copy()
+        model = state.model.model_copy()
         _send(state, 2, 1, 2, {5: 1.0})   # re-sent: the root had it through 0
-        assert state.workers[0].dead
+        assert state.roster.workers[0].dead
         _send(state, 3, 1, 2, {6: 1.0})
-        np.testing.assert_array_equal(state.model_copy(), model)
+        np.testing.assert_array_equal(state.model.model_copy(), model)
         assert root.replays_known == 2
         # What metrics.json reports of it.
         assert root.recovery() == {"orphans_adopted": 2, "resent_known": 2,
@@ -92,7 +92,7 @@ def test_orphans_that_missed_the_last_aggregate_are_levelled_and_resend_nothing_
         np.testing.assert_array_equal(_dense(sent[2][-1])[[1, 5, 6]], [16, 0, 64])
         np.testing.assert_array_equal(_dense(sent[3][-1])[[1, 5, 6]], [16, 32, 0])
         np.testing.assert_array_equal(_dense(sent[1][-1])[[1, 5, 6]], [0, 32, 64])
-        assert state.model_copy()[5] == 33.0 and state.model_copy()[6] == 65.0
+        assert state.model.model_copy()[5] == 33.0 and state.model.model_copy()[6] == 65.0
     finally:
         root.close()
 
@@ -104,11 +104,11 @@ def test_orphans_of_a_sum_still_pending_hold_it_from_their_resync(monkeypatch: A
     state, root, sent = _root(monkeypatch)
     try:
         _two_rounds_through_worker_0(state, sent)
-        state.mark_dead(0, "killed")
-        model = state.model_copy()
+        state.roster.mark_dead(0, "killed")
+        model = state.model.model_copy()
         _send(state, 2, 1, 2, {5: 1.0})
         _send(state, 3, 1, 2, {6: 1.0})
-        np.testing.assert_array_equal(state.model_copy(), model)
+        np.testing.assert_array_equal(state.model.model_copy(), model)
         _send(state, 1, 2, 2, {1: 8.0})
         _until(lambda: all(sent[w] and sent[w][-1].round == 2 for w in (1, 2, 3)))
         for orphan in (2, 3):
@@ -129,12 +129,12 @@ def test_an_orphan_of_an_orphan_that_died_too_is_levelled_from_its_world(
     state, root, sent = root_of_four(monkeypatch, "sync", n=7)
     try:
         _two_rounds_through_worker_0(state, sent)
-        state.mark_dead(0, "killed")
+        state.roster.mark_dead(0, "killed")
         _send(state, 3, 1, 2, {6: 1.0})   # adopts 2 and 3 (2 is dead, not yet known)
-        state.mark_dead(2, "killed")
-        model = state.model_copy()
+        state.roster.mark_dead(2, "killed")
+        model = state.model.model_copy()
         _send(state, 6, 1, 2, {5: 1.0})   # re-sent: the root had it through 2 and 0
-        np.testing.assert_array_equal(state.model_copy(), model)
+        np.testing.assert_array_equal(state.model.model_copy(), model)
         resync = _resync(sent[6])
         assert resync.resync_cut == 2
         np.testing.assert_array_equal(_dense(resync), _dense(_resync(sent[2])))

@@ -51,22 +51,22 @@ def test_a_sender_with_too_many_open_messages_is_busy_and_forget_drops_its_parts
 def _tree_state() -> RunState:
     state = RunState(2)
     for w in range(2):
-        state.register(f"127.0.0.1:{9 + w}", 1)
-    state.start_model(DIM)
-    state.tree_fanout = 2  # workers 0 and 1 are the coordinator's children
+        state.roster.register(f"127.0.0.1:{9 + w}", 1)
+    state.model.start_model(DIM)
+    state.roster.tree_fanout = 2  # workers 0 and 1 are the coordinator's children
     return state
 
 
 def test_the_coordinator_sums_a_tree_message_only_once_all_its_parts_are_in() -> None:
     state = _tree_state()
     first, second = _parts(state.run_id, 0, 1)
-    assert state.apply_delta(first) is True
-    assert not state.model_copy().any() and state.deltas_received == 0
-    assert state.apply_delta(first) is False  # a retry of a held part is a duplicate
-    assert state.apply_delta(second) is True
-    model = state.model_copy()
+    assert state.model.apply_delta(first) is True
+    assert not state.model.model_copy().any() and state.model.deltas_received == 0
+    assert state.model.apply_delta(first) is False  # a retry of a held part is a duplicate
+    assert state.model.apply_delta(second) is True
+    model = state.model.model_copy()
     assert np.all(model[:1000] == 1.0) and not model[1000:].any()
-    assert state.deltas_received == 2 and state.duplicates == 1
+    assert state.model.deltas_received == 2 and state.model.duplicates == 1
 
 
 def test_a_tree_message_cut_off_by_its_senders_death_is_never_summed() -> None:
@@ -74,17 +74,18 @@ def test_a_tree_message_cut_off_by_its_senders_death_is_never_summed() -> None:
     # twice (once in them, once in the re-sends) if they had been applied on arrival.
     state = _tree_state()
     first, _ = _parts(state.run_id, 0, 1)
-    state.apply_delta(first)
-    state.mark_dead(0, "killed")
-    assert not state.model_copy().any()
-    assert state.whole_parts.held_parts() == 0 and state.whole_parts.discarded == 1
+    state.model.apply_delta(first)
+    state.roster.mark_dead(0, "killed")
+    assert not state.model.model_copy().any()
+    whole = state.model.sequences.whole_parts
+    assert whole.held_parts() == 0 and whole.discarded == 1
 
 
 def test_outside_a_tree_each_part_is_summed_as_it_arrives() -> None:
     state = RunState(2)
     for w in range(2):
-        state.register(f"127.0.0.1:{9 + w}", 1)
-    state.start_model(DIM)
+        state.roster.register(f"127.0.0.1:{9 + w}", 1)
+    state.model.start_model(DIM)
     first, _ = _parts(state.run_id, 0, 1)
-    state.apply_delta(first)
-    assert state.model_copy()[:1000].sum() > 0  # mesh and star: its own work, kept
+    state.model.apply_delta(first)
+    assert state.model.model_copy()[:1000].sum() > 0  # mesh and star: its own work, kept

@@ -26,9 +26,9 @@ def root_of_four(monkeypatch: Any, mode: str, n: int = 4
     monkeypatch.setattr(Destination, "put_delta", capture)
     state = RunState(n)
     for w in range(n):
-        state.register(f"127.0.0.1:{9 + w}", 1)
-    state.start_model(DIM)
-    state.tree_fanout = 2
+        state.roster.register(f"127.0.0.1:{9 + w}", 1)
+    state.model.start_model(DIM)
+    state.roster.tree_fanout = 2
     root = TreeRoot(state, {w: f"127.0.0.1:{9 + w}" for w in range(n)}, DIM, mode,
                     barrier_timeout=30.0, rpc_timeout=1.0, chunk_bytes=1 << 20,
                     open_channel=lambda wid, address: grpc.insecure_channel(address), fanout=2)

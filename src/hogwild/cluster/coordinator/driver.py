@@ -120,7 +120,7 @@ class RunDriver:
         self.adjuster: Adjuster | None = None  # acts on a validation curve that swings
         self.round_size = 0              # examples per thread per round, as configured
         self.worker_threads: int | list[int] = settings.threads  # as the workers report
-        self.workers_started = state.n_workers  # registered; `engage` may train on fewer
+        self.workers_started = state.roster.n_workers  # registered; `engage` may train on fewer
         self.train_began = time.perf_counter()
         self.train_cpu_seconds = 0.0     # this process's CPU while the workers trained
 
@@ -158,13 +158,13 @@ class RunDriver:
             self._print("conflicts: not measured (shipping local: the training rows stay with "
                         "the workers)")
         self.health.set(True)
-        self._print(f"run {self.state.run_id}: waiting for {self.state.n_workers} worker(s) "
-                    f"(register_timeout {s.register_timeout:g}s)")
+        self._print(f"run {self.state.run_id}: waiting for {self.state.roster.n_workers} "
+                    f"worker(s) (register_timeout {s.register_timeout:g}s)")
         loss = get_loss(s.loss)
         try:
             # A resumed run goes on without a worker that did not come back (it may rejoin
             # later; a tree routes around its place from the start).
-            workers = self.state.wait_for_workers(
+            workers = self.state.roster.wait_for_workers(
                 s.register_timeout, self.stop.is_set,
                 go_on_without=self.resume is not None)
             for record in workers:
@@ -175,7 +175,7 @@ class RunDriver:
             spec = self.spec = model_spec(s, n_features)
             dim = spec.dim
             initial, warm_started = starting_weights(s, splits, spec, self.resume)
-            self.state.start_model(dim, initial)
+            self.state.model.start_model(dim, initial)
             ev = self.evaluator = Evaluator(
                 self.state, spec, splits.val, loss, self.history, self.scalars, self.console,
                 self.train.n_rows, s.epochs, s.learning_rate, curve_points=s.trace_interval <= 0)
@@ -200,7 +200,7 @@ class RunDriver:
                                                    else splits.train.labels))
             if s.topology != "tree" and (s.delta_norm_bound > 0 or s.norm_clip > 0):
                 # A tree's coordinator gets its children's subtree sums: not comparable.
-                self.state.norms = NormWatch(s.delta_norm_bound, s.norm_clip)
+                self.state.model.norms = NormWatch(s.delta_norm_bound, s.norm_clip)
             self.relay = start_relay(s, self.state, workers, dim, self.first_round)
             configure_and_start(self.links, configs, workers, self.first_round,
                                 self.resume is not None or warm_started, self._workers_started)
@@ -303,13 +303,13 @@ class RunDriver:
             log.warning(note)
         if self.local is not None:  # the ranges planned for all, read by those engaged
             self.local.engage(s.workers)
-        why = engaged_note(started, s.workers, threads, self.train.nnz)
+        why = engaged_note(started, s.workers, threads, self.train.nnz, s.mode)
         if why is None:
             return s, workers
         self._print(why)
         self.links.release([r for r in workers if r.worker_id >= s.workers],
                            f"not needed: {why}")
-        self.state.engage(s.workers)
+        self.state.roster.engage(s.workers)
         return s, [r for r in workers if r.worker_id < s.workers]
 
     def _workers_started(self) -> None:
@@ -442,7 +442,7 @@ class RunDriver:
             reason, metrics["epochs"], None if saved is row else metrics["saved_epoch"],
             metrics["rounds"], train_seconds, s.workers, s.mode, test.loss, test.accuracy,
             totals.delta_rounds, totals.bytes_received)
-        quarantined = self.state.quarantine.summary()
+        quarantined = self.state.roster.quarantine.summary()
         if quarantined:
             done.add("faults", f"quarantined for refused deltas: {quarantined}")
         self.console.result(done.text(published))

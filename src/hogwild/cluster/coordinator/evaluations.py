@@ -68,8 +68,8 @@ class Evaluator:
         self.rows = console.rows()
         self.eval_seconds = 0.0          # validation evaluations during training
         self.last_cost = 0.0             # seconds the last of them took (curve points)
-        self.loss_reports_seen = -1      # state.loss_reports at the last evaluation
-        self.deltas_at_last = -1         # state.deltas_received at the last evaluation
+        self.loss_reports_seen = -1      # state.roster.loss_reports at the last evaluation
+        self.deltas_at_last = -1         # state.model.deltas_received at the last evaluation
         self.train_loss: float | None = None  # the last evaluation's training loss
         self.best_row: dict[str, Any] | None = None  # the evaluation whose model is kept
         # A warm start's epoch-0 row: a candidate for the model saved, so printed first.
@@ -119,11 +119,12 @@ class Evaluator:
         # reports would repeat the last one, which the plot drew as a flat line. Such a row
         # has none; the closing one always has the last reported. (Early stopping on the
         # training loss takes it from train_loss, see Monitor.)
-        reports = self.state.loss_reports
+        reports = self.state.roster.loss_reports
         fresh = closing or reports != self.loss_reports_seen
         self.loss_reports_seen = reports
         self.deltas_at_last = totals.deltas_received
-        losses = [r.train_loss for r in self.state.workers.values() if r.train_loss is not None]
+        losses = [r.train_loss for r in self.state.roster.workers.values()
+                  if r.train_loss is not None]
         self.train_loss = float(np.mean(losses)) if losses else None
         if not fresh:
             losses = []
@@ -137,7 +138,7 @@ class Evaluator:
                "deltas_received": totals.deltas_received,
                "delta_rounds": totals.delta_rounds,
                "bytes_received": totals.bytes_received,
-               "max_staleness": self.state.max_staleness()}
+               "max_staleness": self.state.roster.max_staleness()}
         self.record(row)
         return row
 
@@ -158,7 +159,7 @@ class Evaluator:
     def initial_row(self) -> dict[str, Any]:
         """The evaluation of the model no worker has trained yet (the curves' first point;
         not weighed by early stopping; printed only as a warm start's, see starting_row)."""
-        val = (evaluate(self.val, self.state.model_copy(), self.loss, self.spec)
+        val = (evaluate(self.val, self.state.model.model_copy(), self.loss, self.spec)
                if self.val.n_rows else None)
         return {"elapsed": 0.0, "round": 0, "examples": 0, "epochs": 0.0,
                 "val_loss": val.loss if val else None,

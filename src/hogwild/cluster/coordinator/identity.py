@@ -9,7 +9,7 @@ from collections.abc import Callable
 import grpc
 
 from hogwild.cluster.coordinator.records import AddressClaimed
-from hogwild.cluster.coordinator.state import RunState
+from hogwild.cluster.coordinator.roster import Roster
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.errors import Conflict
 
@@ -27,15 +27,15 @@ def identify(address: str, open_channel: Callable[[str], grpc.Channel],
             return None
 
 
-def register_claim(state: RunState, request: pb.RegisterRequest,
+def register_claim(roster: Roster, request: pb.RegisterRequest,
                    open_channel: Callable[[str], grpc.Channel], timeout: float) -> int:
-    """Register ``request`` with ``state``. When its address is registered by another process,
+    """Register ``request`` with ``roster``. When its address is registered by another process,
     ask the address who serves it: if it is the new process, the old one is gone (a restart)
     and the new one takes its place; if the registered process still answers (two workers
     advertising one address) or nobody does, the registration is refused (Conflict)."""
     try:
-        return state.register(request.address, request.threads, request.hostname, request.pid,
-                              secret=request.process_secret)
+        return roster.register(request.address, request.threads, request.hostname, request.pid,
+                               secret=request.process_secret)
     except AddressClaimed as claimed:
         identity = identify(request.address, open_channel, timeout)
         # The process at the address proves it is the registrant by the digest of the secret
@@ -44,8 +44,8 @@ def register_claim(state: RunState, request: pb.RegisterRequest,
         if (identity is not None and identity.pid == request.pid
                 and identity.hostname == request.hostname
                 and hmac.compare_digest(identity.secret_digest, digest)):
-            return state.register(request.address, request.threads, request.hostname,
-                                  request.pid, verified=True, secret=request.process_secret)
+            return roster.register(request.address, request.threads, request.hostname,
+                                   request.pid, verified=True, secret=request.process_secret)
         if identity is None:
             why = "and nothing answers there"
         else:

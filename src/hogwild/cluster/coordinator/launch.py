@@ -28,11 +28,11 @@ def start_relay(settings: Settings, state: RunState, workers: list[WorkerRecord]
     points = {r.worker_id: r.address for r in workers}
 
     def channel(wid: int, address: str) -> grpc.Channel:
-        return security.channel(address, state.coordinator_key(wid))
+        return security.channel(address, state.roster.coordinator_key(wid))
 
     relay: StarRelay
     if s.topology == "tree":
-        state.tree_fanout = s.tree_fanout
+        state.roster.tree_fanout = s.tree_fanout
         relay = TreeRoot(state, points, dim, s.mode, s.barrier_timeout, s.rpc_timeout,
                          s.chunk_bytes, channel, s.tree_fanout,
                          half=s.delta_dtype == "float16", first_round=first_round)

@@ -44,7 +44,7 @@ class WorkerLinks:
         if old is not None:
             old.close()
         self.channels[record.worker_id] = from_settings(self.settings).channel(
-            record.address, self.state.coordinator_key(record.worker_id))
+            record.address, self.state.roster.coordinator_key(record.worker_id))
         self.stubs[record.worker_id] = pb_grpc.WorkerStub(  # type: ignore[no-untyped-call]
             self.channels[record.worker_id])
 
@@ -92,7 +92,7 @@ class WorkerLinks:
         """Send a worker the model to start from (LoadModel): ``weights``, or the global
         model now."""
         model = FinalState(worker_id=record.worker_id,
-                           weights=self.state.model_copy() if weights is None else weights)
+                           weights=self.state.model.model_copy() if weights is None else weights)
         try:
             self.stubs[record.worker_id].LoadModel(
                 state_chunks(model, self.state.run_id, self.settings.chunk_bytes),
@@ -105,7 +105,7 @@ class WorkerLinks:
              skip: Collection[int] = ()) -> None:
         """Stop every live worker but those in ``skip``; ``quiet``: failures not logged.
         ``register_again``: each is to register again (with a successor)."""
-        live = [r for r in self.state.live_workers()
+        live = [r for r in self.state.roster.live_workers()
                 if r.worker_id in self.stubs and r.worker_id not in skip]
         self._send_stop(live, reason, register_again,
                         None if quiet else logging.WARNING)
@@ -154,12 +154,12 @@ class WorkerLinks:
             except grpc.RpcError as exc:
                 log.warning("no final state from worker %d: %s %s", record.worker_id,
                             exc.code().name, exc.details())
-                self.state.mark_dead(record.worker_id, "final state not collected")
+                self.state.roster.mark_dead(record.worker_id, "final state not collected")
             except HogwildError as exc:  # InvalidMessage: a corrupt stream
                 log.warning("bad final state from worker %d: %s", record.worker_id, exc)
             return None
 
-        live = self.state.live_workers()
+        live = self.state.roster.live_workers()
         return {record.worker_id: result
                 for record, result in zip(live, parallel(collect, live, swallow=True))
                 if result is not None}

@@ -53,7 +53,7 @@ class MemberWatch:
 
     def announce_drops(self) -> None:
         """Say once that a worker was dropped, and why."""
-        for record in self.state.dead_workers():
+        for record in self.state.roster.dead_workers():
             if self.announced.get(record.worker_id, 0) != record.drops:
                 self.announced[record.worker_id] = record.drops
                 self.say(f"worker {record.worker_id} dropped: {record.dead_reason}")
@@ -68,7 +68,7 @@ class MemberWatch:
         non-finite weights are never sent on as deltas). Else the reporters are dropped
         (their deltas refused from now on; they may register again and rejoin from the
         global model), and one line says so and why."""
-        claims = self.state.take_divergence_claims()
+        claims = self.state.roster.take_divergence_claims()
         if not claims:
             return
         who = ", ".join(f"worker {wid} (round {r})" for wid, r in sorted(claims.items()))
@@ -83,9 +83,9 @@ class MemberWatch:
                "so the report is taken as about its own weights")
         for wid, round_ in sorted(claims.items()):
             # Said once, here: not again among the drops.
-            self.announced[wid] = self.state.dismiss_divergence(wid, round_, why)
+            self.announced[wid] = self.state.roster.dismiss_divergence(wid, round_, why)
             self.dismissed[wid] = round_
-        left = len(self.state.live_workers())
+        left = len(self.state.roster.live_workers())
         self.say(f"divergence report from {who} not taken for the run: {why}; "
                  f"dropped, {left} worker(s) go on")
         if not left:
@@ -126,7 +126,7 @@ class Monitor:
         s = self.settings
         ev = self.evaluator
         evaluated_deltas = -1
-        reports_at_eval = -1  # state.loss_reports at the last periodic evaluation
+        reports_at_eval = -1  # state.roster.loss_reports at the last periodic evaluation
         next_checkpoint = time.perf_counter() + s.checkpoint_interval
         trace = self.trace
         # No delta for stall_warning_after (and for 4 barrier_timeouts, and 10 times the
@@ -150,7 +150,7 @@ class Monitor:
                 return self.stop.name
             self.rejoins.start()
             self.members.announce_drops()
-            silent = stall.observe(self.state.deltas_received, time.monotonic())
+            silent = stall.observe(self.state.model.deltas_received, time.monotonic())
             if silent is not None:
                 self._warn_stalled(silent)
                 if stall.stalled:
@@ -161,13 +161,14 @@ class Monitor:
                 next_checkpoint = time.perf_counter() + s.checkpoint_interval
                 self.checkpointer.write(began, rules)
             now = time.perf_counter()
-            reason = rules.budget(now - began, self.state.examples(),
-                                  self.state.all_finished(), len(self.state.live_workers()))
+            roster = self.state.roster
+            reason = rules.budget(now - began, roster.examples(), roster.all_finished(),
+                                  len(roster.live_workers()))
             if reason is not None:
                 return reason
             if now < next_eval and now >= next_curve:
                 # A model no delta changed since the last row adds nothing to the curve.
-                if self.state.deltas_received != ev.deltas_at_last:
+                if self.state.model.deltas_received != ev.deltas_at_last:
                     ev.evaluate(began)  # (a curve point: not printed, not weighed)
                 next_curve = ev.next_curve(began)
             if now >= next_eval:
@@ -192,7 +193,7 @@ class Monitor:
                 # Printed once weighed: the row of the model saved is never thinned out.
                 ev.announce(row, best=best)
                 if self.adjuster is not None and fresh:
-                    self.adjuster.observe(row, self.state.live_workers())
+                    self.adjuster.observe(row, self.state.roster.live_workers())
                 if metric is not None and fresh:
                     evaluated_deltas = row["deltas_received"]
                 # Counted from the evaluation's end: one slower than eval_interval never
@@ -205,7 +206,8 @@ class Monitor:
     def _warn_stalled(self, silent: float) -> None:
         """One console line: no delta for ``silent`` seconds, and where each worker was."""
         where = ", ".join(f"{r.worker_id} at round {r.round}"
-                          for r in sorted(self.state.live_workers(), key=lambda r: r.worker_id))
+                          for r in sorted(self.state.roster.live_workers(),
+                                          key=lambda r: r.worker_id))
         self.say(f"no delta from any worker for {silent:.0f}s (live: {where or 'none'}): "
                  "training may be stalled, the workers waiting on each other; their logs "
                  "say what each waits for (SIGTERM ends the run with the model so far)")

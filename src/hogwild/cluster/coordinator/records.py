@@ -78,7 +78,7 @@ class WorkerRecord:
 
 
 class AddressClaimed(StaleOrUnknown):
-    """Another process registered this address already (see RunState.register)."""
+    """Another process registered this address already (see Roster.register)."""
 
     def __init__(self, record: WorkerRecord) -> None:
         super().__init__(f"address {record.address} is registered by worker {record.worker_id} "

@@ -41,7 +41,7 @@ class Rejoins:
     def start(self) -> None:
         """Bring back every worker that registered again (restarted, or resynchronising after
         its peers dropped it), each on its own thread so evaluations go on meanwhile."""
-        for wid in self.state.take_rejoins():
+        for wid in self.state.roster.take_rejoins():
             threading.Thread(target=self._rejoin, args=(wid,), name=f"rejoin-{wid}",
                              daemon=True).start()
 
@@ -53,7 +53,7 @@ class Rejoins:
         global model but not this worker's copy (at most about a round of them): its weights
         may differ from the global model by those (reported as max_abs_diff_to_global).
         """
-        record = self.state.workers[wid]
+        record = self.state.roster.workers[wid]
         links = self.links
         try:
             links.connect(record)
@@ -63,11 +63,11 @@ class Rejoins:
             # them), and names the ones after it down; two taken together saw each other
             # as dead and told nobody. Shipping, the long part, stays in parallel.
             with self._lock:
-                peers, dead = self.state.others(wid)
+                peers, dead = self.state.roster.others(wid)
                 # A peer that is dead now may come back later: named (down), so this worker
                 # takes it back then. Star: no peer traffic (and its averaging counts the peers).
                 down = dead if self.settings.topology == "mesh" else []
-                round_ = self.state.max_round()
+                round_ = self.state.roster.max_round()
                 # Tree: its neighbours re-attached around it for good; it comes back as a
                 # leaf of the coordinator, which is a star worker's place.
                 config = self.configs.build(record, peers, first_round=round_ + 1,
@@ -93,11 +93,11 @@ class Rejoins:
 
                 # It starts where its peers start sending to it and waiting for it.
                 first = max([round_ + 1, *parallel(tell, peers)])
-                self.state.rejoined(wid, first - 1)
+                self.state.roster.rejoined(wid, first - 1)
                 self._start_rejoined(record, first, f"{len(peers)} peer(s) told")
         except (ClusterError, HogwildError) as exc:
             log.warning("worker %d could not rejoin: %s", wid, exc)
-            self.state.mark_dead(wid, f"rejoin failed: {exc}")
+            self.state.roster.mark_dead(wid, f"rejoin failed: {exc}")
 
     def _rejoin_star(self, record: WorkerRecord, first_round: int, relay: StarRelay) -> None:
         """(Rejoin lock held, the worker configured.) Topology star: the relay is its only

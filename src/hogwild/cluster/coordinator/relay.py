@@ -109,8 +109,8 @@ class StarRelay:
                            open_channel=functools.partial(self._open_channel, wid))
 
     def start(self) -> None:
-        self.state.relay_check = self.check_round
-        self.state.relay = self.offer
+        self.state.model.relay_check = self.check_round
+        self.state.model.relay = self.offer
         self._thread.start()
 
     # ------------------------------------------------------------------- receiving
@@ -133,7 +133,7 @@ class StarRelay:
 
     def offer(self, delta: DecodedDelta, complete: bool, version: int = 0) -> None:
         """A delta the global model took (RPC thread): add it to its sender's pending sum.
-        ``version``: the model's version once it was in (RunState.model_version). Its
+        ``version``: the model's version once it was in (GlobalModel.model_version). Its
         round passed :meth:`check_round` before the model took it."""
         h = delta.header
         with self._cond:
@@ -157,7 +157,7 @@ class StarRelay:
     # --------------------------------------------------------------------- sending
 
     def _live(self) -> list[int]:
-        dead = {r.worker_id for r in self.state.workers.values() if r.dead}
+        dead = {r.worker_id for r in self.state.roster.workers.values() if r.dead}
         return [wid for wid in self._pending if wid not in dead]
 
     def _run(self) -> None:
@@ -193,12 +193,13 @@ class StarRelay:
             return  # training has not begun anywhere yet: nobody is late
         now = time.monotonic()
         for wid in live:
-            heard = max(self.state.workers[wid].last_seen, self._first_delta)
+            heard = max(self.state.roster.workers[wid].last_seen, self._first_delta)
             if not self._final[wid] and now - heard > self.barrier_timeout:
                 log.warning("dropping worker %d from round %d: silent for more than "
                             "barrier_timeout=%gs", wid, self._sent_round + 1,
                             self.barrier_timeout)
-                self.state.mark_dead(wid, "silent for more than barrier_timeout (star relay)")
+                self.state.roster.mark_dead(wid, "silent for more than barrier_timeout "
+                                                 "(star relay)")
 
     def _send(self, live: list[int], final: bool) -> None:
         """Queue for each live worker the sum of the others' pending deltas; clear them.
@@ -261,7 +262,7 @@ class StarRelay:
     def _down(self, generation: int, wid: int, why: str) -> None:
         if generation != self._generation.get(wid):
             return  # the destination of an incarnation the relay has since replaced
-        self.state.mark_dead(wid, f"unreachable from the coordinator: {why}")
+        self.state.roster.mark_dead(wid, f"unreachable from the coordinator: {why}")
 
     # ------------------------------------------------------------------- taking back
 
@@ -275,8 +276,8 @@ class StarRelay:
             # A new dict: closing and counting iterate the old one undisturbed.
             self.destinations = {k: d for k, d in self.destinations.items() if k != wid}
             first = self._sent_round + 1 if self.mode == "sync" else first_round
-            self.state.rejoined(wid, first - 1)
-            model, version = self.state.model_version()
+            self.state.roster.rejoined(wid, first - 1)
+            model, version = self.state.model.model_version()
             # Everything pending was in the model before this copy; its own part is left
             # out of its aggregates anyway.
             known = EMPTY

@@ -130,6 +130,7 @@ def run_metrics(s: Settings, splits: Any, spec: ModelSpec, state: RunState, tota
 
     examples = totals.examples
     local = shipper.local
+    roster, quarantine, norms = state.roster, state.roster.quarantine, state.model.norms
     return {
         "command": "run", "test_loss": test.loss, "test_accuracy": test.accuracy,
         "val_loss": val.loss if val else None, "val_accuracy": val.accuracy if val else None,
@@ -148,10 +149,10 @@ def run_metrics(s: Settings, splits: Any, spec: ModelSpec, state: RunState, tota
         # As measured by the workers (bounded by `staleness`); the coordinator's own view of
         # the round gap also counts messages still in flight, so it can be larger.
         "max_staleness": max([st.max_staleness for st in final_states.values()]
-                             + [r.max_staleness for r in state.workers.values()],
+                             + [r.max_staleness for r in roster.workers.values()],
                              default=0),
-        "coordinator_round_gap": state.max_staleness(),
-        "coordinator_apply_seconds": state.apply_seconds, "round_size": round_size,
+        "coordinator_round_gap": roster.max_staleness(),
+        "coordinator_apply_seconds": state.model.apply_seconds, "round_size": round_size,
         "eval_seconds": seconds.evaluating, "evaluations": evaluations,
         "coordinator_cpu_seconds": seconds.cpu,
         "trace_snapshots": trace_rows, "warnings": warnings,
@@ -165,23 +166,23 @@ def run_metrics(s: Settings, splits: Any, spec: ModelSpec, state: RunState, tota
         "task": splits.labels.task, "classes": splits.labels.json_classes(),
         "model": spec.kind,
         "coordinator_applied_from": {str(k): v for k, v in totals.applied_from.items()},
-        "dropped_workers": sorted(r.worker_id for r in state.workers.values() if r.dead),
+        "dropped_workers": sorted(r.worker_id for r in roster.workers.values() if r.dead),
         # Deltas refused for their values, per sender, and the senders quarantined for them
         # (with the first refusal's reason); the exit code is EXIT_QUARANTINED if any.
-        "refused_deltas": {str(k): v for k, v in sorted(state.quarantine.refused.items())},
-        "quarantined_workers": {str(k): v for k, v in sorted(state.quarantine.why.items())},
+        "refused_deltas": {str(k): v for k, v in sorted(quarantine.refused.items())},
+        "quarantined_workers": {str(k): v for k, v in sorted(quarantine.why.items())},
         # The coordinator's relative bound (protocol/deltanorms): the largest ratio of a
         # delta's norm per round to the recent median it let through, and what it did.
-        "delta_norms": None if state.norms is None else {
-            "bound": state.norms.bound, "clip": state.norms.clip,
-            "peak_ratio": state.norms.stats.peak_ratio, "refused": state.norms.stats.refused,
-            "clipped": state.norms.stats.clipped},
+        "delta_norms": None if norms is None else {
+            "bound": norms.bound, "clip": norms.clip,
+            "peak_ratio": norms.stats.peak_ratio, "refused": norms.stats.refused,
+            "clipped": norms.stats.clipped},
         "peer_reports": [{"reporter": a, "peer": b, "round": c, "reason": d}
-                         for a, b, c, d in state.peer_reports],
+                         for a, b, c, d in roster.reports.kept],
         # Reports not acted on: the accused peer answered, or they came too often; and
         # divergence reports the global model did not bear out (their workers dropped).
-        "peer_reports_refused": state.peer_reports_refused,
-        "divergence_reports_dismissed": state.divergence_reports_dismissed,
+        "peer_reports_refused": roster.reports.refused,
+        "divergence_reports_dismissed": roster.divergence_reports_dismissed,
         "worker_states": worker_states, "conflicts": conflicts,
         "checkpoints": checkpointer.count, "checkpoint_seconds": checkpointer.seconds,
         "resumed_at_round": resumed_at,

@@ -80,8 +80,8 @@ class RunConfigs:
         bound on delta values updated to match. Every place counted with the most threads
         any worker registered with: at least the sum, and room for a worker that comes
         back with more (the bound only grows, so no delta it once admitted is refused)."""
-        most = max([record.threads, *(r.threads for r in self.state.workers.values())])
-        run_threads = max(self.layout.workers, len(self.state.workers), 1) * most
+        most = max([record.threads, *(r.threads for r in self.state.roster.workers.values())])
+        run_threads = max(self.layout.workers, len(self.state.roster.workers), 1) * most
         lay, s = self.layout, self.settings
         bound = value_bound(
             model=self.spec.kind, loss=s.loss, lr_schedule=s.lr_schedule,
@@ -90,9 +90,9 @@ class RunConfigs:
             round_size=lay.round_size, max_rounds=lay.max_rounds,
             class_weights=self.class_weights)
         # Only ever raised (the first config sets it from inf: no bound before the run).
-        held = self.state.max_delta_value
+        held = self.state.model.max_delta_value
         if held == math.inf or bound > held:
-            self.state.max_delta_value = bound
+            self.state.model.max_delta_value = bound
         return self.max_abs_value, run_threads
 
     def build(self, record: WorkerRecord, peers: list[WorkerRecord], first_round: int = 1,
@@ -101,7 +101,7 @@ class RunConfigs:
         """``down``: peers dead now, named all the same (mesh) so that the worker takes
         them back when they rejoin (its PeerJoined refuses a worker that is no peer).
         ``topology``: this worker's, if not the run's (a tree's worker taken back: star)."""
-        s, lay, keys = self.settings, self.layout, self.state.keys
+        s, lay, keys = self.settings, self.layout, self.state.roster.keys
         down_ids = {r.worker_id for r in down or []}
         replicate = s.shipping == "replicate"
         start_offset = (lay.train_rows * record.worker_id // lay.workers) if replicate else 0

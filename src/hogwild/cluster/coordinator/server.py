@@ -142,7 +142,7 @@ def _serve(settings: Settings, out: TextIO, plot: BackgroundPlot | None,
         # Outputs written, but without the members quarantined on the way (said on the done
         # line and in metrics.json), or after training stalled: not the run that was asked
         # for.
-        if state.quarantine.why:
+        if state.roster.quarantine.why:
             return EXIT_QUARANTINED
         return EXIT_STALLED if result.get("stop_reason") == "stalled" else 0
     except Interrupted as exc:

@@ -135,28 +135,28 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             raise StaleOrUnknown(f"registration for run {request.run_id!r}, which is not "
                                  "this run")
         check_registration(request)
-        worker_id = register_claim(self.state, request, self.open_channel, IDENTIFY_TIMEOUT)
+        worker_id = register_claim(self.state.roster, request, self.open_channel, IDENTIFY_TIMEOUT)
         return pb.RegisterReply(protocol_version=PROTOCOL_VERSION, run_id=self.state.run_id,
-                                worker_id=worker_id, n_workers=self.state.n_workers,
-                                worker_key=self.state.worker_key(worker_id),
-                                coordinator_key=self.state.coordinator_key(worker_id))
+                                worker_id=worker_id, n_workers=self.state.roster.n_workers,
+                                worker_key=self.state.roster.worker_key(worker_id),
+                                coordinator_key=self.state.roster.coordinator_key(worker_id))
 
     @translate
     def PushDelta(self, request: pb.Delta, context: grpc.ServicerContext) -> pb.Ack:
         check_version(request.protocol_version, "delta")
         # Who before what: an unknown run or sender, or a caller without that sender's key,
         # fails before the payload is even read.
-        self.state.check_sender(request.run_id, request.worker_id, sender_key(context))
+        self.state.roster.check_sender(request.run_id, request.worker_id, sender_key(context))
         check_counts("delta", request.round, request.examples)
-        dim = self.state.dim
+        dim = self.state.model.dim
         if dim is None:
             raise StaleOrUnknown("delta received before the run started")
         try:
-            applied = self.state.apply_delta(decode_delta(request, dim))
+            applied = self.state.model.apply_delta(decode_delta(request, dim))
         except RefusedValues as exc:
             # A known sender (its key checked above) sent values no honest one sends: it is
             # quarantined, and the others no longer wait for it.
-            self.state.refuse(request.worker_id, str(exc))
+            self.state.roster.refuse(request.worker_id, str(exc))
             raise
         return self._ack(duplicate=not applied)
 
@@ -167,9 +167,10 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         # A worker's own number, kept for the evaluations' rows: infinite, it would be
         # averaged into metrics.jsonl's train_loss (and JSON has no infinity).
         check_loss("progress", request.train_loss)
-        self.state.progress(request.run_id, request.worker_id, request.round, request.examples,
-                            request.train_loss, request.done, request.max_staleness,
-                            request.diverged, key=sender_key(context))
+        self.state.roster.progress(request.run_id, request.worker_id, request.round,
+                                   request.examples, request.train_loss, request.done,
+                                   request.max_staleness, request.diverged,
+                                   key=sender_key(context))
         return self._ack()
 
     @translate
@@ -179,8 +180,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         # One member's word: the peer is asked first, off this thread (the reporter's
         # deltas to the coordinator wait behind this call). At most one probe per accused
         # worker runs at a time, so these threads are bounded by the run's size.
-        accused = self.state.reports.accuse(request.run_id, request.worker_id, request.peer_id,
-                                    request.round, request.reason, key=sender_key(context))
+        accused = self.state.roster.reports.accuse(request.run_id, request.worker_id,
+                                                   request.peer_id, request.round, request.reason,
+                                                   key=sender_key(context))
         if accused is not None:
             threading.Thread(target=self._probe, args=(accused,), daemon=True,
                              name=f"probe-worker-{accused.peer}").start()
@@ -193,7 +195,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             why_down = probe(accused.address, accused.secret_digest, self.open_channel,
                              self.probe_timeout)
         finally:  # settled whatever happens: a probe left pending would block every later one
-            refused = self.state.reports.settle(accused, why_down)
+            refused = self.state.roster.reports.settle(accused, why_down)
         if refused:
             log.warning("worker %d answers the coordinator (as the process that registered, "
                         "serving): report(s) by worker(s) %s that it is down refused, it stays "

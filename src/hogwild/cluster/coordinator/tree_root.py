@@ -1,6 +1,6 @@
 """Topology tree: the coordinator is the root and relays between its children as a star would.
 
-Its children send it their subtrees' sums (applied to the global model by RunState, like any
+Its children send it their subtrees' sums (applied by the run state's GlobalModel, like any
 delta) and each gets the sum of the other children's (:class:`StarRelay`, same sync barrier,
 finals, keys and sender id). When a child dies, its live children re-attach here
 (``live_children`` of the coordinator around the dead): they are adopted as soon as the
@@ -69,12 +69,12 @@ class TreeRoot(StarRelay):
         # applied one's in the critical section of the apply: no message can be summed
         # between the check and the record. Told to everyone in the aggregates.
         if mode != "sync":
-            state.tree_counts = AppliedCounts()
+            state.model.tree_counts = AppliedCounts()
         self.resent_applied = 0   # async: re-sent messages the model did not hold yet
         # Levelling orphans (engine/treeview.py): per child edge the sum of the aggregates
         # sent down it (the state sums what came up it, in the apply's critical section),
         # and (async) the counts an adopted edge's world holds from the dead one's.
-        state.tree_sums = EdgeSums(dim)
+        state.model.tree_sums = EdgeSums(dim)
         self._down_sums = EdgeSums(dim)
         self._inherited: dict[int, dict[int, int]] = {}
         self.resyncs_sent = 0
@@ -82,7 +82,8 @@ class TreeRoot(StarRelay):
     def _adopt(self) -> None:
         """(Holding the relay's lock.) The live children of dead children are children now
         (a worker taken back counts as dead in the layout: its children stay here)."""
-        dead = {r.worker_id for r in self.state.workers.values() if r.dead} | self.state.detached
+        roster = self.state.roster
+        dead = {r.worker_id for r in roster.workers.values() if r.dead} | roster.detached
         if not dead:
             return
         fresh = [c for c in live_children(COORDINATOR, self.fanout, self.n, dead)
@@ -96,7 +97,7 @@ class TreeRoot(StarRelay):
             # The nearest dead point of this relay it came through (a worker taken back is
             # a new incarnation: what its old one passed on is not told apart).
             through = [a for a in ancestors(c, self.fanout)
-                       if a in self._round and a not in self.state.detached]
+                       if a in self._round and a not in self.state.roster.detached]
             if self.mode == "sync" and through:
                 # (A dead point adopted around an earlier death holds what that one's
                 # sums held: its resync.)
@@ -157,17 +158,17 @@ class TreeRoot(StarRelay):
 
     def _vouched(self, wid: int) -> None:
         """Drop the ancestors ``wid`` routes around, and adopt the orphans (see check_round)."""
-        if not 0 <= wid < self.n or wid in self.state.detached:
+        roster = self.state.roster
+        if not 0 <= wid < self.n or wid in roster.detached:
             return
         with self._cond:
             alive = [a for a in ancestors(wid, self.fanout)
-                     if a in self.state.workers and not self.state.workers[a].dead
-                     and a not in self.state.detached]
+                     if a in roster.workers and not roster.workers[a].dead
+                     and a not in roster.detached]
             for a in alive:
                 log.warning("tree: worker %d sends to the coordinator around worker %d: "
                             "dropping it", wid, a)
-                self.state.mark_dead(a, f"worker {wid} re-attached to the coordinator "
-                                        "around it")
+                roster.mark_dead(a, f"worker {wid} re-attached to the coordinator around it")
             # Also when the death was known already: adopted (and told apart, _via) before
             # the state applies the orphan's first message.
             self._adopt()
@@ -177,7 +178,7 @@ class TreeRoot(StarRelay):
         with self._cond:
             self._adopt()
             if self.mode != "sync":
-                if h.resent and self.state.tree_applied(
+                if h.resent and self.state.model.tree_applied(
                         lambda a: a.take_skipped((h.worker_id, h.seq, h.part)), False):
                     if complete:
                         self.replays_known += 1
@@ -219,7 +220,7 @@ class TreeRoot(StarRelay):
     def _up_world(self, dead: int) -> Sparse:
         """What the model took from ``dead``: all of it, since the state refuses a dead
         sender's messages in the critical section that sums an accepted one."""
-        sums = self.state.tree_sums
+        sums = self.state.model.tree_sums
         return sums.world(dead) if sums is not None else EMPTY
 
     def recovery(self) -> dict[str, Any]:
@@ -242,7 +243,7 @@ class TreeRoot(StarRelay):
     def _counts(self, view: Callable[[AppliedCounts], dict[int, int]]) -> dict[int, int]:
         """Async: ``view`` of the per-origin counts the model holds (none in sync)."""
         none: dict[int, int] = {}
-        return self.state.tree_applied(view, none)
+        return self.state.model.tree_applied(view, none)
 
     def _applied_counts(self) -> dict[int, int] | None:
         return self._counts(AppliedCounts.prefix) if self.mode != "sync" else None
@@ -255,7 +256,7 @@ class TreeRoot(StarRelay):
         """Its own pending sum and those of the dead workers on its heap path, whose sums
         held its subtree's contributions (also what a worker taken back had sent before it
         died). A worker taken back, a leaf now, has only its own, old and new."""
-        detached = self.state.detached
+        detached = self.state.roster.detached
         if wid in detached:
             return [self._pending[wid], *([self._ghosts[wid]] if wid in self._ghosts else [])]
         # A worker taken back is no longer on anybody's side: its new sums go to everyone.
@@ -269,7 +270,7 @@ class TreeRoot(StarRelay):
         coordinator). What it sent before it died stays owed to all but its old subtree."""
         with self._cond:  # re-entered by the star relay's take_back, in one critical section
             self._adopt()  # its orphans came through its old incarnation (see _via)
-            self.state.detach(wid)
+            self.state.roster.detach(wid)
             old = self._pending.get(wid, EMPTY)
             if old[0].size:
                 self._ghosts[wid] = merge_sparse(*self._ghosts.get(wid, EMPTY), *old)

@@ -58,22 +58,22 @@ class Shipper:
                 break
             for record, why in silent:
                 if resumed:  # announced with the other drops
-                    self.state.mark_dead(record.worker_id, why)
+                    self.state.roster.mark_dead(record.worker_id, why)
                     continue
                 self.say(f"{why}: its place goes to the next worker that registers "
                          f"(within register_timeout={s.register_timeout:g}s)")
-                self.state.release(record.worker_id)
+                self.state.roster.release(record.worker_id)
             if resumed:
                 if not shipped:
                     raise ClusterError("no worker of the resumed run answered its shipment")
                 break
-            pending = self.state.wait_for_places([r.worker_id for r, _ in silent],
-                                                 s.register_timeout, stopped)
+            pending = self.state.roster.wait_for_places([r.worker_id for r, _ in silent],
+                                                        s.register_timeout, stopped)
             for record in pending:
                 self.links.connect(record)
             leave_if_stopped()
         self.shipments = [shipped[wid] for wid in sorted(shipped)]
-        workers = list(self.state.workers.values())
+        workers = list(self.state.roster.workers.values())
         total = sum(x.nbytes for x in self.shipments)
         slowest = max(x.seconds for x in self.shipments)
         if self.local is not None:
