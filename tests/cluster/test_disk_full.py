@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hogwild.cluster.coordinator import checkpoint_file
+from hogwild.cluster.coordinator.checkpoints import checkpoint_file
 
 from .helpers import (
     PROGRESS_ROW,

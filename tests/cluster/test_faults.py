@@ -21,8 +21,8 @@ import grpc
 import numpy as np
 import pytest
 
-from hogwild.cluster.coordinator import checkpoint_file
-from hogwild.cluster.coordinator.checkpoint_file import Checkpoint, WorkerEntry
+from hogwild.cluster.coordinator.checkpoints import checkpoint_file
+from hogwild.cluster.coordinator.checkpoints.checkpoint_file import Checkpoint, WorkerEntry
 from hogwild.cluster.transport.keys import COORDINATOR_SENDER_ID
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.errors import EXIT_LEFT

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from hogwild.cluster.coordinator import links
-from hogwild.cluster.coordinator.records import WorkerRecord
+from hogwild.cluster.coordinator.members import links
+from hogwild.cluster.coordinator.members.records import WorkerRecord
 from hogwild.cluster.transport.health import LIVENESS, check
 
 from .conftest import CoordinatorServer, WorkerServer, loopback_settings

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import grpc
 import pytest
 
-from hogwild.cluster.coordinator.peer_reports import PEER_REPORT_COOLDOWN
+from hogwild.cluster.coordinator.members.peer_reports import PEER_REPORT_COOLDOWN
 from hogwild.cluster.coordinator.servicer import PROBE_TIMEOUT
 from hogwild.cluster.coordinator.state import RunState
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild.cluster.coordinator import checkpoint_file
-from hogwild.cluster.coordinator.checkpoint_file import Checkpoint, WorkerEntry
+from hogwild.cluster.coordinator.checkpoints import checkpoint_file
+from hogwild.cluster.coordinator.checkpoints.checkpoint_file import Checkpoint, WorkerEntry
 from hogwild.errors import ConfigError
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hogwild import config
-from hogwild.cluster.coordinator.loading import load_data
+from hogwild.cluster.coordinator.data.loading import load_data
 from hogwild.errors import ConfigError
 
 

@@ -150,7 +150,7 @@ def test_the_closing_row_of_a_run_is_timed_as_the_done_line(tmp_path: Path) -> N
 
     import numpy as np
 
-    from hogwild.cluster.coordinator.evaluations import Evaluator
+    from hogwild.cluster.coordinator.watch.evaluations import Evaluator
     from hogwild.data.csr import CSRData
     from hogwild.model.losses import get_loss
     from hogwild.model.spec import ModelSpec

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild.cluster.coordinator import checkpoint_file, fingerprint
-from hogwild.cluster.coordinator.checkpoint_file import Checkpoint, WorkerEntry
+from hogwild.cluster.coordinator.checkpoints import checkpoint_file, fingerprint
+from hogwild.cluster.coordinator.checkpoints.checkpoint_file import Checkpoint, WorkerEntry
 from hogwild.cluster.coordinator.state import RunState
 from hogwild.config import Settings
 from hogwild.data.csr import CSRData
@@ -298,7 +298,7 @@ def test_a_resumed_coordinator_gives_a_place_back_only_to_the_process_that_held_
         tmp_path: Path) -> None:
     """The checkpoint keeps each worker's secret digest: after a resume the same process
     registers again as before, another one claiming its address must prove it serves it."""
-    from hogwild.cluster.coordinator.records import AddressClaimed
+    from hogwild.cluster.coordinator.members.records import AddressClaimed
 
     before = RunState(2, run_id="r1")
     before.roster.register("127.0.0.1:5000", 1, "host", 40, secret=b"secret of worker 0")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hogwild.cluster.coordinator.records import AddressClaimed
+from hogwild.cluster.coordinator.members.records import AddressClaimed
 from hogwild.cluster.coordinator.state import RunState
 from hogwild.cluster.wire.codec import DecodedDelta, DeltaHeader, decode_delta, encode_delta
 from hogwild.errors import ClusterError, NotAllowed, StaleOrUnknown
@@ -101,7 +101,7 @@ def test_each_drop_is_counted_once_and_dead_workers_lists_the_ones_not_back() ->
 
 
 def test_peer_reports_are_bounded() -> None:
-    from hogwild.cluster.coordinator.peer_reports import MAX_PEER_REPORTS, MAX_REASON_LENGTH
+    from hogwild.cluster.coordinator.members.peer_reports import MAX_PEER_REPORTS, MAX_REASON_LENGTH
 
     state = _started(3)
     for i in range(MAX_PEER_REPORTS + 50):

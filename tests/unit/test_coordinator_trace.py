@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild.cluster.coordinator.trace import ModelTrace, earlier_rows
+from hogwild.cluster.coordinator.watch.trace import ModelTrace, earlier_rows
 from hogwild.data.csr import CSRData
 from hogwild.model.losses import get_loss
 from hogwild.model.spec import ModelSpec

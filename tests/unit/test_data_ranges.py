@@ -343,7 +343,7 @@ def test_label_values_are_those_of_the_rows_as_float32(tmp_path: Path) -> None:
 
 def test_the_plans_fingerprint_changes_with_the_file_the_seed_and_the_split(
         tmp_path: Path, text_file: Path) -> None:
-    from hogwild.cluster.coordinator import fingerprint
+    from hogwild.cluster.coordinator.checkpoints import fingerprint
 
     def printed(path: Path, seed: int = 0, val: float = 0.1) -> str:
         plan = plan_file(str(path), workers=2, seed=seed, val_fraction=val, test_fraction=0.0)

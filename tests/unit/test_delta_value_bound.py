@@ -261,9 +261,9 @@ def test_a_members_huge_delta_is_refused_by_the_coordinator_and_nothing_is_recor
 
 def test_the_coordinator_sends_the_bound_and_holds_the_same_one(tmp_path: Any) -> None:
 
-    from hogwild.cluster.coordinator.links import WorkerLinks
+    from hogwild.cluster.coordinator.data.worker_shares import Shipper
+    from hogwild.cluster.coordinator.members.links import WorkerLinks
     from hogwild.cluster.coordinator.runconfig import Layout, RunConfigs
-    from hogwild.cluster.coordinator.worker_shares import Shipper
     from hogwild.data.csr import CSRData
     from hogwild.model.spec import ModelSpec
 

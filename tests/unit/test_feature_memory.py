@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild.cluster.coordinator.report import max_abs_diff
+from hogwild.cluster.coordinator.watch.report import max_abs_diff
 from hogwild.model.saved import SavedModel
 from hogwild.model.spec import ModelSpec
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from hogwild import config
-from hogwild.cluster.coordinator.relay import SYNC_ROUNDS_AHEAD as RELAY_AHEAD
-from hogwild.cluster.coordinator.relay import StarRelay
 from hogwild.cluster.coordinator.state import RunState
+from hogwild.cluster.coordinator.sums.relay import SYNC_ROUNDS_AHEAD as RELAY_AHEAD
+from hogwild.cluster.coordinator.sums.relay import StarRelay
 from hogwild.cluster.transport.keys import COORDINATOR_SENDER_ID
 from hogwild.cluster.transport.sender import Destination, OutgoingDelta
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hogwild.cluster.coordinator.localplan import load_local
+from hogwild.cluster.coordinator.data.localplan import load_local
 from hogwild.config import Settings
 from hogwild.data.transform.reorder import check_order
 from hogwild.errors import ConfigError

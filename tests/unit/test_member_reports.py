@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from hogwild.cluster.coordinator import peer_reports as reports_module
-from hogwild.cluster.coordinator.peer_reports import MAX_PEER_REPORTS
+from hogwild.cluster.coordinator.members import peer_reports as reports_module
+from hogwild.cluster.coordinator.members.peer_reports import MAX_PEER_REPORTS
 from hogwild.cluster.coordinator.state import RunState
 
 DIM = 4

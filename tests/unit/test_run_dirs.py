@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hogwild.cli import main
-from hogwild.cluster.coordinator import checkpoint_file
+from hogwild.cluster.coordinator.checkpoints import checkpoint_file
 from hogwild.config import Settings
 from hogwild.errors import ConfigError, OutputError
 from hogwild.outputs import artifacts

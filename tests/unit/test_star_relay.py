@@ -9,9 +9,9 @@ from typing import Any
 import grpc
 import numpy as np
 
-from hogwild.cluster.coordinator.relay import StarRelay
 from hogwild.cluster.coordinator.state import RunState
-from hogwild.cluster.coordinator.tree_root import TreeRoot
+from hogwild.cluster.coordinator.sums.relay import StarRelay
+from hogwild.cluster.coordinator.sums.tree_root import TreeRoot
 from hogwild.cluster.transport.sender import Destination, OutgoingDelta
 from hogwild.cluster.wire.codec import DeltaHeader, decode_delta, encode_delta_parts
 

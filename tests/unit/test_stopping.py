@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from hogwild.cluster.coordinator.stopping import (
+from hogwild.cluster.coordinator.watch.stopping import (
     StallWatch,
     StopRules,
     StopSignal,
@@ -147,7 +147,7 @@ def test_every_trainer_keeps_its_best_model_by_one_rule() -> None:
 def test_workers_that_trained_every_epoch_end_the_run_on_max_epochs() -> None:
     """Whether the monitor sees the last round's examples before the final deltas or after,
     a run that trained the epochs asked for ends on "max epochs"."""
-    from hogwild.cluster.coordinator.stopping import StopRules
+    from hogwild.cluster.coordinator.watch.stopping import StopRules
 
     rules = StopRules(epochs=2, train_rows=100, time_budget=0.0, early=EarlyStopping())
     assert rules.budget(1.0, 200, all_finished=False, live_workers=2) == "max epochs"

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from hogwild.cluster.coordinator.state import RunState
-from hogwild.cluster.coordinator.tree_root import TreeRoot
+from hogwild.cluster.coordinator.sums.tree_root import TreeRoot
 from hogwild.cluster.transport.sender import OutgoingDelta, _mark
 from hogwild.cluster.wire.codec import DeltaHeader, decode_delta, encode_delta_parts
 from hogwild.engine import tree as tree_module

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from hogwild.cluster.coordinator.state import RunState
-from hogwild.cluster.coordinator.tree_root import TreeRoot
+from hogwild.cluster.coordinator.sums.tree_root import TreeRoot
 from hogwild.cluster.transport.sender import OutgoingDelta
 from hogwild.cluster.wire.codec import DeltaHeader, decode_delta, encode_delta_parts
 from hogwild.engine.tree import RETAINED_MAX, TreeLinks

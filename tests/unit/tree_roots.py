@@ -7,7 +7,7 @@ from typing import Any
 import grpc
 
 from hogwild.cluster.coordinator.state import RunState
-from hogwild.cluster.coordinator.tree_root import TreeRoot
+from hogwild.cluster.coordinator.sums.tree_root import TreeRoot
 from hogwild.cluster.transport.sender import Destination, OutgoingDelta
 
 DIM = 10

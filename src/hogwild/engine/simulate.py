@@ -168,7 +168,7 @@ class _Sender:
 @dataclass
 class _Edges:
     """Sync star and tree: what one node owes each neighbour, sent once a round, as the
-    cluster's relays do (engine/tree.py, coordinator/relay.py): the message of round R to j
+    cluster's relays do (engine/tree.py, coordinator/sums/relay.py): the message of round R to j
     goes once this node's own round R is in and every other neighbour's round R arrived, and
     the final one once this node and every other neighbour have finished."""
 

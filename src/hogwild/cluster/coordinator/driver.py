@@ -7,30 +7,20 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
-from hogwild.cluster.coordinator import checkpoint_file as checkpoint
-from hogwild.cluster.coordinator.adjust import Adjuster
-from hogwild.cluster.coordinator.advice import ConflictAdvice
-from hogwild.cluster.coordinator.checkpoint_file import Checkpoint
-from hogwild.cluster.coordinator.checkpointer import Checkpointer
-from hogwild.cluster.coordinator.evaluations import Evaluator, check_diverged
-from hogwild.cluster.coordinator.launch import configure_and_start, start_relay
-from hogwild.cluster.coordinator.links import WorkerLinks
-from hogwild.cluster.coordinator.loading import (
+from hogwild.cluster.coordinator.checkpoints import checkpoint_file as checkpoint
+from hogwild.cluster.coordinator.checkpoints.checkpoint_file import Checkpoint
+from hogwild.cluster.coordinator.checkpoints.checkpointer import Checkpointer
+from hogwild.cluster.coordinator.data.advice import ConflictAdvice
+from hogwild.cluster.coordinator.data.loading import (
     data_fingerprint,
     load_data,
     say_data,
     starting_weights,
 )
-from hogwild.cluster.coordinator.monitor import MemberWatch, Monitor, stop_rules
-from hogwild.cluster.coordinator.rejoin import Rejoins
-from hogwild.cluster.coordinator.relay import StarRelay
-from hogwild.cluster.coordinator.report import (
-    Seconds,
-    outputs_failed,
-    run_metrics,
-    score_trace,
-    write_worker_states,
-)
+from hogwild.cluster.coordinator.data.worker_shares import Shipper
+from hogwild.cluster.coordinator.members.launch import configure_and_start, start_relay
+from hogwild.cluster.coordinator.members.links import WorkerLinks
+from hogwild.cluster.coordinator.members.rejoin import Rejoins
 from hogwild.cluster.coordinator.runconfig import (
     Layout,
     RunConfigs,
@@ -39,9 +29,19 @@ from hogwild.cluster.coordinator.runconfig import (
     run_max_rounds,
 )
 from hogwild.cluster.coordinator.state import RunState
-from hogwild.cluster.coordinator.stopping import StopRules, StopSignal, regression_warning
-from hogwild.cluster.coordinator.trace import ModelTrace, earlier_rows
-from hogwild.cluster.coordinator.worker_shares import Shipper
+from hogwild.cluster.coordinator.sums.relay import StarRelay
+from hogwild.cluster.coordinator.watch.adjust import Adjuster
+from hogwild.cluster.coordinator.watch.evaluations import Evaluator, check_diverged
+from hogwild.cluster.coordinator.watch.monitor import MemberWatch, Monitor, stop_rules
+from hogwild.cluster.coordinator.watch.report import (
+    Seconds,
+    outputs_failed,
+    run_metrics,
+    score_trace,
+    write_worker_states,
+)
+from hogwild.cluster.coordinator.watch.stopping import StopRules, StopSignal, regression_warning
+from hogwild.cluster.coordinator.watch.trace import ModelTrace, earlier_rows
 from hogwild.cluster.transport.health import HealthReporter
 from hogwild.cluster.wire.deltanorms import NormWatch
 from hogwild.cluster.wire.streams import FinalState
@@ -65,8 +65,8 @@ from hogwild.runtime.warmup import preload_in_background
 from hogwild.settings.rules import engaged_note, few_rows_a_worker
 
 if TYPE_CHECKING:
-    from hogwild.cluster.coordinator.localplan import LocalShipping
-    from hogwild.cluster.coordinator.records import WorkerRecord
+    from hogwild.cluster.coordinator.data.localplan import LocalShipping
+    from hogwild.cluster.coordinator.members.records import WorkerRecord
 
 log = logging.getLogger("hogwild.coordinator")
 

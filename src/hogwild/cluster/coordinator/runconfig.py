@@ -6,7 +6,7 @@ import logging
 import math
 from dataclasses import dataclass
 
-from hogwild.cluster.coordinator.records import WorkerRecord
+from hogwild.cluster.coordinator.members.records import WorkerRecord
 from hogwild.cluster.coordinator.state import RunState
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb
 from hogwild.cluster.wire.codec import value_bound

@@ -11,11 +11,11 @@ from typing import TextIO
 
 import grpc
 
-from hogwild.cluster.coordinator import checkpoint_file
+from hogwild.cluster.coordinator.checkpoints import checkpoint_file
 from hogwild.cluster.coordinator.driver import HandedOver, Interrupted, RunDriver
 from hogwild.cluster.coordinator.servicer import CoordinatorServicer
 from hogwild.cluster.coordinator.state import RunState
-from hogwild.cluster.coordinator.stopping import StopSignal
+from hogwild.cluster.coordinator.watch.stopping import StopSignal
 from hogwild.cluster.transport.handshakes import HandshakeWatch
 from hogwild.cluster.transport.health import (
     COORDINATOR_SERVICE,

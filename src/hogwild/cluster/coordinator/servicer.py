@@ -12,8 +12,8 @@ from collections.abc import Callable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from hogwild.cluster.coordinator.identity import register_claim
-from hogwild.cluster.coordinator.records import Accusation
+from hogwild.cluster.coordinator.members.identity import register_claim
+from hogwild.cluster.coordinator.members.records import Accusation
 from hogwild.cluster.coordinator.state import RunState
 from hogwild.cluster.transport.health import LIVENESS
 from hogwild.cluster.transport.security import can_serve, sender_key

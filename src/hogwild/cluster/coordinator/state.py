@@ -16,11 +16,11 @@ import uuid
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.cluster.coordinator.checkpoint_file import Checkpoint
-from hogwild.cluster.coordinator.global_model import GlobalModel
-from hogwild.cluster.coordinator.records import Totals, counters_of, entries_of, totals_of
-from hogwild.cluster.coordinator.roster import Roster
-from hogwild.cluster.coordinator.sequences import Sequences
+from hogwild.cluster.coordinator.checkpoints.checkpoint_file import Checkpoint
+from hogwild.cluster.coordinator.members.records import Totals, counters_of, entries_of, totals_of
+from hogwild.cluster.coordinator.members.roster import Roster
+from hogwild.cluster.coordinator.sums.global_model import GlobalModel
+from hogwild.cluster.coordinator.sums.sequences import Sequences
 from hogwild.cluster.transport.keys import KeyRing
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
-from hogwild.cluster.coordinator.records import WorkerRecord
+from hogwild.cluster.coordinator.members.records import WorkerRecord
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb
 from hogwild.engine.guard import Adjustment, SwingGuard
 from hogwild.errors import ClusterError

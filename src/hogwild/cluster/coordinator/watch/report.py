@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.cluster.coordinator import checkpoint_file
-from hogwild.cluster.coordinator.adjust import Adjuster
-from hogwild.cluster.coordinator.checkpointer import Checkpointer
-from hogwild.cluster.coordinator.records import Totals
-from hogwild.cluster.coordinator.relay import StarRelay
+from hogwild.cluster.coordinator.checkpoints import checkpoint_file
+from hogwild.cluster.coordinator.checkpoints.checkpointer import Checkpointer
+from hogwild.cluster.coordinator.data.worker_shares import Shipper
+from hogwild.cluster.coordinator.members.records import Totals
 from hogwild.cluster.coordinator.state import RunState
-from hogwild.cluster.coordinator.trace import ModelTrace
-from hogwild.cluster.coordinator.worker_shares import Shipper
+from hogwild.cluster.coordinator.sums.relay import StarRelay
+from hogwild.cluster.coordinator.watch.adjust import Adjuster
+from hogwild.cluster.coordinator.watch.trace import ModelTrace
 from hogwild.cluster.wire.streams import FinalState
 from hogwild.config import Settings
 from hogwild.engine.runstart import initial_model_record

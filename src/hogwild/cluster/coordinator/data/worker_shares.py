@@ -7,15 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hogwild.cluster.coordinator.links import WorkerLinks, parallel
-from hogwild.cluster.coordinator.records import WorkerRecord
-from hogwild.cluster.coordinator.shipment import NoAnswer, Shipment, ship
+from hogwild.cluster.coordinator.data.shipment import NoAnswer, Shipment, ship
+from hogwild.cluster.coordinator.members.links import WorkerLinks, parallel
+from hogwild.cluster.coordinator.members.records import WorkerRecord
 from hogwild.cluster.coordinator.state import RunState
 from hogwild.config import Settings
 from hogwild.errors import ClusterError
 
 if TYPE_CHECKING:
-    from hogwild.cluster.coordinator.localplan import LocalShipping
+    from hogwild.cluster.coordinator.data.localplan import LocalShipping
 
 
 class Shipper:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import time
 
-from hogwild.cluster.coordinator import checkpoint_file
-from hogwild.cluster.coordinator.checkpoint_file import Checkpoint
+from hogwild.cluster.coordinator.checkpoints import checkpoint_file
+from hogwild.cluster.coordinator.checkpoints.checkpoint_file import Checkpoint
 from hogwild.cluster.coordinator.state import RunState
-from hogwild.cluster.coordinator.stopping import StopRules
+from hogwild.cluster.coordinator.watch.stopping import StopRules
 from hogwild.config import Settings
 from hogwild.outputs import artifacts
 from hogwild.outputs.history import EvalHistory

@@ -6,12 +6,12 @@ from collections.abc import Callable
 
 import grpc
 
-from hogwild.cluster.coordinator.links import WorkerLinks, parallel
-from hogwild.cluster.coordinator.records import WorkerRecord
-from hogwild.cluster.coordinator.relay import StarRelay
+from hogwild.cluster.coordinator.members.links import WorkerLinks, parallel
+from hogwild.cluster.coordinator.members.records import WorkerRecord
 from hogwild.cluster.coordinator.runconfig import RunConfigs
 from hogwild.cluster.coordinator.state import RunState
-from hogwild.cluster.coordinator.tree_root import TreeRoot
+from hogwild.cluster.coordinator.sums.relay import StarRelay
+from hogwild.cluster.coordinator.sums.tree_root import TreeRoot
 from hogwild.cluster.transport.security import from_settings
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb
 from hogwild.config import Settings

@@ -8,11 +8,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from hogwild.cluster.coordinator.checkpoint_file import Checkpoint
-from hogwild.cluster.coordinator.peer_reports import PeerReports
-from hogwild.cluster.coordinator.quarantine import Quarantine
-from hogwild.cluster.coordinator.records import WorkerRecord, records_from
-from hogwild.cluster.coordinator.sequences import Sequences
+from hogwild.cluster.coordinator.checkpoints.checkpoint_file import Checkpoint
+from hogwild.cluster.coordinator.members.peer_reports import PeerReports
+from hogwild.cluster.coordinator.members.quarantine import Quarantine
+from hogwild.cluster.coordinator.members.records import WorkerRecord, records_from
+from hogwild.cluster.coordinator.sums.sequences import Sequences
 from hogwild.cluster.transport.keys import COORDINATOR, KeyRing
 from hogwild.cluster.transport.security import same_key
 from hogwild.errors import ClusterError, NotAllowed, NotReady, StaleOrUnknown

@@ -35,8 +35,8 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.cluster.coordinator.relay import EMPTY, Sparse, StarRelay
 from hogwild.cluster.coordinator.state import RunState
+from hogwild.cluster.coordinator.sums.relay import EMPTY, Sparse, StarRelay
 from hogwild.cluster.transport.sender import OutgoingDelta
 from hogwild.cluster.wire.codec import DecodedDelta, DeltaHeader
 from hogwild.engine.sparse import merge_sparse

@@ -7,14 +7,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hogwild.cluster.coordinator.adjust import Adjuster
-from hogwild.cluster.coordinator.checkpoint_file import Checkpoint
-from hogwild.cluster.coordinator.checkpointer import Checkpointer
-from hogwild.cluster.coordinator.evaluations import Evaluator, check_diverged, fmt
-from hogwild.cluster.coordinator.rejoin import Rejoins
+from hogwild.cluster.coordinator.checkpoints.checkpoint_file import Checkpoint
+from hogwild.cluster.coordinator.checkpoints.checkpointer import Checkpointer
+from hogwild.cluster.coordinator.members.rejoin import Rejoins
 from hogwild.cluster.coordinator.state import RunState
-from hogwild.cluster.coordinator.stopping import StallWatch, StopRules, StopSignal
-from hogwild.cluster.coordinator.trace import ModelTrace
+from hogwild.cluster.coordinator.watch.adjust import Adjuster
+from hogwild.cluster.coordinator.watch.evaluations import Evaluator, check_diverged, fmt
+from hogwild.cluster.coordinator.watch.stopping import StallWatch, StopRules, StopSignal
+from hogwild.cluster.coordinator.watch.trace import ModelTrace
 from hogwild.config import Settings
 from hogwild.errors import TrainingDiverged
 from hogwild.model.evaluation import evaluate

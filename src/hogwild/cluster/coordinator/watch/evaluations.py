@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.base.text import number
-from hogwild.cluster.coordinator.records import Totals
+from hogwild.cluster.coordinator.members.records import Totals
 from hogwild.cluster.coordinator.state import RunState
 from hogwild.errors import TrainingDiverged
 from hogwild.model.evaluation import evaluate, is_finite

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import grpc
 
-from hogwild.cluster.coordinator.records import AddressClaimed
-from hogwild.cluster.coordinator.roster import Roster
+from hogwild.cluster.coordinator.members.records import AddressClaimed
+from hogwild.cluster.coordinator.members.roster import Roster
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.errors import Conflict
 

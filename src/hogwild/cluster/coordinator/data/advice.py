@@ -6,7 +6,7 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
-from hogwild.cluster.coordinator.records import WorkerRecord
+from hogwild.cluster.coordinator.members.records import WorkerRecord
 from hogwild.config import Settings
 from hogwild.data.diagnose.conflicts import Recommendation, advice, recommend_for, startup_report
 from hogwild.engine.round_size import choose_round_size

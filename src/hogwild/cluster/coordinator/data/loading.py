@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.cluster.coordinator import fingerprint
-from hogwild.cluster.coordinator.checkpoint_file import Checkpoint
-from hogwild.cluster.coordinator.localplan import load_local
+from hogwild.cluster.coordinator.checkpoints import fingerprint
+from hogwild.cluster.coordinator.checkpoints.checkpoint_file import Checkpoint
+from hogwild.cluster.coordinator.data.localplan import load_local
 from hogwild.cluster.coordinator.runconfig import TrainShape
 from hogwild.config import Settings
 from hogwild.data.sources import data_lines
@@ -20,7 +20,7 @@ from hogwild.errors import ClusterError, ConfigError, DataError
 from hogwild.model.spec import ModelSpec
 
 if TYPE_CHECKING:
-    from hogwild.cluster.coordinator.localplan import LocalShipping
+    from hogwild.cluster.coordinator.data.localplan import LocalShipping
 
 
 def load_data(s: Settings) -> tuple[Any, LocalShipping | None, TrainShape]:

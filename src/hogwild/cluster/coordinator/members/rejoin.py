@@ -6,13 +6,13 @@ import logging
 import threading
 from collections.abc import Callable
 
-from hogwild.cluster.coordinator.adjust import Adjuster
-from hogwild.cluster.coordinator.links import WorkerLinks, parallel
-from hogwild.cluster.coordinator.records import WorkerRecord
-from hogwild.cluster.coordinator.relay import StarRelay
+from hogwild.cluster.coordinator.data.worker_shares import Shipper
+from hogwild.cluster.coordinator.members.links import WorkerLinks, parallel
+from hogwild.cluster.coordinator.members.records import WorkerRecord
 from hogwild.cluster.coordinator.runconfig import RunConfigs
 from hogwild.cluster.coordinator.state import RunState
-from hogwild.cluster.coordinator.worker_shares import Shipper
+from hogwild.cluster.coordinator.sums.relay import StarRelay
+from hogwild.cluster.coordinator.watch.adjust import Adjuster
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb
 from hogwild.config import Settings
 from hogwild.errors import ClusterError, HogwildError

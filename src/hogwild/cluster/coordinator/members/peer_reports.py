@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from hogwild.cluster.coordinator.records import Accusation, WorkerRecord
+from hogwild.cluster.coordinator.members.records import Accusation, WorkerRecord
 
 # Peer reports kept for metrics.json (a drop is reported by one or two peers; a flood of
 # them from one misbehaving worker is not stored), and the length of each reason kept.

@@ -11,10 +11,10 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.cluster.coordinator.checkpoint_file import Checkpoint
-from hogwild.cluster.coordinator.records import WorkerRecord
-from hogwild.cluster.coordinator.roster import Roster
-from hogwild.cluster.coordinator.sequences import Sequences
+from hogwild.cluster.coordinator.checkpoints.checkpoint_file import Checkpoint
+from hogwild.cluster.coordinator.members.records import WorkerRecord
+from hogwild.cluster.coordinator.members.roster import Roster
+from hogwild.cluster.coordinator.sums.sequences import Sequences
 from hogwild.cluster.wire.codec import DecodedDelta, DeltaHeader, check_values
 from hogwild.cluster.wire.deltanorms import NormWatch
 from hogwild.engine.tree import AppliedCounts

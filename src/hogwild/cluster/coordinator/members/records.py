@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.cluster.coordinator.checkpoint_file import WorkerEntry
+from hogwild.cluster.coordinator.checkpoints.checkpoint_file import WorkerEntry
 from hogwild.cluster.wire.codec import DeltaHeader
 from hogwild.errors import StaleOrUnknown
 

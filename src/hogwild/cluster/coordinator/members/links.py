@@ -12,8 +12,8 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.cluster.coordinator.records import WorkerRecord
-from hogwild.cluster.coordinator.shipment import SLOW_LINK_BYTES_PER_S
+from hogwild.cluster.coordinator.data.shipment import SLOW_LINK_BYTES_PER_S
+from hogwild.cluster.coordinator.members.records import WorkerRecord
 from hogwild.cluster.coordinator.state import RunState
 from hogwild.cluster.transport.security import from_settings
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb, pb_grpc

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.cluster.coordinator.records import Totals
+from hogwild.cluster.coordinator.members.records import Totals
 from hogwild.model.evaluation import evaluate
 from hogwild.model.losses import Loss
 from hogwild.model.spec import ModelSpec

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from hogwild.cluster.coordinator.records import WorkerRecord
+from hogwild.cluster.coordinator.members.records import WorkerRecord
 from hogwild.cluster.wire import pb
 from hogwild.cluster.wire.localstream import local_chunks
 from hogwild.cluster.wire.streams import shard_chunks
@@ -18,7 +18,7 @@ from hogwild.config import Settings
 from hogwild.errors import ClusterError
 
 if TYPE_CHECKING:
-    from hogwild.cluster.coordinator.localplan import LocalShipping
+    from hogwild.cluster.coordinator.data.localplan import LocalShipping
 
 # Shipping and final-state deadlines grow with the payload (loopback does ~1 GB/s; allow 10 MB/s).
 SLOW_LINK_BYTES_PER_S = 10e6

@@ -1,0 +1,1 @@
+"""The deltas summed into the global model, and relayed between workers (star, tree)."""
