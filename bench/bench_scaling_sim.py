@@ -8,8 +8,9 @@ command: only --workers, --threads 1 and --mode given, the rest at their default
 and topology are the defaults' choice for W), evaluated 16 times an epoch. Time to accuracy
 is the simulated time at which the coordinator's model first reaches the one-worker run's
 best validation accuracy less 0.005 (the same seed's); the speed-up is the one-worker run's
-time to accuracy over this one's. Medians over --seeds. The data is loaded once. W: the
-workers started; E: those `engage` trains on (--engage all: every one).
+time to accuracy over this one's. Medians over --seeds, with the lowest and highest speed-up
+of the seeds beside them. The data is loaded once. W: the workers started; E: those
+`engage` trains on (--engage all: every one).
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(x) for x in args.seeds.split(",")]
     print(f"{splits.train.n_rows:,} training rows; default cost model; medians of "
           f"{len(seeds)} seed(s)")
-    print(f"{'mode':>5} {'W':>3} {'E':>3} {'topology':>8} {'to_acc_s':>9} {'speedup':>7} {'total_s':>8} "
-          f"{'messages':>9} {'MB':>8} {'test_acc':>8}")
+    print(f"{'mode':>5} {'W':>3} {'E':>3} {'topology':>8} {'to_acc_s':>9} {'speedup':>7} "
+          f"{'seeds':>13} {'total_s':>8} {'messages':>9} {'MB':>8} {'test_acc':>8}")
     for mode in args.modes.split(","):
         ref: dict[int, tuple[float, float]] = {}
         for w in workers:
@@ -97,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
             first = rows[0][0]
             to_acc = f"{statistics.median(reached):.4f}" if len(reached) == len(rows) else "never"
             speedup = f"{statistics.median(ups):.2f}x" if len(ups) == len(rows) else "-"
+            # One seed's figure can be far from the median: the spread says how far.
+            spread = f"{min(ups):.2f}-{max(ups):.2f}x" if len(ups) > 1 else ""
             print(f"{mode:>5} {w:>3} {first['engaged']:>3} {first['topology']:>8} {to_acc:>9} {speedup:>7} "
-                  f"{statistics.median(r['seconds'] for r, _, _ in rows):>8.3f} "
+                  f"{spread:>13} {statistics.median(r['seconds'] for r, _, _ in rows):>8.3f} "
                   f"{int(statistics.median(r['messages'] for r, _, _ in rows)):>9,} "
                   f"{statistics.median(r['bytes'] for r, _, _ in rows) / 1e6:>8.0f} "
                   f"{statistics.median(r['test'] for r, _, _ in rows):>8.4f}", flush=True)
