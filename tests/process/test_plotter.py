@@ -15,7 +15,7 @@ ROWS = [{"epoch": i + 1, "elapsed": 0.1 * i, "train_loss": 1.0 / (i + 1), "val_l
 
 def test_started_early_then_finished(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     plot = BackgroundPlot()
-    helper = plot._proc
+    helper = plot.helper
     assert helper is not None
     plot.start(tmp_path, ROWS, "t")
     with caplog.at_level(logging.WARNING):
@@ -47,7 +47,7 @@ def test_a_history_changed_after_start_is_drawn_again(tmp_path: Path,
 
 def test_close_after_start_stops_the_helper(tmp_path: Path) -> None:
     plot = BackgroundPlot()
-    helper = plot._proc
+    helper = plot.helper
     assert helper is not None
     plot.start(tmp_path, ROWS, "t")
     plot.close()
@@ -59,9 +59,9 @@ def test_a_helper_that_does_not_say_drawn_is_replaced_in_process(
     # A helper that ends with 0 but never said "drawn" (as one handed to a forked child may
     # look: its exit status is not the child's to read) does not count as a plot.
     plot = BackgroundPlot()
-    assert plot._proc is not None
-    plot._proc.kill()
-    plot._proc.wait()
+    assert plot.helper is not None
+    plot.helper.kill()
+    plot.helper.wait()
     with caplog.at_level(logging.WARNING):
         assert plot.finish(tmp_path, ROWS, "t") == tmp_path / "loss.png"
     assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -76,7 +76,7 @@ out, action = Path(sys.argv[1]), sys.argv[2]
 rows = [{"epoch": 1, "elapsed": 0.0, "train_loss": 1.0, "val_loss": None,
          "val_accuracy": None}]
 plot = BackgroundPlot()
-helper = plot._proc
+helper = plot.helper
 pid = os.fork()
 if pid == 0:  # the child takes the helper over
     code = 3

@@ -62,7 +62,7 @@ def test_the_bookkeeping_is_bounded() -> None:
             for i in range(10_000) for s in ("01", "06")]
     book.look(many, now=0.0)
     book.look([Socket(1, f"10.9.9.{i % 256}", 60000 + i, "06") for i in range(5000)], now=1.0)
-    assert len(book._established) <= 4096 and len(book._counted) <= 4096
+    assert max(book.remembered) <= 4096
     assert len(book.counts) <= 4096
 
 

@@ -151,15 +151,15 @@ def test_after_a_sum_the_next_deltas_go_out_as_encoded_and_the_rounding_goes_las
         stub.gate.set()
         assert dest.flush(10)
         assert dest.deltas_merged == 1 and len(seqs) == 1
-        assert dest._residual is not None  # this sum does not round exactly to float32
+        assert dest.residual is not None  # this sum does not round exactly to float32
         for d in deltas[3:9]:
             dest.put_delta(d)
             assert dest.flush(10)
         assert len(seqs) == 1  # sent as the exchange encoded them: no merge, no new encoding
-        assert dest._residual is not None
+        assert dest.residual is not None
         dest.put_delta(deltas[9])  # the final one takes the rounding along
         assert dest.flush(10)
-        assert dest._residual is None and len(seqs) >= 2
+        assert dest.residual is None and len(seqs) >= 2
     finally:
         stub.gate.set()
         dest.close(1.0)

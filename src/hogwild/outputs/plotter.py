@@ -60,6 +60,12 @@ class BackgroundPlot:
         except OSError as exc:
             log.debug("no plot helper (%s): the plot will be drawn in-process", exc)
 
+    @property
+    def helper(self) -> subprocess.Popen[bytes] | None:
+        """The helper process (None: none started, or closed), for a caller that watches
+        it: its pid, whether it still runs."""
+        return self._proc
+
     def start(self, out_dir: str | Path, rows: Sequence[Mapping[str, Any]],
               title: str = "", saved: float | None = None) -> None:
         """Hand the helper the final history now: it draws while this process goes on with

@@ -95,6 +95,12 @@ class ClosedBeforeCalls:
         self._counted: dict[tuple[str, int], float] = {}
         self.counts: dict[str, int] = {}
 
+    @property
+    def remembered(self) -> tuple[int, int]:
+        """(connections seen established, closed connections counted) that the book holds:
+        each bounded, whatever a peer opens."""
+        return len(self._established), len(self._counted)
+
     def look(self, sockets: Iterable[Socket], now: float) -> list[str]:
         """Feed one reading of the table; the hosts with a new failed connection in it."""
         failed: list[str] = []

@@ -171,6 +171,12 @@ class Destination:
         self._thread = threading.Thread(target=self._run, name=f"send-{name}", daemon=True)
         self._thread.start()
 
+    @property
+    def residual(self) -> OutgoingDelta | None:
+        """The float32 rounding of the last summed delta, owed to the next send or the final
+        one (None: nothing owed)."""
+        return self._residual
+
     def put(self, rpc: str, message: Any) -> None:
         """Queue ``stub.<rpc>(message)``; ignored once the destination is down."""
         with self._cond:

@@ -221,7 +221,7 @@ class StarRelay:
                 idx, val = merge_sparse(idx, val, known_idx, -known_val)
                 self._known[wid] = (upto, EMPTY)
             aggregate = OutgoingDelta(round_, final, examples, idx, val,
-                                      applied=self._applied_counts())
+                                      applied=self.applied_counts())
             self._stamp(wid, aggregate)
             dest = self.destinations.get(wid)
             if dest is not None:
@@ -240,9 +240,9 @@ class StarRelay:
         """(Holding the lock.) Book an aggregate for ``wid`` on its edge (a tree: its sum,
         see TreeRoot); nothing in a star."""
 
-    def _applied_counts(self) -> dict[int, int] | None:
-        """(Holding the lock.) What the aggregates say the model applied (a tree, async:
-        see TreeRoot); None in a star."""
+    def applied_counts(self) -> dict[int, int] | None:
+        """What the aggregates say the model applied (a tree, async: see TreeRoot; read
+        under the run state's lock); None in a star."""
         return None
 
     def _own_side(self, wid: int) -> list[Sparse]:

@@ -122,14 +122,14 @@ class TreeRoot(StarRelay):
                         continue
                     empty = OutgoingDelta(
                         self._sent_round, False, sum(self._examples.values()),
-                        *EMPTY, applied=self._applied_counts())
+                        *EMPTY, applied=self.applied_counts())
                     self._stamp(c, empty)
                     self.destinations[c].put_delta(empty)
                     self.aggregates += 1
             for c, r in resyncs:  # after the greeting, which tells the orphan its parent died
                 resync = OutgoingDelta(max(self._sent_round, self._before_first), False,
                                        sum(self._examples.values()), *r.world,
-                                       applied=self._applied_counts(), apart=True,
+                                       applied=self.applied_counts(), apart=True,
                                        resync_cut=r.cut)
                 self._stamp(c, resync)
                 self.destinations[c].put_delta(resync)
@@ -245,7 +245,9 @@ class TreeRoot(StarRelay):
         none: dict[int, int] = {}
         return self.state.model.tree_applied(view, none)
 
-    def _applied_counts(self) -> dict[int, int] | None:
+    def applied_counts(self) -> dict[int, int] | None:
+        """Async: per origin, the messages up the model holds without a gap, which every
+        message down carries; None in sync mode."""
         return self._counts(AppliedCounts.prefix) if self.mode != "sync" else None
 
     def _live(self) -> list[int]:
