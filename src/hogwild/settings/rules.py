@@ -91,7 +91,7 @@ def engaged_workers(engage: str, workers: int, threads: int, train_nnz: int,
     ENGAGE_HOLD_NNZ."""
     if engage != "auto" or workers <= 2 or model != "linear":
         return workers
-    busy = min(ENGAGE_MAX.get(mode, ENGAGE_MAX["sync"]),
+    busy = min(ENGAGE_MAX[mode],
                train_nnz // (ENGAGE_NNZ * max(1, threads)))
     held = -(-train_nnz // ENGAGE_HOLD_NNZ)
     return int(min(workers, max(2, busy, held)))
@@ -104,7 +104,7 @@ def engaged_note(asked: int, engaged: int, threads: int, train_nnz: int,
     if engaged >= asked:
         return None
     each = train_nnz / (engaged * max(1, threads))
-    most = ENGAGE_MAX.get(mode, ENGAGE_MAX["sync"])
+    most = ENGAGE_MAX[mode]
     return (f"engaging {engaged} of {asked} workers: {train_nnz:,} training non-zeros are "
             f"{each / 1e6:.3g}M an epoch for each of their {threads} thread(s); more workers "
             f"would spend longer on messages than they save in training (a worker pays from "
