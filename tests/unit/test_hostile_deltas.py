@@ -36,6 +36,7 @@ from hogwild.cluster.worker.node import WorkerNode, _same_side
 from hogwild.cluster.worker.phase import Phase
 from hogwild.cluster.worker.plan import RunPlan
 from hogwild.engine.round import RoundEngine
+from hogwild.engine.rules import may_start
 from hogwild.engine.tree import TreeLinks
 from hogwild.errors import InvalidMessage, NotAllowed, NotReady, StaleOrUnknown
 
@@ -220,6 +221,33 @@ def test_a_tree_allows_one_lead_per_hop_to_a_neighbour_re_attached_around_the_de
     node.check_peer(COORDINATOR_SENDER_ID, COORDINATOR_KEY)
     with pytest.raises(InvalidMessage, match="round"):
         node.push_delta(_message(COORDINATOR_SENDER_ID, 10 + SYNC_ROUNDS_AHEAD + ROUND_SLACK + 1))
+
+
+def test_an_orphan_never_runs_ahead_while_it_re_attaches(monkeypatch: Any) -> None:
+    """Async, fan-out 2: worker 6's parent 2 died; a message from worker 0 says so. The
+    training threads pass the staleness gate on their own, so at no moment of the
+    re-attachment may the inbox hold no live neighbour: else they run rounds ahead unbounded
+    and label the next message with a round worker 0 must refuse (lost)."""
+    node = _node(me=6, n=7, mode="async", staleness=2, topology="tree", rounds=17)
+    assert node.tree is not None and node.plan is not None
+    node.tree.parent = 2
+    far = node.rounds + 30
+    opened = []
+    drop = node.inbox.drop
+
+    def watched(pid: int) -> bool:
+        gone = drop(pid)
+        opened.append(may_start(node.engine.rules, far, node.inbox.snapshot()))
+        return gone
+
+    monkeypatch.setattr(node.inbox, "drop", watched)
+    assert not _push(node, _message(0, 17))
+    assert 2 in node.tree_dead and node.tree.parent == 0
+    assert opened == [False]
+    # Held by worker 0's round (17) as by any neighbour's: two rounds past it, not more.
+    peers = node.inbox.snapshot()
+    assert may_start(node.engine.rules, 19, peers)
+    assert not may_start(node.engine.rules, 20, peers)
 
 
 def test_a_dropped_peer_still_hears_it_was_dropped_whatever_its_round() -> None:

@@ -236,20 +236,25 @@ class WorkerNode:
             old_parent = self._tree_parent(plan)
             old_sent = self.tree.sent_round.get(old_parent, 0)
             self.tree_dead.update(fresh)
-            for w in fresh:
-                self.drop_peer(w, self.rounds, reason)
             tree, k = self.tree, plan.tree_fanout
             now = self._tree_neighbours(plan)
             gone = [x for x in tree.neighbours if x not in now]
-            fresh_dests: dict[int, Destination] = {}
             added = [y for y in now if y not in tree.neighbours]
+            # The new neighbours are waited for before the dead stop being: the training
+            # threads pass the staleness gate on their own, and with no live neighbour in
+            # between they would run ahead unbounded, labelling the next message with a round
+            # the new neighbour must refuse as further ahead than a peer can be.
+            for y in added:
+                self.inbox.add(y, now[y])
+            for w in fresh:
+                self.drop_peer(w, self.rounds, reason)
+            fresh_dests: dict[int, Destination] = {}
             for y in added:
                 address = now[y]
                 # A child in place of a dead child is levelled (TreeLinks.take_resync).
                 child = y != self._tree_parent(plan)
                 tree.adopt(y, [x for x in gone if tree.same_side(x, y)], orphan=child,
                            sync=plan.mode == "sync")
-                self.inbox.add(y, address)
                 if y != COORDINATOR_SENDER_ID and self.destinations:
                     fresh_dests[y] = self.outbound.peer_destination(plan, y, address)
             stale = []
