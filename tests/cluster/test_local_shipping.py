@@ -21,6 +21,7 @@ from .helpers import PROGRESS_ROW, READY, Cluster, read_metrics, require_reuters
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
+WIDE = 20_000  # n_features: a plan from a sample needs the width (Reuters' ids are below it)
 ADVERTISED = re.compile(r"registered as worker (\d+) of \d+ in run \w+ "
                         r"\(advertising ([\d.]+):(\d+)\)")
 
@@ -139,12 +140,15 @@ def test_a_worker_that_sees_another_file_refuses_and_the_run_fails(cluster: Clus
     print("\n" + errors[0] + "\n" + coord_errors[0])
 
 
-def test_a_restarted_worker_rereads_its_ranges_and_rejoins(cluster: Cluster,
-                                                           tmp_path: Path) -> None:
+@pytest.mark.parametrize("plan", ["scan", "sample"])
+def test_a_restarted_worker_rereads_its_ranges_and_rejoins(cluster: Cluster, tmp_path: Path,
+                                                           plan: str) -> None:
+    # sample: the restarted worker's count of its ranges must equal its place's first count
     out = tmp_path / "out"
     train, _ = require_reuters()
-    settings = reuters(out, train, shipping="local", epochs=1_000_000, time_budget=60,
-                       rpc_timeout=2, barrier_timeout=2)
+    settings = reuters(out, train if plan == "scan" else _plain_copy(tmp_path),
+                       shipping="local", epochs=1_000_000, time_budget=60, rpc_timeout=2,
+                       barrier_timeout=2, local_plan=plan, n_features=WIDE)
     cluster.start(2, **settings)
     assert cluster.coordinator is not None
     addresses = {}
@@ -172,6 +176,33 @@ def test_a_restarted_worker_rereads_its_ranges_and_rejoins(cluster: Cluster,
     assert states[1]["rounds"] > 0 and states[0]["applied_from"]["1"] > 0
     assert metrics["stop_reason"] == "SIGTERM"
     assert metrics["shipped_bytes"] == 0 and metrics["test_accuracy"] >= 0.97
+
+
+def test_a_plan_from_a_sample_holds_out_its_windows_and_the_workers_count_the_rest(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """local_plan sample: the coordinator reads only its held-out windows and the text around
+    each cut; the workers read the rest whole and count it; every row of the file is trained
+    on or held out exactly once, and the run trains as the scanned plan does."""
+    path = _plain_copy(tmp_path)
+    rows_in_file = sum(1 for line in path.read_bytes().split(b"\n")
+                       if line.strip() and not line.lstrip().startswith(b"#"))
+    metrics = _run(cluster, 2, reuters(tmp_path / "out", path, shipping="local",
+                                       local_plan="sample", n_features=WIDE))
+    assert cluster.coordinator is not None
+    said = cluster.coordinator.output()
+    assert re.search(r"the workers counted [\d,]+ training rows", said), said
+    plan = metrics["local_ranges"]
+    assert plan["plan"] == "sample" and plan["windows"] and metrics["shipped_bytes"] == 0
+    # the windows and the workers' ranges tile the text
+    spans = sorted([(s, e) for w in plan["workers"] for _, _, s, e in w["ranges"]]
+                   + [tuple(w) for w in plan["windows"]])
+    assert spans[0][0] == 0 and spans[-1][1] == plan["text_bytes"]
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+    counted = sum(w["train_rows"] for w in plan["workers"])
+    assert counted == metrics["train_rows"] > 0
+    assert counted + plan["val_rows"] + plan["test_rows"] == rows_in_file
+    assert plan["val_rows"] == plan["sample_rows"] > 0
+    assert metrics["test_accuracy"] >= 0.97
 
 
 def test_workers_released_by_engage_leave_no_range_unread(cluster: Cluster,

@@ -12,10 +12,10 @@ import pytest
 import xxhash
 
 from hogwild.cluster.wire.localstream import local_chunks, local_source, receive_local
+from hogwild.data.digests import DIGEST_CHUNK
 from hogwild.data.formats.svmlight import parse_file
 from hogwild.data.formats.textsource import TextFile, canonical, is_url, local_source_error
 from hogwild.data.ranges import (
-    DIGEST_CHUNK,
     FilePlan,
     LocalSpec,
     deal,

@@ -18,6 +18,9 @@ per MiB of text. Memory: the held-out rows, O(n_features), a block or two, 16 by
   to the digest chunks' edges, parses, drops the held-out rows, and refuses with one line if
   the file's size, a range's digest, its row count or its non-zeros differ from the plan: a
   different file at the same path never trains.
+
+A file too large to scan is planned from a bounded sample instead (data/sampleplan.py): its
+ranges are byte ranges, read whole, and checked by the text around their ends.
 """
 
 from __future__ import annotations
@@ -26,17 +29,24 @@ import itertools
 import logging
 import time
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
-import xxhash
 
 from hogwild.base.jit import njit
 from hogwild.data._threads import default_threads
 from hogwild.data.csr import INDEX_DTYPE, INDPTR_DTYPE, LABEL_DTYPE, VALUE_DTYPE, CSRData
 from hogwild.data.diagnose.memory import PER_ID, check_fits, ids_blamed, physical_memory
+from hogwild.data.digests import (
+    DIGEST_CHUNK,
+    ChunkDigests,
+    chunk_span,
+    ends_digest,
+    line_number,
+    range_digest,
+)
 from hogwild.data.formats.svmlight import parse_text
 from hogwild.data.formats.textblocks import BLOCK_BYTES
 from hogwild.data.formats.textsource import TextFile
@@ -46,9 +56,6 @@ from hogwild.errors import DataError, DataFormatError
 log = logging.getLogger(__name__)
 
 PIECES_PER_WORKER = 8
-# Bytes of text per digest chunk: a worker reads at most this much more than its range on
-# either side to check it; the coordinator keeps 16 bytes per chunk.
-DIGEST_CHUNK = 1 << 20
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -126,7 +133,9 @@ def _row_starts(block: npt.NDArray[np.uint8], rows: int
 @dataclass(frozen=True)
 class Range:
     """Rows ``first_row .. first_row + rows - 1`` of the file, at text bytes
-    ``[byte_start, byte_end)``."""
+    ``[byte_start, byte_end)``. In a plan from a sample (data/sampleplan.py) only the bytes
+    are known: the row fields are 0, the training counts estimates, and ``digest`` is that of
+    the text around the range's two ends (digests.ends_digest)."""
 
     first_row: int
     rows: int
@@ -158,6 +167,11 @@ class FilePlan:
     test: CSRData
     seconds: float = 0.0
     label_note: str | None = None      # a label float32 does not keep (see data.labelcheck)
+    # A plan from a sample: the held-out rows are those of these text windows, read by the
+    # coordinator alone (no worker range holds them); the counts are estimates.
+    sampled: bool = False
+    windows: list[tuple[int, int]] = field(default_factory=list)
+    sample_rows: int = 0               # data rows the coordinator read (the windows')
 
     @property
     def train_rows(self) -> int:
@@ -212,7 +226,7 @@ def _kept(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, labels: n
             labels[rows])
 
 
-class _Parts:
+class RowParts:
     """Rows collected block by block in memory (raw labels)."""
 
     def __init__(self) -> None:
@@ -319,61 +333,6 @@ class _Checkpoints:
         return tuple(np.concatenate([p[i] for p in self.parts]) for i in range(5))
 
 
-def _chunk_hasher() -> Any:
-    """The digest of a chunk of text, and of a range's chunk digests: xxh3-128. It only has to
-    tell an accidentally different file (a worker holds its file: no digest keeps it honest),
-    and at 8 GB/s here against blake2b's 0.7 it no longer costs a quarter of the scan."""
-    return xxhash.xxh3_128()
-
-
-class ChunkDigests:
-    """xxh3-128 of each DIGEST_CHUNK bytes of a text (the last chunk may be shorter), fed
-    the text in order from ``start``, a chunk start. A range's digest is the digest of the
-    chunk digests it overlaps (:func:`range_digest`), so the coordinator hashes the file once,
-    before it knows where the ranges will be."""
-
-    def __init__(self, start: int = 0, chunk: int = DIGEST_CHUNK) -> None:
-        if start % chunk:
-            raise ValueError(f"chunk digests start at a chunk start, not {start}")
-        self.chunk = chunk
-        self.filled = 0
-        self.hasher = _chunk_hasher()
-        self.out = bytearray()
-
-    def update(self, data: Any) -> None:
-        view = memoryview(data).cast("B")
-        i, n = 0, len(view)
-        while i < n:  # one step per chunk boundary (a MiB), not per byte
-            take = min(n - i, self.chunk - self.filled)
-            self.hasher.update(view[i:i + take])
-            self.filled += take
-            i += take
-            if self.filled == self.chunk:
-                self.out += self.hasher.digest()
-                self.hasher = _chunk_hasher()
-                self.filled = 0
-
-    def finish(self) -> bytes:
-        """Every chunk digest, the last (short) chunk included."""
-        if self.filled:
-            self.out += self.hasher.digest()
-            self.hasher = _chunk_hasher()
-            self.filled = 0
-        return bytes(self.out)
-
-
-def chunk_span(byte_start: int, byte_end: int, chunk: int = DIGEST_CHUNK) -> tuple[int, int]:
-    """The chunks (first, past the last) a range of text bytes overlaps."""
-    return byte_start // chunk, -(-byte_end // chunk)
-
-
-def range_digest(chunk_digests: bytes) -> bytes:
-    """The digest of a range: xxh3-128 over the digests of the chunks it overlaps."""
-    h = _chunk_hasher()
-    h.update(chunk_digests)
-    return bytes(h.digest())
-
-
 def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
               test_fraction: float, zero_based: bool = False, n_features: int | None = None,
               classifier: bool = True, threads: int | None = None,
@@ -407,7 +366,7 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
         positive = 0
         max_index = -1
         watch = LabelWatch()
-        val, test = _Parts(), _Parts()
+        val, test = RowParts(), RowParts()
         limit = None if n_features is None else int(n_features)
         row_at = lines_before = pos = 0
         train_total = nnz_total = 0
@@ -525,6 +484,9 @@ class LocalSpec:
     split_seed: int
     holdout: float
     text_bytes: int = 0    # the whole text (gunzipped); 0 = unknown
+    # A plan from a sample: every row of a range is trained on, and a range is checked by
+    # the text around its ends (its rows are counted by the reader, not checked).
+    sampled: bool = False
 
 
 def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = None,
@@ -542,7 +504,9 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
     planned_nnz = sum(r.train_nnz for r in ranges)
     with closing(TextFile(spec.source)) as f:
         name = f.name
-        parts: RowSink = _Filled(name, planned_rows, planned_nnz) if sink is None else sink
+        # A sampled plan's counts are estimates: the rows go to parts joined at the end.
+        parts: RowSink = sink if sink is not None else (
+            RowParts() if spec.sampled else _Filled(name, planned_rows, planned_nnz))
         # A size of 0 in the plan, or -1 here: a server that does not say (the digests and
         # counts below still decide).
         if spec.file_size > 0 and f.size >= 0 and f.size != spec.file_size:
@@ -550,6 +514,9 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
                             f"{f.size:,} bytes here, {spec.file_size:,} there (shipping: local "
                             "needs every node to read the same file)")
         for r in sorted(ranges, key=lambda x: x.byte_start):
+            if spec.sampled:
+                _read_sampled(f, spec, r, parts, block_bytes, n_threads)
+                continue
             c0, c1 = chunk_span(r.byte_start, r.byte_end)
             digest = ChunkDigests(c0 * DIGEST_CHUNK)
             f.skim(c0 * DIGEST_CHUNK, r.byte_start, digest)
@@ -581,8 +548,31 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
                     f"planned {r.rows:,} with {r.digest.hex()[:12]} (shipping: local needs every "
                     "node to read the same file)")
     data = parts.build(spec.n_features)
-    if data.n_rows != planned_rows or data.nnz != planned_nnz:
+    if not spec.sampled and (data.n_rows != planned_rows or data.nnz != planned_nnz):
         raise DataError(f"{name}: read {data.n_rows:,} training rows with {data.nnz:,} "
                         f"non-zeros, planned {planned_rows:,} with {planned_nnz:,} (another "
                         "split seed or file?)")
     return data
+
+
+def _read_sampled(f: TextFile, spec: LocalSpec, r: Range, parts: RowSink, block_bytes: int,
+                  threads: int) -> None:
+    """Every row of range ``r`` of a plan from a sample into ``parts``, after checking the
+    text around its ends against the coordinator's; a bad line is named by its line in the
+    file (counted then, since the plan does not know where its lines are)."""
+    name = f.name
+    if ends_digest(f, r.byte_start, r.byte_end) != r.digest:
+        raise DataError(f"{name} differs from the file the coordinator planned with: the text "
+                        f"around bytes {r.byte_start:,} and {r.byte_end:,} is not what it read "
+                        "there (shipping: local needs every node to read the same file)")
+    at = r.byte_start
+    for block, real in f.blocks(r.byte_start, r.byte_end, block_bytes):
+        try:
+            p = parse_text(block, zero_based=spec.zero_based, n_features=spec.n_features,
+                           threads=threads, source=name)
+        except DataFormatError as exc:
+            message = str(exc)[len(f"{exc.path}:{exc.line}: "):]
+            raise DataFormatError(name, line_number(f, at) + exc.line - 1, message) from None
+        parts.add(p.indptr, p.indices, p.values, p.labels,
+                  np.ones(p.labels.shape[0], dtype=np.bool_))
+        at += real

@@ -15,6 +15,7 @@ from hogwild.settings.rules import (
     DELTA_DTYPES,
     ENGAGE_CHOICES,
     FINAL_STATES,
+    LOCAL_PLANS,
     LOG_LEVELS,
     LOSSES,
     MODEL_KINDS,
@@ -333,6 +334,16 @@ class Settings:
                       "to every worker; local = every worker reads its own row ranges of the "
                       "data file (a path on a volume every node mounts, or an fsspec URL), the "
                       "coordinator ships none", choices=SHIPPING, commands=_RC))
+    local_plan: str = field(
+        default="auto",
+        metadata=_doc("shipping local: how the coordinator plans the workers' ranges. scan = "
+                      "read the whole file (exact counts; held-out rows anywhere in it); "
+                      "sample = read a bounded part: byte ranges whose rows the workers "
+                      "count, held-out rows from windows of at most 64 MiB of the file "
+                      "(fewer than val_fraction + test_fraction of a larger file), the "
+                      "feature order and labels from them (needs n_features); auto = sample "
+                      "for plain text of 1 GiB and more with n_features known (given, or a "
+                      "bundled set), else scan", choices=LOCAL_PLANS, commands=_RC))
     local_data: str = field(
         default="",
         metadata=_doc("shipping local: where this worker reads the training file (a path or "

@@ -191,6 +191,13 @@ class RunDriver:
                                             self.resume is not None, self.stop.is_set,
                                             self._leave_if_stopped)
             live = [r for r in workers if not r.dead]
+            if self.local is not None and self.local.plan.sampled:
+                # Counted by the workers now: the rounds an epoch come from the real rows.
+                rows, nnz = self.local.train_shape()
+                self._print(f"the workers counted {rows:,} training rows with {nnz:,} "
+                            f"non-zeros (the sample estimated {self.train.n_rows:,})")
+                self.train = TrainShape(rows, nnz, self.train.n_features)
+                ev.train_rows = rows
             size = self.round_size = round_size(s, self.train, workers)
             max_rounds = run_max_rounds(s, workers, self.train.n_rows, size)
             layout = Layout(dim, n_features, self.train.n_rows, max_rounds, size, len(workers))

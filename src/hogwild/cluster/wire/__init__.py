@@ -11,7 +11,9 @@ from hogwild.cluster.wire import _stubs as _build
 
 # 3: LocalRange.digest is xxh3-128 (it was blake2b-128): nodes of another version refuse each
 # other's messages with FAILED_PRECONDITION instead of reading the same file as "another".
-PROTOCOL_VERSION = 3
+# 4: LocalSource.sampled (a plan from a sample, whose ranges a worker of version 3 would
+# check against the wrong digests).
+PROTOCOL_VERSION = 4
 
 
 def ensure_generated() -> None:

@@ -19,7 +19,8 @@ import numpy.typing as npt
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb
 from hogwild.cluster.wire.arrays import ArrayAssembler, iter_array_chunks, new_digest
 from hogwild.cluster.wire.streams import check_shard_chunk
-from hogwild.data.ranges import DIGEST_CHUNK, LocalSpec, Range
+from hogwild.data.digests import DIGEST_CHUNK
+from hogwild.data.ranges import LocalSpec, Range
 from hogwild.errors import InvalidMessage
 
 _ORDER = pb.ShardChunk.FIELD_FEATURE_ORDER
@@ -35,6 +36,7 @@ def local_source(spec: LocalSpec, ranges: list[Range], *, classes: tuple[float, 
         n_features=spec.n_features, zero_based=spec.zero_based, total_rows=total_rows,
         split_seed=spec.split_seed, holdout=spec.holdout, classes=list(classes or ()),
         shuffle_seed=shuffle_seed, text_bytes=spec.text_bytes, digest_chunk=DIGEST_CHUNK,
+        sampled=spec.sampled,
         ranges=[pb.LocalRange(first_row=r.first_row, rows=r.rows, byte_start=r.byte_start,
                               byte_end=r.byte_end, first_line=r.first_line,
                               train_rows=r.train_rows, train_nnz=r.train_nnz, digest=r.digest)
@@ -137,23 +139,27 @@ def _spec(m: pb.LocalSource) -> LocalSpec:
                              f"worker checks {DIGEST_CHUNK}")
     return LocalSpec(source=m.path, file_size=int(m.file_size), n_features=int(m.n_features),
                      zero_based=bool(m.zero_based), split_seed=int(m.split_seed),
-                     holdout=float(m.holdout), text_bytes=int(m.text_bytes))
+                     holdout=float(m.holdout), text_bytes=int(m.text_bytes),
+                     sampled=bool(m.sampled))
 
 
 def _ranges(m: pb.LocalSource) -> list[Range]:
     out = []
     for r in m.ranges:
-        if r.byte_end < r.byte_start or r.train_rows > r.rows or r.first_row + r.rows > \
-                m.total_rows or len(r.digest) != 16:
+        # (a sampled plan's ranges know their bytes only: their counts are estimates)
+        rows_wrong = not m.sampled and (r.train_rows > r.rows
+                                        or r.first_row + r.rows > m.total_rows)
+        if r.byte_end < r.byte_start or rows_wrong or len(r.digest) != 16:
             raise InvalidMessage(f"local range at row {r.first_row} is inconsistent")
         out.append(Range(int(r.first_row), int(r.rows), int(r.byte_start), int(r.byte_end),
                          int(r.first_line), int(r.train_rows), int(r.train_nnz),
                          bytes(r.digest)))
     if not out:
         raise InvalidMessage("local source without any range")
-    spans = sorted((r.first_row, r.first_row + r.rows) for r in out)
-    if any(a[1] > b[0] for a, b in itertools.pairwise(spans)):
-        raise InvalidMessage("local ranges overlap")
+    for spans in (sorted((r.first_row, r.first_row + r.rows) for r in out),
+                  sorted((r.byte_start, r.byte_end) for r in out)):
+        if any(a[1] > b[0] for a, b in itertools.pairwise(spans)):
+            raise InvalidMessage("local ranges overlap")
     return out
 
 

@@ -10,7 +10,8 @@ are the rows the split hash holds out; the coordinator evaluates on them.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from contextlib import closing
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -19,8 +20,14 @@ from hogwild.cluster.wire import pb
 from hogwild.cluster.wire.localstream import local_source
 from hogwild.config import Settings
 from hogwild.data.csr import CSRData
-from hogwild.data.formats.textsource import bundled_features, canonical, local_source_error
+from hogwild.data.formats.textsource import (
+    TextFile,
+    bundled_features,
+    canonical,
+    local_source_error,
+)
 from hogwild.data.ranges import FilePlan, LocalSpec, deal, plan_file
+from hogwild.data.sampleplan import AUTO_SAMPLE_BYTES, HOLDOUT_BYTES, deal_by_bytes, plan_sampled
 from hogwild.data.sources import default_test_source, load_source_hashed
 from hogwild.data.transform.labels import REGRESSION, LabelMap, label_summary
 from hogwild.data.transform.reorder import order_from_counts, renumber
@@ -42,6 +49,10 @@ class LocalShipping:
     order: np.ndarray
     labels: LabelMap
     seed: int
+    # A sampled plan: per worker place, the (rows, non-zeros) its first shipment counted;
+    # until then its counts are the sample's estimates, and after it a place shipped again
+    # (a rejoin) must count the same.
+    counted: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def source(self, worker_id: int) -> pb.LocalSource:
         """The message telling ``worker_id`` what to read."""
@@ -57,14 +68,29 @@ class LocalShipping:
         fewer than were planned for): every range is read by one of them, each gets within one
         range of the others' count."""
         if workers != len(self.plan.assignment):
-            self.plan = replace(
-                self.plan, assignment=deal(len(self.plan.ranges), workers, self.seed))
+            dealt = (deal_by_bytes(self.plan.ranges, workers, self.seed) if self.plan.sampled
+                     else deal(len(self.plan.ranges), workers, self.seed))
+            self.plan = replace(self.plan, assignment=dealt)
 
     def train_rows(self, worker_id: int) -> int:
+        if worker_id in self.counted:
+            return self.counted[worker_id][0]
         return sum(r.train_rows for r in self.plan.worker_ranges(worker_id))
 
     def train_nnz(self, worker_id: int) -> int:
+        if worker_id in self.counted:
+            return self.counted[worker_id][1]
         return sum(r.train_nnz for r in self.plan.worker_ranges(worker_id))
+
+    def count(self, worker_id: int, rows: int, nnz: int) -> None:
+        """A sampled plan: what a worker place's first shipment counted."""
+        self.counted.setdefault(worker_id, (rows, nnz))
+
+    def train_shape(self) -> tuple[int, int]:
+        """(rows, non-zeros) of every place's part: as counted where it was shipped, else
+        as planned (a sampled plan's estimate)."""
+        places = range(len(self.plan.assignment))
+        return sum(self.train_rows(w) for w in places), sum(self.train_nnz(w) for w in places)
 
     def text_bytes(self, worker_id: int) -> int:
         """Text bytes the worker reads (gzip: inflates up to the end of its last range)."""
@@ -81,19 +107,27 @@ class LocalShipping:
             labels = f"{self.plan.positive_train / max(rows, 1):.3f} of the labels above 0"
         else:
             labels = label_summary(self.plan.labels, self.plan.label_counts)
-        return (f"{rows:,} rows x {int(self.order.shape[0]):,} features, {nnz:,} non-zeros "
-                f"({nnz / max(rows, 1):.1f} per row), {labels} "
-                f"(read by the workers from {self.spec.source}; none held here)")
+        about = "about " if self.plan.sampled else ""
+        how = ("; counts estimated from a sample of its text until the workers count them"
+               if self.plan.sampled else "")
+        return (f"{about}{rows:,} rows x {int(self.order.shape[0]):,} features, {about}"
+                f"{nnz:,} non-zeros ({nnz / max(rows, 1):.1f} per row), {labels} "
+                f"(read by the workers from {self.spec.source}; none held here{how})")
 
     def ranges_report(self, workers: int) -> dict[str, Any]:
         """The plan for metrics.json: the file, its row counts, and per worker its ranges as
-        [first_row, rows, byte_start, byte_end] with its training rows and non-zeros."""
+        [first_row, rows, byte_start, byte_end] with its training rows and non-zeros (a
+        sampled plan: byte ranges, their row fields 0, the rows as the workers counted)."""
         plan = self.plan
+        rows, _ = self.train_shape()  # (a sampled plan: as the workers counted them)
+        total = rows + plan.val.n_rows + plan.test.n_rows if plan.sampled else plan.total_rows
         return {"source": self.spec.source, "file_bytes": plan.file_size,
                 "text_bytes": plan.text_bytes, "gzip": plan.gzip,
-                "total_rows": plan.total_rows, "train_rows": plan.train_rows,
+                "total_rows": total, "train_rows": rows,
                 "val_rows": plan.val.n_rows, "test_rows": plan.test.n_rows,
                 "holdout": self.spec.holdout, "plan_seconds": plan.seconds,
+                "plan": "sample" if plan.sampled else "scan",
+                "sample_rows": plan.sample_rows, "windows": [list(w) for w in plan.windows],
                 "workers": [{"worker_id": w,
                              "ranges": [[r.first_row, r.rows, r.byte_start, r.byte_end]
                                         for r in plan.worker_ranges(w)],
@@ -115,12 +149,20 @@ def load_local(settings: Settings) -> tuple[Splits, LocalShipping]:
     n_features = s.n_features if s.n_features is not None else bundled_features(s.data)
     classifier = get_loss(s.loss).is_classifier
     try:
-        plan = plan_file(source, workers=s.workers, seed=s.seed, val_fraction=s.val_fraction,
-                         test_fraction=test_fraction, zero_based=s.zero_based,
-                         n_features=n_features, classifier=classifier,
-                         bytes_per_id=feature_memory(s, 1, 1))
+        if _sampled(s, source, n_features):
+            assert n_features is not None
+            plan = plan_sampled(source, workers=s.workers, seed=s.seed,
+                                val_fraction=s.val_fraction, test_fraction=test_fraction,
+                                n_features=n_features, zero_based=s.zero_based,
+                                classifier=classifier)
+        else:
+            plan = plan_file(source, workers=s.workers, seed=s.seed,
+                             val_fraction=s.val_fraction, test_fraction=test_fraction,
+                             zero_based=s.zero_based, n_features=n_features,
+                             classifier=classifier, bytes_per_id=feature_memory(s, 1, 1))
     except ValueError as exc:
-        raise ConfigError("workers", str(exc)) from None
+        key = "local_plan" if "gzip" in str(exc) else "workers"
+        raise ConfigError(key, str(exc)) from None
     # plan.labels are float32 values (as the rows hold them): fitted as such, the classes
     # are kept as written.
     labels = LabelMap.fit(plan.labels.astype(np.float32), classifier=classifier,
@@ -157,11 +199,48 @@ def load_local(settings: Settings) -> tuple[Splits, LocalShipping]:
     order = order_from_counts(df)
     val = renumber(val, order, in_place=True)
     test = renumber(test, order, in_place=True)
+    # A sampled plan's workers train on every row of their ranges: the held-out rows are
+    # the windows', which no range holds.
     spec = LocalSpec(source=source, file_size=plan.file_size, n_features=width,
                      zero_based=s.zero_based, split_seed=s.seed,
-                     holdout=s.val_fraction + test_fraction, text_bytes=plan.text_bytes)
+                     holdout=0.0 if plan.sampled else s.val_fraction + test_fraction,
+                     text_bytes=plan.text_bytes, sampled=plan.sampled)
+    if plan.sampled:
+        _say_sample(plan, s.val_fraction + test_fraction)
     empty = CSRData(np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32),
                     np.zeros(0, np.float32), width)
     # The training rows stay in the file: Splits.train is empty here (see LocalShipping).
     splits = Splits(train=empty, val=val, test=test, feature_order=order, labels=labels)
     return splits, LocalShipping(plan, spec, order, labels, s.seed)
+
+
+def _sampled(s: Settings, source: str, n_features: int | None) -> bool:
+    """Whether the plan reads a bounded sample (data/sampleplan.py) rather than the whole
+    file (``local_plan``); ConfigError when a sample is asked for without the width."""
+    if s.local_plan == "scan":
+        return False
+    if s.local_plan == "sample":
+        if n_features is None:
+            raise ConfigError("local_plan", "sample needs n_features, the width of the file's "
+                              "feature space: a sample cannot see the largest feature id")
+        return True
+    if n_features is None:
+        return False
+    with closing(TextFile(source)) as f:
+        return not f.gzip and f.size >= AUTO_SAMPLE_BYTES
+
+
+def _say_sample(plan: FilePlan, holdout: float) -> None:
+    """The log's account of what a sampled plan holds out and estimates."""
+    held = sum(b - a for a, b in plan.windows)
+    if plan.windows:
+        log.info("plan from a sample: %s held-out row(s) from %d window(s) of the text, %.2f%% "
+                 "of its bytes (val_fraction + test_fraction ask %.2f%%; at most %d MiB is "
+                 "read, so that the plan does not grow with the file); training rows "
+                 "estimated at %s until the workers count them", f"{plan.sample_rows:,}",
+                 len(plan.windows), 100 * held / max(plan.file_size, 1), 100 * holdout,
+                 HOLDOUT_BYTES >> 20, f"{plan.train_rows:,}")
+    else:
+        log.info("plan from a sample of %s row(s), none held out; training rows estimated at "
+                 "%s until the workers count them", f"{plan.sample_rows:,}",
+                 f"{plan.train_rows:,}")

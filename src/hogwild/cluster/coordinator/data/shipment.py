@@ -86,9 +86,13 @@ def ship(stub: Any, record: WorkerRecord, data: Any, count: int, settings: Setti
     if not closing or ack.shard_digest != closing[0].shard_digest:
         raise ClusterError(f"worker {wid} received a different shard (digest mismatch)")
     if local is not None:
+        if local.plan.sampled:  # the worker counts its ranges' rows: the first count holds
+            local.count(wid, int(ack.n_rows), int(ack.nnz))
         rows, nnz = local.train_rows(wid), local.train_nnz(wid)
         if (int(ack.n_rows), int(ack.nnz)) != (rows, nnz):
+            was = ("its place's first shipment counted" if local.plan.sampled
+                   else "planned")
             raise ClusterError(f"worker {wid} loaded {ack.n_rows} rows with {ack.nnz} "
-                               f"non-zeros, planned {rows} with {nnz}")
+                               f"non-zeros, {was} {rows} with {nnz}")
         return Shipment(wid, rows, 0, seconds, plan_bytes=int(ack.bytes_received))
     return Shipment(wid, data.n_rows, int(ack.bytes_received), seconds)

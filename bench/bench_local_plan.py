@@ -1,0 +1,109 @@
+"""The coordinator's plan under shipping local: the whole-file scan against the plan from a sample.
+
+For each svmlight file given, times `load_local` (the coordinator's whole plan: the ranges,
+the held-out rows it evaluates on, the feature order) with `local_plan: scan` and with
+`local_plan: sample`, alternating, and prints the medians and their ratio. With --e2e it
+then times `hogwild train --threads 2` against `hogwild run --workers 2 --threads 1
+--shipping local` (each plan) end to end on the first file, alternating, and prints the wall
+times' ratios to train's. Usage: see bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOGWILD_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def plan_seconds(data: Path, plan: str, workers: int, n_features: int) -> tuple[float, int]:
+    """Seconds of the coordinator's plan of ``data`` in a fresh process, and its held-out rows."""
+    script = (
+        "import sys, time, json\n"
+        "from hogwild import config\n"
+        "from hogwild.cluster.coordinator.data.localplan import load_local\n"
+        "s = config.load(None, {}, json.loads(sys.argv[1]))\n"
+        "t = time.perf_counter()\n"
+        "splits, local = load_local(s)\n"
+        "print(json.dumps([time.perf_counter() - t, splits.val.n_rows]))\n")
+    # No test file: the held-out rows are validation and test shares of the data (a test
+    # file beside it, NAME.test.svm, would be loaded whole and timed too).
+    settings = {"data": str(data), "shipping": "local",
+                "workers": workers, "local_plan": plan, "n_features": n_features,
+                "data_cache": False}
+    out = subprocess.run([sys.executable, "-c", script, json.dumps(settings)], check=True,
+                         env=_env(), capture_output=True, text=True).stdout
+    seconds, held = json.loads(out.strip().splitlines()[-1])
+    return float(seconds), int(held)
+
+
+def wall(cmd: list[str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, env=_env(), capture_output=True)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", required=True, help="comma-separated svmlight files")
+    ap.add_argument("--test", default="", help="test file for --e2e (default: the data's)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--n-features", type=int, default=47237)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--e2e", action="store_true", help="also train vs run end to end")
+    ap.add_argument("--epochs", type=int, default=3)
+    args = ap.parse_args()
+    files = [Path(p) for p in args.data.split(",")]
+    print("| file | text bytes | scan s (median) | sample s (median) | sample / scan | "
+          "held-out rows (scan / sample) |")
+    print("|---|---|---|---|---|---|")
+    for data in files:
+        times: dict[str, list[float]] = {"scan": [], "sample": []}
+        held: dict[str, int] = {}
+        for _ in range(args.repeats):
+            for plan in ("scan", "sample"):
+                seconds, held[plan] = plan_seconds(data, plan, args.workers, args.n_features)
+                times[plan].append(seconds)
+        scan, sample = statistics.median(times["scan"]), statistics.median(times["sample"])
+        print(f"| {data.name} | {data.stat().st_size:,} | {scan:.2f} | {sample:.2f} | "
+              f"{sample / scan:.3f} | {held['scan']:,} / {held['sample']:,} |", flush=True)
+    if not args.e2e:
+        return
+    data, test = files[0], Path(args.test) if args.test else files[0]
+    hogwild = [sys.executable, "-m", "hogwild.cli"]
+    common = ["--data", str(data), "--test", str(test), "--epochs", str(args.epochs),
+              "--patience", "0", "--data-cache", "false", "--n-features", str(args.n_features)]
+    runs: dict[str, list[float]] = {"train": [], "scan": [], "sample": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.repeats):
+            runs["train"].append(wall([*hogwild, "train", *common, "--threads", "2",
+                                       "--out", f"{tmp}/t{i}"]))
+            for plan in ("scan", "sample"):
+                runs[plan].append(wall([*hogwild, "run", *common, "--workers",
+                                        str(args.workers), "--threads", "1", "--shipping",
+                                        "local", "--local-plan", plan, "--out",
+                                        f"{tmp}/{plan}{i}"]))
+    t = statistics.median(runs["train"])
+    print(f"\nend to end on {data.name}, {args.epochs} epochs, medians of {args.repeats}:")
+    print(f"  train --threads 2: {t:.2f} s ({', '.join(f'{x:.2f}' for x in runs['train'])})")
+    for plan in ("scan", "sample"):
+        r = statistics.median(runs[plan])
+        print(f"  run --workers {args.workers} --shipping local --local-plan {plan}: {r:.2f} s "
+              f"= {r / t:.2f}x train ({', '.join(f'{x:.2f}' for x in runs[plan])})")
+
+
+if __name__ == "__main__":
+    main()
