@@ -129,15 +129,19 @@ class WorkerNode:
         # Sent to the coordinator only: what makes a registration this process's (anyone
         # may learn the host and pid, see identify).
         self._secret = secrets.token_bytes(32)
-        # The collaborators, one role each; they read and update the state above.
+        # The collaborators, one role each; they read and update the state above (each
+        # through the protocol next to it, naming what it uses) and are handed the others.
         self.callers = Callers(self)
-        self.intake = Intake(self)
-        self.announcements = Announcements(self)
-        self.loop = RoundLoop(self)
-        self.liveness = Liveness(self)
-        self.reports = Reports(self)
-        self.outbound = Outbound(self)
-        self.admission = Admission(self)
+        self.intake = Intake(self, settings, self.callers)
+        self.reports = Reports(self, self.callers, self.timers, settings.chunk_bytes)
+        self.liveness = Liveness(self, settings.coordinator_address, self.security, self.reports)
+        self.loop = RoundLoop(self, self.timers, self.reports, self.liveness, settings.device,
+                              settings.chunk_bytes)
+        self.outbound = Outbound(self, settings.coordinator_address, self.security, self.timers,
+                                 self.loop.encode_delta, self.liveness.on_destination_down,
+                                 self.liveness.on_rejected)
+        self.announcements = Announcements(self, self.callers, self.outbound)
+        self.admission = Admission(self, self.callers, self.timers)
 
     @property
     def w(self) -> np.ndarray:
