@@ -1,4 +1,4 @@
-"""gRPC Worker service: check who calls, decode, call the node, encode. No logic of its own.
+"""gRPC Worker service: check who calls, decode, call the WorkerNode, encode. No logic of its own.
 
 Calls only the coordinator makes (shard, config, start, stop, final state) must carry the
 coordinator's sender key; a peer's delta or heartbeat must carry that peer's key. Long calls
