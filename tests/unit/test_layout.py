@@ -372,6 +372,62 @@ def test_worker_helpers_use_only_the_nodes_public_names() -> None:
     assert reaches == {}
 
 
+NODE_MODULE = "hogwild.cluster.worker.node"
+NODE_METHODS_AT_MOST = 30
+
+
+def imported_modules(importer: str, source: str) -> set[str]:
+    """Every module an `import` or `from ... import` in source may name, at any level (in
+    functions and under TYPE_CHECKING too): `from pkg import name` counts as pkg and pkg.name."""
+    package = importer.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for item in ast.walk(ast.parse(source)):
+        if isinstance(item, ast.Import):
+            found |= {alias.name for alias in item.names}
+        elif isinstance(item, ast.ImportFrom):
+            base = item.module or ""
+            if item.level:
+                anchor = package.split(".")[: len(package.split(".")) - item.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found |= {f"{base}.{alias.name}" for alias in item.names}
+    return found
+
+
+def test_the_node_import_check_finds_each_form() -> None:
+    importer = "hogwild.cluster.worker.rounds"
+    for source in (("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                    "    from hogwild.cluster.worker.node import WorkerNode\n"),
+                   "import hogwild.cluster.worker.node\n",
+                   "from hogwild.cluster.worker import node\n",
+                   "from .node import WorkerNode\n",
+                   "def f():\n    from . import node\n"):
+        assert NODE_MODULE in imported_modules(importer, source), source
+    assert NODE_MODULE not in imported_modules(
+        importer, "from hogwild.cluster.worker.inbox import Inbox\nfrom . import plan\n")
+
+
+def test_worker_helpers_do_not_import_the_node() -> None:
+    """Each role module sees of the node only what a protocol beside it names (the node
+    satisfies it), so none imports node.py. The package's __init__ makes the nodes."""
+    modules = {name: path for name, path in all_modules().items()
+               if name.startswith("hogwild.cluster.worker.")
+               and name != NODE_MODULE and path.name != "__init__.py"}
+    assert len(modules) > 10
+    importers = sorted(name for name, path in modules.items()
+                       if NODE_MODULE in imported_modules(name, path.read_text(encoding="utf-8")))
+    assert importers == []
+
+
+def test_the_worker_node_keeps_to_its_method_budget() -> None:
+    source = (PACKAGE_ROOT / "cluster" / "worker" / "node.py").read_text(encoding="utf-8")
+    node, = (item for item in ast.parse(source).body
+             if isinstance(item, ast.ClassDef) and item.name == "WorkerNode")
+    methods = [item.name for item in node.body
+               if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    assert len(methods) <= NODE_METHODS_AT_MOST, methods
+
+
 # Private names imported from another module of the package (a private module of one's own
 # package, such as data/formats/_textparse.py, is that package's to share). Those left are listed so
 # that a new one fails; each leaves the table when it is made public.

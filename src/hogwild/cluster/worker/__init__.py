@@ -47,7 +47,7 @@ def create_server(settings: Settings, node: WorkerNode | None = None
 
 
 def _build(settings: Settings, node: WorkerNode | None
-           ) -> tuple[grpc.Server, int, WorkerServicer, HealthReporter]:
+           ) -> tuple[grpc.Server, int, WorkerServicer[WorkerNode], HealthReporter]:
     servicer = WorkerServicer(node if node is not None else WorkerNode(settings))
     security = from_settings(settings)
     # Threads: one per peer pushing deltas, the coordinator's calls, health checks.
@@ -119,7 +119,7 @@ def serve(settings: Settings) -> int:
                                 "numba cache compiles them anew; a busy machine slows the "
                                 "loading)", loaded)
             health.set(True)
-            node.wait_for_start(settings.register_timeout + settings.connect_timeout)
+            node.liveness.wait_for_start(settings.register_timeout + settings.connect_timeout)
             node.run()
             if node.rejoin_reason is None or sigterm.received:
                 break
@@ -129,7 +129,7 @@ def serve(settings: Settings) -> int:
             raise ClusterError(node.fatal)
         # The coordinator collects the final state after Stop; do not wait forever.
         if (node.done.is_set() and not node.leaving
-                and not node.wait_collected(settings.connect_timeout)):
+                and not node.liveness.wait_collected(settings.connect_timeout)):
             log.warning("the coordinator did not collect the final state (gone, or not within "
                         "connect_timeout=%.0fs)", settings.connect_timeout)
         # SIGTERM first, or while registering again: this worker left a run that goes on.

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hogwild.cluster.transport.keys import COORDINATOR_SENDER_ID
+from hogwild.cluster.transport.timing import Timers
 from hogwild.cluster.wire import pb
 from hogwild.cluster.wire.codec import DecodedDelta, decode_delta
 from hogwild.cluster.wire.deltanorms import NormWatch
+from hogwild.cluster.worker.callers import Callers
+from hogwild.cluster.worker.inbox import Inbox
 from hogwild.cluster.worker.phase import Phase
 from hogwild.cluster.worker.plan import RunPlan
+from hogwild.engine.tree import TreeLinks
 from hogwild.engine.treeshape import depth
 from hogwild.errors import RefusedValues, StaleOrUnknown
-
-if TYPE_CHECKING:
-    from hogwild.cluster.worker.node import WorkerNode
 
 # How far ahead of this worker a sender's round may be, per hop between them (see
 # Admission.round_limit), and the slack added to every bound: too low a bound would refuse
@@ -24,17 +25,33 @@ SYNC_ROUNDS_AHEAD = 2
 ROUND_SLACK = 4
 
 
+class AdmissionHost(Protocol):
+    """What admitting a delta reads of the worker (the node; configure replaces its plan,
+    inbox and tree), and how it drops a peer whose values it refused."""
+
+    plan: RunPlan | None
+    inbox: Inbox
+    tree: TreeLinks | None
+    phase: Phase
+    worker_id: int
+    rounds: int
+
+    def drop_peer(self, pid: int, round_: int, reason: str) -> None: ...
+
+
 class Admission:
     """Checks a peer's delta and decodes it before it may be queued (the node queues it)."""
 
-    def __init__(self, node: WorkerNode) -> None:
+    def __init__(self, node: AdmissionHost, callers: Callers, timers: Timers) -> None:
         self.node = node
+        self.callers = callers
+        self.timers = timers
         self.norms: NormWatch | None = None  # the relative bound (mesh), made on first use
 
     def admit(self, message: pb.Delta) -> tuple[RunPlan, DecodedDelta, int]:
         """The run's plan, the decoded delta and the highest round it may carry."""
         node = self.node
-        node.callers.check_run(message.protocol_version, message.run_id, "delta")
+        self.callers.check_run(message.protocol_version, message.run_id, "delta")
         plan = node.plan
         if plan is None:
             raise StaleOrUnknown("delta received before the run config")
@@ -42,7 +59,7 @@ class Admission:
             raise StaleOrUnknown(f"delta from worker {message.worker_id}, not a peer of "
                                  f"worker {node.worker_id}")
         try:
-            with node.timers.timed("decode"):
+            with self.timers.timed("decode"):
                 # Values beyond what the run's SGD steps can make are refused like non-finite
                 # ones: a member's 1e30 would wreck this model and, summed on, its peers'.
                 delta = decode_delta(message, plan.dim, plan.max_delta_value)

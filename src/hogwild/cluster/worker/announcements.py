@@ -5,29 +5,53 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import TYPE_CHECKING
+import threading
+from typing import Protocol
 
+from hogwild.cluster.transport.sender import Destination
 from hogwild.cluster.wire import pb
+from hogwild.cluster.worker.callers import Callers
+from hogwild.cluster.worker.inbox import Inbox
+from hogwild.cluster.worker.outbound import Outbound
+from hogwild.cluster.worker.plan import RunPlan
+from hogwild.engine.round import RoundEngine
 from hogwild.errors import InvalidMessage, StaleOrUnknown
 
-if TYPE_CHECKING:
-    from hogwild.cluster.worker.node import WorkerNode
-
 log = logging.getLogger("hogwild.worker")
+
+
+class AnnouncementsHost(Protocol):
+    """What an announcement reads and changes on the worker (the node; configure replaces
+    its plan, engine and inbox, and the destinations are replaced whole when one changes)."""
+
+    cond: threading.Condition
+    exchange_lock: threading.RLock
+    plan: RunPlan | None
+    step_plan: RunPlan | None
+    adjustment: int
+    engine: RoundEngine
+    worker_id: int
+    rounds: int
+    inbox: Inbox
+    destinations: dict[int, Destination]
+    reported_down: set[int]
+    peer_addresses: dict[int, str]
 
 
 class Announcements:
     """Changes to a run under way that the coordinator announces to this worker."""
 
-    def __init__(self, node: WorkerNode) -> None:
+    def __init__(self, node: AnnouncementsHost, callers: Callers, outbound: Outbound) -> None:
         self.node = node
+        self.callers = callers
+        self.outbound = outbound
 
     def adjust(self, message: pb.Adjustment) -> None:
         """The coordinator saw the validation curve swing: train on with its step size and
         (async) staleness bound from the next round on. Values are the run's current ones,
         so an older adjustment arriving late changes nothing."""
         node = self.node
-        node.callers.check_run(message.protocol_version, message.run_id, "adjustment")
+        self.callers.check_run(message.protocol_version, message.run_id, "adjustment")
         scale = float(message.lr_scale)
         if not (math.isfinite(scale) and 0 < scale <= 1):
             raise InvalidMessage(f"adjustment: lr_scale {scale!r} is not in (0, 1]")
@@ -55,7 +79,7 @@ class Announcements:
         """A peer is back: accept its deltas again and send it ours from now on. Returns the
         first round whose delta goes to it (and whose barrier waits for it)."""
         node = self.node
-        node.callers.check_run(message.protocol_version, message.run_id, "peer joined")
+        self.callers.check_run(message.protocol_version, message.run_id, "peer joined")
         plan = node.plan
         pid = int(message.worker_id)
         if plan is None or pid not in plan.peers:
@@ -81,7 +105,7 @@ class Announcements:
                 node.peer_addresses[pid] = message.address
                 old = node.destinations.get(pid)
                 if node.destinations:  # else not running yet: configure opens them
-                    fresh = node.outbound.peer_destination(plan, pid, message.address)
+                    fresh = self.outbound.peer_destination(plan, pid, message.address)
                     # A new dict, so an exchange iterating the old one is not disturbed.
                     node.destinations = {**node.destinations, pid: fresh}
         if old is not None:

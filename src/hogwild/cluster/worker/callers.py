@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hogwild.cluster.transport.keys import COORDINATOR_SENDER_ID
 from hogwild.cluster.transport.security import same_key
@@ -10,14 +10,23 @@ from hogwild.cluster.wire.codec import check_version
 from hogwild.cluster.worker.plan import RunPlan
 from hogwild.errors import NotAllowed, NotReady, StaleOrUnknown
 
-if TYPE_CHECKING:
-    from hogwild.cluster.worker.node import WorkerNode
+
+class CallersHost(Protocol):
+    """What the checks read of the worker (the node): its run, its coordinator's key, its plan."""
+
+    run_id: str
+    coordinator_key: str
+    plan: RunPlan | None
+
+    def wait_registered(self, timeout: float) -> None: ...
+
+    def check_tree_sender(self, plan: RunPlan, worker_id: int, key: str) -> None: ...
 
 
 class Callers:
     """The checks every RPC handler makes before it touches the node's state."""
 
-    def __init__(self, node: WorkerNode) -> None:
+    def __init__(self, node: CallersHost) -> None:
         self.node = node
 
     def check_run(self, version: int, run_id: str, what: str) -> None:

@@ -3,32 +3,56 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb
 from hogwild.cluster.wire.localstream import receive_local
 from hogwild.cluster.wire.streams import ReceivedShard, receive_shard, receive_state
+from hogwild.cluster.worker.callers import Callers
+from hogwild.cluster.worker.inbox import Inbox
 from hogwild.cluster.worker.localdata import load_local_shard
 from hogwild.cluster.worker.phase import Phase
+from hogwild.cluster.worker.plan import RunPlan
+from hogwild.config import Settings
 from hogwild.data.formats.cache import user_cache_dir
+from hogwild.engine.round import RoundEngine
 from hogwild.errors import DataError, InvalidMessage, StaleOrUnknown
 
-if TYPE_CHECKING:
-    from hogwild.cluster.worker.node import WorkerNode
-
 log = logging.getLogger("hogwild.worker")
+
+
+class IntakeHost(Protocol):
+    """What the intake reads and sets on the worker (the node; configure replaces its plan,
+    engine and inbox, so they are read there each time)."""
+
+    cond: threading.Condition
+    phase: Phase
+    run_id: str
+    worker_id: int
+    shard: ReceivedShard | None
+    plan: RunPlan | None
+    engine: RoundEngine
+    inbox: Inbox
+    fatal: str | None
+
+    def wait_registered(self, timeout: float) -> None: ...
+
+    def request_stop(self, reason: str, leave: bool = False) -> None: ...
 
 
 class Intake:
     """Receives the shard (streamed, or read from the worker's own copy) and starting weights."""
 
-    def __init__(self, node: WorkerNode) -> None:
+    def __init__(self, node: IntakeHost, settings: Settings, callers: Callers) -> None:
         self.node = node
+        self.settings = settings
+        self.callers = callers
 
     def receive_shard(self, chunks: Iterable[pb.ShardChunk]) -> pb.ShardAck:
         node = self.node
-        node.wait_registered(node.settings.rpc_timeout)
+        node.wait_registered(self.settings.rpc_timeout)
         with node.cond:
             if node.phase not in (Phase.REGISTERED, Phase.SHARD):
                 raise StaleOrUnknown(f"shard offered while {node.phase.value}")
@@ -36,7 +60,7 @@ class Intake:
         first = next(iterator, None)
         if first is None:
             raise InvalidMessage("empty shard stream")
-        node.callers.check_run(first.protocol_version, first.run_id, "shard")
+        self.callers.check_run(first.protocol_version, first.run_id, "shard")
 
         def replay() -> Iterator[pb.ShardChunk]:
             yield first
@@ -45,7 +69,7 @@ class Intake:
         if first.HasField("local"):
             shard = self.load_local(replay())
         else:
-            if node.settings.out_of_core:
+            if self.settings.out_of_core:
                 log.warning("out_of_core: this worker holds its rows in memory all the same: "
                             "the coordinator ships them (shipping %s); a worker reads its rows "
                             "to disk only with shipping: local", "partition or stream")
@@ -66,10 +90,10 @@ class Intake:
         is not the one the coordinator planned with is refused, and ends this worker."""
         node = self.node
         plan = receive_local(chunks, run_id=node.run_id, worker_id=node.worker_id)
-        spill_to = user_cache_dir() / "parts" if node.settings.out_of_core else None
+        spill_to = user_cache_dir() / "parts" if self.settings.out_of_core else None
         try:
             try:
-                data = load_local_shard(plan, node.settings.local_data, spill_to)
+                data = load_local_shard(plan, self.settings.local_data, spill_to)
             except MemoryError:
                 rows = sum(r.train_rows for r in plan.ranges)
                 nnz = sum(r.train_nnz for r in plan.ranges)

@@ -5,30 +5,59 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 
 from hogwild.cluster.transport.keys import COORDINATOR_SENDER_ID
+from hogwild.cluster.transport.security import Security
+from hogwild.cluster.transport.sender import Destination
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb
+from hogwild.cluster.worker.inbox import Inbox
 from hogwild.cluster.worker.phase import COORDINATOR_ID, Phase
 from hogwild.cluster.worker.plan import RunPlan
+from hogwild.cluster.worker.report import Reports
 from hogwild.cluster.worker.watch import CoordinatorWatch
 from hogwild.errors import ClusterError
-
-if TYPE_CHECKING:
-    from hogwild.cluster.worker.node import WorkerNode
 
 log = logging.getLogger("hogwild.worker")
 
 TICK = 0.1            # the stall watch's period (see Liveness.note_stall)
 
 
+class LivenessHost(Protocol):
+    """What liveness reads of the worker (the node; configure replaces its plan and inbox,
+    and the destinations are replaced whole when one changes), and how it drops a peer or
+    leaves the run."""
+
+    cond: threading.Condition
+    started: threading.Event
+    stop_requested: threading.Event
+    done: threading.Event
+    state_served: threading.Event
+    phase: Phase
+    plan: RunPlan | None
+    inbox: Inbox
+    destinations: dict[int, Destination]
+    run_id: str
+    worker_id: int
+    rounds: int
+    ended_by_coordinator: bool
+
+    def drop_peer(self, pid: int, round_: int, reason: str) -> None: ...
+
+    def leave_to_rejoin(self, reason: str) -> None: ...
+
+
 class Liveness:
     """Signs of life sent and looked for: who is silent, unreachable, or refuses this worker."""
 
-    def __init__(self, node: WorkerNode) -> None:
+    def __init__(self, node: LivenessHost, coordinator_address: str, security: Security,
+                 reports: Reports) -> None:
         self.node = node
+        self.coordinator_address = coordinator_address
+        self.security = security
+        self.reports = reports  # progress: a relay's sign of life (heartbeat_loop)
         self.tick = time.monotonic()
         self.tick_lock = threading.Lock()
 
@@ -37,8 +66,8 @@ class Liveness:
         seconds once the coordinator's process is gone (nothing to wait for then)."""
         node = self.node
         deadline = time.monotonic() + timeout
-        watch = CoordinatorWatch(node.settings.coordinator_address,
-                                 open_channel=node.security.channel)
+        watch = CoordinatorWatch(self.coordinator_address,
+                                 open_channel=self.security.channel)
         try:
             while not node.started.wait(0.1):
                 if node.stop_requested.is_set():
@@ -48,7 +77,7 @@ class Liveness:
                         f"the coordinator did not start the run within {timeout:g}s")
                 if watch.gone():
                     raise ClusterError(
-                        f"the coordinator at {node.settings.coordinator_address} went away "
+                        f"the coordinator at {self.coordinator_address} went away "
                         "before the run started")
         finally:
             watch.close()
@@ -58,8 +87,8 @@ class Liveness:
         ``timeout`` or as soon as the coordinator's process is gone."""
         node = self.node
         deadline = time.monotonic() + timeout
-        watch = CoordinatorWatch(node.settings.coordinator_address,
-                                 open_channel=node.security.channel)
+        watch = CoordinatorWatch(self.coordinator_address,
+                                 open_channel=self.security.channel)
         try:
             while not node.state_served.wait(0.1):
                 if time.monotonic() > deadline or watch.gone():
@@ -85,7 +114,7 @@ class Liveness:
                     dest.put("Heartbeat", message)
             if plan.topology in ("star", "tree"):
                 # The relay waits for us like a peer would: progress is our sign of life.
-                node.reports.maybe_report_progress(plan, done=False)
+                self.reports.maybe_report_progress(plan, done=False)
 
     def tick_loop(self) -> None:
         node = self.node

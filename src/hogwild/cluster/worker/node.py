@@ -3,8 +3,10 @@
 The node holds the worker's state; its collaborators do the work by role: callers.py (who
 may call), intake.py (the shard, the starting model), announcements.py (adjustments, peers
 back), rounds.py (the training threads, the exchange, the barrier), liveness.py (heartbeats,
-silence, freezes, rejoin), report.py (progress, final state). The topology tree's
-re-routing stays here, beside the state it guards.
+silence, freezes, rejoin), report.py (progress, final state). Each sees of the node only
+what a protocol declared beside it names, and is handed the other roles it calls; the RPC
+service calls those roles directly where the node would only pass the call on. The
+topology tree's re-routing stays here, beside the state it guards.
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -129,15 +130,19 @@ class WorkerNode:
         # Sent to the coordinator only: what makes a registration this process's (anyone
         # may learn the host and pid, see identify).
         self._secret = secrets.token_bytes(32)
-        # The collaborators, one role each; they read and update the state above.
+        # The collaborators, one role each; they read and update the state above (each
+        # through the protocol next to it, naming what it uses) and are handed the others.
         self.callers = Callers(self)
-        self.intake = Intake(self)
-        self.announcements = Announcements(self)
-        self.loop = RoundLoop(self)
-        self.liveness = Liveness(self)
-        self.reports = Reports(self)
-        self.outbound = Outbound(self)
-        self.admission = Admission(self)
+        self.intake = Intake(self, settings, self.callers)
+        self.reports = Reports(self, self.callers, self.timers, settings.chunk_bytes)
+        self.liveness = Liveness(self, settings.coordinator_address, self.security, self.reports)
+        self.loop = RoundLoop(self, self.timers, self.reports, self.liveness, settings.device,
+                              settings.chunk_bytes)
+        self.outbound = Outbound(self, settings.coordinator_address, self.security, self.timers,
+                                 self.loop.encode_delta, self.liveness.on_destination_down,
+                                 self.liveness.on_rejected)
+        self.announcements = Announcements(self, self.callers, self.outbound)
+        self.admission = Admission(self, self.callers, self.timers)
 
     @property
     def w(self) -> np.ndarray:
@@ -178,9 +183,6 @@ class WorkerNode:
         with self.cond:
             if not self.cond.wait_for(lambda: bool(self.run_id), timeout):
                 raise StaleOrUnknown("this worker is not registered in any run yet")
-
-    def check_coordinator(self, key: str, wait: float = 0.0) -> None:
-        self.callers.check_coordinator(key, wait)
 
     def check_peer(self, worker_id: int, key: str) -> None:
         self.callers.check_peer(worker_id, key)
@@ -327,9 +329,6 @@ class WorkerNode:
 
     # --------------------------------------------------------------- RPC handlers
 
-    def receive_shard(self, chunks: Iterable[pb.ShardChunk]) -> pb.ShardAck:
-        return self.intake.receive_shard(chunks)
-
     def configure(self, message: pb.RunConfig) -> None:
         self.wait_registered(self.settings.rpc_timeout)
         self.callers.check_run(message.protocol_version, message.run_id, "run config")
@@ -398,12 +397,6 @@ class WorkerNode:
                  ", ".join(f"{k}@{a}" + (" (down)" if k in plan.down else "")
                            for k, a in sorted(plan.peers.items())) or "none")
 
-    def load_model(self, chunks: Iterable[pb.StateChunk]) -> None:
-        self.intake.load_model(chunks)
-
-    def adjust(self, message: pb.Adjustment) -> None:
-        self.announcements.adjust(message)
-
     def peer_joined(self, message: pb.PeerJoinedRequest) -> int:
         return self.announcements.peer_joined(message)
 
@@ -470,16 +463,7 @@ class WorkerNode:
         self.ended_by_coordinator = True
         self.request_stop(message.reason or "coordinator asked to stop")
 
-    def final_state(self, message: pb.FinalStateRequest, timeout: float) -> Iterator[pb.StateChunk]:
-        return self.reports.final_state(message, timeout)
-
     # ------------------------------------------------------------------- running
-
-    def wait_for_start(self, timeout: float) -> None:
-        self.liveness.wait_for_start(timeout)
-
-    def wait_collected(self, timeout: float) -> bool:
-        return self.liveness.wait_collected(timeout)
 
     def run(self) -> None:
         self.loop.run()
@@ -570,12 +554,6 @@ class WorkerNode:
         """Flush (bounded) and close every outgoing channel."""
         for dest in self.destinations.values():
             dest.close(timeout=1.0)
-
-    def status(self) -> dict[str, Any]:
-        """A summary for logs."""
-        return {"phase": self.phase.value, "worker_id": self.worker_id, "rounds": self.rounds,
-                "examples": self.examples, "deltas_sent": self.deltas_sent}
-
 
 def _same_side(me: int, k: int, a: int, b: int) -> bool:
     """tree.same_side with the coordinator under its sender id."""

@@ -3,27 +3,53 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from hogwild.cluster.transport.sender import Destination
+from hogwild.cluster.transport.timing import Timers
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb
 from hogwild.cluster.wire.streams import FinalState, state_chunks
+from hogwild.cluster.worker.callers import Callers
+from hogwild.cluster.worker.inbox import Inbox
 from hogwild.cluster.worker.phase import COORDINATOR_ID
 from hogwild.cluster.worker.plan import RunPlan
+from hogwild.engine.round import RoundEngine
 from hogwild.errors import ClusterError, TrainingDiverged
 
-if TYPE_CHECKING:
-    from hogwild.cluster.worker.node import WorkerNode
-
 PROGRESS_EVERY = 0.5  # seconds between progress reports to the coordinator
+
+
+class ReportsHost(Protocol):
+    """What the reports read of the worker (the node; configure replaces its plan, engine
+    and inbox, and the destinations are replaced whole when one changes)."""
+
+    cond: threading.Condition
+    done: threading.Event
+    state_served: threading.Event
+    plan: RunPlan | None
+    engine: RoundEngine
+    inbox: Inbox
+    destinations: dict[int, Destination]
+    run_id: str
+    worker_id: int
+    rounds: int
+    examples: int
+    deltas_sent: int
+    max_staleness: int
 
 
 class Reports:
     """What the coordinator hears from this worker; the training loss since the last report."""
 
-    def __init__(self, node: WorkerNode) -> None:
+    def __init__(self, node: ReportsHost, callers: Callers, timers: Timers,
+                 chunk_bytes: int) -> None:
         self.node = node
+        self.callers = callers
+        self.timers = timers
+        self.chunk_bytes = chunk_bytes  # the size of the final state's chunks
         self.loss_sum = 0.0   # the training threads add to it (under the node's cond)
         self.rows = 0
         self.last_train_loss = float("nan")
@@ -74,12 +100,12 @@ class Reports:
     def final_state(self, message: pb.FinalStateRequest, timeout: float) -> Iterator[pb.StateChunk]:
         """The final weights, once this worker is done (waits up to ``timeout``)."""
         node = self.node
-        node.callers.check_run(message.protocol_version, message.run_id, "final state request")
+        self.callers.check_run(message.protocol_version, message.run_id, "final state request")
         if not node.done.wait(timeout):
             raise ClusterError("this worker has not finished yet")
         state = self.snapshot_state()
         assert node.plan is not None
-        yield from state_chunks(state, node.run_id, node.settings.chunk_bytes)
+        yield from state_chunks(state, node.run_id, self.chunk_bytes)
         node.state_served.set()
 
     def snapshot_state(self) -> FinalState:
@@ -94,7 +120,7 @@ class Reports:
                       for dest_id, d in node.destinations.items() if dest_id != COORDINATOR_ID},
             dropped_peers=[pid for pid, p in peers.items() if p.dropped],
             acked_by_coordinator=coordinator.acked.get("PushDelta", 0) if coordinator else 0,
-            max_staleness=node.max_staleness, timings=node.timers.snapshot(),
+            max_staleness=node.max_staleness, timings=self.timers.snapshot(),
             bytes_sent=sum(d.bytes_sent for d in node.destinations.values()),
             bytes_to_coordinator=coordinator.bytes_sent if coordinator else 0)
 

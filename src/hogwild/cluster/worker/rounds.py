@@ -5,27 +5,72 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 
-from hogwild.cluster.transport.sender import OutgoingDelta
+from hogwild.cluster.transport.sender import Destination, OutgoingDelta
+from hogwild.cluster.transport.timing import Timers
 from hogwild.cluster.wire import pb
 from hogwild.cluster.wire.codec import DeltaHeader, encode_delta_parts
 from hogwild.cluster.worker.inbox import Inbox, PeerStatus
+from hogwild.cluster.worker.liveness import Liveness
 from hogwild.cluster.worker.phase import Phase
 from hogwild.cluster.worker.plan import RunPlan
+from hogwild.cluster.worker.report import Reports
 from hogwild.engine.driver import Next, Part, RoundDriver
-from hogwild.engine.round import ModelNotFinite
+from hogwild.engine.round import ModelNotFinite, RoundEngine
 from hogwild.engine.rules import PeerView, lag
 from hogwild.engine.threads import WORKER_CALLS, ThreadRounds, make_cursors
+from hogwild.engine.tree import TreeLinks
 from hogwild.errors import ClusterError
-
-if TYPE_CHECKING:
-    from hogwild.cluster.worker.node import WorkerNode
+from hogwild.model.arrays import CSRArrays
 
 log = logging.getLogger("hogwild.worker")
+
+
+class RoundsHost(Protocol):
+    """What the round loop reads and updates on the worker (the node): its locks, events and
+    counters, the state configure and Start replace (plan, engine, inbox, tree, arrays), the
+    destinations (replaced whole when one changes), and the tree relay's steps."""
+
+    cond: threading.Condition
+    exchange_lock: threading.RLock
+    tree_lock: threading.RLock
+    started: threading.Event
+    stop_requested: threading.Event
+    done: threading.Event
+    phase: Phase
+    run_id: str
+    worker_id: int
+    plan: RunPlan | None
+    step_plan: RunPlan | None
+    arrays: CSRArrays | None
+    hot: int
+    engine: RoundEngine
+    inbox: Inbox
+    tree: TreeLinks | None
+    destinations: dict[int, Destination]
+    rounds: int
+    examples: int
+    deltas_sent: int
+    max_staleness: int
+    fatal: str | None
+    stop_reason: str
+    leaving: bool
+    abandoned: bool
+    rejoin_reason: str | None
+    alive_at: float | None
+
+    def mark_alive(self) -> None: ...
+
+    def request_stop(self, reason: str, leave: bool = False) -> None: ...
+
+    def tree_flush(self, plan: RunPlan, round_: int, finished: bool) -> None: ...
+
+    def tree_wait(self, plan: RunPlan, ready: Callable[[dict[int, PeerStatus]], bool],
+                  finished: bool, waiting_for: str) -> None: ...
 
 
 class RoundLoop:
@@ -56,8 +101,14 @@ class RoundLoop:
     ``timers`` and returned with the final state.
     """
 
-    def __init__(self, node: WorkerNode) -> None:
+    def __init__(self, node: RoundsHost, timers: Timers, reports: Reports, liveness: Liveness,
+                 device: str, chunk_bytes: int) -> None:
         self.node = node
+        self.timers = timers
+        self.reports = reports
+        self.liveness = liveness
+        self.device = device            # where the training threads' rounds run
+        self.chunk_bytes = chunk_bytes  # the largest message a delta is cut into
         self.threads: ThreadRounds | None = None
         self._driver: RoundDriver | None = None
         self._inbox: Inbox | None = None
@@ -82,7 +133,7 @@ class RoundLoop:
         with self.driver_lock:
             self._driver = RoundDriver(node.engine, InboxView(node.inbox), self.send,
                                        plan.first_round, plan.max_rounds,
-                                       timed=node.timers.add)
+                                       timed=self.timers.add)
             self._inbox = node.inbox
             return self._driver
 
@@ -97,19 +148,19 @@ class RoundLoop:
                 or node.rejoin_reason is not None):  # left before Start: register again
             return
         node.inbox.touch_all()  # (the destinations were opened by configure)
-        beating = threading.Thread(target=node.liveness.heartbeat_loop, args=(plan,),
+        beating = threading.Thread(target=self.liveness.heartbeat_loop, args=(plan,),
                                    name="heartbeat", daemon=True)
         beating.start()
         fraction = (plan.start_offset / arrays.n_rows) if arrays.n_rows else 0.0
         calls, streams = WORKER_CALLS, plan.threads
-        if node.settings.device != "cpu":
+        if self.device != "cpu":
             # This machine's own device (the coordinator's means nothing here): one launch
             # does the round of all `threads` (engine/gpu_rounds.py).
             from hogwild.engine.gpu_rounds import device_calls
 
-            calls, streams = device_calls(node.settings.device, arrays, plan.spec), 1
+            calls, streams = device_calls(self.device, arrays, plan.spec), 1
             log.info("training on %s: %d rows a round, one kernel launch each (two where "
-                     "the shard wraps)", node.settings.device, plan.threads * plan.round_size)
+                     "the shard wraps)", self.device, plan.threads * plan.round_size)
         cursors = make_cursors(arrays.n_rows, streams, fraction)
         self.new_driver()  # from Start's first round on
         # The coordinator may have shrunk the step (node.step_plan): read at every round.
@@ -130,7 +181,7 @@ class RoundLoop:
                 threads.join()
                 # The whole process (kernel, exchange, senders, gRPC's own threads) while it
                 # trained: beside "train_cpu", what the exchange costs in CPU.
-                node.timers.add("process_cpu", time.process_time() - cpu_began)
+                self.timers.add("process_cpu", time.process_time() - cpu_began)
             log.info("trained %d rounds, %d examples in %.2fs", node.rounds, node.examples,
                      time.monotonic() - began)
             self.finish(plan)
@@ -141,10 +192,10 @@ class RoundLoop:
                     cpu: float) -> None:
         """A training thread finished a round (called under ``node.cond``)."""
         node = self.node
-        node.timers.add("wait_to_start_round", waited)
-        node.timers.add("train", trained)
-        node.timers.add("train_cpu", cpu)
-        node.reports.count(loss_sum, rows)
+        self.timers.add("wait_to_start_round", waited)
+        self.timers.add("train", trained)
+        self.timers.add("train_cpu", cpu)
+        self.reports.count(loss_sum, rows)
         node.examples += rows
 
     def thread_failed(self, k: int, exc: Exception) -> None:
@@ -170,7 +221,7 @@ class RoundLoop:
         while not node.inbox.wait(
                 lambda peers: node.stop_requested.is_set() or driver.may_start(r, peers),
                 min(0.25, plan.barrier_timeout)):
-            node.liveness.drop_silent(plan, r - 1, f"more than {slack} rounds behind")
+            self.liveness.drop_silent(plan, r - 1, f"more than {slack} rounds behind")
         return not node.stop_requested.is_set()
 
     def exchange_loop(self, plan: RunPlan) -> None:
@@ -202,7 +253,7 @@ class RoundLoop:
                         node.cond.notify_all()  # the next round is open (may_start)
             elif not alive:
                 return
-            node.reports.maybe_report_progress(plan, done=False)
+            self.reports.maybe_report_progress(plan, done=False)
 
     def apply_arrived(self) -> None:
         """Async mode: apply the queued deltas now, unless an exchange (or another RPC
@@ -241,7 +292,7 @@ class RoundLoop:
             try:
                 step = self.driver.on_round_trained(round_)
             except ModelNotFinite:
-                node.reports.diverged(plan, round_)
+                self.reports.diverged(plan, round_)
                 raise
         if plan.mode == "async" and node.tree is None:
             self.apply_arrived()  # what RPC threads queued while the lock was held
@@ -258,7 +309,7 @@ class RoundLoop:
                 else:
                     self.driver.end_round(round_)
             except ModelNotFinite:
-                node.reports.diverged(plan, round_)
+                self.reports.diverged(plan, round_)
                 raise
         if plan.mode == "async" and node.tree is None:
             self.apply_arrived()  # what RPC threads queued while the lock was held
@@ -276,7 +327,7 @@ class RoundLoop:
             return
         t1 = time.perf_counter()
         messages = self.encode_delta(indices, values, round_, final, node.examples)
-        node.timers.add("encode", time.perf_counter() - t1, len(messages))
+        self.timers.add("encode", time.perf_counter() - t1, len(messages))
         outgoing = OutgoingDelta(round_, final, node.examples, indices, values, messages)
         for dest in node.destinations.values():
             dest.put_delta(outgoing if not dest.coalesce else OutgoingDelta(
@@ -296,7 +347,7 @@ class RoundLoop:
         assert node.plan is not None
         header = DeltaHeader(run_id=node.run_id, worker_id=node.worker_id, round=round_,
                              seq=seq, dim=node.plan.dim, final=final, examples=examples)
-        return encode_delta_parts(header, indices, values, node.settings.chunk_bytes)
+        return encode_delta_parts(header, indices, values, self.chunk_bytes)
 
     def barrier(self, plan: RunPlan, round_: int) -> None:
         """Sync mode: wait for every live peer's round-``round_`` delta, then apply them
@@ -317,7 +368,7 @@ class RoundLoop:
             else:
                 while not node.inbox.wait(ready, min(0.25, plan.barrier_timeout)):
                     node.mark_alive()
-                    node.liveness.drop_silent(plan, round_, f"waiting for round {round_}")
+                    self.liveness.drop_silent(plan, round_, f"waiting for round {round_}")
             waited += time.perf_counter() - t0
             if node.fatal is not None:  # the exchange loop raises it
                 break
@@ -328,7 +379,7 @@ class RoundLoop:
                 step = driver.on_arrival()  # passed: applies what arrived, opens the next
                 if step is None or not step.waiting:  # round (a peer joined meanwhile: not)
                     break
-        node.timers.add("barrier_wait", waited)
+        self.timers.add("barrier_wait", waited)
 
     def finish(self, plan: RunPlan) -> None:
         """Send the final delta; wait (bounded) for every live peer's final; mark done."""
@@ -343,7 +394,7 @@ class RoundLoop:
             node.done.set()
             return
         self.exchange(plan, node.rounds, final=True)  # the driver's finish()
-        node.reports.maybe_report_progress(plan, done=True)
+        self.reports.maybe_report_progress(plan, done=True)
         if node.tree is not None:
             # Even when leaving: its subtree reaches the rest of the run through it only.
             node.tree_wait(plan, lambda peers: all(p.settled for p in peers.values()),
@@ -356,7 +407,7 @@ class RoundLoop:
         for dest in node.destinations.values():
             node.mark_alive()
             dest.flush(flush_for)
-        node.timers.add("drain", time.perf_counter() - t0)
+        self.timers.add("drain", time.perf_counter() - t0)
         with node.cond:
             node.phase = Phase.DONE
         node.done.set()
@@ -373,7 +424,7 @@ class RoundLoop:
             self.apply_inbox()
             if settled or node.fatal is not None:
                 return
-            node.liveness.drop_silent(plan, node.rounds, "waiting for its final delta")
+            self.liveness.drop_silent(plan, node.rounds, "waiting for its final delta")
 
 
 class InboxView:

@@ -9,23 +9,58 @@ can hold the server's threads.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Generic, Protocol, TypeVar
 
 import grpc
 
 from hogwild.cluster.transport.security import CallLimit, sender_key, wait_budget
 from hogwild.cluster.transport.status import translate, translate_stream
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb, pb_grpc
-from hogwild.cluster.worker.node import WorkerNode
+from hogwild.cluster.worker.announcements import Announcements
+from hogwild.cluster.worker.callers import Callers
+from hogwild.cluster.worker.intake import Intake
+from hogwild.cluster.worker.report import Reports
+from hogwild.config import Settings
 
 # Long calls at once: the coordinator makes one of each per run (ReceiveShard, GetFinalState);
 # a retry or a second look fits as well.
 LONG_CALLS = 2
 
 
-class WorkerServicer(pb_grpc.WorkerServicer):
+class Served(Protocol):
+    """What the service calls on a node: its handlers and the roles that answer the rest."""
+
+    settings: Settings
+    run_id: str
+    callers: Callers
+    intake: Intake
+    announcements: Announcements
+    reports: Reports
+
+    def configure(self, message: pb.RunConfig) -> None: ...
+
+    def start(self, message: pb.StartRequest) -> None: ...
+
+    def check_peer(self, worker_id: int, key: str) -> None: ...
+
+    def push_delta(self, message: pb.Delta) -> bool: ...
+
+    def heartbeat(self, message: pb.HeartbeatRequest) -> None: ...
+
+    def stop(self, message: pb.StopRequest) -> None: ...
+
+    def peer_joined(self, message: pb.PeerJoinedRequest) -> int: ...
+
+    def identify(self) -> pb.Identity: ...
+
+
+NodeT = TypeVar("NodeT", bound=Served)
+
+
+class WorkerServicer(pb_grpc.WorkerServicer, Generic[NodeT]):
     """The Worker service of one node (``node`` is replaced when the worker registers again)."""
 
-    def __init__(self, node: WorkerNode) -> None:
+    def __init__(self, node: NodeT) -> None:
         self.node = node
         self.long_calls = CallLimit(LONG_CALLS)
 
@@ -38,24 +73,24 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                      context: grpc.ServicerContext) -> pb.ShardAck:
         with self.long_calls.slot("ReceiveShard"):
             # The shard may come before this worker has read the registration reply.
-            self.node.check_coordinator(sender_key(context), wait=self.node.settings.rpc_timeout)
-            return self.node.receive_shard(request_iterator)
+            self.node.callers.check_coordinator(sender_key(context), wait=self.node.settings.rpc_timeout)
+            return self.node.intake.receive_shard(request_iterator)
 
     @translate
     def Configure(self, request: pb.RunConfig, context: grpc.ServicerContext) -> pb.Ack:
-        self.node.check_coordinator(sender_key(context))
+        self.node.callers.check_coordinator(sender_key(context))
         self.node.configure(request)
         return self._ack()
 
     @translate
     def Adjust(self, request: pb.Adjustment, context: grpc.ServicerContext) -> pb.Ack:
-        self.node.check_coordinator(sender_key(context))
-        self.node.adjust(request)
+        self.node.callers.check_coordinator(sender_key(context))
+        self.node.announcements.adjust(request)
         return self._ack()
 
     @translate
     def Start(self, request: pb.StartRequest, context: grpc.ServicerContext) -> pb.Ack:
-        self.node.check_coordinator(sender_key(context))
+        self.node.callers.check_coordinator(sender_key(context))
         self.node.start(request)
         return self._ack()
 
@@ -72,7 +107,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
 
     @translate
     def Stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.Ack:
-        self.node.check_coordinator(sender_key(context))
+        self.node.callers.check_coordinator(sender_key(context))
         self.node.stop(request)
         return self._ack()
 
@@ -80,14 +115,14 @@ class WorkerServicer(pb_grpc.WorkerServicer):
     def LoadModel(self, request_iterator: Iterator[pb.StateChunk],
                   context: grpc.ServicerContext) -> pb.Ack:
         with self.long_calls.slot("LoadModel"):
-            self.node.check_coordinator(sender_key(context))
-            self.node.load_model(request_iterator)
+            self.node.callers.check_coordinator(sender_key(context))
+            self.node.intake.load_model(request_iterator)
             return self._ack()
 
     @translate
     def PeerJoined(self, request: pb.PeerJoinedRequest,
                    context: grpc.ServicerContext) -> pb.PeerJoinedReply:
-        self.node.check_coordinator(sender_key(context))
+        self.node.callers.check_coordinator(sender_key(context))
         return pb.PeerJoinedReply(protocol_version=PROTOCOL_VERSION, run_id=self.node.run_id,
                                   round=self.node.peer_joined(request))
 
@@ -101,10 +136,10 @@ class WorkerServicer(pb_grpc.WorkerServicer):
     def GetFinalState(self, request: pb.FinalStateRequest,
                       context: grpc.ServicerContext) -> Iterator[pb.StateChunk]:
         with self.long_calls.slot("GetFinalState"):
-            self.node.check_coordinator(sender_key(context))
+            self.node.callers.check_coordinator(sender_key(context))
             s = self.node.settings
             # A call without a deadline waits rpc_timeout; none waits longer than the
             # coordinator's own deadline for it could be.
             timeout = wait_budget(context, default=s.rpc_timeout,
                                   ceiling=s.barrier_timeout + 2 * s.rpc_timeout + 60.0)
-            yield from self.node.final_state(request, timeout)
+            yield from self.node.reports.final_state(request, timeout)

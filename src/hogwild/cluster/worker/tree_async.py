@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hogwild.cluster.transport.keys import COORDINATOR_SENDER_ID
-from hogwild.cluster.transport.sender import OutgoingDelta
+from hogwild.cluster.transport.sender import Destination, OutgoingDelta
 from hogwild.cluster.wire.codec import DeltaHeader
 from hogwild.cluster.worker.phase import COORDINATOR_ID
 from hogwild.engine.tree import TreeLinks
 
-if TYPE_CHECKING:
-    from hogwild.cluster.worker.node import WorkerNode
-
 log = logging.getLogger("hogwild.worker")
 
 
-def resend_async(node: WorkerNode, tree: TreeLinks, old: int, new: int) -> None:
+class ResendHost(Protocol):
+    """What re-sending reads and counts on the worker (the node; its destinations are
+    replaced whole when one changes)."""
+
+    destinations: dict[int, Destination]
+    examples: int
+    deltas_sent: int
+
+
+def resend_async(node: ResendHost, tree: TreeLinks, old: int, new: int) -> None:
     """(The node's exchange and tree locks held.) The parent ``old`` died: send the new
     parent ``new`` again every message the coordinator's applied count of this node does not
     cover, each alone under its round, with the counts it first carried, marked re-sent.

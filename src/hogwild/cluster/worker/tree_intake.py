@@ -4,21 +4,36 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
+from hogwild.cluster.transport.sender import Destination
 from hogwild.cluster.wire.codec import DecodedDelta
+from hogwild.cluster.wire.wholeparts import WholeParts
+from hogwild.cluster.worker.inbox import Inbox
 from hogwild.cluster.worker.plan import RunPlan
 from hogwild.cluster.worker.tree_async import tree_heard
-
-if TYPE_CHECKING:
-    from hogwild.cluster.worker.node import WorkerNode
+from hogwild.engine.tree import Flush, TreeLinks
 
 log = logging.getLogger("hogwild.worker")
 
 
-def take_tree_delta(node: WorkerNode, plan: RunPlan, delta: DecodedDelta,
+class TreeIntakeHost(Protocol):
+    """What taking in a tree neighbour's delta reads of the worker (the node; configure
+    replaces its inbox and tree, and the destinations are replaced whole when one changes),
+    and how it queues a message owed on."""
+
+    whole_parts: WholeParts
+    inbox: Inbox
+    tree: TreeLinks | None
+    destinations: dict[int, Destination]
+    rounds: int
+
+    def tree_put(self, f: Flush) -> None: ...
+
+
+def take_tree_delta(node: TreeIntakeHost, plan: RunPlan, delta: DecodedDelta,
                     limit: int | None) -> bool:
     """(The node's tree lock held.) Take in ``delta`` from a tree neighbour; True if it was a
     duplicate. A message in parts is held until its last part is in, then taken part by
@@ -75,7 +90,7 @@ def _emptied(delta: DecodedDelta) -> DecodedDelta:
                                dense=False)
 
 
-def _take(node: WorkerNode, plan: RunPlan, delta: DecodedDelta, limit: int | None) -> bool:
+def _take(node: TreeIntakeHost, plan: RunPlan, delta: DecodedDelta, limit: int | None) -> bool:
     tree = node.tree
     assert tree is not None
     h, sync = delta.header, plan.mode == "sync"
