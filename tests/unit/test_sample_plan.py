@@ -203,3 +203,18 @@ def test_the_coordinator_picks_the_plan_by_local_plan(text_file: Path) -> None:
     assert sampled.ranges_report(2)["plan"] == "sample"
     with pytest.raises(ConfigError, match="local_plan"):
         load_local(config.load(None, {}, {**base, "local_plan": "sample"}))
+
+
+def test_auto_samples_a_large_plain_file_with_a_known_width(
+        text_file: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from hogwild.cluster.coordinator.data import localplan
+
+    monkeypatch.setattr(localplan, "AUTO_SAMPLE_BYTES", 100_000)  # the file: 461 kB
+    base = {"data": str(text_file), "shipping": "local", "workers": 2, "seed": 5}
+    _, sampled = load_local(config.load(None, {}, {**base, "n_features": N_FEATURES}))
+    assert sampled.plan.sampled
+    with caplog.at_level("WARNING"):
+        _, scanned = load_local(config.load(None, {}, base))
+    assert not scanned.plan.sampled
+    assert "set n_features" in caplog.text and "local_plan" in caplog.text

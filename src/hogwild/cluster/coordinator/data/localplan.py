@@ -224,10 +224,14 @@ def _sampled(s: Settings, source: str, n_features: int | None) -> bool:
             raise ConfigError("local_plan", "sample needs n_features, the width of the file's "
                               "feature space: a sample cannot see the largest feature id")
         return True
-    if n_features is None:
-        return False
     with closing(TextFile(source)) as f:
-        return not f.gzip and f.size >= AUTO_SAMPLE_BYTES
+        large = not f.gzip and f.size >= AUTO_SAMPLE_BYTES
+        size = f.size
+    if large and n_features is None:
+        log.warning("%s: %s bytes, scanned whole to plan the workers' ranges; set n_features "
+                    "(the width of its feature space) for a plan from a sample, whose cost "
+                    "does not grow with the file (local_plan)", source, f"{size:,}")
+    return large and n_features is not None
 
 
 def _say_sample(plan: FilePlan, holdout: float) -> None:
