@@ -202,8 +202,9 @@ class DataSet:
     vw_test: Path | None = None
 
 
-def make_sets(rows: int, work: Path, kinds: list[str]) -> list[DataSet]:
-    """Generate (or reuse) the sets in ``work``."""
+def make_sets(rows: int, work: Path, kinds: list[str], parquet: bool = True) -> list[DataSet]:
+    """Generate (or reuse) the sets in ``work`` (``parquet``: with Parquet copies, where
+    pyarrow is importable)."""
     from hogwild.data.formats.svmlight import read_svmlight
 
     test_rows = max(1000, rows // 10)
@@ -226,11 +227,12 @@ def make_sets(rows: int, work: Path, kinds: list[str]) -> list[DataSet]:
         for part, path in (("train", train), ("test", test)):
             data = None
             pq, vw = path.with_suffix(".parquet"), path.with_suffix(".vw")
-            if not vw.exists() or (_have("pyarrow") and not pq.exists()):
+            want_pq = parquet and _have("pyarrow") and not pq.exists()
+            if not vw.exists() or want_pq:
                 data = read_svmlight(path, n_features=n_features, cache=False)
                 if not vw.exists():
                     common.write_text(data, vw, vw=True, digits=6)
-                if _have("pyarrow") and not pq.exists():
+                if want_pq:
                     _write_parquet(data, pq)
             if part == "train":
                 size = data.nbytes if data is not None else _csr_bytes(path, n_features)
@@ -445,7 +447,8 @@ def main(argv: list[str] | None = None) -> int:
     print(common.load_line())
     print(f"scale: {args.rows:,} training rows per set, {EPOCHS} epochs; "
           f"command: {shlex.join(sys.argv)}")
-    sets = make_sets(args.rows, args.workdir, args.sets.split(","))
+    sets = make_sets(args.rows, args.workdir, args.sets.split(","),
+                     parquet="parquet" in args.formats and not args.no_parquet)
     workers = [int(w) for w in args.workers.split(",") if w]
     results: list[Result] = []
     for ds in sets:
