@@ -218,3 +218,22 @@ def test_auto_samples_a_large_plain_file_with_a_known_width(
         _, scanned = load_local(config.load(None, {}, base))
     assert not scanned.plan.sampled
     assert "set n_features" in caplog.text and "local_plan" in caplog.text
+
+
+def test_estimates_too_low_or_too_high_still_read_every_row(text_file: Path) -> None:
+    """The rows go into arrays of the estimated size, grown in place when the ranges hold
+    more and trimmed when they hold fewer."""
+    import dataclasses
+
+    plan = _plan(text_file)
+    exact = read_ranges(_spec(text_file, plan), plan.worker_ranges(0))
+    for rows, nnz in ((1, 1), (10 * exact.n_rows, 10 * exact.nnz)):
+        ranges = [dataclasses.replace(r, train_rows=rows, train_nnz=nnz)
+                  for r in plan.worker_ranges(0)]
+        got = read_ranges(_spec(text_file, plan), ranges)
+        assert got.n_rows == exact.n_rows and got.nnz == exact.nnz
+        assert got.indices.shape[0] == exact.nnz and got.labels.shape[0] == exact.n_rows
+        assert np.array_equal(got.indptr, exact.indptr)
+        assert np.array_equal(got.indices, exact.indices)
+        assert np.array_equal(got.values, exact.values)
+        assert np.array_equal(got.labels, exact.labels)

@@ -259,10 +259,13 @@ class _Filled:
     """Rows copied block by block into arrays of the planned size (raw labels): nothing held
     beside them and no concatenation, so the rows take their size once (pieces and their
     concatenation took it twice, and the pieces' freed heap stayed with the process).
-    DataError as soon as the file holds more training rows or non-zeros than planned."""
+    DataError as soon as the file holds more training rows or non-zeros than planned, unless
+    ``grow`` (a sampled plan's estimates): then the arrays grow in place (``resize``
+    reallocates; a large block's pages are moved, not copied), never living twice."""
 
-    def __init__(self, name: str, rows: int, nnz: int) -> None:
+    def __init__(self, name: str, rows: int, nnz: int, grow: bool = False) -> None:
         self.name = name
+        self.grow = grow
         self.indptr = np.zeros(rows + 1, dtype=INDPTR_DTYPE)
         self.indices = np.empty(nnz, dtype=INDEX_DTYPE)
         self.values = np.empty(nnz, dtype=VALUE_DTYPE)
@@ -279,7 +282,9 @@ class _Filled:
         lengths, kept_indices, kept_values, kept_labels = kept
         k, n = lengths.shape[0], kept_indices.shape[0]
         r0, z0 = self.rows, self.nnz
-        if r0 + k > self.labels.shape[0] or z0 + n > self.indices.shape[0]:
+        if self.grow:
+            self._room(r0 + k, z0 + n)
+        elif r0 + k > self.labels.shape[0] or z0 + n > self.indices.shape[0]:
             raise DataError(f"{self.name} differs from the file the coordinator planned with: "
                             f"more than the planned {self.labels.shape[0]:,} training rows "
                             f"with {self.indices.shape[0]:,} non-zeros (shipping: local needs "
@@ -292,9 +297,25 @@ class _Filled:
         ends += z0
         self.rows, self.nnz = r0 + k, z0 + n
 
+    def _room(self, rows: int, nnz: int) -> None:
+        """Grown arrays (nothing else views them) holding at least ``rows`` and ``nnz``."""
+        if rows > self.labels.shape[0]:
+            size = max(rows, self.labels.shape[0] * 5 // 4 + 1024)
+            self.labels.resize(size, refcheck=False)
+            self.indptr.resize(size + 1, refcheck=False)
+        if nnz > self.indices.shape[0]:
+            size = max(nnz, self.indices.shape[0] * 5 // 4 + 65536)
+            self.indices.resize(size, refcheck=False)
+            self.values.resize(size, refcheck=False)
+
     def build(self, n_features: int) -> CSRData:
         """The rows kept (fewer than planned: read_ranges then says so)."""
         r, z = self.rows, self.nnz
+        if self.grow:  # the estimate's slack given back (in place, as it grew)
+            self.indptr.resize(r + 1, refcheck=False)
+            self.labels.resize(r, refcheck=False)
+            self.indices.resize(z, refcheck=False)
+            self.values.resize(z, refcheck=False)
         return CSRData(self.indptr[:r + 1], self.indices[:z], self.values[:z], self.labels[:r],
                        n_features)
 
@@ -504,9 +525,10 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
     planned_nnz = sum(r.train_nnz for r in ranges)
     with closing(TextFile(spec.source)) as f:
         name = f.name
-        # A sampled plan's counts are estimates: the rows go to parts joined at the end.
-        parts: RowSink = sink if sink is not None else (
-            RowParts() if spec.sampled else _Filled(name, planned_rows, planned_nnz))
+        # A sampled plan's counts are estimates: 2 % more, grown in place if need be.
+        parts: RowSink = sink if sink is not None else _Filled(
+            name, planned_rows * 51 // 50 + 16, planned_nnz * 51 // 50 + 1024, grow=True) \
+            if spec.sampled else _Filled(name, planned_rows, planned_nnz)
         # A size of 0 in the plan, or -1 here: a server that does not say (the digests and
         # counts below still decide).
         if spec.file_size > 0 and f.size >= 0 and f.size != spec.file_size:
