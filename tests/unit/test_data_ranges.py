@@ -12,7 +12,6 @@ import pytest
 import xxhash
 
 from hogwild.cluster.wire.localstream import local_chunks, local_source, receive_local
-from hogwild.data.digests import DIGEST_CHUNK
 from hogwild.data.formats.svmlight import parse_file
 from hogwild.data.formats.textsource import TextFile, canonical, is_url, local_source_error
 from hogwild.data.ranges import (
@@ -25,25 +24,14 @@ from hogwild.data.ranges import (
     read_ranges,
     split_u,
 )
-from hogwild.data.synthetic import make_rcv1_like
+from hogwild.data.textspans import DIGEST_CHUNK
 from hogwild.errors import DataError, DataFormatError, InvalidMessage
+
+from .svmtext import svmlight_text
 
 
 def _text(rows: int = 600, seed: int = 1) -> bytes:
-    """svmlight text with a header comment, blank and comment lines between rows, and no
-    final newline."""
-    data = make_rcv1_like(rows, n_features=300, avg_nnz=12, seed=seed)
-    lines = []
-    for r in range(data.n_rows):
-        a, b = int(data.indptr[r]), int(data.indptr[r + 1])
-        feats = " ".join(f"{int(i) + 1}:{float(v):.6g}" for i, v in
-                         zip(data.indices[a:b], data.values[a:b]))
-        lines.append(f"{int(data.labels[r])} {feats}")
-        if r % 97 == 5:
-            lines.append("# a comment line")
-        if r % 131 == 7:
-            lines.append("   ")
-    return ("# header comment\n" + "\n".join(lines)).encode()
+    return svmlight_text(rows, seed)
 
 
 @pytest.fixture

@@ -16,26 +16,15 @@ from hogwild.data.csr import CSRData
 from hogwild.data.formats.svmlight import parse_file
 from hogwild.data.ranges import FilePlan, LocalSpec, read_ranges
 from hogwild.data.sampleplan import deal_by_bytes, plan_sampled
-from hogwild.data.synthetic import make_rcv1_like
 from hogwild.errors import ConfigError, DataError, DataFormatError
+
+from .svmtext import svmlight_text
 
 N_FEATURES = 301
 
 
 def _text(rows: int = 3000, seed: int = 1) -> bytes:
-    """svmlight text with a header comment, comment and blank lines, no final newline."""
-    data = make_rcv1_like(rows, n_features=300, avg_nnz=12, seed=seed)
-    lines = []
-    for r in range(data.n_rows):
-        a, b = int(data.indptr[r]), int(data.indptr[r + 1])
-        feats = " ".join(f"{int(i) + 1}:{float(v):.6g}" for i, v in
-                         zip(data.indices[a:b], data.values[a:b]))
-        lines.append(f"{int(data.labels[r])} {feats}")
-        if r % 97 == 5:
-            lines.append("# a comment line")
-        if r % 131 == 7:
-            lines.append("   ")
-    return ("# header comment\n" + "\n".join(lines)).encode()
+    return svmlight_text(rows, seed)
 
 
 @pytest.fixture

@@ -39,17 +39,17 @@ from hogwild.base.jit import njit
 from hogwild.data._threads import default_threads
 from hogwild.data.csr import INDEX_DTYPE, INDPTR_DTYPE, LABEL_DTYPE, VALUE_DTYPE, CSRData
 from hogwild.data.diagnose.memory import PER_ID, check_fits, ids_blamed, physical_memory
-from hogwild.data.digests import (
+from hogwild.data.formats.svmlight import parse_text
+from hogwild.data.formats.textblocks import BLOCK_BYTES
+from hogwild.data.formats.textsource import TextFile
+from hogwild.data.textspans import (
     DIGEST_CHUNK,
     ChunkDigests,
     chunk_span,
     ends_digest,
-    line_number,
+    parsed_span,
     range_digest,
 )
-from hogwild.data.formats.svmlight import parse_text
-from hogwild.data.formats.textblocks import BLOCK_BYTES
-from hogwild.data.formats.textsource import TextFile
 from hogwild.data.transform.labelcheck import LabelWatch
 from hogwild.errors import DataError, DataFormatError
 
@@ -60,7 +60,7 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 # Most label values collected while scanning (more can only be a regression target).
-_MAX_LABEL_VALUES = 1001
+MAX_LABEL_VALUES = 1001
 
 
 # ----------------------------------------------------------------------------- the split
@@ -135,7 +135,7 @@ class Range:
     """Rows ``first_row .. first_row + rows - 1`` of the file, at text bytes
     ``[byte_start, byte_end)``. In a plan from a sample (data/sampleplan.py) only the bytes
     are known: the row fields are 0, the training counts estimates, and ``digest`` is that of
-    the text around the range's two ends (digests.ends_digest)."""
+    the text around the range's two ends (textspans.ends_digest)."""
 
     first_row: int
     rows: int
@@ -426,7 +426,7 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
             # Labels as every CSRData holds them (float32), so that the classes found here
             # match the rows' labels wherever they are compared.
             labels32 = p.labels.astype(np.float32)
-            if classifier and labels.shape[0] <= _MAX_LABEL_VALUES:
+            if classifier and labels.shape[0] <= MAX_LABEL_VALUES:
                 labels, label_counts = _merge_labels(labels, label_counts, labels32, train)
             positive += int(np.count_nonzero(labels32[train] > 0))
             # Candidate boundaries: where rows start, their lines, the counts before them.
@@ -580,21 +580,12 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
 def _read_sampled(f: TextFile, spec: LocalSpec, r: Range, parts: RowSink, block_bytes: int,
                   threads: int) -> None:
     """Every row of range ``r`` of a plan from a sample into ``parts``, after checking the
-    text around its ends against the coordinator's; a bad line is named by its line in the
-    file (counted then, since the plan does not know where its lines are)."""
-    name = f.name
+    text around its ends against the coordinator's."""
     if ends_digest(f, r.byte_start, r.byte_end) != r.digest:
-        raise DataError(f"{name} differs from the file the coordinator planned with: the text "
-                        f"around bytes {r.byte_start:,} and {r.byte_end:,} is not what it read "
-                        "there (shipping: local needs every node to read the same file)")
-    at = r.byte_start
-    for block, real in f.blocks(r.byte_start, r.byte_end, block_bytes):
-        try:
-            p = parse_text(block, zero_based=spec.zero_based, n_features=spec.n_features,
-                           threads=threads, source=name)
-        except DataFormatError as exc:
-            message = str(exc)[len(f"{exc.path}:{exc.line}: "):]
-            raise DataFormatError(name, line_number(f, at) + exc.line - 1, message) from None
+        raise DataError(f"{f.name} differs from the file the coordinator planned with: the "
+                        f"text around bytes {r.byte_start:,} and {r.byte_end:,} is not what it "
+                        "read there (shipping: local needs every node to read the same file)")
+    for p in parsed_span(f, r.byte_start, r.byte_end, zero_based=spec.zero_based,
+                         n_features=spec.n_features, threads=threads, block_bytes=block_bytes):
         parts.add(p.indptr, p.indices, p.values, p.labels,
                   np.ones(p.labels.shape[0], dtype=np.bool_))
-        at += real

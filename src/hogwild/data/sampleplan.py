@@ -6,7 +6,7 @@ the data. This plan reads a bounded part instead, whatever the file's size:
 * Ranges: the text is cut into ``workers x PIECES_PER_WORKER`` pieces of equal bytes, each
   cut moved to the next line start (a few bytes read per cut). A worker reads its ranges
   whole and counts their rows itself; it checks each by the text around the range's ends
-  (digests.ends_digest) and the file's size, so a different file at the same path is
+  (textspans.ends_digest) and the file's size, so a different file at the same path is
   refused.
 * Held-out rows: the rows of K text windows spread evenly over the file, together
   ``val_fraction + test_fraction`` of its bytes but at most HOLDOUT_BYTES, read by the
@@ -33,13 +33,19 @@ import numpy as np
 
 from hogwild.data._threads import default_threads
 from hogwild.data.csr import CSRData
-from hogwild.data.digests import ends_digest, line_number, line_start
-from hogwild.data.formats.svmlight import parse_text
 from hogwild.data.formats.textblocks import BLOCK_BYTES
 from hogwild.data.formats.textsource import TextFile
-from hogwild.data.ranges import PIECES_PER_WORKER, FilePlan, Range, RowParts, split_u
+from hogwild.data.ranges import (
+    MAX_LABEL_VALUES,
+    PIECES_PER_WORKER,
+    FilePlan,
+    Range,
+    RowParts,
+    split_u,
+)
+from hogwild.data.textspans import ends_digest, line_start, parsed_span
 from hogwild.data.transform.labelcheck import LabelWatch
-from hogwild.errors import DataError, DataFormatError
+from hogwild.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -135,21 +141,13 @@ def plan_sampled(source: str, *, workers: int, seed: int, val_fraction: float,
         watch = LabelWatch()
         max_index, read, row_at = -1, 0, 0
         for a, b in windows:
-            at = a
-            for block, real in f.blocks(a, b, block_bytes):
-                try:
-                    p = parse_text(block, zero_based=zero_based, n_features=n_features,
-                                   threads=n_threads, source=name)
-                except DataFormatError as exc:
-                    message = str(exc)[len(f"{exc.path}:{exc.line}: "):]
-                    raise DataFormatError(name, line_number(f, at) + exc.line - 1,
-                                          message) from None
+            for p in parsed_span(f, a, b, zero_based=zero_based, n_features=n_features,
+                                 threads=n_threads, block_bytes=block_bytes):
                 watch.add(p.labels, row_at)
                 row_at += int(p.labels.shape[0])
                 max_index = max(max_index, p.max_index)
                 sample.add(p.indptr, p.indices, p.values, p.labels,
                            np.ones(p.labels.shape[0], dtype=np.bool_))
-                at += real
             read += b - a
         rows = sample.build(n_features)
         if rows.n_rows == 0:
@@ -161,7 +159,7 @@ def plan_sampled(source: str, *, workers: int, seed: int, val_fraction: float,
                   for a, b in spans]
     labels32 = rows.labels.astype(np.float32)
     values, counts = np.unique(labels32.astype(np.float64), return_counts=True)
-    if not classifier or values.shape[0] > 1001:
+    if not classifier or values.shape[0] > MAX_LABEL_VALUES:
         values, counts = np.zeros(0), np.zeros(0, dtype=np.int64)
     trained = sum(r.train_rows for r in ranges)
     positive = round(trained * float(np.count_nonzero(labels32 > 0)) / rows.n_rows)

@@ -1,13 +1,17 @@
-"""Digests of what a node reads of a text file: per-MiB chunks of a range, and the bytes around a range's ends."""
+"""Byte spans of a text file: read parsed and named by line, and their digests (per-MiB chunks, the text around a range's ends)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import xxhash
 
+from hogwild.data.formats.blockparse import ParsedText
+from hogwild.data.formats.svmlight import parse_text
 from hogwild.data.formats.textsource import TextFile
+from hogwild.errors import DataFormatError
 
 # Bytes of text per digest chunk: a worker reads at most this much more than its range on
 # either side to check it; the coordinator keeps 16 bytes per chunk.
@@ -130,3 +134,18 @@ def line_number(f: TextFile, offset: int) -> int:
     count = _Count()
     f.skim(0, offset, count)
     return count.lines + 1
+
+
+def parsed_span(f: TextFile, start: int, stop: int, *, zero_based: bool, n_features: int,
+                threads: int, block_bytes: int) -> Iterator[ParsedText]:
+    """The parsed blocks of the text ``[start, stop)`` (line starts); a bad line is named by
+    its line in the file (counted then: a byte range does not know where its lines are)."""
+    at = start
+    for block, real in f.blocks(start, stop, block_bytes):
+        try:
+            yield parse_text(block, zero_based=zero_based, n_features=n_features,
+                             threads=threads, source=f.name)
+        except DataFormatError as exc:
+            message = str(exc)[len(f"{exc.path}:{exc.line}: "):]
+            raise DataFormatError(f.name, line_number(f, at) + exc.line - 1, message) from None
+        at += real
