@@ -220,3 +220,45 @@ def test_scenario_refuses_what_it_cannot_simulate() -> None:
             with pytest.raises(ValueError, match="tree_fanout must be between"):
                 Scenario(workers=2, kernel=kernel, rules=ExchangeRules(), max_rounds=1,
                          tree_fanout=fanout)
+
+
+def test_a_workers_round_arithmetic_delays_each_round_by_its_cost() -> None:
+    """round_cost (a calibrated run's: the delta built, the arrivals applied) is time
+    between a worker's training and its send: one worker's run ends exactly that much
+    later a round, on the same arithmetic."""
+    free = _simulate(*SYNTHETIC, workers=1, threads=1, epochs=2, mode="sync")[1]
+    costly = _simulate(*SYNTHETIC, workers=1, threads=1, epochs=2, mode="sync",
+                       options=SimOptions(round_cost=0.002))[1]
+    assert costly.rounds == free.rounds > 1
+    assert costly.seconds == pytest.approx(free.seconds + free.rounds * 0.002, rel=1e-9)
+    assert costly.weights.tobytes() == free.weights.tobytes()
+
+
+def test_messages_slow_the_training_only_on_a_machine_they_fill() -> None:
+    """shared_cores: the nodes share one machine, so once the training threads fill its
+    cores a message's CPU comes out of theirs (each of k = C threads loses took / C). With
+    a core to spare (2 threads on 4 cores) nothing is lost, and the run is the same."""
+    common: dict[str, Any] = {"workers": 2, "threads": 1, "epochs": 2, "mode": "sync"}
+    net = Network(latency=0.0)
+    free = _simulate(*SYNTHETIC, **common, options=SimOptions(network=net))[1]
+    spare = _simulate(*SYNTHETIC, **common, options=SimOptions(network=net,
+                                                                shared_cores=4))[1]
+    full = _simulate(*SYNTHETIC, **common, options=SimOptions(network=net,
+                                                               shared_cores=2))[1]
+    assert spare.seconds == free.seconds
+    assert full.seconds > free.seconds
+    # At most every message's took / C, in full, on the critical path.
+    longest = net.send_time(8 * 47_237)
+    assert full.seconds - free.seconds <= full.messages * longest / 2
+    assert spare.weights.tobytes() == free.weights.tobytes()
+    assert full.rounds == free.rounds
+    with pytest.raises(ValueError, match="shared_cores"):
+        dataclasses.replace(free_scenario(), shared_cores=-1)
+    with pytest.raises(ValueError, match="round_cost"):
+        dataclasses.replace(free_scenario(), round_cost=float("inf"))
+
+
+def free_scenario() -> Scenario:
+    kernel = KernelPlan(spec=model_spec(config.load(None, {}, {}), 10), loss="hinge",
+                        round_size=1, threads=1, learning_rate=0.1)
+    return Scenario(workers=2, kernel=kernel, rules=ExchangeRules(), max_rounds=1)

@@ -35,3 +35,17 @@ def test_the_cost_of_a_message_is_measured_over_mutual_tls(tmp_path: Path,
     assert cost.small_seconds > 0 and cost.dense_seconds > 0 and cost.dense_entries == 500
     # 16 entries and 500: one call each to open the connection, then 3 timed.
     assert decoded == [16] * 4 + [500] * 4
+
+
+def test_a_sync_rounds_burst_is_timed_across_processes(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """Two worker processes and a coordinator: each round both send to each other and to the
+    coordinator at once, and each waits for the other's delta; a star sends up only."""
+    mesh = msgcost.measure_burst(500, workers=2, mesh=True, rounds=3)
+    assert (mesh.workers, mesh.destinations) == (2, 2)
+    assert mesh.peers_in > 0 and mesh.all_acked > 0
+    assert mesh.sender == mesh.all_acked / 2 and mesh.latency >= 0
+    monkeypatch.setattr(msgcost, "MAX_BURST_WORKERS", 2)  # capped: 5 asked, 2 started
+    star = msgcost.measure_burst(500, workers=5, mesh=False, rounds=3)
+    assert (star.workers, star.destinations) == (2, 1)
+    assert star.peers_in == 0 and star.latency == 0 and star.all_acked > 0

@@ -16,15 +16,22 @@ from hogwild.config import Settings
 from hogwild.data.sources import data_lines
 from hogwild.data.transform.labels import MULTICLASS
 from hogwild.data.transform.split import shard
-from hogwild.engine.calibration import MAX_ROWS, busy_threads, kernel_speed
+from hogwild.engine.calibration import (
+    MAX_ROWS,
+    busy_threads,
+    kernel_speed,
+    machine_cores,
+    round_costs,
+)
 from hogwild.engine.guard import SwingGuard
 from hogwild.engine.job import test_quality
 from hogwild.engine.network import DEFAULT_SPEED, Network
 from hogwild.engine.round_size import choose_round_size, fit_round_size, max_rounds
 from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.runstart import load_splits, model_spec
-from hogwild.engine.simulate import Scenario, SimResult, Simulation
+from hogwild.engine.simulate import Scenario, SimResult, Simulation, worker_rules
 from hogwild.engine.threads import KernelPlan
+from hogwild.engine.treeshape import children
 from hogwild.errors import ConfigError, DataError, TrainingDiverged, UsageError
 from hogwild.model.arrays import csr_arrays
 from hogwild.model.compression import Compression
@@ -59,6 +66,8 @@ class SimOptions:
     evals_per_epoch: float = 4.0
     max_events: float = DEFAULT_MAX_EVENTS
     calibrate: bool = False          # measure speed and message cost on this machine first
+    shared_cores: int = 0            # the nodes share one machine of this many cores
+    round_cost: float = 0.0          # seconds of a worker's own arithmetic a round
 
     def worker_speeds(self, workers: int, seed: int) -> tuple[float, ...]:
         """One speed per worker: as given, or ``speed`` scattered by ``spread`` (seeded)."""
@@ -98,7 +107,8 @@ def scenario_of(settings: Settings, options: SimOptions, train_rows: int, train_
         max_rounds=max_rounds(settings.epochs, train_rows, total, size),
         speeds=options.worker_speeds(settings.workers, settings.seed),
         network=options.network, tree_fanout=settings.tree_fanout, slices=options.slices,
-        evals_per_epoch=options.evals_per_epoch, seed=settings.seed)
+        evals_per_epoch=options.evals_per_epoch, seed=settings.seed,
+        shared_cores=options.shared_cores, round_cost=options.round_cost)
 
 
 def estimate_events(scenario: Scenario) -> tuple[int, int, int]:
@@ -204,7 +214,7 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
     spec = model_spec(settings, splits.train.n_features)
     kernel = kernel_plan(settings, spec)
     if options.calibrate:
-        options = _calibrated(options, splits.train, kernel, settings.workers, console)
+        options = _calibrated(options, splits.train, kernel, settings, console)
     scenario = scenario_of(settings, options, splits.train.n_rows, splits.train.nnz, kernel)
     check_cost(scenario, settings.topology, options.max_events)  # before any shard is cut
     note = few_rows_a_worker(settings.combine, scenario.rules.combine, splits.train.n_rows,
@@ -246,24 +256,51 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
     return metrics
 
 
-def _calibrated(options: SimOptions, train: Any, kernel: KernelPlan, workers: int,
+def _calibrated(options: SimOptions, train: Any, kernel: KernelPlan, settings: Settings,
                 console: Console) -> SimOptions:
     """``options`` with this machine's kernel speed (unless --speeds names them) and the
-    measured cost of a delta message (engine.calibration, protocol.msgcost)."""
+    measured cost of a delta message (engine.calibration, protocol.msgcost), each measured
+    as busy as the run keeps this machine."""
     # deferred: msgcost loads grpc, which a simulation without --calibrate does without
-    from hogwild.cluster.transport.msgcost import measure
+    from hogwild.cluster.transport.msgcost import measure, measure_burst
 
     rows = csr_arrays(train.slice(0, min(train.n_rows, MAX_ROWS)), kernel.spec.n_features)
+    workers, cores = settings.workers, machine_cores()
     concurrent = busy_threads(workers, kernel.threads)
     speed = kernel_speed(rows, kernel, concurrent)
-    cost = measure(kernel.spec.dim)
-    net = replace(options.network, overhead=cost.overhead, bandwidth=cost.bandwidth)
+    # One message at a time gives the cost per byte; a sync round's end, with every worker
+    # sending at once (to each peer and the coordinator in a mesh, up the tree otherwise),
+    # gives what a message costs the run's senders and how long it is in flight.
+    topology = resolve_topology(settings.topology, workers, settings.mode)
+    alone = measure(kernel.spec.dim)
+    burst = measure_burst(kernel.spec.dim, workers, mesh=topology == "mesh")
+    per_byte = 1.0 / alone.bandwidth
+    net = replace(options.network, bandwidth=alone.bandwidth,
+                  overhead=max(alone.overhead, burst.sender - burst.dense_bytes * per_byte),
+                  latency=burst.latency if burst.workers > 1 and topology == "mesh"
+                  else options.network.latency)
+    scenario = scenario_of(settings, options, train.n_rows, train.nnz, kernel)
+    build, apply = round_costs(worker_rules(scenario), kernel.spec.initial_weights(0))
+    # What a worker applies a round: a delta from each peer in a mesh, one summed message
+    # from each tree neighbour (the coordinator, in a star) otherwise.
+    if topology == "mesh":
+        arrivals = workers - 1
+    elif topology == "tree":
+        arrivals = 1 + len(children(0, settings.tree_fanout, workers))
+    else:
+        arrivals = 1
+    round_cost = build + apply * arrivals
     console.say(f"calibrated on this machine: {speed:.3g} non-zeros/s per thread "
-                f"({concurrent} at once); a delta "
-                f"message {cost.small_seconds * 1e3:.2f} ms (16 entries), "
-                f"{cost.dense_seconds * 1e3:.2f} ms ({cost.dense_entries:,} entries): "
-                f"{cost.overhead * 1e3:.2f} ms + {cost.bandwidth / 1e9:.3g} GB/s")
-    return replace(options, speed=options.speed if options.speeds else speed, network=net)
+                f"({concurrent} at once); a worker's own arithmetic {round_cost * 1e3:.2f} ms "
+                f"a round; a delta message alone {alone.small_seconds * 1e3:.2f} ms "
+                f"(16 entries), {alone.dense_seconds * 1e3:.2f} ms ({alone.dense_entries:,}); "
+                f"a sync round's {burst.workers} x {burst.destinations} at once "
+                f"{burst.all_acked * 1e3:.2f} ms, the peers' in after "
+                f"{burst.peers_in * 1e3:.2f} ms: {net.overhead * 1e3:.2f} ms + "
+                f"{net.bandwidth / 1e9:.3g} GB/s a message, {net.latency * 1e3:.2f} ms in flight")
+    # The run being predicted is `hogwild run` here: every node on this machine's cores.
+    return replace(options, speed=options.speed if options.speeds else speed, network=net,
+                   shared_cores=cores, round_cost=round_cost)
 
 
 def _staleness(settings: Settings) -> str:

@@ -15,6 +15,11 @@ import os
 import threading
 import time
 
+import numpy as np
+import numpy.typing as npt
+
+from hogwild.engine.round import RoundEngine
+from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.threads import KernelPlan, make_cursors, train_round
 from hogwild.model.arrays import CSRArrays
 
@@ -22,9 +27,16 @@ REPEATS = 5
 MAX_ROWS = 200_000   # enough to fill the caches as a real round does; bounded in time
 
 
+def machine_cores() -> int:
+    """The cores this process may run on (its affinity, which a container's cpuset narrows)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def busy_threads(workers: int, threads: int) -> int:
     """The threads a run of ``workers`` x ``threads`` keeps busy on this machine."""
-    return max(1, min(workers * threads, os.cpu_count() or 1))
+    return max(1, min(workers * threads, machine_cores()))
 
 
 def kernel_speed(rows: CSRArrays, plan: KernelPlan, concurrent: int = 1, seed: int = 0,
@@ -54,3 +66,32 @@ def kernel_speed(rows: CSRArrays, plan: KernelPlan, concurrent: int = 1, seed: i
     # The fastest pass: what the machine does undisturbed (a busy machine only slows some).
     wall = min(one_pass() for _ in range(repeats))
     return max(1, nnz) / k / max(wall, 1e-9)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Peer:
+    round: int = 0
+    settled: bool = False
+
+
+def round_costs(rules: ExchangeRules, w0: npt.NDArray[np.float64],
+                repeats: int = REPEATS) -> tuple[float, float]:
+    """(build, apply): the seconds a worker's round engine takes here to build its own delta
+    after a round and to apply one arrived delta, on a change to every weight (a round of
+    many rows touches most of them): the fastest of ``repeats`` passes each."""
+    dim = w0.shape[0]
+    engine = RoundEngine(rules, w0.copy())
+    peers = {p: _Peer() for p in range(1, rules.n_peers + 1)}
+    rng = np.random.default_rng(0)
+    change = np.asarray(rng.normal(0.0, 1e-3, dim), dtype=np.float64)
+    idx, val = np.arange(dim, dtype=np.int32), change.astype(np.float32)
+    builds, applies = [], []
+    for r in range(1, repeats + 2):
+        engine.w += change
+        began = time.perf_counter()
+        engine.apply([(idx, val)])
+        applied = time.perf_counter()
+        engine.build(r, False, lambda: peers)
+        builds.append(time.perf_counter() - applied)
+        applies.append(applied - began)
+    return min(builds[1:]), min(applies[1:])  # the first pass compiles

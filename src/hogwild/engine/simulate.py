@@ -71,6 +71,13 @@ class Scenario:
     slices: int = 4
     evals_per_epoch: float = 4.0
     seed: int = 0
+    # 0: every node has a machine of its own, with a core to spare for its messages. C > 0:
+    # all the nodes share one machine of C cores (a calibrated run: `hogwild run` here), so
+    # a message's CPU comes out of the training threads' cores once they fill the machine.
+    shared_cores: int = 0
+    # Seconds of a worker's own arithmetic a round (its delta built, the arrived ones
+    # applied) before it sends: calibrated runs measure it, the default model counts it free.
+    round_cost: float = 0.0
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -86,6 +93,19 @@ class Scenario:
                 raise ValueError(f"{name} {BOUNDS[name].why}")
         if self.tree_fanout not in BOUNDS["tree_fanout"]:
             raise ValueError(f"tree_fanout {BOUNDS['tree_fanout'].why}")
+        if self.shared_cores < 0:
+            raise ValueError("shared_cores must be >= 0")
+        if not 0.0 <= self.round_cost < math.inf:
+            raise ValueError("round_cost must be finite and >= 0")
+
+
+def worker_rules(scenario: Scenario) -> ExchangeRules:
+    """The exchange rules each virtual worker runs: the scenario's, with its peers counted
+    and the averaged part of the model placed."""
+    spec, rules = scenario.kernel.spec, scenario.rules
+    return dataclasses.replace(
+        rules, n_peers=scenario.workers - 1,
+        averaged_from=0 if rules.combine == "average" else spec.shared_from)
 
 
 @dataclass
@@ -162,6 +182,7 @@ class _Sender:
     """One node's sender: busy until a time, and what waits per neighbour."""
 
     busy_until: float = 0.0
+    busy_from: float = 0.0
     pending: dict[int, _Packet] = field(default_factory=dict)  # insertion order = FIFO
 
 
@@ -207,6 +228,8 @@ class _Worker:
     driver: RoundDriver
     finished: bool = False
     waiting_since: float | None = None
+    training_since: float | None = None  # when its current round's training began
+    debt: float = 0.0       # seconds its training owes to messages on a shared machine
 
     @property
     def engine(self) -> RoundEngine:
@@ -230,11 +253,8 @@ class Simulation:
         # virtual worker at once (the cluster's take one RPC).
         self.guard = guard
         self.lr_scale = 1.0
-        spec = scenario.kernel.spec
-        w0 = spec.initial_weights(scenario.seed)
-        rules = dataclasses.replace(
-            scenario.rules, n_peers=scenario.workers - 1,
-            averaged_from=0 if scenario.rules.combine == "average" else spec.shared_from)
+        w0 = scenario.kernel.spec.initial_weights(scenario.seed)
+        rules = worker_rules(scenario)
         self.rules = rules
         self.rng = np.random.default_rng(scenario.seed)
         self.global_w = w0.copy()
@@ -322,10 +342,42 @@ class Simulation:
         if wk.waiting_since is not None:
             self.waited += self.now - wk.waiting_since
             wk.waiting_since = None
+        wk.training_since = self.now
         self._at(self.now, "slice", wk.wid, wk.round + 1, 0)
+
+    def _repaid(self, wk: _Worker, kind: str, *args: Any) -> bool:
+        """Shared machine: postpone the end of ``wk``'s step by what messages took from its
+        cores meanwhile (True: the event comes again later)."""
+        if wk.debt <= 0.0:
+            return False
+        self.trained += wk.debt
+        self._at(self.now + wk.debt, kind, *args)
+        wk.debt = 0.0
+        return True
+
+    def _steal(self, began: float) -> None:
+        """A message sent from ``began`` until now, on a machine of C cores shared with the
+        training threads: while both ran, N = k + 1 runnable threads shared the cores
+        evenly, so each of the k training threads lost the work it would have done beyond
+        its share (its round ends that much later)."""
+        cores = self.sc.shared_cores
+        training = [wk for wk in self.workers if wk.training_since is not None]
+        k = len(training) * self.sc.kernel.threads
+        if not k:
+            return
+        n = k + 1
+        alone, shared = min(1.0, cores / k), min(1.0, cores / n)
+        for wk in training:
+            assert wk.training_since is not None
+            overlap = self.now - max(began, wk.training_since)
+            if overlap > 0:
+                # the thread's lost work, in core-seconds, made up at its own pace
+                wk.debt += overlap * n / cores * (alone - shared) / alone
 
     def _on_slice(self, wid: int, round_: int, s: int) -> None:
         wk = self.workers[wid]
+        if self._repaid(wk, "slice", wid, round_, s):
+            return
         kernel, slices = self.sc.kernel, self.sc.slices
         size = kernel.round_size * (s + 1) // slices - kernel.round_size * s // slices
         rows = 0
@@ -341,6 +393,8 @@ class Simulation:
         per_thread = rows / max(1, kernel.threads)
         duration = per_thread * wk.nnz_per_row / wk.speed
         self.trained += duration
+        if s + 1 == slices:
+            duration += self.sc.round_cost
         if s + 1 < slices:
             self._at(self.now + duration, "slice", wid, round_, s + 1)
         else:
@@ -348,6 +402,9 @@ class Simulation:
 
     def _on_round_end(self, wid: int, round_: int) -> None:
         wk = self.workers[wid]
+        if self._repaid(wk, "round_end", wid, round_):
+            return
+        wk.training_since = None
         # The driver's on_round_trained, with the evaluation between its two steps: an
         # adjustment of the guard (a tighter staleness bound) gates this round's successor.
         try:
@@ -457,6 +514,7 @@ class Simulation:
         sender.busy_until = self.now + took
         if node != COORDINATOR:
             self.sending += took
+        sender.busy_from = self.now
         self.messages += 1
         self.bytes += nbytes
         self._at(sender.busy_until, "sent", node)
@@ -464,6 +522,8 @@ class Simulation:
                  node, packet)
 
     def _on_sent(self, node: int) -> None:
+        if self.sc.shared_cores:
+            self._steal(self.senders[node].busy_from)
         self._send_next(node)
 
     def _on_arrive(self, node: int, came_from: int, packet: _Packet) -> None:
