@@ -39,6 +39,36 @@ def test_merge_sparse_drops_cancelled_coordinates() -> None:
     assert idx.tolist() == [1, 5] and val.tolist() == [1.0, 4.0]
 
 
+def test_the_merge_kernel_sums_as_the_sort_does_and_leaves_unsorted_lists_to_it() -> None:
+    """Ascending lists (deltas) go through one compiled pass; read-only (received) arrays,
+    float32 values and cancellations included, its sums are the sort's, bit for bit. A list
+    out of order or with a repeated index is summed by the sort instead."""
+    rng = np.random.default_rng(1)
+    for n_a, n_b in ((0, 0), (0, 50), (400, 300), (DIM, DIM)):
+        idx_a = np.sort(rng.choice(DIM, size=n_a, replace=False)).astype(np.int32)
+        idx_b = np.sort(rng.choice(DIM, size=n_b, replace=False)).astype(np.int32)
+        val_a = rng.normal(size=n_a)
+        val_b = rng.normal(size=n_b).astype(np.float32)
+        both = np.intersect1d(idx_a, idx_b)[:5]  # some coordinates cancel exactly
+        val_a[np.searchsorted(idx_a, both)] = -val_b[np.searchsorted(idx_b, both)]
+        idx_b.flags.writeable = val_b.flags.writeable = False
+        dense = np.zeros(DIM)
+        np.add.at(dense, idx_a, val_a)
+        np.add.at(dense, idx_b, val_b.astype(np.float64))
+        idx, val = merge_sparse(idx_a, val_a, idx_b, val_b)
+        assert idx.dtype == np.int32 and val.dtype == np.float64
+        assert idx.tolist() == np.flatnonzero(dense).tolist()
+        assert val.tobytes() == dense[idx].tobytes()
+    for idx_a in (np.array([5, 2], dtype=np.int32), np.array([2, 2], dtype=np.int32)):
+        idx, val = merge_sparse(idx_a, np.array([1.0, 2.0]), np.array([2], dtype=np.int32),
+                                np.array([4.0]))
+        dense = np.zeros(8)
+        np.add.at(dense, idx_a, [1.0, 2.0])
+        dense[2] += 4.0
+        assert idx.tolist() == np.flatnonzero(dense).tolist()
+        assert val.tolist() == dense[idx].tolist()
+
+
 class GatedStub:
     """A fake stub whose PushDelta blocks until released, recording what arrives."""
 

@@ -54,5 +54,8 @@ def warmup() -> None:
     for a, b in ((ro_idx, ro_val), (idx[:n], ro_val)):
         kernels.apply_delta(w, snap, a, b)
     kernels.add_scaled(w, snap, 1.0)
+    merged_idx = np.empty(2 * n, dtype=np.int32)
+    merged_val = np.empty(2 * n, dtype=np.float64)
+    kernels.merge_sorted(idx[:n], snap[:n], idx[:n], snap[:n], merged_idx, merged_val)
     count_features(indices, np.zeros(n_features, dtype=np.int64))
     mlp_kernels.warmup()  # the MLP's kernels too
