@@ -13,7 +13,7 @@ from hogwild.model import kernels
 def _kernel_input(a: npt.NDArray[Any], dtype: type) -> npt.NDArray[Any]:
     """``a`` as the kernel's one signature takes it: contiguous, writable, of ``dtype`` (a
     received delta's arrays are read-only views, a type of their own to numba)."""
-    out = np.ascontiguousarray(a, dtype=dtype)
+    out: npt.NDArray[Any] = np.ascontiguousarray(a, dtype=dtype)
     return out if out.flags.writeable else out.copy()
 
 
