@@ -1,11 +1,12 @@
-"""How fast one training thread of this machine runs the kernel: the simulator's ``speed``.
+"""This machine's compute for the simulator: a training thread's speed, a round's arithmetic.
 
 ``hogwild simulate --calibrate`` times the kernel on the run's own training rows (the run's
 model and loss, on a scratch copy of the weights) with as many threads at once as the run
 would keep busy here (its workers x threads, at most this machine's cores), since threads
 that share a machine share its memory bandwidth: two workers of one thread on two cores
 train each slower than one alone. The fastest of a few timed passes, in non-zeros per second
-per thread, becomes every virtual worker's speed.
+per thread, becomes every virtual worker's speed. ``round_costs`` times the round engine's
+own work between a worker's training and its send (building its delta, applying one).
 """
 
 from __future__ import annotations
