@@ -202,7 +202,7 @@ def test_out_of_core_training_streams_the_cache(tmp_path: Path,
             (tmp_path / "out" / "latest" / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [0, 1, 2, 3, 4]
     assert rows[0]["train_loss"] is None and rows[0]["val_loss"] > rows[-1]["val_loss"]
-    # the same held-out rows and feature order as the in-memory job: the saved model scores
+    # the same held-out rows as the in-memory job (in its own feature ids): the saved model scores
     # the in-memory job's test set exactly as the out-of-core job reported
     from hogwild.data.transform.reorder import to_internal
     from hogwild.model.evaluation import evaluate
@@ -214,6 +214,10 @@ def test_out_of_core_training_streams_the_cache(tmp_path: Path,
     w = to_internal(np.asarray(saved.w, dtype=np.float64), mem.feature_order)
     got = evaluate(mem.test, w, "hinge")
     assert got.loss == pytest.approx(metrics["test_loss"], rel=1e-9)
+    # trained in the file's own ids, the model still ranks the features as the in-memory
+    # job does (predict checks new data against them)
+    from hogwild.data.diagnose.featurespace import frequent_features
+    assert saved.meta["frequent_features"] == frequent_features(mem.feature_order)
     assert got.accuracy == pytest.approx(metrics["test_accuracy"])
     # a second run reads the cache instead of parsing
     with open(tmp_path / "log2.txt", "w") as fh:

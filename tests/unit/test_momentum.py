@@ -11,6 +11,7 @@ from hogwild.engine.round import RoundEngine
 from hogwild.engine.round_size import (
     MIN_ROUNDS_PER_EPOCH,
     ROUND_NNZ_AVERAGE,
+    ROUND_NNZ_PER_FEATURE,
     choose_round_size,
     momentum_rounds_per_epoch,
     round_rule,
@@ -167,3 +168,18 @@ def test_momentum_round_sizes_as_a_run_lays_them_out() -> None:
     assert choose_round_size(None, rows, nnz, 64, "momentum", 64) == rows // 64
     # A round size asked for is kept within the same bound.
     assert choose_round_size(10**9, rows, nnz, 64, "momentum", 64) == rows // 64
+
+
+@pytest.mark.parametrize("combine", ["momentum", "average", "sum"])
+def test_a_round_trains_a_few_non_zeros_per_weight_of_the_model(combine: str) -> None:
+    """Hashed features: a round's delta is built, filtered and sent over every weight, so
+    a round trains at least ROUND_NNZ_PER_FEATURE non-zeros per weight; on a model of 47k
+    weights that floor is far below the usual work and changes nothing."""
+    rows, per_row = 2_000_000, 75
+    small = choose_round_size(None, rows, rows * per_row, 2, combine, 2, 47_237)
+    assert small == choose_round_size(None, rows, rows * per_row, 2, combine, 2)
+    hashed = choose_round_size(None, rows, rows * per_row, 2, combine, 2, (1 << 22) + 1)
+    work, per_epoch = round_rule(combine, 2, rows * per_row / 2, (1 << 22) + 1)
+    assert work == ROUND_NNZ_PER_FEATURE * ((1 << 22) + 1)
+    cap = rows // (2 * per_epoch)  # still never past the combine's share of an epoch
+    assert hashed == min(-(-work // per_row), cap) > small

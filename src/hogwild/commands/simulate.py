@@ -92,7 +92,7 @@ def scenario_of(settings: Settings, options: SimOptions, train_rows: int, train_
     total = settings.workers * settings.threads
     combine = resolve_combine(settings.combine, train_rows, settings.workers)
     size = choose_round_size(settings.round_size, train_rows, train_nnz, total,
-                             combine, settings.workers)
+                             combine, settings.workers, kernel.spec.dim)
     if settings.round_size is None:
         size = fit_round_size(size, train_rows, total, settings.epochs)
     rules = ExchangeRules(mode=settings.mode, staleness=settings.staleness,

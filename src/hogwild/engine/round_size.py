@@ -42,6 +42,16 @@ MOMENTUM_ROUNDS_PER_EPOCH = 4
 # 2.8x (4). 200k rows, one seed: 4 workers (3.4M each) 2 rounds 2.2x against 1.3x with 1 or
 # 4; 8 workers (1.7M each) 1 round 1.8x, 1.6x with 2, 1.0x with 4.
 MOMENTUM_ROUND_MIN_NNZ = 1_250_000
+# Some of a round's cost grows with the model, not with the rows: its delta is built by a
+# scan of every weight, block momentum filters every weight it ever moved, and once most
+# coordinates changed the delta travels dense (4 bytes a weight) to every destination and is
+# decoded and applied there. On 47,236 features that is nothing beside a round's millions of
+# non-zeros; on hashed features it is everything: 2M click-like rows hashed to 2^22 features,
+# 2 workers x 1 thread, rounds of 5M non-zeros (22 ms of training) spent 60 ms building each
+# delta and sent 16.6 MB to each destination (bench/NOTES.md). So a round also trains at
+# least this many non-zeros per feature of the model (the caps on a round's share of an
+# epoch still apply).
+ROUND_NNZ_PER_FEATURE = 4
 
 
 def momentum_rounds_per_epoch(thread_epoch_nnz: float, workers: int) -> int:
@@ -56,25 +66,31 @@ def momentum_rounds_per_epoch(thread_epoch_nnz: float, workers: int) -> int:
     return max(1, min(MOMENTUM_ROUNDS_PER_EPOCH, fits))
 
 
-def round_rule(combine: str, workers: int = 1,
-               thread_epoch_nnz: float = float("inf")) -> tuple[int, int]:
+def round_rule(combine: str, workers: int = 1, thread_epoch_nnz: float = float("inf"),
+               dim: int = 0) -> tuple[int, int]:
     """(non-zeros of work per thread for an automatic round, the fewest rounds per epoch)
     for deltas summed or averaged (``combine``) among ``workers``, a thread's share of an
-    epoch being ``thread_epoch_nnz`` non-zeros; the reasons are in choose_round_size."""
+    epoch being ``thread_epoch_nnz`` non-zeros, on a model of ``dim`` weights; the reasons
+    are in choose_round_size."""
+    floor = ROUND_NNZ_PER_FEATURE * max(0, dim)
     if combine == "average":
-        return ROUND_NNZ_AVERAGE, 1
+        return max(ROUND_NNZ_AVERAGE, floor), 1
     if combine == "momentum":
-        return ROUND_NNZ_AVERAGE, momentum_rounds_per_epoch(thread_epoch_nnz, workers)
-    return ROUND_NNZ, max(MIN_ROUNDS_PER_EPOCH, ROUNDS_PER_EPOCH_PER_WORKER * (workers - 1))
+        return (max(ROUND_NNZ_AVERAGE, floor),
+                momentum_rounds_per_epoch(thread_epoch_nnz, workers))
+    return (max(ROUND_NNZ, floor),
+            max(MIN_ROUNDS_PER_EPOCH, ROUNDS_PER_EPOCH_PER_WORKER * (workers - 1)))
 
 
 def choose_round_size(configured: int | None, train_rows: int, train_nnz: int,
-                      total_threads: int, combine: str = "sum", workers: int = 1) -> int:
+                      total_threads: int, combine: str = "sum", workers: int = 1,
+                      dim: int = 0) -> int:
     """Examples per thread per round: ``configured``, or when it is None enough rows for
-    ROUND_NNZ (combine average: ROUND_NNZ_AVERAGE) non-zeros of work; never more than
+    ROUND_NNZ (combine average and momentum: ROUND_NNZ_AVERAGE) non-zeros of work, and for
+    ROUND_NNZ_PER_FEATURE per weight of a model of ``dim``; never more than
     1/MIN_ROUNDS_PER_EPOCH of an epoch when the deltas are summed, nor more than an epoch
     when they are averaged."""
-    work, per_epoch = round_rule(combine, workers, train_nnz / max(1, total_threads))
+    work, per_epoch = round_rule(combine, workers, train_nnz / max(1, total_threads), dim)
     if configured is None:
         per_row = train_nnz / max(1, train_rows)
         configured = math.ceil(work / max(per_row, 1.0))

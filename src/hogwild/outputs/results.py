@@ -38,12 +38,16 @@ def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
                   spec: ModelSpec | None = None,
                   hashing: Mapping[str, Any] | None = None,
                   plot: BackgroundPlot | None = None, draw_plot: bool = True,
-                  history_on_disk: bool = False, run_dir: str | Path | None = None) -> Path:
+                  history_on_disk: bool = False, run_dir: str | Path | None = None,
+                  frequent_order: np.ndarray | None = None) -> Path:
     """Model (format 2, see hogwild.model.saved), metrics.json, metrics.jsonl and the loss
     plot, all atomically, into ``run_dir`` (the run's own directory, which the caller
     publishes once every file is in it; default settings.out_dir itself).
 
-    ``feature_order`` (new_id_of_old) maps internal weights back to the input files' ids.
+    ``feature_order`` (new_id_of_old) maps internal weights back to the input files' ids,
+    and ranks the training features for the model's ``frequent_features``; weights trained
+    in the files' own ids (out of core) give no ``feature_order``, and the ranking as
+    ``frequent_order``.
     ``w`` is ``(d + 1,)`` or, one-vs-rest, ``(K, d + 1)``. ``task``/``classes`` default to a
     model of +-1 labels (regression for the squared loss). ``spec`` says how a flat vector
     of another model kind (the MLP) is laid out; its named arrays are saved instead of ``w``.
@@ -56,7 +60,8 @@ def write_outputs(settings: Settings, w: np.ndarray, metrics: dict[str, Any],
     out_dir = Path(settings.out_dir if run_dir is None else run_dir)
     try:
         return _write_outputs(settings, out_dir, w, metrics, history, feature_order, task,
-                              classes, spec, hashing, plot, draw_plot, history_on_disk)
+                              classes, spec, hashing, plot, draw_plot, history_on_disk,
+                              feature_order if frequent_order is None else frequent_order)
     except OSError as exc:
         raise OutputError.writing(out_dir, exc) from None
 
@@ -65,17 +70,19 @@ def _write_outputs(settings: Settings, out_dir: Path, w: np.ndarray, metrics: di
                    history: list[dict[str, Any]], feature_order: np.ndarray | None,
                    task: str | None, classes: Sequence[float] | None, spec: ModelSpec | None,
                    hashing: Mapping[str, Any] | None, plot: BackgroundPlot | None,
-                   draw_plot: bool, history_on_disk: bool) -> Path:
+                   draw_plot: bool, history_on_disk: bool,
+                   frequent_order: np.ndarray | None) -> Path:
     if task is None:
         task, default_classes = default_task(settings.loss)
         classes = default_classes if classes is None else classes
     if spec is not None and spec.is_mlp:
         return _write_mlp_outputs(settings, out_dir, spec, w, metrics, history, feature_order,
-                                  hashing, task, classes, plot, draw_plot, history_on_disk)
+                                  hashing, task, classes, plot, draw_plot, history_on_disk,
+                                  frequent_order)
     if feature_order is not None:
         w = (restore_weights(w, feature_order) if np.ndim(w) == 1
              else np.stack([restore_weights(row, feature_order) for row in w]))
-    meta = _model_meta(settings, metrics, feature_order)
+    meta = _model_meta(settings, metrics, frequent_order)
     SavedModel(w=w, loss=settings.loss, task=task,
                classes=None if classes is None else tuple(classes),
                fit_bias=settings.fit_bias, meta=meta, hashing=hashing).save(out_dir)
@@ -89,12 +96,13 @@ def _write_mlp_outputs(settings: Settings, out_dir: Path, spec: ModelSpec, w: np
                        hashing: Mapping[str, Any] | None = None, task: str = "binary",
                        classes: Sequence[float] | None = (-1, 1),
                        plot: BackgroundPlot | None = None, draw_plot: bool = True,
-                       history_on_disk: bool = False) -> Path:
+                       history_on_disk: bool = False,
+                       frequent_order: np.ndarray | None = None) -> Path:
     """The MLP's model (W1, b1, ... in the input files' ids, see hogwild.model.spec) and the
     same run files as the linear model's."""
     if feature_order is not None:
         w = spec.restore(w, feature_order)
-    meta = _model_meta(settings, metrics, feature_order)
+    meta = _model_meta(settings, metrics, frequent_order)
     SavedModel(w=w, loss=settings.loss, task=task,
                classes=None if classes is None else tuple(classes), fit_bias=settings.fit_bias,
                model="mlp", meta=meta, arrays=spec.arrays(w),
@@ -132,9 +140,10 @@ def _write_run_files(settings: Settings, out_dir: Path, metrics: dict[str, Any],
 def finish_run(settings: Settings, loop: FitLoop, log: TrainLog, run: RunDir,
                plot: BackgroundPlot, *, test: Callable[[np.ndarray], Metrics],
                quality: Callable[[np.ndarray], dict[str, Any]], fields: dict[str, Any],
-               labels: LabelMap, feature_order: np.ndarray, title: str, started: float,
-               loaded: float, spec: ModelSpec | None = None,
-               hashing: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               labels: LabelMap, feature_order: np.ndarray | None, title: str,
+               started: float, loaded: float, spec: ModelSpec | None = None,
+               hashing: Mapping[str, Any] | None = None,
+               frequent_order: np.ndarray | None = None) -> dict[str, Any]:
     """The end of a `hogwild train` run, in memory or out of core, once ``loop`` has ended:
     score the model kept on the ``test`` rows (and the loop's validation rows), write its
     files into ``run``'s directory (the plot drawn meanwhile, the last one), publish the
@@ -164,7 +173,7 @@ def finish_run(settings: Settings, loop: FitLoop, log: TrainLog, run: RunDir,
     log.write_history()
     write_outputs(settings, w, metrics, plotted, feature_order, spec=spec, hashing=hashing,
                   task=labels.task, classes=labels.classes, draw_plot=False,
-                  history_on_disk=True, run_dir=run.path)
+                  history_on_disk=True, run_dir=run.path, frequent_order=frequent_order)
     try:  # the plot (drawn meanwhile) is the last file: then the run is published whole
         plot.finish(run.path, plotted, title=title, saved=saved)
     except OSError as exc:

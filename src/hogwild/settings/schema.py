@@ -99,7 +99,8 @@ class Settings:
         default=None,
         metadata=_doc("examples each thread processes between two delta exchanges; null = "
                       "auto (about 2M non-zeros of work per thread, 5M with combine momentum "
-                      "or average); with combine momentum never more than a quarter epoch, "
+                      "or average, and at least 4 per weight of the model: hashed features); "
+                      "with combine momentum never more than a quarter epoch, "
                       "or up to a whole one where a thread's share of the epoch is under 5M "
                       "non-zeros (rounds of at least 1.25M); 1/max(4, 2(W-1)) of an epoch over all W workers with combine sum, "
                       "since deltas summed from too old a point overshoot, nor more than an "

@@ -198,7 +198,7 @@ class RunDriver:
                             f"non-zeros (the sample estimated {self.train.n_rows:,})")
                 self.train = TrainShape(rows, nnz, self.train.n_features)
                 ev.train_rows = rows
-            size = self.round_size = round_size(s, self.train, workers)
+            size = self.round_size = round_size(s, self.train, workers, dim)
             max_rounds = run_max_rounds(s, workers, self.train.n_rows, size)
             layout = Layout(dim, n_features, self.train.n_rows, max_rounds, size, len(workers))
             configs = RunConfigs(s, self.state, spec, layout, self.shipper.max_abs_value(),

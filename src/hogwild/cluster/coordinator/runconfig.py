@@ -39,13 +39,15 @@ class TrainShape:
     n_features: int
 
 
-def round_size(settings: Settings, train: TrainShape, workers: list[WorkerRecord]) -> int:
-    """Examples per thread per round for the threads the workers registered with."""
+def round_size(settings: Settings, train: TrainShape, workers: list[WorkerRecord],
+               dim: int = 0) -> int:
+    """Examples per thread per round for the threads the workers registered with, on a
+    model of ``dim`` weights."""
     combine = resolve_combine(settings.combine, train.n_rows, len(workers))
     threads = sum(r.threads for r in workers)
     size = choose_round_size(settings.round_size, train.n_rows, train.nnz, threads,
-                             combine, len(workers))
-    work, at_least = round_rule(combine, len(workers), train.nnz / max(1, threads))
+                             combine, len(workers), dim)
+    work, at_least = round_rule(combine, len(workers), train.nnz / max(1, threads), dim)
     if settings.round_size is None:
         size = fit_round_size(size, train.n_rows, threads, settings.epochs)
         log.info("round_size auto: %d examples per thread (about %d non-zeros of work per "

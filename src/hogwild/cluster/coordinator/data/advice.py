@@ -26,7 +26,7 @@ class ConflictAdvice:
 
         s = self.settings
         rounds = choose_round_size(s.round_size, train.n_rows, train.nnz, s.workers * s.threads,
-                                   s.combine, s.workers)
+                                   s.combine, s.workers, train.n_features)
         line, self.entry = startup_report(train, threads=s.threads, workers=s.workers,
                                           round_size=rounds, distributed=True, seed=s.seed,
                                           load_seconds=load_seconds)
