@@ -20,6 +20,9 @@ simulated, so 64 workers behave on 2 cores as they would on 64 machines:
   neighbours (star: the coordinator alone). As the cluster's relays do, a sync node sends
   each neighbour one sum a round, once its own round and every other neighbour's are in
   (:class:`_Edges`); an async one floods what it hears on at once;
+* calibrated runs add a worker's own arithmetic a round (``round_cost``, before it sends)
+  and one machine's cores shared by every node (``shared_cores``: a message's CPU slows the
+  training threads once they fill them), as `hogwild run` here has them;
 * the coordinator's model is the sum of everything it received; it is evaluated every
   ``1 / evals_per_epoch`` of an epoch of examples trained, and once at the end.
 
@@ -71,9 +74,8 @@ class Scenario:
     slices: int = 4
     evals_per_epoch: float = 4.0
     seed: int = 0
-    # 0: every node has a machine of its own, with a core to spare for its messages. C > 0:
-    # all the nodes share one machine of C cores (a calibrated run: `hogwild run` here), so
-    # a message's CPU comes out of the training threads' cores once they fill the machine.
+    # 0: every node has a machine of its own, with a core to spare for its messages; C > 0:
+    # all share one machine of C cores (a calibrated run: `hogwild run` here).
     shared_cores: int = 0
     # Seconds of a worker's own arithmetic a round (its delta built, the arrived ones
     # applied) before it sends: calibrated runs measure it, the default model counts it free.
@@ -346,8 +348,7 @@ class Simulation:
         self._at(self.now, "slice", wk.wid, wk.round + 1, 0)
 
     def _repaid(self, wk: _Worker, kind: str, *args: Any) -> bool:
-        """Shared machine: postpone the end of ``wk``'s step by what messages took from its
-        cores meanwhile (True: the event comes again later)."""
+        """Shared cores: the step's end comes later by what messages took (True: postponed)."""
         if wk.debt <= 0.0:
             return False
         self.trained += wk.debt
