@@ -183,3 +183,36 @@ def test_a_round_trains_a_few_non_zeros_per_weight_of_the_model(combine: str) ->
     assert work == ROUND_NNZ_PER_FEATURE * ((1 << 22) + 1)
     cap = rows // (2 * per_epoch)  # still never past the combine's share of an epoch
     assert hashed == min(-(-work // per_row), cap) > small
+
+
+@pytest.mark.parametrize("final", [False, True])
+@pytest.mark.parametrize("owing", [False, True])
+def test_the_compiled_dense_filter_is_numpys_formula_bit_for_bit(final: bool,
+                                                                 owing: bool) -> None:
+    """model.delta_kernels.momentum_step against the whole-vector numpy formula it replaced,
+    operation for operation (the sparse path, checked against the dense one above, is that
+    formula too)."""
+    from hogwild.model.delta_kernels import momentum_step
+
+    rng = np.random.default_rng(7)
+    n, workers = 10_001, 3
+    snap = rng.normal(size=n)
+    w = snap + rng.normal(scale=1e-3, size=n) * (rng.random(n) < 0.5)
+    v_old = rng.normal(scale=1e-3, size=n) * (rng.random(n) < 0.5)
+    owed = rng.normal(scale=1e-6, size=n) if owing else np.zeros(0)
+    eta = block_momentum(workers)
+    change = np.subtract(w, snap)
+    if owing:
+        change -= owed
+    scaled = np.multiply(v_old, eta)
+    np.multiply(change, 1.0 / workers, out=change)
+    v_expected = np.add(scaled, change)
+    term = (np.subtract(v_expected, scaled) if final
+            else np.subtract(np.multiply(v_expected, 1.0 + eta), scaled))
+    if owing:
+        term += owed
+    w_expected = np.add(snap, term)
+    v_new = np.empty(n)
+    momentum_step(w, snap, v_old, v_new, owed, eta, 1.0 / workers, 1.0 + eta, final)
+    assert v_new.tobytes() == v_expected.tobytes()
+    assert w.tobytes() == w_expected.tobytes()

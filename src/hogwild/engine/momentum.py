@@ -26,8 +26,11 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.model.delta_kernels import momentum_step
+
 F64 = npt.NDArray[np.float64]
 Index = npt.NDArray[np.int32]
+_NOTHING_OWED: F64 = np.zeros(0)  # the kernel's "owed" when nothing is
 
 
 def block_momentum(workers: int) -> float:
@@ -39,7 +42,7 @@ def block_momentum(workers: int) -> float:
 # the model; past it, in model-sized buffers kept from round to round. Gathering and
 # scattering cost more per coordinate than whole-vector arithmetic: on 47,236 features, all
 # touched, a sparse round took ~10 ms against 0.7 ms dense; on 2^22 features, 2 % touched,
-# 160 ms against 230 ms and 40 bytes per feature fewer (bench/NOTES.md).
+# 160 ms against 230 ms (bench/NOTES.md; the dense filter is one compiled pass since).
 SPARSE_SHARE = 1 / 8
 
 
@@ -53,10 +56,11 @@ class BlockMomentum:
     more, a small share of them used), both are kept sparse and a round works on those
     coordinates gathered into short arrays: everywhere else the change, the momentum and the
     term are zero, so the dense formula leaves ``w`` as it is there. That costs a byte per
-    feature for the round's mask and 12 bytes per touched coordinate, where five model-sized
-    float64 buffers cost 40 bytes per feature. Once more are touched the filter moves to
-    those buffers for good (until :meth:`clear`), allocated then: the momentum, the previous
-    round's, two temporaries and the owed part. The arithmetic on each coordinate is the same,
+    feature for the round's mask and 12 bytes per touched coordinate, where three
+    model-sized float64 buffers cost 24 bytes per feature. Once more are touched the filter
+    moves to those buffers for good (until :meth:`clear`), allocated then: the momentum, the
+    previous round's and the owed part, and runs as one compiled pass over every weight
+    (model.delta_kernels.momentum_step). The arithmetic on each coordinate is the same,
     operation for operation, either way, so the results are bit-identical."""
 
     def __init__(self) -> None:
@@ -71,8 +75,6 @@ class BlockMomentum:
         self._v: F64 | None = None
         self._unsent: F64 | None = None
         self._spare: F64 | None = None    # the previous round's momentum, overwritten next
-        self._change: F64 | None = None   # the change, then the term sent
-        self._scaled: F64 | None = None   # eta * v_{r-1}
         self._owed: F64 | None = None     # what unsent points to
 
     def clear(self) -> None:
@@ -80,7 +82,7 @@ class BlockMomentum:
         self._dense = False
         self._v_idx = self._owed_idx = None
         self._v = self._unsent = None
-        self._spare = self._change = self._scaled = self._owed = None
+        self._spare = self._owed = None
 
     @property
     def v(self) -> F64 | None:
@@ -159,35 +161,17 @@ class BlockMomentum:
         self._v_idx = self._owed_idx = None
         self._dense = True
 
-    def _buffers(self, w: F64) -> tuple[F64, F64, F64, F64]:
+    def _filter_dense(self, w: F64, snap: F64, workers: int, final: bool) -> None:
         if self._v is None or self._v.shape != w.shape:
             self._v = np.zeros_like(w)
             self._spare = None
         if self._spare is None or self._spare.shape != w.shape:
             self._spare = np.empty_like(w)
-            self._change = np.empty_like(w)
-            self._scaled = np.empty_like(w)
-        assert self._change is not None and self._scaled is not None
-        return self._v, self._spare, self._change, self._scaled
-
-    def _filter_dense(self, w: F64, snap: F64, workers: int, final: bool) -> None:
-        v_old, v_new, term, scaled = self._buffers(w)
-        owed = self._unsent
-        change = np.subtract(w, snap, out=term)
-        if owed is not None:
-            change -= owed
+        v_old, v_new = self._v, self._spare
+        owed = self._unsent if self._unsent is not None else _NOTHING_OWED
         eta = block_momentum(workers)
-        np.multiply(v_old, eta, out=scaled)
-        np.multiply(change, 1.0 / max(1, workers), out=change)
-        np.add(scaled, change, out=v_new)
-        if final:
-            np.subtract(v_new, scaled, out=term)
-        else:
-            np.multiply(v_new, 1.0 + eta, out=term)
-            np.subtract(term, scaled, out=term)
-        if owed is not None:
-            term += owed
-        np.add(snap, term, out=w)
+        momentum_step(w, snap, v_old, v_new, owed, eta, 1.0 / max(1, workers), 1.0 + eta,
+                      final)
         self._v, self._spare = v_new, v_old
 
     def sent(self, w: F64, snap: F64) -> None:

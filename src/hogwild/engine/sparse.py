@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.model import kernels
+from hogwild.model import delta_kernels
 
 
 def _kernel_input(a: npt.NDArray[Any], dtype: type) -> npt.NDArray[Any]:
@@ -29,7 +29,7 @@ def merge_sparse(idx_a: npt.NDArray[np.int32], val_a: npt.NDArray[np.floating[An
     if size:
         idx_out = np.empty(size, dtype=np.int32)
         val_out = np.empty(size, dtype=np.float64)
-        n = kernels.merge_sorted(_kernel_input(idx_a, np.int32), _kernel_input(val_a, np.float64),
+        n = delta_kernels.merge_sorted(_kernel_input(idx_a, np.int32), _kernel_input(val_a, np.float64),
                                  _kernel_input(idx_b, np.int32), _kernel_input(val_b, np.float64),
                                  idx_out, val_out)
         if n >= 0:

@@ -555,33 +555,3 @@ def add_scaled(w: F64, x: F64, alpha: float) -> None:
     for i in range(w.shape[0]):
         w[i] += alpha * x[i]
 
-
-@njit(nogil=True, cache=True)
-def merge_sorted(idx_a: I32, val_a: F64, idx_b: I32, val_b: F64, idx_out: I32,
-                 val_out: F64) -> int:
-    """The sum of two sparse vectors with strictly ascending indices, in one pass: written
-    to the outputs (room for both), exact zeros left out; returns the entries written, or
-    -1 (nothing usable written) when an index list is not strictly ascending."""
-    na, nb = idx_a.shape[0], idx_b.shape[0]
-    for k in range(1, na):
-        if idx_a[k] <= idx_a[k - 1]:
-            return -1
-    for k in range(1, nb):
-        if idx_b[k] <= idx_b[k - 1]:
-            return -1
-    i = j = n = 0
-    while i < na or j < nb:
-        if j >= nb or (i < na and idx_a[i] < idx_b[j]):
-            x, s = idx_a[i], val_a[i]
-            i += 1
-        elif i >= na or idx_b[j] < idx_a[i]:
-            x, s = idx_b[j], val_b[j]
-            j += 1
-        else:  # a's value first, as a sort of both lists that keeps their order sums them
-            x, s = idx_a[i], val_a[i] + val_b[j]
-            i += 1
-            j += 1
-        if s != 0.0:
-            idx_out[n], val_out[n] = x, s
-            n += 1
-    return n

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from hogwild.data.transform.reorder import count_features
-from hogwild.model import kernels, mlp_kernels
+from hogwild.model import delta_kernels, kernels, mlp_kernels
 
 
 def warmup() -> None:
@@ -56,6 +56,9 @@ def warmup() -> None:
     kernels.add_scaled(w, snap, 1.0)
     merged_idx = np.empty(2 * n, dtype=np.int32)
     merged_val = np.empty(2 * n, dtype=np.float64)
-    kernels.merge_sorted(idx[:n], snap[:n], idx[:n], snap[:n], merged_idx, merged_val)
+    delta_kernels.merge_sorted(idx[:n], snap[:n], idx[:n], snap[:n], merged_idx, merged_val)
+    v_new = np.empty_like(w)
+    for owed in (snap, np.empty(0)):
+        delta_kernels.momentum_step(w, snap, snap, v_new, owed, 0.5, 0.5, 1.5, False)
     count_features(indices, np.zeros(n_features, dtype=np.int64))
     mlp_kernels.warmup()  # the MLP's kernels too
