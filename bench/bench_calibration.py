@@ -3,8 +3,8 @@
 Runs the same settings as real processes over loopback (`hogwild run`) and as a calibrated
 simulation (`hogwild simulate --calibrate`), alternating, ``--pairs`` times, and prints each
 pair's training seconds, the simulated / real ratio and its median, against the target of
-0.7-1.3 (the simulated run within 30 % of the real one). Both train the same rounds; the
-script checks that too. Usage:
+0.7-1.3 (the simulated run within 30 % of the real one), each run started once the machine
+is quiet. Both train the same rounds; the script checks that too. Usage:
 
     python bench/bench_calibration.py [--rows 200000] [--workers 2] [--epochs 4] [--pairs 5]
 """
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import load_line, machine_line, ratio_line
+from common import load_line, machine_line, ratio_line, wait_for_quiet
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,7 +55,11 @@ def main() -> None:
     ratios = []
     with tempfile.TemporaryDirectory(prefix="hogwild-bench-") as tmp:
         for i in range(args.pairs):
+            # Each after the machine is quiet again (the run before it draws its plot after
+            # it ends): the calibration times this machine, and a busy one reads slower.
+            wait_for_quiet(15)
             real = _metrics("run", Path(tmp) / f"real{i}", settings)
+            wait_for_quiet(15)
             sim = _metrics("simulate", Path(tmp) / f"sim{i}", settings, "--calibrate")
             if real["rounds"] != sim["rounds"]:
                 raise SystemExit(f"different rounds: real {real['rounds']}, "

@@ -273,7 +273,8 @@ def _calibrated(options: SimOptions, train: Any, kernel: KernelPlan, settings: S
     # gives what a message costs the run's senders and how long it is in flight.
     topology = resolve_topology(settings.topology, workers, settings.mode)
     alone = measure(kernel.spec.dim)
-    burst = measure_burst(kernel.spec.dim, workers, mesh=topology == "mesh")
+    # As busy as the run keeps this machine: its training threads on the cores meanwhile.
+    burst = measure_burst(kernel.spec.dim, workers, mesh=topology == "mesh", busy=concurrent)
     per_byte = 1.0 / alone.bandwidth
     net = replace(options.network, bandwidth=alone.bandwidth,
                   overhead=max(alone.overhead, burst.sender - burst.dense_bytes * per_byte),
@@ -294,7 +295,8 @@ def _calibrated(options: SimOptions, train: Any, kernel: KernelPlan, settings: S
                 f"({concurrent} at once); a worker's own arithmetic {round_cost * 1e3:.2f} ms "
                 f"a round; a delta message alone {alone.small_seconds * 1e3:.2f} ms "
                 f"(16 entries), {alone.dense_seconds * 1e3:.2f} ms ({alone.dense_entries:,}); "
-                f"a sync round's {burst.workers} x {burst.destinations} at once "
+                f"a sync round's {burst.workers} x {burst.destinations} at once beside "
+                f"{concurrent} busy core(s) "
                 f"{burst.all_acked * 1e3:.2f} ms, the peers' in after "
                 f"{burst.peers_in * 1e3:.2f} ms: {net.overhead * 1e3:.2f} ms + "
                 f"{net.bandwidth / 1e9:.3g} GB/s a message, {net.latency * 1e3:.2f} ms in flight")

@@ -16,6 +16,11 @@ destination at once (a thread per destination, as the cluster's senders do) and 
 its peers' deltas of that round. Per worker and round it records when its own messages were
 all acknowledged and when the last of its peers' arrived, decoded.
 
+With ``busy`` processes spinning beside the burst, the run's training threads are stood in
+for: on a machine they fill, every hop of a message waits for a core (2 workers on 2 cores:
+the peer's delta in after 1.0 ms with the cores idle, 1.8-2.0 ms with them busy, 2.0-2.2 ms
+in a real run).
+
 For the simulator's single sender per node (engine/simulate.py: its messages one after the
 other, then a latency in flight), the burst becomes two figures: ``sender`` = the time to
 get all own messages acknowledged / their number, and ``latency`` = the last peer delta's
@@ -164,13 +169,19 @@ class _CountingSink(pb_grpc.WorkerServicer):
             return self.last[round_]
 
 
-def measure_burst(dim: int, workers: int, mesh: bool, rounds: int = BURST_ROUNDS) -> BurstCost:
-    """Time ``rounds`` sync round ends of ``workers`` worker processes (at most MAX_BURST_WORKERS)
-    and a coordinator: in a ``mesh`` each worker sends to every peer and the coordinator,
-    otherwise to the coordinator alone. Plain text over loopback."""
+def measure_burst(dim: int, workers: int, mesh: bool, rounds: int = BURST_ROUNDS,
+                  busy: int = 0) -> BurstCost:
+    """Time ``rounds`` sync round ends of ``workers`` worker processes (at most
+    MAX_BURST_WORKERS) and a coordinator: in a ``mesh`` each worker sends to every peer and
+    the coordinator, otherwise to the coordinator alone. Plain text over loopback. ``busy``
+    processes spin beside them meanwhile, as a run's training threads keep its cores busy
+    while its messages travel."""
     workers = max(1, min(workers, MAX_BURST_WORKERS))
     # spawn, not fork: the caller may have gRPC running, which a forked child cannot use
     ctx = multiprocessing.get_context("spawn")
+    stop_spinning = ctx.Event()
+    spinners = [ctx.Process(target=_spin, args=(stop_spinning,), daemon=True)
+                for _ in range(max(0, busy))]
     ports: Any = ctx.Queue()
     results: Any = ctx.Queue()
     plans = [ctx.Queue() for _ in range(workers + 1)]
@@ -178,7 +189,7 @@ def measure_burst(dim: int, workers: int, mesh: bool, rounds: int = BURST_ROUNDS
     procs = [ctx.Process(target=_member, args=(i, workers, dim, mesh, rounds, ports,
                                                plans[i], barrier, results), daemon=True)
              for i in range(workers + 1)]   # member `workers` is the coordinator
-    for proc in procs:
+    for proc in [*spinners, *procs]:
         proc.start()
     try:
         table = dict(ports.get(timeout=START_TIMEOUT) for _ in procs)
@@ -190,9 +201,10 @@ def measure_burst(dim: int, workers: int, mesh: bool, rounds: int = BURST_ROUNDS
             acked += worker_acked
             peers_in += worker_in
     finally:
+        stop_spinning.set()
         for plan in plans:
             plan.put(None)  # the coordinator (and any member left) may stop
-        for proc in procs:
+        for proc in [*procs, *spinners]:
             proc.join(10.0)
             if proc.is_alive():
                 proc.kill()
@@ -201,6 +213,13 @@ def measure_burst(dim: int, workers: int, mesh: bool, rounds: int = BURST_ROUNDS
                      all_acked=statistics.median(acked),
                      peers_in=statistics.median(peers_in) if peers_in else 0.0,
                      dense_bytes=wire_bytes(dim, dim))
+
+
+def _spin(stop: Any) -> None:
+    """Keep one core busy until ``stop`` (a training thread's share of the machine)."""
+    while not stop.is_set():
+        for _ in range(100_000):
+            pass
 
 
 def _member(me: int, workers: int, dim: int, mesh: bool, rounds: int, ports: Any, plan: Any,
