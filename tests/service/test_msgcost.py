@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -39,9 +40,13 @@ def test_the_cost_of_a_message_is_measured_over_mutual_tls(tmp_path: Path,
 
 def test_a_sync_rounds_burst_is_timed_across_processes(monkeypatch: pytest.MonkeyPatch
                                                        ) -> None:
-    """Two worker processes and a coordinator: each round both send to each other and to the
-    coordinator at once, and each waits for the other's delta; a star sends up only."""
-    mesh = msgcost.measure_burst(500, workers=2, mesh=True, rounds=3)
+    """Two worker processes and a coordinator (and a process keeping a core busy): each
+    round both send to each other and to the coordinator at once, and each waits for the
+    other's delta; a star sends up only."""
+    before = {p.pid for p in multiprocessing.active_children()}
+    mesh = msgcost.measure_burst(500, workers=2, mesh=True, rounds=3, busy=1)
+    # the members and the spinning process are gone once it returns
+    assert {p.pid for p in multiprocessing.active_children()} <= before
     assert (mesh.workers, mesh.destinations) == (2, 2)
     assert mesh.peers_in > 0 and mesh.all_acked > 0
     assert mesh.sender == mesh.all_acked / 2 and mesh.latency >= 0
