@@ -13,24 +13,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from common import load_line, machine_line, ratio_line, wait_for_quiet
-
-REPO = Path(__file__).resolve().parents[1]
+from common import load_line, machine_line, ratio_line, repo_env, wait_for_quiet
 
 
 def _metrics(command: str, out: Path, settings: list[str], *extra: str) -> dict[str, object]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOGWILD_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.run([sys.executable, "-m", "hogwild.cli", command, *settings,
                            "--out", str(out), *extra],
-                          check=False, capture_output=True, text=True, timeout=900, env=env)
+                          check=False, capture_output=True, text=True, timeout=900,
+                          env=repo_env())
     if proc.returncode != 0:
         raise SystemExit(f"hogwild {command} failed:\n{proc.stderr[-2000:]}")
     return dict(json.loads((out / "latest" / "metrics.json").read_text()))

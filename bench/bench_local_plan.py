@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -20,13 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOGWILD_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *filter(None, [env.get("PYTHONPATH")])])
-    return env
+from common import repo_env
 
 
 def plan_seconds(data: Path, plan: str, workers: int, n_features: int) -> tuple[float, int]:
@@ -45,14 +38,14 @@ def plan_seconds(data: Path, plan: str, workers: int, n_features: int) -> tuple[
                 "workers": workers, "local_plan": plan, "n_features": n_features,
                 "data_cache": False}
     out = subprocess.run([sys.executable, "-c", script, json.dumps(settings)], check=True,
-                         env=_env(), capture_output=True, text=True).stdout
+                         env=repo_env(), capture_output=True, text=True).stdout
     seconds, held = json.loads(out.strip().splitlines()[-1])
     return float(seconds), int(held)
 
 
 def wall(cmd: list[str]) -> float:
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, env=_env(), capture_output=True)
+    subprocess.run(cmd, check=True, env=repo_env(), capture_output=True)
     return time.perf_counter() - t
 
 

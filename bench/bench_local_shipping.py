@@ -20,13 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOGWILD_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *filter(None, [env.get("PYTHONPATH")])])
-    return env
+from common import repo_env
 
 
 def write_data(rows: int, workdir: Path) -> tuple[Path, Path]:
@@ -35,7 +29,7 @@ def write_data(rows: int, workdir: Path) -> tuple[Path, Path]:
     if not train.exists():
         subprocess.run([sys.executable, "-m", "hogwild.cli", "gen-data", "rcv1", "--rows",
                         str(rows), "--test-rows", str(max(1000, rows // 10)), "--out",
-                        str(train)], check=True, env=_env(), capture_output=True)
+                        str(train)], check=True, env=repo_env(), capture_output=True)
         made = workdir / f"train-{rows}.test.svm"
         if made.exists():
             made.rename(test)
@@ -55,7 +49,7 @@ def run_once(train: Path, test: Path, shipping: str, workdir: Path,
             "--patience", "0", "--shipping", shipping, "--data-cache", "false",
             "--insecure"]
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, env=_env(), check=False,
+    proc = subprocess.run(argv, capture_output=True, text=True, env=repo_env(), check=False,
                           timeout=600)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:

@@ -146,6 +146,14 @@ class CpuMeter:
         self.others = max(0.0, (_system_busy_seconds() - self._sys - own) / wall)
 
 
+def repo_env() -> dict[str, str]:
+    """This environment for a `hogwild` child process: this checkout's sources first on its
+    path, and no HOGWILD_* settings of the caller's (the command line says what is run)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOGWILD_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
 def wait_for_quiet(max_wait: float, threshold: float = 0.15, settle: int = 3) -> float:
     """Wait (up to ``max_wait`` s) until other processes use under ``threshold`` cores for
     ``settle`` consecutive seconds; returns their last measured use, in cores."""

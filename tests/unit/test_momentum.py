@@ -213,6 +213,6 @@ def test_the_compiled_dense_filter_is_numpys_formula_bit_for_bit(final: bool,
         term += owed
     w_expected = np.add(snap, term)
     v_new = np.empty(n)
-    momentum_step(w, snap, v_old, v_new, owed, eta, 1.0 / workers, 1.0 + eta, final)
+    momentum_step(w, snap, v_old, v_new, owed, eta, 1.0 / workers, final)
     assert v_new.tobytes() == v_expected.tobytes()
     assert w.tobytes() == w_expected.tobytes()

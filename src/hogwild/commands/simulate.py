@@ -11,27 +11,28 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from hogwild.base.hosts import machine_cores
 from hogwild.base.text import number
 from hogwild.config import Settings
 from hogwild.data.sources import data_lines
 from hogwild.data.transform.labels import MULTICLASS
 from hogwild.data.transform.split import shard
-from hogwild.engine.calibration import (
-    MAX_ROWS,
-    busy_threads,
-    kernel_speed,
-    machine_cores,
-    round_costs,
-)
+from hogwild.engine.calibration import MAX_ROWS, busy_threads, kernel_speed, round_costs
 from hogwild.engine.guard import SwingGuard
 from hogwild.engine.job import test_quality
 from hogwild.engine.network import DEFAULT_SPEED, Network
 from hogwild.engine.round_size import choose_round_size, fit_round_size, max_rounds
 from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.runstart import load_splits, model_spec
-from hogwild.engine.simulate import Scenario, SimResult, Simulation, worker_rules
+from hogwild.engine.simulate import (
+    COORDINATOR,
+    Scenario,
+    SimResult,
+    Simulation,
+    neighbours,
+    worker_rules,
+)
 from hogwild.engine.threads import KernelPlan
-from hogwild.engine.treeshape import children
 from hogwild.errors import ConfigError, DataError, TrainingDiverged, UsageError
 from hogwild.model.arrays import csr_arrays
 from hogwild.model.compression import Compression
@@ -268,10 +269,11 @@ def _calibrated(options: SimOptions, train: Any, kernel: KernelPlan, settings: S
     workers, cores = settings.workers, machine_cores()
     concurrent = busy_threads(workers, kernel.threads)
     speed = kernel_speed(rows, kernel, concurrent)
+    scenario = scenario_of(settings, options, train.n_rows, train.nnz, kernel)
+    topology, fanout = scenario.rules.topology, scenario.tree_fanout
     # One message at a time gives the cost per byte; a sync round's end, with every worker
     # sending at once (to each peer and the coordinator in a mesh, up the tree otherwise),
     # gives what a message costs the run's senders and how long it is in flight.
-    topology = resolve_topology(settings.topology, workers, settings.mode)
     alone = measure(kernel.spec.dim)
     # As busy as the run keeps this machine: its training threads on the cores meanwhile.
     burst = measure_burst(kernel.spec.dim, workers, mesh=topology == "mesh", busy=concurrent)
@@ -280,16 +282,10 @@ def _calibrated(options: SimOptions, train: Any, kernel: KernelPlan, settings: S
                   overhead=max(alone.overhead, burst.sender - burst.dense_bytes * per_byte),
                   latency=burst.latency if burst.workers > 1 and topology == "mesh"
                   else options.network.latency)
-    scenario = scenario_of(settings, options, train.n_rows, train.nnz, kernel)
     build, apply = round_costs(worker_rules(scenario), kernel.spec.initial_weights(0))
-    # What a worker applies a round: a delta from each peer in a mesh, one summed message
-    # from each tree neighbour (the coordinator, in a star) otherwise.
-    if topology == "mesh":
-        arrivals = workers - 1
-    elif topology == "tree":
-        arrivals = 1 + len(children(0, settings.tree_fanout, workers))
-    else:
-        arrivals = 1
+    # What a worker applies a round: a message from every node that sends to it.
+    arrivals = sum(0 in neighbours(node, workers, topology, fanout)
+                   for node in (COORDINATOR, *range(1, workers)))
     round_cost = build + apply * arrivals
     console.say(f"calibrated on this machine: {speed:.3g} non-zeros/s per thread "
                 f"({concurrent} at once); a worker's own arithmetic {round_cost * 1e3:.2f} ms "

@@ -12,13 +12,13 @@ own work between a worker's training and its send (building its delta, applying 
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.base.hosts import machine_cores
 from hogwild.engine.round import RoundEngine
 from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.threads import KernelPlan, make_cursors, train_round
@@ -26,13 +26,6 @@ from hogwild.model.arrays import CSRArrays
 
 REPEATS = 5
 MAX_ROWS = 200_000   # enough to fill the caches as a real round does; bounded in time
-
-
-def machine_cores() -> int:
-    """The cores this process may run on (its affinity, which a container's cpuset narrows)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
 
 
 def busy_threads(workers: int, threads: int) -> int:

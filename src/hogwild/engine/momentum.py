@@ -170,8 +170,7 @@ class BlockMomentum:
         v_old, v_new = self._v, self._spare
         owed = self._unsent if self._unsent is not None else _NOTHING_OWED
         eta = block_momentum(workers)
-        momentum_step(w, snap, v_old, v_new, owed, eta, 1.0 / max(1, workers), 1.0 + eta,
-                      final)
+        momentum_step(w, snap, v_old, v_new, owed, eta, 1.0 / max(1, workers), final)
         self._v, self._spare = v_new, v_old
 
     def sent(self, w: F64, snap: F64) -> None:

@@ -74,8 +74,7 @@ class Scenario:
     slices: int = 4
     evals_per_epoch: float = 4.0
     seed: int = 0
-    # 0: every node has a machine of its own, with a core to spare for its messages; C > 0:
-    # all share one machine of C cores (a calibrated run: `hogwild run` here).
+    # 0: a machine per node, a core to spare for its messages; C: one machine of C cores.
     shared_cores: int = 0
     # Seconds of a worker's own arithmetic a round (its delta built, the arrived ones
     # applied) before it sends: calibrated runs measure it, the default model counts it free.
@@ -108,6 +107,18 @@ def worker_rules(scenario: Scenario) -> ExchangeRules:
     return dataclasses.replace(
         rules, n_peers=scenario.workers - 1,
         averaged_from=0 if rules.combine == "average" else spec.shared_from)
+
+
+def neighbours(node: int, workers: int, topology: str, fanout: int) -> list[int]:
+    """Whom ``node`` (a worker, or COORDINATOR) sends to directly in a run of ``workers``."""
+    if topology == "mesh":
+        if node == COORDINATOR:
+            return []
+        return [p for p in range(workers) if p != node] + [COORDINATOR]
+    if topology == "star":
+        return list(range(workers)) if node == COORDINATOR else [COORDINATOR]
+    down = children(node, fanout, workers)
+    return down if node == COORDINATOR else [parent(node, fanout), *down]
 
 
 @dataclass
@@ -301,17 +312,7 @@ class Simulation:
         return [COORDINATOR, *range(self.sc.workers)]
 
     def neighbours(self, node: int) -> list[int]:
-        """Whom ``node`` sends to directly."""
-        w, topology = self.sc.workers, self.rules.topology
-        if topology == "mesh":
-            if node == COORDINATOR:
-                return []
-            return [p for p in range(w) if p != node] + [COORDINATOR]
-        if topology == "star":
-            return list(range(w)) if node == COORDINATOR else [COORDINATOR]
-        k = self.sc.tree_fanout
-        down = children(node, k, w)
-        return down if node == COORDINATOR else [parent(node, k), *down]
+        return neighbours(node, self.sc.workers, self.rules.topology, self.sc.tree_fanout)
 
     # ------------------------------------------------------------------ events
 

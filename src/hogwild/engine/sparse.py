@@ -29,9 +29,9 @@ def merge_sparse(idx_a: npt.NDArray[np.int32], val_a: npt.NDArray[np.floating[An
     if size:
         idx_out = np.empty(size, dtype=np.int32)
         val_out = np.empty(size, dtype=np.float64)
-        n = delta_kernels.merge_sorted(_kernel_input(idx_a, np.int32), _kernel_input(val_a, np.float64),
-                                 _kernel_input(idx_b, np.int32), _kernel_input(val_b, np.float64),
-                                 idx_out, val_out)
+        n = delta_kernels.merge_sorted(
+            _kernel_input(idx_a, np.int32), _kernel_input(val_a, np.float64),
+            _kernel_input(idx_b, np.int32), _kernel_input(val_b, np.float64), idx_out, val_out)
         if n >= 0:
             return idx_out[:n].copy(), val_out[:n].copy()
     idx = np.concatenate((idx_a, idx_b)).astype(np.int32, copy=False)

@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 
+from hogwild.base.hosts import machine_cores
 from hogwild.config import TRAINER_MODES, check_values
 from hogwild.errors import ConfigError
 
 TRAINERS: tuple[str, ...] = TRAINER_MODES
 STUDIES: tuple[str, ...] = ("threads", "size", "batch", "regression", "workers")
 LR_SCALINGS: tuple[str, ...] = ("none", "linear", "sqrt")
-
-
-def available_cores() -> int:
-    """Cores this process may run on (the affinity mask, else the CPU count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 # The options that are settings of the runs, and the setting whose rules each value follows.
@@ -51,7 +43,7 @@ class ExperimentOptions:
     target_slack: float = 0.05
     batch_lr_scaling: str = "none"
     seed: int = 0
-    cores: int = field(default_factory=available_cores)
+    cores: int = field(default_factory=machine_cores)
 
     def __post_init__(self) -> None:
         def need(ok: bool, key: str, why: str) -> None:

@@ -43,14 +43,15 @@ def merge_sorted(idx_a: I32, val_a: F64, idx_b: I32, val_b: F64, idx_out: I32,
 
 @njit(nogil=True, cache=True)
 def momentum_step(w: F64, snap: F64, v_old: F64, v_new: F64, owed: F64, eta: float,
-                  inv_workers: float, lift: float, final: bool) -> None:
+                  inv_workers: float, final: bool) -> None:
     """Block momentum's filter of a worker's own change (engine/momentum.py), every weight
     in one pass: ``v_new = eta v_old + (w - snap - owed) inv_workers``, then ``w = snap +
-    term`` with ``term = lift v_new - eta v_old`` (``lift`` = 1 + eta), or ``v_new - eta
-    v_old`` on the ``final`` round, plus ``owed`` (empty: nothing owed). The operations on
+    term`` with ``term = (1 + eta) v_new - eta v_old``, or ``v_new - eta v_old`` on the
+    ``final`` round, plus ``owed`` (empty: nothing owed). The operations on
     each weight are numpy's of the same formula, in its order, so the results are the
     same bit for bit (no fused multiply-add: numba contracts none without fastmath)."""
     owing = owed.shape[0] != 0
+    lift = 1.0 + eta
     for i in range(w.shape[0]):
         change = w[i] - snap[i]
         if owing:

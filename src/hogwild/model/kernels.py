@@ -554,4 +554,3 @@ def add_scaled(w: F64, x: F64, alpha: float) -> None:
     """``w += alpha * x`` in place for dense vectors of equal length (e.g. averaging models)."""
     for i in range(w.shape[0]):
         w[i] += alpha * x[i]
-

@@ -59,6 +59,6 @@ def warmup() -> None:
     delta_kernels.merge_sorted(idx[:n], snap[:n], idx[:n], snap[:n], merged_idx, merged_val)
     v_new = np.empty_like(w)
     for owed in (snap, np.empty(0)):
-        delta_kernels.momentum_step(w, snap, snap, v_new, owed, 0.5, 0.5, 1.5, False)
+        delta_kernels.momentum_step(w, snap, snap, v_new, owed, 0.5, 0.5, False)
     count_features(indices, np.zeros(n_features, dtype=np.int64))
     mlp_kernels.warmup()  # the MLP's kernels too

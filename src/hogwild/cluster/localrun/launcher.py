@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TextIO
 
 from hogwild import config
+from hogwild.base.hosts import machine_cores
 from hogwild.base.startup import single_blas_thread
 from hogwild.cluster.localrun.forked import ForkedProcess, can_fork, preload
 from hogwild.config import Settings, worker_devices
@@ -278,8 +279,7 @@ def shared_cores(workers: int, threads: int, cores: int | None = None) -> str | 
     """The line that says a local run's workers share this machine's cores (``cores``: the
     ones this process may use); None where each thread has one of its own."""
     if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-            os.cpu_count() or 1)
+        cores = machine_cores()
     if workers * threads <= cores:
         return None
     return (f"[run] {workers} worker(s) x {threads} thread(s) on this machine's {cores} "

@@ -60,14 +60,40 @@ class MessageCost:
 
 
 class _Sink(pb_grpc.WorkerServicer):
-    """Decodes each delta as a worker's intake does, then drops it."""
+    """Decodes each delta as a worker's intake does, and counts them per round (a burst
+    waits on the count)."""
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
+        self.cond = threading.Condition()
+        self.arrived: dict[int, int] = {}
+        self.last: dict[int, float] = {}   # per round: when its latest delta was decoded
 
     def PushDelta(self, request: pb.Delta, context: Any) -> pb.Ack:
         decode_delta(request, self.dim)
+        with self.cond:
+            r = int(request.round)
+            self.arrived[r] = self.arrived.get(r, 0) + 1
+            self.last[r] = time.perf_counter()
+            self.cond.notify_all()
         return pb.Ack()
+
+    def wait_for(self, round_: int, count: int, timeout: float) -> float | None:
+        """When the ``count``-th delta of ``round_`` arrived (None: not within ``timeout``)."""
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.arrived.get(round_, 0) >= count, timeout):
+                return None
+            return self.last[round_]
+
+
+def _serve_sink(dim: int, security: Security, name: str) -> tuple[grpc.Server, _Sink, int]:
+    """A started gRPC server on a free loopback port whose handler is a :class:`_Sink`."""
+    sink = _Sink(dim)
+    server = new_server(4, name, security)
+    pb_grpc.add_WorkerServicer_to_server(sink, server)  # type: ignore[no-untyped-call]
+    port = bind(server, "127.0.0.1", 0, security)
+    server.start()
+    return server, sink, port
 
 
 def measure(dim: int, round_trips: int = ROUND_TRIPS,
@@ -75,10 +101,7 @@ def measure(dim: int, round_trips: int = ROUND_TRIPS,
     """Time real PushDelta calls of a 16-entry and a ``dim``-entry delta over loopback
     (plain text, or with ``security``'s credentials on both ends)."""
     security = security if security is not None else Security()
-    server = new_server(4, "calibrate", security)
-    pb_grpc.add_WorkerServicer_to_server(_Sink(dim), server)  # type: ignore[no-untyped-call]
-    port = bind(server, "127.0.0.1", 0, security)
-    server.start()
+    server, _, port = _serve_sink(dim, security, "calibrate")
     try:
         with _channel(security, f"127.0.0.1:{port}") as channel:
             push = pb_grpc.WorkerStub(channel).PushDelta  # type: ignore[no-untyped-call]
@@ -143,32 +166,6 @@ class BurstCost:
         return max(0.0, self.peers_in - (self.workers - 1) * self.sender)
 
 
-class _CountingSink(pb_grpc.WorkerServicer):
-    """Decodes each delta and counts them per round."""
-
-    def __init__(self, dim: int) -> None:
-        self.dim = dim
-        self.cond = threading.Condition()
-        self.arrived: dict[int, int] = {}
-        self.last: dict[int, float] = {}   # per round: when its latest delta was decoded
-
-    def PushDelta(self, request: pb.Delta, context: Any) -> pb.Ack:
-        decode_delta(request, self.dim)
-        with self.cond:
-            r = int(request.round)
-            self.arrived[r] = self.arrived.get(r, 0) + 1
-            self.last[r] = time.perf_counter()
-            self.cond.notify_all()
-        return pb.Ack()
-
-    def wait_for(self, round_: int, count: int, timeout: float) -> float | None:
-        """When the ``count``-th delta of ``round_`` arrived (None: not within ``timeout``)."""
-        with self.cond:
-            if not self.cond.wait_for(lambda: self.arrived.get(round_, 0) >= count, timeout):
-                return None
-            return self.last[round_]
-
-
 def measure_burst(dim: int, workers: int, mesh: bool, rounds: int = BURST_ROUNDS,
                   busy: int = 0) -> BurstCost:
     """Time ``rounds`` sync round ends of ``workers`` worker processes (at most
@@ -225,12 +222,7 @@ def _spin(stop: Any) -> None:
 def _member(me: int, workers: int, dim: int, mesh: bool, rounds: int, ports: Any, plan: Any,
             barrier: Any, results: Any) -> None:
     """One process of the burst: a worker (``me`` < workers) or the coordinator."""
-    security = Security()
-    sink = _CountingSink(dim)
-    server = new_server(4, "burst", security)
-    pb_grpc.add_WorkerServicer_to_server(sink, server)  # type: ignore[no-untyped-call]
-    port = bind(server, "127.0.0.1", 0, security)
-    server.start()
+    server, sink, port = _serve_sink(dim, Security(), "burst")
     ports.put((me, port))
     try:
         table = plan.get(timeout=START_TIMEOUT)
@@ -252,7 +244,7 @@ def _member(me: int, workers: int, dim: int, mesh: bool, rounds: int, ports: Any
 
 
 def _rounds(me: int, workers: int, dim: int, mesh: bool, rounds: int, stubs: list[Any],
-            sink: _CountingSink, barrier: Any) -> tuple[list[float], list[float]]:
+            sink: _Sink, barrier: Any) -> tuple[list[float], list[float]]:
     """A worker's rounds: (seconds to all acknowledged, seconds to every peer's delta in)."""
     rng = np.random.default_rng(me)
     idx = np.arange(dim, dtype=np.int32)
