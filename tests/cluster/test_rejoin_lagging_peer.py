@@ -1,11 +1,11 @@
-"""A worker restarted at a round its peers lag by far: async mesh with a staleness bound.
+"""A worker restarted after running far ahead of its live peers: async mesh, staleness bound.
 
-A restarted worker is taken back at the run's round, which a live peer may lag by far more
-than a peer may run ahead of it (slow, or just unfrozen while others went on without it). Its deltas were refused there as "further ahead
-of this worker than a peer can be", and the run could stall for good (every process alive:
-nobody was dropped) until its time budget. Now the rejoiner's deltas are taken from the round
-the coordinator started it at, a delta still refused as too far ahead gets its sender dropped
-once the receiver waits for it, and training goes on after the rejoin.
+A worker that dropped its frozen peers trains on alone, far ahead of them; restarted, it
+comes back while they go on far behind the round it had reached. Taken back at that round,
+its deltas were first refused as "further ahead of this worker than a peer can be" (the run
+stalled), and then, accepted, it sat idle under the staleness bound until its peers had
+trained all those rounds (tens of seconds, longer than the time budget on a fast machine).
+Now it is taken back at its live peers' round and trains with them at once.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_training_goes_on_after_a_rejoin_at_a_round_its_peers_lag(cluster: Clust
     """Workers 0, 1 and 3 are frozen together: worker 2 drops them (silent) and trains on
     alone, far ahead, until it is killed. The three wake before the coordinator's probes of
     them give up (so they stay in the run) and go on among themselves, far behind the round
-    worker 2 reached. Restarted, worker 2 is taken back at that round."""
+    worker 2 reached. Restarted, worker 2 is taken back at their round."""
     out = tmp_path / "out"
     cluster.start(4, mode="async", **faulty(out, time_budget=BUDGET, staleness=2))
     assert cluster.coordinator is not None
@@ -51,17 +51,23 @@ def test_training_goes_on_after_a_rejoin_at_a_round_its_peers_lag(cluster: Clust
             proc.proc.send_signal(signal.SIGCONT)
     time.sleep(0.5)
     again = _respawn(cluster, out, "async", BUDGET, advertised, 2, workers=4)
-    rejoined = int(cluster.coordinator.wait_for(REJOINED, 60).group(1))
+    line = cluster.coordinator.wait_for(REJOINED, 60)
+    rejoined = int(line.group(1))
     assert cluster.coordinator.wait(180) == 0, cluster.output()
     codes = {p.name: p.wait(60) for p in cluster.procs}
     assert codes == {**dict.fromkeys(codes, 0), ahead.name: -signal.SIGKILL}, codes
     metrics = read_metrics(out)
     assert metrics["stop_reason"] == "time budget"
-    # Progress rows went on after the rejoin (the stall kept the round where the rejoin
-    # left it, every later row the same), and the run trained far past it.
-    rows = [int(m.group(1)) for line in cluster.coordinator.lines
-            if (m := PROGRESS_ROW.search(line))]
-    after = [r for r in rows if r > rejoined]
+    lines = cluster.coordinator.lines
+    at = next(i for i, text in enumerate(lines) if REJOINED.search(text))
+    rows = [int(m.group(1)) for m in map(PROGRESS_ROW.search, lines) if m]
+    before = [int(m.group(1)) for m in map(PROGRESS_ROW.search, lines[:at]) if m]
+    after = [int(m.group(1)) for m in map(PROGRESS_ROW.search, lines[at:]) if m]
+    # Taken back where its live peers were, far below the round it had reached alone
+    # (the last row before the rejoin still counts that dead record's round).
+    assert rejoined + 100 < before[-1], (rejoined, rows)
+    # Progress rows went on after the rejoin (a stall keeps every later row the same), and
+    # the run trained far past it.
     assert len(set(after)) >= 5, rows[-20:]
     assert metrics["rounds"] >= rejoined + 100, (rejoined, metrics["rounds"])
     assert metrics["test_accuracy"] >= 0.97

@@ -67,7 +67,12 @@ class Rejoins:
                 # A peer that is dead now may come back later: named (down), so this worker
                 # takes it back then. Star: no peer traffic (and its averaging counts the peers).
                 down = dead if self.settings.topology == "mesh" else []
-                round_ = self.state.roster.max_round()
+                # It starts where its live peers are, not where the run's furthest record
+                # is: its own old round may be far ahead of them (it trained on alone after
+                # dropping them), and a staleness bound would leave it idle until they had
+                # trained all those rounds. Round numbers only order deltas; the model it
+                # starts from is the global one either way.
+                round_ = max((p.round for p in peers), default=self.state.roster.max_round())
                 # Tree: its neighbours re-attached around it for good; it comes back as a
                 # leaf of the coordinator, which is a star worker's place.
                 config = self.configs.build(record, peers, first_round=round_ + 1,
