@@ -5,7 +5,9 @@ the held-out rows it evaluates on, the feature order) with `local_plan: scan` an
 `local_plan: sample`, alternating, and prints the medians and their ratio. With --e2e it
 then times `hogwild train --threads 2` against `hogwild run --workers 2 --threads 1
 --shipping local` (each plan) end to end on the first file, alternating, and prints the wall
-times' ratios to train's. Usage: see bench/README.md.
+times' ratios to train's. --parquet SPECS times the plan of each `parquet:` source instead
+(from its footers and a sample), and with --e2e `train` against `run --shipping local` and
+`run --shipping partition` on the first. Usage: see bench/README.md.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from pathlib import Path
 from common import repo_env
 
 
-def plan_seconds(data: Path, plan: str, workers: int, n_features: int) -> tuple[float, int]:
+def plan_seconds(data: Path | str, plan: str, workers: int,
+                 n_features: int | None) -> tuple[float, int]:
     """Seconds of the coordinator's plan of ``data`` in a fresh process, and its held-out rows."""
     script = (
         "import sys, time, json\n"
@@ -37,6 +40,8 @@ def plan_seconds(data: Path, plan: str, workers: int, n_features: int) -> tuple[
     settings = {"data": str(data), "shipping": "local",
                 "workers": workers, "local_plan": plan, "n_features": n_features,
                 "data_cache": False}
+    if n_features is None:
+        del settings["n_features"]
     out = subprocess.run([sys.executable, "-c", script, json.dumps(settings)], check=True,
                          env=repo_env(), capture_output=True, text=True).stdout
     seconds, held = json.loads(out.strip().splitlines()[-1])
@@ -49,9 +54,55 @@ def wall(cmd: list[str]) -> float:
     return time.perf_counter() - t
 
 
+def parquet(args: argparse.Namespace) -> None:
+    """The plans of the --parquet sources, then (--e2e) the three commands on the first."""
+    specs = args.parquet.split(",")
+    print("| source | plan s (median) | runs | validation rows |")
+    print("|---|---|---|---|")
+    for spec in specs:
+        times, held = [], 0
+        for _ in range(args.repeats):
+            seconds, held = plan_seconds(spec, "auto", args.workers, None)
+            times.append(seconds)
+        print(f"| {spec.split('?')[0]} | {statistics.median(times):.2f} | "
+              f"{', '.join(f'{t:.2f}' for t in times)} | {held:,} |", flush=True)
+    if not args.e2e:
+        return
+    hogwild = [sys.executable, "-m", "hogwild.cli"]
+    common = ["--data", specs[0], "--epochs", str(args.epochs), "--patience", "0",
+              *(["--test", args.test] if args.test else [])]
+    run = [*hogwild, "run", *common, "--workers", str(args.workers), "--threads", "1"]
+    commands = {"train --threads 2": [*hogwild, "train", *common, "--threads", "2"],
+                f"run --workers {args.workers} --shipping local": [*run, "--shipping", "local"],
+                f"run --workers {args.workers} --shipping partition": [
+                    *run, "--shipping", "partition"]}
+    compare(commands, args.repeats, f"{specs[0].split('?')[0]}, {args.epochs} epochs")
+
+
+def compare(commands: dict[str, list[str]], repeats: int, what: str) -> None:
+    """Each command ``repeats`` times, alternating; medians against the first one's."""
+    runs: dict[str, list[float]] = {name: [] for name in commands}
+    accuracy: dict[str, list[float]] = {name: [] for name in commands}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(repeats):
+            for name, cmd in commands.items():
+                out = f"{tmp}/{name}{i}"
+                runs[name].append(wall([*cmd, "--out", out]))
+                metrics = json.loads((Path(out) / "latest" / "metrics.json").read_text())
+                accuracy[name].append(float(metrics["test_accuracy"]))
+    first = statistics.median(runs[next(iter(commands))])
+    print(f"\nend to end on {what}, medians of {repeats} (wall seconds, then test accuracy):")
+    for name, cmd in commands.items():
+        r = statistics.median(runs[name])
+        print(f"  {name}: {r:.2f} s = {r / first:.2f}x "
+              f"({', '.join(f'{x:.2f}' for x in runs[name])}); "
+              f"test accuracy {statistics.median(accuracy[name]):.4f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", required=True, help="comma-separated svmlight files")
+    ap.add_argument("--data", default="", help="comma-separated svmlight files")
+    ap.add_argument("--parquet", default="", help="comma-separated parquet: sources")
     ap.add_argument("--test", default="", help="test file for --e2e (default: the data's)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--n-features", type=int, default=47237)
@@ -59,6 +110,11 @@ def main() -> None:
     ap.add_argument("--e2e", action="store_true", help="also train vs run end to end")
     ap.add_argument("--epochs", type=int, default=3)
     args = ap.parse_args()
+    if args.parquet:
+        parquet(args)
+        return
+    if not args.data:
+        ap.error("give --data or --parquet")
     files = [Path(p) for p in args.data.split(",")]
     print("| file | text bytes | scan s (median) | sample s (median) | sample / scan | "
           "validation rows (scan / sample) |")
@@ -79,28 +135,12 @@ def main() -> None:
     hogwild = [sys.executable, "-m", "hogwild.cli"]
     common = ["--data", str(data), "--test", str(test), "--epochs", str(args.epochs),
               "--patience", "0", "--data-cache", "false", "--n-features", str(args.n_features)]
-    runs: dict[str, list[float]] = {"train": [], "scan": [], "sample": []}
-    accuracy: dict[str, list[float]] = {"train": [], "scan": [], "sample": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.repeats):
-            for name in ("train", "scan", "sample"):
-                out = f"{tmp}/{name}{i}"
-                cmd = ([*hogwild, "train", *common, "--threads", "2"] if name == "train" else
-                       [*hogwild, "run", *common, "--workers", str(args.workers), "--threads",
-                        "1", "--shipping", "local", "--local-plan", name])
-                runs[name].append(wall([*cmd, "--out", out]))
-                metrics = json.loads((Path(out) / "latest" / "metrics.json").read_text())
-                accuracy[name].append(float(metrics["test_accuracy"]))
-    t = statistics.median(runs["train"])
-    print(f"\nend to end on {data.name}, {args.epochs} epochs, medians of {args.repeats} "
-          "(wall seconds, then test accuracy):")
-    for name in ("train", "scan", "sample"):
-        what = ("train --threads 2" if name == "train" else
-                f"run --workers {args.workers} --shipping local --local-plan {name}")
-        r = statistics.median(runs[name])
-        print(f"  {what}: {r:.2f} s = {r / t:.2f}x train "
-              f"({', '.join(f'{x:.2f}' for x in runs[name])}); test accuracy "
-              f"{statistics.median(accuracy[name]):.4f}")
+    commands = {"train --threads 2": [*hogwild, "train", *common, "--threads", "2"]}
+    for plan in ("scan", "sample"):
+        commands[f"run --workers {args.workers} --shipping local --local-plan {plan}"] = [
+            *hogwild, "run", *common, "--workers", str(args.workers), "--threads", "1",
+            "--shipping", "local", "--local-plan", plan]
+    compare(commands, args.repeats, f"{data.name}, {args.epochs} epochs")
 
 
 if __name__ == "__main__":

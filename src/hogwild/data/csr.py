@@ -243,3 +243,21 @@ class CSRData:
                    np.asarray(m.indices, dtype=INDEX_DTYPE),
                    np.asarray(m.data, dtype=VALUE_DTYPE), labels, int(m.shape[1]),
                    weights=None if weights is None else np.asarray(weights))
+
+
+def concat_rows(parts: list[CSRData], n_features: int) -> CSRData:
+    """The rows of ``parts`` one after another, over ``n_features`` (row weights kept when
+    every part has them, 1 filled in for a part without them when another has)."""
+    if not parts:
+        return CSRData(np.zeros(1, INDPTR_DTYPE), np.zeros(0, INDEX_DTYPE),
+                       np.zeros(0, VALUE_DTYPE), np.zeros(0, np.float32), n_features)
+    starts = np.cumsum([0] + [p.nnz for p in parts])
+    indptr = np.concatenate([np.zeros(1, INDPTR_DTYPE)] + [
+        p.indptr[1:] + starts[i] for i, p in enumerate(parts)]).astype(INDPTR_DTYPE)
+    weighted = any(p.weights is not None for p in parts)
+    weights = np.concatenate([p.weights if p.weights is not None
+                              else np.ones(p.n_rows, np.float32) for p in parts]) \
+        if weighted else None
+    return CSRData(indptr, np.concatenate([p.indices for p in parts]),
+                   np.concatenate([p.values for p in parts]),
+                   np.concatenate([p.labels for p in parts]), n_features, None, weights)

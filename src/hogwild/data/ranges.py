@@ -145,6 +145,13 @@ class Range:
     train_rows: int
     train_nnz: int
     digest: bytes
+    # A Parquet plan (data/rowgroups.py): rows ``group_row ..`` of row group ``group`` of
+    # ``file`` (relative to the data set's root), ``digest`` that of the group's layout;
+    # ``first_row`` counts in the files' rows taken in order, the bytes in their
+    # uncompressed size.
+    file: str = ""
+    group: int = -1
+    group_row: int = 0
 
 
 @dataclass
@@ -508,6 +515,10 @@ class LocalSpec:
     # A plan from a sample: every row of a range is trained on, and a range is checked by
     # the text around its ends (its rows are counted by the reader, not checked).
     sampled: bool = False
+    # "" (svmlight text) or "parquet" (data/rowgroups.py: ``source`` is the directory the
+    # files are under, ``columns`` the fitted column mapping as JSON).
+    format: str = ""
+    columns: str = ""
 
 
 def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = None,

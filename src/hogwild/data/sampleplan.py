@@ -164,7 +164,7 @@ def plan_sampled(source: str, *, workers: int, seed: int, val_fraction: float,
     trained = sum(r.train_rows for r in ranges)
     positive = round(trained * float(np.count_nonzero(labels32 > 0)) / rows.n_rows)
     df = np.bincount(rows.indices, minlength=n_features).astype(np.int64)
-    val, test = _held_out(rows, seed, test_fraction / holdout if holdout > 0 else None)
+    val, test = split_holdout(rows, seed, test_fraction / holdout if holdout > 0 else None)
     plan = FilePlan(
         source=name, file_size=size, gzip=False, text_bytes=size,
         total_rows=trained + (rows.n_rows if holdout > 0 else 0), max_index=max_index,
@@ -179,7 +179,7 @@ def plan_sampled(source: str, *, workers: int, seed: int, val_fraction: float,
     return plan
 
 
-def _held_out(rows: CSRData, seed: int, test_share: float | None
+def split_holdout(rows: CSRData, seed: int, test_share: float | None
               ) -> tuple[CSRData, CSRData]:
     """(validation, test) rows of the windows (``test_share`` None: nothing is held out)."""
     if test_share is None:

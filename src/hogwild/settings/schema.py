@@ -333,8 +333,9 @@ class Settings:
         default="partition",
         metadata=_doc("partition = disjoint shard per worker; replicate = whole train set "
                       "to every worker; local = every worker reads its own row ranges of the "
-                      "data file (a path on a volume every node mounts, or an fsspec URL), the "
-                      "coordinator ships none", choices=SHIPPING, commands=_RC))
+                      "data file (a path on a volume every node mounts, or an fsspec URL), or "
+                      "its own row groups of a parquet: source, the coordinator ships none",
+                      choices=SHIPPING, commands=_RC))
     local_plan: str = field(
         default="auto",
         metadata=_doc("shipping local: how the coordinator plans the workers' ranges. scan = "
@@ -344,13 +345,15 @@ class Settings:
                       "(fewer than val_fraction + test_fraction of a larger file), the "
                       "feature order and labels from them (needs n_features); auto = sample "
                       "for plain text of 1 GiB and more with n_features known (given, or a "
-                      "bundled set), else scan", choices=LOCAL_PLANS, commands=_RC))
+                      "bundled set), else scan. A parquet: source is always planned from its "
+                      "footers and a sample", choices=LOCAL_PLANS, commands=_RC))
     local_data: str = field(
         default="",
         metadata=_doc("shipping local: where this worker reads the training file (a path or "
                       "URL); empty = where the coordinator reads it (its data; a path made "
                       "absolute). Set it where the shared volume is mounted elsewhere on this "
-                      "node; the file must be the same (its ranges are checked by digest)",
+                      "node (parquet: its mount of the file or directory data names); the "
+                      "files must be the same (their ranges are checked by digest)",
                       commands=_W))
     chunk_bytes: int = field(
         default=1 << 20, metadata=_doc("largest shard chunk on the wire (at most 1 MiB)",

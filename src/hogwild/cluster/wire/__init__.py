@@ -13,7 +13,8 @@ from hogwild.cluster.wire import _stubs as _build
 # other's messages with FAILED_PRECONDITION instead of reading the same file as "another".
 # 4: LocalSource.sampled (a plan from a sample, whose ranges a worker of version 3 would
 # check against the wrong digests).
-PROTOCOL_VERSION = 4
+# 5: LocalSource.format (Parquet row groups, which a worker of version 4 would read as text).
+PROTOCOL_VERSION = 5
 
 
 def ensure_generated() -> None:

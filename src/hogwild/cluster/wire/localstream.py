@@ -26,6 +26,9 @@ from hogwild.errors import InvalidMessage
 _ORDER = pb.ShardChunk.FIELD_FEATURE_ORDER
 # A feature order longer than this is refused before anything is allocated (int32 ids).
 _MAX_FEATURES = 1 << 31
+# The longest column mapping (JSON) a plan carries: it travels in the stream's first message,
+# beside a chunk of the feature order, within gRPC's 4 MiB a message.
+MAX_COLUMNS_JSON = 2 << 20
 
 
 def local_source(spec: LocalSpec, ranges: list[Range], *, classes: tuple[float, ...] | None,
@@ -36,10 +39,11 @@ def local_source(spec: LocalSpec, ranges: list[Range], *, classes: tuple[float, 
         n_features=spec.n_features, zero_based=spec.zero_based, total_rows=total_rows,
         split_seed=spec.split_seed, holdout=spec.holdout, classes=list(classes or ()),
         shuffle_seed=shuffle_seed, text_bytes=spec.text_bytes, digest_chunk=DIGEST_CHUNK,
-        sampled=spec.sampled,
+        sampled=spec.sampled, format=spec.format, columns=spec.columns,
         ranges=[pb.LocalRange(first_row=r.first_row, rows=r.rows, byte_start=r.byte_start,
                               byte_end=r.byte_end, first_line=r.first_line,
-                              train_rows=r.train_rows, train_nnz=r.train_nnz, digest=r.digest)
+                              train_rows=r.train_rows, train_nnz=r.train_nnz, digest=r.digest,
+                              file=r.file, group=max(r.group, 0), group_row=r.group_row)
                 for r in ranges])
 
 
@@ -137,10 +141,16 @@ def _spec(m: pb.LocalSource) -> LocalSpec:
     if m.digest_chunk != DIGEST_CHUNK:
         raise InvalidMessage(f"local source digest chunks of {m.digest_chunk} bytes, this "
                              f"worker checks {DIGEST_CHUNK}")
+    if m.format not in ("", "parquet"):
+        raise InvalidMessage(f"local source in format {m.format!r}, which this worker does "
+                             "not read")
+    if (m.format == "parquet") != bool(m.columns) or len(m.columns) > MAX_COLUMNS_JSON:
+        raise InvalidMessage("local source with a column mapping that does not match its "
+                             "format")
     return LocalSpec(source=m.path, file_size=int(m.file_size), n_features=int(m.n_features),
                      zero_based=bool(m.zero_based), split_seed=int(m.split_seed),
                      holdout=float(m.holdout), text_bytes=int(m.text_bytes),
-                     sampled=bool(m.sampled))
+                     sampled=bool(m.sampled), format=m.format, columns=m.columns)
 
 
 def _ranges(m: pb.LocalSource) -> list[Range]:
@@ -149,11 +159,13 @@ def _ranges(m: pb.LocalSource) -> list[Range]:
         # (a sampled plan's ranges know their bytes only: their counts are estimates)
         rows_wrong = not m.sampled and (r.train_rows > r.rows
                                         or r.first_row + r.rows > m.total_rows)
-        if r.byte_end < r.byte_start or rows_wrong or len(r.digest) != 16:
+        if r.byte_end < r.byte_start or rows_wrong or len(r.digest) != 16 \
+                or (m.format == "parquet") != bool(r.file) or not _relative(r.file):
             raise InvalidMessage(f"local range at row {r.first_row} is inconsistent")
         out.append(Range(int(r.first_row), int(r.rows), int(r.byte_start), int(r.byte_end),
                          int(r.first_line), int(r.train_rows), int(r.train_nnz),
-                         bytes(r.digest)))
+                         bytes(r.digest), file=r.file,
+                         group=int(r.group) if r.file else -1, group_row=int(r.group_row)))
     if not out:
         raise InvalidMessage("local source without any range")
     for spans in (sorted((r.first_row, r.first_row + r.rows) for r in out),
@@ -161,6 +173,12 @@ def _ranges(m: pb.LocalSource) -> list[Range]:
         if any(a[1] > b[0] for a, b in itertools.pairwise(spans)):
             raise InvalidMessage("local ranges overlap")
     return out
+
+
+def _relative(name: str) -> bool:
+    """Whether a Parquet piece's file stays under the source's directory (or is none)."""
+    return not name.startswith("/") and ".." not in name.split("/") and "\\" not in name \
+        and "://" not in name
 
 
 def _classes(m: pb.LocalSource) -> tuple[float, ...] | None:

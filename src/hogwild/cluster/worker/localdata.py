@@ -5,13 +5,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from hogwild.cluster.wire.localstream import LocalPlan
-from hogwild.data.csr import CSRData
-from hogwild.data.ranges import read_ranges
+from hogwild.data.csr import CSRData, concat_rows
+from hogwild.data.ranges import LocalSpec, read_ranges
+from hogwild.data.rowgroups import params_of, read_pieces
 from hogwild.data.spill import DiskParts
 from hogwild.data.transform.reorder import check_order, renumber
 from hogwild.errors import DataError
@@ -41,10 +43,15 @@ def load_local_shard(plan: LocalPlan, path_override: str = "",
 
     def prepare(data: CSRData) -> CSRData:
         data = CSRData(data.indptr, data.indices, data.values,
-                       _mapped_labels(data.labels, plan.classes, spec.source), data.n_features)
+                       _mapped_labels(data.labels, plan.classes, spec.source), data.n_features,
+                       None, data.weights)
         return renumber(data, order, in_place=True)
 
-    if spill_to is None:
+    if spec.format == "parquet":
+        data = _parquet_rows(spec, plan, prepare, spill_to)
+        where = "in memory" if spill_to is None else \
+            f"out of core (mapped from disk under {spill_to})"
+    elif spill_to is None:
         data = prepare(read_ranges(spec, plan.ranges))
         perm = np.random.default_rng(plan.shuffle_seed).permutation(data.n_rows)
         data = data.take(perm)
@@ -61,6 +68,42 @@ def load_local_shard(plan: LocalPlan, path_override: str = "",
     log.info("read %s training rows (%s non-zeros) of %s from %d range(s), each checked "
              "against the coordinator's digest, in %.2fs, %s", f"{data.n_rows:,}",
              f"{data.nnz:,}", spec.source, len(plan.ranges), time.perf_counter() - t0, where)
+    return data
+
+
+def _parquet_rows(spec: LocalSpec, plan: LocalPlan, prepare: Callable[[CSRData], CSRData],
+                  spill_to: Path | None) -> CSRData:
+    """A Parquet plan's pieces, encoded with the shipped column mapping: permuted in
+    memory, or (``spill_to``) shuffled on disk as the text's rows are."""
+    params = params_of(spec.columns)
+    expected = sum(r.train_nnz for r in plan.ranges)
+    if spill_to is None:
+        parts = [_labelled(p, spec.source) for p in read_pieces(spec.source, plan.ranges, params)]
+        data = prepare(concat_rows(parts, spec.n_features))
+        del parts
+        return data.take(np.random.default_rng(plan.shuffle_seed).permutation(data.n_rows))
+    sink = DiskParts(spill_to, spec.n_features, prepare, plan.shuffle_seed,
+                     expected_nnz=expected)
+    try:
+        for p in read_pieces(spec.source, plan.ranges, params):
+            p = _labelled(p, spec.source)
+            if p.weights is not None:
+                raise DataError(f"{spec.source}: rows with a weight column are trained in "
+                                "memory only (worker out_of_core keeps no weights)")
+            sink.add(p.indptr, p.indices, p.values, p.labels,
+                     np.ones(p.n_rows, dtype=np.bool_))
+        return sink.build(spec.n_features)
+    except BaseException:
+        sink.abort()
+        raise
+
+
+def _labelled(data: CSRData, source: str) -> CSRData:
+    """``data``, DataError where a row has no label (the label column missing or null)."""
+    bad = ~np.isfinite(data.labels)
+    if np.any(bad):
+        raise DataError(f"{source}: {int(np.count_nonzero(bad)):,} row(s) without a label "
+                        "(is the label column in every file?)")
     return data
 
 

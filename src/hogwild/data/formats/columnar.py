@@ -41,10 +41,10 @@ FORMATS = {"parquet": "Parquet", "arrow": "Arrow IPC"}
 # In a directory, files with these endings are the data (others, e.g. _SUCCESS, are not).
 SUFFIXES = {"parquet": (".parquet", ".pq", ".parq"),
             "arrow": (".arrow", ".feather", ".ipc", ".arrows")}
-_GLOB = ("*", "?", "[")
+GLOB_CHARS = ("*", "?", "[")
 
 
-def _pyarrow() -> tuple[Any, Any]:
+def pyarrow_modules() -> tuple[Any, Any]:
     try:
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -84,7 +84,7 @@ def list_files(scheme: str, path: str) -> Files:
                             "'hogwild[remote]' from a clone)") from None
         try:
             fs, root = fsspec.core.url_to_fs(path)
-            if any(c in root for c in _GLOB):
+            if any(c in root for c in GLOB_CHARS):
                 found, is_dir = list(fs.glob(root)), False
             elif fs.isdir(root):
                 found, is_dir = [str(f) for f in fs.find(root)], True
@@ -99,7 +99,7 @@ def list_files(scheme: str, path: str) -> Files:
         by_name = dict(zip(names, files))
         return Files(names, lambda name: fs.open(by_name[name], "rb"))
     local = Path(path).expanduser()
-    if any(c in path for c in _GLOB) and not local.exists():
+    if any(c in path for c in GLOB_CHARS) and not local.exists():
         found = [f for f in glob.glob(str(local), recursive=True) if Path(f).is_file()]
         files = _data_files(scheme, found, False)
     elif local.is_dir():
@@ -136,7 +136,7 @@ class ArrowPart:
         return DataError(f"{self.path}: column {name!r} {what}")
 
     def numeric(self, name: str, required: bool) -> tuple[F64, BOOL]:
-        pa, pc = _pyarrow()
+        pa, pc = pyarrow_modules()
         arr = self.arrays[name]
         kind = arr.type
         if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)
@@ -160,7 +160,7 @@ class ArrowPart:
 
     def _strings(self, name: str) -> Any:
         """The column as trimmed strings, empty ones null."""
-        pa, pc = _pyarrow()
+        pa, pc = pyarrow_modules()
         arr = self.arrays[name]
         if pa.types.is_dictionary(arr.type):
             arr = arr.dictionary_decode()
@@ -180,7 +180,7 @@ class ArrowPart:
     def _encode(self, values: Any, rows: I64) -> Values:
         """(distinct values, row of each, value of each) of non-null strings ``values``
         whose rows are ``rows``."""
-        _, pc = _pyarrow()
+        _, pc = pyarrow_modules()
         encoded = pc.dictionary_encode(values)
         valid = np.asarray(encoded.indices.is_valid(), dtype=bool)
         which = np.asarray(encoded.indices.fill_null(0).to_numpy(zero_copy_only=False),
@@ -191,7 +191,7 @@ class ArrowPart:
         return self._encode(self._strings(name), np.arange(self.n_rows, dtype=np.int64))
 
     def tokens(self, name: str) -> Values:
-        pa, pc = _pyarrow()
+        pa, pc = pyarrow_modules()
         arr = self.arrays[name]
         if pa.types.is_dictionary(arr.type):
             arr = arr.dictionary_decode()
@@ -219,7 +219,7 @@ class ArrowPart:
 
     def _list(self, name: str, integer: bool) -> tuple[I64, npt.NDArray[Any]]:
         """(list length of each row, the lists' numbers flat)."""
-        pa, pc = _pyarrow()
+        pa, pc = pyarrow_modules()
         arr = self.arrays[name]
         ok = pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)
         item = arr.type.value_type if ok else None
@@ -252,7 +252,7 @@ class ArrowPart:
 
 def _schema_names(scheme: str, handle: Any) -> tuple[list[str], Any]:
     """(column names, a reader) of an open file."""
-    pa, _ = _pyarrow()
+    pa, _ = pyarrow_modules()
     if scheme == "parquet":
         import pyarrow.parquet as pq
 
@@ -288,7 +288,7 @@ def _parts(scheme: str, files: Files, needed: list[str]) -> Iterator[ArrowPart]:
 
 
 def _read_parts(scheme: str, files: Files, needed: list[str]) -> Iterator[ArrowPart]:
-    pa, _ = _pyarrow()
+    pa, _ = pyarrow_modules()
     for name in files.names:
         try:
             with files.opener(name) as handle:
@@ -299,7 +299,7 @@ def _read_parts(scheme: str, files: Files, needed: list[str]) -> Iterator[ArrowP
                                     f"{', '.join(names)})")
                 first = 0
                 for batch in _batches(scheme, reader, needed):
-                    arrays = {c: _whole(batch.column(c)) for c in needed}
+                    arrays = {c: whole_array(batch.column(c)) for c in needed}
                     yield ArrowPart(name, first, arrays, batch.num_rows, names)
                     first += batch.num_rows
         except (pa.ArrowException, OSError) as exc:
@@ -321,7 +321,7 @@ def _ahead(items: Iterator[ArrowPart]) -> Iterator[ArrowPart]:
             yield cast(ArrowPart, item)
 
 
-def _whole(column: Any) -> Any:
+def whole_array(column: Any) -> Any:
     """One array from a (possibly chunked) column."""
     return column.combine_chunks() if hasattr(column, "combine_chunks") else column
 
@@ -330,7 +330,7 @@ def read_columns(scheme: str, path: str, *, options: HashOptions | None = None,
                  params: Mapping[str, Any] | None = None) -> Gathered:
     """The columns ``options`` map (fitting) or fitted ``params`` encode (applying) of every
     file under ``path``, gathered a row group at a time."""
-    pa, _ = _pyarrow()
+    pa, _ = pyarrow_modules()
     files = list_files(scheme, path)
     first = files.names[0]
     try:

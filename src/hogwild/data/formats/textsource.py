@@ -42,8 +42,9 @@ def local_source_error(spec: str) -> str | None:
         return f"unknown bundled data set {rest!r}"
     if sep and scheme in ("synthetic", "lyrl2004", "csv", "parquet", "arrow") \
             and not Path(spec).exists():
-        return (f"{scheme}: data is built by the coordinator and cannot be read by byte ranges; "
-                "give a svmlight file (a path or URL every node can read)")
+        return (f"{scheme}: data is built by the coordinator and cannot be read in parts; "
+                "give a svmlight file or a parquet: source (a path or URL every node can "
+                "read)")
     return None
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from hogwild.cluster.wire import pb
-from hogwild.cluster.wire.localstream import local_source
+from hogwild.cluster.wire.localstream import MAX_COLUMNS_JSON, local_source
 from hogwild.config import Settings
 from hogwild.data.csr import CSRData
 from hogwild.data.formats.textsource import (
@@ -27,6 +27,7 @@ from hogwild.data.formats.textsource import (
     local_source_error,
 )
 from hogwild.data.ranges import FilePlan, LocalSpec, deal, plan_file
+from hogwild.data.rowgroups import ParquetPlan, is_parquet, params_json, plan_groups
 from hogwild.data.sampleplan import AUTO_SAMPLE_BYTES, HOLDOUT_BYTES, deal_by_bytes, plan_sampled
 from hogwild.data.sources import default_test_source, load_source_hashed
 from hogwild.data.transform.labels import REGRESSION, LabelMap, label_summary
@@ -110,9 +111,14 @@ class LocalShipping:
         about = "about " if self.plan.sampled else ""
         how = ("; counts estimated from a sample of its text until the workers count them"
                if self.plan.sampled else "")
-        return (f"{about}{rows:,} rows x {int(self.order.shape[0]):,} features, {about}"
+        where = self.spec.source
+        if self.spec.format == "parquet":  # rows from the footers: exact
+            how = "; non-zeros estimated from a sample until the workers count them"
+            where = f"{len({r.file for r in self.plan.ranges})} Parquet file(s) under {where}"
+        return (f"{'' if self.spec.format else about}{rows:,} rows x "
+                f"{int(self.order.shape[0]):,} features, {about}"
                 f"{nnz:,} non-zeros ({nnz / max(rows, 1):.1f} per row), {labels} "
-                f"(read by the workers from {self.spec.source}; none held here{how})")
+                f"(read by the workers from {where}; none held here{how})")
 
     def ranges_report(self, workers: int) -> dict[str, Any]:
         """The plan for metrics.json: the file, its row counts, and per worker its ranges as
@@ -126,43 +132,39 @@ class LocalShipping:
                 "total_rows": total, "train_rows": rows,
                 "val_rows": plan.val.n_rows, "test_rows": plan.test.n_rows,
                 "holdout": self.spec.holdout, "plan_seconds": plan.seconds,
-                "plan": "sample" if plan.sampled else "scan",
+                "plan": ("footers" if self.spec.format == "parquet" else "sample") if plan.sampled else "scan",
                 "sample_rows": plan.sample_rows, "windows": [list(w) for w in plan.windows],
+                "format": self.spec.format or "svmlight",
                 "workers": [{"worker_id": w,
                              "ranges": [[r.first_row, r.rows, r.byte_start, r.byte_end]
                                         for r in plan.worker_ranges(w)],
+                             **({"row_groups": [[r.file, r.group, r.group_row, r.rows]
+                                                for r in plan.worker_ranges(w)]}
+                                if self.spec.format == "parquet" else {}),
                              "train_rows": self.train_rows(w), "train_nnz": self.train_nnz(w)}
                             for w in range(workers)]}
 
 
 def load_local(settings: Settings) -> tuple[Splits, LocalShipping]:
-    """Plan the training file for ``settings.workers`` workers and load the data the
+    """Plan the training data for ``settings.workers`` workers and load the data the
     coordinator evaluates on. ConfigError (key ``shipping``) for a source that cannot be read
-    by ranges; DataError as for any load."""
+    in parts; DataError as for any load."""
     s = settings
-    why = local_source_error(s.data)
+    parquet = is_parquet(s.data)
+    why = None if parquet else local_source_error(s.data)
     if why is not None:
         raise ConfigError("shipping", f"local needs `data` to be a svmlight file: {why}")
-    source = canonical(s.data)
-    test_spec = s.test_data or default_test_source(s.data)
+    test_spec = s.test_data or (None if parquet else default_test_source(s.data))
     test_fraction = 0.0 if test_spec else s.test_fraction
-    n_features = s.n_features if s.n_features is not None else bundled_features(s.data)
     classifier = get_loss(s.loss).is_classifier
-    try:
-        if _sampled(s, source, n_features):
-            assert n_features is not None
-            plan = plan_sampled(source, workers=s.workers, seed=s.seed,
-                                val_fraction=s.val_fraction, test_fraction=test_fraction,
-                                n_features=n_features, zero_based=s.zero_based,
-                                classifier=classifier)
-        else:
-            plan = plan_file(source, workers=s.workers, seed=s.seed,
-                             val_fraction=s.val_fraction, test_fraction=test_fraction,
-                             zero_based=s.zero_based, n_features=n_features,
-                             classifier=classifier, bytes_per_id=feature_memory(s, 1, 1))
-    except ValueError as exc:
-        key = "local_plan" if "gzip" in str(exc) else "workers"
-        raise ConfigError(key, str(exc)) from None
+    hashing: dict[str, Any] | None = None
+    if parquet:
+        planned = _plan_parquet(s, test_fraction, classifier)
+        plan, hashing = planned.plan, planned.params
+        source, form, columns = planned.root, "parquet", params_json(planned.params)
+    else:
+        source, form, columns = canonical(s.data), "", ""
+        plan = _plan_text(s, source, test_fraction, classifier)
     # plan.labels are float32 values (as the rows hold them): fitted as such, the classes
     # are kept as written.
     labels = LabelMap.fit(plan.labels.astype(np.float32), classifier=classifier,
@@ -177,7 +179,8 @@ def load_local(settings: Settings) -> tuple[Splits, LocalShipping]:
     width = val.n_features
     if test_spec:
         test, _ = load_source_hashed(test_spec, n_features=s.n_features,
-                                     zero_based=s.zero_based, cache=s.data_cache)
+                                     zero_based=s.zero_based, cache=s.data_cache,
+                                     hashing=hashing)
         test = replace(test, labels=labels.encode(test.labels, str(test_spec)))
         if test.n_features != width:
             if s.n_features is not None:
@@ -204,14 +207,61 @@ def load_local(settings: Settings) -> tuple[Splits, LocalShipping]:
     spec = LocalSpec(source=source, file_size=plan.file_size, n_features=width,
                      zero_based=s.zero_based, split_seed=s.seed,
                      holdout=0.0 if plan.sampled else s.val_fraction + test_fraction,
-                     text_bytes=plan.text_bytes, sampled=plan.sampled)
-    if plan.sampled:
+                     text_bytes=plan.text_bytes, sampled=plan.sampled, format=form,
+                     columns=columns)
+    if plan.sampled and not parquet:
         _say_sample(plan, s.val_fraction + test_fraction)
     empty = CSRData(np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32),
                     np.zeros(0, np.float32), width)
     # The training rows stay in the file: Splits.train is empty here (see LocalShipping).
-    splits = Splits(train=empty, val=val, test=test, feature_order=order, labels=labels)
+    splits = Splits(train=empty, val=val, test=test, feature_order=order, hashing=hashing,
+                    labels=labels)
     return splits, LocalShipping(plan, spec, order, labels, s.seed)
+
+
+def _plan_text(s: Settings, source: str, test_fraction: float, classifier: bool) -> FilePlan:
+    """A svmlight file's plan: a scan, or a bounded sample (``local_plan``)."""
+    n_features = s.n_features if s.n_features is not None else bundled_features(s.data)
+    try:
+        if _sampled(s, source, n_features):
+            assert n_features is not None
+            return plan_sampled(source, workers=s.workers, seed=s.seed,
+                                val_fraction=s.val_fraction, test_fraction=test_fraction,
+                                n_features=n_features, zero_based=s.zero_based,
+                                classifier=classifier)
+        return plan_file(source, workers=s.workers, seed=s.seed,
+                         val_fraction=s.val_fraction, test_fraction=test_fraction,
+                         zero_based=s.zero_based, n_features=n_features,
+                         classifier=classifier, bytes_per_id=feature_memory(s, 1, 1))
+    except ValueError as exc:
+        key = "local_plan" if "gzip" in str(exc) else "workers"
+        raise ConfigError(key, str(exc)) from None
+
+
+def _plan_parquet(s: Settings, test_fraction: float, classifier: bool) -> ParquetPlan:
+    """A Parquet source's plan, from its footers and a bounded sample (whatever
+    ``local_plan`` says: reading every row is what the plan avoids)."""
+    if s.local_plan == "scan":
+        log.info("local_plan scan reads text whole; a parquet: source is planned from its "
+                 "footers and a sample")
+    planned = plan_groups(s.data, workers=s.workers, seed=s.seed,
+                          val_fraction=s.val_fraction, test_fraction=test_fraction,
+                          classifier=classifier)
+    size = len(params_json(planned.params).encode())
+    if size > MAX_COLUMNS_JSON:
+        raise ConfigError("shipping", f"local: the column mapping fitted on the sample is "
+                          f"{size:,} bytes, more than a plan carries ({MAX_COLUMNS_JSON:,}): "
+                          "hash the categorical columns (a lower onehot_max) or use "
+                          "shipping: partition")
+    plan = planned.plan
+    log.info("plan from the footers and a sample: %s held-out row(s) from the head of %d "
+             "row group(s) (val_fraction + test_fraction ask %.2f%% of %s rows; at most %d "
+             "MiB of them is read, so that the plan does not grow with the data); the column "
+             "mapping fitted on them (one-hot values a worker meets that the sample did not "
+             "store nothing)", f"{plan.val.n_rows + plan.test.n_rows:,}", len(plan.windows),
+             100 * (s.val_fraction + test_fraction), f"{plan.total_rows:,}",
+             HOLDOUT_BYTES >> 20)
+    return planned
 
 
 def _sampled(s: Settings, source: str, n_features: int | None) -> bool:
