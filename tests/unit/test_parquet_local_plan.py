@@ -170,3 +170,55 @@ def test_the_plan_travels_and_a_piece_outside_the_root_is_refused(rows: CSRData,
     for bad in ("../d.parquet", "/etc/passwd", "s3://x/y.pq"):
         with pytest.raises(InvalidMessage, match="inconsistent"):
             sent([mine[0].__class__(**{**mine[0].__dict__, "file": bad})])
+
+
+def _received(planned: object, worker: int, total_rows: int) -> object:
+    """The LocalPlan worker ``worker`` receives for ``planned``."""
+    from hogwild.data.rowgroups import params_json
+
+    p = planned  # type: ignore[assignment]
+    spec = LocalSpec(source=p.root, file_size=0, n_features=p.params["n_features"],  # type: ignore[attr-defined]
+                     zero_based=False, split_seed=0, holdout=0.0, sampled=True,
+                     format="parquet", columns=params_json(p.params))  # type: ignore[attr-defined]
+    order = np.random.default_rng(0).permutation(spec.n_features).astype(np.int32)
+    source = local_source(spec, p.plan.worker_ranges(worker), classes=(-1.0, 1.0),  # type: ignore[attr-defined]
+                          total_rows=total_rows, gzip=False, shuffle_seed=7)
+    return receive_local(local_chunks(source, order, "run", worker, chunk_bytes=1 << 16))
+
+
+def test_a_worker_holds_its_groups_in_memory_or_out_of_core_alike(rows: CSRData,
+                                                                  tmp_path: Path) -> None:
+    from hogwild.cluster.worker.localdata import load_local_shard
+
+    path = write_parquet(rows, tmp_path / "d.parquet", 200)
+    planned = plan_groups(_spec(path), workers=2, seed=0, val_fraction=0.1, test_fraction=0.0)
+    plan = _received(planned, 1, rows.n_rows)
+    in_memory = load_local_shard(plan)  # type: ignore[arg-type]
+    on_disk = load_local_shard(plan, spill_to=tmp_path / "cache")  # type: ignore[arg-type]
+    on_disk.validate()
+    in_memory.validate()
+    mine = planned.plan.worker_ranges(1)
+    assert in_memory.n_rows == on_disk.n_rows == sum(r.rows for r in mine)
+    assert in_memory.nnz == on_disk.nnz
+
+    def as_rows(d: CSRData) -> list[tuple[float, bytes, bytes]]:
+        return sorted((float(d.labels[r]), d.indices[d.indptr[r]:d.indptr[r + 1]].tobytes(),
+                       d.values[d.indptr[r]:d.indptr[r + 1]].tobytes()) for r in range(d.n_rows))
+
+    assert as_rows(in_memory) == as_rows(on_disk)
+    assert set(np.unique(in_memory.labels)) == {-1.0, 1.0}
+    # Shuffled once: not in the file's order.
+    direct = concat_rows(list(read_pieces(planned.root, mine, planned.params)), 1)
+    assert not np.array_equal(np.sign(direct.labels), in_memory.labels)
+
+
+def test_a_file_without_a_column_the_mapping_reads_is_refused(rows: CSRData,
+                                                               tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    write_parquet(rows, tmp_path / "f0.parquet", 500, stop=1500)
+    other = write_parquet(rows, tmp_path / "f1.parquet", 500, first=1500)
+    pq.write_table(pq.read_table(other).drop(["label"]), other, row_group_size=500)
+    with pytest.raises(DataError, match=r"f1.parquet: no column\(s\) label \(columns: "
+                                        r"indices, values\)"):
+        plan_groups(_spec(tmp_path), workers=2, seed=0, val_fraction=0.1, test_fraction=0.0)

@@ -177,26 +177,25 @@ def _footer_groups(handle: Any, relative: str, extremes: dict[str, Extremes]
     return list(reader.schema_arrow.names), groups
 
 
-def survey(path: str) -> tuple[Files, str, list[str], list[Group], dict[str, Extremes]]:
-    """(the files, their root, the first file's column names, every row group in order,
-    each column's extremes), from the footers alone."""
+def survey(path: str) -> tuple[Files, str, dict[str, list[str]], list[Group],
+                              dict[str, Extremes]]:
+    """(the files, their root, each file's column names, every row group in order, each
+    column's extremes), from the footers alone."""
     pa, _ = pyarrow_modules()
     files = list_files("parquet", path)
     root, relative = root_of(path, files.names)
-    names: list[str] | None = None
+    names: dict[str, list[str]] = {}
     groups: list[Group] = []
     extremes: dict[str, Extremes] = {}
     for name, rel in zip(files.names, relative):
         try:
             with files.opener(name) as handle:
-                cols, found = _footer_groups(handle, rel, extremes)
+                names[name], found = _footer_groups(handle, rel, extremes)
         except (pa.ArrowException, OSError) as exc:
             raise DataError(f"{name}: cannot read as Parquet: {exc}") from None
-        names = cols if names is None else names
         groups += [g for g in found if g.rows > 0]
     if not groups:
         raise DataError(f"{path}: no data rows")
-    assert names is not None
     return files, root, names, groups, extremes
 
 
@@ -238,16 +237,20 @@ def _sample(files: Files, root: str, groups: list[Group], heads: Mapping[int, in
     """The first ``heads[g]`` rows of each row group ``g`` named, each file opened once."""
     import pyarrow.parquet as pq
 
+    pa, _ = pyarrow_modules()
     parts = []
     for rel, picked in itertools.groupby(sorted(heads), key=lambda g: groups[g].file):
         name = join_root(root, rel)
-        with files.opener(name) as handle:
-            reader = pq.ParquetFile(handle)
-            for g in picked:
-                table = group_rows(reader, groups[g].index, 0, heads[g], columns)
-                parts.append(ArrowPart(name, groups[g].first_row,
-                                       {c: whole_array(table.column(c)) for c in columns},
-                                       table.num_rows, columns))
+        try:
+            with files.opener(name) as handle:
+                reader = pq.ParquetFile(handle)
+                for g in picked:
+                    table = group_rows(reader, groups[g].index, 0, heads[g], columns)
+                    parts.append(ArrowPart(name, groups[g].first_row,
+                                           {c: whole_array(table.column(c)) for c in columns},
+                                           table.num_rows, columns))
+        except (pa.ArrowException, OSError) as exc:
+            raise DataError(f"{name}: cannot read as Parquet: {exc}") from None
     return parts
 
 
@@ -287,9 +290,15 @@ def plan_groups(spec: str, *, workers: int, seed: int, val_fraction: float,
     or row groups' rows for the workers, or whose sample cannot be encoded."""
     t0 = time.perf_counter()
     path, options = parse_csv_spec(spec.strip()[len("parquet:"):], "parquet")
-    files, root, names, groups, extremes = survey(path)
+    files, root, every, groups, extremes = survey(path)
+    names = every[files.names[0]]
     needs = fit_needs(files.names[0], names, options)
     columns = [c for c in names if c in needs.columns()]
+    for name, has in every.items():  # every file holds what the mapping reads
+        missing = [c for c in columns if c not in has]
+        if missing:
+            raise DataError(f"{name}: no column(s) {', '.join(missing)} (columns: "
+                            f"{', '.join(has)})")
     total = sum(g.rows for g in groups)
     size = sum(g.size for g in groups)
     per_row = size / total
