@@ -15,6 +15,7 @@ from hogwild.engine.gpu import GPUTrainer
 from hogwild.engine.gpu_device import MAX_WARPS, WARPS_PER_BLOCK, check_gpu_shape, cuda_device
 from hogwild.engine.trainer import TrainParams
 from hogwild.model.spec import ModelSpec
+from hogwild.settings.rules import BOUNDS
 
 F64 = npt.NDArray[np.float64]
 
@@ -34,8 +35,8 @@ class GPUMLPTrainer(GPUTrainer):
                  weight_dtype: str = "float32", max_warps: int = MAX_WARPS,
                  warps_per_block: int = WARPS_PER_BLOCK) -> None:
         check_gpu_shape(spec)
-        if not (0.0 < deep_lr_scale < float("inf")):
-            raise ValueError(f"deep_lr_scale: must be positive and finite (got "
+        if deep_lr_scale not in BOUNDS["deep_lr_scale"]:
+            raise ValueError(f"deep_lr_scale: {BOUNDS['deep_lr_scale'].why} (got "
                              f"{deep_lr_scale!r})")
         self.spec = spec
         self.seed = seed

@@ -30,6 +30,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from hogwild.settings.rules import RULES
+
 LOSS_RISE = 0.25      # without an accuracy: a validation loss this far above the best
 STANDARD_ERRORS = 3.0
 
@@ -59,10 +61,11 @@ class Adjustment:
 class SwingGuard:
     """Watches one run's validation curve; :meth:`observe` returns an Adjustment on a swing."""
 
-    def __init__(self, mode: str, staleness: int | None, tolerance: float = 0.02,
+    def __init__(self, mode: str, staleness: int | None, tolerance: float,
                  val_rows: int = 0, cooldown: int = 2, max_adjustments: int = 4) -> None:
-        if not 0 < tolerance < 1:
-            raise ValueError("tolerance must be in (0, 1)")
+        allowed, why = RULES["swing_tolerance"]
+        if not allowed(tolerance):
+            raise ValueError(f"swing_tolerance {why}")
         self.mode = mode
         self.staleness = staleness
         self.tolerance = tolerance

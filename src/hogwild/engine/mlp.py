@@ -10,6 +10,7 @@ import numpy.typing as npt
 from hogwild.engine.trainer import Trainer, TrainParams
 from hogwild.model.mlp_kernels import BUFFERED_FLUSH_ROWS
 from hogwild.model.spec import ModelSpec
+from hogwild.settings.rules import BOUNDS
 
 F64 = npt.NDArray[np.float64]
 
@@ -36,8 +37,8 @@ class MLPTrainer(Trainer):
         # No per-thread view of W1: the kernel writes the row's W1 rows in place.
         params = dataclasses.replace(params, hot_features=0)
         self.flush_rows = max(1, int(flush_rows))
-        if not (0.0 < deep_lr_scale < float("inf")):
-            raise ValueError(f"deep_lr_scale: must be positive and finite (got "
+        if deep_lr_scale not in BOUNDS["deep_lr_scale"]:
+            raise ValueError(f"deep_lr_scale: {BOUNDS['deep_lr_scale'].why} (got "
                              f"{deep_lr_scale!r})")
         self.deep_lr_scale = float(deep_lr_scale)
         self._hidden = spec.hidden_array()

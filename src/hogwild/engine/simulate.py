@@ -50,12 +50,14 @@ from hogwild.engine.network import DEFAULT_SPEED, Network
 from hogwild.engine.round import ModelNotFinite, RoundEngine
 from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.sparse import sum_sparse
+from hogwild.engine.stopping import better
 from hogwild.engine.threads import KernelPlan, ThreadCursor, make_cursors, train_round
 from hogwild.engine.treeshape import children, parent
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRArrays
 from hogwild.model.compression import wire_bytes
 from hogwild.settings.rules import BOUNDS
+from hogwild.settings.schema import default
 
 COORDINATOR = -1
 
@@ -70,7 +72,7 @@ class Scenario:
     max_rounds: int
     speeds: tuple[float, ...] = ()       # non-zeros per second per thread, one per worker
     network: Network = field(default_factory=Network)
-    tree_fanout: int = 4
+    tree_fanout: int = default("tree_fanout")
     slices: int = 4
     evals_per_epoch: float = 4.0
     seed: int = 0
@@ -577,7 +579,8 @@ class Simulation:
         elif self.evaluate is not None:
             loss, accuracy = self.evaluate(self.global_w)
             row["val_loss"], row["val_accuracy"] = loss, accuracy
-            if math.isfinite(loss) and (self.best is None or _better(row, self.best)):
+            if math.isfinite(loss) and (self.best is None or better(
+                    loss, accuracy, self.best["val_loss"], self.best["val_accuracy"])):
                 self.best = row
                 self.best_w = self.global_w.copy()
             if self.guard is not None:
@@ -591,10 +594,3 @@ class Simulation:
                             wk.engine.rules = self.rules
         self.history.append(row)
 
-
-def _better(row: dict[str, Any], best: dict[str, Any]) -> bool:
-    """Accuracy decides where there is one (a classifier), the loss otherwise."""
-    a, b = row["val_accuracy"], best["val_accuracy"]
-    if a is not None and b is not None and a != b:
-        return bool(a > b)
-    return bool(row["val_loss"] < best["val_loss"])

@@ -249,15 +249,15 @@ def _is_class_weight(text: str) -> bool:
     return True
 
 
-def _is_address(value: str) -> bool:
+def is_address(value: str) -> bool:
     """``value`` is host:port with a port in 1..65535."""
     host, sep, port = value.rpartition(":")
     return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
 
 
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "coordinator_address": (_is_address, "expected host:port"),
-    "advertise_address": (lambda v: not v or _is_address(v), "expected host:port"),
+    "coordinator_address": (is_address, "expected host:port"),
+    "advertise_address": (lambda v: not v or is_address(v), "expected host:port"),
     "coordinator_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535"),
     "worker_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535"),
     "health_port": (lambda v: 0 <= v < 65536, "must be a port number in 0..65535 (or null)"),

@@ -509,6 +509,11 @@ FIELDS = {f.name: f for f in fields(Settings)}
 KEYS: tuple[str, ...] = tuple(FIELDS)
 
 
+def default(key: str) -> Any:
+    """The default of setting ``key`` (for code that fills in a value the wire left out)."""
+    return FIELDS[key].default
+
+
 def help_text(key: str) -> str:
     """The documentation of one setting."""
     return str(FIELDS[key].metadata["help"])

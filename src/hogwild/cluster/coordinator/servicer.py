@@ -22,6 +22,7 @@ from hogwild.cluster.wire import PROTOCOL_VERSION, pb, pb_grpc
 from hogwild.cluster.wire.codec import check_version, decode_delta
 from hogwild.config import MAX_THREADS
 from hogwild.errors import InvalidMessage, NotAllowed, RefusedValues, StaleOrUnknown
+from hogwild.settings.rules import is_address
 
 log = logging.getLogger("hogwild.coordinator")
 
@@ -67,9 +68,7 @@ def check_loss(what: str, loss: float) -> None:
 def check_registration(request: pb.RegisterRequest) -> None:
     """InvalidMessage unless the address is host:port and the other fields are in range."""
     address = request.address
-    host, sep, port = address.rpartition(":")
-    if (len(address) > MAX_NAME_LENGTH or not sep or not host or not port.isdigit()
-            or not 0 < int(port) < 65536):
+    if len(address) > MAX_NAME_LENGTH or not is_address(address):
         raise InvalidMessage(f"registration: address must be host:port, got "
                              f"{address[:80]!r}{'...' if len(address) > 80 else ''}")
     if len(request.hostname) > MAX_NAME_LENGTH:

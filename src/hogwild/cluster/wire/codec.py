@@ -216,7 +216,7 @@ def value_bound(*, model: str, loss: str, lr_schedule: str, learning_rate: float
         return math.inf
     if run_threads < 1 or round_size < 1 or max_rounds < 1:
         return math.inf
-    if lr_schedule == "constant" and lr_decay > 1.0:
+    if lr_schedule == "constant" and lr_decay not in BOUNDS["lr_decay"]:  # (> 1: it grows)
         return math.inf
     # The step at t = 1: every schedule's largest (see kernel_schedule).
     lr = learning_rate * max((1.0, *class_weights))

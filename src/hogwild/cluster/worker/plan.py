@@ -14,6 +14,7 @@ from hogwild.model.compression import Compression
 from hogwild.model.losses import get_loss
 from hogwild.model.schedule import SCHEDULES
 from hogwild.model.spec import ModelSpec
+from hogwild.settings.schema import default
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class RunPlan:
     examples_base: int = 0      # examples trained before (an earlier incarnation's)
     compression: Compression = field(default_factory=Compression)
     topology: str = "mesh"
-    tree_fanout: int = 4        # topology tree: children per node
+    tree_fanout: int = default("tree_fanout")  # topology tree: children per node
     combine: str = "sum"        # sum | average: how the workers' deltas of a round add up
     # Peers dead at configure time: a mesh takes them back by PeerJoined, a tree routes around.
     down: frozenset[int] = frozenset()
@@ -160,7 +161,7 @@ class RunPlan:
             first_round=max(1, int(m.first_round)), examples_base=int(m.examples_base),
             compression=Compression(float(m.delta_threshold), int(m.delta_topk),
                                     m.delta_dtype == "float16"),
-            topology=m.topology or "mesh", tree_fanout=int(m.tree_fanout) or 4,
+            topology=m.topology or "mesh", tree_fanout=int(m.tree_fanout) or default("tree_fanout"),
             combine=m.combine or "sum", down=down, max_abs_value=max_abs_value,
             run_threads=int(m.run_threads),
             class_weights=tuple(float(w) for w in m.class_weights),
