@@ -213,6 +213,45 @@ def test_no_cycles_through_deferred_imports() -> None:
         "functions):\n" + "\n".join(describe(component, graph) for component in found)
 
 
+# Imports of the project's own modules inside functions: each says why it waits (keeping
+# `hogwild --help` and `--version` light, a heavy library loaded only where it is used, a
+# process's warm-up), on its line or in the three lines above; and no more of them.
+DEFERRED_BUDGET = 40
+
+
+def deferred_imports(path: Path) -> list[tuple[int, bool]]:
+    """(line, whether a comment says why) of each own-module import inside a function."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    found = []
+    for item in ast.walk(ast.parse(text)):
+        if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(item):
+            module = (node.module if isinstance(node, ast.ImportFrom) else
+                      node.names[0].name if isinstance(node, ast.Import) else None)
+            if module and module.split(".")[0] == "hogwild":
+                at = node.lineno - 1
+                found.append((node.lineno, any("#" in ln for ln in lines[max(0, at - 3):at + 1])))
+    return found
+
+
+def test_deferred_imports_say_why_and_keep_to_a_budget() -> None:
+    every = {(name, line): why for name, path in all_modules().items()
+             for line, why in deferred_imports(path)}
+    silent = sorted(key for key, why in every.items() if not why)
+    assert not silent, f"imports inside functions with no comment saying why: {silent}"
+    assert len(every) <= DEFERRED_BUDGET, \
+        f"{len(every)} imports inside functions, over the budget of {DEFERRED_BUDGET}"
+
+
+def test_the_deferred_import_check_sees_one(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text("def f():\n    x = 1\n\n\n    import hogwild.data\n"
+                    "def g():\n    # (light)\n    from hogwild import errors\n")
+    assert deferred_imports(path) == [(5, False), (8, True)]
+
+
 def test_deferred_imports_are_seen() -> None:
     graph = import_graph(deferred=True)
     # imported inside a command's function
@@ -475,7 +514,7 @@ def test_no_new_private_imports_across_modules() -> None:
 # Tiers: a unit test runs in the test's own process. Starting a process, a server or the plot
 # helper makes it a test of another tier (tests/process, tests/service, tests/cluster).
 OTHER_TIERS = ("import subprocess", "subprocess.", "os.fork(", "grpc.server(", "create_server(",
-               "create_worker(", "BackgroundPlot(", "Popen(")
+               "create_worker(", "BackgroundPlot(", "Popen(", "serve_metrics(")
 
 
 def test_unit_tests_start_no_process_nor_server() -> None:

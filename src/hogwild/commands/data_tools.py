@@ -95,7 +95,7 @@ def gen_data(args: argparse.Namespace) -> int:
     from hogwild.data.formats.svmlight import write_svmlight
     from hogwild.data.sources import describe
     from hogwild.data.synthetic import make_rcv1_like, make_seed000
-    from hogwild.outputs import artifacts
+    from hogwild.outputs import artifacts  # (numpy: as above)
 
     if args.rows < 1 or args.test_rows < 0:
         raise ConfigError("rows", "must be at least 1 (and --test-rows non-negative)")

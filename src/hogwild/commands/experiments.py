@@ -10,12 +10,13 @@ from typing import Any
 from hogwild import config
 from hogwild.commands.common import setup_logging
 
+# (light: --help builds its parser from it; the sweep's own stack loads when it runs)
+from hogwild.experiment.command import add_arguments as experiment_arguments
+from hogwild.experiment.command import options_from_args, run_experiment
+
 
 def add_experiment(sub: Any) -> None:
     """`experiment`: the HOGWILD! paper's comparisons."""
-    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
-    from hogwild.experiment.command import add_arguments as experiment_arguments
-
     experiment = sub.add_parser(
         "experiment", help="reproduce the HOGWILD! paper's comparisons: threads, trainers, "
         "data sizes, mini-batch sizes; writes runs.csv, runs.jsonl and plots",
@@ -26,9 +27,6 @@ def add_experiment(sub: Any) -> None:
 
 
 def experiment(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    # Deferred: cli imports this module to build --help; the command's stack loads when it runs.
-    from hogwild.experiment.command import options_from_args, run_experiment
-
     opts = options_from_args(args)
     base = config.load(args.config or config.default_config_path(environ), environ)
     setup_logging(base.log_level)

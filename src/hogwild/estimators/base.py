@@ -21,6 +21,7 @@ from hogwild.config import DEVICE_FORMAT, Settings, check_values
 from hogwild.data.csr import CSRData
 from hogwild.data.transform.reorder import frequency_order, renumber, restore_weights, to_internal
 from hogwild.engine.fit import FitLoop
+from hogwild.engine.gpu import GPUTrainer
 from hogwild.engine.gpu_device import cuda_device
 from hogwild.engine.trainer import Trainer, TrainParams
 from hogwild.errors import ConfigError, TrainingDiverged
@@ -120,9 +121,6 @@ class HogwildEstimator(BaseEstimator):
         name = type(self).__name__
         if not isinstance(self.device, str) or DEVICE_FORMAT.fullmatch(self.device) is None:
             raise ValueError(f"{name}: device must be cpu, cuda or cuda:N, got {self.device!r}")
-        # Deferred: numba.cuda loads only where a GPU is asked for.
-        from hogwild.engine.gpu import GPUTrainer
-
         try:
             return GPUTrainer(n_features, params, w=w, device=cuda_device(self.device))
         except ConfigError as exc:

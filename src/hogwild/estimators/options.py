@@ -10,6 +10,8 @@ import numpy.typing as npt
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.validation import _check_sample_weight
 
+from hogwild.model.kernels import averaged
+from hogwild.model.schedule import stream_horizon
 from hogwild.settings.rules import BALANCED, parse_class_weight
 
 F64 = npt.NDArray[np.float64]
@@ -61,8 +63,6 @@ def stream_epoch_rows(name: str, epoch_rows: Any, fitted_rows: int, learning_rat
     """Rows per epoch of partial_fit's schedule: ``epoch_rows``, else the rows of the last
     fit (``fitted_rows``, 0: none), else the stream's horizon (schedule.stream_horizon)."""
     if epoch_rows is None:
-        from hogwild.model.schedule import stream_horizon  # numba: on first use
-
         return fitted_rows or stream_horizon(learning_rate, l2)
     if isinstance(epoch_rows, bool) or not isinstance(epoch_rows, (int, np.integer)) or \
             epoch_rows < 1:
@@ -88,7 +88,5 @@ def mean_of_iterates(w: F64, w0: F64, sums: F64, first_t: float, end_t: float) -
     """The mean of the iterates of steps ``first_t`` .. ``end_t - 1`` (step counters) from
     ``w0``, given the last iterate ``w`` and the kernels' averaging sum (each change times
     its step counter, which is its index in the average plus ``first_t - 1``)."""
-    from hogwild.model.kernels import averaged  # numba: on first use
-
     shift = first_t - 1.0
     return averaged(w, w0, sums - shift * (w - w0), end_t - first_t)

@@ -16,6 +16,9 @@ from hogwild.data.sources import (
     data_lines,
 )
 from hogwild.data.transform.labels import MULTICLASS
+from hogwild.engine.gpu import gpu_trainer
+from hogwild.engine.gpu_device import cuda_device
+from hogwild.engine.gpu_mlp import gpu_mlp_trainer
 from hogwild.engine.job import (
     test_quality,
     train_params,
@@ -30,6 +33,7 @@ from hogwild.engine.runstart import (
 )
 from hogwild.engine.trainer import Trainer
 from hogwild.errors import ConfigError, DataError
+from hogwild.inprocess import outofcore
 from hogwild.model.evaluation import evaluate_model
 from hogwild.model.losses import get_loss
 from hogwild.model.mlp_kernels import BUFFERED_FLUSH_ROWS
@@ -47,15 +51,10 @@ log = logging.getLogger("hogwild.train")
 def make_trainer(settings: Settings, spec: ModelSpec) -> Trainer:
     """The in-process trainer of the model ``spec`` describes."""
     params = train_params(settings)
-    if settings.device != "cpu":  # a GPU (hogwild.engine.gpu loads numba.cuda only then)
+    if settings.device != "cpu":  # a GPU (numba.cuda loads on the GPU trainer's first use)
         if spec.is_mlp:
-            # Here: numba.cuda is imported only where a GPU is asked for.
-            from hogwild.engine.gpu_mlp import gpu_mlp_trainer
-
             return gpu_mlp_trainer(settings.device, spec, params, seed=settings.seed,
                                    deep_lr_scale=settings.deep_lr_scale)
-        from hogwild.engine.gpu import gpu_trainer  # (numba.cuda: as above)
-
         return gpu_trainer(settings.device, spec.n_features, params)
     if not spec.is_mlp:
         return Trainer(spec.n_features, params)
@@ -107,16 +106,12 @@ def warm_kernels(settings: Settings) -> None:
 def _train(settings: Settings, console: Console, started: float,
            plot: BackgroundPlot, run: artifacts.RunDir) -> dict[str, Any]:
     if settings.device != "cpu":  # no GPU: refused before any data is read or CUDA is warmed
-        from hogwild.engine.gpu_device import cuda_device  # (numba.cuda only for a GPU)
-
         cuda_device(settings.device)
     preload_in_background(lambda: warm_kernels(settings))
     if settings.out_of_core:
         if settings.initial_model:
             raise ConfigError("initial_model", "not with out_of_core (warm start trains "
                               "from data in memory)")
-        from hogwild.inprocess import outofcore  # (the block reader: only out of core)
-
         return outofcore.train_job(settings, console, started, plot, run)
     splits = load_splits(settings)
     loaded = time.perf_counter()

@@ -14,6 +14,7 @@ import numpy as np
 from hogwild.data.diagnose.conflicts import warmup as warmup_conflicts
 from hogwild.data.formats._textformat import MAX_VALUE_BYTES, format_table
 from hogwild.data.formats.svmlight import parse_svmlight_buffer, read_svmlight, write_svmlight
+from hogwild.data.ranges import LocalSpec, plan_file, read_ranges
 from hogwild.data.synthetic import make_rcv1_like, make_seed000
 from hogwild.data.transform.split import shard, train_val_test_split
 from hogwild.model.scoring import warmup as warmup_scoring
@@ -44,8 +45,6 @@ def warmup() -> float:
         for _ in range(2):
             read_svmlight(path, cache_dir=Path(tmp) / "cache", shuffle_seed=0)
         # shipping local: the coordinator's plan of ranges and a worker's read of them
-        from hogwild.data.ranges import LocalSpec, plan_file, read_ranges
-
         plan = plan_file(str(path), workers=1, seed=0, val_fraction=0.0, test_fraction=0.0)
         read_ranges(LocalSpec(str(path), plan.file_size, plan.max_index + 1, False, 0, 0.0),
                     plan.ranges)

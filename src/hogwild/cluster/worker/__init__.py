@@ -23,6 +23,7 @@ from hogwild.cluster.wire.codec import warmup as codec_warmup
 from hogwild.cluster.worker.node import WorkerNode
 from hogwild.cluster.worker.servicer import WorkerServicer
 from hogwild.config import Settings
+from hogwild.engine.gpu_device import cuda_device
 from hogwild.errors import EXIT_LEFT, EXIT_QUARANTINED, ClusterError, Quarantined
 from hogwild.model.warmup import warmup
 from hogwild.outputs.prometheus import MetricsServer, serve_metrics, worker_reader
@@ -67,9 +68,7 @@ def serve(settings: Settings) -> int:
     it while it was frozen) registers again with a fresh node, on the same server and address:
     the coordinator gives it its old id, its shard and the current global model.
     """
-    if settings.device != "cpu":  # no such GPU: refused before registering (numba loads now)
-        from hogwild.engine.gpu_device import cuda_device  # (numba.cuda only for a GPU)
-
+    if settings.device != "cpu":  # no such GPU: refused before registering (numba.cuda loads now)
         cuda_device(settings.device)
     server, port, servicer, health = _build(settings, None)
     probes = start_serving(server, health, settings, log)

@@ -20,6 +20,7 @@ from hogwild.cluster.worker.phase import Phase
 from hogwild.cluster.worker.plan import RunPlan
 from hogwild.cluster.worker.report import Reports
 from hogwild.engine.driver import Next, Part, RoundDriver
+from hogwild.engine.gpu_rounds import device_calls
 from hogwild.engine.round import ModelNotFinite, RoundEngine
 from hogwild.engine.rules import PeerView, lag
 from hogwild.engine.threads import WORKER_CALLS, ThreadRounds, make_cursors
@@ -156,8 +157,6 @@ class RoundLoop:
         if self.device != "cpu":
             # This machine's own device (the coordinator's means nothing here): one launch
             # does the round of all `threads` (engine/gpu_rounds.py).
-            from hogwild.engine.gpu_rounds import device_calls
-
             calls, streams = device_calls(self.device, arrays, plan.spec), 1
             log.info("training on %s: %d rows a round, one kernel launch each (two where "
                      "the shard wraps)", self.device, plan.threads * plan.round_size)
