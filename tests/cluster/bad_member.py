@@ -33,7 +33,7 @@ def altered(kind: str) -> Any:
 
 def install(spec: str) -> None:
     """Patch the worker's delta encoder as ``spec`` (KIND@ROUND[:SECONDS]) says."""
-    from hogwild.cluster.worker import rounds
+    from hogwild.cluster.worker import roundloop as rounds
 
     kind, _, when = spec.partition("@")
     first, _, seconds = when.partition(":")

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hogwild.data.ranges import split_u
+from hogwild.data.parts.ranges import split_u
 
 from .helpers import PROGRESS_ROW, READY, Cluster, read_metrics, require_reuters, train_on_then_stop
 

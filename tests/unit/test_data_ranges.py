@@ -14,7 +14,7 @@ import xxhash
 from hogwild.cluster.wire.localstream import local_chunks, local_source, receive_local
 from hogwild.data.formats.svmlight import parse_file
 from hogwild.data.formats.textsource import TextFile, canonical, is_url, local_source_error
-from hogwild.data.ranges import (
+from hogwild.data.parts.ranges import (
     FilePlan,
     LocalSpec,
     deal,
@@ -24,7 +24,7 @@ from hogwild.data.ranges import (
     read_ranges,
     split_u,
 )
-from hogwild.data.textspans import DIGEST_CHUNK
+from hogwild.data.parts.textspans import DIGEST_CHUNK
 from hogwild.errors import DataError, DataFormatError, InvalidMessage
 
 from .svmtext import svmlight_text

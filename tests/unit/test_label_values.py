@@ -12,7 +12,7 @@ import pytest
 from hogwild.cli import main
 from hogwild.data.formats.stream import load_text
 from hogwild.data.formats.svmlight import parse_svmlight_buffer, read_svmlight
-from hogwild.data.ranges import plan_file
+from hogwild.data.parts.ranges import plan_file
 from hogwild.data.sources import load_source
 from hogwild.data.transform.labelcheck import LabelWatch
 from hogwild.data.transform.labels import LabelMap, as_written

@@ -434,7 +434,7 @@ def imported_modules(importer: str, source: str) -> set[str]:
 
 
 def test_the_node_import_check_finds_each_form() -> None:
-    importer = "hogwild.cluster.worker.rounds"
+    importer = "hogwild.cluster.worker.roundloop"
     for source in (("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                     "    from hogwild.cluster.worker.node import WorkerNode\n"),
                    "import hogwild.cluster.worker.node\n",

@@ -53,29 +53,29 @@ def test_a_bundled_file_is_planned_for_every_worker() -> None:
 
 def test_a_stray_huge_feature_id_is_refused_by_name_before_its_arrays_exist(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import hogwild.data.ranges
+    import hogwild.data.parts.ranges
     from hogwild.errors import DataError
 
     data = tmp_path / "wide.svm"
     data.write_text(("1 1:0.5\n-1 2:1\n" * 20 + "1 3000000:1\n") * 5)
     settings = Settings().replace(shipping="local", workers=2, data=str(data))
     # A machine of 64 MiB: 3e6 ids x (16 bytes of counts + 24 the job keeps per id).
-    monkeypatch.setattr(hogwild.data.ranges, "physical_memory", lambda: 64 << 20)
+    monkeypatch.setattr(hogwild.data.parts.ranges, "physical_memory", lambda: 64 << 20)
     with pytest.raises(DataError, match=r"wide.svm: the largest feature id is 3,000,000: the "
                                         r"weights and counts kept per feature id need 114.4 "
                                         r"MiB, more than the 64.0 MiB this machine allows"):
         load_local(settings)
     # Below the RAM but beyond a limit (ulimit -v): the MemoryError is blamed on the ids.
-    monkeypatch.setattr(hogwild.data.ranges, "physical_memory", lambda: None)
+    monkeypatch.setattr(hogwild.data.parts.ranges, "physical_memory", lambda: None)
 
-    grown = hogwild.data.ranges._grown
+    grown = hogwild.data.parts.ranges._grown
 
     def no_memory(counts: np.ndarray, size: int) -> np.ndarray:
         if size > 1000:
             raise MemoryError
         return grown(counts, size)
 
-    monkeypatch.setattr(hogwild.data.ranges, "_grown", no_memory)
+    monkeypatch.setattr(hogwild.data.parts.ranges, "_grown", no_memory)
     with pytest.raises(DataError, match=r"the largest feature id is 3,000,000: the weights and "
                                         r"counts kept per feature id need 114.4 MiB; renumber"):
         load_local(settings)

@@ -1,4 +1,4 @@
-"""A Parquet plan for ``shipping: local`` (data/rowgroups.py): row groups from the footers, the
+"""A Parquet plan for ``shipping: local`` (data/parts/rowgroups.py): row groups from the footers, the
 held-out rows and the column mapping from a bounded sample, and the workers' pieces read back.
 """
 
@@ -13,8 +13,8 @@ from tests.parquetdata import QUERY, write_parquet
 
 from hogwild.cluster.wire.localstream import local_chunks, local_source, receive_local
 from hogwild.data.csr import CSRData, concat_rows
-from hogwild.data.ranges import LocalSpec, split_u
-from hogwild.data.rowgroups import plan_groups, read_pieces, split_root
+from hogwild.data.parts.ranges import LocalSpec, split_u
+from hogwild.data.parts.rowgroups import plan_groups, read_pieces, split_root
 from hogwild.data.sources import load_source, load_source_hashed
 from hogwild.errors import DataError, InvalidMessage
 
@@ -152,7 +152,7 @@ def test_the_plan_travels_and_a_piece_outside_the_root_is_refused(rows: CSRData,
                                                                   tmp_path: Path) -> None:
     path = write_parquet(rows, tmp_path / "d.parquet", 300)
     planned = plan_groups(_spec(path), workers=2, seed=0, val_fraction=0.1, test_fraction=0.0)
-    from hogwild.data.rowgroups import params_json
+    from hogwild.data.parts.rowgroups import params_json
 
     spec = LocalSpec(source=planned.root, file_size=0, n_features=planned.params["n_features"],
                      zero_based=False, split_seed=0, holdout=0.0, sampled=True,
@@ -174,7 +174,7 @@ def test_the_plan_travels_and_a_piece_outside_the_root_is_refused(rows: CSRData,
 
 def _received(planned: object, worker: int, total_rows: int) -> object:
     """The LocalPlan worker ``worker`` receives for ``planned``."""
-    from hogwild.data.rowgroups import params_json
+    from hogwild.data.parts.rowgroups import params_json
 
     p = planned  # type: ignore[assignment]
     spec = LocalSpec(source=p.root, file_size=0, n_features=p.params["n_features"],  # type: ignore[attr-defined]

@@ -14,8 +14,8 @@ from hogwild.cluster.coordinator.data.localplan import load_local
 from hogwild.cluster.wire.localstream import local_chunks, local_source, receive_local
 from hogwild.data.csr import CSRData
 from hogwild.data.formats.svmlight import parse_file
-from hogwild.data.ranges import FilePlan, LocalSpec, read_ranges
-from hogwild.data.sampleplan import deal_by_bytes, plan_sampled
+from hogwild.data.parts.ranges import FilePlan, LocalSpec, read_ranges
+from hogwild.data.parts.sampleplan import deal_by_bytes, plan_sampled
 from hogwild.errors import ConfigError, DataError, DataFormatError
 
 from .svmtext import svmlight_text

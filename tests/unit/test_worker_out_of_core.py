@@ -13,7 +13,7 @@ from hogwild.cluster.worker.localdata import load_local_shard
 from hogwild.data import spill
 from hogwild.data.csr import CSRData
 from hogwild.data.formats.svmlight import write_svmlight
-from hogwild.data.ranges import LocalSpec, plan_file
+from hogwild.data.parts.ranges import LocalSpec, plan_file
 from hogwild.data.synthetic import make_rcv1_like
 from hogwild.errors import DataError
 

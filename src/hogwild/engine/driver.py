@@ -1,6 +1,6 @@
 """One worker's round sequence: apply, build, send, the barrier or the staleness gate, the final.
 
-The cluster's worker (worker/rounds.py) and the simulator's virtual workers (simulate.py)
+The cluster's worker (worker/roundloop.py) and the simulator's virtual workers (simulate.py)
 both run this sequence; they differ only in how deltas travel and how they wait. The driver
 talks to the network through two narrow ends:
 

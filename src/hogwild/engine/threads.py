@@ -10,7 +10,7 @@ the end of its block (one wrap = one pass; the constant schedule decays the step
 releases the GIL, so the threads run in parallel.
 
 :class:`ThreadRounds` runs those threads over a sequence of rounds; what happens between
-two rounds is its caller's: a cluster worker exchanges deltas there (worker/rounds.py), the
+two rounds is its caller's: a cluster worker exchanges deltas there (worker/roundloop.py), the
 in-process trainer nothing (the null exchange: :meth:`ThreadRounds.run_alone`, one round a
 pass over each thread's block).
 

@@ -14,7 +14,7 @@ import numpy as np
 from hogwild.data.diagnose.conflicts import warmup as warmup_conflicts
 from hogwild.data.formats._textformat import MAX_VALUE_BYTES, format_table
 from hogwild.data.formats.svmlight import parse_svmlight_buffer, read_svmlight, write_svmlight
-from hogwild.data.ranges import LocalSpec, plan_file, read_ranges
+from hogwild.data.parts.ranges import LocalSpec, plan_file, read_ranges
 from hogwild.data.synthetic import make_rcv1_like, make_seed000
 from hogwild.data.transform.split import shard, train_val_test_split
 from hogwild.model.scoring import warmup as warmup_scoring

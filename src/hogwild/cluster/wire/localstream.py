@@ -19,8 +19,8 @@ import numpy.typing as npt
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb
 from hogwild.cluster.wire.arrays import ArrayAssembler, iter_array_chunks, new_digest
 from hogwild.cluster.wire.streams import check_shard_chunk
-from hogwild.data.ranges import LocalSpec, Range
-from hogwild.data.textspans import DIGEST_CHUNK
+from hogwild.data.parts.ranges import LocalSpec, Range
+from hogwild.data.parts.textspans import DIGEST_CHUNK
 from hogwild.errors import InvalidMessage
 
 _ORDER = pb.ShardChunk.FIELD_FEATURE_ORDER

@@ -12,8 +12,8 @@ import numpy as np
 
 from hogwild.cluster.wire.localstream import LocalPlan
 from hogwild.data.csr import CSRData, concat_rows
-from hogwild.data.ranges import LocalSpec, read_ranges
-from hogwild.data.rowgroups import params_of, read_pieces
+from hogwild.data.parts.ranges import LocalSpec, read_ranges
+from hogwild.data.parts.rowgroups import params_of, read_pieces
 from hogwild.data.spill import DiskParts
 from hogwild.data.transform.reorder import check_order, renumber
 from hogwild.errors import DataError

@@ -2,7 +2,7 @@
 
 The node holds the worker's state; its collaborators do the work by role: callers.py (who
 may call), intake.py (the shard, the starting model), announcements.py (adjustments, peers
-back), rounds.py (the training threads, the exchange, the barrier), liveness.py (heartbeats,
+back), roundloop.py (the training threads, the exchange, the barrier), liveness.py (heartbeats,
 silence, freezes, rejoin), report.py (progress, final state). Each sees of the node only
 what a protocol declared beside it names, and is handed the other roles it calls; the RPC
 service calls those roles directly where the node would only pass the call on. The
@@ -43,7 +43,7 @@ from hogwild.cluster.worker.phase import COORDINATOR_ID, Phase
 from hogwild.cluster.worker.plan import RunPlan
 from hogwild.cluster.worker.registration import register_with, routable_host
 from hogwild.cluster.worker.report import Reports
-from hogwild.cluster.worker.rounds import RoundLoop
+from hogwild.cluster.worker.roundloop import RoundLoop
 from hogwild.cluster.worker.tree_async import resend_async
 from hogwild.cluster.worker.tree_intake import take_tree_delta
 from hogwild.config import Settings
@@ -110,7 +110,7 @@ class WorkerNode:
         self.done = threading.Event()
         self.state_served = threading.Event()
         self.fatal: str | None = None
-        # One exchange (rounds.py), or one peer joining (announcements.py), or one tree
+        # One exchange (roundloop.py), or one peer joining (announcements.py), or one tree
         # re-attachment, at a time.
         self.exchange_lock = threading.RLock()
         self.deltas_sent = 0

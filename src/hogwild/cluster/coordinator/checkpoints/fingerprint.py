@@ -10,7 +10,7 @@ import zlib
 import numpy as np
 
 from hogwild.data.csr import CSRData
-from hogwild.data.ranges import FilePlan
+from hogwild.data.parts.ranges import FilePlan
 
 
 def _arrays(h: hashlib.blake2b, data: CSRData) -> None:

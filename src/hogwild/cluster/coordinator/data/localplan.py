@@ -1,6 +1,6 @@
 """``shipping: local`` on the coordinator: plan the training file's ranges, keep only held-out rows.
 
-The coordinator scans the file (hogwild.data.ranges.plan_file), maps the labels, computes the
+The coordinator scans the file (hogwild.data.parts.ranges.plan_file), maps the labels, computes the
 feature order from the training rows' document frequencies (so the workers renumber exactly
 as the partition mode's coordinator would), and hands each worker a
 :class:`pb.LocalSource` naming its ranges. Validation (and test, without ``test_data``) rows
@@ -26,9 +26,14 @@ from hogwild.data.formats.textsource import (
     canonical,
     local_source_error,
 )
-from hogwild.data.ranges import FilePlan, LocalSpec, deal, plan_file
-from hogwild.data.rowgroups import ParquetPlan, is_parquet, params_json, plan_groups
-from hogwild.data.sampleplan import AUTO_SAMPLE_BYTES, HOLDOUT_BYTES, deal_by_bytes, plan_sampled
+from hogwild.data.parts.ranges import FilePlan, LocalSpec, deal, plan_file
+from hogwild.data.parts.rowgroups import ParquetPlan, is_parquet, params_json, plan_groups
+from hogwild.data.parts.sampleplan import (
+    AUTO_SAMPLE_BYTES,
+    HOLDOUT_BYTES,
+    deal_by_bytes,
+    plan_sampled,
+)
 from hogwild.data.sources import default_test_source, load_source_hashed
 from hogwild.data.transform.labels import REGRESSION, LabelMap, label_summary
 from hogwild.data.transform.reorder import order_from_counts, renumber
@@ -265,7 +270,7 @@ def _plan_parquet(s: Settings, test_fraction: float, classifier: bool) -> Parque
 
 
 def _sampled(s: Settings, source: str, n_features: int | None) -> bool:
-    """Whether the plan reads a bounded sample (data/sampleplan.py) rather than the whole
+    """Whether the plan reads a bounded sample (data/parts/sampleplan.py) rather than the whole
     file (``local_plan``); ConfigError when a sample is asked for without the width."""
     if s.local_plan == "scan":
         return False

@@ -1,6 +1,6 @@
 """A plan of byte ranges from a bounded sample, for a training file too large to scan (``shipping: local``).
 
-The coordinator's full scan (data/ranges.py) reads every byte, so its start-up grows with
+The coordinator's full scan (data/parts/ranges.py) reads every byte, so its start-up grows with
 the data. This plan reads a bounded part instead, whatever the file's size:
 
 * Ranges: the text is cut into ``workers x PIECES_PER_WORKER`` pieces of equal bytes, each
@@ -35,7 +35,7 @@ from hogwild.data._threads import default_threads
 from hogwild.data.csr import CSRData
 from hogwild.data.formats.textblocks import BLOCK_BYTES
 from hogwild.data.formats.textsource import TextFile
-from hogwild.data.ranges import (
+from hogwild.data.parts.ranges import (
     MAX_LABEL_VALUES,
     PIECES_PER_WORKER,
     FilePlan,
@@ -43,7 +43,7 @@ from hogwild.data.ranges import (
     RowParts,
     split_u,
 )
-from hogwild.data.textspans import ends_digest, line_start, parsed_span
+from hogwild.data.parts.textspans import ends_digest, line_start, parsed_span
 from hogwild.data.transform.labelcheck import LabelWatch
 from hogwild.errors import DataError
 

@@ -46,8 +46,8 @@ from hogwild.data.formats.columnmap import apply_needs, check_params, fit_needs
 from hogwild.data.formats.columns import gather
 from hogwild.data.formats.csvquery import parse_csv_spec
 from hogwild.data.hashing.tables import apply_columns, fit_columns
-from hogwild.data.ranges import MAX_LABEL_VALUES, FilePlan, Range
-from hogwild.data.sampleplan import (
+from hogwild.data.parts.ranges import MAX_LABEL_VALUES, FilePlan, Range
+from hogwild.data.parts.sampleplan import (
     HOLDOUT_BYTES,
     MAX_WINDOWS,
     SAMPLE_BYTES,

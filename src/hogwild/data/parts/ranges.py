@@ -19,7 +19,7 @@ per MiB of text. Memory: the held-out rows, O(n_features), a block or two, 16 by
   the file's size, a range's digest, its row count or its non-zeros differ from the plan: a
   different file at the same path never trains.
 
-A file too large to scan is planned from a bounded sample instead (data/sampleplan.py): its
+A file too large to scan is planned from a bounded sample instead (data/parts/sampleplan.py): its
 ranges are byte ranges, read whole, and checked by the text around their ends.
 """
 
@@ -42,7 +42,7 @@ from hogwild.data.diagnose.memory import PER_ID, check_fits, ids_blamed, physica
 from hogwild.data.formats.svmlight import parse_text
 from hogwild.data.formats.textblocks import BLOCK_BYTES
 from hogwild.data.formats.textsource import TextFile
-from hogwild.data.textspans import (
+from hogwild.data.parts.textspans import (
     DIGEST_CHUNK,
     ChunkDigests,
     chunk_span,
@@ -133,7 +133,7 @@ def _row_starts(block: npt.NDArray[np.uint8], rows: int
 @dataclass(frozen=True)
 class Range:
     """Rows ``first_row .. first_row + rows - 1`` of the file, at text bytes
-    ``[byte_start, byte_end)``. In a plan from a sample (data/sampleplan.py) only the bytes
+    ``[byte_start, byte_end)``. In a plan from a sample (data/parts/sampleplan.py) only the bytes
     are known: the row fields are 0, the training counts estimates, and ``digest`` is that of
     the text around the range's two ends (textspans.ends_digest)."""
 
@@ -145,7 +145,7 @@ class Range:
     train_rows: int
     train_nnz: int
     digest: bytes
-    # A Parquet plan (data/rowgroups.py): rows ``group_row ..`` of row group ``group`` of
+    # A Parquet plan (data/parts/rowgroups.py): rows ``group_row ..`` of row group ``group`` of
     # ``file`` (relative to the data set's root), ``digest`` that of the group's layout;
     # ``first_row`` counts in the files' rows taken in order, the bytes in their
     # uncompressed size.
@@ -515,7 +515,7 @@ class LocalSpec:
     # A plan from a sample: every row of a range is trained on, and a range is checked by
     # the text around its ends (its rows are counted by the reader, not checked).
     sampled: bool = False
-    # "" (svmlight text) or "parquet" (data/rowgroups.py: ``source`` is the directory the
+    # "" (svmlight text) or "parquet" (data/parts/rowgroups.py: ``source`` is the directory the
     # files are under, ``columns`` the fitted column mapping as JSON).
     format: str = ""
     columns: str = ""
