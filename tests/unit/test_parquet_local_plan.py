@@ -222,3 +222,24 @@ def test_a_file_without_a_column_the_mapping_reads_is_refused(rows: CSRData,
     with pytest.raises(DataError, match=r"f1.parquet: no column\(s\) label \(columns: "
                                         r"indices, values\)"):
         plan_groups(_spec(tmp_path), workers=2, seed=0, val_fraction=0.1, test_fraction=0.0)
+
+
+def test_a_data_set_at_a_url(rows: CSRData, tmp_path: Path) -> None:
+    """An fsspec URL plans and reads as a local path does: the files named under the URL's
+    directory, read back through fsspec."""
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    for k in range(2):
+        written = write_parquet(rows, tmp_path / f"f{k}.parquet", 400, first=k * 1500,
+                                stop=(k + 1) * 1500)
+        fs.pipe(f"/pq-plan/f{k}.parquet", written.read_bytes())
+    try:
+        planned = plan_groups(_spec("memory://pq-plan/"), workers=2, seed=0, val_fraction=0.1,
+                              test_fraction=0.0)
+        assert planned.root in ("memory://pq-plan/", "memory:///pq-plan/")  # (as fsspec names)
+        assert {r.file for r in planned.plan.ranges} == {"f0.parquet", "f1.parquet"}
+        read = sum(p.n_rows for w in range(2) for p in read_pieces(
+            planned.root, planned.plan.worker_ranges(w), planned.params))
+        assert read == planned.plan.train_rows == rows.n_rows - planned.plan.val.n_rows
+    finally:
+        fs.rm("/pq-plan", recursive=True)
