@@ -12,7 +12,7 @@ pyarrow is an optional extra: ``pip install 'hogwild[parquet]'``.
 from __future__ import annotations
 
 import glob
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,7 +217,7 @@ class ArrowPart:
         mask = np.asarray(keep, dtype=bool)
         return self._encode(flat.filter(keep), rows[mask])
 
-    def _list(self, name: str, integer: bool) -> tuple[I64, npt.NDArray[Any]]:
+    def number_list(self, name: str, integer: bool) -> tuple[I64, npt.NDArray[Any]]:
         """(list length of each row, the lists' numbers flat)."""
         pa, pc = pyarrow_modules()
         arr = self.arrays[name]
@@ -237,8 +237,8 @@ class ArrowPart:
         return counts, np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float64)
 
     def pairs(self, indices: str, values: str) -> Pairs:
-        counts_i, index = self._list(indices, True)
-        counts_v, vals = self._list(values, False)
+        counts_i, index = self.number_list(indices, True)
+        counts_v, vals = self.number_list(values, False)
         finite = np.isfinite(vals)
         if not finite.all():
             at = int(np.flatnonzero(~finite)[0])
@@ -326,10 +326,28 @@ def whole_array(column: Any) -> Any:
     return column.combine_chunks() if hasattr(column, "combine_chunks") else column
 
 
-def read_columns(scheme: str, path: str, *, options: HashOptions | None = None,
-                 params: Mapping[str, Any] | None = None) -> Gathered:
-    """The columns ``options`` map (fitting) or fitted ``params`` encode (applying) of every
-    file under ``path``, gathered a row group at a time."""
+@dataclass(frozen=True)
+class TableRead:
+    """What reading a data set's mapped columns needs: its files, what the mapping reads of
+    them, and the first file's column names."""
+
+    scheme: str
+    path: str
+    files: Files
+    needs: Needs
+    names: list[str]
+
+    def parts(self, columns: Iterable[str] | None = None) -> Iterator[ArrowPart]:
+        """Every file's parts in order (a fresh pass each call), the mapped columns only, or
+        those of ``columns``."""
+        wanted = self.needs.columns() if columns is None else set(columns)
+        return _parts(self.scheme, self.files, [c for c in self.names if c in wanted])
+
+
+def table_read(scheme: str, path: str, *, options: HashOptions | None = None,
+               params: Mapping[str, Any] | None = None) -> TableRead:
+    """The files under ``path`` and the columns ``options`` map (fitting) or fitted
+    ``params`` encode (applying), from the first file's schema."""
     pa, _ = pyarrow_modules()
     files = list_files(scheme, path)
     first = files.names[0]
@@ -338,13 +356,20 @@ def read_columns(scheme: str, path: str, *, options: HashOptions | None = None,
             names, _ = _schema_names(scheme, handle)
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"{first}: cannot read as {FORMATS[scheme]}: {exc}") from None
-    if params is not None:
-        needs: Needs = apply_needs(params, first, names)
-    else:
-        needs = fit_needs(first, names, options or HashOptions())
-    needed = [c for c in names if c in needs.columns()]
+    needs = (apply_needs(params, first, names) if params is not None
+             else fit_needs(first, names, options or HashOptions()))
+    return TableRead(scheme, path, files, needs, names)
+
+
+def read_columns(scheme: str, path: str, *, options: HashOptions | None = None,
+                 params: Mapping[str, Any] | None = None) -> Gathered:
+    """The columns ``options`` map (fitting) or fitted ``params`` encode (applying) of every
+    file under ``path``, gathered a row group at a time."""
+    pa, _ = pyarrow_modules()
+    read = table_read(scheme, path, options=options, params=params)
+    files, needs, names = read.files, read.needs, read.names
     capacity = _pair_counts(scheme, files, needs) if needs.pairs else {}
-    gathered = gather(_parts(scheme, files, needed), needs, path, names, capacity)
+    gathered = gather(read.parts(), needs, path, names, capacity)
     # Arrow's pool keeps what the row groups used; nothing of it is needed any more.
     pa.default_memory_pool().release_unused()
     return gathered

@@ -7,7 +7,8 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from hogwild.data.csr import CSRData
-from hogwild.data.formats.columnar import read_columns
+from hogwild.data.formats.columnar import pyarrow_modules, read_columns, table_read
+from hogwild.data.formats.placedpairs import load_placed, pair_params, the_pair
 from hogwild.data.hashing.tables import apply_columns, apply_hashing, fit_columns, fit_hashing
 from hogwild.data.transform.encodings import DEFAULT_ONEHOT_MAX, HashOptions
 from hogwild.errors import DataError
@@ -97,6 +98,38 @@ def load_csv_source(rest: str, hashing: Mapping[str, Any] | None = None,
     return fit_hashing(path, options)
 
 
+def placed_table(path: str, options: HashOptions, hashing: Mapping[str, Any] | None,
+            shuffle_seed: int) -> tuple[CSRData, dict[str, Any]] | None:
+    """A Parquet table of one sparse pair loaded into its shuffled places directly
+    (data/formats/placedpairs.py), or None where the general path must read it."""
+    read = table_read("parquet", path, options=options, params=hashing)
+    if hashing is None:
+        label, weight = options.label, options.weight
+    else:
+        label, weight = hashing.get("label"), hashing.get("weight")
+        specs = list(hashing["columns"])
+        # Applying: the pair's features from 0, and every column the mapping names present
+        # (a missing label reads as NaN on the general path).
+        if len(specs) != 1 or int(specs[0].get("offset", -1)) != 0 or \
+                (label and label not in read.names) or (weight and weight not in read.names):
+            return None
+    pair = the_pair(read.needs, label, weight)
+    if pair is None:
+        return None
+    width = None if hashing is None else int(hashing["columns"][0]["width"])
+    # Arrow's pool keeps what the row groups used unless told: once after each pass.
+    release = pyarrow_modules()[0].default_memory_pool().release_unused
+    placed = load_placed(read.parts, pair, release=release, label=label, weight=weight,
+                         width=width, seed=shuffle_seed, source=path)
+    release()
+    if placed is None:
+        return None
+    data, fitted = placed
+    params = dict(hashing) if hashing is not None else pair_params(
+        pair, fitted, label=label, weight=weight, seed=options.seed)
+    return data, params
+
+
 def load_columnar_source(scheme: str, rest: str, hashing: Mapping[str, Any] | None = None,
                          shuffle_seed: int | None = None) -> tuple[CSRData, dict[str, Any]]:
     """A ``parquet:`` or ``arrow:`` source, as :func:`load_csv_source`; rows placed in
@@ -104,10 +137,17 @@ def load_columnar_source(scheme: str, rest: str, hashing: Mapping[str, Any] | No
     import time
 
     path, options = parse_csv_spec(rest, scheme)
+    started = time.perf_counter()
+    if shuffle_seed is not None and scheme == "parquet":
+        placed = placed_table(path, options, hashing, shuffle_seed)
+        if placed is not None:
+            data, params = placed
+            if hashing is None:
+                params["fit_seconds"] = time.perf_counter() - started
+            return data, params
     if hashing is not None:
         return (apply_columns(hashing, read_columns(scheme, path, params=hashing),
                               shuffle_seed), dict(hashing))
-    started = time.perf_counter()
     data, params = fit_columns(read_columns(scheme, path, options=options), options,
                                shuffle_seed)
     params["fit_seconds"] = time.perf_counter() - started
