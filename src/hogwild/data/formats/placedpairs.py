@@ -23,6 +23,7 @@ from hogwild.data.formats._rowcopy import close_gaps, place_rows, rows_increasin
 from hogwild.data.formats.columnar import ArrowPart
 from hogwild.data.formats.columnmap import FORMAT, HASH, VERSION
 from hogwild.data.formats.columns import Needs
+from hogwild.data.hashing.tables import weight_column
 from hogwild.data.transform.labelcheck import LabelWatch
 from hogwild.data.transform.split import shuffle_order
 from hogwild.errors import DataError
@@ -83,8 +84,9 @@ def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
                   else np.zeros(part.n_rows))
         first.watch.add(np.asarray(labels, dtype=np.float64), first.rows)
         first.labels.append(labels)
-        if weight is not None:
-            first.weights.append(_weights(part, weight))
+        weights = weight_column(part, weight)
+        if weights is not None:
+            first.weights.append(weights)
         first.rows += part.n_rows
         del part, index, indptr
         release()
@@ -125,17 +127,6 @@ def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
     weights = np.concatenate(first.weights)[order] if weight is not None else None
     return CSRData(slots, indices[:nnz], values[:nnz], labels[order], width,
                    first.watch.note(source), weights), width
-
-
-def _weights(part: ArrowPart, name: str) -> np.ndarray:
-    """A part's weight column (DataError naming a negative one's row)."""
-    weights = part.numeric(name, True)[0]
-    negative = np.flatnonzero(weights < 0)
-    if negative.size:
-        row = int(negative[0])
-        raise DataError(f"{part.locate(row)}: column {name!r}: weight {weights[row]:g} is "
-                        "negative (weights must be >= 0)")
-    return weights
 
 
 def pair_params(pair: tuple[str, str], width: int, *, label: str | None, weight: str | None,

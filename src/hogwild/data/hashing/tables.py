@@ -116,10 +116,10 @@ def fit_columns(cols: Columns, options: HashOptions, shuffle_seed: int | None = 
     if options.weight is not None:
         params["weight"] = options.weight
     return _assemble(blocks, labels, cols.n_rows, offset, cols.path,
-                     _weights(cols, options.weight), shuffle_seed), params
+                     weight_column(cols, options.weight), shuffle_seed), params
 
 
-def _weights(cols: Columns, name: str | None) -> F64 | None:
+def weight_column(cols: Columns, name: str | None) -> F64 | None:
     """The weight column's values (DataError naming the row of one that is negative)."""
     if name is None:
         return None
@@ -162,7 +162,7 @@ def apply_columns(params: Mapping[str, Any], cols: Columns,
     # Without the label column the labels are NaN: no metrics can be computed against them.
     labels = (cols.numeric(label, True)[0] if label and label in cols.names
               else np.full(cols.n_rows, np.nan))
-    weights = _weights(cols, weight) if weight and weight in cols.names else None
+    weights = weight_column(cols, weight) if weight and weight in cols.names else None
     return _assemble(blocks, labels, cols.n_rows, int(params["n_features"]), cols.path,
                      weights, shuffle_seed)
 
