@@ -14,6 +14,7 @@ from hogwild.engine.round_size import (
     ROUND_NNZ_PER_FEATURE,
     choose_round_size,
     momentum_rounds_per_epoch,
+    momentum_step_scale,
     round_rule,
 )
 from hogwild.engine.rules import ExchangeRules
@@ -168,6 +169,23 @@ def test_momentum_round_sizes_as_a_run_lays_them_out() -> None:
     assert choose_round_size(None, rows, nnz, 64, "momentum", 64) == rows // 64
     # A round size asked for is kept within the same bound.
     assert choose_round_size(10**9, rows, nnz, 64, "momentum", 64) == rows // 64
+
+
+def test_sync_momentum_in_rounds_of_an_epoch_scales_the_workers_steps() -> None:
+    """W/4 where sync block momentum's rounds are a whole epoch of a worker's rows; nothing
+    changes with shorter rounds, another combine, async, or four workers and fewer."""
+    rows, nnz = 1_800_000, 1_800_000 * 76
+    for workers, expected in ((64, 16.0), (16, 1.0)):
+        size = choose_round_size(None, rows, nnz, workers, "momentum", workers)
+        assert momentum_step_scale("momentum", "sync", workers, rows, workers, size) == expected
+    whole = rows // 64  # a round of a whole epoch (of one-thread workers)
+    assert momentum_step_scale("momentum", "sync", 8, 8 * whole, 8, whole) == 2.0
+    assert momentum_step_scale("momentum", "sync", 8, 8 * whole, 8, whole // 2) == 1.0
+    assert momentum_step_scale("momentum", "async", 64, rows, 64, whole) == 1.0
+    assert momentum_step_scale("sum", "sync", 64, rows, 64, whole) == 1.0
+    assert momentum_step_scale("momentum", "sync", 4, 4 * whole, 4, whole) == 1.0
+    # Two threads a worker: a worker's epoch is twice a thread's rows.
+    assert momentum_step_scale("momentum", "sync", 8, 16 * whole, 16, whole) == 2.0
 
 
 @pytest.mark.parametrize("combine", ["momentum", "average", "sum"])

@@ -21,7 +21,12 @@ from hogwild.engine.calibration import MAX_ROWS, busy_threads, kernel_speed, rou
 from hogwild.engine.guard import SwingGuard
 from hogwild.engine.job import test_quality
 from hogwild.engine.network import DEFAULT_SPEED, Network
-from hogwild.engine.round_size import choose_round_size, fit_round_size, max_rounds
+from hogwild.engine.round_size import (
+    choose_round_size,
+    fit_round_size,
+    max_rounds,
+    momentum_step_scale,
+)
 from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.runstart import load_splits, model_spec
 from hogwild.engine.simulate import (
@@ -103,8 +108,12 @@ def scenario_of(settings: Settings, options: SimOptions, train_rows: int, train_
                           compression=Compression(settings.delta_threshold,
                                                   settings.delta_topk,
                                                   settings.delta_dtype == "float16"))
+    scale = momentum_step_scale(combine, settings.mode, settings.workers, train_rows, total,
+                                size)
     return Scenario(
-        workers=settings.workers, kernel=replace(kernel, round_size=size), rules=rules,
+        workers=settings.workers,
+        kernel=replace(kernel, round_size=size, learning_rate=kernel.learning_rate * scale),
+        rules=rules,
         max_rounds=max_rounds(settings.epochs, train_rows, total, size),
         speeds=options.worker_speeds(settings.workers, settings.seed),
         network=options.network, tree_fanout=settings.tree_fanout, slices=options.slices,
@@ -123,6 +132,15 @@ def estimate_events(scenario: Scenario) -> tuple[int, int, int]:
     deliveries = rounds * workers * workers
     steps = rounds * workers * scenario.slices
     return deliveries, steps, deliveries + steps
+
+
+def _scaled(settings: Settings, scenario: Scenario) -> str:
+    """Words on a step size the run scales (engine.round_size.momentum_step_scale)."""
+    lr = scenario.kernel.learning_rate
+    if lr == settings.learning_rate:
+        return ""
+    return (f", learning rate {settings.learning_rate:g} x {lr / settings.learning_rate:g} on "
+            "the workers (block momentum's rounds are a whole epoch)")
 
 
 def kernel_plan(settings: Settings, spec: Any) -> KernelPlan:
@@ -227,7 +245,8 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
                 f"{settings.mode}, {settings.topology}, combine {scenario.rules.combine}"
                 f"{_staleness(settings)}; "
                 f"{scenario.kernel.round_size} examples per thread per round, "
-                f"{scenario.max_rounds} rounds; message {net.overhead * 1e3:g} ms + "
+                f"{scenario.max_rounds} rounds{_scaled(settings, scenario)}; message "
+                f"{net.overhead * 1e3:g} ms + "
                 f"{net.latency * 1e3:g} ms ({net.jitter}) latency, "
                 f"{net.bandwidth / 1e9:g} GB/s")
     began = time.perf_counter()

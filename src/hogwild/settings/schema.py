@@ -186,8 +186,11 @@ class Settings:
         default="hinge",
         metadata=_doc("hinge (SVM), logistic or squared (linear regression)", choices=LOSSES,
                       commands=_TRC))
-    learning_rate: float = field(default=0.5, metadata=_doc("initial step size gamma",
-                                                            commands=_TRC))
+    learning_rate: float = field(
+        default=0.5, metadata=_doc("initial step size gamma (a sync cluster whose block "
+                                   "momentum rounds are a whole epoch of a worker's rows "
+                                   "steps W/4 times as far on its W workers)",
+                                   commands=_TRC))
     lr_schedule: str = field(
         default="inverse",
         metadata=_doc("inverse = gamma / (1 + epochs done), decaying with every example "

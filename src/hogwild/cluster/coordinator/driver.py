@@ -50,6 +50,7 @@ from hogwild.data.transform.classweights import run_class_weights
 from hogwild.data.transform.split import shard
 from hogwild.engine.guard import SwingGuard
 from hogwild.engine.job import test_quality
+from hogwild.engine.round_size import momentum_step_scale
 from hogwild.engine.runstart import model_spec
 from hogwild.errors import OutputError, TrainingDiverged
 from hogwild.model.evaluation import evaluate
@@ -199,6 +200,7 @@ class RunDriver:
                 self.train = TrainShape(rows, nnz, self.train.n_features)
                 ev.train_rows = rows
             size = self.round_size = round_size(s, self.train, workers, dim)
+            s = self._step_scaled(s, workers, size)
             max_rounds = run_max_rounds(s, workers, self.train.n_rows, size)
             layout = Layout(dim, n_features, self.train.n_rows, max_rounds, size, len(workers))
             configs = RunConfigs(s, self.state, spec, layout, self.shipper.max_abs_value(),
@@ -377,6 +379,22 @@ class RunDriver:
             return
         self.links.stop(reason, quiet, register_again,
                         skip=self.final_states if quiet else ())
+
+    def _step_scaled(self, s: Settings, workers: list[WorkerRecord], size: int) -> Settings:
+        """The run's settings with the workers' step size scaled where sync block momentum's
+        rounds are a whole epoch (engine.round_size.momentum_step_scale), and said so."""
+        total = sum(r.threads for r in workers) or s.threads
+        scale = momentum_step_scale(s.combine, s.mode, len(workers), self.train.n_rows, total,
+                                    size)
+        if scale == 1.0:
+            return s
+        log.info("learning_rate %g x %g = %g on the workers: block momentum's rounds are a "
+                 "whole epoch of a worker's rows, so its step builds up over %d epochs; "
+                 "larger local steps make up for it", s.learning_rate, scale,
+                 s.learning_rate * scale, len(workers))
+        s = self.settings = self.advice.settings = s.replace(
+            learning_rate=s.learning_rate * scale)
+        return s
 
     def _finish(self, splits: Any, rules: StopRules, reason: str, train_seconds: float,
                 load_seconds: float, began: float) -> dict[str, Any]:
