@@ -180,6 +180,27 @@ def train_on_then_stop(cluster: Cluster, seconds: float = 3.0) -> None:
     cluster.coordinator.proc.send_signal(signal.SIGTERM)
 
 
+def one_worker_reads_other_data(cluster: Cluster, settings: dict[str, Any],
+                                 good: dict[str, Any], bad: dict[str, Any]) -> str:
+    """A coordinator and two workers on loopback, the second started with settings (its
+    ``local_data``) that make it read other data than planned: the run fails (the
+    coordinator and that worker exit 1, the other 0). Returns that worker's one error line."""
+    settings = {**settings, "bind_host": "127.0.0.1", "workers": 2}
+    cluster.coordinator = cluster.spawn("coordinator", "coordinator",
+                                         {**settings, "coordinator_port": 0})
+    port = int(cluster.coordinator.wait_for(READY, 60).group(1))
+    worker = {**settings, "worker_port": 0, "coordinator_address": f"127.0.0.1:{port}"}
+    first = cluster.spawn("worker-good", "worker", {**worker, **good})
+    other = cluster.spawn("worker-bad", "worker", {**worker, **bad})
+    cluster.workers = [first, other]
+    assert cluster.coordinator.wait(120) == 1
+    assert other.wait(60) == 1
+    assert first.wait(60) == 0
+    errors = [ln for ln in other.lines if "error:" in ln]
+    assert len(errors) == 1, other.output()
+    return errors[0]
+
+
 def published(out_dir: Path) -> Path:
     """The run last published under the runs root ``out_dir`` (its ``latest`` link)."""
     return out_dir / "latest"

@@ -15,7 +15,7 @@ from tests.parquetdata import QUERY, write_parquet
 
 from hogwild.data.sources import load_source
 
-from .helpers import READY, Cluster, read_metrics, require_reuters
+from .helpers import Cluster, one_worker_reads_other_data, read_metrics, require_reuters
 
 pytest.importorskip("pyarrow")
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -86,21 +86,10 @@ def test_a_worker_whose_files_differ_refuses_and_the_run_fails(cluster: Cluster,
     for k in range(3):  # the same rows in groups of 300: another layout
         write_parquet(rows, other / f"part-{k}.parquet", 300, first=k * third,
                       stop=rows.n_rows if k == 2 else (k + 1) * third)
-    settings = {**_settings(tmp_path / "out", data, test, shipping="local"),
-                "bind_host": "127.0.0.1", "workers": 2}
-    cluster.coordinator = cluster.spawn("coordinator", "coordinator",
-                                         {**settings, "coordinator_port": 0})
-    port = int(cluster.coordinator.wait_for(READY, 60).group(1))
-    worker = {**settings, "worker_port": 0, "coordinator_address": f"127.0.0.1:{port}"}
-    good = cluster.spawn("worker-good", "worker", {**worker, "local_data": str(folder)})
-    bad = cluster.spawn("worker-bad", "worker", {**worker, "local_data": str(other)})
-    cluster.workers = [good, bad]
-    assert cluster.coordinator.wait(120) == 1
-    assert bad.wait(60) == 1
-    assert good.wait(60) == 0
-    errors = [ln for ln in bad.lines if "error:" in ln]
-    assert len(errors) == 1, bad.output()
+    error = one_worker_reads_other_data(
+        cluster, _settings(tmp_path / "out", data, test, shipping="local"),
+        {"local_data": str(folder)}, {"local_data": str(other)})
     assert re.search(r"hogwild worker: error: cannot train on the planned rows: .*/other/"
                      r"part-\d\.parquet differs from the file the coordinator planned with: "
-                     r"row group \d+", errors[0]), errors[0]
+                     r"row group \d+", error), error
     assert not (tmp_path / "out" / "latest").exists()

@@ -17,7 +17,15 @@ import pytest
 
 from hogwild.data.parts.ranges import split_u
 
-from .helpers import PROGRESS_ROW, READY, Cluster, read_metrics, require_reuters, train_on_then_stop
+from .helpers import (
+    PROGRESS_ROW,
+    READY,
+    Cluster,
+    one_worker_reads_other_data,
+    read_metrics,
+    require_reuters,
+    train_on_then_stop,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -117,27 +125,16 @@ def test_a_worker_that_sees_another_file_refuses_and_the_run_fails(cluster: Clus
     assert changed != text and len(changed) == len(text)
     other.write_bytes(changed)
     out = tmp_path / "out"
-    settings = {**reuters(out, data, shipping="local"), "bind_host": "127.0.0.1", "workers": 2}
-    cluster.coordinator = cluster.spawn("coordinator", "coordinator",
-                                         {**settings, "coordinator_port": 0})
-    port = int(cluster.coordinator.wait_for(READY, 60).group(1))
-    worker = {**settings, "worker_port": 0, "coordinator_address": f"127.0.0.1:{port}"}
-    good = cluster.spawn("worker-good", "worker", worker)
-    bad = cluster.spawn("worker-bad", "worker", {**worker, "local_data": str(other)})
-    cluster.workers = [good, bad]
-    assert cluster.coordinator.wait(120) == 1
-    assert bad.wait(60) == 1
-    assert good.wait(60) == 0
-    errors = [ln for ln in bad.lines if "error:" in ln]
-    assert len(errors) == 1, bad.output()
+    error = one_worker_reads_other_data(cluster, reuters(out, data, shipping="local"), {},
+                                        {"local_data": str(other)})
     assert re.search(rf"hogwild worker: error: cannot train on the planned rows: {other} "
                      r"differs from the file the coordinator planned with: rows [\d,]+\.\.",
-                     errors[0]), errors[0]
+                     error), error
     coord_errors = [ln for ln in cluster.coordinator.lines if "error:" in ln]
     assert len(coord_errors) == 1 and "cannot load its rows: FAILED_PRECONDITION" in \
         coord_errors[0], cluster.coordinator.output()
     assert not (out / "latest").exists()
-    print("\n" + errors[0] + "\n" + coord_errors[0])
+    print("\n" + error + "\n" + coord_errors[0])
 
 
 @pytest.mark.parametrize("plan", ["scan", "sample"])

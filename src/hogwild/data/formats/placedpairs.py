@@ -21,9 +21,8 @@ import numpy.typing as npt
 from hogwild.data.csr import CSRData
 from hogwild.data.formats._rowcopy import close_gaps, place_rows, rows_increasing
 from hogwild.data.formats.columnar import ArrowPart
-from hogwild.data.formats.columnmap import FORMAT, HASH, VERSION
 from hogwild.data.formats.columns import Needs
-from hogwild.data.hashing.tables import weight_column
+from hogwild.data.hashing.tables import column_mapping, weight_column
 from hogwild.data.transform.labelcheck import LabelWatch
 from hogwild.data.transform.split import shuffle_order
 from hogwild.errors import DataError
@@ -133,11 +132,6 @@ def pair_params(pair: tuple[str, str], width: int, *, label: str | None, weight:
                 seed: int) -> dict[str, Any]:
     """The column mapping fitting such a table gives: the pair's features from 0."""
     index, values = pair
-    params: dict[str, Any] = {
-        "format": FORMAT, "version": VERSION, "hash": HASH, "seed": seed, "label": label,
-        "n_features": width,
-        "columns": [{"name": index, "kind": "sparse", "indices": index, "values": values,
-                     "offset": 0, "width": width}]}
-    if weight is not None:
-        params["weight"] = weight
-    return params
+    return column_mapping([{"name": index, "kind": "sparse", "indices": index,
+                            "values": values, "offset": 0, "width": width}], width,
+                          seed=seed, label=label, weight=weight)

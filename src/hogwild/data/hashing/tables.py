@@ -111,12 +111,20 @@ def fit_columns(cols: Columns, options: HashOptions, shuffle_seed: int | None = 
         offset += int(spec["width"])
     labels = (cols.numeric(options.label, True)[0] if options.label is not None
               else np.zeros(cols.n_rows))
-    params = {"format": FORMAT, "version": VERSION, "hash": HASH, "seed": options.seed,
-              "label": options.label, "n_features": offset, "columns": specs}
-    if options.weight is not None:
-        params["weight"] = options.weight
+    params = column_mapping(specs, offset, seed=options.seed, label=options.label,
+                            weight=options.weight)
     return _assemble(blocks, labels, cols.n_rows, offset, cols.path,
                      weight_column(cols, options.weight), shuffle_seed), params
+
+
+def column_mapping(specs: list[dict[str, Any]], n_features: int, *, seed: int,
+                   label: str | None, weight: str | None) -> dict[str, Any]:
+    """The parameters a fit stores: its columns' ``specs`` and what encodes other data so."""
+    params: dict[str, Any] = {"format": FORMAT, "version": VERSION, "hash": HASH, "seed": seed,
+                              "label": label, "n_features": n_features, "columns": specs}
+    if weight is not None:
+        params["weight"] = weight
+    return params
 
 
 def weight_column(cols: Columns, name: str | None) -> F64 | None:

@@ -145,10 +145,8 @@ class Range:
     train_rows: int
     train_nnz: int
     digest: bytes
-    # A Parquet plan (data/parts/rowgroups.py): rows ``group_row ..`` of row group ``group`` of
-    # ``file`` (relative to the data set's root), ``digest`` that of the group's layout;
-    # ``first_row`` counts in the files' rows taken in order, the bytes in their
-    # uncompressed size.
+    # Parquet (data/parts/rowgroups.py): rows ``group_row ..`` of row group ``group`` of
+    # ``file`` (under the data set's root); ``digest``: the group's layout's.
     file: str = ""
     group: int = -1
     group_row: int = 0
