@@ -485,3 +485,26 @@ def test_without_validation_rows_early_stopping_counts_each_training_loss_once(
                           val_fraction=0.0)
     assert all(r["val_loss"] is None for r in rows)
     assert rows[-2]["elapsed"] >= 0.9, [(r["elapsed"], r["train_loss"]) for r in rows]
+
+
+def test_sync_block_momentum_in_few_rounds_scales_the_workers_steps(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """Five workers of one thread, block momentum on Reuters: a round is a whole epoch of a
+    worker's rows (K = 1), so the workers step learning_rate x W / (4 K) = x 1.25, and the
+    coordinator says so; the run still trains a model."""
+    out = tmp_path / "out"
+    cluster.start(5, mode="sync", **_reuters_settings(out, threads=1, combine="momentum",
+                                                      epochs=3))
+    assert cluster.coordinator is not None
+    assert cluster.coordinator.wait(90) == 0
+    for worker in cluster.workers:
+        assert worker.wait(30) == 0
+    assert re.search(r"learning_rate 0\.5 x 1\.25 = 0\.625 on the workers: block momentum "
+                     r"builds its step over about 5 rounds, 5 epochs here",
+                     cluster.coordinator.output()), cluster.output()
+    metrics = read_metrics(out)
+    assert metrics["combine"] == "momentum" and metrics["workers"] == 5
+    rows = metrics["train_rows"]
+    # About one round an epoch (cut so that whole rounds make the 3 epochs).
+    assert rows / 5 / 1.5 < metrics["round_size"] <= -(-rows // 5)
+    assert metrics["test_accuracy"] >= 0.9

@@ -262,3 +262,25 @@ def free_scenario() -> Scenario:
     kernel = KernelPlan(spec=model_spec(config.load(None, {}, {}), 10), loss="hinge",
                         round_size=1, threads=1, learning_rate=0.1)
     return Scenario(workers=2, kernel=kernel, rules=ExchangeRules(), max_rounds=1)
+
+
+@pytest.mark.parametrize(("workers", "rounds", "scale"), [(64, 1, 16.0), (32, 3, 8 / 3),
+                                                          (16, 4, 1.0)])
+def test_the_scenario_steps_as_the_coordinator_scales_block_momentum(
+        workers: int, rounds: int, scale: float) -> None:
+    """1.8M training rows of 76 non-zeros (2M RCV1-shaped rows): the rounds an epoch of W
+    one-thread workers under block momentum, and the step W / (4 K) they take where over 1
+    (engine.round_size.momentum_step_scale, as the coordinator applies it)."""
+    rows = 1_800_000
+    s = config.load(None, {}, {"workers": workers, "threads": 1, "epochs": 1})
+    kernel = KernelPlan(spec=model_spec(s, 47_237), loss=s.loss, round_size=1, threads=1,
+                        learning_rate=s.learning_rate)
+    sc = scenario_of(s, SimOptions(), rows, rows * 76, kernel)
+    assert sc.rules.combine == "momentum"
+    assert sc.max_rounds == rounds
+    assert sc.kernel.learning_rate == pytest.approx(s.learning_rate * scale)
+    # Async runs and other combines keep the step.
+    for other in ({"mode": "async"}, {"combine": "sum"}):
+        t = s.replace(**other)
+        assert scenario_of(t, SimOptions(), rows, rows * 76,
+                           kernel).kernel.learning_rate == s.learning_rate

@@ -108,44 +108,58 @@ def test_topology_auto_follows_the_workers_and_the_mode(workers: int, mode: str,
     assert resolve_topology("star", workers, mode) == "star"
 
 
-@pytest.mark.parametrize(("workers", "threads", "nnz", "model", "mode", "expected"), [
-    (8, 1, 13_500_000, "linear", "sync", 4),     # 200k RCV1-shaped rows: 4 of 8 busy
-    (8, 1, 13_500_000, "linear", "async", 4),
-    (64, 1, 135_000_000, "linear", "sync", 16),  # 2M rows: 40 busy, at most 16 in sync mode
-    (64, 1, 135_000_000, "linear", "async", 8),  # ... and 8 in async mode
-    (12, 1, 135_000_000, "linear", "sync", 12),  # all busy
-    (16, 2, 13_500_000, "linear", "sync", 2),    # 2 threads each: half as many workers
-    (64, 1, 1_000_000_000, "linear", "sync", 20),   # none holds over 50M non-zeros
-    (64, 1, 1_000_000_000, "linear", "async", 20),  # (whatever the mode's cap)
-    (16, 1, 400_000, "linear", "sync", 2),       # a small set: never below two
-    (2, 1, 10, "linear", "async", 2), (1, 1, 10, "linear", "sync", 1),
-    (16, 1, 400_000, "mlp", "async", 16)])       # an MLP's work is not its non-zeros
+@pytest.mark.parametrize(("workers", "threads", "rows", "nnz", "model", "mode", "expected"), [
+    (64, 1, 180_000, 13_500_000, "linear", "sync", 13),   # 200k RCV1-shaped rows: 13 busy
+    (8, 1, 180_000, 13_500_000, "linear", "sync", 8),
+    (8, 1, 180_000, 13_500_000, "linear", "async", 4),    # async: 4 busy
+    (64, 1, 1_800_000, 135_000_000, "linear", "sync", 64),  # 2M rows: all 64 in sync mode
+    (64, 1, 1_800_000, 135_000_000, "linear", "async", 8),  # ... and 8 in async mode
+    (64, 2, 1_800_000, 135_000_000, "linear", "sync", 64),  # 2 threads: 67 busy
+    (64, 4, 1_800_000, 135_000_000, "linear", "sync", 33),  # 4 threads: half as many
+    (64, 1, 150_000, 135_000_000, "linear", "sync", 15),  # dense rows: block momentum's rows
+    (64, 1, 150_000, 135_000_000, "linear", "async", 8),  # (sync only)
+    (64, 1, 10**7, 1_000_000_000, "linear", "async", 20),  # none holds over 50M non-zeros
+    (64, 1, 10**5, 1_000_000_000, "linear", "sync", 20),   # (whatever else caps them)
+    (16, 1, 5_000, 400_000, "linear", "sync", 2),       # a small set: never below two
+    (2, 1, 10, 10, "linear", "async", 2), (1, 1, 10, 10, "linear", "sync", 1),
+    (16, 1, 5_000, 400_000, "mlp", "async", 16)])       # an MLP's work is not its non-zeros
 def test_engage_auto_keeps_the_workers_the_data_keeps_busy(
-        workers: int, threads: int, nnz: int, model: str, mode: str, expected: int) -> None:
-    assert engaged_workers("auto", workers, threads, nnz, model, mode) == expected
-    assert engaged_workers("all", workers, threads, nnz, model, mode) == workers
+        workers: int, threads: int, rows: int, nnz: int, model: str, mode: str,
+        expected: int) -> None:
+    assert engaged_workers("auto", workers, threads, nnz, model, mode, rows) == expected
+    assert engaged_workers("all", workers, threads, nnz, model, mode, rows) == workers
     # Idempotent: a resumed run of the engaged workers engages them all again.
-    assert engaged_workers("auto", expected, threads, nnz, model, mode) == expected
+    assert engaged_workers("auto", expected, threads, nnz, model, mode, rows) == expected
+
+
+def test_engage_auto_without_the_rows_counts_non_zeros_alone() -> None:
+    assert engaged_workers("auto", 64, 1, 135_000_000, "linear", "sync", 150_000) == 15
+    assert engaged_workers("auto", 64, 1, 135_000_000, "linear", "sync") == 64
 
 
 def test_engaged_settings_resolve_the_topology_for_the_workers_engaged() -> None:
-    s = load(None, {}, {"workers": 16, "threads": 1, "mode": "sync"})
-    assert s.for_run().topology == "tree"  # data unknown: all 16
+    s = load(None, {}, {"workers": 16, "threads": 1, "mode": "async"})
+    assert s.for_run().topology == "star"  # data unknown: all 16
     run = s.for_run(180_000, 13_500_000)
     assert (run.workers, run.topology, run.combine) == (4, "mesh", "momentum")
-    assert engaged_note(16, 4, 1, 13_500_000).startswith(
+    assert engaged_note(16, 4, 1, 13_500_000, "async").startswith(
         "engaging 4 of 16 workers: 13,500,000 training non-zeros are 3.38M an epoch for each")
     assert engaged_note(4, 4, 1, 13_500_000) is None
-    every = load(None, {}, {"workers": 16, "threads": 1, "engage": "all"})
+    every = load(None, {}, {"workers": 16, "threads": 1, "engage": "all", "mode": "async"})
     assert every.for_run(180_000, 13_500_000).workers == 16
-    # 2M rows: 16 of 64 in sync mode (a tree), 8 in async mode (a mesh).
+    # Sync: 13 of 16 on 200k rows, a tree, block momentum (13,846 rows each).
+    sync = s.replace(mode="sync").for_run(180_000, 13_500_000)
+    assert (sync.workers, sync.topology, sync.combine) == (13, "tree", "momentum")
+    note = engaged_note(16, 13, 1, 13_500_000)
+    assert note is not None and "from about 1M a thread in sync mode" in note
+    # 2M rows: all 64 in sync mode (a tree), 8 in async mode (a mesh).
     wide = load(None, {}, {"workers": 64, "threads": 1})
     slow = wide.for_run(1_800_000, 135_000_000)
-    assert (slow.workers, slow.topology) == (16, "tree")
+    assert (slow.workers, slow.topology, slow.combine) == (64, "tree", "momentum")
     fast = wide.replace(mode="async").for_run(1_800_000, 135_000_000)
     assert (fast.workers, fast.topology, fast.combine) == (8, "mesh", "momentum")
     note = engaged_note(64, 8, 1, 135_000_000, "async")
-    assert note is not None and "in async mode no run of more than 8" in note
+    assert note is not None and "no run of more than 8 was measured faster" in note
 
 
 @pytest.mark.parametrize(("thread_epoch_nnz", "workers", "expected"), [
@@ -171,16 +185,17 @@ def test_momentum_round_sizes_as_a_run_lays_them_out() -> None:
     assert choose_round_size(10**9, rows, nnz, 64, "momentum", 64) == rows // 64
 
 
-def test_sync_momentum_in_rounds_of_an_epoch_scales_the_workers_steps() -> None:
-    """W/4 where sync block momentum's rounds are a whole epoch of a worker's rows; nothing
-    changes with shorter rounds, another combine, async, or four workers and fewer."""
+def test_sync_momentum_with_few_rounds_against_the_workers_scales_their_steps() -> None:
+    """W / (4 K) for K rounds an epoch where that is above 1; nothing changes with shorter
+    rounds, another combine, async, or four workers and fewer."""
     rows, nnz = 1_800_000, 1_800_000 * 76
-    for workers, expected in ((64, 16.0), (16, 1.0)):
+    for workers, expected in ((64, 16.0), (48, 6.0), (32, 8 / 3), (16, 1.0), (8, 1.0)):
         size = choose_round_size(None, rows, nnz, workers, "momentum", workers)
         assert momentum_step_scale("momentum", "sync", workers, rows, workers, size) == expected
     whole = rows // 64  # a round of a whole epoch (of one-thread workers)
     assert momentum_step_scale("momentum", "sync", 8, 8 * whole, 8, whole) == 2.0
     assert momentum_step_scale("momentum", "sync", 8, 8 * whole, 8, whole // 2) == 1.0
+    assert momentum_step_scale("momentum", "sync", 16, 16 * whole, 16, whole // 2) == 2.0
     assert momentum_step_scale("momentum", "async", 64, rows, 64, whole) == 1.0
     assert momentum_step_scale("sum", "sync", 64, rows, 64, whole) == 1.0
     assert momentum_step_scale("momentum", "sync", 4, 4 * whole, 4, whole) == 1.0

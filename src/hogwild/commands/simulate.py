@@ -140,7 +140,7 @@ def _scaled(settings: Settings, scenario: Scenario) -> str:
     if lr == settings.learning_rate:
         return ""
     return (f", learning rate {settings.learning_rate:g} x {lr / settings.learning_rate:g} on "
-            "the workers (block momentum's rounds are a whole epoch)")
+            "the workers (block momentum's rounds are few against the workers)")
 
 
 def kernel_plan(settings: Settings, spec: Any) -> KernelPlan:
@@ -218,10 +218,9 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
                         "trains binary classification and regression, as run does")
     for line in data_lines(splits):
         console.say(line)
-    # The workers engage: auto trains on, and topology: auto for them (combine: auto is
-    # resolved by the scenario from the rows each holds).
+    # The workers engage: auto trains on, and topology: auto and combine: auto for them.
     asked = settings
-    settings = settings.for_run(train_nnz=splits.train.nnz)
+    settings = settings.for_run(splits.train.n_rows, splits.train.nnz)
     engaged = engaged_note(asked.workers, settings.workers, settings.threads, splits.train.nnz,
                            settings.mode)
     if engaged is not None:
@@ -236,7 +235,7 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
         options = _calibrated(options, splits.train, kernel, settings, console)
     scenario = scenario_of(settings, options, splits.train.n_rows, splits.train.nnz, kernel)
     check_cost(scenario, settings.topology, options.max_events)  # before any shard is cut
-    note = few_rows_a_worker(settings.combine, scenario.rules.combine, splits.train.n_rows,
+    note = few_rows_a_worker(asked.combine, scenario.rules.combine, splits.train.n_rows,
                              settings.workers)
     if note is not None:
         console.say(f"note: {note}")

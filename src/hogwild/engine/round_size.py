@@ -84,24 +84,25 @@ def round_rule(combine: str, workers: int = 1, thread_epoch_nnz: float = float("
 
 def momentum_step_scale(combine: str, mode: str, workers: int, train_rows: int,
                         total_threads: int, round_size: int) -> float:
-    """The factor on each worker's step size: W/4 where sync block momentum's rounds are a
-    whole epoch of a worker's rows (fewer than 1.5 rounds an epoch), else 1.
+    """The factor on each worker's step size where sync block momentum's rounds are few
+    against W: W / (4 K) for K rounds an epoch (rounded), where that is above 1, else 1.
 
     Block momentum moves the model by up to W times the workers' average change, but builds
-    that up over about W rounds (its momentum is 1 - 1/W). Rounds of a whole epoch are
-    what the rule gives a worker of few rows (momentum_rounds_per_epoch): with 64 workers on
-    2M rows that is 64 epochs of build-up, and the run never reached one worker's accuracy.
-    Larger local steps make up for it. Simulated (bench/NOTES.md: three seeds each, sync,
-    time to one worker's best validation accuracy less 0.005): 64 workers on 2M RCV1-shaped
-    rows never -> 10.2x; on 200k rows 8 workers 1.92x -> 2.32x and 16 workers 1.13x ->
-    2.46x; every run ending above one worker's test accuracy. Not measured for async runs,
-    which keep their steps."""
+    that up over about W rounds (its momentum is 1 - 1/W), W / K epochs. The rounds an epoch
+    fall as W grows (momentum_rounds_per_epoch keeps each round's work): with 64 workers on
+    2M rows one round is a whole epoch, 64 epochs of build-up, and the run never reached one
+    worker's accuracy. Larger local steps make up for it, in proportion to the epochs the
+    build-up takes. Simulated (bench/NOTES.md: three seeds each, sync, time to one worker's
+    best validation accuracy less 0.005), on 2M RCV1-shaped rows: 64 workers (K = 1) never ->
+    10.2x, 32 workers (K = 3) 5.1x -> 8.6x; on 200k rows (K = 1) 8 workers 1.92x -> 2.32x,
+    16 workers 1.13x -> 2.46x; every run ending above one worker's test accuracy. 16
+    workers on 2M rows (K = 4) keep their step (the rule was tuned there). Not measured for
+    async runs, which keep their steps."""
     if combine != "momentum" or mode != "sync" or workers <= 4 or round_size < 1:
         return 1.0
     per_thread = train_rows / max(1, total_threads)
-    if per_thread / round_size >= 1.5:
-        return 1.0
-    return workers / 4
+    rounds = max(1, round(per_thread / round_size))
+    return max(1.0, workers / (4 * rounds))
 
 
 def choose_round_size(configured: int | None, train_rows: int, train_nnz: int,

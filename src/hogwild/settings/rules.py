@@ -36,20 +36,24 @@ COMBINES = ("sum", "average", "momentum")  # what a run uses, and the wire carri
 MOMENTUM_MIN_ROWS = 10_000
 COMBINE_CHOICES = ("auto", *COMBINES)
 # The engage setting: auto = train on as many of the registered workers as pays: one per
-# ENGAGE_NNZ non-zeros of an epoch's training rows per thread, at most ENGAGE_MAX[mode], never
-# fewer than two where two or more were started, nor so few that one holds over
-# ENGAGE_HOLD_NNZ non-zeros (about 0.4 GB of rows: there the workers' memory is what the run
-# needs); all = every worker. Past that width a worker's round of training is short against
-# the messages that combine it, and each worker added makes the run slower. Simulated with the
-# default cost model (bench/NOTES.md), time to the one-worker accuracy: on 200k RCV1-shaped
-# rows (13.5M training non-zeros) 2.2x sooner (sync) and 2.4x (async) at 4 workers (3.4M
-# non-zeros each), less from 5 on, 16 workers as slow as one and 32 fourteen times slower; on
-# 2M rows, sync, 6.5x at 8, 7.9x at 16 and 5.1x at 32 (a sync tree's depth grows with W);
-# async 9.2x at 8 (a mesh), 6.5x at 12 and 6.2x at 16 (a star: the coordinator sends every
-# worker's sum on; a mesh of 12 or 16: 5.2x, 5.9x). Linear models only: an MLP's work per
-# non-zero is its hidden width, so it engages every worker.
-ENGAGE_NNZ = 3_300_000
-ENGAGE_MAX = {"sync": 16, "async": 8}
+# ENGAGE_NNZ[mode] non-zeros of an epoch's training rows per thread, at most ENGAGE_MAX[mode],
+# in sync mode no more than hold MOMENTUM_MIN_ROWS rows each (so that combine: auto stays
+# block momentum), never fewer than two where two or more were started, nor so few that one
+# holds over ENGAGE_HOLD_NNZ non-zeros (about 0.4 GB of rows: there the workers' memory is
+# what the run needs); all = every worker. Past that width a worker's round of training is
+# short against the messages that combine it, and each worker added makes the run slower.
+# Simulated with the default cost model (bench/NOTES.md), time to the one-worker accuracy,
+# sync runs with the steps of engine.round_size.momentum_step_scale: on 200k RCV1-shaped
+# rows (13.5M training non-zeros) 2.2x sooner at 4 workers, 1.4x at 5, 2.0x at 6, 2.3x at 8
+# and 2.5x at 16 (0.84M non-zeros each), and 32 (summed deltas: too few rows each) far
+# slower than one; on 1M rows 4.9x at 16, 4.7x at 24, 5.8x at 32 and 5.6x at 64 (1.05M
+# each); on 2M rows 7.9x at 16, 8.6x at 32, 9.0x at 48 and 10.2x at 64. Async runs keep
+# their steps: on 200k rows 2.4x at 4, less from 5 on; on 2M rows 9.2x at 8 (a mesh), 6.5x
+# at 12 and 6.2x at 16 (a star: the coordinator sends every worker's sum on; a mesh of 12
+# or 16: 5.2x, 5.9x). Linear models only: an MLP's work per non-zero is its hidden width,
+# so it engages every worker.
+ENGAGE_NNZ = {"sync": 1_000_000, "async": 3_300_000}
+ENGAGE_MAX = {"sync": 64, "async": 8}
 ENGAGE_HOLD_NNZ = 50_000_000
 ENGAGE_CHOICES = ("auto", "all")
 DELTA_DTYPES = ("float32", "float16")
@@ -85,15 +89,18 @@ def resolve_combine(combine: str, train_rows: int, workers: int) -> str:
 
 
 def engaged_workers(engage: str, workers: int, threads: int, train_nnz: int,
-                    model: str = "linear", mode: str = "sync") -> int:
+                    model: str = "linear", mode: str = "sync",
+                    train_rows: int | None = None) -> int:
     """How many of ``workers`` a run trains on: all of them, or for ``engage: auto`` (a
-    linear model) one per ENGAGE_NNZ non-zeros of the epoch per thread, at most
-    ENGAGE_MAX[mode], at least two, and at least enough that none holds over
+    linear model) one per ENGAGE_NNZ[mode] non-zeros of the epoch per thread, at most
+    ENGAGE_MAX[mode], in sync mode at most one per MOMENTUM_MIN_ROWS of ``train_rows``
+    (where known), at least two, and at least enough that none holds over
     ENGAGE_HOLD_NNZ."""
     if engage != "auto" or workers <= 2 or model != "linear":
         return workers
-    busy = min(ENGAGE_MAX[mode],
-               train_nnz // (ENGAGE_NNZ * max(1, threads)))
+    busy = min(ENGAGE_MAX[mode], train_nnz // (ENGAGE_NNZ[mode] * max(1, threads)))
+    if mode == "sync" and train_rows is not None:
+        busy = min(busy, train_rows // MOMENTUM_MIN_ROWS)
     held = -(-train_nnz // ENGAGE_HOLD_NNZ)
     return int(min(workers, max(2, busy, held)))
 
@@ -109,8 +116,8 @@ def engaged_note(asked: int, engaged: int, threads: int, train_nnz: int,
     return (f"engaging {engaged} of {asked} workers: {train_nnz:,} training non-zeros are "
             f"{each / 1e6:.3g}M an epoch for each of their {threads} thread(s); more workers "
             f"would spend longer on messages than they save in training (a worker pays from "
-            f"about {ENGAGE_NNZ / 1e6:g}M a thread, and in {mode} mode no run of more than {most} "
-            f"was faster than {most} in the measured cases), so the run would be slower. The "
+            f"about {ENGAGE_NNZ[mode] / 1e6:g}M a thread in {mode} mode, and no run of more "
+            f"than {most} was measured faster), so the run would be slower. The "
             f"other {asked - engaged} are released at the start (`engage: all` trains on every "
             "worker)")
 

@@ -79,8 +79,9 @@ class Settings:
     engage: str = field(
         default="auto",
         metadata=_doc("how many of the started workers train: auto = as many as pay, one per "
-                      "about 3.3M non-zeros of an epoch's training rows per thread, at most 16 "
-                      "in sync mode and 8 in async mode "
+                      "about 1M non-zeros of an epoch's training rows per thread and at most "
+                      "64 in sync mode (and one per 10,000 rows, for block momentum), one per "
+                      "3.3M and at most 8 in async mode "
                       "(more only where each would hold over 50M non-zeros), at least 2 (a "
                       "linear model; an MLP engages all); the others are released at the "
                       "start and exit 0, since past that width each worker added makes the run "
@@ -188,8 +189,8 @@ class Settings:
                       commands=_TRC))
     learning_rate: float = field(
         default=0.5, metadata=_doc("initial step size gamma (a sync cluster whose block "
-                                   "momentum rounds are a whole epoch of a worker's rows "
-                                   "steps W/4 times as far on its W workers)",
+                                   "momentum has K rounds an epoch steps W/(4K) times as far "
+                                   "on its W workers, where that is over 1)",
                                    commands=_TRC))
     lr_schedule: str = field(
         default="inverse",
@@ -495,7 +496,7 @@ class Settings:
         workers = self.workers
         if train_nnz is not None:
             workers = engaged_workers(self.engage, self.workers, threads or self.threads,
-                                      train_nnz, self.model, self.mode)
+                                      train_nnz, self.model, self.mode, train_rows)
             if workers != self.workers:
                 changes["workers"] = workers
         topology = resolve_topology(self.topology, workers, self.mode)

@@ -382,16 +382,17 @@ class RunDriver:
 
     def _step_scaled(self, s: Settings, workers: list[WorkerRecord], size: int) -> Settings:
         """The run's settings with the workers' step size scaled where sync block momentum's
-        rounds are a whole epoch (engine.round_size.momentum_step_scale), and said so."""
+        rounds are few against the workers (engine.round_size.momentum_step_scale), and said
+        so."""
         total = sum(r.threads for r in workers) or s.threads
         scale = momentum_step_scale(s.combine, s.mode, len(workers), self.train.n_rows, total,
                                     size)
         if scale == 1.0:
             return s
-        log.info("learning_rate %g x %g = %g on the workers: block momentum's rounds are a "
-                 "whole epoch of a worker's rows, so its step builds up over %d epochs; "
-                 "larger local steps make up for it", s.learning_rate, scale,
-                 s.learning_rate * scale, len(workers))
+        # scale is W / (4 K): the momentum's W rounds take W / K = 4 x scale epochs.
+        log.info("learning_rate %g x %g = %g on the workers: block momentum builds its step "
+                 "over about %d rounds, %g epochs here; larger local steps make up for it",
+                 s.learning_rate, scale, s.learning_rate * scale, len(workers), 4 * scale)
         s = self.settings = self.advice.settings = s.replace(
             learning_rate=s.learning_rate * scale)
         return s
