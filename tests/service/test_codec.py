@@ -361,7 +361,7 @@ load_worker_kernels()
 from hogwild.model import kernels
 from hogwild.cluster.wire import codec
 def variants():
-    return (len(codec._count_faults.signatures), len(kernels.apply_delta.signatures))
+    return (len(codec.count_faults.signatures), len(kernels.apply_delta.signatures))
 before = variants()
 dim = 1001
 w, snap = np.zeros(dim), np.zeros(dim)

@@ -194,7 +194,7 @@ def test_a_registration_with_a_workers_host_and_pid_but_not_its_secret_gets_noth
     # The worker itself (its own secret) registering again is the same worker.
     again = stub.Register(pb.RegisterRequest(
         protocol_version=PROTOCOL_VERSION, address=who.address, hostname=who.hostname,
-        pid=who.pid, threads=1, process_secret=node._secret), timeout=10)
+        pid=who.pid, threads=1, process_secret=node.process_secret), timeout=10)
     assert again.worker_id == node.worker_id and again.worker_key == node.worker_key
 
 

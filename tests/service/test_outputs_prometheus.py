@@ -338,7 +338,7 @@ def test_a_client_that_never_finishes_is_closed_at_the_deadline(
                 closed = True
                 break
         assert closed, "a trickling client was never closed"
-        assert server._server.timed_out == 1
+        assert server.timed_out == 1
     finally:
         slow.close()
         server.close(linger=False)

@@ -98,7 +98,7 @@ def test_a_directory_it_cannot_write_is_one_line_and_leaves_nothing(
     import hogwild.cluster.transport.certs
 
     written = []
-    write = hogwild.cluster.transport.certs._write
+    write = hogwild.cluster.transport.certs.write_file
 
     def refuse_after_two(path: Path, data: bytes, mode: int) -> None:
         if len(written) == 2:  # as in a root-owned directory Docker made for a bind mount
@@ -106,7 +106,7 @@ def test_a_directory_it_cannot_write_is_one_line_and_leaves_nothing(
         written.append(path)
         write(path, data, mode)
 
-    monkeypatch.setattr(hogwild.cluster.transport.certs, "_write", refuse_after_two)
+    monkeypatch.setattr(hogwild.cluster.transport.certs, "write_file", refuse_after_two)
     out = tmp_path / "secrets"
     assert main(["certs", "--out", str(out), "--hosts", "hogwild"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

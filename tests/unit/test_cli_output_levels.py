@@ -168,7 +168,7 @@ def test_on_a_terminal_held_rows_show_as_one_live_line_with_an_eta() -> None:
     assert live.startswith(CLEAR_LINE) and "\n" not in live
     assert "row 3  [30% ETA" in live
     console = Console(out)
-    console._live = rows
+    console.follow(rows)
     console.say("a warning")               # erases the live line first
     assert out.getvalue().endswith(CLEAR_LINE + "a warning\n")
     rows.offer("row 4", out, done=1.0)     # the 4th row is printed (doubling)

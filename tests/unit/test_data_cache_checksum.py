@@ -143,13 +143,13 @@ def test_reading_a_cache_hashes_its_arrays_as_it_loads_them_not_in_a_pass_before
     path = _source(tmp_path)
     truth = read_svmlight(path)
     passes = [0]
-    real = cache._hash_rest
+    real = cache.hash_rest
 
     def counted(f: object) -> str:
         passes[0] += 1
         return real(f)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cache, "_hash_rest", counted)
+    monkeypatch.setattr(cache, "hash_rest", counted)
     parses = _parse_count(monkeypatch)
     again = read_svmlight(path)
     assert _same(again, truth) and parses[0] == 0 and passes[0] == 0

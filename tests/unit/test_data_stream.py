@@ -152,14 +152,14 @@ def test_load_splits_equals_split_then_renumber(tmp_path: Path) -> None:
 def test_file_changed_between_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "d.svm"
     path.write_bytes(rows(500).encode())
-    real = stream._count_pass
+    real = stream.count_pass
 
     def count_then_change(*args: object, **kwargs: object) -> object:
         result = real(*args, **kwargs)  # type: ignore[arg-type]
         path.write_bytes(rows(400).encode())
         return result
 
-    monkeypatch.setattr(stream, "_count_pass", count_then_change)
+    monkeypatch.setattr(stream, "count_pass", count_then_change)
     with pytest.raises(DataError, match="changed while it was read"):
         stream.load_text(path, seed=0)
 

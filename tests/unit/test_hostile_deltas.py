@@ -300,7 +300,7 @@ def test_the_relay_waits_for_a_worker_that_labels_a_round_it_never_reached(
         assert not state.model.model_copy().any() and state.roster.max_round() == 0
         with pytest.raises(InvalidMessage, match="round"):
             _apply(state, _message(1, RELAY_AHEAD + 1, idx=(4,), val=(2.0,)))
-        assert relay._round[1] == 0
+        assert relay.rounds[1] == 0
         assert not state.model.model_copy().any() and state.model.deltas_received == 0
         assert _apply(state, _message(0, 1))
         time.sleep(0.2)
@@ -324,8 +324,8 @@ def test_the_relay_never_sends_a_summed_example_count_its_workers_refuse(
     state = _relay_state(2)
     relay, _ = _sync_relay(state, monkeypatch)
     try:
-        (message,) = relay._encode(np.array([1], np.int32), np.array([1.0], np.float32), 1,
-                                   False, 2 * MAX_EXAMPLES)
+        (message,) = relay.encode(np.array([1], np.int32), np.array([1.0], np.float32), 1,
+                                  False, 2 * MAX_EXAMPLES)
         assert decode_delta(message, DIM).header.examples == MAX_EXAMPLES
     finally:
         relay.close()

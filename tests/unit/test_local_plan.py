@@ -68,14 +68,14 @@ def test_a_stray_huge_feature_id_is_refused_by_name_before_its_arrays_exist(
     # Below the RAM but beyond a limit (ulimit -v): the MemoryError is blamed on the ids.
     monkeypatch.setattr(hogwild.data.parts.ranges, "physical_memory", lambda: None)
 
-    grown = hogwild.data.parts.ranges._grown
+    grown = hogwild.data.parts.ranges.grown
 
     def no_memory(counts: np.ndarray, size: int) -> np.ndarray:
         if size > 1000:
             raise MemoryError
         return grown(counts, size)
 
-    monkeypatch.setattr(hogwild.data.parts.ranges, "_grown", no_memory)
+    monkeypatch.setattr(hogwild.data.parts.ranges, "grown", no_memory)
     with pytest.raises(DataError, match=r"the largest feature id is 3,000,000: the weights and "
                                         r"counts kept per feature id need 114.4 MiB; renumber"):
         load_local(settings)

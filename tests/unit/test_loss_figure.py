@@ -149,11 +149,11 @@ def test_tensorboard_without_tensorboardx_is_one_line(
 def test_experiment_panels_wrap_their_titles_and_start_at_epoch_0() -> None:
     from hogwild.experiment import plots
 
-    fig = plots._figure(1)
+    fig = plots.new_figure(1)
     ax = fig.add_subplot()
     ax.plot([1.0, 2.0, 3.0], [0.3, 0.2, 0.1])  # the experiment's rows start at epoch 1
-    plots._epoch_axis(ax)
-    plots._title(ax, LONG_TITLE)
+    plots.epoch_axis(ax)
+    plots.panel_title(ax, LONG_TITLE)
     fig.canvas.draw()
     assert ax.get_xlabel() == "epochs" and ax.get_xlim()[0] == 0.0
     assert ax.get_xlim()[1] >= 3.0

@@ -23,7 +23,8 @@ Series = dict[str, list[tuple[float, float]]]
 TITLE_CHARS = 60
 
 
-def _figure(ncols: int, width: float = 5.2, height: float = 3.9) -> Figure:
+def new_figure(ncols: int, width: float = 5.2, height: float = 3.9) -> Figure:
+    """A bare Agg figure of ``ncols`` panels side by side, each ``width`` x ``height`` inches."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -34,12 +35,12 @@ def _figure(ncols: int, width: float = 5.2, height: float = 3.9) -> Figure:
     return fig
 
 
-def _title(ax: Axes, text: str) -> None:
+def panel_title(ax: Axes, text: str) -> None:
     """A panel's title, wrapped to the panel's width (a long data path would run off it)."""
     ax.set_title(textwrap.fill(text, TITLE_CHARS), fontsize=10)
 
 
-def _epoch_axis(ax: Axes) -> None:
+def epoch_axis(ax: Axes) -> None:
     """An epochs axis from epoch 0, the untrained model's place, whatever the first row is."""
     ax.set_xlabel("epochs")
     ax.set_xlim(left=0.0)
@@ -161,7 +162,7 @@ def _speedup_panels(fig: Figure, recs: Sequence[Record], cores: int, what: str) 
             _threads_axis(ax, xs, cores)
         ax.axhline(1.0, color="0.6", linewidth=0.8)
         ax.set_ylabel("speedup over serial SGD")
-        _title(ax, f"{what}: {label}")
+        panel_title(ax, f"{what}: {label}")
         _untimed_note(ax, recs)
         _legend(ax)
 
@@ -171,7 +172,7 @@ def plot_speedup(records: Sequence[Record], cores: int, path: Path) -> Path | No
     recs = _ok(records, "threads")
     if not recs:
         return None
-    fig = _figure(2)
+    fig = new_figure(2)
     _speedup_panels(fig, recs, cores, recs[0]["data"])
     return _save(fig, path)
 
@@ -181,13 +182,13 @@ def plot_test_error(records: Sequence[Record], cores: int, path: Path) -> Path |
     recs = _ok(records, "threads")
     if not recs:
         return None
-    fig = _figure(1)
+    fig = new_figure(1)
     ax = fig.add_subplot()
     xs = _lines(ax, _series(recs, _trainer_name, "threads", _column("test_error")))
     if xs:
         _threads_axis(ax, xs, cores)
     ax.set_ylabel("test error")
-    _title(ax, f"{recs[0]['data']}: test error after {recs[0]['epochs']} epochs")
+    panel_title(ax, f"{recs[0]['data']}: test error after {recs[0]['epochs']} epochs")
     _legend(ax)
     return _save(fig, path)
 
@@ -205,9 +206,9 @@ def _per_epoch_grid(fig: Figure, recs: Sequence[Record], key: str, ylabel: str,
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
                         label=line, color=palette[line])
-        _epoch_axis(ax)
+        epoch_axis(ax)
         ax.set_ylabel(ylabel)
-        _title(ax, panel)
+        panel_title(ax, panel)
         ax.grid(alpha=0.3)
         _legend(ax)
 
@@ -223,7 +224,7 @@ def plot_train_error(records: Sequence[Record], path: Path) -> Path | None:
     if not recs:
         return None
     panels = len({_trainer_name(r) for r in recs})
-    fig = _figure(panels, width=4.2, height=3.6)
+    fig = new_figure(panels, width=4.2, height=3.6)
     _per_epoch_grid(fig, recs, "train_error", "training error", _trainer_name, _threads_label)
     return _save(fig, path)
 
@@ -234,7 +235,7 @@ def plot_cpu_time(records: Sequence[Record], cores: int, path: Path) -> Path | N
     hog = [r for r in recs if r["trainer"] == "hogwild"]
     if not hog:
         return None
-    fig = _figure(2)
+    fig = new_figure(2)
     for i, (key, label) in enumerate((("cpu_seconds", "CPU seconds"),
                                       ("wall_seconds", "wall seconds"))):
         ax = fig.add_subplot(1, 2, i + 1)
@@ -245,7 +246,7 @@ def plot_cpu_time(records: Sequence[Record], cores: int, path: Path) -> Path | N
             _threads_axis(ax, xs, cores)
         ax.set_yscale("log")
         ax.set_ylabel(f"{label}, {hog[0]['epochs']} epochs")
-        _title(ax, f"hogwild: {label} vs threads per data size")
+        panel_title(ax, f"hogwild: {label} vs threads per data size")
         _legend(ax)
     return _save(fig, path)
 
@@ -256,7 +257,7 @@ def plot_batch(records: Sequence[Record], cores: int, path: Path) -> Path | None
     recs = _ok(records, "batch")
     if not recs:
         return None
-    fig = _figure(2)
+    fig = new_figure(2)
     fitting = [r["threads"] for r in recs if not r["oversubscribed"]]
     t_show = max(fitting) if fitting else min(r["threads"] for r in recs)
     palette = _palette(_trainer_name(r) for r in recs)
@@ -266,9 +267,9 @@ def plot_batch(records: Sequence[Record], cores: int, path: Path) -> Path | None
         pts = _epoch_curve([r for r in shown if _trainer_name(r) == name], "train_error")
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=name,
                 color=palette[name])
-    _epoch_axis(ax)
+    epoch_axis(ax)
     ax.set_ylabel("training error")
-    _title(ax, f"{recs[0]['data']}: training error, {t_show} thread(s)")
+    panel_title(ax, f"{recs[0]['data']}: training error, {t_show} thread(s)")
     ax.grid(alpha=0.3)
     _legend(ax)
     ax = fig.add_subplot(1, 2, 2)
@@ -278,7 +279,7 @@ def plot_batch(records: Sequence[Record], cores: int, path: Path) -> Path | None
         _threads_axis(ax, xs, cores)
     ax.set_yscale("log")
     ax.set_ylabel("wall seconds per epoch")
-    _title(ax, "time per epoch vs threads")
+    panel_title(ax, "time per epoch vs threads")
     _legend(ax)
     return _save(fig, path)
 
@@ -289,7 +290,7 @@ def plot_regression(records: Sequence[Record], cores: int, path: Path) -> Path |
     recs = _ok(records, "regression")
     if not recs:
         return None
-    fig = _figure(2)
+    fig = new_figure(2)
     palette = _palette(_trainer_name(r) for r in recs)
     ax = fig.add_subplot(1, 2, 1)
     xs = _lines(ax, _series(recs, _trainer_name, "threads", _column("speedup")), palette)
@@ -299,7 +300,7 @@ def plot_regression(records: Sequence[Record], cores: int, path: Path) -> Path |
         _threads_axis(ax, xs, cores)
     ax.axhline(1.0, color="0.6", linewidth=0.8)
     ax.set_ylabel("speedup over serial SGD")
-    _title(ax, f"{recs[0]['data']} (squared loss): speedup")
+    panel_title(ax, f"{recs[0]['data']} (squared loss): speedup")
     _untimed_note(ax, recs)
     _legend(ax)
     ax = fig.add_subplot(1, 2, 2)
@@ -310,10 +311,10 @@ def plot_regression(records: Sequence[Record], cores: int, path: Path) -> Path |
         pts = _epoch_curve([r for r in shown if _trainer_name(r) == name], "train_rmse")
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=name,
                 color=palette[name])
-    _epoch_axis(ax)
+    epoch_axis(ax)
     ax.set_ylabel("training RMSE")
     ax.set_yscale("log")
-    _title(ax, f"training RMSE per epoch, {t_show} thread(s)")
+    panel_title(ax, f"training RMSE per epoch, {t_show} thread(s)")
     ax.grid(alpha=0.3)
     _legend(ax)
     return _save(fig, path)
@@ -327,7 +328,7 @@ def plot_workers(records: Sequence[Record], path: Path) -> Path | None:
         return None
     serial = [r for r in records if r["trainer"] == "serial" and r["status"] == "ok"
               and r["source"] == recs[0]["source"]]
-    fig = _figure(2)
+    fig = new_figure(2)
     for i, (key, label) in enumerate((("wall_seconds", "training seconds"),
                                       ("test_error", "test error"))):
         ax = fig.add_subplot(1, 2, i + 1)
@@ -338,7 +339,7 @@ def plot_workers(records: Sequence[Record], path: Path) -> Path | None:
         ax.set_xticks(sorted(set(xs)))
         ax.set_xlabel("worker processes (hogwild run, loopback)")
         ax.set_ylabel(label)
-        _title(ax, f"{recs[0]['data']}: {label} vs workers")
+        panel_title(ax, f"{recs[0]['data']}: {label} vs workers")
         ax.grid(alpha=0.3)
         _legend(ax)
     return _save(fig, path)

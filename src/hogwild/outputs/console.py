@@ -94,8 +94,12 @@ class Console:
         """The filter of this command's progress rows; on a terminal at normal verbosity the
         rows held back show as one live status line (with the progress and an ETA)."""
         live = self.level == NORMAL and _is_terminal(self.out)
-        self._live = RowThrottle(self.level, live=live)
-        return self._live
+        return self.follow(RowThrottle(self.level, live=live))
+
+    def follow(self, rows: RowThrottle) -> RowThrottle:
+        """Erase ``rows``' live status line before each line printed here; returns ``rows``."""
+        self._live = rows
+        return rows
 
 
 def _is_terminal(out: TextIO) -> bool:

@@ -147,6 +147,11 @@ class MetricsServer:
         return self._server.evicted
 
     @property
+    def timed_out(self) -> int:
+        """Clients closed for not finishing a request in time (see metrics_http)."""
+        return self._server.timed_out
+
+    @property
     def url(self) -> str:
         # A wildcard address is not one to dial: name this host instead.
         host = socket.gethostname() if self.host in ("", "0.0.0.0", "::") else self.host

@@ -153,7 +153,7 @@ def _pem_cert(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def _write(path: Path, data: bytes, mode: int) -> None:
+def write_file(path: Path, data: bytes, mode: int) -> None:
     """Write ``data`` with ``mode`` from the first byte on (a key is never world-readable,
     not even for a moment), replacing any earlier file."""
     tmp = path.with_name(f".{path.name}.tmp")
@@ -190,7 +190,7 @@ def write_bundle(directory: str | Path, hosts: Sequence[str] = (), days: int = 3
     ca_cert = _certificate("hogwild development CA", ca_name, ca_key, ca_key, days, ca=True)
     bundle = Bundle(out)
     try:
-        _write(bundle.ca, _pem_cert(ca_cert), 0o644)
+        write_file(bundle.ca, _pem_cert(ca_cert), 0o644)
         both = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)
         for role in ROLES:
             key = ec.generate_private_key(ec.SECP256R1())
@@ -198,9 +198,9 @@ def write_bundle(directory: str | Path, hosts: Sequence[str] = (), days: int = 3
             cert = _certificate(f"hogwild-{role}", ca_name, ca_key, key, days, ca=False,
                                 hosts=names if server else (),
                                 usages=both if server else (ExtendedKeyUsageOID.CLIENT_AUTH,))
-            _write(bundle.key(role), _pem_key(key), 0o600)
-            _write(bundle.cert(role), _pem_cert(cert), 0o644)
-        _write(bundle.token, (secrets.token_urlsafe(32) + "\n").encode(), 0o600)
+            write_file(bundle.key(role), _pem_key(key), 0o600)
+            write_file(bundle.cert(role), _pem_cert(cert), 0o644)
+        write_file(bundle.token, (secrets.token_urlsafe(32) + "\n").encode(), 0o600)
     except OSError as exc:
         # e.g. a directory Docker created for a bind mount: root's, not this user's.
         # A CA without its certificates is of no use: nothing partial stays behind.

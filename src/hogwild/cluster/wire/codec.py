@@ -57,8 +57,8 @@ def check_version(version: int, what: str) -> None:
 
 
 @njit(nogil=True, cache=True)
-def _count_faults(idx: Any, val: Any, dim: int,
-                  limit: float) -> tuple[int, int]:  # pragma: no cover - compiled
+def count_faults(idx: Any, val: Any, dim: int,
+                 limit: float) -> tuple[int, int]:  # pragma: no cover - compiled
     """(indices outside [0, dim), values not finite or above ``limit`` in magnitude):
     branch-free, so it vectorises."""
     bad_idx = 0
@@ -92,7 +92,7 @@ def _scan_delta(idx: Any, val: Any, dim: int, limit: float = math.inf) -> tuple[
     """(0, -1) if every index is in [0, dim) and every value finite and at most ``limit``
     in magnitude; else (code, position) of the first fault: code 1 index out of range,
     2 value not finite, 3 value beyond ``limit``."""
-    bad_idx, bad_val = _count_faults(idx, val, dim, limit)
+    bad_idx, bad_val = count_faults(idx, val, dim, limit)
     if not bad_idx and not bad_val:
         return 0, -1
     # The slow path only runs for a message that is rejected anyway.

@@ -154,6 +154,11 @@ class WorkerNode:
         """What the peers and the coordinator hold of this worker's weights."""
         return self.engine.snap
 
+    @property
+    def process_secret(self) -> bytes:
+        """What proves a registration this process's: sent to the coordinator only."""
+        return self._secret
+
     # ------------------------------------------------------------------ registration
 
     def register(self, bound_port: int) -> bool:

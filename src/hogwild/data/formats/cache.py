@@ -136,7 +136,7 @@ def find_cached(source: Path, where: Path, *, zero_based: bool,
                     return None
                 # The content itself: damage that keeps the shape (a label flipped, values
                 # scaled) passes every check of the rows and would train silently.
-                if check_content and _hash_rest(f) != checksums.get(name):
+                if check_content and hash_rest(f) != checksums.get(name):
                     warn_damaged(where, name, source)
                     return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -158,7 +158,7 @@ def new_hasher() -> Any:
     return xxhash.xxh3_64()
 
 
-def _hash_rest(f: io.BufferedReader) -> str:
+def hash_rest(f: io.BufferedReader) -> str:
     """The checksum of what is left in ``f`` from where it stands."""
     hasher = xxhash.xxh3_64()
     buffer = bytearray(_HASH_CHUNK)

@@ -54,7 +54,7 @@ def _split(block: np.ndarray, threads: int) -> list[int]:
     return points
 
 
-def _count_pass(path: Path, block_bytes: int, threads: int) -> tuple[list[_Block], np.ndarray]:
+def count_pass(path: Path, block_bytes: int, threads: int) -> tuple[list[_Block], np.ndarray]:
     """First pass: per block its pieces, and every data row's non-zero bound (in file order)."""
     blocks: list[_Block] = []
     caps: list[np.ndarray] = []
@@ -92,7 +92,7 @@ def load_text(path: Path, *, zero_based: bool = False, n_features: int | None = 
     source = str(path)
     n_threads = max(1, threads if threads is not None else default_threads())
     t0 = time.perf_counter()
-    blocks, caps = _count_pass(path, block_bytes, n_threads)
+    blocks, caps = count_pass(path, block_bytes, n_threads)
     target = RowTarget.create(caps, seed, n_threads)
     del caps
     limit = -1 if n_features is None else int(n_features)

@@ -426,7 +426,7 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
                 top = int(kept.max()) + 1
                 if top > df.shape[0]:
                     with ids_blamed(name, top, zero_based, per_id * top, PER_ID, nnz_total):
-                        df = _grown(df, top)
+                        df = grown(df, top)
                 df += np.bincount(kept, minlength=df.shape[0])
             # Labels as every CSRData holds them (float32), so that the classes found here
             # match the rows' labels wherever they are compared.
@@ -480,8 +480,8 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
     return plan
 
 
-def _grown(counts: npt.NDArray[np.int64], size: int) -> npt.NDArray[np.int64]:
-    """``counts`` extended with zeros to ``size`` entries."""
+def grown(counts: npt.NDArray[np.int64], size: int) -> npt.NDArray[np.int64]:
+    """``counts`` extended with zeros to ``size`` entries: the allocation a huge id makes."""
     return np.concatenate([counts, np.zeros(size - counts.shape[0], dtype=np.int64)])
 
 

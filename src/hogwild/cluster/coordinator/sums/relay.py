@@ -105,7 +105,7 @@ class StarRelay:
         on_down = functools.partial(self._down, self._generation.setdefault(wid, 0))
         return Destination(f"worker {wid}", wid, address, pb_grpc.WorkerStub, self._rpc_timeout,
                            max(self.barrier_timeout, self._rpc_timeout), on_down,
-                           coalesce=self.mode == "async", encoder=self._encode, half=self._half,
+                           coalesce=self.mode == "async", encoder=self.encode, half=self._half,
                            open_channel=functools.partial(self._open_channel, wid))
 
     def start(self) -> None:
@@ -153,6 +153,12 @@ class StarRelay:
                 if h.final:
                     self._final[h.worker_id] = True
             self._cond.notify_all()
+
+    @property
+    def rounds(self) -> dict[int, int]:
+        """Each worker's last complete round as the relay counts it (a copy)."""
+        with self._cond:
+            return dict(self._round)
 
     # --------------------------------------------------------------------- sending
 
@@ -250,8 +256,9 @@ class StarRelay:
         workers its subtree came from)."""
         return [self._pending[wid]]
 
-    def _encode(self, indices: npt.NDArray[np.int32], values: npt.NDArray[np.floating[Any]],
-                round_: int, final: bool, examples: int) -> list[Any]:
+    def encode(self, indices: npt.NDArray[np.int32], values: npt.NDArray[np.floating[Any]],
+               round_: int, final: bool, examples: int) -> list[Any]:
+        """An aggregate's Delta messages, as each worker's Destination sends them."""
         # The workers' counts summed: each is at most MAX_EXAMPLES (decode_delta), their sum
         # need not be, and the workers refuse a larger one.
         header = DeltaHeader(run_id=self.state.run_id, worker_id=COORDINATOR_SENDER_ID,
