@@ -29,15 +29,9 @@ from hogwild.engine.round_size import (
 )
 from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.runstart import load_splits, model_spec
-from hogwild.engine.simulate import (
-    COORDINATOR,
-    Scenario,
-    SimResult,
-    Simulation,
-    neighbours,
-    worker_rules,
-)
+from hogwild.engine.simulate import Scenario, SimResult, Simulation, worker_rules
 from hogwild.engine.threads import KernelPlan
+from hogwild.engine.treeshape import COORDINATOR, neighbours
 from hogwild.errors import ConfigError, DataError, TrainingDiverged, UsageError
 from hogwild.model.arrays import csr_arrays
 from hogwild.model.compression import Compression

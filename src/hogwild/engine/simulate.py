@@ -52,14 +52,12 @@ from hogwild.engine.rules import ExchangeRules
 from hogwild.engine.sparse import sum_sparse
 from hogwild.engine.stopping import better
 from hogwild.engine.threads import KernelPlan, ThreadCursor, make_cursors, train_round
-from hogwild.engine.treeshape import children, parent
+from hogwild.engine.treeshape import COORDINATOR, neighbours
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRArrays
 from hogwild.model.compression import wire_bytes
 from hogwild.settings.rules import BOUNDS
 from hogwild.settings.schema import default
-
-COORDINATOR = -1
 
 
 @dataclass(frozen=True)
@@ -109,18 +107,6 @@ def worker_rules(scenario: Scenario) -> ExchangeRules:
     return dataclasses.replace(
         rules, n_peers=scenario.workers - 1,
         averaged_from=0 if rules.combine == "average" else spec.shared_from)
-
-
-def neighbours(node: int, workers: int, topology: str, fanout: int) -> list[int]:
-    """Whom ``node`` (a worker, or COORDINATOR) sends to directly in a run of ``workers``."""
-    if topology == "mesh":
-        if node == COORDINATOR:
-            return []
-        return [p for p in range(workers) if p != node] + [COORDINATOR]
-    if topology == "star":
-        return list(range(workers)) if node == COORDINATOR else [COORDINATOR]
-    down = children(node, fanout, workers)
-    return down if node == COORDINATOR else [parent(node, fanout), *down]
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Topology tree: the k-ary heap layout, and where a worker re-attaches when others die.
+"""Topologies: whom a node sends to, the tree's k-ary heap layout, where a worker re-attaches.
 
 Layout (k = ``tree_fanout``): the coordinator is the root; workers 0..k-1 are its children and
 worker i's children are k(i+1) .. k(i+1)+k-1, so worker i's parent is ``i // k - 1`` (-1: the
@@ -93,3 +93,15 @@ def same_side(me: int, a: int, b: int, k: int) -> bool:
     if a in up or b in up:
         return a in up and b in up
     return between(a, b, k) is not None and between(me, a, k) is not None
+
+
+def neighbours(node: int, workers: int, topology: str, fanout: int) -> list[int]:
+    """Whom ``node`` (a worker, or COORDINATOR) sends to directly in a run of ``workers``."""
+    if topology == "mesh":
+        if node == COORDINATOR:
+            return []
+        return [p for p in range(workers) if p != node] + [COORDINATOR]
+    if topology == "star":
+        return list(range(workers)) if node == COORDINATOR else [COORDINATOR]
+    down = children(node, fanout, workers)
+    return down if node == COORDINATOR else [parent(node, fanout), *down]
