@@ -202,9 +202,10 @@ class DataSet:
     vw_test: Path | None = None
 
 
-def make_sets(rows: int, work: Path, kinds: list[str], parquet: bool = True) -> list[DataSet]:
+def make_sets(rows: int, work: Path, kinds: list[str], parquet: bool = True,
+              vw_text: bool = True) -> list[DataSet]:
     """Generate (or reuse) the sets in ``work`` (``parquet``: with Parquet copies, where
-    pyarrow is importable)."""
+    pyarrow is importable; ``vw_text``: with Vowpal Wabbit's text, for the runs of it)."""
     from hogwild.data.formats.svmlight import read_svmlight
 
     test_rows = max(1000, rows // 10)
@@ -228,9 +229,10 @@ def make_sets(rows: int, work: Path, kinds: list[str], parquet: bool = True) -> 
             data = None
             pq, vw = path.with_suffix(".parquet"), path.with_suffix(".vw")
             want_pq = parquet and _have("pyarrow") and not pq.exists()
-            if not vw.exists() or want_pq:
+            want_vw = vw_text and not vw.exists()
+            if want_vw or want_pq:
                 data = read_svmlight(path, n_features=n_features, cache=False)
-                if not vw.exists():
+                if want_vw:
                     common.write_text(data, vw, vw=True, digits=6)
                 if want_pq:
                     _write_parquet(data, pq)
@@ -285,7 +287,7 @@ def run_hogwild(ds: DataSet, fmt: str, work: Path, command: str, workers: int,
                 cap: int | None = None) -> Result:
     if fmt == "parquet":
         if ds.parquet_train is None or ds.parquet_test is None:
-            return Result(_tool(command, workers, cap, fmt), f"{ds.name} parquet",
+            return Result(_tool(command, workers, cap), f"{ds.name} parquet",
                           note="pyarrow not importable: no Parquet files")
         train = PARQUET_SOURCE.format(path=ds.parquet_train)
         test = PARQUET_SOURCE.format(path=ds.parquet_test)
@@ -296,15 +298,14 @@ def run_hogwild(ds: DataSet, fmt: str, work: Path, command: str, workers: int,
             str(EPOCHS), "--patience", "0", "--val-fraction", "0", "--data-cache", "false",
             "--n-features", str(ds.n_features)]
     if command == "run":
-        # A table is built by the coordinator (workers read byte ranges of text only).
-        shipping = "local" if fmt == "svmlight" else "partition"
-        args += ["--workers", str(workers), "--threads", "1", "--shipping", shipping,
+        # Each worker reads its own part: byte ranges of the text, row groups of Parquet.
+        args += ["--workers", str(workers), "--threads", "1", "--shipping", "local",
                  "--insecure"]
     else:
         args += ["--threads", "2"]
     if cap is not None:  # under the cap both train from disk: train its cache, workers theirs
         args += ["--out-of-core", "true"]
-    res = Result(_tool(command, workers, cap, fmt), f"{ds.name} {fmt}")
+    res = Result(_tool(command, workers, cap), f"{ds.name} {fmt}")
     wall, rss, code, last = run_timed(hogwild(*args), out.with_suffix(".log"), cap=cap)
     res.rss = rss
     capped = "" if cap is None else f"each process capped at {cap / 1e9:.2f} GB (RLIMIT_DATA)"
@@ -318,10 +319,9 @@ def run_hogwild(ds: DataSet, fmt: str, work: Path, command: str, workers: int,
     return res
 
 
-def _tool(command: str, workers: int, cap: int | None, fmt: str = "svmlight") -> str:
-    shipping = "local" if fmt == "svmlight" else "partition"
+def _tool(command: str, workers: int, cap: int | None) -> str:
     name = "hogwild train --threads 2" if command == "train" else \
-        f"hogwild run --workers {workers} --threads 1, shipping {shipping}"
+        f"hogwild run --workers {workers} --threads 1, shipping local"
     return name + (", out of core, capped" if cap is not None else "")
 
 
@@ -448,7 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"scale: {args.rows:,} training rows per set, {EPOCHS} epochs; "
           f"command: {shlex.join(sys.argv)}")
     sets = make_sets(args.rows, args.workdir, args.sets.split(","),
-                     parquet="parquet" in args.formats and not args.no_parquet)
+                     parquet="parquet" in args.formats and not args.no_parquet,
+                     vw_text=not args.hogwild_only)
     workers = [int(w) for w in args.workers.split(",") if w]
     results: list[Result] = []
     for ds in sets:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hogwild.data.csr import CSRData
+from hogwild.data.csr import CSRData, concat_rows
 from hogwild.errors import DataError
 
 
@@ -137,3 +137,41 @@ def test_row_weights_follow_take_slice_and_feature_count() -> None:
     assert d.with_n_features(10).weights.tolist() == [1, 2, 3, 4]
     assert small().take(np.array([1])).weights is None
     assert small().slice(0, 2).weights is None
+
+
+@pytest.mark.parametrize(("rows", "nnz"), [(0, 0), (3, 5), (10_000, 1_000_000)])
+def test_concat_rows_copies_parts_as_they_come_into_arrays_of_any_estimate(
+        rows: int, nnz: int) -> None:
+    """A generator of parts (some weighted, a label missing: NaN), sized by
+    estimates too small, about right and too large: the same rows, weights (1 where a part
+    has none), labels and dtypes as concatenating them all at once."""
+    rng = np.random.default_rng(4)
+    parts = []
+    for i, n in enumerate((7, 0, 300, 41, 5000)):
+        lengths = rng.integers(0, 9, n)
+        indptr = np.zeros(n + 1, np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        total = int(indptr[-1])
+        labels = rng.normal(size=n)
+        if n:
+            labels[0] = np.nan
+        parts.append(CSRData(indptr, rng.integers(0, 50, total).astype(np.int32),
+                             rng.normal(size=total).astype(np.float32), labels, 50, None,
+                             rng.random(n).astype(np.float32) if i % 2 else None))
+    got = concat_rows(iter(parts), 50, rows, nnz)
+    want_len = np.concatenate([np.diff(p.indptr) for p in parts])
+    np.testing.assert_array_equal(np.diff(got.indptr), want_len)
+    np.testing.assert_array_equal(got.indices, np.concatenate([p.indices for p in parts]))
+    np.testing.assert_array_equal(got.values, np.concatenate([p.values for p in parts]))
+    np.testing.assert_array_equal(got.labels, np.concatenate([p.labels for p in parts]))
+    assert got.labels.dtype == np.float32 and np.isnan(got.labels[0]) and got.indptr[0] == 0
+    assert got.weights is not None
+    np.testing.assert_array_equal(got.weights, np.concatenate(
+        [p.weights if p.weights is not None else np.ones(p.n_rows, np.float32)
+         for p in parts]))
+    # No weights anywhere: none in the result; nothing at all: an empty set.
+    plain = concat_rows([CSRData(p.indptr, p.indices, p.values, p.labels, 50) for p in parts],
+                        50)
+    assert plain.weights is None and plain.n_rows == got.n_rows
+    empty = concat_rows(iter([]), 7, rows, nnz)
+    assert (empty.n_rows, empty.nnz, empty.n_features) == (0, 0, 7)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -245,19 +246,45 @@ class CSRData:
                    weights=None if weights is None else np.asarray(weights))
 
 
-def concat_rows(parts: list[CSRData], n_features: int) -> CSRData:
+def concat_rows(parts: Iterable[CSRData], n_features: int, rows: int = 0,
+                nnz: int = 0) -> CSRData:
     """The rows of ``parts`` one after another, over ``n_features`` (row weights kept when
-    every part has them, 1 filled in for a part without them when another has)."""
-    if not parts:
-        return CSRData(np.zeros(1, INDPTR_DTYPE), np.zeros(0, INDEX_DTYPE),
-                       np.zeros(0, VALUE_DTYPE), np.zeros(0, np.float32), n_features)
-    starts = np.cumsum([0] + [p.nnz for p in parts])
-    indptr = np.concatenate([np.zeros(1, INDPTR_DTYPE)] + [
-        p.indptr[1:] + starts[i] for i, p in enumerate(parts)]).astype(INDPTR_DTYPE)
-    weighted = any(p.weights is not None for p in parts)
-    weights = np.concatenate([p.weights if p.weights is not None
-                              else np.ones(p.n_rows, np.float32) for p in parts]) \
-        if weighted else None
-    return CSRData(indptr, np.concatenate([p.indices for p in parts]),
-                   np.concatenate([p.values for p in parts]),
-                   np.concatenate([p.labels for p in parts]), n_features, None, weights)
+    a part has them, 1 filled in for the parts without).
+
+    Each part is copied as it comes into arrays of ``rows`` and ``nnz`` (estimates are
+    enough), grown and trimmed in place (``resize`` reallocates: a large block's pages are
+    remapped, not copied): given a generator, the parts never live beside the result. A
+    worker gathering its 5M rows of Parquet as a list and concatenating it peaked at 9.5 GB
+    for 3.1 GB of rows."""
+    indptr = np.zeros(rows + 1, INDPTR_DTYPE)
+    indices = np.empty(nnz, INDEX_DTYPE)
+    values = np.empty(nnz, VALUE_DTYPE)
+    labels = np.empty(rows, LABEL_DTYPE)
+    weights: np.ndarray | None = None
+    r = z = 0
+    for part in parts:
+        k, n = part.n_rows, part.nnz
+        if r + k > labels.shape[0]:
+            size = max(r + k, labels.shape[0] * 5 // 4 + 1024)
+            labels.resize(size, refcheck=False)
+            indptr.resize(size + 1, refcheck=False)
+            if weights is not None:
+                weights.resize(size, refcheck=False)
+        if z + n > indices.shape[0]:
+            size = max(z + n, indices.shape[0] * 5 // 4 + 65536)
+            indices.resize(size, refcheck=False)
+            values.resize(size, refcheck=False)
+        if part.weights is not None and weights is None:
+            weights = np.ones(labels.shape[0], WEIGHT_DTYPE)
+        indices[z:z + n] = part.indices
+        values[z:z + n] = part.values
+        labels[r:r + k] = part.labels
+        indptr[r + 1:r + k + 1] = part.indptr[1:] + z
+        if weights is not None:
+            weights[r:r + k] = 1.0 if part.weights is None else part.weights
+        r, z = r + k, z + n
+    for array, size in ((labels, r), (indptr, r + 1), (indices, z), (values, z),
+                        (weights, r)):
+        if array is not None and array.shape[0] != size:
+            array.resize(size, refcheck=False)
+    return CSRData(indptr, indices, values, labels, n_features, None, weights)

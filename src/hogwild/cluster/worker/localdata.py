@@ -78,9 +78,10 @@ def _parquet_rows(spec: LocalSpec, plan: LocalPlan, prepare: Callable[[CSRData],
     params = params_of(spec.columns)
     expected = sum(r.train_nnz for r in plan.ranges)
     if spill_to is None:
-        parts = [_labelled(p, spec.source) for p in read_pieces(spec.source, plan.ranges, params)]
-        data = prepare(concat_rows(parts, spec.n_features))
-        del parts
+        # Each piece copied as it is read (its rows exact, its non-zeros estimated).
+        parts = (_labelled(p, spec.source) for p in read_pieces(spec.source, plan.ranges, params))
+        data = prepare(concat_rows(parts, spec.n_features, sum(r.train_rows for r in plan.ranges),
+                                   expected))
         return data.take(np.random.default_rng(plan.shuffle_seed).permutation(data.n_rows))
     sink = DiskParts(spill_to, spec.n_features, prepare, plan.shuffle_seed,
                      expected_nnz=expected)
