@@ -137,6 +137,15 @@ def test_engage_auto_without_the_rows_counts_non_zeros_alone() -> None:
     assert engaged_workers("auto", 64, 1, 135_000_000, "linear", "sync") == 64
 
 
+def test_the_engaged_note_names_what_held_the_workers_back() -> None:
+    rows = engaged_note(64, 15, 1, 135_000_000, "sync", 150_000)
+    assert rows is not None and rows.startswith(
+        "engaging 15 of 64 workers: 150,000 training rows are 10,000 a worker, and block "
+        "momentum needs 10,000")
+    work = engaged_note(64, 13, 1, 13_500_000, "sync", 180_000)
+    assert work is not None and "13,500,000 training non-zeros are 1.04M an epoch" in work
+
+
 def test_engaged_settings_resolve_the_topology_for_the_workers_engaged() -> None:
     s = load(None, {}, {"workers": 16, "threads": 1, "mode": "async"})
     assert s.for_run().topology == "star"  # data unknown: all 16

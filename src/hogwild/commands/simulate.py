@@ -216,7 +216,7 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
     asked = settings
     settings = settings.for_run(splits.train.n_rows, splits.train.nnz)
     engaged = engaged_note(asked.workers, settings.workers, settings.threads, splits.train.nnz,
-                           settings.mode)
+                           settings.mode, splits.train.n_rows)
     if engaged is not None:
         console.say(f"note: {engaged}")
     if len(options.speeds) > 1:

@@ -106,18 +106,26 @@ def engaged_workers(engage: str, workers: int, threads: int, train_nnz: int,
 
 
 def engaged_note(asked: int, engaged: int, threads: int, train_nnz: int,
-                 mode: str = "sync") -> str | None:
+                 mode: str = "sync", train_rows: int | None = None) -> str | None:
     """The line that says a run engages fewer workers than were started; None if it does
     not."""
     if engaged >= asked:
         return None
     each = train_nnz / (engaged * max(1, threads))
     most = ENGAGE_MAX[mode]
-    return (f"engaging {engaged} of {asked} workers: {train_nnz:,} training non-zeros are "
-            f"{each / 1e6:.3g}M an epoch for each of their {threads} thread(s); more workers "
-            f"would spend longer on messages than they save in training (a worker pays from "
-            f"about {ENGAGE_NNZ[mode] / 1e6:g}M a thread in {mode} mode, and no run of more "
-            f"than {most} was measured faster), so the run would be slower. The "
+    if mode == "sync" and train_rows is not None and \
+            train_rows // MOMENTUM_MIN_ROWS == engaged < train_nnz // (
+                ENGAGE_NNZ[mode] * max(1, threads)):
+        why = (f"{train_rows:,} training rows are {train_rows // engaged:,} a worker, and "
+               f"block momentum needs {MOMENTUM_MIN_ROWS:,}; more workers would sum their "
+               "deltas in rounds that shrink as workers are added")
+    else:
+        why = (f"{train_nnz:,} training non-zeros are {each / 1e6:.3g}M an epoch for each of "
+               f"their {threads} thread(s); more workers would spend longer on messages than "
+               f"they save in training (a worker pays from about "
+               f"{ENGAGE_NNZ[mode] / 1e6:g}M a thread in {mode} mode, and no run of more "
+               f"than {most} was measured faster)")
+    return (f"engaging {engaged} of {asked} workers: {why}, so the run would be slower. The "
             f"other {asked - engaged} are released at the start (`engage: all` trains on every "
             "worker)")
 

@@ -312,7 +312,8 @@ class RunDriver:
             log.warning(note)
         if self.local is not None:  # the ranges planned for all, read by those engaged
             self.local.engage(s.workers)
-        why = engaged_note(started, s.workers, threads, self.train.nnz, s.mode)
+        why = engaged_note(started, s.workers, threads, self.train.nnz, s.mode,
+                           self.train.n_rows)
         if why is None:
             return s, workers
         self._print(why)
