@@ -33,24 +33,6 @@ def scatter_rows(src_indptr: Any, src_indices: Any, src_values: Any, src_labels:
 
 
 @njit(nogil=True, cache=True)
-def place_rows(src_indptr: Any, src_indices: Any, src_values: Any, place: Any,
-               dst_start: Any, dst_indices: Any, dst_values: Any,
-               dst_len: Any) -> None:  # pragma: no cover - compiled
-    """Copy each row ``r`` of a block to output row ``place[r]``, whose slot starts at
-    ``dst_start[place[r]]`` and is long enough (the caller sized it); record its length in
-    ``dst_len`` (:func:`close_gaps` then closes up slots left short)."""
-    for r in range(src_indptr.shape[0] - 1):
-        d = place[r]
-        s = dst_start[d]
-        a = src_indptr[r]
-        n = src_indptr[r + 1] - a
-        for k in range(n):
-            dst_indices[s + k] = src_indices[a + k]
-            dst_values[s + k] = src_values[a + k]
-        dst_len[d] = n
-
-
-@njit(nogil=True, cache=True)
 def close_gaps(dst_start: Any, dst_len: Any, indices: Any, values: Any) -> Any:  # pragma: no cover
     """Move every row to the left so that rows follow each other without gaps (rows whose
     real length is below their slot's); ``dst_start`` becomes the row pointer. Returns nnz."""

@@ -12,19 +12,21 @@ general path sorts and sums) send the load back to the general path.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from hogwild.data._threads import default_threads
 from hogwild.data.csr import CSRData
-from hogwild.data.formats._rowcopy import close_gaps, place_rows, rows_increasing
+from hogwild.data.formats._rowcopy import rows_increasing
 from hogwild.data.formats.columnar import ArrowPart
 from hogwild.data.formats.columns import Needs
+from hogwild.data.formats.placement import RowTarget
 from hogwild.data.hashing.tables import column_mapping, weight_column
 from hogwild.data.transform.labelcheck import LabelWatch
-from hogwild.data.transform.split import shuffle_order
 from hogwild.errors import DataError
 
 I64 = npt.NDArray[np.int64]
@@ -92,14 +94,8 @@ def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
     n = first.rows
     width = width if width is not None else max(first.top + 1, 1)
     counts = np.concatenate(first.counts) if first.counts else np.zeros(0, dtype=np.int64)
-    order = shuffle_order(n, seed)
-    slots = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts[order], out=slots[1:])
-    place = np.empty(n, dtype=np.int64)   # the output row of each input row
-    place[order] = np.arange(n, dtype=np.int64)
-    indices = np.empty(int(slots[-1]), dtype=np.int32)
-    values = np.empty(int(slots[-1]), dtype=np.float32)
-    lengths = np.zeros(n, dtype=np.int64)
+    labels = np.concatenate(first.labels) if first.labels else np.zeros(0)
+    target = RowTarget.create(counts, seed, default_threads())
     base = 0
     for part in parts(None):
         raw, index, vals = part.pairs(*pair)
@@ -114,18 +110,18 @@ def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
             index, vals = index[keep], vals[keep]
         own = np.zeros(raw.shape[0] + 1, dtype=np.int64)
         np.cumsum(raw, out=own[1:])
-        place_rows(own, index, vals, place[base:base + part.n_rows], slots, indices, values,
-                   lengths)
+        target.put(own, index, vals, labels[base:base + part.n_rows], base, source)
         base += part.n_rows
         del part, index, vals, own, keep
         release()
     if base != n:
         raise DataError(f"{source} changed while it was read ({n:,} rows, then {base:,})")
-    nnz = int(close_gaps(slots, lengths, indices, values))
-    labels = np.concatenate(first.labels) if first.labels else np.zeros(0)
-    weights = np.concatenate(first.weights)[order] if weight is not None else None
-    return CSRData(slots, indices[:nnz], values[:nnz], labels[order], width,
-                   first.watch.note(source), weights), width
+    data = target.finish(width, first.watch.note(source))
+    if weight is None:
+        return data, width
+    weights = np.empty(n, dtype=np.float64)
+    weights[target.pos_of] = np.concatenate(first.weights)
+    return dataclasses.replace(data, weights=weights), width
 
 
 def pair_params(pair: tuple[str, str], width: int, *, label: str | None, weight: str | None,
