@@ -98,11 +98,16 @@ def engaged_workers(engage: str, workers: int, threads: int, train_nnz: int,
     ENGAGE_HOLD_NNZ."""
     if engage != "auto" or workers <= 2 or model != "linear":
         return workers
-    busy = min(ENGAGE_MAX[mode], train_nnz // (ENGAGE_NNZ[mode] * max(1, threads)))
+    busy = min(ENGAGE_MAX[mode], _kept_busy(train_nnz, threads, mode))
     if mode == "sync" and train_rows is not None:
         busy = min(busy, train_rows // MOMENTUM_MIN_ROWS)
     held = -(-train_nnz // ENGAGE_HOLD_NNZ)
     return int(min(workers, max(2, busy, held)))
+
+
+def _kept_busy(train_nnz: int, threads: int, mode: str) -> int:
+    """The workers an epoch's ``train_nnz`` non-zeros keep busy at ``threads`` each."""
+    return train_nnz // (ENGAGE_NNZ[mode] * max(1, threads))
 
 
 def engaged_note(asked: int, engaged: int, threads: int, train_nnz: int,
@@ -114,8 +119,7 @@ def engaged_note(asked: int, engaged: int, threads: int, train_nnz: int,
     each = train_nnz / (engaged * max(1, threads))
     most = ENGAGE_MAX[mode]
     if mode == "sync" and train_rows is not None and \
-            train_rows // MOMENTUM_MIN_ROWS == engaged < train_nnz // (
-                ENGAGE_NNZ[mode] * max(1, threads)):
+            train_rows // MOMENTUM_MIN_ROWS == engaged < _kept_busy(train_nnz, threads, mode):
         why = (f"{train_rows:,} training rows are {train_rows // engaged:,} a worker, and "
                f"block momentum needs {MOMENTUM_MIN_ROWS:,}; more workers would sum their "
                "deltas in rounds that shrink as workers are added")
