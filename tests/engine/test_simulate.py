@@ -112,6 +112,29 @@ def test_sync_workers_end_on_the_coordinators_model(topology: str) -> None:
         np.testing.assert_allclose(worker.engine.w, result.weights, rtol=0, atol=1e-5)
 
 
+def test_the_coordinator_is_evaluated_on_its_clock_when_its_model_changed() -> None:
+    """As the cluster's coordinator does: evaluations come on a clock (evals_per_epoch per
+    epoch of the workers' training time), not at the workers' round ends, and a model no
+    delta changed since the last evaluation is not evaluated again. With rounds of a whole
+    epoch (64 workers' block momentum) the coordinator's model is scored within a tick of
+    each sum arriving, not a round later."""
+    _, result, sim = _simulate(*SYNTHETIC, workers=8, threads=1, epochs=2, mode="sync",
+                               topology="tree", options=SimOptions(evals_per_epoch=16))
+    nnz = sum(float(wk.rows.indptr[-1]) for wk in sim.workers)
+    speed = sum(wk.speed for wk in sim.workers)
+    assert sim.eval_every == pytest.approx(nnz / speed / 16, rel=1e-12)
+    ticks = [row["elapsed"] / sim.eval_every for row in result.history[1:-1]]
+    assert ticks and all(abs(t - round(t)) < 1e-6 for t in ticks), ticks
+    # No more evaluations than the coordinator's model changed (the first and last aside),
+    # and far more than one a round end: the clock does not wait for the workers.
+    assert len(ticks) <= sim.applied
+    assert result.history[0]["elapsed"] == 0.0
+    assert result.history[-1]["elapsed"] == result.seconds
+    # The sums reach the tree's root several to a round (one per child), and each is scored
+    # as it lands: more evaluations than rounds, and than 16 an epoch of examples would give.
+    assert len(ticks) > max(result.rounds, 2 * 16)
+
+
 def test_the_staleness_bound_holds_a_fast_worker_back() -> None:
     """One worker 20x slower than the rest: unbounded, the others run away from it (and
     their deltas lose it); staleness 1 keeps everyone within a round of it. Rounds of a
@@ -225,10 +248,12 @@ def test_scenario_refuses_what_it_cannot_simulate() -> None:
 def test_a_workers_round_arithmetic_delays_each_round_by_its_cost() -> None:
     """round_cost (a calibrated run's: the delta built, the arrivals applied) is time
     between a worker's training and its send: one worker's run ends exactly that much
-    later a round, on the same arithmetic."""
-    free = _simulate(*SYNTHETIC, workers=1, threads=1, epochs=2, mode="sync")[1]
+    later a round, on the same arithmetic. (The swing guard is off: it acts on evaluations,
+    which come on the coordinator's clock, so a later round meets them at other points.)"""
+    free = _simulate(*SYNTHETIC, workers=1, threads=1, epochs=2, mode="sync",
+                     swing_tolerance="null")[1]
     costly = _simulate(*SYNTHETIC, workers=1, threads=1, epochs=2, mode="sync",
-                       options=SimOptions(round_cost=0.002))[1]
+                       swing_tolerance="null", options=SimOptions(round_cost=0.002))[1]
     assert costly.rounds == free.rounds > 1
     assert costly.seconds == pytest.approx(free.seconds + free.rounds * 0.002, rel=1e-9)
     assert costly.weights.tobytes() == free.weights.tobytes()

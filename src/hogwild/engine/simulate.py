@@ -23,8 +23,10 @@ simulated, so 64 workers behave on 2 cores as they would on 64 machines:
 * calibrated runs add a worker's own arithmetic a round (``round_cost``, before it sends)
   and one machine's cores shared by every node (``shared_cores``: a message's CPU slows the
   training threads once they fill them), as `hogwild run` here has them;
-* the coordinator's model is the sum of everything it received; it is evaluated every
-  ``1 / evals_per_epoch`` of an epoch of examples trained, and once at the end.
+* the coordinator's model is the sum of everything it received; as the coordinator does,
+  it is evaluated on a clock, if a delta changed it since the last evaluation: every
+  ``1 / evals_per_epoch`` of the time an epoch of training takes the W workers at their
+  speeds (the same share of an epoch at every W), before training and once at the end.
 
 Deterministic for a seed: one random stream (latencies), events ordered by (time, order of
 scheduling). Hogwild threads inside one worker run one after another here, so their own
@@ -289,7 +291,18 @@ class Simulation:
         self.history: list[dict[str, Any]] = []
         self.loss_sum = 0.0
         self.loss_rows = 0
-        self.next_eval = 0.0
+        # Simulated seconds between evaluations, and the coordinator's deltas applied by the
+        # last one (an unchanged model is not evaluated again, as in the cluster).
+        nnz = sum(float(s.indptr[-1]) for s in shards)
+        pace = sum(wk.speed for wk in self.workers) * max(1, scenario.kernel.threads)
+        self.eval_every = nnz / max(pace, 1e-12) / scenario.evals_per_epoch
+        self.applied = 0
+        self.applied_at_eval = -1
+        # The swing guard weighs one evaluation per 1 / evals_per_epoch of an epoch trained
+        # (the clock's evaluations are as many, where an epoch takes its compute time, and
+        # many more where messages dominate: on a small set the guard would act on the noise
+        # of partial sums it was not tuned for).
+        self.guard_due = 0.0
         self.best: dict[str, Any] | None = None
         self.best_w = w0.copy()
         self.diverged = False
@@ -310,11 +323,14 @@ class Simulation:
 
     def run(self) -> SimResult:
         self._evaluate()  # the starting point, before any training
-        self.next_eval = self.total_rows / self.sc.evals_per_epoch
         for wk in self.workers:
             self._start_round(wk)
+        self._at(self.eval_every, "tick")
         while self.events and not self.diverged:
-            self.now, _, kind, args = heapq.heappop(self.events)
+            when, _, kind, args = heapq.heappop(self.events)
+            if kind == "tick" and not self.events:
+                break  # nothing left to happen: the clock stops with the run
+            self.now = when
             getattr(self, "_on_" + kind)(*args)
         if not self.diverged and not all(wk.finished for wk in self.workers):
             raise RuntimeError("simulation stalled with workers waiting (a bug)")
@@ -395,16 +411,11 @@ class Simulation:
         if self._repaid(wk, "round_end", wid, round_):
             return
         wk.training_since = None
-        # The driver's on_round_trained, with the evaluation between its two steps: an
-        # adjustment of the guard (a tighter staleness bound) gates this round's successor.
+        # The driver's on_round_trained in its two steps (end, then advance).
         try:
             wk.driver.end_round(round_)
         except ModelNotFinite:
             self.diverged = True
-        if self.examples >= self.next_eval:
-            self._evaluate()
-            while self.next_eval <= self.examples:
-                self.next_eval += self.total_rows / self.sc.evals_per_epoch
         if not self.diverged:
             self._act(wk, wk.driver.advance())
 
@@ -521,6 +532,7 @@ class Simulation:
         if node == COORDINATOR:
             if kernels.apply_delta(self.global_w, np.zeros(0), idx, val) != 0:
                 raise RuntimeError("a simulated delta outside the model (a bug)")
+            self.applied += 1
         else:
             wk = self.workers[node]
             for source, r in packet.rounds.items():
@@ -553,7 +565,16 @@ class Simulation:
 
     # ------------------------------------------------------------------ evaluation
 
+    def _on_tick(self) -> None:
+        """The coordinator's evaluation clock: a model changed since the last evaluation is
+        evaluated (the round-end instants of the workers do not decide it: with rounds of an
+        epoch those come once an epoch, and a round late for the coordinator's model)."""
+        if self.applied != self.applied_at_eval:
+            self._evaluate()
+        self._at(self.now + self.eval_every, "tick")
+
     def _evaluate(self) -> None:
+        self.applied_at_eval = self.applied
         row: dict[str, Any] = {
             "elapsed": self.now, "epoch": self.examples / max(1, self.total_rows),
             "round": min(wk.round for wk in self.workers), "examples": self.examples,
@@ -569,7 +590,9 @@ class Simulation:
                     loss, accuracy, self.best["val_loss"], self.best["val_accuracy"])):
                 self.best = row
                 self.best_w = self.global_w.copy()
-            if self.guard is not None:
+            if self.guard is not None and self.examples >= self.guard_due:
+                while self.guard_due <= self.examples:
+                    self.guard_due += self.total_rows / self.sc.evals_per_epoch
                 adjustment = self.guard.observe(row["epoch"], loss, accuracy)
                 if adjustment is not None:
                     self.lr_scale = adjustment.lr_scale

@@ -62,7 +62,8 @@ SIM_OPTIONS: tuple[SimOption, ...] = (
     SimOption("slices", 4, "N", "steps per round between which arrived deltas are applied",
               parse=int),
     SimOption("evals_per_epoch", 4.0, "N",
-              "validation evaluations of the coordinator's model per epoch"),
+              "validation evaluations of the coordinator's model per epoch of training "
+              "time (on a clock, when a delta changed it)"),
     SimOption("max_events", DEFAULT_MAX_EVENTS, "N",
               "refuse a simulation estimated to take more events (message deliveries and "
               "training steps) than this; raise it to run a larger one on purpose"),
