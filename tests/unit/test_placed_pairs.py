@@ -91,6 +91,14 @@ def test_rows_out_of_order_and_a_missing_label_take_the_general_path(tmp_path: P
     data, _ = load_columnar_source("parquet", rest, shuffle_seed=0)
     data.validate()  # sorted, repeats summed
     assert data.nnz == 15
+    # One row out of order in the last row group, after the others were placed: the order
+    # is checked as the rows are copied, and the load still goes the general way.
+    late = _write(tmp_path / "late.parquet", _rows(30) + [[(9, 1.0), (3, 2.0)]])
+    rest = f"{late}?label=y&sparse=idx:val"
+    assert csvquery.placed_table(*parse_csv_spec(rest, "parquet"), None, 0) is None
+    data, _ = load_columnar_source("parquet", rest, shuffle_seed=0)
+    _same(data, _general(rest, 0)[0])
+    data.validate()
     fitted = load_columnar_source("parquet", f"{_write(tmp_path / 'f.parquet', _rows(20))}"
                                   "?label=y&sparse=idx:val", shuffle_seed=0)[1]
     table = pq.read_table(tmp_path / "f.parquet").drop(["y"])

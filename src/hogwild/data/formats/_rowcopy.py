@@ -33,6 +33,46 @@ def scatter_rows(src_indptr: Any, src_indices: Any, src_values: Any, src_labels:
 
 
 @njit(nogil=True, cache=True)
+def scatter_pairs(src_indptr: Any, src_indices: Any, src_values: Any, src_labels: Any,
+                  r0: int, r1: int, g0: int, pos_of: Any, dst_start: Any, dst_indices: Any,
+                  dst_values: Any, dst_labels: Any, dst_len: Any,
+                  width: int) -> Any:  # pragma: no cover - compiled
+    """scatter_rows for a sparse pair as a table stores it: entries with a zero value or an
+    index at or above ``width`` are left out as the row is copied (its slot, sized by the
+    whole list, is then short: close_gaps closes it), and every row's indices are checked
+    strictly increasing (before anything is left out). Returns (rows that did not fit,
+    rows out of order); a row out of order is not copied."""
+    bad = 0
+    disordered = 0
+    for j in range(r0, r1):
+        d = pos_of[g0 + j]
+        s = dst_start[d]
+        a = src_indptr[j]
+        n = src_indptr[j + 1] - a
+        if n > dst_start[d + 1] - s:
+            bad += 1
+            continue
+        m = 0
+        ok = True
+        for k in range(n):
+            i = src_indices[a + k]
+            if k and i <= src_indices[a + k - 1]:
+                ok = False
+                break
+            v = src_values[a + k]
+            if v != 0 and i < width:
+                dst_indices[s + m] = i
+                dst_values[s + m] = v
+                m += 1
+        if not ok:
+            disordered += 1
+            continue
+        dst_len[d] = m
+        dst_labels[d] = src_labels[j]
+    return bad, disordered
+
+
+@njit(nogil=True, cache=True)
 def close_gaps(dst_start: Any, dst_len: Any, indices: Any, values: Any) -> Any:  # pragma: no cover
     """Move every row to the left so that rows follow each other without gaps (rows whose
     real length is below their slot's); ``dst_start`` becomes the row pointer. Returns nnz."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import glob
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -217,8 +217,8 @@ class ArrowPart:
         mask = np.asarray(keep, dtype=bool)
         return self._encode(flat.filter(keep), rows[mask])
 
-    def number_list(self, name: str, integer: bool) -> tuple[I64, npt.NDArray[Any]]:
-        """(list length of each row, the lists' numbers flat)."""
+    def list_lengths(self, name: str) -> I64:
+        """The list length of each row of a list-of-numbers column (a null list: 0)."""
         pa, pc = pyarrow_modules()
         arr = self.arrays[name]
         ok = pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)
@@ -226,8 +226,15 @@ class ArrowPart:
         if not ok or not (pa.types.is_integer(item) or pa.types.is_floating(item)):
             raise self._fail(name, f"has type {arr.type}, not a list of numbers (sparse= "
                              "takes two list columns: indices and values)")
-        counts = np.asarray(pc.list_value_length(arr).fill_null(0).to_numpy(
+        return np.asarray(pc.list_value_length(arr).fill_null(0).to_numpy(
             zero_copy_only=False), dtype=np.int64)
+
+    def number_list(self, name: str, integer: bool) -> tuple[I64, npt.NDArray[Any]]:
+        """(list length of each row, the lists' numbers flat)."""
+        pa, pc = pyarrow_modules()
+        counts = self.list_lengths(name)
+        arr = self.arrays[name]
+        item = arr.type.value_type
         flat = pc.list_flatten(arr)
         if flat.null_count:
             at = int(np.flatnonzero(~np.asarray(flat.is_valid(), dtype=bool))[0])
@@ -336,6 +343,8 @@ class TableRead:
     files: Files
     needs: Needs
     names: list[str]
+    # Bytes of one item of each list column of numbers in the first file (8 for int64).
+    item_bytes: dict[str, int] = field(default_factory=dict)
 
     def parts(self, columns: Iterable[str] | None = None) -> Iterator[ArrowPart]:
         """Every file's parts in order (a fresh pass each call), the mapped columns only, or
@@ -353,12 +362,19 @@ def table_read(scheme: str, path: str, *, options: HashOptions | None = None,
     first = files.names[0]
     try:
         with files.opener(first) as handle:
-            names, _ = _schema_names(scheme, handle)
+            names, reader = _schema_names(scheme, handle)
+            schema = reader.schema_arrow if scheme == "parquet" else reader.schema
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"{first}: cannot read as {FORMATS[scheme]}: {exc}") from None
     needs = (apply_needs(params, first, names) if params is not None
              else fit_needs(first, names, options or HashOptions()))
-    return TableRead(scheme, path, files, needs, names)
+    item_bytes = {}
+    for column in schema:
+        kind = column.type
+        if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and \
+                (pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type)):
+            item_bytes[column.name] = kind.value_type.bit_width // 8
+    return TableRead(scheme, path, files, needs, names, item_bytes)
 
 
 def read_columns(scheme: str, path: str, *, options: HashOptions | None = None,

@@ -119,8 +119,11 @@ def placed_table(path: str, options: HashOptions, hashing: Mapping[str, Any] | N
     width = None if hashing is None else int(hashing["columns"][0]["width"])
     # Arrow's pool keeps what the row groups used unless told: once after each pass.
     release = pyarrow_modules()[0].default_memory_pool().release_unused
+    # The first pass reads the pair's narrower column for the row lengths (int64 indices
+    # and float32 values: the values, half the bytes to decode).
+    narrower = min(pair, key=lambda c: read.item_bytes.get(c, 8))
     placed = load_placed(read.parts, pair, release=release, label=label, weight=weight,
-                         width=width, seed=shuffle_seed, source=path)
+                         width=width, seed=shuffle_seed, source=path, count_with=narrower)
     release()
     if placed is None:
         return None

@@ -5,9 +5,10 @@ into the CSR arrays: the gathered entries and the shuffled ones live side by sid
 the rows' size (2M RCV1-shaped rows: 3.9 GB at the peak, where the text loader needs 1.5).
 A table that holds a sparse pair alone (the usual layout of sparse rows in Parquet) needs no
 encoding but the pair's own: its rows go to their shuffled places as they are read. The
-row groups are read twice: the index column alone for each row's length (with the label
-and the weight), then the pair to copy each row into its place. Rows that are not in canonical order (indices out of order or repeated, which the
-general path sorts and sums) send the load back to the general path.
+row groups are read twice: one column of the pair for each row's length (with the label
+and the weight), then the pair to copy each row into its place. Rows that are not in
+canonical order (indices out of order or repeated, which the general path sorts and sums)
+send the load back to the general path.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import numpy.typing as npt
 
 from hogwild.data._threads import default_threads
 from hogwild.data.csr import CSRData
-from hogwild.data.formats._rowcopy import rows_increasing
 from hogwild.data.formats.columnar import ArrowPart
 from hogwild.data.formats.columns import Needs
 from hogwild.data.formats.placement import RowTarget
@@ -57,30 +57,25 @@ class _Lengths:
 def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
                 pair: tuple[str, str], *, release: Callable[[], None], label: str | None,
                 weight: str | None, width: int | None, seed: int, source: str,
-                ) -> tuple[CSRData, int] | None:
+                count_with: str | None = None) -> tuple[CSRData, int] | None:
     """The rows of the table whose parts ``parts(columns)`` yields (a fresh pass each call;
     None: every mapped column), in ``shuffle_order(n_rows, seed)``: (rows, width); ``width``
     None fits it (the largest index + 1). None when a row's indices are out of order (the
     caller takes the general path). DataError (naming the row) for bad values, as the
     general path's.
 
-    The first pass reads the index column alone (with the label and weight): each row's
-    list length sizes its slot, and the largest index the width. The second reads the pair,
-    checks it, and copies each row's entries but its zero values (and, applying, those
+    The first pass reads one column of the pair (``count_with``, by default the indices;
+    the narrower one as stored costs less to decode) with the label and weight: each row's
+    list length sizes its slot. The second reads the pair, checks it (each row's indices
+    strictly increasing), and copies each row's entries but its zero values (and those
     beyond ``width``) into its slot; slots a dropped entry left short are closed up after.
     ``release`` returns what each part's decoding used to the system (Arrow's pool keeps
     it otherwise: hundreds of MB)."""
     index_name, _ = pair
+    count_with = count_with or index_name
     first = _Lengths()
-    for part in parts([c for c in (index_name, label, weight) if c is not None]):
-        counts, index = part.number_list(index_name, True)
-        indptr = np.zeros(counts.shape[0] + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        if index.size and not rows_increasing(indptr, index):
-            return None  # (the general path sorts them, or names a bad index's row)
-        first.counts.append(counts)
-        if index.size:
-            first.top = max(first.top, int(index.max()))
+    for part in parts([c for c in (count_with, label, weight) if c is not None]):
+        first.counts.append(part.list_lengths(count_with))
         labels = (part.numeric(label, True)[0] if label is not None
                   else np.zeros(part.n_rows))
         first.watch.add(np.asarray(labels, dtype=np.float64), first.rows)
@@ -89,10 +84,12 @@ def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
         if weights is not None:
             first.weights.append(weights)
         first.rows += part.n_rows
-        del part, index, indptr
+        del part
         release()
     n = first.rows
-    width = width if width is not None else max(first.top + 1, 1)
+    # Fitting, the width is the largest index + 1, found as the second pass copies.
+    fitting = width is None
+    limit = np.iinfo(np.int64).max if width is None else width
     counts = np.concatenate(first.counts) if first.counts else np.zeros(0, dtype=np.int64)
     labels = np.concatenate(first.labels) if first.labels else np.zeros(0)
     target = RowTarget.create(counts, seed, default_threads())
@@ -101,21 +98,23 @@ def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
         raw, index, vals = part.pairs(*pair)
         if not np.array_equal(raw, counts[base:base + part.n_rows]):
             raise DataError(f"{source} changed while it was read (at {part.locate(0)})")
-        keep = vals != 0
-        if width is not None:
-            keep &= index < width
-        if not keep.all():
-            rows = np.repeat(np.arange(raw.shape[0]), raw)
-            raw = np.bincount(rows[keep], minlength=raw.shape[0]).astype(np.int64)
-            index, vals = index[keep], vals[keep]
         own = np.zeros(raw.shape[0] + 1, dtype=np.int64)
         np.cumsum(raw, out=own[1:])
-        target.put(own, index, vals, labels[base:base + part.n_rows], base, source)
+        # Zero values and indices beyond the width are left out as the rows are copied; a
+        # row out of order sends the load to the general path, which sorts and sums (or
+        # names a bad index's row). Checked here rather than in the first pass: one scan
+        # of the indices instead of two, and tables in order are the rule.
+        if not target.put_pairs(own, index, vals, labels[base:base + part.n_rows], base,
+                                limit, source):
+            return None
+        if fitting and index.size:
+            first.top = max(first.top, int(index.max()))
         base += part.n_rows
-        del part, index, vals, own, keep
+        del part, index, vals, own
         release()
     if base != n:
         raise DataError(f"{source} changed while it was read ({n:,} rows, then {base:,})")
+    width = max(first.top + 1, 1) if fitting else limit
     data = target.finish(width, first.watch.note(source))
     if weight is None:
         return data, width

@@ -58,6 +58,24 @@ class RowTarget:
         if sum(int(b) for b in bad):
             raise DataError(f"{source}: the file changed while it was read")
 
+    def put_pairs(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
+                  labels: np.ndarray, first_row: int, width: int, source: str) -> bool:
+        """:meth:`put` for a table's sparse pair, leaving out zero values and indices at or
+        above ``width`` as it copies; False (nothing more to do: the caller takes a path that
+        sorts) if a row's indices are not strictly increasing."""
+        n = int(indptr.shape[0] - 1)
+        pieces = max(1, min(self.threads, n // 2048))
+        bounds = [n * i // pieces for i in range(pieces + 1)]
+        got = run_parallel(rc.scatter_pairs, [
+            (indptr, indices, values, labels, bounds[i], bounds[i + 1], first_row,
+             self.pos_of, self.start, self.indices, self.values, self.labels, self.length,
+             width) for i in range(pieces)])
+        if sum(int(d) for _, d in got):
+            return False
+        if sum(int(b) for b, _ in got):
+            raise DataError(f"{source}: the file changed while it was read")
+        return True
+
     def finish(self, n_features: int, label_note: str | None = None) -> CSRData:
         """The CSR result (gaps left by loose bounds closed, arrays trimmed in place)."""
         indptr, indices, values = self.start, self.indices, self.values
