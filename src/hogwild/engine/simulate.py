@@ -61,6 +61,8 @@ from hogwild.model.compression import wire_bytes
 from hogwild.settings.rules import BOUNDS
 from hogwild.settings.schema import default
 
+_TICK_LAST = 1 << 62
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -298,6 +300,10 @@ class Simulation:
         self.eval_every = nnz / max(pace, 1e-12) / scenario.evals_per_epoch
         self.applied = 0
         self.applied_at_eval = -1
+        # A tick is scheduled only while a change waits for one (ticks over an idle clock
+        # would outnumber every other event where messages take far longer than training).
+        self.tick_due = False
+        self.last_tick = 0.0
         # The swing guard weighs one evaluation per 1 / evals_per_epoch of an epoch trained
         # (the clock's evaluations are as many, where an epoch takes its compute time, and
         # many more where messages dominate: on a small set the guard would act on the noise
@@ -319,17 +325,20 @@ class Simulation:
 
     def _at(self, when: float, kind: str, *args: Any) -> None:
         self.order += 1
-        heapq.heappush(self.events, (when, self.order, kind, args))
+        # An evaluation tick comes after every other event of its instant, however late it
+        # was scheduled: the coordinator scores what it holds at that time (with one worker
+        # a slice's end falls on a tick, and which came first changed the run).
+        order = self.order + (_TICK_LAST if kind == "tick" else 0)
+        heapq.heappush(self.events, (when, order, kind, args))
 
     def run(self) -> SimResult:
         self._evaluate()  # the starting point, before any training
         for wk in self.workers:
             self._start_round(wk)
-        self._at(self.eval_every, "tick")
         while self.events and not self.diverged:
             when, _, kind, args = heapq.heappop(self.events)
             if kind == "tick" and not self.events:
-                break  # nothing left to happen: the clock stops with the run
+                break  # nothing left to happen: the end's evaluation scores the model
             self.now = when
             getattr(self, "_on_" + kind)(*args)
         if not self.diverged and not all(wk.finished for wk in self.workers):
@@ -533,6 +542,12 @@ class Simulation:
             if kernels.apply_delta(self.global_w, np.zeros(0), idx, val) != 0:
                 raise RuntimeError("a simulated delta outside the model (a bug)")
             self.applied += 1
+            if not self.tick_due:
+                # the clock's next tick (at a multiple of eval_every) evaluates it
+                every = self.eval_every
+                at = max(math.ceil(self.now / every) * every, self.last_tick + every)
+                self._at(at, "tick")
+                self.tick_due = True
         else:
             wk = self.workers[node]
             for source, r in packet.rounds.items():
@@ -569,9 +584,10 @@ class Simulation:
         """The coordinator's evaluation clock: a model changed since the last evaluation is
         evaluated (the round-end instants of the workers do not decide it: with rounds of an
         epoch those come once an epoch, and a round late for the coordinator's model)."""
+        self.tick_due = False
+        self.last_tick = self.now
         if self.applied != self.applied_at_eval:
             self._evaluate()
-        self._at(self.now + self.eval_every, "tick")
 
     def _evaluate(self) -> None:
         self.applied_at_eval = self.applied
