@@ -122,12 +122,12 @@ def test_the_coordinator_is_evaluated_on_its_clock_when_its_model_changed() -> N
                                topology="tree", options=SimOptions(evals_per_epoch=16))
     nnz = sum(float(wk.rows.indptr[-1]) for wk in sim.workers)
     speed = sum(wk.speed for wk in sim.workers)
-    assert sim.eval_every == pytest.approx(nnz / speed / 16, rel=1e-12)
-    ticks = [row["elapsed"] / sim.eval_every for row in result.history[1:-1]]
+    assert sim.clock.every == pytest.approx(nnz / speed / 16, rel=1e-12)
+    ticks = [row["elapsed"] / sim.clock.every for row in result.history[1:-1]]
     assert ticks and all(abs(t - round(t)) < 1e-6 for t in ticks), ticks
     # No more evaluations than the coordinator's model changed (the first and last aside),
     # and far more than one a round end: the clock does not wait for the workers.
-    assert len(ticks) <= sim.applied
+    assert len(ticks) <= sim.clock.applied
     assert result.history[0]["elapsed"] == 0.0
     assert result.history[-1]["elapsed"] == result.seconds
     # The sums reach the tree's root several to a round (one per child), and each is scored

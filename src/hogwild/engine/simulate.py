@@ -39,7 +39,6 @@ import dataclasses
 import functools
 import heapq
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,8 +50,8 @@ from hogwild.engine.guard import SwingGuard
 from hogwild.engine.network import DEFAULT_SPEED, Network
 from hogwild.engine.round import ModelNotFinite, RoundEngine
 from hogwild.engine.rules import ExchangeRules
+from hogwild.engine.simclock import CoordinatorClock, Evaluate
 from hogwild.engine.sparse import sum_sparse
-from hogwild.engine.stopping import better
 from hogwild.engine.threads import KernelPlan, ThreadCursor, make_cursors, train_round
 from hogwild.engine.treeshape import COORDINATOR, neighbours
 from hogwild.model import kernels
@@ -133,8 +132,6 @@ class SimResult:
     diverged: bool = False
     adjustments: list[dict[str, Any]] = field(default_factory=list)  # the guard's (in order)
 
-
-Evaluate = Callable[[npt.NDArray[np.float64]], tuple[float, float | None]]
 
 
 @dataclass
@@ -253,9 +250,8 @@ class Simulation:
         if len(shards) != scenario.workers:
             raise ValueError(f"{len(shards)} shards for {scenario.workers} workers")
         self.sc = scenario
-        self.evaluate = evaluate
-        # Acts on the evaluations as the coordinator does; its adjustments reach every
-        # virtual worker at once (the cluster's take one RPC).
+        # The guard acts on the evaluations as the coordinator's does; its adjustments reach
+        # every virtual worker at once (the cluster's take one RPC).
         self.guard = guard
         self.lr_scale = 1.0
         w0 = scenario.kernel.spec.initial_weights(scenario.seed)
@@ -290,27 +286,15 @@ class Simulation:
         self.waited = 0.0
         self.trained = 0.0
         self.sending = 0.0
-        self.history: list[dict[str, Any]] = []
         self.loss_sum = 0.0
         self.loss_rows = 0
-        # Simulated seconds between evaluations, and the coordinator's deltas applied by the
-        # last one (an unchanged model is not evaluated again, as in the cluster).
+        # The coordinator's clock ticks evals_per_epoch times in the time an epoch of
+        # training takes the workers at their speeds.
         nnz = sum(float(s.indptr[-1]) for s in shards)
         pace = sum(wk.speed for wk in self.workers) * max(1, scenario.kernel.threads)
-        self.eval_every = nnz / max(pace, 1e-12) / scenario.evals_per_epoch
-        self.applied = 0
-        self.applied_at_eval = -1
-        # A tick is scheduled only while a change waits for one (ticks over an idle clock
-        # would outnumber every other event where messages take far longer than training).
-        self.tick_due = False
-        self.last_tick = 0.0
-        # The swing guard weighs one evaluation per 1 / evals_per_epoch of an epoch trained
-        # (the clock's evaluations are as many, where an epoch takes its compute time, and
-        # many more where messages dominate: on a small set the guard would act on the noise
-        # of partial sums it was not tuned for).
-        self.guard_due = 0.0
-        self.best: dict[str, Any] | None = None
-        self.best_w = w0.copy()
+        self.clock = CoordinatorClock(
+            evaluate, w0, nnz / max(pace, 1e-12) / scenario.evals_per_epoch, guard,
+            self.total_rows / scenario.evals_per_epoch)
         self.diverged = False
 
     # ------------------------------------------------------------------ layout
@@ -344,10 +328,11 @@ class Simulation:
         if not self.diverged and not all(wk.finished for wk in self.workers):
             raise RuntimeError("simulation stalled with workers waiting (a bug)")
         self._evaluate()
-        best_w = self.best_w if self.best is not None else self.global_w
+        clock = self.clock
+        best_w = clock.best_w if clock.best is not None else self.global_w
         return SimResult(
-            weights=self.global_w, best_weights=best_w, history=self.history,
-            best=self.best, seconds=self.now, rounds=max(wk.round for wk in self.workers),
+            weights=self.global_w, best_weights=best_w, history=clock.history,
+            best=clock.best, seconds=self.now, rounds=max(wk.round for wk in self.workers),
             examples=self.examples, messages=self.messages, bytes=self.bytes,
             max_staleness=max(wk.driver.max_staleness for wk in self.workers),
             waited=self.waited, trained=self.trained,
@@ -541,13 +526,9 @@ class Simulation:
         if node == COORDINATOR:
             if kernels.apply_delta(self.global_w, np.zeros(0), idx, val) != 0:
                 raise RuntimeError("a simulated delta outside the model (a bug)")
-            self.applied += 1
-            if not self.tick_due:
-                # the clock's next tick (at a multiple of eval_every) evaluates it
-                every = self.eval_every
-                at = max(math.ceil(self.now / every) * every, self.last_tick + every)
-                self._at(at, "tick")
-                self.tick_due = True
+            tick = self.clock.changed(self.now)
+            if tick is not None:
+                self._at(tick, "tick")
         else:
             wk = self.workers[node]
             for source, r in packet.rounds.items():
@@ -581,16 +562,13 @@ class Simulation:
     # ------------------------------------------------------------------ evaluation
 
     def _on_tick(self) -> None:
-        """The coordinator's evaluation clock: a model changed since the last evaluation is
-        evaluated (the round-end instants of the workers do not decide it: with rounds of an
-        epoch those come once an epoch, and a round late for the coordinator's model)."""
-        self.tick_due = False
-        self.last_tick = self.now
-        if self.applied != self.applied_at_eval:
+        """The coordinator's evaluation clock (engine/simclock.py): the round-end instants of
+        the workers do not decide it (with rounds of an epoch those come once an epoch, and
+        a round late for the coordinator's model)."""
+        if self.clock.tick(self.now):
             self._evaluate()
 
     def _evaluate(self) -> None:
-        self.applied_at_eval = self.applied
         row: dict[str, Any] = {
             "elapsed": self.now, "epoch": self.examples / max(1, self.total_rows),
             "round": min(wk.round for wk in self.workers), "examples": self.examples,
@@ -599,23 +577,13 @@ class Simulation:
         self.loss_sum, self.loss_rows = 0.0, 0
         if not np.isfinite(self.global_w).all():
             self.diverged = True
-        elif self.evaluate is not None:
-            loss, accuracy = self.evaluate(self.global_w)
-            row["val_loss"], row["val_accuracy"] = loss, accuracy
-            if math.isfinite(loss) and (self.best is None or better(
-                    loss, accuracy, self.best["val_loss"], self.best["val_accuracy"])):
-                self.best = row
-                self.best_w = self.global_w.copy()
-            if self.guard is not None and self.examples >= self.guard_due:
-                while self.guard_due <= self.examples:
-                    self.guard_due += self.total_rows / self.sc.evals_per_epoch
-                adjustment = self.guard.observe(row["epoch"], loss, accuracy)
-                if adjustment is not None:
-                    self.lr_scale = adjustment.lr_scale
-                    if adjustment.staleness is not None:
-                        self.rules = dataclasses.replace(self.rules,
-                                                         staleness=adjustment.staleness)
-                        for wk in self.workers:
-                            wk.engine.rules = self.rules
-        self.history.append(row)
+            self.clock.history.append(row)
+            return
+        adjustment = self.clock.record(row, self.global_w)
+        if adjustment is not None:
+            self.lr_scale = adjustment.lr_scale
+            if adjustment.staleness is not None:
+                self.rules = dataclasses.replace(self.rules, staleness=adjustment.staleness)
+                for wk in self.workers:
+                    wk.engine.rules = self.rules
 
