@@ -292,14 +292,9 @@ class Simulation:
         # training takes the workers at their speeds.
         nnz = sum(float(s.indptr[-1]) for s in shards)
         pace = sum(wk.speed for wk in self.workers) * max(1, scenario.kernel.threads)
-        self.clock = CoordinatorClock(evaluate, w0,
-                                      nnz / max(pace, 1e-12) / scenario.evals_per_epoch)
-        # The swing guard weighs the coordinator's model at the workers' round ends, once per
-        # 1 / evals_per_epoch of an epoch trained, apart from the clock's evaluations: those
-        # score partial sums as they land, and a guard weighing them acted on their noise (the
-        # RCV1 subset, 8 workers: steps halved, test accuracy 0.874 -> 0.870), and on when a
-        # calibrated run's messages happened to land.
-        self.guard_due = 0.0
+        self.clock = CoordinatorClock(
+            evaluate, w0, nnz / max(pace, 1e-12) / scenario.evals_per_epoch, guard,
+            self.total_rows / scenario.evals_per_epoch)
         self.diverged = False
 
     # ------------------------------------------------------------------ layout
@@ -322,8 +317,6 @@ class Simulation:
 
     def run(self) -> SimResult:
         self._evaluate()  # the starting point, before any training
-        if self.guard is not None:
-            self._weigh()
         for wk in self.workers:
             self._start_round(wk)
         while self.events and not self.diverged:
@@ -412,14 +405,11 @@ class Simulation:
         if self._repaid(wk, "round_end", wid, round_):
             return
         wk.training_since = None
-        # The driver's on_round_trained, with the guard's weighing between its two steps: an
-        # adjustment (a tighter staleness bound) gates this round's successor.
+        # The driver's on_round_trained in its two steps (end, then advance).
         try:
             wk.driver.end_round(round_)
         except ModelNotFinite:
             self.diverged = True
-        if self.guard is not None and not self.diverged and self.examples >= self.guard_due:
-            self._weigh()
         if not self.diverged:
             self._act(wk, wk.driver.advance())
 
@@ -589,20 +579,7 @@ class Simulation:
             self.diverged = True
             self.clock.history.append(row)
             return
-        self.clock.record(row, self.global_w)
-
-    def _weigh(self) -> None:
-        """The swing guard weighs the coordinator's model as it is now."""
-        assert self.guard is not None
-        while self.guard_due <= self.examples:
-            self.guard_due += self.total_rows / self.sc.evals_per_epoch
-        if self.clock.evaluate is None:
-            return
-        if not np.isfinite(self.global_w).all():
-            self.diverged = True
-            return
-        loss, accuracy = self.clock.evaluate(self.global_w)
-        adjustment = self.guard.observe(self.examples / max(1, self.total_rows), loss, accuracy)
+        adjustment = self.clock.record(row, self.global_w)
         if adjustment is not None:
             self.lr_scale = adjustment.lr_scale
             if adjustment.staleness is not None:
