@@ -133,7 +133,6 @@ class SimResult:
     adjustments: list[dict[str, Any]] = field(default_factory=list)  # the guard's (in order)
 
 
-
 @dataclass
 class _Peer:
     """What one node knows of one worker's deltas (engine.rules.PeerView)."""

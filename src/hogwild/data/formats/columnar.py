@@ -219,11 +219,9 @@ class ArrowPart:
 
     def list_lengths(self, name: str) -> I64:
         """The list length of each row of a list-of-numbers column (a null list: 0)."""
-        pa, pc = pyarrow_modules()
+        _, pc = pyarrow_modules()
         arr = self.arrays[name]
-        ok = pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)
-        item = arr.type.value_type if ok else None
-        if not ok or not (pa.types.is_integer(item) or pa.types.is_floating(item)):
+        if number_item(arr.type) is None:
             raise self._fail(name, f"has type {arr.type}, not a list of numbers (sparse= "
                              "takes two list columns: indices and values)")
         return np.asarray(pc.list_value_length(arr).fill_null(0).to_numpy(
@@ -328,6 +326,15 @@ def _ahead(items: Iterator[ArrowPart]) -> Iterator[ArrowPart]:
             yield cast(ArrowPart, item)
 
 
+def number_item(kind: Any) -> Any:
+    """The item type of a list-of-numbers Arrow type (a sparse pair's column), else None."""
+    pa, _ = pyarrow_modules()
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+        return None
+    item = kind.value_type
+    return item if pa.types.is_integer(item) or pa.types.is_floating(item) else None
+
+
 def whole_array(column: Any) -> Any:
     """One array from a (possibly chunked) column."""
     return column.combine_chunks() if hasattr(column, "combine_chunks") else column
@@ -368,12 +375,8 @@ def table_read(scheme: str, path: str, *, options: HashOptions | None = None,
         raise DataError(f"{first}: cannot read as {FORMATS[scheme]}: {exc}") from None
     needs = (apply_needs(params, first, names) if params is not None
              else fit_needs(first, names, options or HashOptions()))
-    item_bytes = {}
-    for column in schema:
-        kind = column.type
-        if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and \
-                (pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type)):
-            item_bytes[column.name] = kind.value_type.bit_width // 8
+    items = {column.name: number_item(column.type) for column in schema}
+    item_bytes = {name: item.bit_width // 8 for name, item in items.items() if item is not None}
     return TableRead(scheme, path, files, needs, names, item_bytes)
 
 

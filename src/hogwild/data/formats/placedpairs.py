@@ -49,7 +49,6 @@ class _Lengths:
         self.counts: list[I64] = []
         self.labels: list[np.ndarray] = []
         self.weights: list[np.ndarray] = []
-        self.top = -1
         self.watch = LabelWatch()
         self.rows = 0
 
@@ -90,6 +89,7 @@ def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
     # Fitting, the width is the largest index + 1, found as the second pass copies.
     fitting = width is None
     limit = np.iinfo(np.int64).max if width is None else width
+    top = -1
     counts = np.concatenate(first.counts) if first.counts else np.zeros(0, dtype=np.int64)
     labels = np.concatenate(first.labels) if first.labels else np.zeros(0)
     target = RowTarget.create(counts, seed, default_threads())
@@ -108,13 +108,13 @@ def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
                                 limit, source):
             return None
         if fitting and index.size:
-            first.top = max(first.top, int(index.max()))
+            top = max(top, int(index.max()))
         base += part.n_rows
         del part, index, vals, own
         release()
     if base != n:
         raise DataError(f"{source} changed while it was read ({n:,} rows, then {base:,})")
-    width = max(first.top + 1, 1) if fitting else limit
+    width = max(top + 1, 1) if fitting else limit
     data = target.finish(width, first.watch.note(source))
     if weight is None:
         return data, width

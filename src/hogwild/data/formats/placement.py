@@ -48,13 +48,10 @@ class RowTarget:
     def put(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
             labels: np.ndarray, first_row: int, source: str) -> None:
         """Copy a block's rows (``first_row`` = their row number in the whole input)."""
-        n = int(indptr.shape[0] - 1)
-        pieces = max(1, min(self.threads, n // 2048))
-        bounds = [n * i // pieces for i in range(pieces + 1)]
         bad = run_parallel(rc.scatter_rows, [
-            (indptr, indices, values, labels, bounds[i], bounds[i + 1], first_row,
-             self.pos_of, self.start, self.indices, self.values, self.labels, self.length)
-            for i in range(pieces)])
+            (indptr, indices, values, labels, r0, r1, first_row, self.pos_of, self.start,
+             self.indices, self.values, self.labels, self.length)
+            for r0, r1 in self._pieces(indptr)])
         if sum(int(b) for b in bad):
             raise DataError(f"{source}: the file changed while it was read")
 
@@ -63,18 +60,21 @@ class RowTarget:
         """:meth:`put` for a table's sparse pair, leaving out zero values and indices at or
         above ``width`` as it copies; False (nothing more to do: the caller takes a path that
         sorts) if a row's indices are not strictly increasing."""
-        n = int(indptr.shape[0] - 1)
-        pieces = max(1, min(self.threads, n // 2048))
-        bounds = [n * i // pieces for i in range(pieces + 1)]
         got = run_parallel(rc.scatter_pairs, [
-            (indptr, indices, values, labels, bounds[i], bounds[i + 1], first_row,
-             self.pos_of, self.start, self.indices, self.values, self.labels, self.length,
-             width) for i in range(pieces)])
+            (indptr, indices, values, labels, r0, r1, first_row, self.pos_of, self.start,
+             self.indices, self.values, self.labels, self.length, width)
+            for r0, r1 in self._pieces(indptr)])
         if sum(int(d) for _, d in got):
             return False
         if sum(int(b) for b, _ in got):
             raise DataError(f"{source}: the file changed while it was read")
         return True
+
+    def _pieces(self, indptr: np.ndarray) -> list[tuple[int, int]]:
+        """A block's rows cut into one range per thread (none under 2,048 rows)."""
+        n = int(indptr.shape[0] - 1)
+        pieces = max(1, min(self.threads, n // 2048))
+        return [(n * i // pieces, n * (i + 1) // pieces) for i in range(pieces)]
 
     def finish(self, n_features: int, label_note: str | None = None) -> CSRData:
         """The CSR result (gaps left by loose bounds closed, arrays trimmed in place)."""
