@@ -164,6 +164,32 @@ def test_file_changed_between_passes(tmp_path: Path, monkeypatch: pytest.MonkeyP
         stream.load_text(path, seed=0)
 
 
+
+@pytest.mark.parametrize("block_bytes", [64, 1 << 20])
+@pytest.mark.parametrize("shrunk", [None, 158])
+def test_a_row_grown_between_passes_is_refused(tmp_path: Path, block_bytes: int,
+                                               shrunk: int | None,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same bytes and rows, but one row has a feature more than the first pass counted:
+    # the parser finds its piece over the count (shrunk None), or, with the next row a
+    # feature shorter, the thread placing the rows finds the row over its slot.
+    path = tmp_path / "d.svm"
+    path.write_bytes(b"+1 1:0.125 2:1\n" * 300)
+    real = stream.count_pass
+
+    def count_then_change(*args: object, **kwargs: object) -> object:
+        result = real(*args, **kwargs)  # type: ignore[arg-type]
+        lines = [b"+1 1:0.125 2:1\n"] * 300
+        lines[157] = b"+1 1:1 2:1 3:1\n"
+        if shrunk is not None:
+            lines[shrunk] = b"+1 1:0.1250000\n"
+        path.write_bytes(b"".join(lines))
+        return result
+
+    monkeypatch.setattr(stream, "count_pass", count_then_change)
+    with pytest.raises(DataError, match="changed while it was read"):
+        stream.load_text(path, seed=0, block_bytes=block_bytes)
+
 # --- out of core ------------------------------------------------------------------------------
 
 def test_out_of_core_training_streams_the_cache(tmp_path: Path,

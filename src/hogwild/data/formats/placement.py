@@ -48,12 +48,18 @@ class RowTarget:
     def put(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
             labels: np.ndarray, first_row: int, source: str) -> None:
         """Copy a block's rows (``first_row`` = their row number in the whole input)."""
-        bad = run_parallel(rc.scatter_rows, [
-            (indptr, indices, values, labels, r0, r1, first_row, self.pos_of, self.start,
-             self.indices, self.values, self.labels, self.length)
-            for r0, r1 in self._pieces(indptr)])
-        if sum(int(b) for b in bad):
+        bad = run_parallel(self.place, [(indptr, indices, values, labels, r0, r1, first_row)
+                                        for r0, r1 in self._pieces(indptr)])
+        if sum(bad):
             raise DataError(f"{source}: the file changed while it was read")
+
+    def place(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
+              labels: np.ndarray, r0: int, r1: int, first_row: int) -> int:
+        """Copy rows ``r0:r1`` on the calling thread (rows of one block go to disjoint
+        slots, so threads may place them side by side); the number that did not fit."""
+        return int(rc.scatter_rows(indptr, indices, values, labels, r0, r1, first_row,
+                                   self.pos_of, self.start, self.indices, self.values,
+                                   self.labels, self.length))
 
     def put_pairs(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
                   labels: np.ndarray, first_row: int, width: int, source: str) -> bool:

@@ -80,6 +80,26 @@ def count_pass(path: Path, block_bytes: int, threads: int) -> tuple[list[_Block]
     return blocks, all_caps
 
 
+def _parse_and_place(target: RowTarget, block: np.ndarray, p0: int, p1: int,
+                     zero_based: bool, limit: int, s_indptr: np.ndarray, s_indices: np.ndarray,
+                     s_values: np.ndarray, s_labels: np.ndarray, r0: int, z0: int, cap: int,
+                     rows: int, first_row: int) -> tuple[int, int, int, int, int, bool]:
+    """One thread's piece of a block: parse it into the scratch arrays, then copy its rows to
+    their final places (no barrier between the two). ``bad``: the rows differ from what the
+    first pass counted (the file changed)."""
+    n_rows, nnz, max_i, code, offset = kp.parse_piece(
+        block, p0, p1, zero_based, limit, s_indptr, s_indices, s_values, s_labels, r0, z0, cap)
+    bad = int(code) == kp.OK and int(n_rows) != rows
+    if int(code) == kp.OK and not bad and n_rows:
+        # the piece's row pointer: its first row starts at z0 (pieces may leave gaps, and the
+        # slot before it is the previous piece's, written by another thread)
+        indptr = s_indptr[r0:r0 + int(n_rows) + 1].copy()
+        indptr[0] = z0
+        bad = target.place(indptr, s_indices, s_values, s_labels[r0:r0 + int(n_rows)], 0,
+                           int(n_rows), first_row) > 0
+    return int(n_rows), int(nnz), int(max_i), int(code), int(offset), bad
+
+
 def load_text(path: Path, *, zero_based: bool = False, n_features: int | None = None,
               seed: int | None = None, threads: int | None = None,
               cache: CacheWriter | None = None, block_bytes: int = BLOCK_BYTES) -> CSRData:
@@ -114,31 +134,31 @@ def load_text(path: Path, *, zero_based: bool = False, n_features: int | None = 
         points = info.points
         row_offs = np.concatenate([[0], np.cumsum(info.rows)]).astype(np.int64)
         nnz_offs = np.concatenate([[0], np.cumsum(info.nnz)]).astype(np.int64)
-        jobs = [(block, points[i], points[i + 1], zero_based, limit, s_indptr, s_indices,
-                 s_values, s_labels, int(row_offs[i]), int(nnz_offs[i]), info.nnz[i])
+        jobs = [(target, block, points[i], points[i + 1], zero_based, limit, s_indptr,
+                 s_indices, s_values, s_labels, int(row_offs[i]), int(nnz_offs[i]), info.nnz[i],
+                 info.rows[i], row_at + int(row_offs[i]))
                 for i in range(len(info.rows))]
-        results = run_parallel(kp.parse_piece, jobs)
-        for i, (n_rows, _, max_i, code, offset) in enumerate(results):
-            if int(code) != kp.OK:
+        results = run_parallel(_parse_and_place, jobs)
+        for n_rows, _, max_i, code, offset, bad in results:
+            # The first pass's counts bound every row's entries: more means the file changed.
+            if bad or code == kp.CAPACITY:
+                raise DataError(f"{source}: the file changed while it was read")
+            if code != kp.OK:
                 line = lines_before + int(kp.count_newlines(block, int(offset))) + 1
                 raise DataFormatError(source, line, kp.describe_error(block, int(offset), int(code)))
-            if int(n_rows) != info.rows[i]:
-                raise DataError(f"{source}: the file changed while it was read")
             max_index = max(max_index, int(max_i))
-        for i, (n_rows, nnz_i, _, _, _) in enumerate(results):
+        for i, (n_rows, nnz_i, _, _, _, _) in enumerate(results):
             r0 = int(row_offs[i])
             z0 = int(nnz_offs[i])
             rows_i = int(n_rows)
             if rows_i == 0:
                 continue
-            # the piece's row pointer: its first row starts at z0 (pieces may leave gaps)
-            indptr = s_indptr[r0:r0 + rows_i + 1].copy()
-            indptr[0] = z0
             labels = s_labels[r0:r0 + rows_i]
             watch.add(labels, row_at)  # as read (float64), before float32 keeps them
-            target.put(indptr, s_indices, s_values, labels, row_at, source)
             if cache is not None:
-                cache.append(np.diff(indptr), s_indices[z0:z0 + int(nnz_i)],
+                lengths = np.diff(s_indptr[r0:r0 + rows_i + 1])
+                lengths[0] = s_indptr[r0 + 1] - z0  # the piece's first row starts at z0
+                cache.append(lengths, s_indices[z0:z0 + int(nnz_i)],
                              s_values[z0:z0 + int(nnz_i)], labels)
             row_at += rows_i
         lines_before += info.lines

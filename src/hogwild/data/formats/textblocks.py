@@ -17,7 +17,7 @@ from hogwild.errors import DataError
 
 Readable = io.RawIOBase | io.BufferedIOBase
 
-BLOCK_BYTES = 16 << 20
+BLOCK_BYTES = 8 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_STEP = 1 << 20  # compressed bytes read at a time
 
