@@ -50,7 +50,7 @@ class SyncTreeSim(TreeSim):
 
     def hand_over(self, node: Node, old: int, new: int, heard: PeerStatus | None,
                   old_sent: int) -> None:
-        """As WorkerNode._tree_hand_over, sync."""
+        """As TreeRelay.hand_over, sync."""
         tree = node.tree
         if heard is not None:
             tree.passed(heard.round)  # what its last messages vouched for went past it

@@ -121,7 +121,7 @@ class TreeSim:
                 self.notices.append((node.me, me))
 
     def bury(self, node: Node, dead: list[int]) -> None:
-        """As WorkerNode._tree_bury."""
+        """As TreeRelay.bury."""
         fresh = [d for d in dead if d not in node.known_dead]
         if not fresh:
             return

@@ -96,7 +96,7 @@ def test_junk_bytes_to_every_worker_rpc(quiet_after_one: None, worker_server: Wo
     caplog.set_level(logging.DEBUG)
     assert _junk_everywhere(worker_server.channel, "Worker") >= 20
     _one_line_no_traceback(caplog)
-    assert worker_server.node.shard is None and not worker_server.node.stop_requested.is_set()
+    assert worker_server.node.shard is None and not worker_server.node.signals.stop_requested.is_set()
 
 
 def test_without_the_token_junk_is_unauthenticated_and_not_read(

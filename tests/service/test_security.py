@@ -253,12 +253,12 @@ def test_stop_and_final_state_need_the_coordinator_key(worker_server: WorkerServ
         read = pb.FinalStateRequest(protocol_version=PROTOCOL_VERSION, run_id=node.run_id)
         assert _refused(lambda: list(stub.GetFinalState(read, timeout=5))).code() == \
             grpc.StatusCode.PERMISSION_DENIED
-    assert not node.stop_requested.is_set()
+    assert not node.signals.stop_requested.is_set()
     # A peer's key is not the coordinator's either.
     stop = pb.StopRequest(protocol_version=PROTOCOL_VERSION, run_id=node.run_id)
     assert _refused(lambda: worker_server.peer_stub.Stop(stop, timeout=5)).code() == \
         grpc.StatusCode.PERMISSION_DENIED
-    assert not node.stop_requested.is_set()
+    assert not node.signals.stop_requested.is_set()
 
 
 def test_an_adjustment_needs_the_coordinator_key(worker_server: WorkerServer) -> None:
@@ -417,7 +417,7 @@ def test_every_kind_of_call_is_gated_by_the_token(bundle: Bundle) -> None:
             }
             for name, call in calls.items():
                 assert _refused(call).code() == grpc.StatusCode.UNAUTHENTICATED, name
-        assert not node.stop_requested.is_set() and node.shard is None
+        assert not node.signals.stop_requested.is_set() and node.shard is None
     finally:
         server.stop(grace=None).wait(5)
 

@@ -224,7 +224,7 @@ def test_configure_opens_the_connections_before_start(configured: WorkerServer) 
     # Deltas of the first round must not wait for TCP and TLS handshakes: the destinations
     # (peer and coordinator) exist, connecting, before Start.
     node = configured.node
-    assert not node.started.is_set()
+    assert not node.signals.started.is_set()
     assert set(node.destinations) == {PEER, COORDINATOR_ID}
 
 
@@ -253,7 +253,7 @@ def test_async_delta_arriving_during_an_exchange_is_applied_after_it(
     node = _configured_async(worker_server).node
     assert node.plan is not None
     node.w[5] = 2.0  # an own update of this round
-    with node.exchange_lock:  # an exchange in progress: the RPC thread must not wait for it
+    with node.signals.exchange_lock:  # an exchange in progress: the RPC thread must not wait for it
         assert not worker_server.peer_stub.PushDelta(_delta(node.run_id), timeout=5).duplicate
         assert node.inbox.queued() == 1 and node.w[1] == 0.0
     node.loop.exchange(node.plan, 1, final=False)
@@ -397,7 +397,7 @@ def test_a_peer_down_at_configure_is_not_waited_for_and_is_taken_back_when_it_jo
     first = worker_server.stub.PeerJoined(pb.PeerJoinedRequest(
         protocol_version=PROTOCOL_VERSION, run_id=node.run_id, worker_id=PEER + 1,
         address="127.0.0.1:3"), timeout=5).round
-    assert first == node.rounds + 1
+    assert first == node.counters.rounds + 1
     assert not node.inbox.peers[PEER + 1].settled
     assert set(node.destinations) == {PEER, PEER + 1, COORDINATOR_ID}
     assert node.destinations[PEER + 1].address == "127.0.0.1:3"
@@ -425,7 +425,7 @@ def test_a_refused_progress_report_sends_the_worker_to_register_again(
                       "worker 0 has not registered with this coordinator since it was "
                       "resumed: register again")
     assert node.rejoin_reason is not None and "ReportProgress" in node.rejoin_reason
-    assert node.abandoned and node.stop_requested.is_set()
+    assert node.abandoned and node.signals.stop_requested.is_set()
 
 
 def _wide_delta(run_id: str, seq: int, width: int = 6000) -> pb.Delta:

@@ -44,8 +44,8 @@ def test_a_peer_down_at_configure_is_routed_around_from_the_start(
     # A resumed run that went on without worker 2 (this worker's child): its children are
     # this worker's from the start, nothing is sent to it, none of its deltas is taken.
     node = _configure_in_tree(worker_server, down=frozenset({2})).node
-    assert node.tree is not None and node.tree_dead == {2}
-    assert sorted(node.tree.neighbours) == [3, 6, COORDINATOR_SENDER_ID]
+    assert node.relay.tree is not None and node.relay.dead == {2}
+    assert sorted(node.relay.tree.neighbours) == [3, 6, COORDINATOR_SENDER_ID]
     assert node.inbox.peers[2].settled and not node.inbox.peers[6].settled
     assert set(node.destinations) - {COORDINATOR_ID} == {3, 6}
     _expect(worker_server, _delta(node.run_id, worker_id=2), grpc.StatusCode.FAILED_PRECONDITION)
@@ -56,8 +56,8 @@ def test_a_peer_down_at_configure_is_routed_around_from_the_start(
 
 def test_deltas_only_from_tree_neighbours(in_tree: WorkerServer) -> None:
     node = in_tree.node
-    assert node.tree is not None
-    assert sorted(node.tree.neighbours) == [2, 3, COORDINATOR_SENDER_ID]
+    assert node.relay.tree is not None
+    assert sorted(node.relay.tree.neighbours) == [2, 3, COORDINATOR_SENDER_ID]
     assert not in_tree.peer_stub.PushDelta(_delta(node.run_id, worker_id=2), timeout=5).duplicate
     assert node.loop.apply_inbox() == 1
     for stranger in (1, 4, 5):  # its sibling and cousins: no edge, whoever dies
@@ -70,11 +70,11 @@ def test_deltas_only_from_tree_neighbours(in_tree: WorkerServer) -> None:
 
 def test_a_grandchild_re_attaches_around_a_dead_child(in_tree: WorkerServer) -> None:
     node = in_tree.node
-    assert node.tree is not None
+    assert node.relay.tree is not None
     # 6's parent is 2: a delta from 6 says 2 died, so 6 becomes this worker's child.
     assert not in_tree.peer_stub.PushDelta(_delta(node.run_id, worker_id=6), timeout=5).duplicate
-    assert sorted(node.tree.neighbours) == [3, 6, COORDINATOR_SENDER_ID]
-    assert node.inbox.peers[2].dropped and 2 in node.tree_dead
+    assert sorted(node.relay.tree.neighbours) == [3, 6, COORDINATOR_SENDER_ID]
+    assert node.inbox.peers[2].dropped and 2 in node.relay.dead
     assert node.loop.apply_inbox() == 1
     expected = np.zeros(DIM)
     expected[[1, 50, N_FEATURES]] = [0.25, -0.5, 1.5]

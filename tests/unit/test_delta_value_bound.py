@@ -175,7 +175,7 @@ def _node(**changes: Any) -> WorkerNode:
     node.plan = plan
     node.engine = RoundEngine(plan.rules, np.zeros(plan.dim))
     node.inbox = Inbox(node.senders(plan), 0)
-    node.rounds, node.phase = 3, Phase.RUNNING
+    node.counters.rounds, node.phase = 3, Phase.RUNNING
     return node
 
 

@@ -32,9 +32,10 @@ from hogwild.cluster.wire.codec import (
 from hogwild.cluster.wire.sequence import OUT_OF_ORDER, WINDOW, SequenceTracker
 from hogwild.cluster.worker.admission import ROUND_SLACK, SYNC_ROUNDS_AHEAD
 from hogwild.cluster.worker.inbox import Inbox
-from hogwild.cluster.worker.node import WorkerNode, _same_side
+from hogwild.cluster.worker.node import WorkerNode
 from hogwild.cluster.worker.phase import Phase
 from hogwild.cluster.worker.plan import RunPlan
+from hogwild.cluster.worker.tree_relay import _same_side
 from hogwild.engine.round import RoundEngine
 from hogwild.engine.rules import may_start
 from hogwild.engine.tree import TreeLinks
@@ -79,9 +80,9 @@ def _node(me: int = 0, n: int = 3, mode: str = "sync", staleness: int = -1,
     node.engine = RoundEngine(plan.rules, np.zeros(plan.dim))
     node.inbox = Inbox(node.senders(plan), plan.first_round - 1)
     if topology == "tree":
-        node.tree = TreeLinks(node.senders(plan),
-                              functools.partial(_same_side, me, plan.tree_fanout), 0)
-    node.rounds, node.phase = rounds, phase
+        node.relay.tree = TreeLinks(node.senders(plan),
+                                    functools.partial(_same_side, me, plan.tree_fanout), 0)
+    node.counters.rounds, node.phase = rounds, phase
     return node
 
 
@@ -214,7 +215,7 @@ def test_a_tree_allows_one_lead_per_hop_to_a_neighbour_re_attached_around_the_de
     assert node.admission.round_limit(node.plan, 2) == 10 + SYNC_ROUNDS_AHEAD + ROUND_SLACK  # type: ignore[arg-type]
     assert node.admission.round_limit(node.plan, 6) == 10 + 2 * SYNC_ROUNDS_AHEAD + ROUND_SLACK  # type: ignore[arg-type]
     assert not _push(node, _message(6, 10 + 2 * SYNC_ROUNDS_AHEAD))
-    assert node.tree is not None and 6 in node.tree.neighbours and 2 in node.tree_dead
+    assert node.relay.tree is not None and 6 in node.relay.tree.neighbours and 2 in node.relay.dead
     with pytest.raises(InvalidMessage, match="round"):
         _push(node, _message(6, 10 + 2 * SYNC_ROUNDS_AHEAD + ROUND_SLACK + 1, seq=2))
     # The coordinator, its parent, is one hop away.
@@ -229,9 +230,9 @@ def test_an_orphan_never_runs_ahead_while_it_re_attaches(monkeypatch: Any) -> No
     re-attachment may the inbox hold no live neighbour: else they run rounds ahead unbounded
     and label the next message with a round worker 0 must refuse (lost)."""
     node = _node(me=6, n=7, mode="async", staleness=2, topology="tree", rounds=17)
-    assert node.tree is not None and node.plan is not None
-    node.tree.parent = 2
-    far = node.rounds + 30
+    assert node.relay.tree is not None and node.plan is not None
+    node.relay.tree.parent = 2
+    far = node.counters.rounds + 30
     opened = []
     drop = node.inbox.drop
 
@@ -242,7 +243,7 @@ def test_an_orphan_never_runs_ahead_while_it_re_attaches(monkeypatch: Any) -> No
 
     monkeypatch.setattr(node.inbox, "drop", watched)
     assert not _push(node, _message(0, 17))
-    assert 2 in node.tree_dead and node.tree.parent == 0
+    assert 2 in node.relay.dead and node.relay.tree.parent == 0
     assert opened == [False]
     # Held by worker 0's round (17) as by any neighbour's: two rounds past it, not more.
     peers = node.inbox.snapshot()

@@ -118,7 +118,7 @@ class TreeLinks:
         # that no message of the parent vouches for yet. A parent's round-R message goes out
         # only once the root's round R did, which waited for the parent's own round R, sum
         # of this node's messages labelled <= R: those are past the parent then. Those not
-        # are re-sent to the next parent if this one dies (see WorkerNode._tree_bury).
+        # are re-sent to the next parent if this one dies (see TreeRelay.bury).
         self.parent: int | None = None
         self.retained: list[tuple[int, npt.NDArray[np.int32], npt.NDArray[np.float64]]] = []
         self.retained_dropped = 0

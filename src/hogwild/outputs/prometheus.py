@@ -269,14 +269,15 @@ def worker_reader(node: Callable[[], WorkerNode]) -> Reader:
 
     def read() -> list[Metric]:
         n = node()
+        done = n.counters
         sent = list(n.destinations.values())
         peers = n.inbox.snapshot()
         return [
-            Metric(COUNTER, "rounds", "rounds this worker completed", n.rounds),
+            Metric(COUNTER, "rounds", "rounds this worker completed", done.rounds),
             Metric(COUNTER, "examples", "training examples processed (rate() of it: examples "
-                                        "per second)", n.examples),
+                                        "per second)", done.examples),
             Metric(COUNTER, "deltas_sent", "delta messages sent (to peers, the coordinator)",
-                   n.deltas_sent),
+                   done.deltas_sent),
             Metric(COUNTER, "bytes_sent", "bytes of delta messages sent",
                    sum(d.bytes_sent for d in sent)),
             Metric(COUNTER, "deltas_received", "peer delta messages applied",
@@ -284,7 +285,7 @@ def worker_reader(node: Callable[[], WorkerNode]) -> Reader:
             Metric(COUNTER, "bytes_received", "bytes of peer delta values received",
                    n.inbox.bytes_received),
             Metric(GAUGE, "staleness", "largest round gap to a peer seen at an exchange",
-                   n.max_staleness),
+                   done.max_staleness),
             Metric(GAUGE, "peers_dropped", "peers this worker dropped",
                    sum(1 for p in peers.values() if p.dropped)),
         ]

@@ -76,14 +76,14 @@ def serve(settings: Settings) -> int:
     def on_sigterm() -> None:  # SIGTERM: NOT_SERVING, stop training, final delta, leave
         health.set(False)
         servicer.node.request_stop("SIGTERM", leave=True)
-        servicer.node.started.set()  # wake a worker still waiting for the run to start
+        servicer.node.signals.started.set()  # wake a worker still waiting for the run to start
 
     # Before the port is announced: whoever reads it may send SIGTERM at once.
     sigterm = SignalWatch(signal.SIGTERM, on_sigterm).install()
     sys.stdout.write(f"worker listening on port {port}\n")  # one write: see below
     sys.stdout.flush()
     metrics: MetricsServer | None = None
-    health.watch(lambda: servicer.node.alive_at,
+    health.watch(lambda: servicer.node.loop.alive_at,
                  stall_seconds(settings.barrier_timeout, settings.rpc_timeout))
     try:
         metrics = serve_metrics(settings, "worker", worker_reader(lambda: servicer.node))
@@ -127,7 +127,7 @@ def serve(settings: Settings) -> int:
         if node.fatal is not None:
             raise ClusterError(node.fatal)
         # The coordinator collects the final state after Stop; do not wait forever.
-        if (node.done.is_set() and not node.leaving
+        if (node.signals.done.is_set() and not node.leaving
                 and not node.liveness.wait_collected(settings.connect_timeout)):
             log.warning("the coordinator did not collect the final state (gone, or not within "
                         "connect_timeout=%.0fs)", settings.connect_timeout)

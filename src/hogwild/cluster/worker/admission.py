@@ -13,7 +13,7 @@ from hogwild.cluster.worker.callers import Callers
 from hogwild.cluster.worker.inbox import Inbox
 from hogwild.cluster.worker.phase import Phase
 from hogwild.cluster.worker.plan import RunPlan
-from hogwild.engine.tree import TreeLinks
+from hogwild.cluster.worker.shared import Counters
 from hogwild.engine.treeshape import depth
 from hogwild.errors import RefusedValues, StaleOrUnknown
 
@@ -26,15 +26,12 @@ ROUND_SLACK = 4
 
 
 class AdmissionHost(Protocol):
-    """What admitting a delta reads of the worker (the node; configure replaces its plan,
-    inbox and tree), and how it drops a peer whose values it refused."""
+    """What admitting a delta reads of the worker (the node; configure replaces its plan
+    and inbox), and how it drops a peer whose values it refused."""
 
     plan: RunPlan | None
     inbox: Inbox
-    tree: TreeLinks | None
     phase: Phase
-    worker_id: int
-    rounds: int
 
     def drop_peer(self, pid: int, round_: int, reason: str) -> None: ...
 
@@ -42,8 +39,10 @@ class AdmissionHost(Protocol):
 class Admission:
     """Checks a peer's delta and decodes it before it may be queued (the node queues it)."""
 
-    def __init__(self, node: AdmissionHost, callers: Callers, timers: Timers) -> None:
+    def __init__(self, node: AdmissionHost, counters: Counters, callers: Callers,
+                 timers: Timers) -> None:
         self.node = node
+        self.counters = counters
         self.callers = callers
         self.timers = timers
         self.norms: NormWatch | None = None  # the relative bound (mesh), made on first use
@@ -57,7 +56,7 @@ class Admission:
             raise StaleOrUnknown("delta received before the run config")
         if message.worker_id not in node.inbox.peers:
             raise StaleOrUnknown(f"delta from worker {message.worker_id}, not a peer of "
-                                 f"worker {node.worker_id}")
+                                 f"worker {plan.worker_id}")
         try:
             with self.timers.timed("decode"):
                 # Values beyond what the run's SGD steps can make are refused like non-finite
@@ -81,7 +80,7 @@ class Admission:
         node = self.node
         node.inbox.count_refused(sender)
         if sender != COORDINATOR_SENDER_ID:
-            node.drop_peer(sender, node.rounds, f"a delta it sent was refused ({why})")
+            node.drop_peer(sender, self.counters.rounds, f"a delta it sent was refused ({why})")
 
     def round_limit(self, plan: RunPlan, sender: int) -> int:
         """The highest round a delta from ``sender`` may be labelled now.
@@ -114,8 +113,8 @@ class Admission:
             return ceiling
         hops = 1
         peer = node.inbox.peers.get(sender)
-        base = max(node.rounds, peer.since if peer is not None else 0)
-        if node.tree is not None:
+        base = max(self.counters.rounds, peer.since if peer is not None else 0)
+        if plan.topology == "tree":
             k = plan.tree_fanout
             there = 0 if sender == COORDINATOR_SENDER_ID else depth(sender, k)
             hops = max(1, abs(depth(plan.worker_id, k) - there))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import threading
 from typing import Protocol
 
 from hogwild.cluster.transport.sender import Destination
@@ -14,6 +13,7 @@ from hogwild.cluster.worker.callers import Callers
 from hogwild.cluster.worker.inbox import Inbox
 from hogwild.cluster.worker.outbound import Outbound
 from hogwild.cluster.worker.plan import RunPlan
+from hogwild.cluster.worker.shared import Counters, Signals
 from hogwild.engine.round import RoundEngine
 from hogwild.errors import InvalidMessage, StaleOrUnknown
 
@@ -24,14 +24,11 @@ class AnnouncementsHost(Protocol):
     """What an announcement reads and changes on the worker (the node; configure replaces
     its plan, engine and inbox, and the destinations are replaced whole when one changes)."""
 
-    cond: threading.Condition
-    exchange_lock: threading.RLock
     plan: RunPlan | None
     step_plan: RunPlan | None
     adjustment: int
     engine: RoundEngine
     worker_id: int
-    rounds: int
     inbox: Inbox
     destinations: dict[int, Destination]
     reported_down: set[int]
@@ -41,8 +38,11 @@ class AnnouncementsHost(Protocol):
 class Announcements:
     """Changes to a run under way that the coordinator announces to this worker."""
 
-    def __init__(self, node: AnnouncementsHost, callers: Callers, outbound: Outbound) -> None:
+    def __init__(self, node: AnnouncementsHost, signals: Signals, counters: Counters,
+                 callers: Callers, outbound: Outbound) -> None:
         self.node = node
+        self.signals = signals
+        self.counters = counters
         self.callers = callers
         self.outbound = outbound
 
@@ -60,7 +60,7 @@ class Announcements:
         plan = node.plan
         if plan is None:
             raise StaleOrUnknown("adjustment received before the run config")
-        with node.cond:  # not the exchange lock: an exchange may hold it for long
+        with self.signals.cond:  # not the exchange lock: an exchange may hold it for long
             if message.number <= node.adjustment:
                 return
             node.adjustment = int(message.number)
@@ -91,16 +91,16 @@ class Announcements:
                                  f"max_rounds {plan.max_rounds}")
         if plan.topology in ("star", "tree"):
             # star: no peer traffic to reopen; tree: the edges are fixed by the layout.
-            return node.rounds + 1
+            return self.counters.rounds + 1
         # Between two exchanges: every delta from the next one on goes to the peer.
-        with node.exchange_lock:
-            first = node.rounds + 1
+        with self.signals.exchange_lock:
+            first = self.counters.rounds + 1
             # Its round-(first - 1) is "done": a barrier now waiting does not wait for it;
             # nor for the rounds before the one the coordinator starts it at, if later (this
             # worker lags the run), and its deltas may be labelled from there on.
             node.inbox.rejoin(pid, message.address, first - 1,
                               since=max(0, int(message.first_round) - 1))
-            with node.cond:
+            with self.signals.cond:
                 node.reported_down.discard(pid)
                 node.peer_addresses[pid] = message.address
                 old = node.destinations.get(pid)

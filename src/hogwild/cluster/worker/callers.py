@@ -8,6 +8,7 @@ from hogwild.cluster.transport.keys import COORDINATOR_SENDER_ID
 from hogwild.cluster.transport.security import same_key
 from hogwild.cluster.wire.codec import check_version
 from hogwild.cluster.worker.plan import RunPlan
+from hogwild.cluster.worker.tree_relay import TreeRelay
 from hogwild.errors import NotAllowed, NotReady, StaleOrUnknown
 
 
@@ -20,14 +21,13 @@ class CallersHost(Protocol):
 
     def wait_registered(self, timeout: float) -> None: ...
 
-    def check_tree_sender(self, plan: RunPlan, worker_id: int, key: str) -> None: ...
-
 
 class Callers:
     """The checks every RPC handler makes before it touches the node's state."""
 
-    def __init__(self, node: CallersHost) -> None:
+    def __init__(self, node: CallersHost, relay: TreeRelay) -> None:
         self.node = node
+        self.relay = relay  # topology tree: who the neighbours are
 
     def check_run(self, version: int, run_id: str, what: str) -> None:
         node = self.node
@@ -57,25 +57,25 @@ class Callers:
             raise NotReady("call from a peer before the run config")
         if not self.known_key(plan, worker_id, key):
             raise NotAllowed("the caller's key is not one this worker accepts")
-        if plan.topology == "star":
-            # The only sender of deltas is the coordinator, under its own id and key.
-            if worker_id != COORDINATOR_SENDER_ID:
-                # Nobody else sends in a star. A tree's worker taken back as a leaf of the
-                # coordinator hears from its old neighbours until they drop it: UNAVAILABLE
-                # makes them do so (FAILED_PRECONDITION would tell them they were dropped).
-                raise NotReady(f"worker {worker_id}: this worker takes deltas from the "
-                               "coordinator only")
+        if plan.topology == "star" and worker_id != COORDINATOR_SENDER_ID:
+            # The only sender of deltas is the coordinator, under its own id and key. Nobody
+            # else sends in a star. A tree's worker taken back as a leaf of the coordinator
+            # hears from its old neighbours until they drop it: UNAVAILABLE makes them do so
+            # (FAILED_PRECONDITION would tell them they were dropped).
+            raise NotReady(f"worker {worker_id}: this worker takes deltas from the "
+                           "coordinator only")
+        if worker_id == COORDINATOR_SENDER_ID and plan.topology != "mesh":
             if not same_key(key, node.coordinator_key):
                 raise NotAllowed("the caller is not this worker's coordinator")
-            return
+        else:
+            expected = plan.receive_keys.get(worker_id)
+            if expected is None:
+                raise StaleOrUnknown(f"worker {worker_id} is not a peer of this worker")
+            if not same_key(key, expected):
+                raise NotAllowed(f"the caller is not worker {worker_id}")
         if plan.topology == "tree":
-            node.check_tree_sender(plan, worker_id, key)
-            return
-        expected = plan.receive_keys.get(worker_id)
-        if expected is None:
-            raise StaleOrUnknown(f"worker {worker_id} is not a peer of this worker")
-        if not same_key(key, expected):
-            raise NotAllowed(f"the caller is not worker {worker_id}")
+            # From the parent and the children only (tree_relay.py: or one that re-attached).
+            self.relay.check_sender(plan, worker_id)
 
     def known_key(self, plan: RunPlan, worker_id: int, key: str) -> bool:
         """Whether ``key`` is one a sender presents to this worker: the named sender's (the

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
@@ -15,6 +14,7 @@ from hogwild.cluster.worker.inbox import Inbox
 from hogwild.cluster.worker.localdata import load_local_shard
 from hogwild.cluster.worker.phase import Phase
 from hogwild.cluster.worker.plan import RunPlan
+from hogwild.cluster.worker.shared import Signals
 from hogwild.config import Settings
 from hogwild.data.formats.cache import user_cache_dir
 from hogwild.engine.round import RoundEngine
@@ -27,7 +27,6 @@ class IntakeHost(Protocol):
     """What the intake reads and sets on the worker (the node; configure replaces its plan,
     engine and inbox, so they are read there each time)."""
 
-    cond: threading.Condition
     phase: Phase
     run_id: str
     worker_id: int
@@ -45,15 +44,17 @@ class IntakeHost(Protocol):
 class Intake:
     """Receives the shard (streamed, or read from the worker's own copy) and starting weights."""
 
-    def __init__(self, node: IntakeHost, settings: Settings, callers: Callers) -> None:
+    def __init__(self, node: IntakeHost, signals: Signals, settings: Settings,
+                 callers: Callers) -> None:
         self.node = node
+        self.signals = signals
         self.settings = settings
         self.callers = callers
 
     def receive_shard(self, chunks: Iterable[pb.ShardChunk]) -> pb.ShardAck:
         node = self.node
         node.wait_registered(self.settings.rpc_timeout)
-        with node.cond:
+        with self.signals.cond:
             if node.phase not in (Phase.REGISTERED, Phase.SHARD):
                 raise StaleOrUnknown(f"shard offered while {node.phase.value}")
         iterator = iter(chunks)
@@ -74,7 +75,7 @@ class Intake:
                             "the coordinator ships them (shipping %s); a worker reads its rows "
                             "to disk only with shipping: local", "partition or stream")
             shard = receive_shard(replay(), run_id=node.run_id, worker_id=node.worker_id)
-        with node.cond:
+        with self.signals.cond:
             node.shard = shard
             node.phase = Phase.SHARD
         log.info("received shard %d/%d: %d rows, %d non-zeros, %.1f MB",
@@ -115,7 +116,7 @@ class Intake:
         if plan is None:
             raise StaleOrUnknown("model received before the run config")
         state = receive_state(chunks, plan.dim, node.run_id)
-        with node.cond:
+        with self.signals.cond:
             if node.phase != Phase.CONFIGURED:
                 raise StaleOrUnknown(f"model received while {node.phase.value}")
             # Both: the loaded weights are nobody's new update, so no delta is built from them.

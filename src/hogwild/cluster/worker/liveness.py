@@ -17,6 +17,7 @@ from hogwild.cluster.worker.inbox import Inbox
 from hogwild.cluster.worker.phase import COORDINATOR_ID, Phase
 from hogwild.cluster.worker.plan import RunPlan
 from hogwild.cluster.worker.report import Reports
+from hogwild.cluster.worker.shared import Counters, Signals
 from hogwild.cluster.worker.watch import CoordinatorWatch
 from hogwild.errors import ClusterError
 
@@ -30,18 +31,12 @@ class LivenessHost(Protocol):
     and the destinations are replaced whole when one changes), and how it drops a peer or
     leaves the run."""
 
-    cond: threading.Condition
-    started: threading.Event
-    stop_requested: threading.Event
-    done: threading.Event
-    state_served: threading.Event
     phase: Phase
     plan: RunPlan | None
     inbox: Inbox
     destinations: dict[int, Destination]
     run_id: str
     worker_id: int
-    rounds: int
     ended_by_coordinator: bool
 
     def drop_peer(self, pid: int, round_: int, reason: str) -> None: ...
@@ -52,9 +47,11 @@ class LivenessHost(Protocol):
 class Liveness:
     """Signs of life sent and looked for: who is silent, unreachable, or refuses this worker."""
 
-    def __init__(self, node: LivenessHost, coordinator_address: str, security: Security,
-                 reports: Reports) -> None:
+    def __init__(self, node: LivenessHost, signals: Signals, counters: Counters,
+                 coordinator_address: str, security: Security, reports: Reports) -> None:
         self.node = node
+        self.signals = signals
+        self.counters = counters
         self.coordinator_address = coordinator_address
         self.security = security
         self.reports = reports  # progress: a relay's sign of life (heartbeat_loop)
@@ -64,13 +61,12 @@ class Liveness:
     def wait_for_start(self, timeout: float) -> None:
         """Block until Start (or a stop request); ClusterError after ``timeout``, or within
         seconds once the coordinator's process is gone (nothing to wait for then)."""
-        node = self.node
         deadline = time.monotonic() + timeout
         watch = CoordinatorWatch(self.coordinator_address,
                                  open_channel=self.security.channel)
         try:
-            while not node.started.wait(0.1):
-                if node.stop_requested.is_set():
+            while not self.signals.started.wait(0.1):
+                if self.signals.stop_requested.is_set():
                     return
                 if time.monotonic() > deadline:
                     raise ClusterError(
@@ -85,12 +81,11 @@ class Liveness:
     def wait_collected(self, timeout: float) -> bool:
         """After the run: wait until the coordinator collected the final state; False after
         ``timeout`` or as soon as the coordinator's process is gone."""
-        node = self.node
         deadline = time.monotonic() + timeout
         watch = CoordinatorWatch(self.coordinator_address,
                                  open_channel=self.security.channel)
         try:
-            while not node.state_served.wait(0.1):
+            while not self.signals.state_served.wait(0.1):
                 if time.monotonic() > deadline or watch.gone():
                     return False
             return True
@@ -101,13 +96,13 @@ class Liveness:
         """Tell every peer we are alive a few times per barrier_timeout, until done."""
         node = self.node
         interval = max(0.05, plan.barrier_timeout / 4)
-        while not node.done.wait(interval):
+        while not self.signals.done.wait(interval):
             if node.phase in (Phase.FINISHING, Phase.DONE) and plan.topology != "tree":
                 return  # the final delta is sent: no peer waits for this worker any more
             # (tree: a finished worker relays until its neighbours finish: still alive)
             message = pb.HeartbeatRequest(protocol_version=PROTOCOL_VERSION,
                                           run_id=node.run_id, worker_id=node.worker_id,
-                                          round=node.rounds)
+                                          round=self.counters.rounds)
             for dest_id, dest in list(node.destinations.items()):
                 # A destination with traffic queued gets deltas (signs of life) anyway.
                 if dest_id != COORDINATOR_ID and dest.pending() == 0:
@@ -116,9 +111,14 @@ class Liveness:
                 # The relay waits for us like a peer would: progress is our sign of life.
                 self.reports.maybe_report_progress(plan, done=False)
 
+    def start_watch(self) -> None:
+        """Start the stall watch's ticker (one per node, from configure on)."""
+        with self.tick_lock:
+            self.tick = time.monotonic()
+        threading.Thread(target=self.tick_loop, name="stall-watch", daemon=True).start()
+
     def tick_loop(self) -> None:
-        node = self.node
-        while not node.done.wait(TICK):
+        while not self.signals.done.wait(TICK):
             self.note_stall()
 
     def note_stall(self) -> None:
@@ -179,7 +179,7 @@ class Liveness:
             # no fault to report (a report would have it dropped after it finished).
             log.info("peer %d finished and left (%s); nothing more is sent to it", dest_id, why)
             return
-        node.drop_peer(dest_id, node.rounds, f"unreachable: {why}")
+        node.drop_peer(dest_id, self.counters.rounds, f"unreachable: {why}")
 
     def on_rejected(self, dest_id: int, rpc: str, code: grpc.StatusCode, details: str) -> None:
         """A peer or the coordinator no longer counts this worker as a member of the run
@@ -191,7 +191,7 @@ class Liveness:
         if code != grpc.StatusCode.FAILED_PRECONDITION or rpc not in (
                 "PushDelta", "Heartbeat", "ReportProgress"):
             return
-        with node.cond:
+        with self.signals.cond:
             running = node.phase == Phase.RUNNING
         if running:
             who = "the coordinator" if dest_id == COORDINATOR_ID else f"peer {dest_id}"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 from typing import Protocol
 
@@ -15,15 +14,14 @@ from hogwild.cluster.transport.timing import Timers
 from hogwild.cluster.wire import pb_grpc
 from hogwild.cluster.worker.phase import COORDINATOR_ID
 from hogwild.cluster.worker.plan import RunPlan
+from hogwild.cluster.worker.shared import Signals
 from hogwild.engine.tree import TreeLinks
 
 
 class OutboundHost(Protocol):
     """What opening the destinations reads and sets on the worker (the node)."""
 
-    cond: threading.Condition
     worker_key: str
-    tree: TreeLinks | None
     peer_addresses: dict[int, str]
     destinations: dict[int, Destination]
 
@@ -31,10 +29,12 @@ class OutboundHost(Protocol):
 class Outbound:
     """Opens the node's destinations, each with the sender key and batching its receiver needs."""
 
-    def __init__(self, node: OutboundHost, coordinator_address: str, security: Security,
-                 timers: Timers, encoder: Encoder, on_down: Callable[[int, str], None],
+    def __init__(self, node: OutboundHost, signals: Signals, coordinator_address: str,
+                 security: Security, timers: Timers, encoder: Encoder,
+                 on_down: Callable[[int, str], None],
                  on_rejected: Callable[[int, str, grpc.StatusCode, str], None]) -> None:
         self.node = node
+        self.signals = signals
         self.coordinator_address = coordinator_address
         self.security = security
         self.timers = timers
@@ -42,15 +42,17 @@ class Outbound:
         self.on_down = on_down          # a destination gave up (liveness)
         self.on_rejected = on_rejected  # a receiver no longer counts this worker (liveness)
 
-    def open_destinations(self, plan: RunPlan) -> None:
+    def open_destinations(self, plan: RunPlan, tree: TreeLinks | None) -> None:
+        """One destination per peer (a tree's: per neighbour of ``tree``) and the
+        coordinator's."""
         node = self.node
         give_up = max(plan.barrier_timeout, plan.rpc_timeout)
         destinations = {}
-        with node.cond:
+        with self.signals.cond:
             for pid, address in sorted(plan.peers.items()):
                 if plan.topology == "star":
                     break  # deltas go to the coordinator only
-                if node.tree is not None and pid not in node.tree.neighbours:
+                if tree is not None and pid not in tree.neighbours:
                     continue  # tree: parent and children only
                 if pid in plan.down:
                     continue  # opened by PeerJoined when it is back

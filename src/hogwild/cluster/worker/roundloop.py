@@ -19,12 +19,13 @@ from hogwild.cluster.worker.liveness import Liveness
 from hogwild.cluster.worker.phase import Phase
 from hogwild.cluster.worker.plan import RunPlan
 from hogwild.cluster.worker.report import Reports
+from hogwild.cluster.worker.shared import Counters, Signals
+from hogwild.cluster.worker.tree_relay import TreeRelay
 from hogwild.engine.driver import Next, Part, RoundDriver
 from hogwild.engine.gpu_rounds import device_calls
 from hogwild.engine.round import ModelNotFinite, RoundEngine
 from hogwild.engine.rules import PeerView, lag
 from hogwild.engine.threads import WORKER_CALLS, ThreadRounds, make_cursors
-from hogwild.engine.tree import TreeLinks
 from hogwild.errors import ClusterError
 from hogwild.model.arrays import CSRArrays
 
@@ -32,16 +33,10 @@ log = logging.getLogger("hogwild.worker")
 
 
 class RoundsHost(Protocol):
-    """What the round loop reads and updates on the worker (the node): its locks, events and
-    counters, the state configure and Start replace (plan, engine, inbox, tree, arrays), the
-    destinations (replaced whole when one changes), and the tree relay's steps."""
+    """What the round loop reads and updates on the worker (the node): the state configure
+    and Start replace (plan, engine, inbox, arrays), the destinations (replaced whole when
+    one changes), its phase, and why and how it stops."""
 
-    cond: threading.Condition
-    exchange_lock: threading.RLock
-    tree_lock: threading.RLock
-    started: threading.Event
-    stop_requested: threading.Event
-    done: threading.Event
     phase: Phase
     run_id: str
     worker_id: int
@@ -51,27 +46,14 @@ class RoundsHost(Protocol):
     hot: int
     engine: RoundEngine
     inbox: Inbox
-    tree: TreeLinks | None
     destinations: dict[int, Destination]
-    rounds: int
-    examples: int
-    deltas_sent: int
-    max_staleness: int
     fatal: str | None
     stop_reason: str
     leaving: bool
     abandoned: bool
     rejoin_reason: str | None
-    alive_at: float | None
-
-    def mark_alive(self) -> None: ...
 
     def request_stop(self, reason: str, leave: bool = False) -> None: ...
-
-    def tree_flush(self, plan: RunPlan, round_: int, finished: bool) -> None: ...
-
-    def tree_wait(self, plan: RunPlan, ready: Callable[[dict[int, PeerStatus]], bool],
-                  finished: bool, waiting_for: str) -> None: ...
 
 
 class RoundLoop:
@@ -92,7 +74,7 @@ class RoundLoop:
       async mode the gRPC thread that accepted a delta also applies it at once
       (:meth:`apply_arrived`) rather than leaving it for this worker's next round boundary, a
       round later. build_delta and apply_delta are never concurrent: both run under the
-      node's ``exchange_lock``.
+      worker's ``exchange_lock`` (shared.py).
 
     A delta sums the worker's own updates except the bias (and the MLP's dense layers; every
     weight with ``combine: average``), whose change is averaged over the contributing workers
@@ -102,9 +84,13 @@ class RoundLoop:
     ``timers`` and returned with the final state.
     """
 
-    def __init__(self, node: RoundsHost, timers: Timers, reports: Reports, liveness: Liveness,
-                 device: str, chunk_bytes: int) -> None:
+    def __init__(self, node: RoundsHost, signals: Signals, counters: Counters, relay: TreeRelay,
+                 timers: Timers, reports: Reports, liveness: Liveness, device: str,
+                 chunk_bytes: int) -> None:
         self.node = node
+        self.signals = signals
+        self.counters = counters
+        self.relay = relay  # topology tree: what each neighbour is owed (tree None elsewhere)
         self.timers = timers
         self.reports = reports
         self.liveness = liveness
@@ -116,6 +102,9 @@ class RoundLoop:
         self.driver_lock = threading.RLock()
         self.seq = 0
         self.seq_lock = threading.Lock()
+        # time.monotonic() of the exchange thread's last sign of progress while it runs the
+        # round loop; None before and after (the worker's health watch reads it).
+        self.alive_at: float | None = None
 
     @property
     def driver(self) -> RoundDriver:
@@ -145,7 +134,7 @@ class RoundLoop:
         """
         node = self.node
         plan, arrays = node.plan, node.arrays
-        if (plan is None or arrays is None or not node.started.is_set()
+        if (plan is None or arrays is None or not self.signals.started.is_set()
                 or node.rejoin_reason is not None):  # left before Start: register again
             return
         node.inbox.touch_all()  # (the destinations were opened by configure)
@@ -166,11 +155,11 @@ class RoundLoop:
         threads = ThreadRounds(arrays, node.engine.w, lambda: node.step_plan or plan, cursors,
                                plan.first_round, plan.max_rounds, hot=node.hot, calls=calls,
                                gate=self.may_start, on_round=self.count_round,
-                               on_failure=self.thread_failed, cond=node.cond)
+                               on_failure=self.thread_failed, cond=self.signals.cond)
         self.threads = threads
         began = time.monotonic()
         cpu_began = time.process_time()
-        node.mark_alive()
+        self.mark_alive()
         threads.start()
         try:
             try:
@@ -181,21 +170,24 @@ class RoundLoop:
                 # The whole process (kernel, exchange, senders, gRPC's own threads) while it
                 # trained: beside "train_cpu", what the exchange costs in CPU.
                 self.timers.add("process_cpu", time.process_time() - cpu_began)
-            log.info("trained %d rounds, %d examples in %.2fs", node.rounds, node.examples,
-                     time.monotonic() - began)
+            log.info("trained %d rounds, %d examples in %.2fs", self.counters.rounds,
+                     self.counters.examples, time.monotonic() - began)
             self.finish(plan)
         finally:
-            node.alive_at = None
+            self.alive_at = None
+
+    def mark_alive(self) -> None:
+        """The exchange thread's sign of progress, read by the worker's health watch."""
+        self.alive_at = time.monotonic()
 
     def count_round(self, loss_sum: float, rows: int, waited: float, trained: float,
                     cpu: float) -> None:
-        """A training thread finished a round (called under ``node.cond``)."""
-        node = self.node
+        """A training thread finished a round (called under the signals' ``cond``)."""
         self.timers.add("wait_to_start_round", waited)
         self.timers.add("train", trained)
         self.timers.add("train_cpu", cpu)
         self.reports.count(loss_sum, rows)
-        node.examples += rows
+        self.counters.examples += rows
 
     def thread_failed(self, k: int, exc: Exception) -> None:
         """A bug: stop the node rather than hang the barrier (the exchange thread raises it)."""
@@ -204,24 +196,24 @@ class RoundLoop:
 
     def may_start(self, r: int) -> bool:
         """Block until round ``r`` may start; False if the node is stopping."""
-        node, driver = self.node, self.driver
+        node, driver, stop = self.node, self.driver, self.signals.stop_requested
         plan = node.plan
         assert plan is not None
         if plan.mode == "sync":  # open once the exchange thread passed the barrier before it
-            with node.cond:
-                node.cond.wait_for(lambda: driver.may_start(r) or node.stop_requested.is_set())
-                return not node.stop_requested.is_set()
-        if node.stop_requested.is_set():
+            with self.signals.cond:
+                self.signals.cond.wait_for(lambda: driver.may_start(r) or stop.is_set())
+                return not stop.is_set()
+        if stop.is_set():
             return False
         # The configured bound, or the tighter one of an adjustment (the engine's rules).
         slack = node.engine.rules.staleness
         # Once round r is done this worker is r rounds in; a peer more than `slack` rounds
         # behind that holds us back until it catches up or falls silent for barrier_timeout.
         while not node.inbox.wait(
-                lambda peers: node.stop_requested.is_set() or driver.may_start(r, peers),
+                lambda peers: stop.is_set() or driver.may_start(r, peers),
                 min(0.25, plan.barrier_timeout)):
             self.liveness.drop_silent(plan, r - 1, f"more than {slack} rounds behind")
-        return not node.stop_requested.is_set()
+        return not stop.is_set()
 
     def exchange_loop(self, plan: RunPlan) -> None:
         node = self.node
@@ -234,10 +226,10 @@ class RoundLoop:
             return ready > done or not alive or node.fatal is not None
 
         while True:
-            node.mark_alive()
-            with node.cond:
-                node.cond.wait_for(lambda done=last: boundary_or_end(done),  # type: ignore[misc]
-                                    timeout=1.0)
+            self.mark_alive()
+            with self.signals.cond:
+                self.signals.cond.wait_for(lambda done=last: boundary_or_end(done),  # type: ignore[misc]
+                                           timeout=1.0)
                 ready, alive = threads.slowest()
             if node.fatal is not None:
                 raise ClusterError(node.fatal)
@@ -248,8 +240,8 @@ class RoundLoop:
                 # the barrier, passed already or not (a tree relays what arrived meanwhile).
                 if plan.mode == "sync":
                     self.barrier(plan, ready)
-                    with node.cond:
-                        node.cond.notify_all()  # the next round is open (may_start)
+                    with self.signals.cond:
+                        self.signals.cond.notify_all()  # the next round is open (may_start)
             elif not alive:
                 return
             self.reports.maybe_report_progress(plan, done=False)
@@ -265,43 +257,41 @@ class RoundLoop:
         """
         node = self.node
         while node.inbox.queued():
-            if not node.exchange_lock.acquire(blocking=False):
+            if not self.signals.exchange_lock.acquire(blocking=False):
                 return
             try:
                 self.apply_inbox()
             except Exception as exc:  # a bug: stop the node; the exchange thread raises it
                 log.exception("applying a received delta failed")
                 node.fatal = f"applying a received delta failed: {exc}"
-                with node.cond:
-                    node.cond.notify_all()
+                with self.signals.cond:
+                    self.signals.cond.notify_all()
                 return
             finally:
-                node.exchange_lock.release()
+                self.signals.exchange_lock.release()
 
     def apply_inbox(self) -> int:
-        with self.node.exchange_lock:  # never beside build_delta, nor another apply
+        with self.signals.exchange_lock:  # never beside build_delta, nor another apply
             return self.driver.apply_arrived()
 
     def round_trained(self, plan: RunPlan, round_: int) -> Next:
         """The driver's step at a round boundary: apply, build, send, then past the barrier
         or the staleness gate if it may (else what :meth:`barrier` or :meth:`may_start`
         waits for)."""
-        node = self.node
-        with node.exchange_lock:
+        with self.signals.exchange_lock:
             try:
                 step = self.driver.on_round_trained(round_)
             except ModelNotFinite:
                 self.reports.diverged(plan, round_)
                 raise
-        if plan.mode == "async" and node.tree is None:
+        if plan.mode == "async" and self.relay.tree is None:
             self.apply_arrived()  # what RPC threads queued while the lock was held
         return step
 
     def exchange(self, plan: RunPlan, round_: int, final: bool) -> None:
         """Apply what arrived, build the delta of own updates, queue it for everyone (the
         final one: of the last round trained, whatever ``round_`` says)."""
-        node = self.node
-        with node.exchange_lock:
+        with self.signals.exchange_lock:
             try:
                 if final:
                     self.driver.finish()
@@ -310,30 +300,30 @@ class RoundLoop:
             except ModelNotFinite:
                 self.reports.diverged(plan, round_)
                 raise
-        if plan.mode == "async" and node.tree is None:
+        if plan.mode == "async" and self.relay.tree is None:
             self.apply_arrived()  # what RPC threads queued while the lock was held
 
     def send(self, round_: int, final: bool, indices: np.ndarray, values: np.ndarray) -> None:
         """The driver's outbox: queue own delta for every destination, or the tree's relay."""
-        node = self.node
+        node, counters, tree = self.node, self.counters, self.relay.tree
         plan = node.plan
         assert plan is not None
-        if node.tree is not None:
-            with node.tree_lock:
-                node.tree.own(indices, values)
-            node.tree_flush(plan, round_, final)
-            node.rounds = max(node.rounds, round_)
+        if tree is not None:
+            with self.signals.tree_lock:
+                tree.own(indices, values)
+            self.relay.flush(plan, round_, final)
+            counters.rounds = max(counters.rounds, round_)
             return
         t1 = time.perf_counter()
-        messages = self.encode_delta(indices, values, round_, final, node.examples)
+        messages = self.encode_delta(indices, values, round_, final, counters.examples)
         self.timers.add("encode", time.perf_counter() - t1, len(messages))
-        outgoing = OutgoingDelta(round_, final, node.examples, indices, values, messages)
+        outgoing = OutgoingDelta(round_, final, counters.examples, indices, values, messages)
         for dest in node.destinations.values():
             dest.put_delta(outgoing if not dest.coalesce else OutgoingDelta(
-                round_, final, node.examples, indices, values, messages))
-        node.deltas_sent += len(messages)
-        node.rounds = max(node.rounds, round_)
-        node.max_staleness = max(node.max_staleness, lag(round_, node.inbox.snapshot()))
+                round_, final, counters.examples, indices, values, messages))
+        counters.deltas_sent += len(messages)
+        counters.rounds = max(counters.rounds, round_)
+        counters.max_staleness = max(counters.max_staleness, lag(round_, node.inbox.snapshot()))
 
     def encode_delta(self, indices: np.ndarray, values: np.ndarray, round_: int, final: bool,
                       examples: int) -> list[pb.Delta]:
@@ -351,28 +341,28 @@ class RoundLoop:
     def barrier(self, plan: RunPlan, round_: int) -> None:
         """Sync mode: wait for every live peer's round-``round_`` delta, then apply them
         (the driver's barrier, with this worker's deadlines)."""
-        node, driver = self.node, self.driver
+        node, driver, stop = self.node, self.driver, self.signals.stop_requested
 
         def ready(peers: dict[int, PeerStatus]) -> bool:
-            return node.stop_requested.is_set() or driver.unblocked(peers)
+            return stop.is_set() or driver.unblocked(peers)
 
         # A peer that is alive but itself waiting (heartbeats) is waited for; one silent for
         # barrier_timeout is dropped, so the barrier never hangs on a dead peer.
         waited = 0.0
         while True:
             t0 = time.perf_counter()
-            if node.tree is not None:
-                node.tree_wait(plan, ready, finished=False,
-                                waiting_for=f"waiting for round {round_}")
+            if self.relay.tree is not None:
+                self.tree_wait(plan, ready, finished=False,
+                               waiting_for=f"waiting for round {round_}")
             else:
                 while not node.inbox.wait(ready, min(0.25, plan.barrier_timeout)):
-                    node.mark_alive()
+                    self.mark_alive()
                     self.liveness.drop_silent(plan, round_, f"waiting for round {round_}")
             waited += time.perf_counter() - t0
             if node.fatal is not None:  # the exchange loop raises it
                 break
-            with node.exchange_lock:
-                if node.stop_requested.is_set():  # not passed: what arrived is applied still
+            with self.signals.exchange_lock:
+                if stop.is_set():  # not passed: what arrived is applied still
                     driver.apply_arrived()
                     break
                 step = driver.on_arrival()  # passed: applies what arrived, opens the next
@@ -383,47 +373,69 @@ class RoundLoop:
     def finish(self, plan: RunPlan) -> None:
         """Send the final delta; wait (bounded) for every live peer's final; mark done."""
         node = self.node
-        with node.cond:
+        with self.signals.cond:
             node.phase = Phase.FINISHING
         if node.abandoned:  # out of the run: nothing more is sent, to anyone
             for dest in node.destinations.values():
                 dest.abandon()
-            with node.cond:
+            with self.signals.cond:
                 node.phase = Phase.DONE
-            node.done.set()
+            self.signals.done.set()
             return
-        self.exchange(plan, node.rounds, final=True)  # the driver's finish()
+        self.exchange(plan, self.counters.rounds, final=True)  # the driver's finish()
         self.reports.maybe_report_progress(plan, done=True)
-        if node.tree is not None:
+        if self.relay.tree is not None:
             # Even when leaving: its subtree reaches the rest of the run through it only.
-            node.tree_wait(plan, lambda peers: all(p.settled for p in peers.values()),
-                            finished=True, waiting_for="waiting for its final delta")
+            self.tree_wait(plan, lambda peers: all(p.settled for p in peers.values()),
+                           finished=True, waiting_for="waiting for its final delta")
         elif not node.leaving:
             self.await_peer_finals(plan)
         self.apply_inbox()
         flush_for = plan.barrier_timeout + plan.rpc_timeout
         t0 = time.perf_counter()
         for dest in node.destinations.values():
-            node.mark_alive()
+            self.mark_alive()
             dest.flush(flush_for)
         self.timers.add("drain", time.perf_counter() - t0)
-        with node.cond:
+        with self.signals.cond:
             node.phase = Phase.DONE
-        node.done.set()
-        log.info("done: %d rounds, %d examples, %d delta messages sent", node.rounds,
-                 node.examples, node.deltas_sent)
+        self.signals.done.set()
+        log.info("done: %d rounds, %d examples, %d delta messages sent", self.counters.rounds,
+                 self.counters.examples, self.counters.deltas_sent)
+
+    def tree_wait(self, plan: RunPlan, ready: Callable[[dict[int, PeerStatus]], bool],
+                  finished: bool, waiting_for: str) -> None:
+        """Topology tree: relay what arrives (apply it, owe it on, send what is due) until
+        ``ready(peers)``; a neighbour silent for barrier_timeout is dropped."""
+        node, tree = self.node, self.relay.tree
+        assert tree is not None
+        while True:
+            self.mark_alive()
+            # Looked at before relaying: whatever made it true is in the queue now.
+            peers = node.inbox.snapshot()
+            done = ready(peers)
+            with self.signals.exchange_lock:
+                self.apply_inbox()
+                self.relay.flush(plan, self.counters.rounds, finished)
+            if done and (not finished or tree.settled(node.inbox.snapshot())):
+                return
+            if node.fatal is not None:
+                return
+            node.inbox.wait(lambda p: ready(p) or node.inbox.queued() > 0,
+                            min(0.25, plan.barrier_timeout))
+            self.liveness.drop_silent(plan, self.counters.rounds, waiting_for)
 
     def await_peer_finals(self, plan: RunPlan) -> None:
         node = self.node
         # A peer still training keeps sending deltas; one silent for barrier_timeout is gone.
         while True:
-            node.mark_alive()
+            self.mark_alive()
             settled = node.inbox.wait(
                 lambda peers: self.driver.peers_settled(peers) or node.fatal is not None, 0.25)
             self.apply_inbox()
             if settled or node.fatal is not None:
                 return
-            self.liveness.drop_silent(plan, node.rounds, "waiting for its final delta")
+            self.liveness.drop_silent(plan, self.counters.rounds, "waiting for its final delta")
 
 
 class InboxView:

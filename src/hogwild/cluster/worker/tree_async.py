@@ -3,40 +3,31 @@
 from __future__ import annotations
 
 import logging
-from typing import Protocol
 
 from hogwild.cluster.transport.keys import COORDINATOR_SENDER_ID
 from hogwild.cluster.transport.sender import Destination, OutgoingDelta
 from hogwild.cluster.wire.codec import DeltaHeader
-from hogwild.cluster.worker.phase import COORDINATOR_ID
+from hogwild.cluster.worker.shared import Counters
 from hogwild.engine.tree import TreeLinks
 
 log = logging.getLogger("hogwild.worker")
 
 
-class ResendHost(Protocol):
-    """What re-sending reads and counts on the worker (the node; its destinations are
-    replaced whole when one changes)."""
-
-    destinations: dict[int, Destination]
-    examples: int
-    deltas_sent: int
-
-
-def resend_async(node: ResendHost, tree: TreeLinks, old: int, new: int) -> None:
-    """(The node's exchange and tree locks held.) The parent ``old`` died: send the new
-    parent ``new`` again every message the coordinator's applied count of this node does not
-    cover, each alone under its round, with the counts it first carried, marked re-sent.
-    They stay kept until the coordinator's counts cover them (``new`` may die too)."""
+def resend_async(tree: TreeLinks, dest: Destination | None, counters: Counters, old: int,
+                 new: int) -> None:
+    """(The exchange and tree locks held.) The parent ``old`` died: send the new parent
+    ``new`` (through ``dest``, None before the destinations are open) again every message
+    the coordinator's applied count of this node does not cover, each alone under its
+    round, with the counts it first carried, marked re-sent. They stay kept until the
+    coordinator's counts cover them (``new`` may die too)."""
     tree.orphaned(sync=False)  # frozen until the new parent's resync levels it (engine/treeview.py)
     replays = tree.resend()
-    dest = node.destinations.get(COORDINATOR_ID if new == COORDINATOR_SENDER_ID else new)
     if dest is None:  # not running yet: nothing was sent to anyone
         return
     for u in replays:
-        dest.put_delta(OutgoingDelta(u.round, False, node.examples, u.indices, u.values,
+        dest.put_delta(OutgoingDelta(u.round, False, counters.examples, u.indices, u.values,
                                      apart=True, covers=u.covers, resent=True))
-        node.deltas_sent += 1
+        counters.deltas_sent += 1
     where = "the coordinator" if new == COORDINATOR_SENDER_ID else f"worker {new}"
     if replays:
         log.warning("tree: re-sent %d message(s) (up-messages %d-%d) to %s that the "

@@ -8,7 +8,6 @@ from typing import Protocol
 
 import numpy as np
 
-from hogwild.cluster.transport.sender import Destination
 from hogwild.cluster.wire.codec import DecodedDelta
 from hogwild.cluster.wire.wholeparts import WholeParts
 from hogwild.cluster.worker.inbox import Inbox
@@ -20,37 +19,35 @@ log = logging.getLogger("hogwild.worker")
 
 
 class TreeIntakeHost(Protocol):
-    """What taking in a tree neighbour's delta reads of the worker (the node; configure
-    replaces its inbox and tree, and the destinations are replaced whole when one changes),
-    and how it queues a message owed on."""
+    """What taking in a tree neighbour's delta reads of the tree relay (tree_relay.py;
+    configure replaces its links), and how it owes a message on."""
 
     whole_parts: WholeParts
-    inbox: Inbox
     tree: TreeLinks | None
-    destinations: dict[int, Destination]
-    rounds: int
 
-    def tree_put(self, f: Flush) -> None: ...
+    def put(self, f: Flush) -> None: ...
+
+    def forward(self) -> None: ...
 
 
-def take_tree_delta(node: TreeIntakeHost, plan: RunPlan, delta: DecodedDelta,
+def take_tree_delta(relay: TreeIntakeHost, inbox: Inbox, plan: RunPlan, delta: DecodedDelta,
                     limit: int | None) -> bool:
-    """(The node's tree lock held.) Take in ``delta`` from a tree neighbour; True if it was a
+    """(The tree lock held.) Take in ``delta`` from a tree neighbour; True if it was a
     duplicate. A message in parts is held until its last part is in, then taken part by
     part (protocol/wholeparts.py: a dead child's unfinished message is never summed, so the
     orphans' re-sends are not summed twice); Busy, with nothing taken, if it does not fit."""
-    whole = node.whole_parts
+    whole = relay.whole_parts
     for sender in whole.senders():  # a dropped neighbour's unfinished messages: never summed
-        if node.inbox.dropped(sender):
+        if inbox.dropped(sender):
             whole.forget(sender)
-    if whole.holds(delta) or node.inbox.seen(delta.key):
+    if whole.holds(delta) or inbox.seen(delta.key):
         return True
     whole.room(delta)
     parts = whole.add(delta)
     if parts is None:
         return False
     h = delta.header
-    tree = node.tree
+    tree = relay.tree
     assert tree is not None
     levelled = None
     if h.resync and h.worker_id == tree.parent and tree.view is not None:
@@ -61,7 +58,7 @@ def take_tree_delta(node: TreeIntakeHost, plan: RunPlan, delta: DecodedDelta,
         size = (sum(int(p.values.shape[0]) for p in parts) if levelled is None
                 else int(levelled[0].shape[0]))
         try:
-            node.inbox.room(h.worker_id, size)
+            inbox.room(h.worker_id, size)
         except Exception:
             for p in parts:  # held again: the sender retries this part
                 if p is not delta:
@@ -81,7 +78,7 @@ def take_tree_delta(node: TreeIntakeHost, plan: RunPlan, delta: DecodedDelta,
                                      values=levelled[1].astype(np.float32), dense=False)]
     duplicate = False
     for part in parts:
-        duplicate = _take(node, plan, part, limit)
+        duplicate = _take(relay, inbox, plan, part, limit)
     return duplicate
 
 
@@ -90,15 +87,16 @@ def _emptied(delta: DecodedDelta) -> DecodedDelta:
                                dense=False)
 
 
-def _take(node: TreeIntakeHost, plan: RunPlan, delta: DecodedDelta, limit: int | None) -> bool:
-    tree = node.tree
+def _take(relay: TreeIntakeHost, inbox: Inbox, plan: RunPlan, delta: DecodedDelta,
+          limit: int | None) -> bool:
+    tree = relay.tree
     assert tree is not None
     h, sync = delta.header, plan.mode == "sync"
     # Sync: an orphan's re-sent message that its dead parent passed on here already counts
     # (seq, round) but is neither applied nor owed on again (TreeLinks.known).
     held = (tree.known(h.worker_id, h.round) if sync else
             h.resent and tree.held(h.worker_id, h.covers))
-    if not node.inbox.offer(_emptied(delta) if held else delta, limit):
+    if not inbox.offer(_emptied(delta) if held else delta, limit):
         return True
     if sync and held:
         if h.part == h.parts - 1:
@@ -107,9 +105,6 @@ def _take(node: TreeIntakeHost, plan: RunPlan, delta: DecodedDelta, limit: int |
     if not sync and tree_heard(tree, h, held):
         return False
     tree.received(h.worker_id, delta.indices, delta.values, h.round)
-    # On at once (no hop waits for a round boundary), once the destinations are open;
-    # before, it stays owed for the first exchange.
-    if plan.mode == "async" and node.destinations:
-        for f in tree.forward(node.rounds):
-            node.tree_put(f)
+    if plan.mode == "async":
+        relay.forward()
     return False

@@ -143,7 +143,7 @@ class TreeRoot(StarRelay):
                     ) -> bool:
         """As the star relay's; also, a worker of the tree that sends here routes around
         its ancestors: they died (as its own neighbours would conclude, see
-        WorkerNode.check_tree_sender), whether or not their silence was noticed here yet.
+        TreeRelay.check_sender), whether or not their silence was noticed here yet.
         Refused instead, the orphan left the run to register again. True for an orphan's
         re-sent message that reached the model through its dead parent."""
         self._vouched(worker_id)
