@@ -35,8 +35,6 @@ class LivenessHost(Protocol):
     plan: RunPlan | None
     inbox: Inbox
     destinations: dict[int, Destination]
-    run_id: str
-    worker_id: int
     ended_by_coordinator: bool
 
     def drop_peer(self, pid: int, round_: int, reason: str) -> None: ...
@@ -101,7 +99,7 @@ class Liveness:
                 return  # the final delta is sent: no peer waits for this worker any more
             # (tree: a finished worker relays until its neighbours finish: still alive)
             message = pb.HeartbeatRequest(protocol_version=PROTOCOL_VERSION,
-                                          run_id=node.run_id, worker_id=node.worker_id,
+                                          run_id=plan.run_id, worker_id=plan.worker_id,
                                           round=self.counters.rounds)
             for dest_id, dest in list(node.destinations.items()):
                 # A destination with traffic queued gets deltas (signs of life) anyway.

@@ -38,8 +38,6 @@ class RoundsHost(Protocol):
     one changes), its phase, and why and how it stops."""
 
     phase: Phase
-    run_id: str
-    worker_id: int
     plan: RunPlan | None
     step_plan: RunPlan | None
     arrays: CSRArrays | None
@@ -329,13 +327,13 @@ class RoundLoop:
                       examples: int) -> list[pb.Delta]:
         """The messages of one delta under a new seq (exchange and sender threads call it); each
         destination renumbers what it sends in its own sequence (sender.py)."""
-        node = self.node
+        plan = self.node.plan
         with self.seq_lock:
             self.seq += 1
             seq = self.seq
-        assert node.plan is not None
-        header = DeltaHeader(run_id=node.run_id, worker_id=node.worker_id, round=round_,
-                             seq=seq, dim=node.plan.dim, final=final, examples=examples)
+        assert plan is not None
+        header = DeltaHeader(run_id=plan.run_id, worker_id=plan.worker_id, round=round_,
+                             seq=seq, dim=plan.dim, final=final, examples=examples)
         return encode_delta_parts(header, indices, values, self.chunk_bytes)
 
     def barrier(self, plan: RunPlan, round_: int) -> None:
