@@ -382,33 +382,63 @@ def test_folder_cycles() -> None:
     assert found == KNOWN_UNIT_CYCLES, f"cycles between units: {found}"
 
 
-# The worker's helper modules reach the node through its public names only: a private name
-# (`node._x`) stays node.py's own, so it can change without touching its collaborators.
-def node_private_reaches(source: str) -> list[str]:
-    """`node._x` and `self.node._x` in source (dunders aside): line and name of each."""
+# The worker's modules reach the node, and one another's objects, through public names only:
+# a private name (`node._x`, `self.relay._x`) stays its own module's, so it can change without
+# touching its collaborators.
+def private_reaches(source: str) -> list[str]:
+    """`x._y` in source for any x but `self` and `cls` (dunders aside): line and name of each."""
     found: list[tuple[int, str]] = []
     for item in ast.walk(ast.parse(source)):
         if not (isinstance(item, ast.Attribute) and item.attr.startswith("_")
                 and not item.attr.startswith("__")):
             continue
         owner = item.value
-        if ((isinstance(owner, ast.Name) and owner.id == "node")
-                or (isinstance(owner, ast.Attribute) and owner.attr == "node")):
+        if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
             found.append((item.lineno, item.attr))
     return [f"{line}: {name}" for line, name in sorted(found)]
 
 
 def test_the_private_reach_check_finds_one() -> None:
-    source = "def f(node, self):\n    node._cond.wait()\n    self.node._drop(1)\n    node.x.__len__()\n"
-    assert node_private_reaches(source) == ["2: _cond", "3: _drop"]
+    source = ("def f(node, self):\n    node._cond.wait()\n    self.node._drop(1)\n"
+              "    node.x.__len__()\n    self._own = 1\n    relay.tree._links.clear()\n")
+    assert private_reaches(source) == ["2: _cond", "3: _drop", "6: _links"]
 
 
-def test_worker_helpers_use_only_the_nodes_public_names() -> None:
-    helpers = sorted(p for p in (PACKAGE_ROOT / "cluster" / "worker").glob("*.py") if p.name != "node.py")
-    assert len(helpers) > 10
-    reaches = {p.name: found for p in helpers
-               if (found := node_private_reaches(p.read_text(encoding="utf-8")))}
+def test_worker_modules_use_only_each_others_public_names() -> None:
+    modules = sorted((PACKAGE_ROOT / "cluster" / "worker").glob("*.py"))
+    assert len(modules) > 10
+    reaches = {p.name: found for p in modules
+               if (found := private_reaches(p.read_text(encoding="utf-8")))}
     assert reaches == {}
+
+
+# Each worker role sees the node through a Protocol declared beside it (RoundsHost, ...), and
+# is handed what it shares with the others (shared.py's locks, events and counters, the tree
+# relay) rather than reaching it through the node: none names more than this many members.
+HOST_MEMBERS_AT_MOST = 14
+
+
+def protocol_members(source: str) -> dict[str, int]:
+    """Each Protocol class in source: how many attributes and methods it declares."""
+    return {item.name: sum(isinstance(m, (ast.AnnAssign, ast.FunctionDef)) for m in item.body)
+            for item in ast.parse(source).body
+            if isinstance(item, ast.ClassDef)
+            and any(isinstance(b, ast.Name) and b.id == "Protocol" for b in item.bases)}
+
+
+def test_the_protocol_count_sees_attributes_and_methods() -> None:
+    source = ("class H(Protocol):\n    \"\"\"Doc.\"\"\"\n\n    a: int\n    b: str\n\n"
+              "    def f(self) -> None: ...\n\n\nclass N:\n    c: int\n")
+    assert protocol_members(source) == {"H": 3}
+
+
+def test_worker_host_protocols_keep_to_a_budget() -> None:
+    found = {f"{p.name}: {name}": count
+             for p in sorted((PACKAGE_ROOT / "cluster" / "worker").glob("*.py"))
+             for name, count in protocol_members(p.read_text(encoding="utf-8")).items()}
+    assert "roundloop.py: RoundsHost" in found
+    over = {name: count for name, count in found.items() if count > HOST_MEMBERS_AT_MOST}
+    assert over == {}, f"over the budget of {HOST_MEMBERS_AT_MOST} members: {over}"
 
 
 NODE_MODULE = "hogwild.cluster.worker.node"
