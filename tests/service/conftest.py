@@ -89,7 +89,7 @@ def worker_server(coordinator_server: CoordinatorServer) -> Iterator[WorkerServe
         yield WorkerServer(server, port, node, health, channel, pb_grpc.WorkerStub(channel),
                            pb_grpc.WorkerStub(peer_channel))
     finally:
-        node.request_stop("test over")
+        node.ending.request_stop("test over")
         node.close()
         for open_channel in (channel, peer_channel):
             if open_channel is not None:

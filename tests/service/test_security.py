@@ -319,7 +319,7 @@ def test_long_calls_are_bounded_and_a_missing_deadline_is_rpc_timeout(
             # The server still answers other calls afterwards.
             assert check(address, timeout=5) in ("SERVING", "NOT_SERVING")
     finally:
-        node.request_stop("test over")
+        node.ending.request_stop("test over")
         node.close()
         server.stop(grace=None).wait(5)
 

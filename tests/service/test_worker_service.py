@@ -420,12 +420,12 @@ def test_a_refused_progress_report_sends_the_worker_to_register_again(
     node = _configured_async(worker_server).node
     node.liveness.on_rejected(COORDINATOR_ID, "ReportProgress", grpc.StatusCode.PERMISSION_DENIED,
                       "the caller is not worker 0")
-    assert node.rejoin_reason is None  # not a sign of a coordinator that forgot it
+    assert node.ending.rejoin_reason is None  # not a sign of a coordinator that forgot it
     node.liveness.on_rejected(COORDINATOR_ID, "ReportProgress", grpc.StatusCode.FAILED_PRECONDITION,
                       "worker 0 has not registered with this coordinator since it was "
                       "resumed: register again")
-    assert node.rejoin_reason is not None and "ReportProgress" in node.rejoin_reason
-    assert node.abandoned and node.signals.stop_requested.is_set()
+    assert node.ending.rejoin_reason is not None and "ReportProgress" in node.ending.rejoin_reason
+    assert node.ending.abandoned and node.signals.stop_requested.is_set()
 
 
 def _wide_delta(run_id: str, seq: int, width: int = 6000) -> pb.Delta:

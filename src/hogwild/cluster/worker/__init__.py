@@ -75,7 +75,7 @@ def serve(settings: Settings) -> int:
 
     def on_sigterm() -> None:  # SIGTERM: NOT_SERVING, stop training, final delta, leave
         health.set(False)
-        servicer.node.request_stop("SIGTERM", leave=True)
+        servicer.node.ending.request_stop("SIGTERM", leave=True)
         servicer.node.signals.started.set()  # wake a worker still waiting for the run to start
 
     # Before the port is announced: whoever reads it may send SIGTERM at once.
@@ -120,19 +120,19 @@ def serve(settings: Settings) -> int:
             health.set(True)
             node.liveness.wait_for_start(settings.register_timeout + settings.connect_timeout)
             node.run()
-            if node.rejoin_reason is None or sigterm.received:
+            if node.ending.rejoin_reason is None or sigterm.received:
                 break
             node.close()
             servicer.node = WorkerNode(settings)
-        if node.fatal is not None:
-            raise ClusterError(node.fatal)
+        if node.ending.fatal is not None:
+            raise ClusterError(node.ending.fatal)
         # The coordinator collects the final state after Stop; do not wait forever.
-        if (node.signals.done.is_set() and not node.leaving
+        if (node.signals.done.is_set() and not node.ending.leaving
                 and not node.liveness.wait_collected(settings.connect_timeout)):
             log.warning("the coordinator did not collect the final state (gone, or not within "
                         "connect_timeout=%.0fs)", settings.connect_timeout)
         # SIGTERM first, or while registering again: this worker left a run that goes on.
-        if sigterm.received and (node.stop_reason == "SIGTERM" or node.rejoin_reason is not None):
+        if sigterm.received and (node.ending.stop_reason == "SIGTERM" or node.ending.rejoin_reason is not None):
             log.info("left the run on SIGTERM (exit %d: a supervisor may start it again, and it "
                      "rejoins)", EXIT_LEFT)
             return EXIT_LEFT

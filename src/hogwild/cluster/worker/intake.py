@@ -14,7 +14,7 @@ from hogwild.cluster.worker.inbox import Inbox
 from hogwild.cluster.worker.localdata import load_local_shard
 from hogwild.cluster.worker.phase import Phase
 from hogwild.cluster.worker.plan import RunPlan
-from hogwild.cluster.worker.shared import Signals
+from hogwild.cluster.worker.shared import Ending, Signals
 from hogwild.config import Settings
 from hogwild.data.formats.cache import user_cache_dir
 from hogwild.engine.round import RoundEngine
@@ -34,20 +34,18 @@ class IntakeHost(Protocol):
     plan: RunPlan | None
     engine: RoundEngine
     inbox: Inbox
-    fatal: str | None
 
     def wait_registered(self, timeout: float) -> None: ...
-
-    def request_stop(self, reason: str, leave: bool = False) -> None: ...
 
 
 class Intake:
     """Receives the shard (streamed, or read from the worker's own copy) and starting weights."""
 
-    def __init__(self, node: IntakeHost, signals: Signals, settings: Settings,
+    def __init__(self, node: IntakeHost, signals: Signals, ending: Ending, settings: Settings,
                  callers: Callers) -> None:
         self.node = node
         self.signals = signals
+        self.ending = ending
         self.settings = settings
         self.callers = callers
 
@@ -103,8 +101,8 @@ class Intake:
                     f"non-zeros, about {(8 * nnz + 12 * rows) / 1e6:,.0f} MB held): give it "
                     "more memory, start more workers, or set out_of_core: true") from None
         except DataError as exc:
-            node.fatal = f"cannot train on the planned rows: {exc}"
-            node.request_stop("it cannot hold or read the planned rows")
+            self.ending.fatal = f"cannot train on the planned rows: {exc}"
+            self.ending.request_stop("it cannot hold or read the planned rows")
             raise
         return ReceivedShard(data, plan.digest, plan.bytes_received, plan.shard_index,
                              plan.shard_count)

@@ -17,7 +17,7 @@ from hogwild.cluster.worker.inbox import Inbox
 from hogwild.cluster.worker.phase import COORDINATOR_ID, Phase
 from hogwild.cluster.worker.plan import RunPlan
 from hogwild.cluster.worker.report import Reports
-from hogwild.cluster.worker.shared import Counters, Signals
+from hogwild.cluster.worker.shared import Counters, Ending, Signals
 from hogwild.cluster.worker.watch import CoordinatorWatch
 from hogwild.errors import ClusterError
 
@@ -35,21 +35,19 @@ class LivenessHost(Protocol):
     plan: RunPlan | None
     inbox: Inbox
     destinations: dict[int, Destination]
-    ended_by_coordinator: bool
 
     def drop_peer(self, pid: int, round_: int, reason: str) -> None: ...
-
-    def leave_to_rejoin(self, reason: str) -> None: ...
 
 
 class Liveness:
     """Signs of life sent and looked for: who is silent, unreachable, or refuses this worker."""
 
-    def __init__(self, node: LivenessHost, signals: Signals, counters: Counters,
+    def __init__(self, node: LivenessHost, signals: Signals, counters: Counters, ending: Ending,
                  coordinator_address: str, security: Security, reports: Reports) -> None:
         self.node = node
         self.signals = signals
         self.counters = counters
+        self.ending = ending
         self.coordinator_address = coordinator_address
         self.security = security
         self.reports = reports  # progress: a relay's sign of life (heartbeat_loop)
@@ -162,13 +160,13 @@ class Liveness:
     def on_destination_down(self, dest_id: int, why: str) -> None:
         node = self.node
         if dest_id == COORDINATOR_ID:
-            if node.ended_by_coordinator:
+            if self.ending.ended_by_coordinator:
                 # It ended the run (a failure such as divergence may end it at once, without
                 # collecting): nothing to register again for. This worker used to wait
                 # connect_timeout for a successor that nobody starts.
                 log.info("the coordinator that ended the run is gone (%s): finishing", why)
                 return
-            node.leave_to_rejoin(f"the coordinator is unreachable ({why})")
+            self.ending.leave_to_rejoin(f"the coordinator is unreachable ({why})")
             return
         status = node.inbox.snapshot().get(dest_id)
         if status is not None and status.final:
@@ -193,5 +191,5 @@ class Liveness:
             running = node.phase == Phase.RUNNING
         if running:
             who = "the coordinator" if dest_id == COORDINATOR_ID else f"peer {dest_id}"
-            node.leave_to_rejoin(f"{who} refused its {rpc}: {details}")
+            self.ending.leave_to_rejoin(f"{who} refused its {rpc}: {details}")
 

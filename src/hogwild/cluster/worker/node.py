@@ -40,7 +40,7 @@ from hogwild.cluster.worker.plan import RunPlan
 from hogwild.cluster.worker.registration import register_with, routable_host
 from hogwild.cluster.worker.report import Reports
 from hogwild.cluster.worker.roundloop import RoundLoop
-from hogwild.cluster.worker.shared import Counters, Signals
+from hogwild.cluster.worker.shared import Counters, Ending, Signals
 from hogwild.cluster.worker.tree_intake import take_tree_delta
 from hogwild.cluster.worker.tree_relay import TreeRelay
 from hogwild.config import Settings
@@ -90,16 +90,10 @@ class WorkerNode:
         self.engine = RoundEngine(ExchangeRules(), np.zeros(0, dtype=np.float64))
         self.inbox = Inbox({})
         self.destinations: dict[int, Destination] = {}
-        self.stop_reason = ""
-        self.leaving = False              # SIGTERM: finish without waiting for peers
-        self.ended_by_coordinator = False  # a Stop (not a hand-over): the run is over
-        self.fatal: str | None = None
+        # Why and how this worker stops (a Stop, SIGTERM, a failure, registering again).
+        self.ending = Ending(self.signals, lambda: self.inbox.wake())
         self.reported_down: set[int] = set()  # peers reported down (announcements: back)
         self.timers = Timers()
-        # Why this worker must register again (the coordinator was lost, or its peers dropped
-        # it while it was stalled); None while it is a member of the run.
-        self.rejoin_reason: str | None = None
-        self.abandoned = False            # leaving without sending anything more
         self.peer_addresses: dict[int, str] = {}  # a rejoined peer's new address (outbound)
         # Sent to the coordinator only: what makes a registration this process's (anyone
         # may learn the host and pid, see identify).
@@ -110,13 +104,13 @@ class WorkerNode:
         self.relay = TreeRelay(self, sig, counters, settings.coordinator_address,
                                self.peer_addresses)
         self.callers = Callers(self, self.relay)
-        self.intake = Intake(self, sig, settings, self.callers)
+        self.intake = Intake(self, sig, self.ending, settings, self.callers)
         self.reports = Reports(self, sig, counters, self.callers, self.timers,
                                settings.chunk_bytes)
-        self.liveness = Liveness(self, sig, counters, settings.coordinator_address,
-                                 self.security, self.reports)
-        self.loop = RoundLoop(self, sig, counters, self.relay, self.timers, self.reports,
-                              self.liveness, settings.device, settings.chunk_bytes)
+        self.liveness = Liveness(self, sig, counters, self.ending,
+                                 settings.coordinator_address, self.security, self.reports)
+        self.loop = RoundLoop(self, sig, counters, self.ending, self.relay, self.timers,
+                              self.reports, self.liveness, settings.device, settings.chunk_bytes)
         self.outbound = Outbound(self, sig, settings.coordinator_address, self.security,
                                  self.timers, self.loop.encode_delta,
                                  self.liveness.on_destination_down, self.liveness.on_rejected)
@@ -276,27 +270,15 @@ class WorkerNode:
             raise StaleOrUnknown("heartbeat received before the run config")
         self.inbox.touch(int(message.worker_id))
 
-    def request_stop(self, reason: str, leave: bool = False) -> None:
-        """Finish at the next round boundary (Stop RPC, max rounds, SIGTERM with leave=True)."""
-        if leave:
-            self.leaving = True
-        if not self.signals.stop_requested.is_set():
-            self.stop_reason = reason
-            log.info("stop requested: %s", reason)
-        self.signals.stop_requested.set()
-        with self.signals.cond:
-            self.signals.cond.notify_all()
-        self.inbox.wake()
-
     def stop(self, message: pb.StopRequest) -> None:
         self.callers.check_run(message.protocol_version, message.run_id, "stop")
         if message.register_again:
             # The coordinator hands the run over to a successor that resumes it from the
             # checkpoint it has just written: what this worker trained since is superseded.
-            self.leave_to_rejoin(message.reason or "the coordinator is being replaced")
+            self.ending.leave_to_rejoin(message.reason or "the coordinator is being replaced")
             return
-        self.ended_by_coordinator = True
-        self.request_stop(message.reason or "coordinator asked to stop")
+        self.ending.ended_by_coordinator = True
+        self.ending.request_stop(message.reason or "coordinator asked to stop")
 
     # ------------------------------------------------------------------- running
 
@@ -328,15 +310,6 @@ class WorkerNode:
             coordinator.put("ReportPeerDown", pb.PeerDown(
                 protocol_version=PROTOCOL_VERSION, run_id=self.run_id,
                 worker_id=self.worker_id, peer_id=pid, round=round_, reason=reason))
-
-    def leave_to_rejoin(self, reason: str) -> None:
-        """Stop at once without sending anything more; serve() then registers again."""
-        if self.rejoin_reason is not None:
-            return
-        self.rejoin_reason = reason
-        self.abandoned = True
-        log.warning("leaving the run to register again: %s", reason)
-        self.request_stop(reason, leave=True)
 
     def close(self) -> None:
         """Flush (bounded) and close every outgoing channel."""

@@ -19,7 +19,7 @@ from hogwild.cluster.worker.liveness import Liveness
 from hogwild.cluster.worker.phase import Phase
 from hogwild.cluster.worker.plan import RunPlan
 from hogwild.cluster.worker.report import Reports
-from hogwild.cluster.worker.shared import Counters, Signals
+from hogwild.cluster.worker.shared import Counters, Ending, Signals
 from hogwild.cluster.worker.tree_relay import TreeRelay
 from hogwild.engine.driver import Next, Part, RoundDriver
 from hogwild.engine.gpu_rounds import device_calls
@@ -35,7 +35,7 @@ log = logging.getLogger("hogwild.worker")
 class RoundsHost(Protocol):
     """What the round loop reads and updates on the worker (the node): the state configure
     and Start replace (plan, engine, inbox, arrays), the destinations (replaced whole when
-    one changes), its phase, and why and how it stops."""
+    one changes), and its phase."""
 
     phase: Phase
     plan: RunPlan | None
@@ -45,13 +45,6 @@ class RoundsHost(Protocol):
     engine: RoundEngine
     inbox: Inbox
     destinations: dict[int, Destination]
-    fatal: str | None
-    stop_reason: str
-    leaving: bool
-    abandoned: bool
-    rejoin_reason: str | None
-
-    def request_stop(self, reason: str, leave: bool = False) -> None: ...
 
 
 class RoundLoop:
@@ -82,12 +75,13 @@ class RoundLoop:
     ``timers`` and returned with the final state.
     """
 
-    def __init__(self, node: RoundsHost, signals: Signals, counters: Counters, relay: TreeRelay,
-                 timers: Timers, reports: Reports, liveness: Liveness, device: str,
-                 chunk_bytes: int) -> None:
+    def __init__(self, node: RoundsHost, signals: Signals, counters: Counters, ending: Ending,
+                 relay: TreeRelay, timers: Timers, reports: Reports, liveness: Liveness,
+                 device: str, chunk_bytes: int) -> None:
         self.node = node
         self.signals = signals
         self.counters = counters
+        self.ending = ending
         self.relay = relay  # topology tree: what each neighbour is owed (tree None elsewhere)
         self.timers = timers
         self.reports = reports
@@ -133,7 +127,7 @@ class RoundLoop:
         node = self.node
         plan, arrays = node.plan, node.arrays
         if (plan is None or arrays is None or not self.signals.started.is_set()
-                or node.rejoin_reason is not None):  # left before Start: register again
+                or self.ending.rejoin_reason is not None):  # left before Start: register again
             return
         node.inbox.touch_all()  # (the destinations were opened by configure)
         beating = threading.Thread(target=self.liveness.heartbeat_loop, args=(plan,),
@@ -163,7 +157,7 @@ class RoundLoop:
             try:
                 self.exchange_loop(plan)
             finally:
-                node.request_stop(node.stop_reason or "training ended")
+                self.ending.request_stop(self.ending.stop_reason or "training ended")
                 threads.join()
                 # The whole process (kernel, exchange, senders, gRPC's own threads) while it
                 # trained: beside "train_cpu", what the exchange costs in CPU.
@@ -190,7 +184,7 @@ class RoundLoop:
     def thread_failed(self, k: int, exc: Exception) -> None:
         """A bug: stop the node rather than hang the barrier (the exchange thread raises it)."""
         log.exception("training thread %d failed", k)
-        self.node.fatal = f"training thread failed: {exc}"
+        self.ending.fatal = f"training thread failed: {exc}"
 
     def may_start(self, r: int) -> bool:
         """Block until round ``r`` may start; False if the node is stopping."""
@@ -214,14 +208,13 @@ class RoundLoop:
         return not stop.is_set()
 
     def exchange_loop(self, plan: RunPlan) -> None:
-        node = self.node
         threads = self.threads
         assert threads is not None
         last = plan.first_round - 1
 
         def boundary_or_end(done: int) -> bool:
             ready, alive = threads.slowest()
-            return ready > done or not alive or node.fatal is not None
+            return ready > done or not alive or self.ending.fatal is not None
 
         while True:
             self.mark_alive()
@@ -229,8 +222,8 @@ class RoundLoop:
                 self.signals.cond.wait_for(lambda done=last: boundary_or_end(done),  # type: ignore[misc]
                                            timeout=1.0)
                 ready, alive = threads.slowest()
-            if node.fatal is not None:
-                raise ClusterError(node.fatal)
+            if self.ending.fatal is not None:
+                raise ClusterError(self.ending.fatal)
             if ready > last:
                 self.round_trained(plan, ready)
                 last = ready
@@ -261,7 +254,7 @@ class RoundLoop:
                 self.apply_inbox()
             except Exception as exc:  # a bug: stop the node; the exchange thread raises it
                 log.exception("applying a received delta failed")
-                node.fatal = f"applying a received delta failed: {exc}"
+                self.ending.fatal = f"applying a received delta failed: {exc}"
                 with self.signals.cond:
                     self.signals.cond.notify_all()
                 return
@@ -357,7 +350,7 @@ class RoundLoop:
                     self.mark_alive()
                     self.liveness.drop_silent(plan, round_, f"waiting for round {round_}")
             waited += time.perf_counter() - t0
-            if node.fatal is not None:  # the exchange loop raises it
+            if self.ending.fatal is not None:  # the exchange loop raises it
                 break
             with self.signals.exchange_lock:
                 if stop.is_set():  # not passed: what arrived is applied still
@@ -373,7 +366,7 @@ class RoundLoop:
         node = self.node
         with self.signals.cond:
             node.phase = Phase.FINISHING
-        if node.abandoned:  # out of the run: nothing more is sent, to anyone
+        if self.ending.abandoned:  # out of the run: nothing more is sent, to anyone
             for dest in node.destinations.values():
                 dest.abandon()
             with self.signals.cond:
@@ -386,7 +379,7 @@ class RoundLoop:
             # Even when leaving: its subtree reaches the rest of the run through it only.
             self.tree_wait(plan, lambda peers: all(p.settled for p in peers.values()),
                            finished=True, waiting_for="waiting for its final delta")
-        elif not node.leaving:
+        elif not self.ending.leaving:
             self.await_peer_finals(plan)
         self.apply_inbox()
         flush_for = plan.barrier_timeout + plan.rpc_timeout
@@ -417,7 +410,7 @@ class RoundLoop:
                 self.relay.flush(plan, self.counters.rounds, finished)
             if done and (not finished or tree.settled(node.inbox.snapshot())):
                 return
-            if node.fatal is not None:
+            if self.ending.fatal is not None:
                 return
             node.inbox.wait(lambda p: ready(p) or node.inbox.queued() > 0,
                             min(0.25, plan.barrier_timeout))
@@ -429,9 +422,9 @@ class RoundLoop:
         while True:
             self.mark_alive()
             settled = node.inbox.wait(
-                lambda peers: self.driver.peers_settled(peers) or node.fatal is not None, 0.25)
+                lambda peers: self.driver.peers_settled(peers) or self.ending.fatal is not None, 0.25)
             self.apply_inbox()
-            if settled or node.fatal is not None:
+            if settled or self.ending.fatal is not None:
                 return
             self.liveness.drop_silent(plan, self.counters.rounds, "waiting for its final delta")
 
