@@ -306,3 +306,49 @@ def test_pairs_go_into_one_buffer_sized_by_the_count_and_fall_back_when_it_is_wr
     np.testing.assert_array_equal(mixed[1], np.concatenate([plain[1], wide.index]))
     np.testing.assert_array_equal(mixed[2], np.concatenate([plain[2], wide.values]))
     np.testing.assert_array_equal(mixed[0], np.concatenate([plain[0], wide.counts]))
+
+
+@pytest.mark.parametrize("readers", [2, 3])
+def test_row_groups_read_side_by_side_come_in_order_and_close_their_files(
+        parts: tuple[Path, Path], readers: int) -> None:
+    import dataclasses
+
+    from hogwild.data.formats import columnar
+    from hogwild.data.formats.csvquery import parse_csv_spec
+
+    folder, _ = parts
+    read_options = parse_csv_spec(f"{folder}?{QUERY}", "parquet")[1]
+    read = columnar.table_read("parquet", str(folder), options=read_options)
+    opened: list[Any] = []
+
+    def opener(name: str) -> Any:
+        handle = read.files.opener(name)
+        opened.append(handle)
+        return handle
+
+    watched = dataclasses.replace(read, files=columnar.Files(read.files.names, opener))
+
+    def as_rows(parts_: Any) -> list[tuple[str, int, int, dict[str, list[Any]]]]:
+        return [(p.path, p.first_row, p.n_rows,
+                 {c: a.to_pylist() for c, a in p.arrays.items()}) for p in parts_]
+
+    one = as_rows(read.parts(readers=1))
+    side = as_rows(watched.parts(readers=readers))
+    assert side == one and len(one) == 4 + 3 + 3  # every file's row groups of 7, in order
+    assert opened and all(h.closed for h in opened)
+    # A pass left early (the caller found what it needed) still closes what it opened.
+    opened.clear()
+    it = watched.parts(readers=readers)
+    next(it)
+    it.close()
+    assert opened and all(h.closed for h in opened)
+    fsspec = pytest.importorskip("fsspec")
+    memory = fsspec.filesystem("memory")
+    for path in sorted(folder.glob("*.parquet")):
+        memory.pipe(f"/hogwild-side/{path.name}", path.read_bytes())
+    try:
+        remote = columnar.table_read("parquet", "memory://hogwild-side", options=read_options)
+        assert [row[1:] for row in as_rows(remote.parts(readers=readers))] == \
+            [row[1:] for row in one]
+    finally:
+        memory.rm("/hogwild-side", recursive=True)

@@ -12,6 +12,8 @@ pyarrow is an optional extra: ``pip install 'hogwild[parquet]'``.
 from __future__ import annotations
 
 import glob
+import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -292,6 +294,57 @@ def _parts(scheme: str, files: Files, needed: list[str]) -> Iterator[ArrowPart]:
     return _ahead(_read_parts(scheme, files, needed))
 
 
+def _parallel_parts(files: Files, needed: list[str], readers: int) -> Iterator[ArrowPart]:
+    """Every Parquet file's row groups in order, ``readers`` of them decoded at a time, each
+    thread through a handle of its own on the file (a handle is not shared between threads:
+    an fsspec file is a position and a buffer)."""
+    import pyarrow.parquet as pq
+
+    pa, _ = pyarrow_modules()
+    local = threading.local()
+    opened: list[Any] = []  # each thread's open handle, closed once the pass ends
+
+    def group(name: str, i: int) -> Any:
+        if getattr(local, "name", None) != name:
+            if getattr(local, "handle", None) is not None:  # done with the file before
+                opened.remove(local.handle)
+                local.handle.close()
+            local.handle = files.opener(name)
+            opened.append(local.handle)
+            local.name, local.reader = name, pq.ParquetFile(local.handle)
+        return local.reader.read_row_group(i, columns=needed, use_threads=False)
+
+    pending: deque[Any] = deque()
+    try:
+        with ThreadPoolExecutor(readers, thread_name_prefix="hogwild-read") as pool:
+            for name in files.names:
+                try:
+                    with files.opener(name) as handle:
+                        names, reader = _schema_names("parquet", handle)
+                        count = reader.num_row_groups
+                    missing = [c for c in needed if c not in names]
+                    if missing:
+                        raise DataError(f"{name}: no column(s) {', '.join(missing)} "
+                                        f"(columns: {', '.join(names)})")
+                    first = submitted = 0
+                    while submitted < count or pending:
+                        while submitted < count and len(pending) < readers:
+                            pending.append(pool.submit(group, name, submitted))
+                            submitted += 1
+                        batch = pending.popleft().result()
+                        arrays = {c: whole_array(batch.column(c)) for c in needed}
+                        yield ArrowPart(name, first, arrays, batch.num_rows, names)
+                        first += batch.num_rows
+                except (pa.ArrowException, OSError) as exc:
+                    raise DataError(f"{name}: cannot read as {FORMATS['parquet']}: "
+                                    f"{exc}") from None
+    finally:  # (the pool has ended: no thread holds a handle)
+        for future in pending:
+            future.cancel()
+        for handle in opened:
+            handle.close()
+
+
 def _read_parts(scheme: str, files: Files, needed: list[str]) -> Iterator[ArrowPart]:
     pa, _ = pyarrow_modules()
     for name in files.names:
@@ -353,11 +406,16 @@ class TableRead:
     # Bytes of one item of each list column of numbers in the first file (8 for int64).
     item_bytes: dict[str, int] = field(default_factory=dict)
 
-    def parts(self, columns: Iterable[str] | None = None) -> Iterator[ArrowPart]:
+    def parts(self, columns: Iterable[str] | None = None,
+              readers: int = 1) -> Iterator[ArrowPart]:
         """Every file's parts in order (a fresh pass each call), the mapped columns only, or
-        those of ``columns``."""
+        those of ``columns``; Parquet's row groups decoded ``readers`` at a time (else one
+        ahead of the caller, on one thread)."""
         wanted = self.needs.columns() if columns is None else set(columns)
-        return _parts(self.scheme, self.files, [c for c in self.names if c in wanted])
+        needed = [c for c in self.names if c in wanted]
+        if readers > 1 and self.scheme == "parquet":
+            return _parallel_parts(self.files, needed, readers)
+        return _parts(self.scheme, self.files, needed)
 
 
 def table_read(scheme: str, path: str, *, options: HashOptions | None = None,

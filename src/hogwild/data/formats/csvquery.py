@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
+from hogwild.data._threads import default_threads
 from hogwild.data.csr import CSRData
 from hogwild.data.formats.columnar import pyarrow_modules, read_columns, table_read
 from hogwild.data.formats.placedpairs import load_placed, pair_params, the_pair
@@ -122,8 +123,12 @@ def placed_table(path: str, options: HashOptions, hashing: Mapping[str, Any] | N
     # The first pass reads the pair's narrower column for the row lengths (int64 indices
     # and float32 values: the values, half the bytes to decode).
     narrower = min(pair, key=lambda c: read.item_bytes.get(c, 8))
-    placed = load_placed(read.parts, pair, release=release, label=label, weight=weight,
-                         width=width, seed=shuffle_seed, source=path, count_with=narrower)
+    # The first pass (some columns) has nothing to run beside its reads: its row groups
+    # are decoded on every core. The second reads one group ahead of the threads copying.
+    readers = default_threads()
+    placed = load_placed(lambda columns: read.parts(columns, 1 if columns is None else readers),
+                         pair, release=release, label=label, weight=weight, width=width,
+                         seed=shuffle_seed, source=path, count_with=narrower)
     release()
     if placed is None:
         return None
