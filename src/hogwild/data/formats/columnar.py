@@ -314,33 +314,28 @@ def _parallel_parts(files: Files, needed: list[str], readers: int) -> Iterator[A
             local.name, local.reader = name, pq.ParquetFile(local.handle)
         return local.reader.read_row_group(i, columns=needed, use_threads=False)
 
-    pending: deque[Any] = deque()
+    def decoded(name: str, count: int) -> Iterator[Any]:
+        pending: deque[Any] = deque()
+        for i in range(count):
+            pending.append(pool.submit(group, name, i))
+            if len(pending) == readers:  # the others decode while the caller takes this one
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+    pool = ThreadPoolExecutor(readers, thread_name_prefix="hogwild-read")
     try:
-        with ThreadPoolExecutor(readers, thread_name_prefix="hogwild-read") as pool:
-            for name in files.names:
-                try:
-                    with files.opener(name) as handle:
-                        names, reader = _schema_names("parquet", handle)
-                        count = reader.num_row_groups
-                    missing = [c for c in needed if c not in names]
-                    if missing:
-                        raise DataError(f"{name}: no column(s) {', '.join(missing)} "
-                                        f"(columns: {', '.join(names)})")
-                    first = submitted = 0
-                    while submitted < count or pending:
-                        while submitted < count and len(pending) < readers:
-                            pending.append(pool.submit(group, name, submitted))
-                            submitted += 1
-                        batch = pending.popleft().result()
-                        arrays = {c: whole_array(batch.column(c)) for c in needed}
-                        yield ArrowPart(name, first, arrays, batch.num_rows, names)
-                        first += batch.num_rows
-                except (pa.ArrowException, OSError) as exc:
-                    raise DataError(f"{name}: cannot read as {FORMATS['parquet']}: "
-                                    f"{exc}") from None
-    finally:  # (the pool has ended: no thread holds a handle)
-        for future in pending:
-            future.cancel()
+        for name in files.names:
+            try:
+                with files.opener(name) as handle:
+                    names, reader = _schema_names("parquet", handle)
+                    count = reader.num_row_groups
+                yield from _file_parts(name, names, needed, decoded(name, count))
+            except (pa.ArrowException, OSError) as exc:
+                raise DataError(f"{name}: cannot read as {FORMATS['parquet']}: {exc}") from None
+    finally:
+        # A pass left early decodes no more groups; then no thread holds a handle.
+        pool.shutdown(wait=True, cancel_futures=True)
         for handle in opened:
             handle.close()
 
@@ -351,17 +346,24 @@ def _read_parts(scheme: str, files: Files, needed: list[str]) -> Iterator[ArrowP
         try:
             with files.opener(name) as handle:
                 names, reader = _schema_names(scheme, handle)
-                missing = [c for c in needed if c not in names]
-                if missing:
-                    raise DataError(f"{name}: no column(s) {', '.join(missing)} (columns: "
-                                    f"{', '.join(names)})")
-                first = 0
-                for batch in _batches(scheme, reader, needed):
-                    arrays = {c: whole_array(batch.column(c)) for c in needed}
-                    yield ArrowPart(name, first, arrays, batch.num_rows, names)
-                    first += batch.num_rows
+                yield from _file_parts(name, names, needed, _batches(scheme, reader, needed))
         except (pa.ArrowException, OSError) as exc:
             raise DataError(f"{name}: cannot read as {FORMATS[scheme]}: {exc}") from None
+
+
+def _file_parts(name: str, names: list[str], needed: list[str],
+                batches: Iterator[Any]) -> Iterator[ArrowPart]:
+    """One file's parts from its row groups or record batches, once the columns the pass
+    needs are found in it."""
+    missing = [c for c in needed if c not in names]
+    if missing:
+        raise DataError(f"{name}: no column(s) {', '.join(missing)} (columns: "
+                        f"{', '.join(names)})")
+    first = 0
+    for batch in batches:
+        arrays = {c: whole_array(batch.column(c)) for c in needed}
+        yield ArrowPart(name, first, arrays, batch.num_rows, names)
+        first += batch.num_rows
 
 
 _END = object()
