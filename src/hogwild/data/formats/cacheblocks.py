@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from hogwild.data._threads import default_threads
+from hogwild.data._threads import KernelThreads, default_threads
 from hogwild.data.csr import CSRData, check_structure
 from hogwild.data.formats.blockparse import parse_text
 from hogwild.data.formats.cache import ARRAYS, CachedArrays, CacheWriter, new_hasher, warn_damaged
@@ -88,14 +89,9 @@ def load_cached(found: CachedArrays, *, seed: int | None = None, threads: int | 
         indptr = read_cached_indptr(found)
         if hashers:
             hashers["indptr"].update(indptr.data)
-        target = RowTarget.create(np.diff(indptr), seed, n_threads)
-        for r0, block in cached_blocks(found, block_nnz, indptr):
-            if hashers:
-                hashers["indices"].update(block.indices.data)
-                hashers["values"].update(block.values.data)
-                hashers["labels"].update(block.labels.data)
-            target.put(block.indptr, block.indices, block.values, block.labels, r0,
-                       str(found.where))
+        with KernelThreads(n_threads, "place") as pool:
+            target = RowTarget.create(np.diff(indptr), seed, n_threads, pool.run)
+            _place_blocks(found, block_nnz, indptr, target, hashers)
     except DataError as exc:
         log.debug("ignoring unusable cache %s: %s", found.where, exc)
         return None
@@ -104,6 +100,18 @@ def load_cached(found: CachedArrays, *, seed: int | None = None, threads: int | 
             warn_damaged(found.where, name, source)
             return None
     return target.finish(found.max_index + 1, found.label_note)
+
+
+def _place_blocks(found: CachedArrays, block_nnz: int, indptr: np.ndarray, target: RowTarget,
+                  hashers: dict[str, Any]) -> None:
+    """Copy the cache's blocks into ``target``, hashing them on the way where asked."""
+    for r0, block in cached_blocks(found, block_nnz, indptr):
+        if hashers:
+            hashers["indices"].update(block.indices.data)
+            hashers["values"].update(block.values.data)
+            hashers["labels"].update(block.labels.data)
+        target.put(block.indptr, block.indices, block.values, block.labels, r0,
+                   str(found.where))
 
 
 def parse_to_cache(path: Path, cache: CacheWriter, *, zero_based: bool = False,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.data._threads import default_threads
+from hogwild.data._threads import KernelThreads, default_threads
 from hogwild.data.csr import CSRData
 from hogwild.data.formats.columnar import ArrowPart
 from hogwild.data.formats.columns import Needs
@@ -92,28 +92,30 @@ def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
     top = -1
     counts = np.concatenate(first.counts) if first.counts else np.zeros(0, dtype=np.int64)
     labels = np.concatenate(first.labels) if first.labels else np.zeros(0)
-    target = RowTarget.create(counts, seed, default_threads())
-    base = 0
-    for part in parts(None):
-        raw, index, vals = part.pairs(*pair)
-        if not np.array_equal(raw, counts[base:base + part.n_rows]):
-            raise DataError(f"{source} changed while it was read (at {part.locate(0)})")
-        own = np.zeros(raw.shape[0] + 1, dtype=np.int64)
-        np.cumsum(raw, out=own[1:])
-        # Zero values and indices beyond the width are left out as the rows are copied; a
-        # row out of order sends the load to the general path, which sorts and sums (or
-        # names a bad index's row). Checked here rather than in the first pass: one scan
-        # of the indices instead of two, and tables in order are the rule.
-        if not target.put_pairs(own, index, vals, labels[base:base + part.n_rows], base,
-                                limit, source):
-            return None
-        if fitting and index.size:
-            top = max(top, int(index.max()))
-        base += part.n_rows
-        del part, index, vals, own
-        release()
-    if base != n:
-        raise DataError(f"{source} changed while it was read ({n:,} rows, then {base:,})")
+    threads = default_threads()
+    with KernelThreads(threads, "place") as pool:
+        target = RowTarget.create(counts, seed, threads, pool.run)
+        base = 0
+        for part in parts(None):
+            raw, index, vals = part.pairs(*pair)
+            if not np.array_equal(raw, counts[base:base + part.n_rows]):
+                raise DataError(f"{source} changed while it was read (at {part.locate(0)})")
+            own = np.zeros(raw.shape[0] + 1, dtype=np.int64)
+            np.cumsum(raw, out=own[1:])
+            # Zero values and indices beyond the width are left out as the rows are copied; a
+            # row out of order sends the load to the general path, which sorts and sums (or
+            # names a bad index's row). Checked here rather than in the first pass: one scan
+            # of the indices instead of two, and tables in order are the rule.
+            if not target.put_pairs(own, index, vals, labels[base:base + part.n_rows], base,
+                                    limit, source):
+                return None
+            if fitting and index.size:
+                top = max(top, int(index.max()))
+            base += part.n_rows
+            del part, index, vals, own
+            release()
+        if base != n:
+            raise DataError(f"{source} changed while it was read ({n:,} rows, then {base:,})")
     width = max(top + 1, 1) if fitting else limit
     data = target.finish(width, first.watch.note(source))
     if weight is None:

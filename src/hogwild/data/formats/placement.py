@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -26,9 +28,13 @@ class RowTarget:
     labels: np.ndarray
     threads: int
     filled: list[int] = field(default_factory=lambda: [0])
+    # how a block's pieces run side by side: run_parallel, or a loader's KernelThreads.run
+    run: Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], list[Any]] = run_parallel
 
     @classmethod
-    def create(cls, caps: np.ndarray, seed: int | None, threads: int) -> RowTarget:
+    def create(cls, caps: np.ndarray, seed: int | None, threads: int,
+               run: Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], list[Any]]
+               = run_parallel) -> RowTarget:
         n = int(caps.shape[0])
         start = np.zeros(n + 1, dtype=np.int64)
         if seed is None:
@@ -43,12 +49,12 @@ class RowTarget:
         total = int(start[-1])
         return cls(pos_of, start, np.zeros(n, dtype=np.int64),
                    np.empty(total, dtype=np.int32), np.empty(total, dtype=np.float32),
-                   np.empty(n, dtype=np.float32), threads)
+                   np.empty(n, dtype=np.float32), threads, run=run)
 
     def put(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
             labels: np.ndarray, first_row: int, source: str) -> None:
         """Copy a block's rows (``first_row`` = their row number in the whole input)."""
-        bad = run_parallel(self.place, [(indptr, indices, values, labels, r0, r1, first_row)
+        bad = self.run(self.place, [(indptr, indices, values, labels, r0, r1, first_row)
                                         for r0, r1 in self._pieces(indptr)])
         if sum(bad):
             raise DataError(f"{source}: the file changed while it was read")
@@ -66,7 +72,7 @@ class RowTarget:
         """:meth:`put` for a table's sparse pair, leaving out zero values and indices at or
         above ``width`` as it copies; False (nothing more to do: the caller takes a path that
         sorts) if a row's indices are not strictly increasing."""
-        got = run_parallel(rc.scatter_pairs, [
+        got = self.run(rc.scatter_pairs, [
             (indptr, indices, values, labels, r0, r1, first_row, self.pos_of, self.start,
              self.indices, self.values, self.labels, self.length, width)
             for r0, r1 in self._pieces(indptr)])

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hogwild.data._threads import default_threads, run_parallel
+from hogwild.data._threads import KernelThreads, default_threads
 from hogwild.data.csr import CSRData
 from hogwild.data.formats import _textparse as kp
 from hogwild.data.formats.blockparse import MIN_BYTES_PER_THREAD
@@ -54,8 +54,10 @@ def _split(block: np.ndarray, threads: int) -> list[int]:
     return points
 
 
-def count_pass(path: Path, block_bytes: int, threads: int) -> tuple[list[_Block], np.ndarray]:
-    """First pass: per block its pieces, and every data row's non-zero bound (in file order)."""
+def count_pass(path: Path, block_bytes: int, pool: KernelThreads,
+               threads: int) -> tuple[list[_Block], np.ndarray]:
+    """First pass: per block its pieces, and every data row's non-zero bound (in file order);
+    the pieces run on ``pool``."""
     blocks: list[_Block] = []
     caps: list[np.ndarray] = []
     scratch = np.empty(0, dtype=np.int64)
@@ -67,7 +69,7 @@ def count_pass(path: Path, block_bytes: int, threads: int) -> tuple[list[_Block]
             scratch = np.empty(need, dtype=np.int64)
         jobs = [(block, points[i], points[i + 1], scratch, points[i] // 2 + i)
                 for i in range(len(points) - 1)]
-        got = run_parallel(kp.row_caps, jobs)
+        got = pool.run(kp.row_caps, jobs)
         rows, nnz, lines = [], [], 0
         for (_, _, _, _, base), (n_rows, n_lines) in zip(jobs, got):
             piece = scratch[base:base + int(n_rows)]
@@ -111,64 +113,65 @@ def load_text(path: Path, *, zero_based: bool = False, n_features: int | None = 
     order (the caller commits it)."""
     source = str(path)
     n_threads = max(1, threads if threads is not None else default_threads())
-    t0 = time.perf_counter()
-    blocks, caps = count_pass(path, block_bytes, n_threads)
-    target = RowTarget.create(caps, seed, n_threads)
-    del caps
-    limit = -1 if n_features is None else int(n_features)
-    max_index = -1
-    row_at = 0
-    lines_before = 0
-    scratch_rows = max((sum(b.rows) for b in blocks), default=0)
-    scratch_nnz = max((sum(b.nnz) for b in blocks), default=0)
-    s_indptr = np.empty(scratch_rows + len(blocks[0].rows) + 1 if blocks else 1, dtype=np.int64)
-    s_indices = np.empty(scratch_nnz, dtype=np.int32)
-    s_values = np.empty(scratch_nnz, dtype=np.float32)
-    s_labels = np.empty(scratch_rows + 1, dtype=np.float64)
-    watch = LabelWatch()
-    it = text_blocks(path, block_bytes)
-    for info in blocks:
-        block = next(it, None)
-        if block is None or block.shape[0] != info.nbytes:
-            raise DataError(f"{source}: the file changed while it was read")
-        points = info.points
-        row_offs = np.concatenate([[0], np.cumsum(info.rows)]).astype(np.int64)
-        nnz_offs = np.concatenate([[0], np.cumsum(info.nnz)]).astype(np.int64)
-        jobs = [(target, block, points[i], points[i + 1], zero_based, limit, s_indptr,
-                 s_indices, s_values, s_labels, int(row_offs[i]), int(nnz_offs[i]), info.nnz[i],
-                 info.rows[i], row_at + int(row_offs[i]))
-                for i in range(len(info.rows))]
-        results = run_parallel(_parse_and_place, jobs)
-        for n_rows, _, max_i, code, offset, bad in results:
-            # The first pass's counts bound every row's entries: more means the file changed.
-            if bad or code == kp.CAPACITY:
+    with KernelThreads(n_threads, "parse") as pool:
+        t0 = time.perf_counter()
+        blocks, caps = count_pass(path, block_bytes, pool, n_threads)
+        target = RowTarget.create(caps, seed, n_threads)
+        del caps
+        limit = -1 if n_features is None else int(n_features)
+        max_index = -1
+        row_at = 0
+        lines_before = 0
+        scratch_rows = max((sum(b.rows) for b in blocks), default=0)
+        scratch_nnz = max((sum(b.nnz) for b in blocks), default=0)
+        s_indptr = np.empty(scratch_rows + len(blocks[0].rows) + 1 if blocks else 1, dtype=np.int64)
+        s_indices = np.empty(scratch_nnz, dtype=np.int32)
+        s_values = np.empty(scratch_nnz, dtype=np.float32)
+        s_labels = np.empty(scratch_rows + 1, dtype=np.float64)
+        watch = LabelWatch()
+        it = text_blocks(path, block_bytes)
+        for info in blocks:
+            block = next(it, None)
+            if block is None or block.shape[0] != info.nbytes:
                 raise DataError(f"{source}: the file changed while it was read")
-            if code != kp.OK:
-                line = lines_before + int(kp.count_newlines(block, int(offset))) + 1
-                raise DataFormatError(source, line, kp.describe_error(block, int(offset), int(code)))
-            max_index = max(max_index, int(max_i))
-        for i, (n_rows, nnz_i, _, _, _, _) in enumerate(results):
-            r0 = int(row_offs[i])
-            z0 = int(nnz_offs[i])
-            rows_i = int(n_rows)
-            if rows_i == 0:
-                continue
-            labels = s_labels[r0:r0 + rows_i]
-            watch.add(labels, row_at)  # as read (float64), before float32 keeps them
-            if cache is not None:
-                lengths = np.diff(s_indptr[r0:r0 + rows_i + 1])
-                lengths[0] = s_indptr[r0 + 1] - z0  # the piece's first row starts at z0
-                cache.append(lengths, s_indices[z0:z0 + int(nnz_i)],
-                             s_values[z0:z0 + int(nnz_i)], labels)
-            row_at += rows_i
-        lines_before += info.lines
-    if next(it, None) is not None:
-        raise DataError(f"{source}: the file changed while it was read")
-    nf = int(n_features) if n_features is not None else max_index + 1
-    note = watch.note(source)
-    data = target.finish(nf, note)
-    log.debug("%s: parsed %d rows in %.2fs", source, data.n_rows, time.perf_counter() - t0)
-    if cache is not None:
-        cache.max_index = max_index
-        cache.label_note = note
-    return data
+            points = info.points
+            row_offs = np.concatenate([[0], np.cumsum(info.rows)]).astype(np.int64)
+            nnz_offs = np.concatenate([[0], np.cumsum(info.nnz)]).astype(np.int64)
+            jobs = [(target, block, points[i], points[i + 1], zero_based, limit, s_indptr,
+                     s_indices, s_values, s_labels, int(row_offs[i]), int(nnz_offs[i]), info.nnz[i],
+                     info.rows[i], row_at + int(row_offs[i]))
+                    for i in range(len(info.rows))]
+            results = pool.run(_parse_and_place, jobs)
+            for n_rows, _, max_i, code, offset, bad in results:
+                # The first pass's counts bound every row's entries: more means the file changed.
+                if bad or code == kp.CAPACITY:
+                    raise DataError(f"{source}: the file changed while it was read")
+                if code != kp.OK:
+                    line = lines_before + int(kp.count_newlines(block, int(offset))) + 1
+                    raise DataFormatError(source, line, kp.describe_error(block, int(offset), int(code)))
+                max_index = max(max_index, int(max_i))
+            for i, (n_rows, nnz_i, _, _, _, _) in enumerate(results):
+                r0 = int(row_offs[i])
+                z0 = int(nnz_offs[i])
+                rows_i = int(n_rows)
+                if rows_i == 0:
+                    continue
+                labels = s_labels[r0:r0 + rows_i]
+                watch.add(labels, row_at)  # as read (float64), before float32 keeps them
+                if cache is not None:
+                    lengths = np.diff(s_indptr[r0:r0 + rows_i + 1])
+                    lengths[0] = s_indptr[r0 + 1] - z0  # the piece's first row starts at z0
+                    cache.append(lengths, s_indices[z0:z0 + int(nnz_i)],
+                                 s_values[z0:z0 + int(nnz_i)], labels)
+                row_at += rows_i
+            lines_before += info.lines
+        if next(it, None) is not None:
+            raise DataError(f"{source}: the file changed while it was read")
+        nf = int(n_features) if n_features is not None else max_index + 1
+        note = watch.note(source)
+        data = target.finish(nf, note)
+        log.debug("%s: parsed %d rows in %.2fs", source, data.n_rows, time.perf_counter() - t0)
+        if cache is not None:
+            cache.max_index = max_index
+            cache.label_note = note
+        return data
