@@ -15,7 +15,6 @@ from hogwild.base.startup import (
     import_long_lived,
     outlive_console,
     quiet_grpc_core,
-    return_large_blocks,
     single_blas_thread,
     to_devnull,
 )
@@ -318,7 +317,6 @@ def main_process(argv: Sequence[str] | None, plot: BackgroundPlot | None = None)
     closes it)."""
     single_blas_thread()  # before anything imports numpy
     quiet_grpc_core()  # before anything imports grpc
-    return_large_blocks()  # before the data's arrays are allocated
     try:
         return _main(argv, None, whole_process=True, plot=plot)
     except BrokenPipeError:

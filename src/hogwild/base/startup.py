@@ -15,14 +15,6 @@ wall time). No command multiplies dense matrices (the kernels are numba's and th
 hogwild's own), so a command's process asks for one BLAS thread before it imports numpy,
 unless the user set ``OPENBLAS_NUM_THREADS``; its children inherit the setting.
 
-glibc's malloc returns a large block (from 128 KiB) to the system when it is freed, but then
-raises that limit to the block's size, so the next blocks of that size come from its heap,
-which gives memory back only from its top: a job that frees tens of MB of load buffers and
-then allocates its outputs' arrays kept the freed ones resident. A command's process fixes the
-limit at its initial 128 KiB (``mallopt``), which also stops the raising: `train` on 200k
-RCV1-shaped rows peaked at 297 MB against 311 MB, in the same wall time (bench/NOTES.md).
-Elsewhere than glibc nothing is done.
-
 gRPC's core logs each failed TLS handshake at its info level, to standard error and without
 the peer's address: a client with the wrong credentials that retries wrote one such line per
 attempt. A command's process keeps gRPC's core to its errors (``GRPC_VERBOSITY``, read when
@@ -50,20 +42,6 @@ def single_blas_thread() -> None:
     """One BLAS thread for this process and its children, unless the user chose a number.
     Call before numpy is imported: OpenBLAS reads the variable when it loads."""
     os.environ.setdefault(BLAS_THREADS_VARIABLE, "1")
-
-
-# mallopt's parameter number (malloc.h) and the value glibc starts with
-_M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 128 * 1024
-
-
-def return_large_blocks() -> None:
-    """Freed blocks of MMAP_THRESHOLD bytes and more go back to the system at once, in this
-    process and the ones it forks (glibc's malloc; elsewhere nothing is done)."""
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
 def quiet_grpc_core() -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hogwild.base.regions import region_array
 from hogwild.data._threads import KernelThreads, default_threads
 from hogwild.data.csr import CSRData
 from hogwild.data.formats import _textparse as kp
@@ -60,13 +61,13 @@ def count_pass(path: Path, block_bytes: int, pool: KernelThreads,
     the pieces run on ``pool``."""
     blocks: list[_Block] = []
     caps: list[np.ndarray] = []
-    scratch = np.empty(0, dtype=np.int64)
+    scratch = region_array(0, np.int64)
     for block in text_blocks(path, block_bytes):
         points = _split(block, threads)
         # a row takes at least 2 bytes, so piece i's rows fit from points[i] // 2 + i on
         need = block.shape[0] // 2 + len(points)
         if scratch.shape[0] < need:
-            scratch = np.empty(need, dtype=np.int64)
+            scratch = region_array(need, np.int64)
         jobs = [(block, points[i], points[i + 1], scratch, points[i] // 2 + i)
                 for i in range(len(points) - 1)]
         got = pool.run(kp.row_caps, jobs)
@@ -124,10 +125,12 @@ def load_text(path: Path, *, zero_based: bool = False, n_features: int | None = 
         lines_before = 0
         scratch_rows = max((sum(b.rows) for b in blocks), default=0)
         scratch_nnz = max((sum(b.nnz) for b in blocks), default=0)
-        s_indptr = np.empty(scratch_rows + len(blocks[0].rows) + 1 if blocks else 1, dtype=np.int64)
-        s_indices = np.empty(scratch_nnz, dtype=np.int32)
-        s_values = np.empty(scratch_nnz, dtype=np.float32)
-        s_labels = np.empty(scratch_rows + 1, dtype=np.float64)
+        # the scratch arrays live in regions of their own (see base.regions)
+        s_indptr = region_array(scratch_rows + len(blocks[0].rows) + 1 if blocks else 1,
+                                np.int64)
+        s_indices = region_array(scratch_nnz, np.int32)
+        s_values = region_array(scratch_nnz, np.float32)
+        s_labels = region_array(scratch_rows + 1, np.float64)
         watch = LabelWatch()
         it = text_blocks(path, block_bytes)
         for info in blocks:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hogwild.base.regions import region_array
 from hogwild.data.formats import _textparse as kp
 from hogwild.errors import DataError
 
@@ -49,7 +50,7 @@ def line_aligned(fill: Callable[[np.ndarray, int, int], int], block: int) -> Ite
     ``stop - start`` bytes at ``buf[start:]``, returns how many; 0 at the end). The last block
     gets a newline if the text lacks one. Each block is a view of one reused buffer, valid
     until the next one is asked for; a line longer than a block grows the buffer."""
-    buf = np.empty(block + 1, dtype=np.uint8)
+    buf = region_array(block + 1, np.uint8)  # reused, then freed whole (base.regions)
     carry = 0
     while True:
         cap = buf.shape[0] - 1
@@ -68,7 +69,7 @@ def line_aligned(fill: Callable[[np.ndarray, int, int], int], block: int) -> Ite
             return
         cut = int(kp.last_line_end(buf, filled))
         if cut == 0:  # no line end in a full buffer: a very long line
-            bigger = np.empty(2 * cap + 1, dtype=np.uint8)
+            bigger = region_array(2 * cap + 1, np.uint8)
             bigger[:filled] = buf[:filled]
             buf = bigger
             carry = filled
