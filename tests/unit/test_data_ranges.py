@@ -346,3 +346,41 @@ def test_the_plans_fingerprint_changes_with_the_file_the_seed_and_the_split(
     assert printed(text_file) == first
     assert len({first, printed(other), printed(text_file, seed=1),
                 printed(text_file, val=0.2)}) == 4
+
+
+def test_planning_and_reading_keep_their_parse_threads_for_every_block(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from hogwild.data.formats import _textparse, blockparse
+
+    path = tmp_path / "train.svm"
+    path.write_bytes(_text(3000))
+    monkeypatch.setattr(blockparse, "MIN_BYTES_PER_THREAD", 256)  # 3 pieces a block
+    parsers: set[int] = set()
+    calls: list[int] = []
+    parse_piece = _textparse.parse_piece
+
+    def counting_parse(*args: object) -> object:
+        parsers.add(threading.get_ident())
+        calls.append(1)
+        return parse_piece(*args)
+
+    monkeypatch.setattr(_textparse, "parse_piece", counting_parse)
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counting_start(self: threading.Thread) -> None:
+        started.append(self.name)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+    plan = plan_file(str(path), workers=2, seed=2, val_fraction=0.1, test_fraction=0.1,
+                     block_bytes=4096, threads=3)
+    assert len(calls) > 3 * 10 and len(parsers) == 3   # many blocks, 3 pieces each
+    assert started == ["parse-1", "parse-2"]            # one set of threads for them all
+    started.clear()
+    spec = _spec(str(path), plan, 2, 0.2)
+    part = read_ranges(spec, plan.worker_ranges(0), threads=3, block_bytes=4096)
+    assert part.n_rows == sum(r.train_rows for r in plan.worker_ranges(0))
+    assert started == ["parse-1", "parse-2"]

@@ -9,6 +9,9 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
+# How a loader runs a block's pieces side by side: run_parallel, or KernelThreads.run.
+Runner = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], list[Any]]
+
 
 def default_threads() -> int:
     """Parser threads: one per core, at most 8."""

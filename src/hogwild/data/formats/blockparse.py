@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hogwild.data._threads import default_threads, run_parallel
+from hogwild.data._threads import Runner, default_threads, run_parallel
 from hogwild.data.formats import _textparse as kp
 from hogwild.errors import DataFormatError
 
@@ -40,8 +40,10 @@ def _split_points(buf: np.ndarray, n_pieces: int) -> list[int]:
 
 
 def parse_text(buf: np.ndarray, *, zero_based: bool = False, n_features: int | None = None,
-               threads: int | None = None, source: str = "<buffer>") -> ParsedText:
-    """Parse svmlight text held in a uint8 array; DataFormatError names ``source`` and line."""
+               threads: int | None = None, source: str = "<buffer>",
+               run: Runner = run_parallel) -> ParsedText:
+    """Parse svmlight text held in a uint8 array; DataFormatError names ``source`` and line.
+    ``run``: how the pieces run side by side (a block loop passes its KernelThreads')."""
     buf = np.ascontiguousarray(buf, dtype=np.uint8).reshape(-1)
     if not buf.flags.writeable:
         # Read-only buffers (np.frombuffer of bytes) would make numba compile every kernel a
@@ -70,7 +72,7 @@ def parse_text(buf: np.ndarray, *, zero_based: bool = False, n_features: int | N
     # Pass 1: upper bounds of rows and non-zeros per piece, so every piece writes its slice of
     # one set of output arrays and no concatenation copy is needed (bounds are exact unless
     # comments or qid tokens hold colons).
-    counts = run_parallel(kp.count_marks, [(b, s, e) for b, s, e, _ in pieces])
+    counts = run(kp.count_marks, [(b, s, e) for b, s, e, _ in pieces])
     row_caps = [int(nl) + 1 for nl, _ in counts]
     nnz_caps = [int(nc) for _, nc in counts]
     row_offs = np.concatenate([[0], np.cumsum(row_caps)]).astype(np.int64)
@@ -87,7 +89,7 @@ def parse_text(buf: np.ndarray, *, zero_based: bool = False, n_features: int | N
     jobs = [(b, s, e, zero_based, limit, indptr, indices, values, labels,
              int(row_offs[i]), int(nnz_offs[i]), nnz_caps[i])
             for i, (b, s, e, _) in enumerate(pieces)]
-    results = run_parallel(kp.parse_piece, jobs)
+    results = run(kp.parse_piece, jobs)
     for (b, _, _, base), (_, _, _, code, offset) in zip(pieces, results):
         if int(code) != kp.OK:
             line = int(kp.count_newlines(buf, base)) + int(kp.count_newlines(b, int(offset))) + 1

@@ -122,17 +122,19 @@ def parse_to_cache(path: Path, cache: CacheWriter, *, zero_based: bool = False,
     rows = 0
     lines_before = 0
     watch = LabelWatch()
-    for block in text_blocks(path, block_bytes):
-        try:
-            p = parse_text(block, zero_based=zero_based, threads=threads, source=source)
-        except DataFormatError as exc:
-            message = str(exc)[len(f"{exc.path}:{exc.line}: "):]
-            raise DataFormatError(source, exc.line + lines_before, message) from None
-        watch.add(p.labels, rows)
-        cache.append(np.diff(p.indptr), p.indices, p.values, p.labels)
-        cache.max_index = max(cache.max_index, p.max_index)
-        rows += p.labels.shape[0]
-        lines_before += int(np.count_nonzero(block == 10))
+    with KernelThreads(threads if threads is not None else default_threads(), "parse") as pool:
+        for block in text_blocks(path, block_bytes):
+            try:
+                p = parse_text(block, zero_based=zero_based, threads=threads, source=source,
+                               run=pool.run)
+            except DataFormatError as exc:
+                message = str(exc)[len(f"{exc.path}:{exc.line}: "):]
+                raise DataFormatError(source, exc.line + lines_before, message) from None
+            watch.add(p.labels, rows)
+            cache.append(np.diff(p.indptr), p.indices, p.values, p.labels)
+            cache.max_index = max(cache.max_index, p.max_index)
+            rows += p.labels.shape[0]
+            lines_before += int(np.count_nonzero(block == 10))
     if not cache.ok:
         raise DataError(f"{source}: could not write the parsed-array cache {cache.where}")
     cache.label_note = watch.note(source)

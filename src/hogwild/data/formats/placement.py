@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from hogwild.data._threads import run_parallel
+from hogwild.data._threads import Runner, run_parallel
 from hogwild.data.csr import CSRData
 from hogwild.data.formats import _rowcopy as rc
 from hogwild.data.transform.split import shuffle_order
@@ -28,13 +26,11 @@ class RowTarget:
     labels: np.ndarray
     threads: int
     filled: list[int] = field(default_factory=lambda: [0])
-    # how a block's pieces run side by side: run_parallel, or a loader's KernelThreads.run
-    run: Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], list[Any]] = run_parallel
+    run: Runner = run_parallel   # how a block's pieces run side by side
 
     @classmethod
     def create(cls, caps: np.ndarray, seed: int | None, threads: int,
-               run: Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], list[Any]]
-               = run_parallel) -> RowTarget:
+               run: Runner = run_parallel) -> RowTarget:
         n = int(caps.shape[0])
         start = np.zeros(n + 1, dtype=np.int64)
         if seed is None:

@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.base.jit import njit
-from hogwild.data._threads import default_threads
+from hogwild.data._threads import KernelThreads, Runner, default_threads
 from hogwild.data.csr import INDEX_DTYPE, INDPTR_DTYPE, LABEL_DTYPE, VALUE_DTYPE, CSRData
 from hogwild.data.diagnose.memory import PER_ID, check_fits, ids_blamed, physical_memory
 from hogwild.data.formats.svmlight import parse_text
@@ -382,7 +382,7 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
     holdout = val_fraction + test_fraction
     cap = checkpoint_cap if checkpoint_cap is not None else max(
         1 << 16, 64 * workers * PIECES_PER_WORKER)
-    with closing(TextFile(source)) as f:
+    with closing(TextFile(source)) as f, KernelThreads(n_threads, "parse") as pool:
         name = f.name
         checkpoints = _Checkpoints(cap)
         chunks = ChunkDigests()
@@ -400,7 +400,7 @@ def plan_file(source: str, *, workers: int, seed: int, val_fraction: float,
             chunks.update(block[:real].data)
             try:
                 p = parse_text(block, zero_based=zero_based, n_features=limit,
-                               threads=n_threads, source=name)
+                               threads=n_threads, source=name, run=pool.run)
             except DataFormatError as exc:
                 message = str(exc)[len(f"{exc.path}:{exc.line}: "):]
                 raise DataFormatError(name, exc.line + lines_before, message) from None
@@ -532,7 +532,7 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
     n_threads = max(1, threads if threads is not None else default_threads())
     planned_rows = sum(r.train_rows for r in ranges)
     planned_nnz = sum(r.train_nnz for r in ranges)
-    with closing(TextFile(spec.source)) as f:
+    with closing(TextFile(spec.source)) as f, KernelThreads(n_threads, "parse") as pool:
         name = f.name
         # A sampled plan's counts are estimates: 2 % more, grown in place if need be.
         parts: RowSink = sink if sink is not None else _Filled(
@@ -546,7 +546,7 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
                             "needs every node to read the same file)")
         for r in sorted(ranges, key=lambda x: x.byte_start):
             if spec.sampled:
-                _read_sampled(f, spec, r, parts, block_bytes, n_threads)
+                _read_sampled(f, spec, r, parts, block_bytes, n_threads, pool.run)
                 continue
             c0, c1 = chunk_span(r.byte_start, r.byte_end)
             digest = ChunkDigests(c0 * DIGEST_CHUNK)
@@ -558,7 +558,8 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
                 got += real
                 try:
                     p = parse_text(block, zero_based=spec.zero_based,
-                                   n_features=spec.n_features, threads=n_threads, source=name)
+                                   n_features=spec.n_features, threads=n_threads, source=name,
+                                   run=pool.run)
                 except DataFormatError as exc:
                     message = str(exc)[len(f"{exc.path}:{exc.line}: "):]
                     raise DataFormatError(name, exc.line + line - 1, message) from None
@@ -587,7 +588,7 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
 
 
 def _read_sampled(f: TextFile, spec: LocalSpec, r: Range, parts: RowSink, block_bytes: int,
-                  threads: int) -> None:
+                  threads: int, run: Runner) -> None:
     """Every row of range ``r`` of a plan from a sample into ``parts``, after checking the
     text around its ends against the coordinator's."""
     if ends_digest(f, r.byte_start, r.byte_end) != r.digest:
@@ -595,6 +596,7 @@ def _read_sampled(f: TextFile, spec: LocalSpec, r: Range, parts: RowSink, block_
                         f"text around bytes {r.byte_start:,} and {r.byte_end:,} is not what it "
                         "read there (shipping: local needs every node to read the same file)")
     for p in parsed_span(f, r.byte_start, r.byte_end, zero_based=spec.zero_based,
-                         n_features=spec.n_features, threads=threads, block_bytes=block_bytes):
+                         n_features=spec.n_features, threads=threads, block_bytes=block_bytes,
+                         run=run):
         parts.add(p.indptr, p.indices, p.values, p.labels,
                   np.ones(p.labels.shape[0], dtype=np.bool_))

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from hogwild.data._threads import Runner, run_parallel
 from hogwild.data.formats.blockparse import ParsedText
 from hogwild.data.formats.svmlight import parse_text
 from hogwild.data.formats.textsource import TextFile
@@ -137,14 +138,15 @@ def line_number(f: TextFile, offset: int) -> int:
 
 
 def parsed_span(f: TextFile, start: int, stop: int, *, zero_based: bool, n_features: int,
-                threads: int, block_bytes: int) -> Iterator[ParsedText]:
+                threads: int, block_bytes: int,
+                run: Runner = run_parallel) -> Iterator[ParsedText]:
     """The parsed blocks of the text ``[start, stop)`` (line starts); a bad line is named by
     its line in the file (counted then: a byte range does not know where its lines are)."""
     at = start
     for block, real in f.blocks(start, stop, block_bytes):
         try:
             yield parse_text(block, zero_based=zero_based, n_features=n_features,
-                             threads=threads, source=f.name)
+                             threads=threads, source=f.name, run=run)
         except DataFormatError as exc:
             message = str(exc)[len(f"{exc.path}:{exc.line}: "):]
             raise DataFormatError(f.name, line_number(f, at) + exc.line - 1, message) from None
