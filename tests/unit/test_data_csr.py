@@ -130,6 +130,29 @@ def test_row_weights_are_validated(weights: list[object], message: str) -> None:
         small().with_weights(weights)
 
 
+@pytest.mark.parametrize("pieces_from", [1 << 40, 50, 7])
+def test_a_large_take_is_copied_in_pieces_alike(monkeypatch: pytest.MonkeyPatch,
+                                                pieces_from: int) -> None:
+    from hogwild.data import csr
+
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 9, 500)
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    nnz = int(indptr[-1])
+    d = CSRData(indptr, rng.integers(0, 1000, nnz).astype(np.int32),
+                rng.random(nnz).astype(np.float32), rng.random(500).astype(np.float32), 1000)
+    rows = np.concatenate([rng.permutation(500), rng.integers(0, 500, 100)])
+    monkeypatch.setattr(csr, "default_threads", lambda: 4)
+    monkeypatch.setattr(csr, "PARALLEL_TAKE_NNZ", pieces_from)  # 1, 4 and 4 pieces
+    t = d.take(rows)
+    expect_indices = np.concatenate([d.indices[indptr[r]:indptr[r + 1]] for r in rows])
+    expect_values = np.concatenate([d.values[indptr[r]:indptr[r + 1]] for r in rows])
+    assert np.array_equal(t.indices, expect_indices)
+    assert np.array_equal(t.values, expect_values)
+    assert np.array_equal(np.diff(t.indptr), lengths[rows])
+    assert np.array_equal(t.labels, d.labels[rows])
+
+
 def test_row_weights_follow_take_slice_and_feature_count() -> None:
     d = small().with_weights([1, 2, 3, 4])
     assert d.take(np.array([3, 0, 0])).weights.tolist() == [4, 1, 1]
