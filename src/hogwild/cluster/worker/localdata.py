@@ -12,6 +12,7 @@ import numpy as np
 
 from hogwild.cluster.wire.localstream import LocalPlan
 from hogwild.data.csr import CSRData, concat_rows
+from hogwild.data.formats.placement import permuted
 from hogwild.data.parts.ranges import LocalSpec, read_ranges
 from hogwild.data.parts.rowgroups import params_of, read_pieces
 from hogwild.data.spill import DiskParts
@@ -53,8 +54,7 @@ def load_local_shard(plan: LocalPlan, path_override: str = "",
             f"out of core (mapped from disk under {spill_to})"
     elif spill_to is None:
         data = prepare(read_ranges(spec, plan.ranges))
-        perm = np.random.default_rng(plan.shuffle_seed).permutation(data.n_rows)
-        data = data.take(perm)
+        data = permuted(data, plan.shuffle_seed)
         where = "in memory"
     else:
         sink = DiskParts(spill_to, spec.n_features, prepare, plan.shuffle_seed,
@@ -82,7 +82,7 @@ def _parquet_rows(spec: LocalSpec, plan: LocalPlan, prepare: Callable[[CSRData],
         parts = (_labelled(p, spec.source) for p in read_pieces(spec.source, plan.ranges, params))
         data = prepare(concat_rows(parts, spec.n_features, sum(r.train_rows for r in plan.ranges),
                                    expected))
-        return data.take(np.random.default_rng(plan.shuffle_seed).permutation(data.n_rows))
+        return permuted(data, plan.shuffle_seed)
     sink = DiskParts(spill_to, spec.n_features, prepare, plan.shuffle_seed,
                      expected_nnz=expected)
     try:
