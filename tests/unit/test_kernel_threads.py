@@ -96,3 +96,20 @@ def test_a_text_load_keeps_its_threads_for_every_block(tmp_path: Path,
     assert np.array_equal(data.indptr, whole.indptr)
     assert np.array_equal(data.indices, whole.indices)
     assert np.array_equal(data.values, whole.values)
+
+
+def test_kernel_threads_follow_the_cores_this_process_may_use(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from hogwild.data._threads import default_threads
+
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})    # a one-core cpuset
+    assert default_threads() == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(3)))
+    assert default_threads() == 3
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)))
+    assert default_threads() == 8                                    # at most 8

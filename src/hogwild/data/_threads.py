@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
+from hogwild.base.hosts import machine_cores
+
 # How a loader runs a block's pieces side by side: run_parallel, or KernelThreads.run.
 Runner = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], list[Any]]
 
 
 def default_threads() -> int:
-    """Parser threads: one per core, at most 8."""
-    return max(1, min(8, os.cpu_count() or 1))
+    """Kernel threads of a load or a scoring pass: one per core this process may run on (a
+    container's cpuset narrows them: the machine's count would oversubscribe it), at most
+    8."""
+    return max(1, min(8, machine_cores()))
 
 
 def run_parallel(fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],

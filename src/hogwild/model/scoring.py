@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import numpy.typing as npt
 
 from hogwild.base.jit import njit
-from hogwild.data._threads import run_parallel
+from hogwild.data._threads import default_threads, run_parallel
 from hogwild.data.csr import CSRData
 from hogwild.model import kernels
 from hogwild.model.arrays import CSRLike, csr_arrays
@@ -43,11 +41,6 @@ def decision_multi(indptr: I64, indices: I32, values: F32, wt: F64, n_features: 
             v = np.float64(values[k])
             for c in range(n_classes):
                 out[r, c] += wt[j, c] * v
-
-
-def default_threads() -> int:
-    """Scoring threads: one per core, at most 8."""
-    return max(1, min(8, os.cpu_count() or 1))
 
 
 def drop_unknown_features(data: CSRLike, n_features: int) -> tuple[CSRData, int]:

@@ -14,7 +14,6 @@ weight vector, never moves.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -23,6 +22,7 @@ import numpy.typing as npt
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 from hogwild.base.jit import njit
+from hogwild.data._threads import default_threads
 from hogwild.data.csr import INDEX_DTYPE, CSRData
 from hogwild.errors import DataError
 
@@ -192,7 +192,7 @@ def renumber(data: CSRData, new_id_of_old: npt.ArrayLike, *, in_place: bool = Fa
     value_bits = data.values.view(np.uint32)
     out_bits = out_values.view(np.uint32)
     n_rows = data.n_rows
-    pieces = max(1, min(os.cpu_count() or 1, 8, n_rows // _MIN_ROWS_PER_THREAD))
+    pieces = max(1, min(default_threads(), n_rows // _MIN_ROWS_PER_THREAD))
     bounds = [n_rows * i // pieces for i in range(pieces + 1)]
     args = (data.indptr, data.indices, value_bits, order, out_indices, out_bits)
     kernel = (_renumber_rows_bitmap if data.n_features <= _BITMAP_MAX_FEATURES
