@@ -45,9 +45,9 @@ def timed_pass(fn: Any) -> tuple[float, float, float]:
 def load_set(name: str, max_rows: int | None,
              data_dir: Path = common.SHARED_DATA) -> tuple[Any, Any] | None:
     """(train, test) renumbered by frequency, train permuted; None if the files are absent."""
+    from hogwild.data.formats.placement import permuted
     from hogwild.data.sources import load_source
     from hogwild.data.transform.reorder import frequency_order, renumber
-    from hogwild.data.transform.split import permute
 
     if name.startswith("bundled:"):
         from hogwild.data.sources import default_test_source
@@ -64,7 +64,7 @@ def load_set(name: str, max_rows: int | None,
         train, test = load_source(str(paths[0])), load_source(str(paths[1]))
     width = max(train.n_features, test.n_features)
     train, test = train.with_n_features(width), test.with_n_features(width)
-    train = permute(train, seed=0)
+    train = permuted(train, seed=0)
     if max_rows is not None and train.n_rows > max_rows:
         train = train.take(np.arange(max_rows))
     order = frequency_order(train)

@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+
+@pytest.fixture
+def thread_starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads started from now on in this test, in order."""
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counting_start(self: threading.Thread) -> None:
+        started.append(self.name)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+    return started
 
 
 @pytest.fixture

@@ -349,7 +349,7 @@ def test_the_plans_fingerprint_changes_with_the_file_the_seed_and_the_split(
 
 
 def test_planning_and_reading_keep_their_parse_threads_for_every_block(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, thread_starts: list[str]) -> None:
     import threading
 
     from hogwild.data.formats import _textparse, blockparse
@@ -367,20 +367,12 @@ def test_planning_and_reading_keep_their_parse_threads_for_every_block(
         return parse_piece(*args)
 
     monkeypatch.setattr(_textparse, "parse_piece", counting_parse)
-    started: list[str] = []
-    start = threading.Thread.start
-
-    def counting_start(self: threading.Thread) -> None:
-        started.append(self.name)
-        start(self)
-
-    monkeypatch.setattr(threading.Thread, "start", counting_start)
     plan = plan_file(str(path), workers=2, seed=2, val_fraction=0.1, test_fraction=0.1,
                      block_bytes=4096, threads=3)
     assert len(calls) > 3 * 10 and len(parsers) == 3   # many blocks, 3 pieces each
-    assert started == ["parse-1", "parse-2"]            # one set of threads for them all
-    started.clear()
+    assert thread_starts == ["parse-1", "parse-2"]      # one set of threads for them all
+    thread_starts.clear()
     spec = _spec(str(path), plan, 2, 0.2)
     part = read_ranges(spec, plan.worker_ranges(0), threads=3, block_bytes=4096)
     assert part.n_rows == sum(r.train_rows for r in plan.worker_ranges(0))
-    assert started == ["parse-1", "parse-2"]
+    assert thread_starts == ["parse-1", "parse-2"]

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from hogwild.data.csr import CSRData
-from hogwild.data.transform.split import permute, shard, train_val_test_split
+from hogwild.data.formats.placement import permuted
+from hogwild.data.transform.split import shard, train_val_test_split
 
 
 def numbered(n: int) -> CSRData:
@@ -21,10 +22,10 @@ def ids(d: CSRData) -> np.ndarray:
 
 def test_permute_is_a_seeded_permutation() -> None:
     d = numbered(1000)
-    p = permute(d, 1)
+    p = permuted(d, 1)
     assert sorted(ids(p).tolist()) == list(range(1000))
     assert not np.array_equal(ids(p), np.arange(1000))
-    assert np.array_equal(ids(permute(d, 1)), ids(p))
+    assert np.array_equal(ids(permuted(d, 1)), ids(p))
     assert np.array_equal(p.indices, ids(p))  # rows moved whole
 
 

@@ -58,22 +58,14 @@ def test_an_error_is_raised_once_every_job_has_ended(bad: int) -> None:
         assert pool.run(_fail_on, [(2, bad, done), (3, bad, done)]) == [2, 3]
 
 
-def test_a_text_load_keeps_its_threads_for_every_block(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_text_load_keeps_its_threads_for_every_block(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, thread_starts: list[str]) -> None:
     rng = np.random.default_rng(0)
     lines = [f"{1 if rng.random() < 0.5 else -1} " + " ".join(
         f"{j}:{rng.random():.4f}" for j in sorted(rng.choice(range(1, 500), 20, replace=False)))
         for _ in range(3000)]
     path = tmp_path / "rows.svm"
     path.write_text("\n".join(lines) + "\n")
-    started: list[str] = []
-    start = threading.Thread.start
-
-    def counting_start(self: threading.Thread) -> None:
-        started.append(self.name)
-        start(self)
-
-    monkeypatch.setattr(threading.Thread, "start", counting_start)
     block = 16 << 10
     monkeypatch.setattr(stream, "MIN_BYTES_PER_THREAD", block // 5)  # 4 pieces a block
     parsed: list[int] = []
@@ -89,8 +81,7 @@ def test_a_text_load_keeps_its_threads_for_every_block(tmp_path: Path,
     assert len(parsed) > 4 * 8                       # many blocks, each parsed in pieces
     assert len(set(parsed)) == 4
     assert data.n_rows == 3000
-    assert len(started) == 3                         # one set of threads for both passes
-    monkeypatch.setattr(threading.Thread, "start", start)
+    assert len(thread_starts) == 3                   # one set of threads for both passes
     # the rows are those of a load in one block
     whole = load_text(path, threads=4)
     assert np.array_equal(data.indptr, whole.indptr)

@@ -14,9 +14,9 @@ import pytest
 from hogwild import config
 from hogwild.cluster.wire import PROTOCOL_VERSION, pb
 from hogwild.cluster.worker.plan import RunPlan
+from hogwild.data.formats.placement import permuted
 from hogwild.data.sources import load_source
 from hogwild.data.transform.reorder import frequency_order, renumber
-from hogwild.data.transform.split import permute
 from hogwild.engine.mlp import MLPTrainer
 from hogwild.engine.trainer import Trainer, TrainParams
 from hogwild.errors import ConfigError, InvalidMessage, ModelError
@@ -167,7 +167,7 @@ def _spam() -> tuple[Any, Any]:
     train, test = _spam_raw()
     width = max(train.n_features, test.n_features)
     train, test = train.with_n_features(width), test.with_n_features(width)
-    train = permute(train, seed=0)  # the file lists the ham first
+    train = permuted(train, seed=0)  # the file lists the ham first
     order = frequency_order(train)
     return renumber(train, order), renumber(test, order)
 

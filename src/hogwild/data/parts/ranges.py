@@ -557,9 +557,8 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
             for block, real in f.blocks(r.byte_start, r.byte_end, block_bytes, digest):
                 got += real
                 try:
-                    p = parse_text(block, zero_based=spec.zero_based,
-                                   n_features=spec.n_features, threads=n_threads, source=name,
-                                   run=pool.run)
+                    p = parse_text(block, zero_based=spec.zero_based, n_features=spec.n_features,
+                                   threads=n_threads, source=name, run=pool.run)
                 except DataFormatError as exc:
                     message = str(exc)[len(f"{exc.path}:{exc.line}: "):]
                     raise DataFormatError(name, exc.line + line - 1, message) from None
@@ -595,8 +594,7 @@ def _read_sampled(f: TextFile, spec: LocalSpec, r: Range, parts: RowSink, block_
         raise DataError(f"{f.name} differs from the file the coordinator planned with: the "
                         f"text around bytes {r.byte_start:,} and {r.byte_end:,} is not what it "
                         "read there (shipping: local needs every node to read the same file)")
-    for p in parsed_span(f, r.byte_start, r.byte_end, zero_based=spec.zero_based,
-                         n_features=spec.n_features, threads=threads, block_bytes=block_bytes,
-                         run=run):
+    for p in parsed_span(f, r.byte_start, r.byte_end, zero_based=spec.zero_based, run=run,
+                         n_features=spec.n_features, threads=threads, block_bytes=block_bytes):
         parts.add(p.indptr, p.indices, p.values, p.labels,
                   np.ones(p.labels.shape[0], dtype=np.bool_))

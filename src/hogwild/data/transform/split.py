@@ -15,11 +15,6 @@ def shuffle_order(n_rows: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).permutation(n_rows)
 
 
-def permute(data: CSRData, seed: int) -> CSRData:
-    """The rows in a random order (physically copied, so a kernel streams them in order)."""
-    return data.take(shuffle_order(data.n_rows, seed))
-
-
 def _check_fraction(name: str, value: float) -> float:
     value = float(value)
     if not 0.0 <= value < 1.0:
