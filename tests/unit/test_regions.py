@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from hogwild.base.regions import region_array
+from hogwild.base.regions import HUGE_FROM_BYTES, region_array, rows_array
 from hogwild.cluster.wire.arrays import alloc_array
 
 
@@ -43,3 +43,36 @@ def test_a_large_shard_array_comes_from_a_region_and_a_small_one_from_numpy() ->
     small = alloc_array(1000, np.float32)
     assert isinstance(big.base, memoryview) and isinstance(big.base.obj, mmap.mmap)
     assert small.base is None
+
+
+def _vm_flags(array: np.ndarray) -> set[str]:
+    """The kernel's flags for the mapping that holds ``array``'s first byte."""
+    at = array.ctypes.data
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= at < hi
+            elif inside and head == "VmFlags:":
+                return set(line.split()[1:])
+    raise AssertionError("no mapping holds the array")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_NOHUGEPAGE"),
+                    reason="/proc/self/smaps and madvise")
+def test_a_large_rows_array_asks_for_small_pages_and_a_buffer_for_huge_ones() -> None:
+    rows = rows_array(HUGE_FROM_BYTES // 4 + 1024, np.float32)
+    buffer = region_array(HUGE_FROM_BYTES + 4096, np.uint8)
+    rows[:] = 1.0
+    assert isinstance(rows.base, memoryview) and isinstance(rows.base.obj, mmap.mmap)
+    assert "nh" in _vm_flags(rows) and "hg" not in _vm_flags(rows)
+    assert "hg" in _vm_flags(buffer) and "nh" not in _vm_flags(buffer)
+    assert float(rows.sum()) == rows.shape[0]
+
+
+def test_a_small_rows_array_is_numpy_s_own() -> None:
+    small = rows_array(1000, np.int32)
+    assert small.base is None and small.shape == (1000,) and small.dtype == np.int32
+    assert rows_array(0, np.float32).shape == (0,)

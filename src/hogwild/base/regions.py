@@ -8,11 +8,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-# From this size a region asks for transparent huge pages (as numpy does for its own arrays).
+# From this size a region says which pages it wants: huge ones for a buffer filled again and
+# again (region_array), small ones for a data set's rows (rows_array).
 HUGE_FROM_BYTES = 4 << 20
 
 
-def region_array(length: int, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
+def region_array(length: int, dtype: npt.DTypeLike, *, huge: bool = True) -> npt.NDArray[Any]:
     """An uninitialised 1-D array in a private anonymous mapping of its own, given back to
     the system whole when its last view goes.
 
@@ -21,15 +22,35 @@ def region_array(length: int, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
     mapped blocks, and the blocks allocated after it (a test set's arrays, the outputs') came
     from its heap, which kept freed memory resident: `train` on 200k rows peaked at 311 MB
     against 299 MB with the loader's buffers in regions (bench/NOTES.md). A region from
-    HUGE_FROM_BYTES asks for huge pages, which a private mapping gets where the kernel's
-    setting is ``madvise``: filling a fresh 120 MB one took 7.5 ms with them and 48 ms
-    without, on the 2-core development machine."""
+    HUGE_FROM_BYTES asks for huge pages (``huge``), which a private mapping gets where the
+    kernel's setting is ``madvise``: filling a 120 MB one again took 7.5 ms with them and
+    48 ms without, on the 2-core development machine; or, not ``huge``, for small pages
+    even where the kernel's setting is ``always``."""
     dt = np.dtype(dtype)
     nbytes = max(1, int(length) * dt.itemsize)
     region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)
-    if nbytes >= HUGE_FROM_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
+    advice = getattr(mmap, "MADV_HUGEPAGE" if huge else "MADV_NOHUGEPAGE", None)
+    if advice is not None and nbytes >= HUGE_FROM_BYTES:
         try:
-            region.madvise(mmap.MADV_HUGEPAGE)
+            region.madvise(advice)
         except OSError:
-            pass  # not allowed here: ordinary pages
+            pass  # not allowed here: the system's default pages
     return np.frombuffer(region, dtype=dt, count=int(length))
+
+
+def rows_array(length: int, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
+    """An uninitialised 1-D array for a data set's rows, written once and then read in order:
+    from HUGE_FROM_BYTES a region of small pages, below it numpy's.
+
+    Huge pages save nothing on an array read in order (three training passes over 2M rows
+    took 1.136 s with the rows in huge pages and 1.138 s in small ones), and each must be
+    a free 2 MB block when first written. Where the system hands freed memory back to a
+    host (a virtual machine with free page reporting, as the 2-core development machine is),
+    those blocks are the ones handed back, and each is faulted in from the host again:
+    filling 1.8 GB of fresh arrays took 1.3-3.5 s of system time in huge pages against
+    0.6 s in small ones, and twice as long when two processes did it at once, as the
+    workers of `hogwild run` do (bench/NOTES.md)."""
+    dt = np.dtype(dtype)
+    if int(length) * dt.itemsize < HUGE_FROM_BYTES:
+        return np.empty(int(length), dtype=dt)
+    return region_array(length, dt, huge=False)

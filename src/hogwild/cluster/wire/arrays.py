@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from hogwild.base.regions import region_array
+from hogwild.base.regions import rows_array
 from hogwild.cluster.wire import pb
 from hogwild.errors import InvalidMessage
 
@@ -178,18 +178,11 @@ def iter_array_chunks(array: npt.NDArray[Any], chunk_bytes: int,
         yield lo, message, zlib.crc32(stored), stored
 
 
-_REGION_BYTES = 8 << 20
-
-
 def alloc_array(length: int, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
-    """An uninitialised 1-D array; a large one (a shard's) in a private region of its own,
-    with huge pages where the kernel allows (base.regions). Not a shared mapping: the kernel
-    backs those with huge pages only where shmem's own setting allows (``never`` by default),
-    and filling a fresh 120 MB one took 74 ms against 7.5 ms (bench/NOTES.md)."""
-    dt = np.dtype(dtype)
-    if length * dt.itemsize < _REGION_BYTES:
-        return np.empty(length, dtype=dt)
-    return region_array(length, dt)
+    """An uninitialised 1-D array for a shard's rows as they arrive: a large one in a
+    private region of small pages (base.regions.rows_array). Not a shared mapping: filling a
+    fresh 120 MB one took 74 ms against 7.5 ms in a private one (bench/NOTES.md)."""
+    return rows_array(length, dtype)
 
 
 class ArrayAssembler:

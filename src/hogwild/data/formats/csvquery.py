@@ -118,8 +118,6 @@ def placed_table(path: str, options: HashOptions, hashing: Mapping[str, Any] | N
     if pair is None:
         return None
     width = None if hashing is None else int(hashing["columns"][0]["width"])
-    # Arrow's pool keeps what the row groups used unless told: once after each pass.
-    release = pyarrow_modules()[0].default_memory_pool().release_unused
     # The first pass reads the pair's narrower column for the row lengths (int64 indices
     # and float32 values: the values, half the bytes to decode).
     narrower = min(pair, key=lambda c: read.item_bytes.get(c, 8))
@@ -127,9 +125,12 @@ def placed_table(path: str, options: HashOptions, hashing: Mapping[str, Any] | N
     # are decoded on every core. The second reads one group ahead of the threads copying.
     readers = default_threads()
     placed = load_placed(lambda columns: read.parts(columns, 1 if columns is None else readers),
-                         pair, release=release, label=label, weight=weight, width=width,
+                         pair, label=label, weight=weight, width=width,
                          seed=shuffle_seed, source=path, count_with=narrower)
-    release()
+    # Arrow's pool keeps what the row groups used unless told: given back once the load is
+    # done. Given back after each row group, it was faulted in again for the next: 1-2 s of
+    # system time on 2M rows, where keeping it moved the peak by under 60 MB (bench/NOTES.md).
+    pyarrow_modules()[0].default_memory_pool().release_unused()
     if placed is None:
         return None
     data, fitted = placed

@@ -54,7 +54,7 @@ class _Lengths:
 
 
 def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
-                pair: tuple[str, str], *, release: Callable[[], None], label: str | None,
+                pair: tuple[str, str], *, label: str | None,
                 weight: str | None, width: int | None, seed: int, source: str,
                 count_with: str | None = None) -> tuple[CSRData, int] | None:
     """The rows of the table whose parts ``parts(columns)`` yields (a fresh pass each call;
@@ -68,8 +68,8 @@ def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
     list length sizes its slot. The second reads the pair, checks it (each row's indices
     strictly increasing), and copies each row's entries but its zero values (and those
     beyond ``width``) into its slot; slots a dropped entry left short are closed up after.
-    ``release`` returns what each part's decoding used to the system (Arrow's pool keeps
-    it otherwise: hundreds of MB)."""
+    What the row groups' decoding used stays in Arrow's pool for the next one: the caller
+    gives it back once the load is done."""
     index_name, _ = pair
     count_with = count_with or index_name
     first = _Lengths()
@@ -84,7 +84,6 @@ def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
             first.weights.append(weights)
         first.rows += part.n_rows
         del part
-        release()
     n = first.rows
     # Fitting, the width is the largest index + 1, found as the second pass copies.
     fitting = width is None
@@ -113,7 +112,6 @@ def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
                 top = max(top, int(index.max()))
             base += part.n_rows
             del part, index, vals, own
-            release()
         if base != n:
             raise DataError(f"{source} changed while it was read ({n:,} rows, then {base:,})")
     width = max(top + 1, 1) if fitting else limit

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hogwild.base.regions import rows_array
 from hogwild.data._threads import Runner, default_threads, run_parallel
 from hogwild.data.csr import CSRData
 from hogwild.data.formats import _rowcopy as rc
@@ -45,7 +46,8 @@ class RowTarget:
             del order
         total = int(start[-1])
         return cls(pos_of, start, np.zeros(n, dtype=np.int64),
-                   np.empty(total, dtype=np.int32), np.empty(total, dtype=np.float32),
+                   rows_array(total, np.int32),
+                   rows_array(total, np.float32),
                    np.empty(n, dtype=np.float32), threads, run=run)
 
     def put(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
@@ -91,9 +93,8 @@ class RowTarget:
         nnz = int(indptr[-1])
         if int(self.length.sum()) != nnz:
             nnz = int(rc.close_gaps(indptr, self.length, indices, values))
-            # shrink in place (realloc): the arrays own their memory and nothing views them
-            indices.resize(nnz, refcheck=False)
-            values.resize(nnz, refcheck=False)
+            # views: the entries left out (usually few) stay mapped at the end
+            indices, values = indices[:nnz], values[:nnz]
         return CSRData(indptr, indices, values, self.labels, n_features, label_note)
 
 

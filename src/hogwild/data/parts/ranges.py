@@ -30,18 +30,19 @@ import logging
 import time
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from hogwild.base.jit import njit
 from hogwild.data._threads import KernelThreads, Runner, default_threads
-from hogwild.data.csr import INDEX_DTYPE, INDPTR_DTYPE, LABEL_DTYPE, VALUE_DTYPE, CSRData
+from hogwild.data.csr import CSRData
 from hogwild.data.diagnose.memory import PER_ID, check_fits, ids_blamed, physical_memory
 from hogwild.data.formats.svmlight import parse_text
 from hogwild.data.formats.textblocks import BLOCK_BYTES
 from hogwild.data.formats.textsource import TextFile
+from hogwild.data.parts.rowsinks import FilledRows, RowParts, RowSink
 from hogwild.data.parts.textspans import (
     DIGEST_CHUNK,
     ChunkDigests,
@@ -205,124 +206,6 @@ def deal(n_ranges: int, workers: int, seed: int) -> list[list[int]]:
     """Ranges per worker: a seeded permutation dealt round-robin, each list in file order."""
     order = np.random.default_rng([seed, 0x52414E47]).permutation(n_ranges)
     return [sorted(int(i) for i in order[w::workers]) for w in range(workers)]
-
-
-class RowSink(Protocol):
-    """Where :func:`read_ranges` puts the rows it keeps, block by block."""
-
-    def add(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
-            labels: np.ndarray, mask: np.ndarray) -> None: ...
-
-    def build(self, n_features: int) -> CSRData: ...
-
-
-Kept = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-
-
-def _kept(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, labels: np.ndarray,
-          mask: np.ndarray) -> Kept | None:
-    """The rows of a parsed block where ``mask`` is true, as (row lengths, indices, values,
-    labels); None when there are none."""
-    rows = np.flatnonzero(mask)
-    if rows.shape[0] == 0:
-        return None
-    nnz_mask = np.repeat(mask, np.diff(indptr))
-    return (indptr[rows + 1] - indptr[rows], indices[nnz_mask], values[nnz_mask],
-            labels[rows])
-
-
-class RowParts:
-    """Rows collected block by block in memory (raw labels)."""
-
-    def __init__(self) -> None:
-        self.lengths: list[np.ndarray] = []
-        self.indices: list[np.ndarray] = []
-        self.values: list[np.ndarray] = []
-        self.labels: list[np.ndarray] = []
-
-    def add(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
-            labels: np.ndarray, mask: np.ndarray) -> None:
-        """Keep the rows of a parsed block where ``mask`` is true."""
-        kept = _kept(indptr, indices, values, labels, mask)
-        if kept is not None:
-            for into, part in zip((self.lengths, self.indices, self.values, self.labels), kept,
-                                  strict=True):
-                into.append(part)
-
-    def build(self, n_features: int) -> CSRData:
-        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
-        indptr = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
-        np.cumsum(lengths, out=indptr[1:])
-        return CSRData(indptr,
-                       np.concatenate(self.indices) if self.indices else np.zeros(0, np.int32),
-                       np.concatenate(self.values) if self.values else np.zeros(0, np.float32),
-                       np.concatenate(self.labels).astype(np.float32) if self.labels
-                       else np.zeros(0, np.float32), n_features)
-
-
-class _Filled:
-    """Rows copied block by block into arrays of the planned size (raw labels): nothing held
-    beside them and no concatenation, so the rows take their size once (pieces and their
-    concatenation took it twice, and the pieces' freed heap stayed with the process).
-    DataError as soon as the file holds more training rows or non-zeros than planned, unless
-    ``grow`` (a sampled plan's estimates): then the arrays grow in place (``resize``
-    reallocates; a large block's pages are moved, not copied), never living twice."""
-
-    def __init__(self, name: str, rows: int, nnz: int, grow: bool = False) -> None:
-        self.name = name
-        self.grow = grow
-        self.indptr = np.zeros(rows + 1, dtype=INDPTR_DTYPE)
-        self.indices = np.empty(nnz, dtype=INDEX_DTYPE)
-        self.values = np.empty(nnz, dtype=VALUE_DTYPE)
-        self.labels = np.empty(rows, dtype=LABEL_DTYPE)
-        self.rows = 0
-        self.nnz = 0
-
-    def add(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
-            labels: np.ndarray, mask: np.ndarray) -> None:
-        """Copy the rows of a parsed block where ``mask`` is true after those kept so far."""
-        kept = _kept(indptr, indices, values, labels, mask)
-        if kept is None:
-            return
-        lengths, kept_indices, kept_values, kept_labels = kept
-        k, n = lengths.shape[0], kept_indices.shape[0]
-        r0, z0 = self.rows, self.nnz
-        if self.grow:
-            self._room(r0 + k, z0 + n)
-        elif r0 + k > self.labels.shape[0] or z0 + n > self.indices.shape[0]:
-            raise DataError(f"{self.name} differs from the file the coordinator planned with: "
-                            f"more than the planned {self.labels.shape[0]:,} training rows "
-                            f"with {self.indices.shape[0]:,} non-zeros (shipping: local needs "
-                            "every node to read the same file)")
-        self.indices[z0:z0 + n] = kept_indices
-        self.values[z0:z0 + n] = kept_values
-        self.labels[r0:r0 + k] = kept_labels
-        ends = self.indptr[r0 + 1:r0 + k + 1]
-        np.cumsum(lengths, out=ends)
-        ends += z0
-        self.rows, self.nnz = r0 + k, z0 + n
-
-    def _room(self, rows: int, nnz: int) -> None:
-        """Grown arrays (nothing else views them) holding at least ``rows`` and ``nnz``."""
-        if rows > self.labels.shape[0]:
-            size = max(rows, self.labels.shape[0] * 5 // 4 + 1024)
-            self.labels.resize(size, refcheck=False)
-            self.indptr.resize(size + 1, refcheck=False)
-        if nnz > self.indices.shape[0]:
-            size = max(nnz, self.indices.shape[0] * 5 // 4 + 65536)
-            self.indices.resize(size, refcheck=False)
-            self.values.resize(size, refcheck=False)
-
-    def build(self, n_features: int) -> CSRData:
-        """The rows kept (fewer than planned: read_ranges then says so)."""
-        r, z = self.rows, self.nnz
-        if self.grow:  # the estimate's slack given back (in place, as it grew)
-            self.indptr.resize(r + 1, refcheck=False)
-            self.labels.resize(r, refcheck=False)
-            self.indices.resize(z, refcheck=False)
-            self.values.resize(z, refcheck=False)
-        return CSRData(self.indptr[:r + 1], self.indices[:z], self.values[:z], self.labels[:r],
-                       n_features)
 
 
 class _Checkpoints:
@@ -535,9 +418,9 @@ def read_ranges(spec: LocalSpec, ranges: list[Range], *, threads: int | None = N
     with closing(TextFile(spec.source)) as f, KernelThreads(n_threads, "parse") as pool:
         name = f.name
         # A sampled plan's counts are estimates: 2 % more, grown in place if need be.
-        parts: RowSink = sink if sink is not None else _Filled(
+        parts: RowSink = sink if sink is not None else FilledRows(
             name, planned_rows * 51 // 50 + 16, planned_nnz * 51 // 50 + 1024, grow=True) \
-            if spec.sampled else _Filled(name, planned_rows, planned_nnz)
+            if spec.sampled else FilledRows(name, planned_rows, planned_nnz)
         # A size of 0 in the plan, or -1 here: a server that does not say (the digests and
         # counts below still decide).
         if spec.file_size > 0 and f.size >= 0 and f.size != spec.file_size:

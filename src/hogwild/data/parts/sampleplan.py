@@ -40,9 +40,9 @@ from hogwild.data.parts.ranges import (
     PIECES_PER_WORKER,
     FilePlan,
     Range,
-    RowParts,
     split_u,
 )
+from hogwild.data.parts.rowsinks import RowParts
 from hogwild.data.parts.textspans import ends_digest, line_start, parsed_span
 from hogwild.data.transform.labelcheck import LabelWatch
 from hogwild.errors import DataError
