@@ -26,7 +26,12 @@ Kept = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 def _kept(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, labels: np.ndarray,
           mask: np.ndarray) -> Kept | None:
     """The rows of a parsed block where ``mask`` is true, as (row lengths, indices, values,
-    labels); None when there are none."""
+    labels); None when there are none. Every row kept (a sampled plan's ranges): the block's
+    own arrays, not copies."""
+    if mask.all():
+        if mask.shape[0] == 0:
+            return None
+        return np.diff(indptr), indices[:indptr[-1]], values[:indptr[-1]], labels
     rows = np.flatnonzero(mask)
     if rows.shape[0] == 0:
         return None
