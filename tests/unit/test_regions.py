@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from hogwild.base.regions import HUGE_FROM_BYTES, region_array, rows_array
+from hogwild.base.regions import HUGE_FROM_BYTES, region_array, rows_array, rows_grown
 from hogwild.cluster.wire.arrays import alloc_array
 
 
@@ -76,3 +76,14 @@ def test_a_small_rows_array_is_numpy_s_own() -> None:
     small = rows_array(1000, np.int32)
     assert small.base is None and small.shape == (1000,) and small.dtype == np.int32
     assert rows_array(0, np.float32).shape == (0,)
+
+
+@pytest.mark.parametrize("length", [1000, HUGE_FROM_BYTES // 4 + 1024])
+def test_a_rows_array_grown_keeps_what_was_used_and_has_the_room_asked(length: int) -> None:
+    a = rows_array(length, np.int32)
+    a[:] = np.arange(length, dtype=np.int32)
+    b = rows_grown(a, 2 * length, length - 10)
+    assert b.shape == (2 * length,) and b.dtype == np.int32
+    assert np.array_equal(b[:length - 10], np.arange(length - 10, dtype=np.int32))
+    b[length:] = 7                                  # the new room is writable
+    assert int(a[-1]) == length - 1                 # the old array is left as it was

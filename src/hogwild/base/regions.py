@@ -54,3 +54,12 @@ def rows_array(length: int, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
     if int(length) * dt.itemsize < HUGE_FROM_BYTES:
         return np.empty(int(length), dtype=dt)
     return region_array(length, dt, huge=False)
+
+
+def rows_grown(array: npt.NDArray[Any], size: int, used: int) -> npt.NDArray[Any]:
+    """A rows_array of ``size`` holding ``array``'s first ``used`` items (a region cannot be
+    resized in place; a part of it never written holds no memory, so a caller may ask for
+    room generously)."""
+    out = rows_array(size, array.dtype)
+    out[:used] = array[:used]
+    return out

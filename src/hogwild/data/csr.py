@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.base.jit import njit
+from hogwild.base.regions import rows_array, rows_grown
 from hogwild.data._threads import default_threads, run_parallel
 from hogwild.errors import DataError
 
@@ -262,13 +263,15 @@ def concat_rows(parts: Iterable[CSRData], n_features: int, rows: int = 0,
     a part has them, 1 filled in for the parts without).
 
     Each part is copied as it comes into arrays of ``rows`` and ``nnz`` (estimates are
-    enough), grown and trimmed in place (``resize`` reallocates: a large block's pages are
-    remapped, not copied): given a generator, the parts never live beside the result. A
-    worker gathering its 5M rows of Parquet as a list and concatenating it peaked at 9.5 GB
-    for 3.1 GB of rows."""
+    enough): given a generator, the parts never live beside the result. A worker gathering
+    its 5M rows of Parquet as a list and concatenating it peaked at 9.5 GB for 3.1 GB of
+    rows. The rows' arrays grow and are trimmed in place (``resize`` reallocates: a large
+    block's pages are remapped, not copied); the non-zeros are in small pages
+    (base.regions.rows_array), copied into larger ones when they grow, and their part never
+    written holds no memory."""
     indptr = np.zeros(rows + 1, INDPTR_DTYPE)
-    indices = np.empty(nnz, INDEX_DTYPE)
-    values = np.empty(nnz, VALUE_DTYPE)
+    indices = rows_array(nnz, INDEX_DTYPE)
+    values = rows_array(nnz, VALUE_DTYPE)
     labels = np.empty(rows, LABEL_DTYPE)
     weights: np.ndarray | None = None
     r = z = 0
@@ -281,9 +284,8 @@ def concat_rows(parts: Iterable[CSRData], n_features: int, rows: int = 0,
             if weights is not None:
                 weights.resize(size, refcheck=False)
         if z + n > indices.shape[0]:
-            size = max(z + n, indices.shape[0] * 5 // 4 + 65536)
-            indices.resize(size, refcheck=False)
-            values.resize(size, refcheck=False)
+            size = max(z + n, indices.shape[0] * 3 // 2 + 65536)
+            indices, values = rows_grown(indices, size, z), rows_grown(values, size, z)
         if part.weights is not None and weights is None:
             weights = np.ones(labels.shape[0], WEIGHT_DTYPE)
         indices[z:z + n] = part.indices
@@ -293,8 +295,7 @@ def concat_rows(parts: Iterable[CSRData], n_features: int, rows: int = 0,
         if weights is not None:
             weights[r:r + k] = 1.0 if part.weights is None else part.weights
         r, z = r + k, z + n
-    for array, size in ((labels, r), (indptr, r + 1), (indices, z), (values, z),
-                        (weights, r)):
+    for array, size in ((labels, r), (indptr, r + 1), (weights, r)):
         if array is not None and array.shape[0] != size:
             array.resize(size, refcheck=False)
-    return CSRData(indptr, indices, values, labels, n_features, None, weights)
+    return CSRData(indptr, indices[:z], values[:z], labels, n_features, None, weights)

@@ -6,7 +6,7 @@ from typing import Protocol
 
 import numpy as np
 
-from hogwild.base.regions import rows_array
+from hogwild.base.regions import rows_array, rows_grown
 from hogwild.data.csr import INDEX_DTYPE, INDPTR_DTYPE, LABEL_DTYPE, VALUE_DTYPE, CSRData
 from hogwild.errors import DataError
 
@@ -121,8 +121,8 @@ class FilledRows:
             self.indptr.resize(size + 1, refcheck=False)
         if nnz > self.indices.shape[0]:
             size = max(nnz, self.indices.shape[0] * 5 // 4 + 65536)
-            self.indices = _grown(self.indices, size, self.nnz)
-            self.values = _grown(self.values, size, self.nnz)
+            self.indices = rows_grown(self.indices, size, self.nnz)
+            self.values = rows_grown(self.values, size, self.nnz)
 
     def build(self, n_features: int) -> CSRData:
         """The rows kept (fewer than planned: read_ranges then says so)."""
@@ -132,10 +132,3 @@ class FilledRows:
             self.labels.resize(r, refcheck=False)
         return CSRData(self.indptr[:r + 1], self.indices[:z], self.values[:z], self.labels[:r],
                        n_features)
-
-
-def _grown(array: np.ndarray, size: int, used: int) -> np.ndarray:
-    """A region of ``size`` holding ``array``'s first ``used`` items."""
-    out = rows_array(size, array.dtype)
-    out[:used] = array[:used]
-    return out
