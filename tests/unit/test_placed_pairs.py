@@ -44,7 +44,7 @@ def _rows(n: int, seed: int = 0, zeros: bool = False) -> list[list[tuple[int, fl
     return out
 
 
-def _general(rest: str, seed: int, hashing: Any = None) -> tuple[CSRData, dict[str, Any]]:
+def _general(rest: str, seed: int | None, hashing: Any = None) -> tuple[CSRData, dict[str, Any]]:
     path, options = parse_csv_spec(rest, "parquet")
     if hashing is not None:
         return apply_columns(hashing, read_columns("parquet", path, params=hashing), seed), \
@@ -82,6 +82,12 @@ def test_placed_rows_are_the_general_paths(tmp_path: Path, index_type: str,
     applied, _ = load_columnar_source("parquet", f"{other}?", hashing=params, shuffle_seed=1)
     _same(applied, _general(f"{other}?", 1, params)[0])
     assert applied.nnz == 6
+    # Unshuffled (a test set): placed in file order, the general path's rows exactly.
+    assert csvquery.placed_table(other.as_posix(), parse_csv_spec(f"{other}?", "parquet")[1],
+                                 params, None) is not None
+    in_order, _ = load_columnar_source("parquet", f"{other}?", hashing=params)
+    _same(in_order, _general(f"{other}?", None, params)[0])
+    assert in_order.indices.tolist() == [5, 299] * 3
 
 
 def test_rows_out_of_order_and_a_missing_label_take_the_general_path(tmp_path: Path) -> None:

@@ -100,9 +100,10 @@ def load_csv_source(rest: str, hashing: Mapping[str, Any] | None = None,
 
 
 def placed_table(path: str, options: HashOptions, hashing: Mapping[str, Any] | None,
-            shuffle_seed: int) -> tuple[CSRData, dict[str, Any]] | None:
-    """A Parquet table of one sparse pair loaded into its shuffled places directly
-    (data/formats/placedpairs.py), or None where the general path must read it."""
+                 shuffle_seed: int | None) -> tuple[CSRData, dict[str, Any]] | None:
+    """A Parquet table of one sparse pair loaded into its shuffled places (in file order
+    without ``shuffle_seed``) directly (data/formats/placedpairs.py), or None where the
+    general path must read it."""
     read = table_read("parquet", path, options=options, params=hashing)
     if hashing is None:
         label, weight = options.label, options.weight
@@ -147,7 +148,7 @@ def load_columnar_source(scheme: str, rest: str, hashing: Mapping[str, Any] | No
 
     path, options = parse_csv_spec(rest, scheme)
     started = time.perf_counter()
-    if shuffle_seed is not None and scheme == "parquet":
+    if scheme == "parquet":
         placed = placed_table(path, options, hashing, shuffle_seed)
         if placed is not None:
             data, params = placed

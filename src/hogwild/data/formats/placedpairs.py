@@ -55,10 +55,11 @@ class _Lengths:
 
 def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
                 pair: tuple[str, str], *, label: str | None,
-                weight: str | None, width: int | None, seed: int, source: str,
+                weight: str | None, width: int | None, seed: int | None, source: str,
                 count_with: str | None = None) -> tuple[CSRData, int] | None:
     """The rows of the table whose parts ``parts(columns)`` yields (a fresh pass each call;
-    None: every mapped column), in ``shuffle_order(n_rows, seed)``: (rows, width); ``width``
+    None: every mapped column), in ``shuffle_order(n_rows, seed)`` (in file order when
+    ``seed`` is None): (rows, width); ``width``
     None fits it (the largest index + 1). None when a row's indices are out of order (the
     caller takes the general path). DataError (naming the row) for bad values, as the
     general path's.
