@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import mmap
 from typing import Any
 
@@ -28,7 +29,12 @@ def region_array(length: int, dtype: npt.DTypeLike, *, huge: bool = True) -> npt
     even where the kernel's setting is ``always``."""
     dt = np.dtype(dtype)
     nbytes = max(1, int(length) * dt.itemsize)
-    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)
+    try:
+        region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)
+    except OSError as exc:
+        if exc.errno == errno.ENOMEM:  # beyond a limit (RLIMIT_DATA, ulimit -v): as numpy says
+            raise MemoryError(f"cannot map a region of {nbytes:,} bytes") from None
+        raise
     advice = getattr(mmap, "MADV_HUGEPAGE" if huge else "MADV_NOHUGEPAGE", None)
     if advice is not None and nbytes >= HUGE_FROM_BYTES:
         try:
