@@ -9,7 +9,13 @@ import sys
 import numpy as np
 import pytest
 
-from hogwild.base.regions import HUGE_FROM_BYTES, region_array, rows_array, rows_grown
+from hogwild.base.regions import (
+    HUGE_FROM_BYTES,
+    given_back_after,
+    region_array,
+    rows_array,
+    rows_grown,
+)
 from hogwild.cluster.wire.arrays import alloc_array
 
 
@@ -108,3 +114,15 @@ def test_a_region_beyond_the_memory_limit_is_a_memory_error_as_numpy_s_arrays_ar
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["MemoryError"] * 3, done.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_the_pages_of_a_region_past_what_is_used_are_given_back() -> None:
+    a = rows_array(64 << 20, np.uint8)
+    a[:] = 3
+    full = _resident_mb()
+    head = given_back_after(a, (16 << 20) + 5)
+    assert head.shape == ((16 << 20) + 5,) and int(head[-1]) == 3 and int(head[0]) == 3
+    assert _resident_mb() < full - 40               # the 48 MB past it are gone
+    small = np.arange(10)
+    assert given_back_after(small, 4).tolist() == [0, 1, 2, 3]  # numpy's own: a view

@@ -69,3 +69,19 @@ def rows_grown(array: npt.NDArray[Any], size: int, used: int) -> npt.NDArray[Any
     out = rows_array(size, array.dtype)
     out[:used] = array[:used]
     return out
+
+
+def given_back_after(array: npt.NDArray[Any], used: int) -> npt.NDArray[Any]:
+    """``array[:used]``, the whole pages after it handed back to the system where ``array``
+    is a region's (a region cannot be shrunk in place as numpy's arrays are; its pages past
+    ``used`` would otherwise stay resident if they were ever written)."""
+    head = array[:used]
+    base = array.base
+    region = base.obj if isinstance(base, memoryview) else None
+    if isinstance(region, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED") and len(region):
+        region_at = np.frombuffer(region, np.uint8).ctypes.data
+        end_at = array.ctypes.data + used * array.itemsize
+        begin = -(-(end_at - region_at) // mmap.PAGESIZE) * mmap.PAGESIZE
+        if begin < len(region):
+            region.madvise(mmap.MADV_DONTNEED, begin, len(region) - begin)
+    return head

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hogwild.base.regions import rows_array
+from hogwild.base.regions import given_back_after, rows_array
 from hogwild.data._threads import Runner, default_threads, run_parallel
 from hogwild.data.csr import CSRData
 from hogwild.data.formats import _rowcopy as rc
@@ -93,8 +93,7 @@ class RowTarget:
         nnz = int(indptr[-1])
         if int(self.length.sum()) != nnz:
             nnz = int(rc.close_gaps(indptr, self.length, indices, values))
-            # views: the entries left out (usually few) stay mapped at the end
-            indices, values = indices[:nnz], values[:nnz]
+            indices, values = given_back_after(indices, nnz), given_back_after(values, nnz)
         return CSRData(indptr, indices, values, self.labels, n_features, label_note)
 
 
