@@ -180,8 +180,9 @@ def iter_array_chunks(array: npt.NDArray[Any], chunk_bytes: int,
 
 def alloc_array(length: int, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
     """An uninitialised 1-D array for a shard's rows as they arrive: a large one in a
-    private region of small pages (base.regions.rows_array). Not a shared mapping: filling a
-    fresh 120 MB one took 74 ms against 7.5 ms in a private one (bench/NOTES.md)."""
+    private region of small pages (base.regions.rows_array). Not a shared mapping: filling
+    a fresh 120 MB one took 74 ms against 7.5 ms in a private one of huge pages
+    (bench/NOTES.md)."""
     return rows_array(length, dtype)
 
 
