@@ -54,8 +54,8 @@ def rows_array(length: int, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
     host (a virtual machine with free page reporting, as the 2-core development machine is),
     those blocks are the ones handed back, and each is faulted in from the host again:
     filling 1.8 GB of fresh arrays took 1.3-3.5 s of system time in huge pages against
-    0.6 s in small ones, and twice as long when two processes did it at once, as the
-    workers of `hogwild run` do (bench/NOTES.md)."""
+    0.6 s in small ones, and 2.5 s each against 0.57 s when two processes did it at once,
+    as the workers of `hogwild run` do (bench/NOTES.md)."""
     dt = np.dtype(dtype)
     if int(length) * dt.itemsize < HUGE_FROM_BYTES:
         return np.empty(int(length), dtype=dt)
