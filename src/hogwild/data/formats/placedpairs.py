@@ -59,10 +59,9 @@ def load_placed(parts: Callable[[Iterable[str] | None], Iterable[ArrowPart]],
                 count_with: str | None = None) -> tuple[CSRData, int] | None:
     """The rows of the table whose parts ``parts(columns)`` yields (a fresh pass each call;
     None: every mapped column), in ``shuffle_order(n_rows, seed)`` (in file order when
-    ``seed`` is None): (rows, width); ``width``
-    None fits it (the largest index + 1). None when a row's indices are out of order (the
-    caller takes the general path). DataError (naming the row) for bad values, as the
-    general path's.
+    ``seed`` is None): (rows, width); ``width`` None fits it (the largest index + 1). None
+    when a row's indices are out of order (the caller takes the general path). DataError
+    (naming the row) for bad values, as the general path's.
 
     The first pass reads one column of the pair (``count_with``, by default the indices;
     the narrower one as stored costs less to decode) with the label and weight: each row's

@@ -100,10 +100,10 @@ class RowTarget:
 def permuted(data: CSRData, seed: int, threads: int | None = None) -> CSRData:
     """The rows in ``shuffle_order(n_rows, seed)``, physically copied so that a kernel streams
     them in order: what ``data.take`` of that order gives, bit for bit, copied the other way
-    round. Each row is read in order and written to its
-    place (as the loaders place rows), where a gather reads the rows in random order and
-    stalls on each: a worker's 1M rows (73M non-zeros) took 1.0 s to gather on two threads
-    (bench/NOTES.md); a synthetic 1M rows 0.25 s scattered against 0.38 s gathered."""
+    round. Each row is read in order and written to its place (as the loaders place rows),
+    where a gather reads the rows in random order and stalls on each: a worker's 1M rows
+    (73M non-zeros) took 1.0 s to gather on two threads (bench/NOTES.md); a synthetic 1M
+    rows 0.25 s scattered against 0.38 s gathered."""
     target = RowTarget.create(np.diff(data.indptr), seed,
                               threads if threads is not None else default_threads())
     target.put(data.indptr, data.indices, data.values, data.labels, 0, "rows in memory")
