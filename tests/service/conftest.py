@@ -55,6 +55,9 @@ def coordinator_server() -> Iterator[CoordinatorServer]:
         yield CoordinatorServer(server, port, state, health, channel,
                                 pb_grpc.CoordinatorStub(channel))
     finally:
+        # Ends the health watchdog too: a test that watched a clock must not leave a thread
+        # that reports a stall into a later test's log.
+        health.shutdown()
         channel.close()
         server.stop(grace=None).wait(5)
 
@@ -90,6 +93,7 @@ def worker_server(coordinator_server: CoordinatorServer) -> Iterator[WorkerServe
                            pb_grpc.WorkerStub(peer_channel))
     finally:
         node.ending.request_stop("test over")
+        health.shutdown()
         node.close()
         for open_channel in (channel, peer_channel):
             if open_channel is not None:

@@ -10,7 +10,7 @@ import pytest
 
 from hogwild.cluster.coordinator.members import links
 from hogwild.cluster.coordinator.members.records import WorkerRecord
-from hogwild.cluster.transport.health import LIVENESS, check
+from hogwild.cluster.transport.health import LIVENESS, HealthReporter, check
 
 from .conftest import CoordinatorServer, WorkerServer, loopback_settings
 
@@ -66,6 +66,18 @@ def test_the_watchdog_thread_notices_a_stall_by_itself(
         if time.monotonic() > deadline:
             pytest.fail("liveness still SERVING 30 s after the watched loop stalled")
         time.sleep(0.2)
+
+
+def test_shutdown_ends_the_watchdog_thread() -> None:
+    """A reporter that is shut down stops watching: its thread must not report a stall later
+    (into another server's log, or a later test's)."""
+    reporter = HealthReporter([])
+    reporter.watch(time.monotonic, stall_after=5.0)
+    watchdog = reporter._watchdog
+    assert watchdog is not None and watchdog.is_alive()
+    reporter.shutdown()
+    watchdog.join(timeout=10)
+    assert not watchdog.is_alive()
 
 
 def test_the_coordinator_says_when_a_worker_is_slow_to_be_ready(
