@@ -144,6 +144,10 @@ def test_the_engaged_note_names_what_held_the_workers_back() -> None:
         "momentum needs 10,000")
     work = engaged_note(64, 13, 1, 13_500_000, "sync", 180_000)
     assert work is not None and "13,500,000 training non-zeros are 1.04M an epoch" in work
+    assert work.endswith("The other 51 are released at the start (`engage: all` trains on "
+                         "every worker)")
+    one = engaged_note(3, 2, 2, 422_952, "async")
+    assert one is not None and "The other one is released at the start" in one
 
 
 def test_engaged_settings_resolve_the_topology_for_the_workers_engaged() -> None:

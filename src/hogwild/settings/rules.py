@@ -129,9 +129,10 @@ def engaged_note(asked: int, engaged: int, threads: int, train_nnz: int,
                f"they save in training (a worker pays from about "
                f"{ENGAGE_NNZ[mode] / 1e6:g}M a thread in {mode} mode, and no run of more "
                f"than {most} was measured faster)")
-    return (f"engaging {engaged} of {asked} workers: {why}, so the run would be slower. The "
-            f"other {asked - engaged} are released at the start (`engage: all` trains on every "
-            "worker)")
+    left = asked - engaged
+    others = "The other one is" if left == 1 else f"The other {left} are"
+    return (f"engaging {engaged} of {asked} workers: {why}, so the run would be slower. "
+            f"{others} released at the start (`engage: all` trains on every worker)")
 
 
 def few_rows_a_worker(asked: str, combine: str, train_rows: int, workers: int) -> str | None:
