@@ -159,3 +159,27 @@ def test_experiment_panels_wrap_their_titles_and_start_at_epoch_0() -> None:
     assert ax.get_xlim()[1] >= 3.0
     extent = ax.title.get_window_extent(fig.canvas.get_renderer())
     assert fig.bbox.x0 <= extent.x0 and extent.x1 <= fig.bbox.x1
+
+
+def test_the_png_holds_the_pixels_savefig_would_write(tmp_path: Path) -> None:
+    """plot_loss encodes the canvas it drew itself (no second draw by savefig): the same
+    pixels, size and resolution as matplotlib's own PNG of the same figure."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from hogwild.outputs.plotter import plot_loss
+
+    rows = [{"epoch": 0, "examples": 0, "val_loss": 1.0, "val_accuracy": 0.5},
+            {"epoch": 1, "examples": 10, "train_loss": 0.4, "val_loss": 0.3,
+             "val_accuracy": 0.9},
+            {"epoch": 2, "examples": 20, "train_loss": 0.2, "val_loss": 0.25,
+             "val_accuracy": 0.93}]
+    written = Image.open(plot_loss(tmp_path, rows, title=LONG_TITLE, saved=1))
+    reference = io.BytesIO()
+    loss_figure(rows, LONG_TITLE, 1).savefig(reference, format="png")
+    expected = Image.open(reference)
+    assert written.size == expected.size and written.mode == expected.mode
+    assert written.info["dpi"] == pytest.approx(expected.info["dpi"])
+    assert np.array_equal(np.asarray(written), np.asarray(expected))

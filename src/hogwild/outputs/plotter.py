@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hogwild.base.atomic import atomic_write_bytes, dumps
-from hogwild.base.startup import before_exit, import_long_lived, single_blas_thread
+from hogwild.base.startup import import_long_lived, single_blas_thread
 from hogwild.outputs.artifacts import PLOT_FILE
 
 if TYPE_CHECKING:  # matplotlib itself is imported when a figure is drawn (start-up time)
@@ -296,10 +296,19 @@ def plot_loss(out_dir: str | Path, rows: Sequence[Mapping[str, Any]], title: str
               saved: float | None = None) -> Path:
     """``loss.png``: validation and training loss, and validation accuracy, against epochs,
     the saved model's epoch marked (see hogwild.outputs.plotter.loss_figure)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from PIL import Image  # matplotlib's own PNG writer
+
     fig = loss_figure(rows, title, saved)
+    # The canvas drawn once and its pixels encoded here: ``savefig`` draws the figure a
+    # second time for the file (8-10 ms of the helper's 50-60 ms, the same pixels).
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # type: ignore[no-untyped-call]
+    pixels = canvas.buffer_rgba()  # type: ignore[no-untyped-call]
+    image = Image.frombuffer("RGBA", canvas.get_width_height(), pixels, "raw", "RGBA", 0, 1)
     buffer = io.BytesIO()
     # zlib level 1: the same pixels, a file a little larger, encoded in a third of the time.
-    fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})
+    image.save(buffer, format="png", compress_level=1, dpi=(fig.dpi, fig.dpi))
     return atomic_write_bytes(Path(out_dir) / PLOT_FILE, buffer.getvalue())
 
 
@@ -322,8 +331,11 @@ def main() -> int:
               saved=request.get("saved"))
     sys.stdout.buffer.write(DRAWN + b"\n")
     sys.stdout.flush()
-    before_exit()  # the job waits for this process to end
-    return 0
+    sys.stderr.flush()
+    # The job waits for this process to end (its pipes to close), and nothing is left to do:
+    # the file is written and renamed. The interpreter's teardown of matplotlib's objects
+    # took another 13-19 ms; skip it.
+    os._exit(0)
 
 
 if __name__ == "__main__":
