@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from hogwild import __version__, config
 from hogwild.base.startup import (
+    QuickExit,
     before_exit,
     import_long_lived,
     outlive_console,
@@ -307,7 +308,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     process, which ends when it returns; the garbage collector is then spared the objects
     of the command's imports and the final traversal of everything (hogwild.base.startup)."""
     if argv is None:
-        return main_process(None)
+        ending = QuickExit()
+        code = main_process(None)
+        ending.arm(code)
+        return code
     return _main(argv, environ, whole_process=False)
 
 

@@ -24,10 +24,12 @@ names the setting (hogwild.cluster.transport.mismatch), and by the server's toke
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import importlib
 import io
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -97,6 +99,36 @@ def numba_without_cffi() -> None:
     finally:
         if sys.modules.get("cffi", 0) is None:
             del sys.modules["cffi"]
+
+
+class QuickExit:
+    """Ends the process as soon as the interpreter's exit has joined its threads and run the
+    atexit handlers registered after this one, skipping the rest of its teardown: freeing
+    every module's objects one by one and the libraries' static destructors (LLVM's, gRPC's),
+    measured at 15 ms of a `hogwild train` run's 28 ms exit. It is armed with the exit code
+    once the command has returned it; a command that raised leaves it unarmed and the
+    interpreter ends as usual, traceback and all.
+
+    Only the handlers registered before this one are skipped; of those, the command's process
+    has only logging's, which :meth:`_end` runs itself, so no buffered log line or output is
+    lost. The command's files are closed by the command (written whole and renamed)."""
+
+    def __init__(self) -> None:
+        self._code: int | None = None
+        atexit.register(self._end)
+
+    def arm(self, code: int) -> None:
+        self._code = code
+
+    def _end(self) -> None:
+        if self._code is None:
+            return
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            with contextlib.suppress(Exception):
+                if stream is not None:
+                    stream.flush()
+        os._exit(self._code)
 
 
 def before_exit() -> None:
