@@ -43,6 +43,11 @@ fi
 # gRPC stubs come from protos/ (generated only when missing or older than the .proto;
 # `python -m hogwild.cluster.wire.build --force` regenerates them in any case).
 .venv/bin/python -m hogwild.cluster.wire.build
+# Bytecode for the sources and the stubs: an editable install writes none, and where
+# PYTHONDONTWRITEBYTECODE is set (many CI and container environments) Python then compiles
+# every module a command imports, in every process: 0.08 s of a 1 s `hogwild train` here.
+# Up-to-date files are skipped.
+.venv/bin/python -m compileall -q src >/dev/null
 # Compile the numba kernels once so the first run does not pay for it.
 .venv/bin/python -m hogwild.runtime.warmup
 echo "bootstrap-env: ready (.venv/bin/hogwild)"
