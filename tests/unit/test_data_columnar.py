@@ -352,3 +352,33 @@ def test_row_groups_read_side_by_side_come_in_order_and_close_their_files(
             [row[1:] for row in one]
     finally:
         memory.rm("/hogwild-side", recursive=True)
+
+
+def test_the_read_ahead_closed_from_its_own_helper_thread_does_not_join_itself() -> None:
+    """A reader abandoned after an error is closed wherever its last reference goes, which can
+    be the helper thread (a cycle collected there): closing must not try to join that thread
+    (it raised "cannot join current thread", printed as an unraisable exception)."""
+    import threading
+
+    from hogwild.data.formats.columnar import _ahead
+
+    seen: dict[str, Any] = {}
+    closed = threading.Event()
+
+    def items() -> Any:
+        yield "first"
+        try:
+            seen["ahead"].close()  # runs in the helper thread, the consumer holding "first"
+        except BaseException as exc:  # noqa: BLE001 - the test reports whatever it was
+            seen["error"] = exc
+        finally:
+            closed.set()
+        yield "second"
+
+    ahead = _ahead(items())
+    seen["ahead"] = ahead
+    assert next(ahead) == "first"
+    assert closed.wait(10), "the helper never read ahead"
+    assert "error" not in seen, repr(seen.get("error"))
+    with pytest.raises(StopIteration):
+        next(ahead)  # closed: nothing more comes

@@ -323,7 +323,7 @@ def _parallel_parts(files: Files, needed: list[str], readers: int) -> Iterator[A
         while pending:
             yield pending.popleft().result()
 
-    pool = ThreadPoolExecutor(readers, thread_name_prefix="hogwild-read")
+    pool = ThreadPoolExecutor(readers, thread_name_prefix=_GROUPS)
     try:
         for name in files.names:
             try:
@@ -334,10 +334,12 @@ def _parallel_parts(files: Files, needed: list[str], readers: int) -> Iterator[A
             except (pa.ArrowException, OSError) as exc:
                 raise DataError(f"{name}: cannot read as {FORMATS['parquet']}: {exc}") from None
     finally:
-        # A pass left early decodes no more groups; then no thread holds a handle.
-        pool.shutdown(wait=True, cancel_futures=True)
-        for handle in opened:
-            handle.close()
+        # A pass left early decodes no more groups; then no thread holds a handle. Closed
+        # on one of the threads, the others may still read: their handles close when
+        # collected.
+        if _end_pool(pool, _GROUPS):
+            for handle in opened:
+                handle.close()
 
 
 def _read_parts(scheme: str, files: Files, needed: list[str]) -> Iterator[ArrowPart]:
@@ -367,18 +369,37 @@ def _file_parts(name: str, names: list[str], needed: list[str],
 
 
 _END = object()
+# Thread name prefixes of the pools that generators own (see _end_pool): one per pool kind.
+_AHEAD = "hogwild-ahead"
+_GROUPS = "hogwild-read"
 
 
 def _ahead(items: Iterator[ArrowPart]) -> Iterator[ArrowPart]:
-    """``items``, each produced in a helper thread while the previous one is consumed."""
-    with ThreadPoolExecutor(1, thread_name_prefix="hogwild-read") as pool:
-        pending = pool.submit(next, items, _END)
+    """``items``, each produced in a helper thread while the previous one is consumed.
+
+    A reader that stops early leaves this generator to be closed wherever its last reference
+    goes, which may be the helper thread itself (a reference cycle collected there, after an
+    error): see _end_pool."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix=_AHEAD)
+    pending = pool.submit(next, items, _END)
+    try:
         while True:
             item = pending.result()
             if item is _END:
                 return
             pending = pool.submit(next, items, _END)
             yield cast(ArrowPart, item)
+    finally:
+        _end_pool(pool, _AHEAD)
+
+
+def _end_pool(pool: ThreadPoolExecutor, prefix: str) -> bool:
+    """Cancel what a generator's pool has queued and wait for its threads, unless this is one
+    of them (the generator closed there: joining would raise "cannot join current thread");
+    then the work under way finishes by itself and is dropped. True if it waited."""
+    own = threading.current_thread().name.startswith(prefix + "_")
+    pool.shutdown(wait=not own, cancel_futures=True)
+    return not own
 
 
 def number_item(kind: Any) -> Any:
