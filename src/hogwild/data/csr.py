@@ -73,7 +73,10 @@ def check_row_weights(weights: npt.ArrayLike, n_rows: int) -> np.ndarray:
     """``weights`` as a contiguous float32 vector of ``n_rows`` finite values >= 0, or a
     DataError naming the first bad row."""
     try:
-        w = np.ascontiguousarray(weights, dtype=WEIGHT_DTYPE)
+        # A weight beyond float32 becomes inf here, which the check below names (numpy's
+        # own overflow warning would only repeat it, without the row).
+        with np.errstate(over="ignore"):
+            w = np.ascontiguousarray(weights, dtype=WEIGHT_DTYPE)
     except (TypeError, ValueError):
         raise DataError("row weights must be numbers") from None
     if w.ndim != 1 or w.shape[0] != n_rows:
