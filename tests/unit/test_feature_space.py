@@ -52,7 +52,7 @@ def test_a_wide_foreign_file_is_named_and_a_matching_one_is_not() -> None:
                                                 "features are among the 256 most frequent")
 
 
-def test_predict_and_eval_warn_on_data_from_another_feature_space(
+def test_predict_and_eval_refuse_data_from_another_feature_space(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     if not (SPAM[0].exists() and REUTERS_TEST.exists()):
         pytest.skip(f"shared data sets not found in {DATA}")
@@ -67,7 +67,20 @@ def test_predict_and_eval_warn_on_data_from_another_feature_space(
     assert main(["predict", "--model", str(model), "--data", str(SPAM[1]), "--out",
                  str(tmp_path / "p.txt")], environ={}) == 0
     assert "feature space" not in capsys.readouterr().err
-    assert main(["eval", "--model", str(model), "--data", str(REUTERS_TEST)], environ={}) == 0
+    # Refused by default: its metrics (and predictions) would mean nothing; no file written.
+    preds = tmp_path / "reuters.txt"
+    for command in (["eval"], ["predict", "--out", str(preds)]):
+        assert main([*command, "--model", str(model), "--data", str(REUTERS_TEST)],
+                    environ={}) != 0
+        err = capsys.readouterr().err
+        assert (f"hogwild {command[0]}: error: {REUTERS_TEST}: only 0 of its 64 most frequent "
+                "features are among the 256 most frequent of the model's training data") in err
+        assert err.rstrip().endswith("Not scored: give --any-feature-space to score it "
+                                     "anyway."), err
+    assert not preds.exists()
+    # Asked for: scored, with the same finding as a warning.
+    assert main(["eval", "--model", str(model), "--data", str(REUTERS_TEST),
+                 "--any-feature-space"], environ={}) == 0
     err = capsys.readouterr().err
     assert (f"hogwild eval: warning: {REUTERS_TEST}: only 0 of its 64 most frequent features "
             "are among the 256 most frequent of the model's training data") in err, err

@@ -39,6 +39,10 @@ def add_model_commands(sub: Any) -> None:
                          help="scoring threads (default: one per core, at most 8)")
         cmd.add_argument("--zero-based", action=argparse.BooleanOptionalAction, default=None,
                          help="feature ids start at 0 (default: as when the model was trained)")
+        cmd.add_argument("--any-feature-space", action="store_true",
+                         help="score data that shares few of the model's most frequent "
+                              "features (another vocabulary or hashing?) with a warning, "
+                              "instead of refusing it")
     predict.add_argument("--out", metavar="FILE", default=None,
                          help="write the predictions here (default: standard output)")
     kind = predict.add_mutually_exclusive_group()
@@ -60,7 +64,8 @@ def predict_or_eval(args: argparse.Namespace) -> int:
     level = verbosity_of(args).level
     if args.command == "eval":
         eval_command(args.model, args.data, as_json=args.json, threads=args.threads,
-                     zero_based=zero_based, level=level)
+                     zero_based=zero_based, level=level,
+                     any_feature_space=args.any_feature_space)
     else:
         if args.json and not args.out:
             raise UsageError("--json prints the summary on standard output: give --out FILE "
@@ -68,7 +73,8 @@ def predict_or_eval(args: argparse.Namespace) -> int:
         output = "raw" if args.raw else "proba" if args.proba else "label"
         predict_command(args.model, args.data, out=args.out, output=output,
                         full_metrics=args.metrics, threads=args.threads, zero_based=zero_based,
-                        as_json=args.json, level=level)
+                        as_json=args.json, level=level,
+                        any_feature_space=args.any_feature_space)
     return 0
 
 

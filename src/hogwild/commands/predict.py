@@ -58,9 +58,11 @@ class Scored:
 
 def score_file(model: SavedModel, spec: str, *, threads: int | None = None,
                zero_based: bool | None = None, warn: TextIO | None = None,
-               prog: str = "hogwild predict") -> Scored:
+               prog: str = "hogwild predict", any_feature_space: bool = False) -> Scored:
     """Load ``spec`` with hogwild's own loader (svmlight files, bundled:..., synthetic:...),
-    score it, and compute the metrics when its labels fit the model."""
+    score it, and compute the metrics when its labels fit the model. Data that looks like
+    another feature space than the model's is refused (DataError), unless
+    ``any_feature_space``: then it is scored with a warning."""
     if zero_based is None:
         settings = model.meta.get("settings")
         zero_based = bool(settings.get("zero_based", False)) if isinstance(settings, dict) \
@@ -75,6 +77,10 @@ def score_file(model: SavedModel, spec: str, *, threads: int | None = None,
     frequent = model.meta.get("frequent_features")
     if isinstance(frequent, list) and all(isinstance(i, int) for i in frequent):
         foreign = foreign_space_warning(data, frequent, spec)
+        if foreign is not None and not any_feature_space:
+            # Its predictions and metrics would be numbers without meaning.
+            raise DataError(f"{foreign} Not scored: give --any-feature-space to score it "
+                            "anyway.")
         if foreign is not None:
             print(f"{prog}: warning: {foreign}", file=sys.stderr if warn is None else warn,
                   flush=True)
@@ -179,11 +185,13 @@ def predict_command(model_path: str, data: str, *, out: str | None = None,
                     output: str = "label", full_metrics: bool = False,
                     threads: int | None = None, zero_based: bool | None = None,
                     stdout: TextIO | None = None, stderr: TextIO | None = None,
-                    as_json: bool = False, level: int = NORMAL) -> Scored:
+                    as_json: bool = False, level: int = NORMAL,
+                    any_feature_space: bool = False) -> Scored:
     """`hogwild predict`: predictions to ``out`` (written atomically) or to stdout; the
     summary goes to stdout when the predictions go to a file, else to stderr. ``as_json``
     (with ``out``): the summary as one JSON object on stdout instead. ``level`` QUIET: the
-    metrics line alone (no warnings), else every line."""
+    metrics line alone (no warnings), else every line. ``any_feature_space``: see
+    score_file."""
     stdout = sys.stdout if stdout is None else stdout
     stderr = sys.stderr if stderr is None else stderr
     if output not in OUTPUTS:
@@ -196,7 +204,8 @@ def predict_command(model_path: str, data: str, *, out: str | None = None,
         raise ModelError(f"--proba needs a model trained with the logistic loss; this one "
                          f"uses {model.loss} ({model.task})")
     scored = score_file(model, data, threads=threads, zero_based=zero_based,
-                        warn=stderr if level > QUIET else io.StringIO())
+                        warn=stderr if level > QUIET else io.StringIO(),
+                        any_feature_space=any_feature_space)
     if out:
         with artifacts.writing(out), atomic.atomic_open(Path(out)) as handle:
             for chunk in prediction_chunks(scored, output):
@@ -234,14 +243,16 @@ def predict_command(model_path: str, data: str, *, out: str | None = None,
 def eval_command(model_path: str, data: str, *, as_json: bool = False,
                  threads: int | None = None, zero_based: bool | None = None,
                  stdout: TextIO | None = None, stderr: TextIO | None = None,
-                 level: int = NORMAL) -> Scored:
+                 level: int = NORMAL, any_feature_space: bool = False) -> Scored:
     """`hogwild eval`: every metric of the model on a labelled data file (DataError when the
-    labels do not fit the model). ``level`` QUIET: the metrics line alone (no warnings)."""
+    labels do not fit the model). ``level`` QUIET: the metrics line alone (no warnings).
+    ``any_feature_space``: see score_file."""
     stdout = sys.stdout if stdout is None else stdout
     stderr = sys.stderr if stderr is None else stderr
     model = SavedModel.load(model_path)
     scored = score_file(model, data, threads=threads, zero_based=zero_based,
-                        warn=stderr if level > QUIET else io.StringIO(), prog="hogwild eval")
+                        warn=stderr if level > QUIET else io.StringIO(), prog="hogwild eval",
+                        any_feature_space=any_feature_space)
     if scored.metrics is None:
         # Zero rows have no labels either: say which it is.
         rows = scored.margins.shape[0]
