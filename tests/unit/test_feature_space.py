@@ -84,3 +84,20 @@ def test_predict_and_eval_refuse_data_from_another_feature_space(
     err = capsys.readouterr().err
     assert (f"hogwild eval: warning: {REUTERS_TEST}: only 0 of its 64 most frequent features "
             "are among the 256 most frequent of the model's training data") in err, err
+
+
+def test_data_that_uses_every_feature_evenly_is_not_judged() -> None:
+    """Its most frequent features are a draw: however few of them the model knows, that says
+    nothing about its space, so it is neither refused nor warned about."""
+    rng = np.random.default_rng(1)
+    frequent = list(range(256))
+    even = [sorted(rng.choice(20_000, size=30, replace=False).tolist()) for _ in range(2000)]
+    data = _rows(even, 20_000)
+    shared, k = shared_frequent(data, frequent)
+    assert k == 64 and shared < 0.25 * k  # would be foreign by the overlap alone
+    assert foreign_space_warning(data, frequent, "even.svm") is None
+    # The same ids, skewed as real data is (a few features in most rows): judged foreign.
+    skewed = [sorted({*r[:25], *(1000 + j for j in range(5 + i % 60))}) for i, r in
+              enumerate(even)]
+    text = foreign_space_warning(_rows(skewed, 20_000), frequent, "skewed.svm")
+    assert text is not None and text.startswith("skewed.svm: only 0 of its 64")
