@@ -1,5 +1,6 @@
-"""A model remembers its training data's most frequent features; predict and eval warn when
-new data shares few of them (another vocabulary or hashing), on real data sets."""
+"""A model remembers its training data's most frequent features; predict and eval refuse new
+data that shares few of them (another vocabulary or hashing), and so does a run its test
+file, on real data sets."""
 
 from __future__ import annotations
 
@@ -101,3 +102,39 @@ def test_data_that_uses_every_feature_evenly_is_not_judged() -> None:
               enumerate(even)]
     text = foreign_space_warning(_rows(skewed, 20_000), frequent, "skewed.svm")
     assert text is not None and text.startswith("skewed.svm: only 0 of its 64")
+
+
+@pytest.mark.parametrize("out_of_core", [False, True])
+def test_train_refuses_a_test_file_from_another_feature_space(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], out_of_core: bool) -> None:
+    """Its test figures would mean nothing: refused before training, nothing written; the
+    training data's own test file is taken."""
+    if not (SPAM[0].exists() and REUTERS_TEST.exists()):
+        pytest.skip(f"shared data sets not found in {DATA}")
+    args = ["train", "--data", str(SPAM[0]), "--epochs", "1", "--threads", "1",
+            "--data-cache", "false", "--out-of-core", str(out_of_core).lower()]
+    out = tmp_path / "foreign"
+    assert main([*args, "--test", str(REUTERS_TEST), "--out", str(out)], environ={}) != 0
+    err = capsys.readouterr().err
+    assert (f"{REUTERS_TEST}: only 0 of its 64 most frequent features are among the 256 most "
+            "frequent of the model's training data") in err, err
+    assert "Not used as the test set: its figures would mean nothing." in err
+    assert not (out / "latest").exists()
+    assert main([*args, "--test", str(SPAM[1]), "--out", str(tmp_path / "own")],
+                environ={}) == 0
+
+
+def test_the_local_plan_refuses_a_test_file_from_another_feature_space() -> None:
+    """`run` with shipping local: the coordinator checks the test file against the plan's
+    frequencies before any worker is sent a range."""
+    if not (SPAM[0].exists() and REUTERS_TEST.exists()):
+        pytest.skip(f"shared data sets not found in {DATA}")
+    from hogwild.cluster.coordinator.data.localplan import load_local
+    from hogwild.config import Settings
+    from hogwild.errors import DataError
+
+    base = Settings().replace(shipping="local", workers=2, data=str(SPAM[0]), data_cache=False)
+    with pytest.raises(DataError, match="only 0 of its 64 most frequent features"):
+        load_local(base.replace(test_data=str(REUTERS_TEST)))
+    splits, _ = load_local(base.replace(test_data=str(SPAM[1])))
+    assert splits.test.n_rows == 1210

@@ -13,6 +13,7 @@ import numpy as np
 from hogwild.base.text import number
 from hogwild.config import Settings
 from hogwild.data.csr import CSRData
+from hogwild.data.diagnose.featurespace import check_test_space
 from hogwild.data.diagnose.memory import PER_ID, ids_blamed
 from hogwild.data.sources import TABLE_SCHEMES, default_test_source, load_source_hashed
 from hogwild.data.transform.classweights import class_counts, class_weights, row_weights
@@ -132,6 +133,8 @@ def _split_and_renumber(settings: Settings, data: CSRData, test: CSRData | None,
     # Freshly loaded arrays that nothing else holds: renumber them where they are.
     data = renumber(data, order, in_place=True)
     train, val, split_test = split_shuffled(data, **split)
+    if test is not None:
+        check_test_space(test, order, str(test_spec))  # in the file's own ids, before renumbering
     test = split_test if test is None else renumber(test, order, in_place=True)
     if test.n_rows == 0:
         raise DataError("the test set is empty: give test_data or a positive test_fraction")

@@ -28,6 +28,7 @@ import numpy as np
 
 from hogwild.config import Settings
 from hogwild.data.csr import CSRData
+from hogwild.data.diagnose.featurespace import check_test_space
 from hogwild.data.formats.cache import CachedArrays, CacheWriter, cache_path, find_cached
 from hogwild.data.formats.cacheblocks import cached_blocks, parse_to_cache, read_cached_indptr
 from hogwild.data.sources import load_source
@@ -192,6 +193,7 @@ def open_data(settings: Settings, out: TextIO) -> tuple[BlockSource, CSRData | N
                 source.frequency.shape[0], test.n_features, dtype=np.int32)])
         test = replace(test, labels=source.labels.encode(test.labels, str(settings.test_data)))
         test = test.with_n_features(source.n_features)
+        check_test_space(test, source.frequency, str(settings.test_data))
     if source.counts[TRAIN] == 0:
         raise DataError(f"no training rows left in {settings.data!r} after the split")
     return source, test

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hogwild.data.csr import CSRData
+from hogwild.errors import DataError
 
 # Kept in model.json: the training data's most frequent features (original ids).
 KEPT = 256
@@ -69,3 +70,14 @@ def foreign_space_warning(data: CSRData, frequent: list[int], source: str) -> st
             f"{len(frequent)} most frequent of the model's training data (data from the same "
             "feature space share most of them): was it made with the same vocabulary or "
             "feature hashing?")
+
+
+def check_test_space(test: CSRData, new_id_of_old: npt.ArrayLike, source: str) -> None:
+    """Refuse a test file that looks like another feature space than the training rows
+    ranked by ``new_id_of_old`` (their frequency order, original ids): the figures a run
+    reports on it would mean nothing. DataError with the finding; nothing if it fits."""
+    line = foreign_space_warning(test, frequent_features(new_id_of_old), source)
+    if line is not None:
+        raise DataError(f"{line} Not used as the test set: its figures would mean nothing. "
+                        "Give a test file made the same way as the training data, or none "
+                        "(test_fraction then holds out training rows).")

@@ -20,6 +20,7 @@ from hogwild.cluster.wire import pb
 from hogwild.cluster.wire.localstream import MAX_COLUMNS_JSON, local_source
 from hogwild.config import Settings
 from hogwild.data.csr import CSRData
+from hogwild.data.diagnose.featurespace import check_test_space
 from hogwild.data.formats.textsource import (
     TextFile,
     bundled_features,
@@ -205,6 +206,8 @@ def load_local(settings: Settings) -> tuple[Splits, LocalShipping]:
     df = np.zeros(width, dtype=np.int64)
     df[:plan.df.shape[0]] = plan.df
     order = order_from_counts(df)
+    if test_spec:
+        check_test_space(test, order, str(test_spec))
     val = renumber(val, order, in_place=True)
     test = renumber(test, order, in_place=True)
     # A sampled plan's workers train on every row of their ranges: the held-out rows are
