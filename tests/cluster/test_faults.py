@@ -147,6 +147,9 @@ def test_sigterm_before_the_run_with_on_sigterm_checkpoint_sends_workers_to_regi
     again = cluster.spawn("coordinator-again", "coordinator", {
         **settings, "bind_host": "127.0.0.1", "coordinator_port": port, "resume": str(out),
         "epochs": 2})
+    # The new worker asks for any free port only once the successor holds the one its
+    # predecessor freed: started side by side, the worker was once given that very port.
+    again.wait_for(READY, 60)
     cluster.workers.append(cluster.spawn("worker-1", "worker", {
         **settings, "bind_host": "127.0.0.1", "worker_port": 0,
         "coordinator_address": f"127.0.0.1:{port}"}))
