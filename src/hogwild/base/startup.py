@@ -34,7 +34,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TextIO, cast
+from typing import NoReturn, TextIO, cast
 
 BLAS_THREADS_VARIABLE = "OPENBLAS_NUM_THREADS"
 GRPC_VERBOSITY_VARIABLE = "GRPC_VERBOSITY"
@@ -110,7 +110,7 @@ class QuickExit:
     interpreter ends as usual, traceback and all.
 
     Only the handlers registered before this one are skipped; of those, the command's process
-    has only logging's, which :meth:`_end` runs itself, so no buffered log line or output is
+    has only logging's, which :func:`end_process` runs itself, so no buffered log line or output is
     lost. The command's files are closed by the command (written whole and renamed)."""
 
     def __init__(self) -> None:
@@ -121,14 +121,21 @@ class QuickExit:
         self._code = code
 
     def _end(self) -> None:
-        if self._code is None:
-            return
+        if self._code is not None:
+            end_process(self._code)
+
+
+def end_process(code: int) -> NoReturn:
+    """End this process now with ``code``, without the interpreter's teardown: logging's
+    handlers and the standard streams are flushed first (a failure there is ignored: the
+    process ends either way)."""
+    with contextlib.suppress(Exception):
         logging.shutdown()
-        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-            with contextlib.suppress(Exception):
-                if stream is not None:
-                    stream.flush()
-        os._exit(self._code)
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(Exception):
+            if stream is not None:
+                stream.flush()
+    os._exit(code)
 
 
 def before_exit() -> None:

@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import IO, TYPE_CHECKING, NoReturn
 
-from hogwild.base.startup import import_long_lived, long_lived
+from hogwild.base.startup import end_process, import_long_lived, long_lived
 from hogwild.cluster.localrun.prespawn import ROLE_MODULES, load_worker_kernels, run
 
 if TYPE_CHECKING:
@@ -160,9 +160,4 @@ def _child(role: str, env: Mapping[str, str], run_command: CommandRunner, stdin_
             traceback.print_exc()
         code = 1
     finally:
-        with contextlib.suppress(Exception):
-            logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(code)
+        end_process(code)
