@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hogwild import cli
+from hogwild.commands.simulate import slower_than_one
 
 
 def _run(*argv: str) -> tuple[int, str, str]:
@@ -57,6 +58,36 @@ def test_workers_the_data_cannot_keep_busy_are_released(tmp_path: Path) -> None:
                           "--engage", "all", "--log-level", "warning", "--out", str(tmp_path))
     assert code == 0, err
     assert "note: engaging" not in out and "simulating 8 worker(s)" in out
+
+
+def test_workers_slower_than_one_are_said_to_be(tmp_path: Path) -> None:
+    """2 workers on the bundled set (a few thousand rows) take many times one worker's time,
+    which a note before the done line says, with what to do instead; one worker's run and a
+    run faster than one worker print no such note."""
+    code, out, err = _run("simulate", "--workers", "2", "--epochs", "2", "--log-level",
+                          "warning", "--out", str(tmp_path))
+    assert code == 0, err
+    metrics = json.loads((tmp_path / "latest" / "metrics.json").read_text())
+    assert metrics["speedup"] < 1.0
+    lines = out.splitlines()
+    note = next(line for line in lines if line.startswith("note: these 2 workers took "))
+    assert lines.index(note) < len(lines) - 1 and lines[-1].startswith("done:")
+    slower = 1.0 / metrics["speedup"]
+    assert f"took {slower:.3g}x one worker's time" in note and "`hogwild train`" in note
+    code, out, err = _run("simulate", "--workers", "1", "--epochs", "2", "--log-level",
+                          "warning", "--out", str(tmp_path))
+    assert code == 0, err
+    assert "note: these" not in out
+
+
+def test_the_slower_note_names_what_the_workers_did() -> None:
+    waited = slower_than_one(4, 0.5, {"training": 0.2, "waiting": 0.7, "sending": 0.9})
+    assert waited is not None and not waited.startswith("note")
+    assert "took 2x one worker's time" in waited and "waiting for messages" in waited
+    busy = slower_than_one(4, 0.8, {"training": 0.6, "waiting": 0.3, "sending": 0.9})
+    assert busy is not None and "took 1.25x" in busy and "exchange between them" in busy
+    assert slower_than_one(4, 1.0, {"training": 1.0, "waiting": 0.0, "sending": 0.1}) is None
+    assert slower_than_one(1, 0.5, {"training": 0.5, "waiting": 0.0, "sending": 0.5}) is None
 
 
 def test_a_bad_simulation_flag_is_one_line(tmp_path: Path) -> None:

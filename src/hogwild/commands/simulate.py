@@ -257,6 +257,9 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
     metrics = _metrics(settings, splits, spec, result, scenario, wall,
                        time.perf_counter() - started)
     metrics["workers_started"] = asked.workers
+    slower = slower_than_one(settings.workers, metrics["speedup"], metrics["time_shares"])
+    if slower is not None:
+        console.say(f"note: {slower}")
     write_outputs(settings, result.best_weights, metrics, result.history,
                   splits.feature_order, spec=spec, hashing=splits.hashing,
                   task=splits.labels.task, classes=splits.labels.classes, run_dir=run.path)
@@ -267,6 +270,19 @@ def _simulate(settings: Settings, options: SimOptions, console: Console, started
         metrics["speedup"], metrics["one_worker_seconds"], metrics["time_shares"])
     console.result(done.text(published))
     return metrics
+
+
+def slower_than_one(workers: int, speedup: float, shares: dict[str, float]) -> str | None:
+    """The line that says a run of several workers took longer than one worker would, and
+    what to try instead; None when it did not (or had one worker)."""
+    if workers < 2 or speedup >= 1.0:
+        return None
+    why = ("they spent more time waiting for messages than training"
+           if shares["waiting"] > shares["training"]
+           else "the exchange between them cost more than the training they share")
+    return (f"these {workers} workers took {1.0 / max(speedup, 1e-12):.3g}x one worker's time "
+            f"for the same epochs: {why}. Fewer workers (`--workers`) or one process "
+            "(`hogwild train`) would be faster here")
 
 
 def _calibrated(options: SimOptions, train: Any, kernel: KernelPlan, settings: Settings,
