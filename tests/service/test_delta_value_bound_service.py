@@ -63,6 +63,13 @@ def test_a_worker_refuses_a_members_huge_delta_and_keeps_its_model(worker: Worke
         worker.peer_stub.PushDelta(_delta(node.run_id, (0.5, -0.25)), timeout=5)
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert node.loop.apply_inbox() == 0 and node.w.tobytes() == before
+    # The same huge values again: refused as from a dropped peer too, not for the values
+    # (that refusal alone would never tell the sender to register again).
+    with pytest.raises(grpc.RpcError) as info:
+        worker.peer_stub.PushDelta(_delta(node.run_id, (0.5, HUGE), seq=3), timeout=5)
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "which was dropped" in (info.value.details() or "")
+    assert node.inbox.refused == {PEER: 1} and node.w.tobytes() == before
 
 
 @pytest.fixture
@@ -90,3 +97,9 @@ def test_the_coordinator_refuses_a_members_huge_delta_and_keeps_its_model(
         coord.stub.PushDelta(_delta(state.run_id, (0.75, 0.5), worker_id=0), timeout=5)
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert not state.model.model_copy().any() and state.model.deltas_received == 0
+    # The same huge values again: the sender hears that it was dropped (quarantined).
+    with pytest.raises(grpc.RpcError) as info:
+        coord.stub.PushDelta(_delta(state.run_id, (HUGE, 0.5), worker_id=0, seq=3), timeout=5)
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "dropped from the run (quarantined" in (info.value.details() or "")
+    assert state.roster.quarantine.refused == {0: 1}

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from hogwild.cluster.coordinator.members.records import AddressClaimed
 from hogwild.cluster.coordinator.state import RunState
 from hogwild.cluster.wire.codec import DecodedDelta, DeltaHeader, decode_delta, encode_delta
-from hogwild.errors import ClusterError, NotAllowed, StaleOrUnknown
+from hogwild.errors import ClusterError, NotAllowed, RefusedValues, StaleOrUnknown
 
 DIM = 8
 
@@ -69,6 +71,23 @@ def test_a_dropped_worker_is_refused_until_it_rejoins_and_its_reports_are_ignore
     assert state.roster.workers[1].round == 7
     state.roster.progress(state.run_id, 1, 8, 800, 0.5, False, 0)
     assert state.roster.workers[1].round == 8
+
+
+def test_a_quarantined_worker_hears_it_was_dropped_before_its_values_are_judged() -> None:
+    """Its later deltas (the same values out of bounds) are refused as from a dropped worker,
+    which tells it to register again (where its quarantine is said), not once more for their
+    values, which would let it train on to the end as if it were still a member."""
+    state = _started(3)
+    state.model.max_delta_value = 0.25  # the test's deltas hold 0.5
+    with pytest.raises(RefusedValues):
+        state.model.apply_delta(_delta(state, 1, 1))
+    state.roster.refuse(1, "values beyond the bound")
+    assert state.roster.workers[1].dead
+    with pytest.raises(StaleOrUnknown, match=r"worker 1 was dropped from the run \(quarantined"):
+        state.model.apply_delta(_delta(state, 1, 2))
+    assert state.roster.quarantine.refused == {1: 1}
+    state.model.max_delta_value = math.inf
+    assert state.model.apply_delta(_delta(state, 2, 1))  # the others' deltas go on counting
 
 
 def test_sealing_freezes_the_model_and_its_counters() -> None:

@@ -57,6 +57,10 @@ class Admission:
         if message.worker_id not in node.inbox.peers:
             raise StaleOrUnknown(f"delta from worker {message.worker_id}, not a peer of "
                                  f"worker {plan.worker_id}")
+        if node.inbox.dropped(message.worker_id):
+            # Said before its values are judged: refused for them alone, a dropped member
+            # that goes on sending them would never learn that it must register again.
+            raise StaleOrUnknown(f"delta from worker {message.worker_id}, which was dropped")
         try:
             with self.timers.timed("decode"):
                 # Values beyond what the run's SGD steps can make are refused like non-finite

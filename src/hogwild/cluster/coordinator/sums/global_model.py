@@ -91,6 +91,12 @@ class GlobalModel:
         """Add a validated delta to the global model; False if it was a duplicate."""
         h = delta.header
         roster = self.roster
+        # A dropped sender hears that first (checked again under the lock below): refused for
+        # its values alone, a quarantined member that goes on sending them would never learn
+        # that it is out of the run, and would end as if it had finished it.
+        early = roster.workers.get(h.worker_id)
+        if early is not None and early.dead:
+            raise _dropped(h.worker_id, early.dead_reason)
         # Outside the lock: O(entries), and the bound never changes once the run started.
         check_values(delta, self.max_delta_value)
         if self.norms is not None:  # refused beyond its bound; clipped (star) beyond clip
@@ -112,8 +118,7 @@ class GlobalModel:
             if record.dead:
                 # Its peers dropped it too: what it sends now would reach the global model but
                 # not theirs. Refused, it registers again and resynchronises.
-                raise StaleOrUnknown(f"worker {h.worker_id} was dropped from the run "
-                                     f"({record.dead_reason})")
+                raise _dropped(h.worker_id, record.dead_reason)
             whole = self.sequences.whole_parts if roster.tree_fanout is not None else None
             tracker = self.sequences.seen[h.worker_id]
             if whole is not None and not tracker.seen(h.seq, h.part):
@@ -173,3 +178,8 @@ class GlobalModel:
         with self._lock:
             assert self.w is not None
             return self.w.copy(), self.deltas_received
+
+
+def _dropped(worker_id: int, reason: str) -> StaleOrUnknown:
+    """The refusal of a delta from a worker dropped from the run (it registers again)."""
+    return StaleOrUnknown(f"worker {worker_id} was dropped from the run ({reason})")
