@@ -112,26 +112,40 @@ def _expect(worker: WorkerServer, message: pb.Delta, code: grpc.StatusCode) -> N
     assert worker.node.w.tobytes() == before
 
 
-def test_bad_deltas_get_status_codes_and_leave_w_untouched(configured: WorkerServer) -> None:
+def test_bad_deltas_get_status_codes_and_leave_w_untouched(worker_server: WorkerServer) -> None:
+    """Each kind of bad delta comes from a peer of its own: a refusal for its values drops
+    that peer, and what a dropped peer sends is refused as such."""
+    _ship(worker_server, _big_shard(2000, 4))
+    senders = (PEER, PEER + 1, PEER + 2)
+    _configure(worker_server, peers=[pb.Peer(worker_id=p, address="127.0.0.1:1",
+                                             receive_key=PEER_KEY) for p in senders])
+    configured = worker_server
     run_id = configured.node.run_id
-    at_dim = _delta(run_id)
+    at_dim = _delta(run_id, worker_id=senders[0])
     idx = np.frombuffer(at_dim.indices.data, np.int32).copy()
     idx[-1] = DIM
     at_dim.indices.data = idx.tobytes()
     _expect(configured, at_dim, grpc.StatusCode.INVALID_ARGUMENT)
 
-    mismatch = _delta(run_id)
+    mismatch = _delta(run_id, worker_id=senders[1])
     mismatch.indices.length += 1
     _expect(configured, mismatch, grpc.StatusCode.INVALID_ARGUMENT)
 
-    nan = _delta(run_id)
+    nan = _delta(run_id, worker_id=senders[2])
     val = np.frombuffer(nan.values.data, np.float32).copy()
     val[0] = np.nan
     nan.values.data = val.tobytes()
     _expect(configured, nan, grpc.StatusCode.INVALID_ARGUMENT)
 
+    # Those whose values were refused (an index beyond the model, NaN) were dropped, and the
+    # same again is refused as from a dropped peer; a malformed message drops nobody.
+    inbox = configured.node.inbox
+    assert [inbox.dropped(p) for p in senders] == [True, False, True]
+    nan.seq += 1
+    _expect(configured, nan, grpc.StatusCode.FAILED_PRECONDITION)
+
     _expect(configured, _delta("other-run"), grpc.StatusCode.FAILED_PRECONDITION)
-    _expect(configured, _delta(run_id, worker_id=PEER + 1), grpc.StatusCode.FAILED_PRECONDITION)
+    _expect(configured, _delta(run_id, worker_id=PEER + 10), grpc.StatusCode.FAILED_PRECONDITION)
     old = _delta(run_id)
     old.protocol_version = PROTOCOL_VERSION + 1
     _expect(configured, old, grpc.StatusCode.FAILED_PRECONDITION)
