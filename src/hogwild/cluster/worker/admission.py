@@ -10,7 +10,7 @@ from hogwild.cluster.wire import pb
 from hogwild.cluster.wire.codec import DecodedDelta, decode_delta
 from hogwild.cluster.wire.deltanorms import NormWatch
 from hogwild.cluster.worker.callers import Callers
-from hogwild.cluster.worker.inbox import Inbox
+from hogwild.cluster.worker.inbox import Inbox, dropped_sender
 from hogwild.cluster.worker.phase import Phase
 from hogwild.cluster.worker.plan import RunPlan
 from hogwild.cluster.worker.shared import Counters
@@ -60,7 +60,7 @@ class Admission:
         if node.inbox.dropped(message.worker_id):
             # Said before its values are judged: refused for them alone, a dropped member
             # that goes on sending them would never learn that it must register again.
-            raise StaleOrUnknown(f"delta from worker {message.worker_id}, which was dropped")
+            raise dropped_sender("delta", message.worker_id)
         try:
             with self.timers.timed("decode"):
                 # Values beyond what the run's SGD steps can make are refused like non-finite

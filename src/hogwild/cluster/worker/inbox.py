@@ -96,7 +96,7 @@ class Inbox:
             if peer is None:
                 raise StaleOrUnknown(f"delta from worker {h.worker_id}, not a peer of this run")
             if peer.dropped:
-                raise StaleOrUnknown(f"delta from worker {h.worker_id}, which was dropped")
+                raise dropped_sender("delta", h.worker_id)
             if max_round is not None and h.round > max_round:
                 peer.refused_ahead = True
                 raise InvalidMessage(f"delta round {h.round} is further ahead of this worker "
@@ -194,7 +194,7 @@ class Inbox:
             if peer is None:
                 raise StaleOrUnknown(f"heartbeat from worker {worker_id}, not a peer of this run")
             if peer.dropped:
-                raise StaleOrUnknown(f"heartbeat from worker {worker_id}, which was dropped")
+                raise dropped_sender("heartbeat", worker_id)
             peer.last_seen = time.monotonic()
 
     def touch_all(self) -> None:
@@ -264,3 +264,8 @@ class Inbox:
                                     p.last_seen, p.applied, p.since, p.refused_ahead)
                     for pid, p in self.peers.items()}
 
+
+def dropped_sender(what: str, worker_id: int) -> StaleOrUnknown:
+    """The refusal of a message (``what``: delta, heartbeat) from a peer this worker dropped:
+    FAILED_PRECONDITION, which tells that peer to register again."""
+    return StaleOrUnknown(f"{what} from worker {worker_id}, which was dropped")
