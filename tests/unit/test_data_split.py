@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -84,3 +86,56 @@ def _weighted() -> CSRData:
     indptr = np.arange(61, dtype=np.int64)
     indices = rng.integers(0, 5, size=60).astype(np.int32)
     return CSRData(indptr, indices, np.ones(60, np.float32), labels, 5, weights=labels * 10.0)
+
+
+# ------------------------------------------------------------------ classes the split left out
+
+
+def test_every_class_with_a_training_row_says_nothing() -> None:
+    from hogwild.data.transform.classweights import untrained_classes
+
+    targets = np.array([-1, 1, 1, -1], dtype=np.float32)
+    assert untrained_classes((0.0, 1.0), targets, targets) is None
+    assert untrained_classes(None, targets, targets) is None  # regression: no classes
+
+
+def test_a_class_left_out_of_training_is_named_with_its_rows() -> None:
+    from hogwild.data.transform.classweights import untrained_classes
+
+    # multiclass targets are class indices: class 2 (label 3) only in the held-out rows
+    everything = np.array([0, 1, 0, 1, 2], dtype=np.float32)
+    note = untrained_classes((1.0, 2.0, 3.0), everything[:4], everything)
+    assert note is not None
+    assert note.startswith("class 3 has no training row: its one row is in the validation")
+    assert "never predicts it" in note and "counts as an error" in note
+    # two classes, three rows: both named, the rows counted
+    everything = np.array([0, 0, 1, 2, 2], dtype=np.float32)
+    note = untrained_classes((5.0, 7.0, 9.0), everything[:2], everything)
+    assert note is not None
+    assert note.startswith("classes 7, 9 have no training row: their 3 rows are all in")
+    # binary -1/+1 targets: the positive class (the second) missing
+    note = untrained_classes((0.0, 1.0), np.array([-1, -1], dtype=np.float32),
+                             np.array([-1, -1, 1, 1], dtype=np.float32))
+    assert note is not None and note.startswith("class 1 has no training row: its 2 rows")
+
+
+def test_the_split_warns_of_a_class_it_left_out_of_training(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from hogwild.config import Settings
+    from hogwild.engine.runstart import load_splits
+
+    path = tmp_path / "rare.svm"
+    # one row of label 3 among 400 of labels 1 and 2; seeds differ in where it lands
+    lines = [f"{1 + i % 2} {1 + i % 2}:1 {3 + i % 5}:0.5" for i in range(400)]
+    lines.insert(200, "3 3:1 4:0.5")
+    path.write_text("\n".join(lines) + "\n")
+    said = {}
+    for seed in range(12):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            splits = load_splits(Settings(data=str(path), threads=1, seed=seed))
+        held_out = int(np.sum(splits.val.labels == 2) + np.sum(splits.test.labels == 2))
+        warned = any("class 3 has no training row" in r.getMessage() for r in caplog.records)
+        assert warned == (held_out == 1), seed
+        said[warned] = seed
+    assert set(said) == {True, False}  # both cases met among the seeds

@@ -16,7 +16,12 @@ from hogwild.data.csr import CSRData
 from hogwild.data.diagnose.featurespace import check_test_space
 from hogwild.data.diagnose.memory import PER_ID, ids_blamed
 from hogwild.data.sources import TABLE_SCHEMES, default_test_source, load_source_hashed
-from hogwild.data.transform.classweights import class_counts, class_weights, row_weights
+from hogwild.data.transform.classweights import (
+    class_counts,
+    class_weights,
+    row_weights,
+    untrained_classes,
+)
 from hogwild.data.transform.labels import MULTICLASS, LabelMap, check_class_labels
 from hogwild.data.transform.reorder import frequency_order, renumber, to_internal
 from hogwild.data.transform.split import split_shuffled
@@ -123,6 +128,9 @@ def _split_and_renumber(settings: Settings, data: CSRData, test: CSRData | None,
     train, _, _ = split_shuffled(data, **split)
     if train.n_rows == 0:
         raise DataError(f"no training rows left in {settings.data!r} after the split")
+    note = untrained_classes(labels.classes, train.labels, data.labels)
+    if note is not None:
+        log.warning("%s: %s", settings.data, note)
     per_class = class_weights(settings.class_weight, labels.classes,
                               None if labels.classes is None
                               else class_counts(train.labels, labels.n_classes))

@@ -50,6 +50,34 @@ def class_counts(targets: npt.ArrayLike, n_classes: int) -> npt.NDArray[np.int64
     return np.bincount(target_class(targets, n_classes), minlength=n_classes)
 
 
+def untrained_classes(classes: tuple[float, ...] | None, train_targets: npt.ArrayLike,
+                      all_targets: npt.ArrayLike) -> str | None:
+    """The line that names the classes of the data none of whose rows the split left for
+    training (None: every class has a training row). Such a class is part of the model, but
+    nothing teaches it: the model never predicts it, and its held-out rows count as errors."""
+    if not classes:
+        return None
+    k = len(classes)
+    trained = class_counts(train_targets, k)
+    missing = [i for i in range(k) if trained[i] == 0]
+    if not missing:
+        return None
+    held = int(class_counts(all_targets, k)[missing].sum())
+    names = ", ".join(f"{classes[i]:g}" for i in missing)
+    one = len(missing) == 1
+    subject = f"class {names} has" if one else f"classes {names} have"
+    if held == 1:
+        where = "its one row is in the validation or test split"
+        count = "that row counts as an error"
+    else:
+        where = (f"{'its' if one else 'their'} {held:,} rows are all in the validation and "
+                 "test splits")
+        count = "those rows count as errors"
+    return (f"{subject} no training row: {where}, so the model never predicts "
+            f"{'it' if one else 'them'} and {count} (more rows, another seed, or a "
+            "smaller val_fraction and test_fraction would give it training rows)")
+
+
 def target_class(targets: npt.ArrayLike, n_classes: int) -> npt.NDArray[np.int64]:
     """The class index of each training target: -1/+1 for two classes (+1 = the second),
     the index itself for more."""
