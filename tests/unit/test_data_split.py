@@ -124,11 +124,7 @@ def test_the_split_warns_of_a_class_it_left_out_of_training(
     from hogwild.config import Settings
     from hogwild.engine.runstart import load_splits
 
-    path = tmp_path / "rare.svm"
-    # one row of label 3 among 400 of labels 1 and 2; seeds differ in where it lands
-    lines = [f"{1 + i % 2} {1 + i % 2}:1 {3 + i % 5}:0.5" for i in range(400)]
-    lines.insert(200, "3 3:1 4:0.5")
-    path.write_text("\n".join(lines) + "\n")
+    path = _rare_class_file(tmp_path, "3 3:1 4:0.5", labels=(1, 2))
     said = {}
     for seed in range(12):
         caplog.clear()
@@ -139,3 +135,36 @@ def test_the_split_warns_of_a_class_it_left_out_of_training(
         assert warned == (held_out == 1), seed
         said[warned] = seed
     assert set(said) == {True, False}  # both cases met among the seeds
+
+
+def _rare_class_file(tmp_path: Path, rare: str, labels: tuple[int, int]) -> Path:
+    """400 rows of two labels, and one row ``rare`` of a third in their middle."""
+    path = tmp_path / "rare.svm"
+    lines = [f"{labels[i % 2]} {1 + i % 2}:1 {3 + i % 5}:0.5" for i in range(400)]
+    lines.insert(200, rare)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_out_of_core_warns_of_a_class_it_left_out_of_training_too(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from hogwild.config import Settings
+    from hogwild.inprocess.outofcore import TEST, VAL, open_data
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    # binary: one +1 row among 400 of -1 (the two "labels" of the helper are both -1)
+    path = _rare_class_file(tmp_path, "1 3:1 4:0.5", labels=(-1, -1))
+    said = set()
+    for seed in range(12):
+        caplog.clear()
+        settings = Settings(data=str(path), threads=1, seed=seed, out_of_core=True)
+        with caplog.at_level("WARNING"):
+            source, _ = open_data(settings, io.StringIO())
+        held_out = bool(source.role[200] in (VAL, TEST))  # the +1 row is row 200 of the file
+        warned = any("class 1 has no training row" in r.getMessage() for r in caplog.records)
+        assert warned == held_out, seed
+        said.add(warned)
+    assert said == {True, False}

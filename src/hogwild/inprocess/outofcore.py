@@ -18,6 +18,7 @@ loaded into memory (it is expected to be small).
 from __future__ import annotations
 
 import io
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -32,6 +33,7 @@ from hogwild.data.diagnose.featurespace import check_test_space
 from hogwild.data.formats.cache import CachedArrays, CacheWriter, cache_path, find_cached
 from hogwild.data.formats.cacheblocks import cached_blocks, parse_to_cache, read_cached_indptr
 from hogwild.data.sources import load_source
+from hogwild.data.transform.classweights import untrained_classes
 from hogwild.data.transform.labels import MULTICLASS, LabelMap
 from hogwild.data.transform.reorder import count_features, order_from_counts
 from hogwild.data.transform.split import shuffle_order, split_sizes
@@ -49,6 +51,8 @@ from hogwild.outputs.console import QUIET, Console
 from hogwild.outputs.plotter import BackgroundPlot
 from hogwild.outputs.results import finish_run
 from hogwild.outputs.trainlog import TrainLog
+
+log = logging.getLogger("hogwild.train")
 
 TRAIN, VAL, TEST = 0, 1, 2
 BLOCK_NNZ = 4 << 20  # 32 MB of indices and values per block
@@ -112,6 +116,12 @@ class BlockSource:
         self.source = str(settings.data)
         self.labels = LabelMap.fit(all_labels, classifier=get_loss(settings.loss).is_classifier,
                                    source=self.source, label_note=found.label_note)
+        if self.labels.classes:
+            targets = self.labels.encode(all_labels, self.source)
+            note = untrained_classes(self.labels.classes, targets[self.role == TRAIN], targets)
+            if note is not None:
+                log.warning("%s: %s", self.source, note)
+            del targets
         del all_labels
         if self.labels.task == MULTICLASS:
             raise ConfigError("out_of_core", "trains binary classifiers and regression only; "
