@@ -79,3 +79,26 @@ def test_a_stray_huge_feature_id_is_refused_by_name_before_its_arrays_exist(
     with pytest.raises(DataError, match=r"the largest feature id is 3,000,000: the weights and "
                                         r"counts kept per feature id need 114.4 MiB; renumber"):
         load_local(settings)
+
+
+def test_a_scan_tells_of_a_class_it_left_without_a_training_row(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # one +1 row among 400 of -1: on some seeds it is held out, and the scan's label counts
+    # (training rows per label) say so, as a split in memory does
+    lines = [f"-1 {1 + i % 2}:1 {3 + i % 5}:0.5" for i in range(400)]
+    lines.insert(200, "1 3:1 4:0.5")
+    path = tmp_path / "rare.svm"
+    path.write_text("\n".join(lines) + "\n")
+    said = set()
+    for seed in range(12):
+        settings = Settings().replace(shipping="local", workers=2, data=str(path), seed=seed,
+                                      local_plan="scan")
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            splits, local = load_local(settings)
+        trained = dict(zip(local.plan.labels.tolist(), local.plan.label_counts.tolist()))
+        warned = any("class 1 has no training row: its one row is in the validation or test "
+                     "split" in r.getMessage() for r in caplog.records)
+        assert warned == (trained.get(1.0, 0) == 0), seed
+        said.add(warned)
+    assert said == {True, False}

@@ -58,11 +58,18 @@ def untrained_classes(classes: tuple[float, ...] | None, train_targets: npt.Arra
     if not classes:
         return None
     k = len(classes)
-    trained = class_counts(train_targets, k)
-    missing = [i for i in range(k) if trained[i] == 0]
+    return untrained_note(classes, class_counts(train_targets, k), class_counts(all_targets, k))
+
+
+def untrained_note(classes: tuple[float, ...], trained: npt.ArrayLike,
+                   rows: npt.ArrayLike) -> str | None:
+    """:func:`untrained_classes` from counts: ``trained`` training rows and ``rows`` rows in
+    all (or held out: only a class's rows outside training are counted) of each class."""
+    trained = np.asarray(trained)
+    missing = [i for i in range(len(classes)) if trained[i] == 0]
     if not missing:
         return None
-    held = int(class_counts(all_targets, k)[missing].sum())
+    held = int(np.asarray(rows)[missing].sum())
     names = ", ".join(f"{classes[i]:g}" for i in missing)
     one = len(missing) == 1
     subject = f"class {names} has" if one else f"classes {names} have"

@@ -36,6 +36,7 @@ from hogwild.data.parts.sampleplan import (
     plan_sampled,
 )
 from hogwild.data.sources import default_test_source, load_source_hashed
+from hogwild.data.transform.classweights import class_counts, untrained_note
 from hogwild.data.transform.labels import REGRESSION, LabelMap, label_summary
 from hogwild.data.transform.reorder import order_from_counts, renumber
 from hogwild.engine.job import feature_memory
@@ -203,6 +204,10 @@ def load_local(settings: Settings) -> tuple[Splits, LocalShipping]:
         test = replace(plan.test, labels=labels.encode(plan.test.labels, s.data))
     if test.n_rows == 0:
         raise DataError("the test set is empty: give test_data or a positive test_fraction")
+    if not plan.sampled and labels.task != REGRESSION and labels.classes:
+        # A scan counted each label's training rows: a class with none is told of, as a
+        # split in memory tells of it (a sample's counts are estimates, and say nothing).
+        _tell_untrained(s.data, labels, plan, val, None if test_spec else test)
     df = np.zeros(width, dtype=np.int64)
     df[:plan.df.shape[0]] = plan.df
     order = order_from_counts(df)
@@ -225,6 +230,24 @@ def load_local(settings: Settings) -> tuple[Splits, LocalShipping]:
     splits = Splits(train=empty, val=val, test=test, feature_order=order, hashing=hashing,
                     labels=labels)
     return splits, LocalShipping(plan, spec, order, labels, s.seed)
+
+
+def _tell_untrained(source: str, labels: LabelMap, plan: FilePlan, val: CSRData,
+                    test: CSRData | None) -> None:
+    """Warn of the classes a scanned plan leaves without a training row (``test``: the
+    split's own test rows, None when they come from a test file)."""
+    assert labels.classes is not None
+    k = len(labels.classes)
+    trained = np.zeros(k, dtype=np.int64)
+    # as fitted: the rows' float32 values
+    np.add.at(trained, labels.class_index(plan.labels.astype(np.float32), source),
+              plan.label_counts)
+    held = class_counts(val.labels, k)
+    if test is not None:
+        held = held + class_counts(test.labels, k)
+    note = untrained_note(labels.classes, trained, held)
+    if note is not None:
+        log.warning("%s: %s", source, note)
 
 
 def _plan_text(s: Settings, source: str, test_fraction: float, classifier: bool) -> FilePlan:
