@@ -95,7 +95,7 @@ def test_a_scan_tells_of_a_class_it_left_without_a_training_row(
                                       local_plan="scan")
         caplog.clear()
         with caplog.at_level("WARNING"):
-            splits, local = load_local(settings)
+            _, local = load_local(settings)
         trained = dict(zip(local.plan.labels.tolist(), local.plan.label_counts.tolist()))
         warned = any("class 1 has no training row: its one row is in the validation or test "
                      "split" in r.getMessage() for r in caplog.records)
