@@ -82,7 +82,8 @@ def untrained_note(classes: tuple[float, ...], trained: npt.ArrayLike,
         count = "those rows count as errors"
     return (f"{subject} no training row: {where}, so the model never predicts "
             f"{'it' if one else 'them'} and {count} (more rows, another seed, or a "
-            "smaller val_fraction and test_fraction would give it training rows)")
+            f"smaller val_fraction and test_fraction would give {'it' if one else 'them'} "
+            "training rows)")
 
 
 def target_class(targets: npt.ArrayLike, n_classes: int) -> npt.NDArray[np.int64]:

@@ -204,7 +204,7 @@ def load_local(settings: Settings) -> tuple[Splits, LocalShipping]:
         test = replace(plan.test, labels=labels.encode(plan.test.labels, s.data))
     if test.n_rows == 0:
         raise DataError("the test set is empty: give test_data or a positive test_fraction")
-    if not plan.sampled and labels.task != REGRESSION and labels.classes:
+    if not plan.sampled and labels.classes:  # a classifier's (regression has none)
         # A scan counted each label's training rows: a class with none is told of, as a
         # split in memory tells of it (a sample's counts are estimates, and say nothing).
         _tell_untrained(s.data, labels, plan, val, None if test_spec else test)
