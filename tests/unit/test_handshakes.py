@@ -36,12 +36,15 @@ def test_parse_reads_ports_hosts_and_states() -> None:
     ]
 
 
-def test_only_connections_closed_here_before_any_look_count() -> None:
+def test_only_connections_closed_here_before_two_looks_count() -> None:
     book = ClosedBeforeCalls(50051)
     good = Socket(50051, "10.0.0.1", 40000, "01")
-    assert book.look([good, Socket(50051, "10.0.0.9", 1, "0A")], now=0.0) == []
-    # The good connection, seen established, closed by this side later: not a failure;
-    # a connection of another port, nor one the peer closed (CLOSE_WAIT, 08): none either.
+    # A slow failing handshake that one look caught established.
+    slow = Socket(50051, "10.0.0.4", 41000, "01")
+    assert book.look([good, slow, Socket(50051, "10.0.0.9", 1, "0A")], now=0.0) == []
+    assert book.look([good, slow._replace(state="06")], now=0.5) == ["10.0.0.4"]
+    # The good connection, seen established twice, closed by this side later: not a
+    # failure; a connection of another port, nor one the peer closed (CLOSE_WAIT, 08): none.
     assert book.look([good._replace(state="06"), Socket(50052, "10.0.0.2", 2, "06"),
                       Socket(50051, "10.0.0.3", 3, "08")], now=1.0) == []
     # Two failed connections from one host, one from another.
@@ -50,7 +53,7 @@ def test_only_connections_closed_here_before_any_look_count() -> None:
     assert book.look(failed, now=2.0) == ["10.0.0.7", "10.0.0.8"]
     # The same TIME_WAIT entries a second later are not counted again.
     assert book.look(failed, now=3.0) == []
-    assert book.counts == {"10.0.0.7": 2, "10.0.0.8": 1}
+    assert book.counts == {"10.0.0.4": 1, "10.0.0.7": 2, "10.0.0.8": 1}
     # Long after (past TIME_WAIT), a new connection on a port used before counts anew.
     assert book.look([failed[0]], now=200.0) == ["10.0.0.7"]
     assert book.counts["10.0.0.7"] == 3

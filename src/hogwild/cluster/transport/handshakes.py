@@ -4,9 +4,10 @@ gRPC's core gives a Python server no word of a failed handshake (it logs one lin
 at its info level, without the peer's address, and the process keeps that level off). Its
 trace is in the kernel's socket table: a connection this server closed first sits in
 TIME_WAIT (or on its way there) for a minute, with the peer's address and port. A connection
-that passed its handshake lives long enough to be seen established by an earlier look; a
-failed handshake (plain text against TLS, TLS against plain text, a certificate of another
-CA) ends within milliseconds, before any. A client that hangs up first (a health check, a
+that passed its handshake lives long enough to be seen established by two looks; a failed
+handshake (plain text against TLS, TLS against plain text, a certificate of another CA) ends
+within milliseconds, or on a loaded machine within a fraction of a second, so one look at
+most catches it established. A client that hangs up first (a health check, a
 worker leaving) leaves no TIME_WAIT on this side, so it is not counted.
 
 :class:`HandshakeWatch` looks at the table once a second (Linux's /proc/net/tcp and tcp6; where
@@ -35,6 +36,9 @@ ESTABLISHED = "01"
 CLOSED_HERE = frozenset({"04", "05", "06", "0B"})
 # Endpoints remembered (established ones seen, closed ones counted); beyond, the oldest go.
 MAX_ENDPOINTS = 4096
+# A connection this side closed after fewer looks saw it established failed its handshake:
+# one look may fall inside a slow failing handshake, two a second apart may not.
+SEEN_TO_PASS = 2
 # A closed connection stays in TIME_WAIT for 60 s on Linux: counted once within that time.
 COUNTED_FOR = 120.0
 
@@ -86,12 +90,13 @@ def read_tables(tables: Iterable[Path] = TABLES) -> list[Socket] | None:
 
 
 class ClosedBeforeCalls:
-    """The bookkeeping: which connections to ``port`` this side closed before any look saw
+    """The bookkeeping: which connections to ``port`` this side closed before two looks saw
     them established, counted per peer host."""
 
     def __init__(self, port: int) -> None:
         self.port = port
-        self._established: dict[tuple[str, int], None] = {}  # insertion order: oldest first
+        # Looks that saw each connection established; insertion order: oldest first.
+        self._established: dict[tuple[str, int], int] = {}
         self._counted: dict[tuple[str, int], float] = {}
         self.counts: dict[str, int] = {}
 
@@ -113,9 +118,10 @@ class ClosedBeforeCalls:
             endpoint = (sock.host, sock.port)
             present.add(endpoint)
             if sock.state == ESTABLISHED:
-                self._established[endpoint] = None
+                self._established[endpoint] = self._established.get(endpoint, 0) + 1
             elif sock.state in CLOSED_HERE:
-                if endpoint in self._counted or endpoint in self._established:
+                if (endpoint in self._counted
+                        or self._established.get(endpoint, 0) >= SEEN_TO_PASS):
                     continue
                 self._counted[endpoint] = now
                 self.counts[sock.host] = self.counts.get(sock.host, 0) + 1
